@@ -1,0 +1,197 @@
+"""ServerConfig: the vLLM flags the lab uses and the ones users reach for next, validated before
+launch and rendered to an argv list, an environment, and the exact shell command a user can paste."""
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .errors import ConfigError
+
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+LOAD_FORMATS = ("auto", "safetensors", "pt", "dummy")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    model: str  # folder or hub id
+    served_model_name: str | None = None  # defaults to `model`, as vLLM does
+    dtype: str = "auto"
+    max_model_len: int | None = 2048
+    gpu_memory_utilization: float = 0.85  # GPU only: the fraction of GPU memory vLLM may take
+    cpu_kvcache_gib: float = 2.0  # CPU only: VLLM_CPU_KVCACHE_SPACE, the CPU's stand-in for the fraction
+    port: int = 9000
+    host: str = "127.0.0.1"
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    tensor_parallel_size: int = 1
+    enable_prefix_caching: bool | None = None  # None: vLLM's default
+    load_format: str = "auto"
+    api_key: str | None = None
+    extra_args: tuple[str, ...] = ()
+    device: str = "cpu"  # "cuda" | "cpu": decides which memory knob applies
+
+    @property
+    def model_name(self) -> str:
+        """The name clients put in requests."""
+        return self.served_model_name or self.model
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    def with_changes(self, **kw: Any) -> "ServerConfig":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["extra_args"] = list(self.extra_args)
+        if d.get("api_key"):
+            d["api_key"] = "***"
+        return d
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "ServerConfig":
+        d = {k: v for k, v in d.items() if k in ServerConfig.__dataclass_fields__}
+        d["extra_args"] = tuple(d.get("extra_args") or ())
+        return ServerConfig(**d)
+
+    # -- rendering -------------------------------------------------------------------------
+    def argv(self, python: str | None = None) -> list[str]:
+        a = [python or sys.executable, "-m", API_SERVER_MODULE, "--model", self.model]
+        if self.served_model_name:
+            a += ["--served-model-name", self.served_model_name]
+        if self.dtype != "auto":
+            a += ["--dtype", self.dtype]
+        if self.max_model_len:
+            a += ["--max-model-len", str(self.max_model_len)]
+        if self.device == "cuda":
+            a += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
+        if self.max_num_seqs:
+            a += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.enforce_eager:
+            a.append("--enforce-eager")
+        if self.tensor_parallel_size != 1:
+            a += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.enable_prefix_caching is True:
+            a.append("--enable-prefix-caching")
+        elif self.enable_prefix_caching is False:
+            a.append("--no-enable-prefix-caching")
+        if self.load_format != "auto":
+            a += ["--load-format", self.load_format]
+        if self.api_key:
+            a += ["--api-key", self.api_key]
+        a += ["--host", self.host, "--port", str(self.port)]
+        return a + list(self.extra_args)
+
+    def env(self) -> dict[str, str]:
+        """Environment additions for the server process."""
+        if self.device == "cpu":
+            return {"VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kvcache_gib:g}"}
+        return {}
+
+    def shell_command(self) -> str:
+        """What a user could paste into a terminal (with `python` as the interpreter, like the lab)."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
+        argv = self.argv(python="python")
+        if self.api_key:
+            argv[argv.index("--api-key") + 1] = "$VLLM_API_KEY"
+        parts = [shlex.quote(x) if x != "$VLLM_API_KEY" else x for x in argv]
+        # One flag per line, the way the lab notebook writes it.
+        lines, cur = [], parts[:3]
+        for p in parts[3:]:
+            if p.startswith("--"):
+                lines.append(" ".join(cur))
+                cur = [p]
+            else:
+                cur.append(p)
+        lines.append(" ".join(cur))
+        cmd = " \\\n    ".join(lines)
+        return f"{env} {cmd}" if env else cmd
+
+    # -- validation ------------------------------------------------------------------------
+    def validate(self, model_max_len: int | None = None, known_flags: set[str] | None = None) -> None:
+        """Raise ConfigError with one sentence for the first problem found; nothing is started."""
+        if not self.model.strip():
+            raise ConfigError("No model is selected: pick the embedded default, a local folder or a hub id.")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"Port {self.port} is not a valid port: pick a number between 1024 and 65535.")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(
+                f"GPU memory utilization {self.gpu_memory_utilization:g} is outside (0, 1]: it is the fraction of "
+                "GPU memory vLLM may use, e.g. 0.85."
+            )
+        if self.device == "cpu" and not 0 < self.cpu_kvcache_gib <= 512:
+            raise ConfigError(f"CPU KV cache of {self.cpu_kvcache_gib:g} GiB is not usable: pick a size such as 2 GiB.")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}.")
+        if self.load_format not in LOAD_FORMATS:
+            raise ConfigError(f"load format '{self.load_format}' is not one of {', '.join(LOAD_FORMATS)}.")
+        if self.max_model_len is not None:
+            if self.max_model_len < 16:
+                raise ConfigError(f"max-model-len {self.max_model_len} is too small: use at least a few hundred tokens.")
+            if model_max_len and self.max_model_len > model_max_len:
+                raise ConfigError(
+                    f"max-model-len {self.max_model_len} is above this model's limit of {model_max_len} tokens: "
+                    f"lower it to {model_max_len} or less."
+                )
+        if self.max_num_seqs is not None and self.max_num_seqs < 1:
+            raise ConfigError("max-num-seqs must be at least 1.")
+        if self.tensor_parallel_size < 1:
+            raise ConfigError("tensor-parallel-size must be at least 1 (the number of GPUs to split the model over).")
+        if known_flags is not None:
+            for arg in self.extra_args:
+                flag = arg.split("=", 1)[0]
+                if flag.startswith("-") and flag not in known_flags:
+                    raise ConfigError(
+                        f"vLLM has no flag '{flag}': check the spelling (see `--help` of the API server) or remove it."
+                    )
+
+
+def parse_extra_args(text: str) -> tuple[str, ...]:
+    """Split a user's free-text extra flags the way a shell would, with a clear error on bad quoting."""
+    try:
+        return tuple(shlex.split(text or ""))
+    except ValueError as e:
+        raise ConfigError(f"The extra flags could not be read ({e}): check the quotes.") from e
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1" if host in ("0.0.0.0", "") else host, port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+# The lab's settings, in the order the notebook meets them.
+PRESETS: tuple[Preset, ...] = (
+    Preset("Lab default", "max-model-len 2048, 85% of GPU memory (the lab's first command)",
+           {"max_model_len": 2048, "gpu_memory_utilization": 0.85}),
+    Preset("24 GB GPU", "max-model-len 1024, 75% of GPU memory (the lab's fallback for a 24 GB card)",
+           {"max_model_len": 1024, "gpu_memory_utilization": 0.75}),
+    Preset("8 GB GPU", "max-model-len 1024, 34% of GPU memory (the lab's 8 GiB workaround)",
+           {"max_model_len": 1024, "gpu_memory_utilization": 0.34}),
+    Preset("Tuning", "max-model-len 512, 90% of GPU memory (the lab's step 4)",
+           {"max_model_len": 512, "gpu_memory_utilization": 0.90}),
+)
+
+
+def preset(name: str) -> Preset:
+    for p in PRESETS:
+        if p.name == name:
+            return p
+    raise ConfigError(f"There is no preset called '{name}': pick one of {', '.join(p.name for p in PRESETS)}.")

