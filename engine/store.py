@@ -467,7 +467,13 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
         "burstiness": load.get("burstiness", 1.0),
         "max_concurrency": conc,
     }
-    obj.update(_summary_for(run))
+    summ = _summary_for(run)
+    # Our summary's max_concurrency is the observed peak; vllm's is the configured limit and it
+    # calls the observed peak max_concurrent_requests.
+    observed = summ.pop("max_concurrency", None)
+    obj.update(summ)
+    obj["max_concurrency"] = conc
+    obj["max_concurrent_requests"] = observed
     obj["duration"] = run.duration
     # Per-request lists, with vllm's conventions: seconds, 0.0 / [] / "" where there is nothing.
     obj["input_lens"] = [r.prompt_tokens for r in m]
@@ -524,8 +530,12 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
             output_text=at("generated_texts", "") or "", error=err,
         ))
     skip = {"input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
-            "generated_texts", "errors"}
+            "generated_texts", "errors", "num_prompts", "request_rate", "burstiness",
+            "ramp_up_start_rps", "ramp_up_end_rps"}
     summary = {k: v for k, v in obj.items() if k not in skip and isinstance(v, (int, float, type(None)))}
+    summary.pop("max_concurrency", None)  # vllm's is the configured limit: kept in load below
+    if obj.get("max_concurrent_requests") is not None:
+        summary["max_concurrency"] = obj["max_concurrent_requests"]
     date = obj.get("date", "")
     try:
         started = datetime.strptime(date, "%Y%m%d-%H%M%S").timestamp()

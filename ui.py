@@ -1,0 +1,83 @@
+"""Small shared helpers for the pages: the process-wide Lab, the sidebar, actions with clear errors,
+and charts with their one-line caption. Layout only; the work is in engine/."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import streamlit as st
+
+from engine.errors import LabError
+from engine.lab import Lab
+from engine.server import FAILED, READY, STARTING, STOPPING
+
+STATE_BADGE = {
+    "stopped": ("gray", "stopped"),
+    STARTING: ("orange", "starting"),
+    READY: ("green", "ready"),
+    STOPPING: ("orange", "stopping"),
+    FAILED: ("red", "failed"),
+}
+
+
+@st.cache_resource(show_spinner=False)
+def get_lab() -> Lab:
+    """One Lab per app process: every browser session sees the same server, jobs and history."""
+    return Lab()
+
+
+def can_act(lab: Lab) -> bool:
+    return lab.may_act(st.session_state.get("presenter_token"))
+
+
+def act(lab: Lab, fn: Callable[..., Any], *args, **kw) -> Any:
+    """Run one user action; a user-caused error becomes one st.error sentence, never a traceback."""
+    try:
+        lab.require_presenter(st.session_state.get("presenter_token"))
+        return fn(*args, **kw)
+    except LabError as e:
+        st.error(str(e), icon=":material/error:")
+        return None
+
+
+def badge(state: str) -> str:
+    color, text = STATE_BADGE.get(state, ("gray", state))
+    return f":{color}-badge[{text}]"
+
+
+def fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def chart(fig_and_caption, key: str | None = None) -> None:
+    """Draw a figure from engine.figures with the sentence that tells a viewer what to notice."""
+    fig, caption = fig_and_caption
+    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+    if caption:
+        st.caption(caption)
+
+
+def sidebar(lab: Lab) -> None:
+    with st.sidebar:
+        _server_status()
+        if lab.presenter_token:
+            st.text_input("Presenter token", type="password", key="presenter_token",
+                          help="Starting, stopping and running benchmarks is reserved for the presenter.")
+            if not can_act(lab):
+                st.caption("Viewing only: the presenter drives the server and the benchmarks.")
+
+
+@st.fragment(run_every=2)
+def _server_status() -> None:
+    lab = get_lab()
+    s = lab.server.snapshot()
+    st.markdown(f"**vLLM server** {badge(s.state)}")
+    if s.config:
+        st.caption(f"{s.config.model_name} · port {s.config.port}")
+    if s.state == STARTING:
+        st.caption(f"{s.stage} · {fmt_s(s.elapsed)}")
+    job = next(iter(lab.jobs.active()), None)
+    if job:
+        st.caption(f"Running: {job.label} ({job.stage})")
+
