@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import streamlit as st
 
+from engine import figures
 from engine.errors import LabError
 from engine.lab import Lab
 from engine.server import FAILED, READY, STARTING, STOPPING
@@ -50,12 +51,11 @@ def fmt_s(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
 
 
-def chart(fig_and_caption, key: str | None = None) -> None:
+def chart(fig, key: str | None = None) -> None:
     """Draw a figure from engine.figures with the sentence that tells a viewer what to notice."""
-    fig, caption = fig_and_caption
     st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
-    if caption:
-        st.caption(caption)
+    if cap := figures.caption(fig):
+        st.markdown(f":material/visibility: {cap}")
 
 
 def sidebar(lab: Lab) -> None:

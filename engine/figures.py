@@ -16,6 +16,7 @@ import html
 import math
 import os
 import warnings
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -782,17 +783,12 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput") -> g
     pts = [(r, _metric_value(r, metric)) for r in runs]
     have = [(r, v) for r, v in pts if v is not None and not math.isnan(v)]
     missing = len(pts) - len(have)
-    # keep labels distinct: add the start time when two runs share a label
-    counts: dict[str, int] = {}
-    for r, _ in have:
-        counts[_label(r)] = counts.get(_label(r), 0) + 1
+    # the start time under each label keeps runs with the same label apart
     cats = []
-    from datetime import datetime
-
     for r, _ in have:
         lab = _wrap(_label(r), 18)
-        if counts[_label(r)] > 1 or True:
-            when = datetime.fromtimestamp(r.started_at).strftime("%b %d %H:%M") if getattr(r, "started_at", 0) else ""
+        if getattr(r, "started_at", 0):
+            when = datetime.fromtimestamp(r.started_at).strftime("%b %d %H:%M")
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
         cats.append(lab)
     vals = [v for _, v in have]

@@ -11,6 +11,7 @@ from .config import ServerConfig
 from .errors import NotPresenter, ServerBusy
 from .jobs import Job, JobManager
 from .records import RunResult
+from .scenarios import annotate
 from .server import READY, STARTING, VLLMServer
 from .store import RunStore
 from .telemetry import Telemetry
@@ -218,14 +219,7 @@ class Lab:
 
     def _finish(self, result: RunResult, cfg: ServerConfig) -> RunResult:
         snap = self.server.snapshot()
-        result.config = cfg.to_dict()
-        result.command = cfg.shell_command()
-        result.model = cfg.model
-        result.hardware = hardware.describe()
-        result.versions = hardware.versions()
-        result.extra.setdefault("kv_cache_tokens", snap.kv_cache_tokens)
-        result.extra.setdefault("max_concurrency_reported", snap.max_concurrency)
-        result.extra.setdefault("placeholder_text", cfg.load_format == "dummy")
+        annotate(result, cfg, snap.kv_cache_tokens, snap.max_concurrency)
         if result.measured:
             self.store.save(result)
         return result

@@ -53,7 +53,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 class Sample:
     t: float  # epoch s
     memory: list[dict] = field(default_factory=list)  # [{series, used_gb, total_gb}]
-    metrics: dict[str, float] = field(default_factory=dict)  # running, waiting, kv_usage (0-1), gen_tps
+    metrics: dict[str, float] = field(default_factory=dict)  # running, waiting, kv_usage (0-1), gen_tok_s
 
 
 class NvmlReader:
@@ -175,7 +175,7 @@ class Telemetry:
         gen = s.metrics.get("generation_tokens_total")
         if gen is not None:
             if self._prev_gen and s.t > self._prev_gen[0] and gen >= self._prev_gen[1]:
-                s.metrics["gen_tps"] = (gen - self._prev_gen[1]) / (s.t - self._prev_gen[0])
+                s.metrics["gen_tok_s"] = (gen - self._prev_gen[1]) / (s.t - self._prev_gen[0])
             self._prev_gen = (s.t, gen)
         else:
             self._prev_gen = None
@@ -190,3 +190,16 @@ class Telemetry:
             except Exception:  # a sampler must never die; the next tick tries again
                 pass
             self._stop.wait(self.interval_s)
+
+
+def memory_rows(samples: list[Sample]) -> list[dict]:
+    """Flatten samples into the rows figures.memory_chart draws (one per series per tick)."""
+    return [{"t": s.t, **{k: v for k, v in m.items() if k != "processes"}} for s in samples for m in s.memory]
+
+
+def metric_rows(samples: list[Sample]) -> list[dict]:
+    return [{"t": s.t, **s.metrics} for s in samples if s.metrics]
+
+
+def event_rows(events: list[tuple[float, str]], since: float | None = None) -> list[dict]:
+    return [{"t": t, "label": label} for t, label in events if since is None or t >= since]

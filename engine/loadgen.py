@@ -1,0 +1,811 @@
+"""Async load generator for OpenAI-compatible servers (vLLM): one RequestRecord per request.
+
+Every request streams (`stream_options.include_usage`), so the record holds the send time, each
+content chunk's arrival and the server's token counts. Times are `time.perf_counter()` seconds from
+the run's start; perf_counter is a system-wide monotonic clock on Linux, macOS and Windows, so
+worker processes share the parent's time base.
+
+Keeping up with the server: the per-chunk path only stamps the time and keeps the raw bytes
+(SSE split on bytes, JSON parsed once the stream ends), and uses uvloop when installed. One asyncio
+loop with httpx still tops out at some thousands of chunks per second, so at high concurrency the
+requests are spread over worker processes, each with its own loop and client (`LoadSpec.workers`,
+auto by default). bench/fidelity.py compares the result with `vllm bench serve`.
+
+Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`, `stream_one`.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import multiprocessing as mp
+import os
+import queue
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO
+
+import httpx
+
+from . import stats
+from .errors import LabError
+from .records import RequestRecord, RunResult
+
+log = logging.getLogger(__name__)
+clock = time.perf_counter
+
+SHAPES = ("sequential", "concurrency", "burst", "poisson")
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# In-flight streams one client loop is trusted with before `workers="auto"` adds a process.
+PER_LOOP_CONCURRENCY = 64
+
+
+# ----------------------------------------------------------------------------------------------
+# Spec, plan, progress, observers
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class LoadSpec:
+    """What to send, how hard, and to which server."""
+
+    base_url: str  # e.g. "http://127.0.0.1:8000" (a trailing /v1 is tolerated)
+    model: str  # served model name
+    prompts: list[str]
+    shape: str = "concurrency"  # sequential | concurrency | burst | poisson
+    concurrency: int = 1  # in flight at once ("concurrency"); expected peak for poisson's auto workers
+    rate: float | None = None  # requests/s ("poisson")
+    num_requests: int | None = None  # default: one per prompt; prompts are cycled
+    max_tokens: int | None = 200  # None: the server's limit (natural ending)
+    ignore_eos: bool = False  # vLLM extension: always generate max_tokens
+    temperature: float = 0.7
+    warmup: int = 0  # requests sent (at the same concurrency) before the measured part
+    endpoint: str = "chat"  # chat | completions
+    api_key: str | None = None
+    timeout_s: float = 300.0  # whole request
+    read_timeout_s: float = 60.0  # longest silence between bytes
+    seed: int = 0  # poisson arrivals
+    scenario: str = ""
+    label: str = ""
+    workers: int = 0  # client processes; 0 = auto (1 unless concurrency is high and cores allow)
+    # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
+    count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {self.shape!r}")
+        if self.endpoint not in ENDPOINTS:
+            raise ValueError(f"endpoint must be chat or completions, not {self.endpoint!r}")
+        if not self.prompts:
+            raise ValueError("a load needs at least one prompt")
+        if self.shape == "poisson" and not (self.rate and self.rate > 0):
+            raise ValueError("the poisson shape needs a positive rate (requests per second)")
+        if self.timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ValueError("timeouts must be positive")
+
+    @property
+    def n(self) -> int:
+        return self.num_requests if self.num_requests is not None else len(self.prompts)
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1") + ENDPOINTS[self.endpoint]
+
+    def in_flight(self) -> int:
+        """The most requests this shape keeps in flight (poisson: the `concurrency` hint)."""
+        return {"sequential": 1, "burst": self.n}.get(self.shape, max(1, self.concurrency))
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "count_tokens"}
+        d["prompts"] = list(self.prompts)
+        return d
+
+
+@dataclass
+class RunPlan:
+    label: str
+    shape: str
+    num_requests: int
+    warmup: int
+    concurrency: int
+    workers: int
+    url: str
+    model: str
+
+
+@dataclass
+class Totals:
+    """Progress of the measured part, handed to observers after every request."""
+
+    total: int
+    done: int = 0
+    ok: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    def add(self, rec: RequestRecord, elapsed_s: float) -> None:
+        self.done += 1
+        self.ok += rec.ok
+        self.failed += not rec.ok
+        self.output_tokens += rec.output_tokens
+        self.elapsed_s = elapsed_s
+
+
+class Observer(Protocol):
+    def on_start(self, plan: RunPlan) -> None: ...
+    def on_request_done(self, record: RequestRecord, totals: Totals) -> None: ...
+    def on_complete(self, result: RunResult) -> None: ...
+
+
+class NullObserver:
+    """Does nothing; subclass it and override what you need. Calls arrive on the thread that called
+    run_load (warm-up records too, with record.warmup set, before the measured ones); keep them short."""
+
+    def on_start(self, plan: RunPlan) -> None:
+        pass
+
+    def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
+        pass
+
+    def on_complete(self, result: RunResult) -> None:
+        pass
+
+
+class ConsoleObserver(NullObserver):
+    """One line per request and a summary, for the CLI."""
+
+    def __init__(self, out: TextIO | None = None, every: int = 1) -> None:
+        self.out = out or sys.stdout
+        self.every = max(1, every)
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def on_start(self, plan: RunPlan) -> None:
+        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
+                    f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
+                    f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
+
+    def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
+        if record.warmup or (totals.done % self.every and totals.done != totals.total):
+            return
+        state = (f"ok {record.e2e:6.2f} s {record.output_tokens:5d} tok" if record.ok
+                 else f"FAILED: {record.error}")
+        self._print(f"  [{totals.done:>4}/{totals.total}] #{record.index:<4} {state}")
+
+    def on_complete(self, result: RunResult) -> None:
+        s = result.summary
+        ttft = s.get("mean_ttft_ms")
+        self._print(f"done in {result.duration:.2f} s: {s.get('completed', 0)} ok, {s.get('failed', 0)} failed, "
+                    f"{s.get('output_throughput', 0):.1f} output tok/s, mean TTFT "
+                    + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
+
+
+def _notify(fn: Callable[..., None], *args: Any) -> None:
+    """Call an observer hook; a failing observer is logged, never allowed to break the run."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - observers are user code
+        log.exception("observer %s failed", getattr(fn, "__qualname__", fn))
+
+
+# ----------------------------------------------------------------------------------------------
+# SSE over raw bytes
+# ----------------------------------------------------------------------------------------------
+
+class SSEDecoder:
+    """Incremental server-sent-events parser over bytes.
+
+    Events end at a blank line (LF LF or CRLF CRLF). Only bytes are split, never text: str
+    splitlines() would also break on U+2028/U+2029/U+0085, which JSON strings may hold raw (models
+    emit them). A CR kept at the end of the buffer waits for the next read, so a CRLF split across
+    two reads is still recognised. Returns each event's data (data: lines joined by LF)."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buf = self._buf + data if self._buf else data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        if b"\n\n" not in buf:
+            self._buf = buf
+            return []
+        *events, self._buf = buf.split(b"\n\n")
+        return [d for d in map(_event_data, events) if d is not None]
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event not yet terminated (dropped at end of stream, as the SSE spec says)."""
+        return self._buf
+
+
+def _event_data(event: bytes) -> bytes | None:
+    if event.startswith(b"data: ") and b"\n" not in event:  # the common case, one data line
+        return event[6:]
+    parts = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            v = line[5:]
+            parts.append(v[1:] if v.startswith(b" ") else v)
+    return b"\n".join(parts) if parts else None
+
+
+# ----------------------------------------------------------------------------------------------
+# One request
+# ----------------------------------------------------------------------------------------------
+
+class _Stream:
+    """What one streamed answer said: content chunk times, text, usage, end marker, error."""
+
+    __slots__ = ("chat", "times", "texts", "usage", "done", "error")
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.times: list[float] = []
+        self.texts: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+        self.error: str | None = None
+
+    def event(self, t: float, payload: bytes) -> str | None:
+        """Interpret one event; returns the chunk's text when it is a content chunk."""
+        if payload == b"[DONE]":
+            self.done = True
+            return None
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.error = f"the server sent an event that is not JSON: {payload[:120]!r}"
+            return None
+        if not isinstance(obj, dict):
+            return None
+        if "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            self.error = "the server reported an error mid-stream: " + str(
+                err.get("message", err) if isinstance(err, dict) else err)
+            return None
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        choices = obj.get("choices")
+        if not choices:
+            return None
+        c = choices[0]
+        if self.chat:
+            delta = c.get("delta") or {}
+            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
+            # vLLM's chat preamble {"role": "assistant", "content": ""} carries no token: not a chunk.
+            if "role" in delta and not text and not delta.get("tool_calls") and c.get("finish_reason") is None:
+                return None
+        else:
+            text = c.get("text") or ""
+        self.times.append(t)
+        self.texts.append(text)
+        return text
+
+
+def _describe(e: BaseException, spec: LoadSpec) -> str:
+    """An exception as a plain sentence for RequestRecord.error."""
+    detail = str(e) or type(e).__name__
+    if isinstance(e, httpx.ConnectTimeout):
+        return f"could not connect to {spec.base_url} in time ({detail})"
+    if isinstance(e, httpx.ConnectError):
+        return f"could not connect to {spec.base_url} ({detail}); is the server running?"
+    if isinstance(e, httpx.ReadTimeout):
+        return f"the server sent nothing for {spec.read_timeout_s:g} s (read timeout)"
+    if isinstance(e, (TimeoutError, httpx.TimeoutException)):
+        return f"no complete answer within {spec.timeout_s:g} s (request timeout)"
+    if isinstance(e, httpx.RemoteProtocolError):
+        return f"the server closed the connection mid-answer ({detail})"
+    if isinstance(e, (httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
+        return f"the connection to the server broke ({detail})"
+    return f"{type(e).__name__}: {detail}"
+
+
+def _http_error(status: int, body: bytes) -> str:
+    """'HTTP 404: The model `x` does not exist.' from an OpenAI-style error body."""
+    msg = body[:500].decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(body)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        msg = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    except ValueError:
+        pass
+    return f"HTTP {status}: {msg or 'no message'}"
+
+
+class _Requester:
+    """Sends requests of one spec over one client; fills RequestRecords (times relative to t0)."""
+
+    def __init__(self, spec: LoadSpec, client: httpx.AsyncClient, t0: float) -> None:
+        self.spec = spec
+        self.client = client
+        self.t0 = t0
+        self.chat = spec.endpoint == "chat"
+        self.headers = {"Content-Type": "application/json"}
+        if spec.api_key:
+            self.headers["Authorization"] = f"Bearer {spec.api_key}"
+
+    def body(self, prompt: str, max_tokens: int | None) -> bytes:
+        s = self.spec
+        b: dict[str, Any] = {"model": s.model, "temperature": s.temperature, "stream": True,
+                             "stream_options": {"include_usage": True}}
+        if self.chat:
+            b["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            b["prompt"] = prompt
+        if max_tokens is not None:
+            b["max_tokens"] = max_tokens
+        if s.ignore_eos:
+            b["ignore_eos"] = True
+        return json.dumps(b).encode()
+
+    async def run(self, rec: RequestRecord, max_tokens: int | None,
+                  on_text: Callable[[str, float], None] | None = None) -> RequestRecord:
+        """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
+        st = _Stream(self.chat)
+        events: list[tuple[float, bytes]] = []
+        body = self.body(rec.prompt, max_tokens)
+        rec.send_time = clock() - self.t0
+        try:
+            async with asyncio.timeout(self.spec.timeout_s):
+                await self._stream(body, st, events, on_text)
+        except asyncio.CancelledError:
+            self._finish(rec, st, events, "cancelled")
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure becomes the record's error
+            self._finish(rec, st, events, _describe(e, self.spec))
+        else:
+            self._finish(rec, st, events, None)
+        return rec
+
+    async def _stream(self, body: bytes, st: _Stream, events: list[tuple[float, bytes]],
+                      on_text: Callable[[str, float], None] | None) -> None:
+        async with self.client.stream("POST", self.spec.url, content=body, headers=self.headers) as resp:
+            if resp.status_code != 200:
+                st.error = _http_error(resp.status_code, await resp.aread())
+                return
+            feed = SSEDecoder().feed
+            append = events.append
+            # Hot path: stamp and keep bytes; JSON is parsed after the stream (unless streaming text out).
+            async for data in resp.aiter_raw():
+                t = clock()
+                for payload in feed(data):
+                    if on_text is None:
+                        append((t, payload))
+                    elif (text := st.event(t, payload)) is not None:
+                        on_text(text, t - self.t0)
+
+    def _finish(self, rec: RequestRecord, st: _Stream, events: list[tuple[float, bytes]], error: str | None) -> None:
+        for t, payload in events:
+            st.event(t, payload)
+        t0 = self.t0
+        rec.chunk_times = [t - t0 for t in st.times]
+        rec.output_text = "".join(st.texts)
+        if rec.chunk_times:
+            rec.first_token_time = rec.chunk_times[0]
+        if st.usage:
+            rec.prompt_tokens = int(st.usage.get("prompt_tokens") or 0)
+            rec.output_tokens = int(st.usage.get("completion_tokens") or 0)
+            rec.tokens_source = "usage"
+        else:
+            rec.output_tokens = len(rec.chunk_times)
+            rec.tokens_source = "chunks"
+        error = error or st.error
+        if error is None and not st.done:
+            error = "the stream ended before [DONE]: the server stopped mid-answer"
+        if error is None and not rec.chunk_times:
+            error = "the server answered without a single token"
+        rec.error = error
+        # As `vllm bench serve`: a successful request ends at its last token chunk.
+        rec.end_time = rec.chunk_times[-1] if error is None else clock() - t0
+
+
+# ----------------------------------------------------------------------------------------------
+# Driving one event loop
+# ----------------------------------------------------------------------------------------------
+
+def _client(spec: LoadSpec, in_flight: int) -> httpx.AsyncClient:
+    """HTTP/1.1 client whose pool never caps concurrency; trust_env=False keeps proxies out."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(1, in_flight), keepalive_expiry=60)
+    timeout = httpx.Timeout(connect=min(10.0, spec.timeout_s), read=spec.read_timeout_s,
+                            write=spec.read_timeout_s, pool=None)
+    return httpx.AsyncClient(http2=False, limits=limits, timeout=timeout, trust_env=False)
+
+
+def _run_async(coro_fn: Callable[[], Any]) -> Any:
+    """asyncio.run with uvloop when available, without leaking the policy to the caller's thread."""
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return asyncio.run(coro_fn())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro_fn())
+
+
+@dataclass
+class _Job:
+    """The part of a run one loop sends: a closed loop (`workers` pulling from `take`) or an open
+    loop (`schedule` of (index, offset s))."""
+
+    workers: int = 0
+    take: Callable[[], int | None] | None = None
+    schedule: list[tuple[int, float]] = field(default_factory=list)
+
+
+async def _drive(req: _Requester, job: _Job, prompts: list[str], max_tokens: int | None, warmup: bool,
+                 sink: Callable[[RequestRecord], None], cancelled: Callable[[], bool]) -> None:
+    """Send the job's requests; each finished record goes to `sink`. Returns when all are done
+    or, once `cancelled()` turns true, after the in-flight ones were cancelled and recorded."""
+
+    async def one(i: int) -> None:
+        rec = RequestRecord(index=i, prompt=prompts[i], send_time=0.0, warmup=warmup)
+        try:
+            await req.run(rec, max_tokens)
+        finally:
+            sink(rec)
+
+    async def worker() -> None:
+        while not cancelled() and (i := job.take()) is not None:  # type: ignore[misc]
+            await one(i)
+
+    async def open_loop() -> None:
+        tasks = []
+        for i, offset in job.schedule:
+            delay = req.t0 + offset - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if cancelled():
+                break
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    main = [asyncio.create_task(worker()) for _ in range(job.workers)] if job.take else [asyncio.create_task(open_loop())]
+    watch = asyncio.create_task(_watch_cancel(cancelled, main))
+    await asyncio.gather(*main, return_exceptions=True)
+    watch.cancel()
+
+
+async def _watch_cancel(cancelled: Callable[[], bool], tasks: list[asyncio.Task]) -> None:
+    while not cancelled():
+        await asyncio.sleep(0.05)
+    for t in tasks:
+        t.cancel()
+
+
+def _counter(n: int) -> Callable[[], int | None]:
+    it = iter(range(n))
+    return lambda: next(it, None)
+
+
+def poisson_offsets(n: int, rate: float, seed: int) -> list[float]:
+    """Send offsets (s) of a seeded Poisson process, rescaled like `vllm bench serve` so the last
+    request goes out at n/rate exactly (steadier throughput across seeds)."""
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    if out and out[-1] > 0:
+        k = (n / rate) / out[-1]
+        out = [x * k for x in out]
+    return out
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (k < extra) for k in range(parts)]
+
+
+def auto_workers(spec: LoadSpec) -> int:
+    """Client processes for a spec: its `workers` if set, else one loop per PER_LOOP_CONCURRENCY
+    streams, capped at a quarter of the cores (the server needs the rest)."""
+    if spec.shape == "sequential":
+        return 1
+    if spec.workers > 0:
+        return max(1, min(spec.workers, spec.in_flight()))
+    cap = max(1, (os.cpu_count() or 1) // 4)
+    return max(1, min(cap, math.ceil(spec.in_flight() / PER_LOOP_CONCURRENCY)))
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs
+# ----------------------------------------------------------------------------------------------
+
+def _warmup_tokens(spec: LoadSpec) -> int | None:
+    # Warm-up only has to put a batch of this size through the engine once; short answers do.
+    return 16 if spec.max_tokens is None else min(spec.max_tokens, 16)
+
+
+
+async def _warm(spec: LoadSpec, sink: Callable[[RequestRecord], None],
+                cancelled: Callable[[], bool]) -> tuple[list[RequestRecord], float]:
+    """Run the warm-up requests (same prompts and concurrency, short answers). Returns the records,
+    timed from the warm-up's own start, and that start (to re-base them onto the run's clock)."""
+    recs: list[RequestRecord] = []
+    tw = clock()
+    if spec.warmup <= 0:
+        return recs, tw
+
+    def keep(r: RequestRecord) -> None:
+        recs.append(r)
+        sink(r)
+
+    async with _client(spec, spec.in_flight()) as client:
+        req = _Requester(spec, client, tw)
+        prompts = [spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
+        job = _Job(workers=min(spec.in_flight(), spec.warmup), take=_counter(spec.warmup))
+        await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled)
+    return recs, tw
+
+
+def _shift(recs: Iterable[RequestRecord], dt: float) -> None:
+    """Re-base records' times by dt seconds (warm-up records onto the measured run's clock)."""
+    for r in recs:
+        r.send_time += dt
+        r.end_time = None if r.end_time is None else r.end_time + dt
+        r.first_token_time = None if r.first_token_time is None else r.first_token_time + dt
+        r.chunk_times = [t + dt for t in r.chunk_times]
+
+
+def _job_for(spec: LoadSpec, take: Callable[[], int | None], workers: int, shard: int = 0, shards: int = 1) -> _Job:
+    if spec.shape == "poisson":
+        offsets = poisson_offsets(spec.n, float(spec.rate or 1.0), spec.seed)
+        return _Job(schedule=[(i, offsets[i]) for i in range(shard, spec.n, shards)])
+    return _Job(workers=workers, take=take)
+
+
+def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, prompts: list[str],
+                totals: Totals) -> tuple[list[RequestRecord], float, float]:
+    """Warm-up and measured part in one event loop on this thread. Returns (records, t0, end)."""
+
+    async def main() -> tuple[list[RequestRecord], float, float]:
+        warm, tw = await _warm(spec, lambda r: _notify(observer.on_request_done, r, totals), cancel.is_set)
+        recs: list[RequestRecord] = []
+        async with _client(spec, spec.in_flight()) as client:
+            t0 = clock()
+            _shift(warm, tw - t0)
+            req = _Requester(spec, client, t0)
+
+            def sink(r: RequestRecord) -> None:
+                recs.append(r)
+                totals.add(r, clock() - t0)
+                _notify(observer.on_request_done, r, totals)
+
+            job = _job_for(spec, _counter(spec.n), min(spec.in_flight(), spec.n))
+            await _drive(req, job, prompts, spec.max_tokens, False, sink, cancel.is_set)
+            return warm + recs, t0, clock()
+
+    return _run_async(main)
+
+
+# ----------------------------------------------------------------------------------------------
+# Several client processes
+# ----------------------------------------------------------------------------------------------
+
+class LoadError(LabError):
+    """The load generator itself could not run (its worker processes did not start)."""
+
+
+def _shard_main(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, go: Any, stop: Any,
+                t0v: Any, counter: Any) -> None:
+    """Entry point of client process k: its own loop and client, its share of the workers."""
+    try:
+        _run_async(lambda: _shard(spec, k, shards, workers, out_q, go, stop, t0v, counter))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
+        out_q.put(("error", k, f"client process {k} failed: {type(e).__name__}: {e}"))
+
+
+async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, go: Any, stop: Any,
+                 t0v: Any, counter: Any) -> None:
+    n = spec.n
+
+    def take() -> int | None:  # the next request index, shared by every process
+        with counter.get_lock():
+            i = counter.value
+            if i >= n:
+                return None
+            counter.value = i + 1
+            return i
+
+    prompts = [spec.prompts[i % len(spec.prompts)] for i in range(n)]
+    async with _client(spec, max(1, workers)) as client:
+        out_q.put(("ready", k, clock()))
+        while not go.wait(0.05):  # nothing else runs in this loop yet; blocking is fine
+            pass
+        if stop.is_set():
+            out_q.put(("done", k, clock()))
+            return
+        t0 = t0v.value
+        await asyncio.sleep(max(0.0, t0 - clock()))
+        req = _Requester(spec, client, t0)
+        sink = lambda r: out_q.put(("rec", dataclasses.asdict(r), clock()))  # noqa: E731
+        await _drive(req, _job_for(spec, take, workers, k, shards), prompts, spec.max_tokens, False, sink, stop.is_set)
+        out_q.put(("done", k, clock()))
+
+
+def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: threading.Event,
+                 prompts: list[str], totals: Totals) -> tuple[list[RequestRecord], float, float]:
+    """The measured part spread over `shards` spawned processes (warm-up runs here meanwhile)."""
+    ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
+    out_q, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
+    t0v, counter = ctx.Value("d", 0.0), ctx.Value("q", 0)
+    bare = dataclasses.replace(spec, count_tokens=None)  # callables need not pickle
+    shares = _split(min(spec.in_flight(), spec.n), shards)
+    procs = [ctx.Process(target=_shard_main, name=f"serving-lab-loadgen-{k}", daemon=True,
+                         args=(bare, k, shards, shares[k], out_q, go, stop, t0v, counter))
+             for k in range(shards)]
+    for p in procs:
+        p.start()
+    try:
+        warm, tw = _run_async(lambda: _warm(spec, lambda r: _notify(observer.on_request_done, r, totals), cancel.is_set))
+        _await_ready(out_q, procs)
+        t0 = clock() + 0.02
+        t0v.value = t0
+        go.set()
+        recs, end, errors = _collect(out_q, procs, observer, cancel, stop, totals, t0)
+    finally:
+        stop.set()
+        go.set()
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+    if errors:
+        log.warning("load generator: %s", "; ".join(errors))
+    _shift(warm, tw - t0)
+    return warm + recs, t0, end
+
+
+def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None:
+    ready: set[int] = set()
+    deadline = clock() + timeout_s
+    while len(ready) < len(procs):
+        try:
+            msg = out_q.get(timeout=0.2)
+        except queue.Empty:
+            dead = [p for p in procs if not p.is_alive()]
+            if dead or clock() > deadline:
+                raise LoadError("the load generator's worker processes did not start "
+                                f"({len(ready)}/{len(procs)} ready); try workers=1") from None
+            continue
+        if msg[0] == "error":
+            raise LoadError(msg[2])
+        ready.add(msg[1])
+
+
+def _collect(out_q: Any, procs: list[Any], observer: Observer, cancel: threading.Event, stop: Any,
+             totals: Totals, t0: float) -> tuple[list[RequestRecord], float, list[str]]:
+    """Gather records from the client processes until each reports done (or died)."""
+    recs: list[RequestRecord] = []
+    finished: set[int] = set()
+    gone_since: dict[int, float] = {}
+    errors: list[str] = []
+    end = t0
+    while len(finished) < len(procs):
+        if cancel.is_set():
+            stop.set()
+        try:
+            msg = out_q.get(timeout=0.1)
+        except queue.Empty:
+            for k, p in enumerate(procs):  # a process that died without a word: give its messages 1 s
+                if k not in finished and not p.is_alive() and clock() - gone_since.setdefault(k, clock()) > 1.0:
+                    errors.append(f"client process {k} exited with code {p.exitcode}")
+                    finished.add(k)
+            continue
+        if msg[0] == "rec":
+            r = RequestRecord.from_dict(msg[1])
+            recs.append(r)
+            totals.add(r, msg[2] - t0)
+            _notify(observer.on_request_done, r, totals)
+        elif msg[0] == "done":
+            finished.add(msg[1])
+            end = max(end, msg[2])
+        elif msg[0] == "error":
+            errors.append(msg[2])
+            finished.add(msg[1])
+    return recs, (end if end > t0 else clock()), errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Public entry points
+# ----------------------------------------------------------------------------------------------
+
+def _count_fallback(records: Iterable[RequestRecord], count_tokens: Callable[[str], int] | None) -> None:
+    """Where the server sent no usage, re-count with the tokenizer when one was given."""
+    if count_tokens is None:
+        return
+    for r in records:
+        if r.tokens_source == "chunks":
+            r.output_tokens = int(count_tokens(r.output_text))
+            r.prompt_tokens = r.prompt_tokens or int(count_tokens(r.prompt))
+            r.tokens_source = "tokenizer"
+
+
+def _client_name() -> str:
+    try:
+        import uvloop  # type: ignore[import-not-found]  # noqa: F401
+        return f"httpx {httpx.__version__} + uvloop"
+    except ImportError:
+        return f"httpx {httpx.__version__} + asyncio"
+
+
+def run_load(spec: LoadSpec, observer: Observer | None = None, cancel: threading.Event | None = None) -> RunResult:
+    """Run one load test and return its RunResult (kind "vllm", summary from stats.summarize).
+
+    Blocking; call it from a worker thread to keep a UI responsive. Setting `cancel` stops sending,
+    cancels the requests in flight (recorded with error "cancelled") and returns what completed.
+    Warm-up records are kept (warmup=True, negative times) and left out of the summary."""
+    observer = observer or NullObserver()
+    cancel = cancel or threading.Event()
+    prompts = [spec.prompts[i % len(spec.prompts)] for i in range(spec.n)]
+    shards = auto_workers(spec)
+    plan = RunPlan(label=spec.label, shape=spec.shape, num_requests=spec.n, warmup=spec.warmup,
+                   concurrency=spec.in_flight(), workers=shards, url=spec.url, model=spec.model)
+    _notify(observer.on_start, plan)
+    totals = Totals(total=spec.n)
+    if shards == 1:
+        records, t0, end = _run_single(spec, observer, cancel, prompts, totals)
+    else:
+        records, t0, end = _run_sharded(spec, shards, observer, cancel, prompts, totals)
+    started_at = time.time() - (clock() - t0)
+    _count_fallback(records, spec.count_tokens)
+    records.sort(key=lambda r: (not r.warmup, r.index))
+    duration = max(0.0, end - t0)
+    result = RunResult(
+        kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
+        records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),
+        extra={"cancelled": cancel.is_set(), "client_workers": shards, "client": _client_name()},
+    )
+    result.summary = stats.summarize(records, duration)
+    _notify(observer.on_complete, result)
+    return result
+
+
+def sweep(base_spec: LoadSpec, levels: Sequence[int] = (1, 2, 4, 8, 16, 32), observer: Observer | None = None,
+          cancel: threading.Event | None = None, rounds: int = 2) -> list[RunResult]:
+    """One concurrency run per level, each with its own warm-up of at least one full batch (a GPU
+    pays a one-off cost the first time it sees a batch size). Each level sends
+    max(base num_requests, level x rounds) requests. Stops early when `cancel` is set."""
+    results = []
+    for level in levels:
+        if cancel is not None and cancel.is_set():
+            break
+        spec = dataclasses.replace(
+            base_spec, shape="concurrency", concurrency=level,
+            num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
+            warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep",
+            label=f"{base_spec.label or 'vLLM'}, concurrency {level}")
+        result = run_load(spec, observer, cancel)
+        result.extra["level"] = level
+        results.append(result)
+    return results
+
+
+def stream_one(spec: LoadSpec, prompt: str | None = None, on_text: Callable[[str, float], None] | None = None,
+               cancel: threading.Event | None = None) -> RequestRecord:
+    """Stream one request (the chat pane): `on_text(text, t)` gets each content chunk as it arrives,
+    t in seconds since the request was sent. Blocking; returns the filled record."""
+    cancel = cancel or threading.Event()
+
+    async def main() -> RequestRecord:
+        async with _client(spec, 1) as client:
+            req = _Requester(spec, client, clock())
+            rec = RequestRecord(index=0, prompt=prompt if prompt is not None else spec.prompts[0], send_time=0.0)
+            task = asyncio.create_task(req.run(rec, spec.max_tokens, on_text))
+            watch = asyncio.create_task(_watch_cancel(cancel.is_set, [task]))
+            await asyncio.gather(task, return_exceptions=True)
+            watch.cancel()
+            return rec
+
+    rec = _run_async(main)
+    _count_fallback([rec], spec.count_tokens)
+    return rec

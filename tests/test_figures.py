@@ -1,0 +1,405 @@
+"""engine.figures: each figure from hand-made runs shaped like the notebook's (Llama 3 8B on one GPU).
+
+The `make_*` builders are also used to render the figures for review (see __main__ at the bottom:
+`python tests/test_figures.py /tmp/figs`)."""
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine import figures  # noqa: E402
+from engine.records import RequestRecord, RunResult  # noqa: E402
+from engine.stats import summarize  # noqa: E402
+
+MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
+NAIVE_PROMPTS = [
+    "What are the symptoms of diabetes?",
+    "Explain how a transformer model works in 3 sentences.",
+    "Write a Python function to calculate fibonacci numbers.",
+    "What is the difference between TCP and UDP?",
+    "Summarize the key ideas of reinforcement learning.",
+]
+CONCURRENT_PROMPTS = [
+    "What causes high blood pressure?",
+    "Explain quantum computing simply.",
+    "Write a haiku about machine learning.",
+    "What are the SOLID principles?",
+    "How does photosynthesis work?",
+    "What is the difference between SQL and NoSQL?",
+    "Explain the attention mechanism in transformers.",
+    "What are the benefits of exercise?",
+    "How does HTTPS encryption work?",
+    "Summarize the history of artificial intelligence.",
+]
+
+
+def streamed(index: int, prompt: str, send: float, ttft: float, tokens: int, tok_s: float,
+             text: str = "", **kw) -> RequestRecord:
+    """A streamed request: first chunk after ttft, then one chunk per token at tok_s."""
+    first = send + ttft
+    chunks = [first + k / tok_s for k in range(tokens)]
+    return RequestRecord(index=index, prompt=prompt, send_time=send, end_time=chunks[-1] + 0.01,
+                         first_token_time=first, chunk_times=chunks, prompt_tokens=len(prompt.split()) + 12,
+                         output_tokens=tokens, output_text=text or f"Answer {index} " * 20, **kw)
+
+
+def _run(kind, scenario, label, records, duration, **kw) -> RunResult:
+    run = RunResult(kind=kind, scenario=scenario, label=label, records=records, duration=duration,
+                    started_at=1_764_500_000.0, model=kw.pop("model", MODEL), **kw)
+    run.summary = summarize(run.records, run.duration)
+    return run
+
+
+def make_naive() -> RunResult:
+    lat = [4.3, 2.7, 3.9, 3.9, 3.9]
+    tok = [201, 139, 201, 201, 201]
+    recs, t = [], 0.0
+    for i, (p, l, n) in enumerate(zip(NAIVE_PROMPTS, lat, tok)):
+        recs.append(RequestRecord(index=i, prompt=p, send_time=t, end_time=t + l, prompt_tokens=20,
+                                  output_tokens=n, tokens_source="tokenizer", output_text="..."))
+        t += l + 0.02
+    return _run("naive", "naive-5-sequential", "Naive transformers", recs, t, load={"max_tokens": 200})
+
+
+def make_vllm_sequential() -> RunResult:
+    lat = [3.4, 2.3, 3.4, 3.4, 3.4]
+    recs, t = [], 0.0
+    for i, (p, l) in enumerate(zip(NAIVE_PROMPTS, lat)):
+        n = 200 if l > 3 else 135
+        r = streamed(i, p, t, 0.05, n, (n - 1) / (l - 0.06))
+        recs.append(r)
+        t = r.end_time + 0.02
+    return _run("vllm", "vllm-5-sequential", "vLLM", recs, t, load={"max_tokens": 200, "concurrency": 1})
+
+
+def make_static_batch() -> RunResult:
+    recs = [RequestRecord(index=i, prompt=p, send_time=0.0, end_time=4.6, prompt_tokens=20, output_tokens=200)
+            for i, p in enumerate(NAIVE_PROMPTS)]
+    return _run("static-batch", "static-batch-5", "Static batch (transformers)", recs, 4.6)
+
+
+def make_concurrent(max_model_len: int = 2048, max_tokens: int = 150, tok_s: float = 40.0,
+                    prompts=CONCURRENT_PROMPTS, kv_tokens: int | None = 105_000, model: str = MODEL,
+                    **extra) -> RunResult:
+    rng = random.Random(max_model_len)
+    recs = []
+    for i, p in enumerate(prompts):
+        n = 24 if "haiku" in p else max_tokens
+        recs.append(streamed(i, p, 0.002 * i, 0.08 + 0.01 * rng.random(), n, tok_s * (0.97 + 0.06 * rng.random())))
+    dur = max(r.end_time for r in recs) + 0.01
+    ext = {"kv_cache_tokens": kv_tokens} if kv_tokens else {}
+    ext.update(extra)
+    return _run("vllm", f"concurrent-{len(prompts)}", f"vLLM, max-model-len {max_model_len}", recs, dur,
+                config={"max_model_len": max_model_len}, load={"concurrency": len(prompts), "max_tokens": max_tokens},
+                extra=ext, model=model)
+
+
+def make_timeline_run(n: int = 24, rate: float = 4.0, slots: int = 8) -> RunResult:
+    """Poisson arrivals against a server that decodes at most `slots` at once: later requests queue."""
+    rng = random.Random(7)
+    t, recs, busy = 0.0, [], []  # busy: end times of requests holding a slot
+    for i in range(n):
+        t += rng.expovariate(rate)
+        busy = sorted(e for e in busy if e > t)
+        start = t if len(busy) < slots else busy[len(busy) - slots]
+        ttft = (start - t) + 0.06 + 0.04 * rng.random()
+        tokens = rng.choice([60, 90, 120, 150])
+        r = streamed(i, CONCURRENT_PROMPTS[i % 10], t, ttft, tokens, 45 - 2 * min(len(busy), slots))
+        if i == 17:
+            r.error, r.chunk_times, r.first_token_time, r.output_tokens = "HTTP 500: engine error", [], None, 0
+            r.end_time = t + 0.4
+        busy.append(r.end_time)
+        recs.append(r)
+    dur = max(r.end_time for r in recs)
+    return _run("vllm", "poisson-4rps", "vLLM, 4 req/s", recs, dur, load={"request_rate": rate})
+
+
+def make_in_progress() -> tuple[RunResult, float]:
+    run = make_concurrent()
+    now = 2.0
+    for r in run.records:
+        r.chunk_times = [c for c in r.chunk_times if c <= now]
+        if r.end_time > now:
+            r.end_time = None
+            r.output_tokens = len(r.chunk_times)
+    run.records.append(RequestRecord(index=10, prompt="Just sent", send_time=1.9))
+    return run, now
+
+
+def make_stream() -> RunResult:
+    r = streamed(0, "Explain PagedAttention in vLLM and why it matters for serving.", 0.0, 0.166, 300, 300 / 5.03)
+    return _run("vllm", "streaming", "vLLM streaming", [r], r.end_time)
+
+
+def make_sweep() -> list[RunResult]:
+    runs = []
+    for c, tp, ttft in [(1, 58, 40), (2, 112, 42), (4, 215, 47), (8, 400, 55), (16, 720, 71), (32, 1180, 110),
+                        (64, 1610, 240)]:
+        run = _run("vllm", "sweep", f"c={c}", [], 20.0, load={"concurrency": c})
+        run.summary = {"output_throughput": float(tp), "median_ttft_ms": float(ttft), "max_concurrency": c}
+        runs.append(run)
+    return runs
+
+
+def make_memory() -> tuple[list[dict], list[dict]]:
+    t0 = 1_764_500_000.0
+    samples = []
+    for k in range(0, 121):
+        t = float(k)
+        gpu = 0.6 if t < 8 else 0.6 + min((t - 8) / 14, 1) * 15.4 if t < 30 else 16.0 if t < 38 else 121.5
+        samples.append({"t": t0 + t, "used_gb": gpu, "total_gb": 143.8, "series": "GPU 0"})
+        samples.append({"t": t0 + t, "used_gb": 3.1 + (2.5 if 8 <= t else 0) + (0.3 if t > 45 else 0),
+                        "total_gb": 2015.6, "series": "CPU RAM"})
+    events = [{"t": t0 + 0, "label": "start"}, {"t": t0 + 22, "label": "weights loaded"},
+              {"t": t0 + 38, "label": "KV cache allocated"}, {"t": t0 + 48, "label": "ready"},
+              {"t": t0 + 60, "label": "benchmark start"}, {"t": t0 + 95, "label": "benchmark end"},
+              {"t": t0 + 110, "label": "stop"}]
+    samples = [s for s in samples if s["t"] - t0 < 112 or s["series"] != "GPU 0"]
+    return samples, events
+
+
+def make_metrics() -> list[dict]:
+    out, total = [], 0.0
+    for k in range(0, 60):
+        t = k * 0.5
+        active = 5 <= t < 24
+        running = min(64, int((t - 5) * 12)) if active else 0
+        waiting = max(0, int((t - 5) * 20) - 64) if active and t < 14 else 0
+        tok = running * 24.0
+        total += tok * 0.5
+        out.append({"t": t, "num_requests_running": running, "num_requests_waiting": waiting,
+                    "kv_cache_usage_perc": min(0.97, running / 64 * 0.93), "generation_tokens_total": total})
+    return out
+
+
+# -- tests ------------------------------------------------------------------------------------------
+
+def _bars(fig: go.Figure) -> list:
+    return [t for t in fig.data if t.type == "bar"]
+
+
+def test_template_is_large_and_registered():
+    t = figures.template()
+    assert t.layout.font.size >= 16 and t.layout.title.font.size >= 20
+    fig = figures.latency_bars(make_naive(), make_vllm_sequential())
+    assert fig.layout.template.layout.font.size >= 16
+
+
+def test_latency_bars():
+    naive, vllm = make_naive(), make_vllm_sequential()
+    fig = figures.latency_bars(naive, vllm)
+    bars = _bars(fig)
+    assert len(bars) == 2 and all(len(b.y) == 5 for b in bars)
+    assert list(bars[0].y) == pytest.approx([r.e2e for r in naive.records])
+    assert "avg 3.7 s" in bars[0].name and "avg 3.2 s" in bars[1].name
+    assert "1.2× faster" in fig.layout.title.text
+    assert len(fig.layout.title.text) < 60
+    assert "3.2 s" in figures.caption(fig)
+    fig3 = figures.latency_bars(naive, vllm, extra_runs=[make_static_batch()])
+    assert len(_bars(fig3)) == 3
+    assert figures.latency_bars(None, vllm).layout.title.text == "Latency per request"
+
+
+def test_concurrent_latency_bars():
+    run = make_concurrent()
+    fig = figures.concurrent_latency_bars(run)
+    (bar,) = _bars(fig)
+    assert len(bar.x) == len(run.records) == 10
+    assert bar.y[0].startswith("#1  What causes high blood")
+    assert all(len(lab) <= len("#10  ") + 30 for lab in bar.y)
+    wall = fig.layout.shapes[0]
+    assert wall.x0 == wall.x1 == pytest.approx(run.duration) and wall.line.dash == "dash"
+    serial = sum(r.e2e for r in run.records)
+    assert f"{serial:.0f} s" in figures.caption(fig)
+
+
+def test_request_timeline_segments_match_records():
+    run = make_timeline_run()
+    fig = figures.request_timeline(run, show_tokens=False)
+    wait, dec, fail = fig.data[0], fig.data[1], fig.data[2]
+    ok = [r for r in sorted(run.records, key=lambda r: (r.send_time, r.index)) if r.error is None]
+    assert len(wait.x) == len(dec.x) == len(ok)
+    for k, r in enumerate(ok):
+        assert wait.base[k] == pytest.approx(r.send_time)
+        assert wait.base[k] + wait.x[k] == pytest.approx(r.first_token_time)
+        assert dec.base[k] == pytest.approx(r.first_token_time)
+        assert dec.base[k] + dec.x[k] == pytest.approx(r.end_time)
+    bad = [r for r in run.records if r.error]
+    assert len(fail.x) == len(bad) == 1
+    assert fail.base[0] + fail.x[0] == pytest.approx(bad[0].end_time)
+    assert "in flight" in fig.layout.title.text
+
+
+def test_request_timeline_in_progress_drawn_to_now():
+    run, now = make_in_progress()
+    fig = figures.request_timeline(run, now=now)
+    wait, dec = fig.data[0], fig.data[1]
+    # every decode bar of an unfinished request ends at now; the just-sent one waits up to now
+    assert max(b + x for b, x in zip(dec.base, dec.x)) == pytest.approx(now)
+    assert wait.base[-1] + wait.x[-1] == pytest.approx(now)
+    assert any(s.x0 == now for s in fig.layout.shapes)
+    assert "still in flight" in figures.caption(fig)
+    ticks = fig.data[-1]
+    assert ticks.mode == "markers" and max(ticks.x) <= now
+
+
+def test_naive_timeline_says_one_at_a_time():
+    fig = figures.request_timeline(make_naive())
+    assert "one request at a time" in fig.layout.title.text
+    assert len(fig.data[0].x) == 5 and len(fig.data[1].x) == 0  # no first-token times: all waiting
+
+
+def test_throughput_over_time():
+    run = make_concurrent()
+    fig = figures.throughput_over_time(run)
+    (line,) = fig.data
+    total = sum(r.output_tokens for r in run.records)
+    # 1-s buckets: the step values integrate back to the token count
+    assert sum(line.y[:-1]) == pytest.approx(total)
+    assert "avg" in line.name
+    fig2 = figures.throughput_over_time([run, make_concurrent(512, 100)])
+    assert len(fig2.data) == 2
+
+
+def test_tuning_compare():
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 100, kv_tokens=None)
+    fig = figures.tuning_compare([a, b])
+    tput, wall = _bars(fig)
+    assert len(tput.x) == 2 and list(wall.y) == pytest.approx([a.duration, b.duration])
+    assert tput.y[0] == pytest.approx(a.summary["output_throughput"])
+    assert "KV cache 105 k tok" in tput.x[0] and "KV" not in tput.x[1]
+    assert "max_tokens (100 vs 150)" in figures.caption(fig)
+
+
+def test_token_timeline():
+    run = make_stream()
+    fig = figures.token_timeline(run)
+    names = [t.name for t in fig.data]
+    assert names == ["without streaming", "with streaming"]
+    assert max(fig.data[1].y) == pytest.approx(300)
+    xs = sorted(s.x0 for s in fig.layout.shapes if s.type == "line")
+    r = run.records[0]
+    assert xs == pytest.approx([r.ttft, r.e2e])
+    assert "166 ms" in fig.layout.title.text
+    fig2 = figures.token_timeline(run.records[0])
+    assert len(fig2.data) == 2
+
+
+def test_sweep_chart():
+    runs = make_sweep()
+    fig = figures.sweep_chart(runs)
+    assert len(fig.data) == 2 and list(fig.data[0].x) == [1, 2, 4, 8, 16, 32, 64]
+    assert fig.layout.xaxis.type == "log"
+    assert "1,610" in figures.caption(fig)
+
+
+def test_memory_chart():
+    samples, events = make_memory()
+    fig = figures.memory_chart(samples, events)
+    assert {t.name for t in fig.data} >= {"GPU 0 used", "CPU RAM used"}
+    lines = [s for s in fig.layout.shapes]
+    assert len(lines) == len(events) and lines[0].x0 == 0  # epoch times shown relative
+    assert [a.text for a in fig.layout.annotations] == [e["label"] for e in events]
+
+
+def test_metrics_chart():
+    fig = figures.metrics_chart(make_metrics())
+    assert [t.name for t in fig.data] == ["running", "waiting", "KV cache used", "generation tok/s"]
+    assert max(v for v in fig.data[2].y if v is not None) > 80  # fraction shown as percent
+    assert max(v for v in fig.data[3].y if v is not None) > 1000  # derived from the counter
+    assert "KV cache peaked" in figures.caption(fig)
+
+
+def test_history_compare():
+    runs = [make_naive(), make_vllm_sequential(), make_concurrent()]
+    fig = figures.history_compare(runs, "output_throughput")
+    (bar,) = _bars(fig)
+    assert len(bar.x) == 3
+    assert figures.caption(fig).startswith("vLLM, max-model-len 2048 is best")
+    fig = figures.history_compare(runs, "mean_ttft_ms")  # naive has no TTFT: left out
+    assert len(_bars(fig)[0].x) == 2 and "left out" in figures.caption(fig)
+
+
+def test_placeholder_model_is_labelled():
+    run = make_concurrent(model="/x/llama3-8b-shape-only")
+    for fig in (figures.concurrent_latency_bars(run), figures.request_timeline(run), figures.token_timeline(run)):
+        assert "meaningless" in fig.layout.title.subtitle.text
+        assert "meaningless" in figures.caption(fig)
+    fig = figures.concurrent_latency_bars(make_concurrent(placeholder_text=True))
+    assert "meaningless" in fig.data[0].hovertext[0]
+
+
+def test_every_figure_has_short_title_and_caption():
+    samples, events = make_memory()
+    figs = [
+        figures.latency_bars(make_naive(), make_vllm_sequential()),
+        figures.concurrent_latency_bars(make_concurrent()),
+        figures.request_timeline(make_timeline_run()),
+        figures.throughput_over_time(make_concurrent()),
+        figures.tuning_compare([make_concurrent(), make_concurrent(512, 100)]),
+        figures.token_timeline(make_stream()),
+        figures.sweep_chart(make_sweep()),
+        figures.memory_chart(samples, events),
+        figures.metrics_chart(make_metrics()),
+        figures.history_compare([make_naive(), make_concurrent()]),
+    ]
+    for f in figs:
+        assert 0 < len(f.layout.title.text) <= 60, f.layout.title.text
+        cap = figures.caption(f)
+        assert cap.endswith(".") and len(cap) > 20
+    assert all(not math.isnan(v) for v in figs[0].data[0].y)
+
+
+def test_to_png(tmp_path):
+    fig = figures.latency_bars(make_naive(), make_vllm_sequential())
+    out = figures.to_png(fig, tmp_path / "lat.png", width=900)
+    if out.suffix == ".html":
+        pytest.skip("kaleido/Chromium cannot render here; HTML fallback written")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def render_all(folder: str | Path) -> list[Path]:
+    """Every figure from the hand-made runs, as PNGs in `folder` (for eyeballing)."""
+    folder = Path(folder)
+    samples, events = make_memory()
+    naive, seq = make_naive(), make_vllm_sequential()
+    a = make_concurrent(2048, 150)
+    b = make_concurrent(512, 100, tok_s=31, kv_tokens=420_000,
+                        prompts=CONCURRENT_PROMPTS[:-1] + ["Summarize the history of AI."])
+    prog, now = make_in_progress()
+    shape = make_concurrent(model="/models/llama3-8b-shape-only")
+    items = [
+        (figures.latency_bars(naive, seq), "01_latency_bars.png"),
+        (figures.latency_bars(naive, seq, [make_static_batch()]), "01b_latency_bars_static.png"),
+        (figures.concurrent_latency_bars(a), "02_concurrent_latency_bars.png"),
+        (figures.request_timeline(a), "03_request_timeline_concurrent.png"),
+        (figures.request_timeline(make_timeline_run()), "03b_request_timeline_poisson.png"),
+        (figures.request_timeline(prog, now=now), "03c_request_timeline_in_progress.png"),
+        (figures.request_timeline(naive), "03d_request_timeline_naive.png"),
+        (figures.throughput_over_time(a), "04_throughput_over_time.png"),
+        (figures.throughput_over_time([a, b]), "04b_throughput_over_time_two.png"),
+        (figures.tuning_compare([a, b]), "05_tuning_compare.png"),
+        (figures.token_timeline(make_stream()), "06_token_timeline.png"),
+        (figures.sweep_chart(make_sweep()), "07_sweep_chart.png"),
+        (figures.memory_chart(samples, events), "08_memory_chart.png"),
+        (figures.metrics_chart(make_metrics()), "09_metrics_chart.png"),
+        (figures.history_compare([naive, seq, a, b], "output_throughput"), "10_history_compare.png"),
+        (figures.concurrent_latency_bars(shape), "11_shape_only_concurrent.png"),
+    ]
+    paths = figures.to_pngs([(f, folder / name) for f, name in items])
+    (folder / "captions.txt").write_text(
+        "\n".join(f"{name}: {f.layout.title.text} | {figures.caption(f)}" for f, name in items) + "\n")
+    return paths
+
+
+if __name__ == "__main__":
+    for p in render_all(sys.argv[1] if len(sys.argv) > 1 else "/tmp/figs"):
+        print(p)
