@@ -100,8 +100,12 @@ def _finish(fig: go.Figure, title: str, cap: str, *, placeholder: bool = False,
                    if subtitle else None),
         meta={"caption": cap + (f" ({PLACEHOLDER_NOTE}.)" if placeholder else "")},
     )
-    if placeholder:
-        fig.update_layout(margin=dict(t=140))
+    shown = [t for t in fig.data if t.showlegend is not False and t.name]
+    has_legend = fig.layout.showlegend is True or (fig.layout.showlegend is None and len(shown) >= 2)
+    top = 110 if has_legend else 80
+    if fig.layout.annotations and any(a.yref == "paper" and (a.y or 0) >= 1 for a in fig.layout.annotations):
+        top = max(top, 110)  # subplot titles
+    fig.update_layout(margin=dict(t=top + (34 if placeholder else 0)))
     if height:
         fig.update_layout(height=height)
     return fig
@@ -126,6 +130,19 @@ def _label(run: Any) -> str:
 
 def _color(run: Any, i: int) -> str:
     return KIND_COLORS.get(getattr(run, "kind", ""), PALETTE[i % len(PALETTE)])
+
+
+CONFIG_PALETTE = [BLUE, GREEN, ORANGE, PURPLE, SKY, VERMILLION, BLACK]
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
+
+
+def _colors(runs: Sequence[Any]) -> list[str]:
+    """Kind colours (naive vermillion, vLLM blue, ...) when every run is of another kind; otherwise
+    one colour per run, so two vLLM configs never share a colour."""
+    kinds = [getattr(r, "kind", "") for r in runs]
+    if len(set(kinds)) == len(kinds) and all(k in KIND_COLORS for k in kinds):
+        return [KIND_COLORS[k] for k in kinds]
+    return [CONFIG_PALETTE[i % len(CONFIG_PALETTE)] for i in range(len(runs))]
 
 
 def _wrap(text: str, width: int = 18) -> str:
@@ -168,9 +185,9 @@ def _fmt_num(v: float) -> str:
     a = abs(v)
     if a >= 1000:
         return f"{v:,.0f}"
-    if a >= 100:
-        return f"{v:.0f}"
     if a >= 10:
+        return f"{v:.0f}"
+    if a >= 1:
         return f"{v:.1f}"
     return f"{v:.2f}"
 
@@ -205,6 +222,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
     n_bars = sum(len(run.measured) for run in runs)
     avgs: dict[str, float] = {}
     placeholder = any(is_placeholder(r) for r in runs)
+    colors = _colors(runs)
     for i, run in enumerate(runs):
         recs = _measured(run)
         lat = [r.e2e if r.ok else None for r in recs]
@@ -220,9 +238,9 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         ]
         fig.add_bar(
             x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
-            name=f"{_label(run)} (avg {avg:.1f} s)", marker_color=_color(run, i),
+            name=f"{_label(run)} (avg {avg:.1f} s)", marker_color=colors[i],
             text=[f"{v:.1f}" if v is not None else "failed" for v in lat] if n_bars <= 30 else None,
-            textposition="outside", textfont=dict(size=BASE_SIZE - 3),
+            textposition="outside", textfont=dict(size=BASE_SIZE - 2),
             hovertext=hover, hoverinfo="text", cliponaxis=False,
         )
     fig.update_layout(barmode="group", xaxis_title="Request", yaxis_title="Latency (s)",
@@ -232,8 +250,9 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
     va = avgs.get("vllm") if vllm_run is not None else None
     if na and va and not (math.isnan(na) or math.isnan(va)):
         title = f"Latency per request: {_speedup_phrase(na, va)}"
-        cap = (f"Each group is one prompt; on average vLLM answers in {va:.1f} s and the naive "
-               f"transformers loop in {na:.1f} s ({na / va:.1f}× the time), one request at a time.")
+        cap = (f"Each group of bars is the same prompt: vLLM answers in {va:.1f} s on average, the "
+               f"naive transformers loop in {na:.1f} s, a {na / va:.1f}× speed-up from the engine "
+               f"alone, before any batching.")
     else:
         title = "Latency per request"
         only = runs[0] if runs else None
@@ -260,7 +279,9 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
         for r in recs]
     fig = go.Figure(go.Bar(
         y=labels, x=lat, orientation="h", marker_color=colors, name="Latency", showlegend=False,
-        text=text, textposition="outside", textfont=dict(size=BASE_SIZE - 3), cliponaxis=False,
+        text=text, textposition="auto", insidetextanchor="end", textangle=0,
+        insidetextfont=dict(size=BASE_SIZE - 2, color="white"),
+        outsidetextfont=dict(size=BASE_SIZE - 2, color=INK), cliponaxis=False,
         hovertext=hover, hoverinfo="text",
     ))
     wall = float(run.duration)
@@ -273,7 +294,7 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
                   annotation_position="top right")
     xmax = max([wall, *lat]) if lat else wall
     fig.update_layout(
-        xaxis=dict(title="Latency (s)", showgrid=True, range=[0, xmax * 1.3 if xmax else 1]),
+        xaxis=dict(title="Latency (s)", showgrid=True, range=[0, xmax * 1.12 if xmax else 1]),
         yaxis=dict(showgrid=False, autorange="reversed", type="category", categoryorder="array",
                    categoryarray=labels, tickfont=dict(size=BASE_SIZE - 2)),
         bargap=0.3, margin=dict(t=120),

@@ -33,6 +33,7 @@ class Job:
     result: Any = None
     error: str | None = None
     records: list = field(default_factory=list)  # requests finished so far (for live charts)
+    in_flight: dict = field(default_factory=dict)  # index -> record sent but not finished
     run_start: float | None = None  # epoch s the measured part began (timeline's zero)
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
@@ -53,11 +54,20 @@ class Job:
     def on_stage(self, text: str) -> None:
         self.stage = text
 
+    def on_request_sent(self, record: Any) -> None:
+        if not getattr(record, "warmup", False):
+            self.in_flight[record.index] = record
+
     def on_request_done(self, record: Any, totals: Any = None) -> None:
+        self.in_flight.pop(getattr(record, "index", None), None)
         if getattr(record, "warmup", False):
             return
         self.records.append(record)
         self.done = len(self.records)
+
+    def live_records(self) -> list:
+        """Finished and in-flight requests, for a timeline drawn while the run goes on."""
+        return list(self.records) + list(self.in_flight.values())
 
     def on_complete(self, result: Any) -> None:
         pass

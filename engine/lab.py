@@ -149,7 +149,8 @@ class Lab:
 
         def work(job: Job) -> list[RunResult]:
             job.total = len(levels)
-            out = []
+            out: list[RunResult] = []
+            job.result = out  # finished levels show while the sweep goes on
             self.server.mark("sweep start")
             for level in levels:
                 if job.cancel.is_set():
@@ -177,7 +178,8 @@ class Lab:
 
         def work(job: Job) -> list[RunResult]:
             job.total = len(configs)
-            out = []
+            out: list[RunResult] = []
+            job.result = out  # finished configurations show while the next one starts
             for i, cfg in enumerate(configs):
                 if job.cancel.is_set():
                     break

@@ -16,6 +16,7 @@ Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -27,7 +28,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
@@ -643,8 +644,9 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
     procs = [ctx.Process(target=_shard_main, name=f"serving-lab-loadgen-{k}", daemon=True,
                          args=(bare, k, shards, shares[k], out_q, go, stop, t0v, counter))
              for k in range(shards)]
-    for p in procs:
-        p.start()
+    with _main_hidden():
+        for p in procs:
+            p.start()
     try:
         warm, tw = _run_async(lambda: _warm(spec, lambda r: _notify(observer.on_request_done, r, totals), cancel.is_set))
         _await_ready(out_q, procs)
@@ -663,6 +665,22 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
         log.warning("load generator: %s", "; ".join(errors))
     _shift(warm, tw - t0)
     return warm + recs, t0, end
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Keep spawned children from re-running the caller's main script (they need nothing from it,
+    and a script without an `if __name__ == "__main__"` guard would start the whole run again):
+    multiprocessing only re-imports __main__ when it has a __spec__ name or a __file__."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None and "__spec__" in saved:
+            main.__spec__ = None  # type: ignore[assignment]
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
 
 
 def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None:

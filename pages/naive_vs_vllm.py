@@ -1,2 +1,105 @@
+"""Naive vs vLLM: the lab's steps 1–2 — the same prompts through transformers' generate(), through one
+static batch, and through vLLM, with per-request latency side by side."""
 import streamlit as st
-st.title("Coming soon")
+
+import ui
+from engine import figures, models
+from engine.scenarios import SCENARIOS
+from engine.server import READY, STARTING
+
+lab = ui.get_lab()
+snap = lab.server.snapshot()
+
+st.title("Naive vs vLLM")
+st.caption("Step 1 runs the lab's 5 prompts one at a time through plain transformers `model.generate()`. "
+           "Step 2 sends the same prompts, with the same token budget, to vLLM. Static batching (one padded "
+           "`generate()` over all 5) is the third contender: it is fast only when all answers have the same length.")
+
+c1, c2, c3 = st.columns(3, gap="large")
+with c1:
+    choices = lab.models()
+    labels = [m.label for m in choices]
+    default = 0
+    if snap.config:
+        default = next((i for i, m in enumerate(choices) if m.path == snap.config.model), 0)
+    pick = st.selectbox("Model for the naive baseline", labels, index=default,
+                        help="Use the same model vLLM serves, so the comparison is fair.")
+    spec_model = choices[labels.index(pick)] if choices else None
+with c2:
+    max_tokens = st.slider("Max new tokens", 16, 512, 200, 8, help="The lab uses 200.")
+with c3:
+    temperature = st.slider("Temperature", 0.0, 1.5, 0.7, 0.1, help="The lab samples at 0.7.")
+if spec_model and spec_model.placeholder_text:
+    st.info(f"{models.SHAPE_ONLY_NOTE}: transformers builds it with random weights in memory (no download).",
+            icon=":material/info:")
+
+gpu_busy = lab.device == "cuda" and snap.state in (READY, STARTING)
+if gpu_busy:
+    st.warning("vLLM holds the GPU now. As in the lab, stop the server first (Server page), run the naive "
+               "baseline, then start vLLM again — the app says when the naive worker's memory is returned.",
+               icon=":material/memory:")
+
+may = ui.can_act(lab)
+b1, b2, b3 = st.columns(3)
+naive_scn, static_scn, vllm_scn = SCENARIOS["naive-5"], SCENARIOS["static-batch-5"], SCENARIOS["vllm-5-sequential"]
+if b1.button("1 · Naive transformers (sequential)", type="primary", width="stretch",
+             disabled=not may or gpu_busy or spec_model is None):
+    ui.act(lab, lab.run_naive, naive_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
+                                                    max_new_tokens=max_tokens, temperature=temperature))
+if b2.button("Static batch (one padded generate)", width="stretch",
+             disabled=not may or gpu_busy or spec_model is None):
+    ui.act(lab, lab.run_naive, static_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
+                                                     max_new_tokens=max_tokens, temperature=temperature))
+if b3.button("2 · vLLM (same prompts, sequential)", type="primary", width="stretch",
+             disabled=not may or snap.state != READY):
+    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature))
+if snap.state != READY:
+    st.caption("The vLLM button needs a ready server: start it on the Server page.")
+
+
+def _latest(kind: str, scenario_prefix: str = ""):
+    for row in lab.store.list(limit=50, kind=kind):
+        if row.scenario.startswith(scenario_prefix):
+            return lab.store.load(row.id)
+    return None
+
+
+@st.fragment(run_every=1)
+def results() -> None:
+    for kind in ("naive", "load"):
+        job = lab.jobs.latest(kind)
+        if job and job.active:
+            st.progress(job.progress, text=f"{job.label}: {job.stage} ({job.done}/{job.total or '?'})")
+            if st.button("Cancel", key=f"cancel-{kind}", disabled=not may):
+                lab.jobs.cancel(job.id)
+        elif job and job.error and time_recent(job):
+            st.error(job.error, icon=":material/error:")
+    naive, static, vllm = _latest("naive"), _latest("static-batch"), _latest("vllm", "vllm-5-sequential")
+    if not (naive or vllm or static):
+        st.info("Run step 1 and step 2 to see them side by side.", icon=":material/info:")
+        return
+    extra = [static] if static else []
+    ui.chart(figures.latency_bars(naive, vllm, extra), key="latency")
+    cols = st.columns(4)
+    avg = lambda r: (r.summary.get("mean_latency_s") if r else None)  # noqa: E731
+    cols[0].metric("Naive: mean latency", ui.fmt_s(avg(naive)))
+    cols[1].metric("Static batch: mean latency", ui.fmt_s(avg(static)))
+    cols[2].metric("vLLM: mean latency", ui.fmt_s(avg(vllm)))
+    if avg(naive) and avg(vllm):
+        cols[3].metric("Speed-up (naive ÷ vLLM)", f"{avg(naive) / avg(vllm):.1f}×")
+    if naive and (mem := naive.extra.get("memory")):
+        with st.expander("Naive worker: memory before, during and after (it runs in its own process)"):
+            st.json(mem)
+    terms = [r for r in (naive, static, vllm) if r]
+    st.caption("Compared: " + " · ".join(
+        f"{r.label}: {r.model.split('/')[-1]}, {r.config.get('dtype', '?')}, "
+        f"{r.config.get('max_new_tokens') or r.load.get('max_tokens')} tokens" for r in terms))
+
+
+def time_recent(job) -> bool:
+    import time
+
+    return job.ended_at is not None and time.time() - job.ended_at < 120
+
+
+results()

@@ -1,2 +1,69 @@
+"""Tuning: restart vLLM with each configuration, run the same workload, compare — the lab's step 4."""
+import pandas as pd
 import streamlit as st
-st.title("Coming soon")
+
+import ui
+from engine import figures
+from engine.errors import LabError
+from engine.scenarios import SCENARIOS
+
+lab = ui.get_lab()
+cpu = lab.device == "cpu"
+snap = lab.server.snapshot()
+scn = SCENARIOS["tuning"]
+
+st.title("Tuning")
+st.caption("Each row is one server configuration. The app restarts vLLM with it, waits until it is ready, sends "
+           "the same 10 concurrent requests (100 tokens, the lab's step 4), and puts the results side by side "
+           "with the KV-cache capacity vLLM reported.")
+
+mem_col = "CPU KV cache (GiB)" if cpu else "GPU memory utilization"
+default = pd.DataFrame([
+    {"max-model-len": c["max_model_len"], mem_col: 2.0 if cpu else c["gpu_memory_utilization"]} for c in scn.configs
+])
+rows = st.data_editor(default, num_rows="dynamic", width="stretch", key="tuning_rows",
+                      column_config={
+                          "max-model-len": st.column_config.NumberColumn(min_value=64, max_value=131072, step=64),
+                          mem_col: st.column_config.NumberColumn(min_value=0.05, max_value=64.0, step=0.05),
+                      })
+max_tokens = st.slider("Max tokens per answer", 16, 512, scn.max_tokens, 4)
+
+if snap.config is None:
+    st.info("Start the server once on the Server page: tuning reuses its model and other settings.",
+            icon=":material/info:")
+elif st.button("Run the comparison", type="primary", icon=":material/play_arrow:", disabled=not ui.can_act(lab)):
+    try:
+        configs = []
+        for _, r in rows.dropna().iterrows():
+            mem = float(r[mem_col])
+            configs.append(snap.config.with_changes(
+                max_model_len=int(r["max-model-len"]),
+                **({"cpu_kvcache_gib": mem} if cpu else {"gpu_memory_utilization": mem})))
+        labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
+                  for c in configs]
+        ui.act(lab, lab.run_tuning, configs, scn.load_spec(max_tokens=max_tokens), labels)
+    except (LabError, ValueError) as e:
+        st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
+
+
+@st.fragment(run_every=2)
+def results() -> None:
+    job = lab.jobs.latest("tuning")
+    runs = list(job.result or []) if job else []
+    if job and job.active:
+        st.progress(job.progress, text=f"{job.stage} ({job.done}/{job.total} configurations)")
+        if st.button("Cancel", disabled=not ui.can_act(lab)):
+            lab.jobs.cancel(job.id)
+    if job and job.error:
+        st.error(job.error, icon=":material/error:")
+    saved = [r for r in lab.store.list(limit=100) if r.scenario == "tuning" and r.id not in {x.id for x in runs}]
+    overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
+                             key="tuning_overlay")
+    runs += [lab.store.load(r.id) for r in overlay]
+    if runs:
+        ui.chart(figures.tuning_compare(runs), key="tuning")
+    else:
+        st.info("Results appear here as each configuration finishes.", icon=":material/info:")
+
+
+results()

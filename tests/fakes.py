@@ -1,0 +1,147 @@
+"""A tiny fault-injecting OpenAI-compatible SSE server, for the failures a real vLLM will not
+produce on demand. Plain asyncio sockets in a background thread; HTTP/1.1 with keep-alive and
+chunked bodies, like vLLM's uvicorn.
+
+The request's model name picks the behaviour:
+  ok          `max_tokens` content chunks (1 token each), a usage chunk, [DONE]
+  no-usage    the same without the usage chunk
+  u2028       one chunk whose JSON holds raw U+2028, U+2029 and U+0085 inside its string
+  crlf        events end in CRLF CRLF, and the bytes are written in awkward slices
+  hang        headers and one chunk, then silence forever
+  trickle     a chunk every 0.2 s forever (never idle, never done)
+  die         after `die_after` complete answers, the next answer stops mid-stream and the whole
+              server goes away: open connections are cut and nothing listens any more
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from typing import Any
+
+U2028_TEXT = "line\u2028sep\u2029para\u0085next"
+
+
+def _chunk(payload: dict[str, Any] | str, sep: bytes = b"\n\n") -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return b"data: " + data.encode() + sep
+
+
+def _content(text: str, chat: bool, finish: str | None = None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
+    if chat:
+        choice["delta"] = {"content": text}
+    else:
+        choice["text"] = text
+    return {"id": "fake", "object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice]}
+
+
+def _usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {"id": "fake", "choices": [],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+
+
+class FakeOpenAIServer:
+    """Use as a context manager: `with FakeOpenAIServer() as srv: srv.base_url`."""
+
+    def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002) -> None:
+        self.die_after = die_after
+        self.chunk_delay_s = chunk_delay_s
+        self.completed = 0
+        self.requests = 0
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.base_events.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="fake-openai", daemon=True)
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "FakeOpenAIServer":
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._die(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, sock=self._sock)
+
+    async def _die(self) -> None:
+        """The server process 'crashes': stop listening and cut every open connection."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._writers):
+            w.transport.abort()
+        for t in asyncio.all_tasks():
+            if t is not asyncio.current_task():
+                t.cancel()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            while True:  # keep-alive: several requests per connection
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                self.requests += 1
+                await self._answer(head, body, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+        chat = b"/chat/completions" in head.split(b"\r\n", 1)[0]
+        model = body.get("model", "ok")
+        n = int(body.get("max_tokens") or 8)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+
+        async def send(data: bytes, slices: int = 1) -> None:
+            step = max(1, len(data) // slices)
+            for i in range(0, len(data), step):
+                part = data[i:i + step]
+                writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                await writer.drain()
+                if slices > 1:
+                    await asyncio.sleep(0.001)
+
+        if model == "die" and self.completed >= self.die_after:
+            await send(_chunk(_content("partial", chat)))
+            await send(_chunk(_content(" answer", chat)))
+            await asyncio.sleep(0.05)
+            await self._die()
+            return
+        if model in ("hang", "trickle"):
+            await send(_chunk(_content("wait", chat)))
+            while True:
+                await asyncio.sleep(0.2 if model == "trickle" else 3600)
+                await send(_chunk(_content(".", chat)))
+        sep = b"\r\n\r\n" if model == "crlf" else b"\n\n"
+        texts = [U2028_TEXT] if model == "u2028" else [f" t{i}" for i in range(n)]
+        for i, text in enumerate(texts):
+            finish = "length" if i == len(texts) - 1 else None
+            await send(_chunk(_content(text, chat, finish), sep), slices=7 if model == "crlf" else 1)
+            await asyncio.sleep(self.chunk_delay_s)
+        if model != "no-usage":
+            await send(_chunk(_usage(5, len(texts)), sep))
+        await send(_chunk("[DONE]", sep))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        self.completed += 1
