@@ -314,20 +314,30 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
 def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool | None = None,
                      include_warmup: bool = False) -> go.Figure:
     """One horizontal bar per request from send to finish: orange while waiting for the first
-    token (queue + prefill), blue while generating. Traces, in order: "wait" bars, "decode" bars,
-    "failed" bars (+ markers), token ticks (optional). Records still in flight (end_time None) are
-    drawn up to `now` (seconds from run start; default: the latest time seen in the records)."""
+    token (queue + prefill), blue while generating. A finished request with no first-token time
+    (not streamed, e.g. the naive baseline) is one bar in its run's colour. Traces, in order:
+    0 "wait", 1 "decode", 2 "failed" bars, 3 failed ✕ markers, 4 "not streamed" bars, then token
+    ticks when shown. Requests still in flight (end_time None) are drawn up to `now` (seconds from
+    the run's start; default: the latest time seen in the records)."""
     recs = sorted(run.records if include_warmup else run.measured, key=lambda r: (r.send_time, r.index))
     placeholder = is_placeholder(run)
     if now is None:
         seen = [t for r in recs for t in (r.send_time, r.end_time, r.first_token_time, *r.chunk_times[-1:])
                 if t is not None]
         now = max(seen, default=0.0)
+    streaming = any(r.first_token_time is not None for r in recs)
     rows = [f"#{r.index + 1}" for r in recs]
-    wait_y, wait_b, wait_x, wait_h = [], [], [], []
-    dec_y, dec_b, dec_x, dec_h = [], [], [], []
-    fail_y, fail_b, fail_x, fail_h = [], [], [], []
-    tick_x, tick_y = [], []
+    seg: dict[str, tuple[list, list, list, list]] = {k: ([], [], [], []) for k in ("wait", "dec", "fail", "whole")}
+
+    def add(kind: str, row: str, start: float, stop: float, hover: str) -> None:
+        y, b, x, h = seg[kind]
+        y.append(row)
+        b.append(start)
+        x.append(max(stop - start, 0.0))
+        h.append(hover)
+
+    tick_x: list[float] = []
+    tick_y: list[str] = []
     in_flight = 0
     for row, r in zip(rows, recs):
         end = r.end_time if r.end_time is not None else now
@@ -335,63 +345,73 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
         in_flight += running
         head = f"<b>{row}</b> {_esc(_short(r.prompt, 50))}"
         if r.error is not None:
-            fail_y.append(row)
-            fail_b.append(r.send_time)
-            fail_x.append(max(end - r.send_time, 0.0))
-            fail_h.append(f"{head}<br>failed after {_fmt_s(end - r.send_time)}: "
-                          f"{_esc(_short(r.error, 80))}")
+            add("fail", row, r.send_time, end,
+                f"{head}<br>failed after {_fmt_s(end - r.send_time)}: {_esc(_short(r.error, 80))}")
             continue
         first = r.first_token_time
+        if first is None and (not running or not streaming):
+            add("whole", row, r.send_time, end,
+                f"{head}<br>{'running for' if running else 'took'} {_fmt_s(end - r.send_time)}"
+                f"{'' if running else f', {r.output_tokens} tokens'} (no per-token timing)"
+                + _preview(r, placeholder))
+            continue
         wait_end = first if first is not None else end
-        wait_y.append(row)
-        wait_b.append(r.send_time)
-        wait_x.append(max(wait_end - r.send_time, 0.0))
-        wait_h.append(f"{head}<br>waiting for first token: {_fmt_s(wait_end - r.send_time)}"
-                      + (" (still waiting)" if first is None and running else ""))
+        add("wait", row, r.send_time, wait_end,
+            f"{head}<br>waiting for first token: {_fmt_s(wait_end - r.send_time)}"
+            + (" (still waiting)" if first is None else ""))
         if first is not None:
-            dec_y.append(row)
-            dec_b.append(first)
-            dec_x.append(max(end - first, 0.0))
-            dec_h.append(f"{head}<br>generating: {_fmt_s(end - first)}, {r.output_tokens or len(r.chunk_times)} tokens"
-                         + (" (in flight)" if running else f"<br>total {_fmt_s(end - r.send_time)}")
-                         + _preview(r, placeholder))
+            add("dec", row, first, end,
+                f"{head}<br>generating: {_fmt_s(end - first)}, {r.output_tokens or len(r.chunk_times)} tokens"
+                + (" (in flight)" if running else f"<br>total {_fmt_s(end - r.send_time)}")
+                + _preview(r, placeholder))
         tick_x += r.chunk_times
         tick_y += [row] * len(r.chunk_times)
     n = len(recs)
     bar = dict(orientation="h", hoverinfo="text", width=0.72)
     fig = go.Figure()
-    fig.add_bar(y=wait_y, base=wait_b, x=wait_x, name="waiting for 1st token (queue + prefill)",
-                marker=dict(color=WAIT_COLOR, line=dict(width=0)), hovertext=wait_h, **bar)
-    fig.add_bar(y=dec_y, base=dec_b, x=dec_x, name="generating tokens (decode)",
-                marker=dict(color=DECODE_COLOR, line=dict(width=0)), hovertext=dec_h, **bar)
-    fig.add_bar(y=fail_y, base=fail_b, x=fail_x, name="failed",
-                marker=dict(color=FAILED_COLOR, pattern=dict(shape="/", fgcolor="white")),
-                hovertext=fail_h, showlegend=bool(fail_y), **bar)
-    fig.add_scatter(x=[b + w for b, w in zip(fail_b, fail_x)], y=fail_y, mode="markers",
-                    marker=dict(symbol="x-thin", size=16, line=dict(width=3, color=BLACK)),
+    names = {"wait": "waiting for 1st token (queue + prefill)", "dec": "generating tokens (decode)",
+             "fail": "failed", "whole": "whole request (not streamed)"}
+    colors = {"wait": WAIT_COLOR, "dec": DECODE_COLOR, "fail": FAILED_COLOR,
+              "whole": KIND_COLORS.get(run.kind, VERMILLION) if run.kind != "vllm" else SKY}
+    for kind in ("wait", "dec", "fail"):
+        y, b, x, h = seg[kind]
+        fig.add_bar(y=y, base=b, x=x, name=names[kind], marker=dict(color=colors[kind], line=dict(width=0)),
+                    hovertext=h, showlegend=bool(y), **bar)
+    fy, fb, fx, _ = seg["fail"]
+    fig.add_scatter(x=[b + w for b, w in zip(fb, fx)], y=fy, mode="markers",
+                    marker=dict(symbol="x-thin", size=18, line=dict(width=3.5, color=BLACK)),
                     name="failed", showlegend=False, hoverinfo="skip")
-    if show_tokens is None:
-        show_tokens = len(tick_x) <= 3000 and n <= 40
+    y, b, x, h = seg["whole"]
+    fig.add_bar(y=y, base=b, x=x, name=names["whole"], marker=dict(color=colors["whole"], line=dict(width=0)),
+                hovertext=h, showlegend=bool(y), **bar)
+    if show_tokens is None:  # ticks read well only when they are far enough apart
+        per_req = max((len(r.chunk_times) for r in recs), default=0)
+        show_tokens = 0 < per_req <= 40 and n <= 40
     if show_tokens and tick_x:
         fig.add_scatter(x=tick_x, y=tick_y, mode="markers", name="token arrivals",
                         marker=dict(symbol="line-ns", size=14 if n <= 20 else 9,
-                                    line=dict(width=1, color="rgba(255,255,255,0.75)")),
+                                    line=dict(width=1.5, color="rgba(255,255,255,0.85)")),
                         hoverinfo="skip", showlegend=False)
     if in_flight:
         fig.add_vline(x=now, line=dict(color=MUTED, dash="dot", width=2),
                       annotation=dict(text="now", font=dict(color=MUTED)), annotation_position="top")
+    row_px = 34 if n <= 12 else 24 if n <= 40 else 14
     fig.update_layout(
-        barmode="overlay",
+        barmode="overlay", showlegend=True,
         xaxis=dict(title="Time since the run started (s)", showgrid=True, rangemode="tozero"),
         yaxis=dict(title="Request", showgrid=False, type="category", categoryorder="array",
                    categoryarray=rows, autorange="reversed",
-                   tickfont=dict(size=BASE_SIZE - (2 if n <= 20 else 5))),
+                   tickfont=dict(size=BASE_SIZE - (2 if n <= 12 else 4 if n <= 40 else 6))),
     )
     peak = stats.peak_in_flight(recs)
-    if run.kind == "naive" or peak <= 1:
+    if peak > 1 and not streaming:
+        title = f"Request timeline: up to {peak} requests at once"
+        cap = (f"Each bar is one request from send to finish; up to {peak} were in flight together, "
+               f"but without streaming there is no first-token time to show inside each bar.")
+    elif peak <= 1:
         title = "Request timeline: one request at a time"
-        cap = ("Each bar is one request from send to last token: the bars follow one another, "
-               "so every request waits for all the ones before it.")
+        cap = ("Each bar is one request from send to finish: the bars follow one another, so every "
+               "request waits for all the ones before it.")
     else:
         title = f"Request timeline: up to {peak} requests in flight"
         cap = (f"Each bar is one request from send to last token: orange is waiting for the first "
@@ -399,10 +419,9 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
                f"them together in one running batch (continuous batching).")
     if in_flight:
         cap += f" {in_flight} still in flight, drawn up to now."
-    if fail_y:
-        cap += f" {len(fail_y)} failed (grey, ✕)."
-    return _finish(fig, title, cap, placeholder=placeholder,
-                   height=min(900, max(420, (30 if n <= 20 else 16) * n + 200)))
+    if fy:
+        cap += f" {len(fy)} failed (grey, ✕)."
+    return _finish(fig, title, cap, placeholder=placeholder, height=min(1000, max(400, row_px * n + 200)))
 
 
 # -- throughput over time ---------------------------------------------------------------------------
@@ -412,23 +431,35 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
     runs = [runs] if isinstance(runs, RunResult) else list(runs)
     fig = go.Figure()
     avgs = []
+    colors = _colors(runs)
     for i, run in enumerate(runs):
         series = stats.tokens_per_second_series(run.records, bucket_s)
         if not series:
             continue
-        xs = [t for t, _ in series] + [series[-1][0] + bucket_s]
-        ys = [v for _, v in series] + [series[-1][1]]
+        starts = [t for t, _ in series]
+        tokens = [v * bucket_s for _, v in series]
+        # The last bucket is usually cut short by the end of the run: divide its tokens by the time
+        # it really covers (a short tail joins the bucket before), so the line does not fake a drop.
+        last_tok = max((t for r in run.measured for t in r.chunk_times[-1:] + [r.end_time or 0.0]), default=0.0)
+        stop = max(min(starts[-1] + bucket_s, max(run.duration, last_tok)), starts[-1] + 1e-9)
+        if stop - starts[-1] < 0.3 * bucket_s and len(starts) > 1:
+            tokens[-2] += tokens.pop()
+            starts.pop()
+        edges = starts + [stop]
+        rates = [tok / (edges[k + 1] - edges[k]) for k, tok in enumerate(tokens)]
+        xs = edges
+        ys = rates + [rates[-1]]
         out_tok = _summary(run).get("total_output_tokens") or sum(r.output_tokens for r in run.measured if r.ok)
         avg = out_tok / run.duration if run.duration else 0.0
         avgs.append((run, avg, max(v for _, v in series)))
-        color = _color(run, i) if len(runs) > 1 else BLUE
+        color = colors[i] if len(runs) > 1 else BLUE
         fig.add_scatter(
-            x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color),
+            x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color, dash=DASHES[i % len(DASHES)]),
             fill="tozeroy" if len(runs) == 1 else None,
             fillcolor="rgba(0,114,178,0.15)" if len(runs) == 1 else None,
             name=f"{_label(run)} (avg {avg:,.0f} tok/s)",
-            hovertemplate="%{x:.0f}-%{customdata:.0f} s: %{y:,.0f} tok/s<extra></extra>",
-            customdata=[x + bucket_s for x in xs],
+            hovertemplate="%{x:.1f}-%{customdata:.1f} s: %{y:,.0f} tok/s<extra></extra>",
+            customdata=xs[1:] + [xs[-1]],
         )
     fig.update_layout(xaxis=dict(title="Time since the run started (s)", rangemode="tozero"),
                       yaxis=dict(title="Output tokens / s", rangemode="tozero"), showlegend=True)
@@ -459,11 +490,16 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
     """Two panels side by side: output throughput (tok/s) and wall time per config, values on the
     bars, KV-cache capacity under each label when known."""
     runs = list(runs)
+    differ_keys = [k for k in ("max_tokens", "concurrency", "request_rate")
+                   if len({str(r.load.get(k)) for r in runs}) > 1]
     cats = []
     for run in runs:
         lab = _wrap(_label(run), 20)
-        kv = _kv_label(run)
-        cats.append(lab + (f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{kv}</span>" if kv else ""))
+        notes = [_kv_label(run)] + [f"{k} {run.load.get(k)}" for k in differ_keys if run.load.get(k) is not None]
+        notes = [x for x in notes if x]
+        if notes:
+            lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
+        cats.append(lab)
     tput = []
     for run in runs:
         s = _summary(run)
@@ -472,7 +508,7 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
             v = sum(r.output_tokens for r in run.measured if r.ok) / run.duration if run.duration else 0.0
         tput.append(v)
     wall = [float(run.duration) for run in runs]
-    colors = [PALETTE[i % len(PALETTE)] for i in range(len(runs))]
+    colors = _colors(runs)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=("Throughput (higher is better)", "Wall time (lower is better)"))
     fig.add_bar(x=cats, y=tput, marker_color=colors, text=[f"<b>{v:,.0f}</b>" for v in tput],
@@ -546,19 +582,22 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
     ntok = acc
     fig.add_vrect(x0=0, x1=ttft, fillcolor=WAIT_COLOR, opacity=0.18, line_width=0, layer="below")
     fig.add_scatter(x=[0, total, total], y=[0, 0, ntok], mode="lines", name="without streaming",
-                    line=dict(color=MUTED, dash="dot", width=3), hoverinfo="skip")
+                    line=dict(color=VERMILLION, dash="dot", width=4), hoverinfo="skip")
+    if r.chunk_times:
+        fig.add_annotation(x=total * 0.55, y=0, yshift=4, text="without streaming: nothing to read yet",
+                           showarrow=False, yanchor="bottom", font=dict(color=VERMILLION, size=BASE_SIZE - 2))
     fig.add_scatter(x=xs, y=ys, mode="lines", name="with streaming", line=dict(color=GREEN, width=4),
                     fill="tozeroy", fillcolor="rgba(0,158,115,0.15)",
                     hovertemplate="%{x:.2f} s: %{y:.0f} tokens<extra></extra>")
     fig.add_vline(x=ttft, line=dict(color=ORANGE, dash="dash", width=3),
                   annotation=dict(text=f"first token {_fmt_s(ttft)}", font=dict(color="#a66f00"),
                                   xanchor="left", yanchor="top"), annotation_position="top right")
-    fig.add_vline(x=total, line=dict(color=BLUE, dash="dash", width=3),
+    fig.add_vline(x=total, line=dict(color=BLUE, dash="dash", width=2), layer="below",
                   annotation=dict(text=f"done {_fmt_s(total)}", font=dict(color=BLUE),
                                   xanchor="right", yanchor="top"), annotation_position="top left")
     fig.update_layout(
         xaxis=dict(title="Time since the request was sent (s)", range=[0, total * 1.04 or 1]),
-        yaxis=dict(title="Tokens received", rangemode="tozero", range=[0, ntok * 1.18 or 1]),
+        yaxis=dict(title="Tokens received", range=[-ntok * 0.03, ntok * 1.18 or 1], zeroline=False),
         legend=dict(traceorder="reversed"),
     )
     if r.chunk_times:
@@ -634,61 +673,92 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
 
 # -- telemetry --------------------------------------------------------------------------------------
 
-def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, row: int | None = None) -> None:
+def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, x_span: float,
+                 rows: int = 1) -> None:
+    """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one.
+    Labels are placed greedily on up to 4 levels so neighbours do not overlap."""
     evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
-    levels: list[float] = []
-    span = (max(e["t"] for e in evs) - min(e["t"] for e in evs)) if len(evs) > 1 else 0
-    for k, e in enumerate(evs):
+    placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
+    span = x_span or 1.0
+    for e in evs:
         t = float(e["t"]) - offset
-        # stagger labels of events close together so they do not overlap
-        near = k > 0 and span and (float(e["t"]) - float(evs[k - 1]["t"])) < span * 0.12
-        lvl = (levels[-1] + 1) % 3 if (near and levels) else 0
-        levels.append(lvl)
-        fig.add_vline(x=t, line=dict(color="#555", dash="dot", width=1.5))
-        fig.add_annotation(x=t, y=1 - 0.075 * lvl, xref="x", yref="paper", text=_esc(str(e.get("label", ""))),
-                           showarrow=False, xanchor="left", yanchor="top", xshift=4,
-                           font=dict(size=BASE_SIZE - 4, color="#333"),
-                           bgcolor="rgba(255,255,255,0.85)")
+        label = str(e.get("label", ""))
+        width = (len(label) * 8.5 + 14) / 1100 * span  # label width in x units at ~1100 px of plot
+        lvl = next((k for k, spans in enumerate(placed) if all(t >= b or t + width <= a for a, b in spans)), 3)
+        placed[lvl].append((t, t + width))
+        for row in range(1, rows + 1):
+            fig.add_vline(x=t, line=dict(color="#555", dash="dot", width=1.5),
+                          **({"row": row, "col": 1} if rows > 1 else {}))
+        fig.add_annotation(x=t, y=1 - 0.1 * lvl, xref="x", yref="y domain", text=_esc(label),
+                           showarrow=False, xanchor="left", yanchor="top", xshift=3,
+                           font=dict(size=BASE_SIZE - 3, color="#333"), bgcolor="rgba(255,255,255,0.85)")
 
 
 def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (),
                  title: str = "Memory over time") -> go.Figure:
-    """Memory used over time, one line per series ({t, used_gb, total_gb, series|label}), its
-    capacity as a thin dashed line, and labelled vertical event markers ({t, label}). Times may be
-    seconds from any start or epoch seconds (then shown relative to the first one)."""
+    """Memory used over time, one panel per series ({t, used_gb, total_gb, series|label}: e.g. GPU 0
+    and CPU RAM, whose scales differ), each with its capacity as a dashed line when the use comes
+    near it, and labelled vertical event markers ({t, label}). Times may be seconds from any start
+    or epoch seconds (then shown relative to the first one)."""
     offset = _rel_times(samples, events)
     series: dict[str, list[Mapping[str, Any]]] = {}
     for s in samples:
         series.setdefault(str(s.get("series") or s.get("label") or "memory"), []).append(s)
-    fig = go.Figure()
+    names = list(series) or ["memory"]
+    titles = []
+    for name in names:
+        totals = [p.get("total_gb") for p in series.get(name, []) if p.get("total_gb")]
+        titles.append(f"{name}" + (f" ({float(totals[-1]):,.0f} GB in all)" if totals else ""))
+    nrows = len(names)
+    fig = make_subplots(rows=nrows, cols=1, shared_xaxes=True, vertical_spacing=0.14 if nrows > 1 else 0.02,
+                        subplot_titles=titles if nrows > 1 else None)
     peaks = []
-    ymax = 0.0
-    for i, (name, pts) in enumerate(series.items()):
-        pts = sorted(pts, key=lambda p: p["t"])
-        color = PALETTE[i % len(PALETTE)]
+    all_t = [float(p["t"]) - offset for pts in series.values() for p in pts]
+    all_t += [float(e["t"]) - offset for e in events if e.get("t") is not None]
+    for i, name in enumerate(names):
+        pts = sorted(series.get(name, []), key=lambda p: p["t"])
+        if not pts:
+            continue
+        color = CONFIG_PALETTE[i % len(CONFIG_PALETTE)]
         xs = [float(p["t"]) - offset for p in pts]
         ys = [float(p.get("used_gb") or 0.0) for p in pts]
         fig.add_scatter(x=xs, y=ys, mode="lines", name=f"{name} used", line=dict(color=color, width=3.5),
-                        hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + _esc(name) + "</extra>")
-        totals = [p.get("total_gb") for p in pts if p.get("total_gb")]
+                        fill="tozeroy", fillcolor=_rgba(color, 0.12), showlegend=False,
+                        hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + _esc(name) + "</extra>", row=i + 1, col=1)
+        totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
+        peak = max(ys)
+        top = peak * 1.35 or 1.0
         if totals:
-            tot = float(totals[-1])
-            ymax = max(ymax, tot)
-            fig.add_scatter(x=[xs[0], xs[-1]], y=[tot, tot], mode="lines", name=f"{name} total {tot:.0f} GB",
-                            line=dict(color=color, width=1.5, dash="dash"), hoverinfo="skip")
-        k = max(range(len(ys)), key=ys.__getitem__) if ys else None
-        if k is not None:
-            peaks.append((name, ys[k], float(totals[-1]) if totals else None))
-            ymax = max(ymax, ys[k])
-    _event_lines(fig, events, offset)
-    fig.update_layout(xaxis=dict(title="Time (s)", rangemode="tozero"),
-                      yaxis=dict(title="Memory used (GB)", range=[0, (ymax or 1) * 1.32]))
+            tot = totals[-1]
+            if peak >= 0.25 * tot:  # capacity line only where it tells something
+                top = tot * 1.35
+                fig.add_scatter(x=[min(all_t), max(all_t)], y=[tot, tot], mode="lines",
+                                name=f"{name} capacity", line=dict(color=color, width=1.5, dash="dash"),
+                                hoverinfo="skip", showlegend=False, row=i + 1, col=1)
+                fig.add_annotation(x=min(all_t), y=tot, xshift=10, yshift=2, text=f"capacity {tot:,.0f} GB",
+                                   showarrow=False, xanchor="left", yanchor="bottom",
+                                   font=dict(color=color, size=BASE_SIZE - 3), row=i + 1, col=1)
+        fig.update_yaxes(title_text="Used (GB)", range=[0, top], row=i + 1, col=1)
+        peaks.append((name, peak, totals[-1] if totals else None))
+    span = (max(all_t) - min(all_t)) if all_t else 1.0
+    _event_lines(fig, events, offset, span, rows=nrows)
+    fig.update_xaxes(title_text="Time (s)", row=nrows, col=1)
+    if all_t:
+        fig.update_xaxes(range=[min(all_t), max(all_t) + 0.01 * span])
+    fig.update_annotations(selector=dict(yref="paper"), font=dict(size=BASE_SIZE), x=0, xanchor="left")
+    if nrows == 1:
+        fig.update_yaxes(title_text=f"{names[0]} used (GB)")
     if peaks:
-        parts = [f"{n} peaks at {p:.1f} GB" + (f" of {t:.0f} GB" if t else "") for n, p, t in peaks]
+        parts = [f"{n} peaks at {p:.1f} GB" + (f" of {t:,.0f} GB" if t else "") for n, p, t in peaks]
         cap = "; ".join(parts) + ". Dotted lines mark what the server was doing at that moment."
     else:
         cap = "No memory samples yet."
-    return _finish(fig, title, cap, height=500)
+    return _finish(fig, title, cap, height=300 + 230 * nrows if nrows > 1 else 480)
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
 _METRIC_ALIASES = {
@@ -732,8 +802,8 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             dt = t[k] - t[k - 1]
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.09,
-                        subplot_titles=("Requests", "KV-cache usage", "Generation speed"))
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("Requests in the server", "KV-cache usage", "Generation speed"))
     line = dict(width=3, shape="hv")
     fig.add_scatter(x=t, y=run, name="running", mode="lines", line=dict(color=BLUE, **line), row=1, col=1,
                     hovertemplate="%{x:.0f} s: %{y:.0f} running<extra></extra>")
@@ -748,10 +818,10 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     fig.update_yaxes(title_text="Used (%)", range=[0, 105], row=2, col=1)
     fig.update_yaxes(title_text="Tokens / s", rangemode="tozero", row=3, col=1)
     fig.update_xaxes(title_text="Time (s)", row=3, col=1)
-    fig.update_annotations(font=dict(size=BASE_SIZE))
-    for e in sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"]):
-        for row in (1, 2, 3):
-            fig.add_vline(x=float(e["t"]) - offset, line=dict(color="#555", dash="dot", width=1.2), row=row, col=1)
+    fig.update_annotations(font=dict(size=BASE_SIZE), x=0, xanchor="left")
+    fig.update_layout(legend=dict(x=1, xanchor="right", y=1.0, yanchor="bottom"))
+    if t:
+        _event_lines(fig, events, offset, (max(t) - min(t)) or 1.0, rows=3)
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)

@@ -118,6 +118,10 @@ class RunPlan:
     url: str
     model: str
 
+    @property
+    def total(self) -> int:
+        return self.num_requests
+
 
 @dataclass
 class Totals:
@@ -139,6 +143,9 @@ class Totals:
 
 
 class Observer(Protocol):
+    """Progress hooks. An observer may also define `on_request_sent(record)`: it is called (when
+    present) as each request goes out, with the record still open, for live timelines."""
+
     def on_start(self, plan: RunPlan) -> None: ...
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None: ...
     def on_complete(self, result: RunResult) -> None: ...
@@ -149,6 +156,9 @@ class NullObserver:
     run_load (warm-up records too, with record.warmup set, before the measured ones); keep them short."""
 
     def on_start(self, plan: RunPlan) -> None:
+        pass
+
+    def on_request_sent(self, record: RequestRecord) -> None:
         pass
 
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
@@ -186,6 +196,12 @@ class ConsoleObserver(NullObserver):
         self._print(f"done in {result.duration:.2f} s: {s.get('completed', 0)} ok, {s.get('failed', 0)} failed, "
                     f"{s.get('output_throughput', 0):.1f} output tok/s, mean TTFT "
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
+
+
+def _sent_hook(observer: Observer) -> Callable[[RequestRecord], None] | None:
+    """The observer's optional on_request_sent, wrapped like every hook."""
+    fn = getattr(observer, "on_request_sent", None)
+    return None if fn is None else (lambda r: _notify(fn, r))
 
 
 def _notify(fn: Callable[..., None], *args: Any) -> None:
@@ -350,12 +366,15 @@ class _Requester:
         return json.dumps(b).encode()
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
-                  on_text: Callable[[str, float], None] | None = None) -> RequestRecord:
+                  on_text: Callable[[str, float], None] | None = None,
+                  on_sent: Callable[[RequestRecord], None] | None = None) -> RequestRecord:
         """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
         st = _Stream(self.chat)
         events: list[tuple[float, bytes]] = []
         body = self.body(rec.prompt, max_tokens)
         rec.send_time = clock() - self.t0
+        if on_sent is not None:
+            on_sent(rec)
         try:
             async with asyncio.timeout(self.spec.timeout_s):
                 await self._stream(body, st, events, on_text)
@@ -443,14 +462,16 @@ class _Job:
 
 
 async def _drive(req: _Requester, job: _Job, prompts: list[str], max_tokens: int | None, warmup: bool,
-                 sink: Callable[[RequestRecord], None], cancelled: Callable[[], bool]) -> None:
-    """Send the job's requests; each finished record goes to `sink`. Returns when all are done
-    or, once `cancelled()` turns true, after the in-flight ones were cancelled and recorded."""
+                 sink: Callable[[RequestRecord], None], cancelled: Callable[[], bool],
+                 sent: Callable[[RequestRecord], None] | None = None) -> None:
+    """Send the job's requests; `sent` sees each record as it goes out, `sink` each finished one.
+    Returns when all are done or, once `cancelled()` turns true, after the in-flight ones were
+    cancelled and recorded."""
 
     async def one(i: int) -> None:
         rec = RequestRecord(index=i, prompt=prompts[i], send_time=0.0, warmup=warmup)
         try:
-            await req.run(rec, max_tokens)
+            await req.run(rec, max_tokens, on_sent=sent)
         finally:
             sink(rec)
 
@@ -527,7 +548,7 @@ def _warmup_tokens(spec: LoadSpec) -> int | None:
 
 
 
-async def _warm(spec: LoadSpec, sink: Callable[[RequestRecord], None],
+async def _warm(spec: LoadSpec, observer: Observer, totals: Totals,
                 cancelled: Callable[[], bool]) -> tuple[list[RequestRecord], float]:
     """Run the warm-up requests (same prompts and concurrency, short answers). Returns the records,
     timed from the warm-up's own start, and that start (to re-base them onto the run's clock)."""
@@ -538,13 +559,14 @@ async def _warm(spec: LoadSpec, sink: Callable[[RequestRecord], None],
 
     def keep(r: RequestRecord) -> None:
         recs.append(r)
-        sink(r)
+        _notify(observer.on_request_done, r, totals)
 
     async with _client(spec, spec.in_flight()) as client:
         req = _Requester(spec, client, tw)
-        prompts = [spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
+        # A different opening keeps the measured requests from hitting warm-up blocks in the prefix cache.
+        prompts = [f"(warm-up {i}) " + spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
         job = _Job(workers=min(spec.in_flight(), spec.warmup), take=_counter(spec.warmup))
-        await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled)
+        await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled, _sent_hook(observer))
     return recs, tw
 
 
@@ -569,7 +591,7 @@ def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, pro
     """Warm-up and measured part in one event loop on this thread. Returns (records, t0, end)."""
 
     async def main() -> tuple[list[RequestRecord], float, float]:
-        warm, tw = await _warm(spec, lambda r: _notify(observer.on_request_done, r, totals), cancel.is_set)
+        warm, tw = await _warm(spec, observer, totals, cancel.is_set)
         recs: list[RequestRecord] = []
         async with _client(spec, spec.in_flight()) as client:
             t0 = clock()
@@ -582,7 +604,7 @@ def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, pro
                 _notify(observer.on_request_done, r, totals)
 
             job = _job_for(spec, _counter(spec.n), min(spec.in_flight(), spec.n))
-            await _drive(req, job, prompts, spec.max_tokens, False, sink, cancel.is_set)
+            await _drive(req, job, prompts, spec.max_tokens, False, sink, cancel.is_set, _sent_hook(observer))
             return warm + recs, t0, clock()
 
     return _run_async(main)
@@ -629,7 +651,9 @@ async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, 
         await asyncio.sleep(max(0.0, t0 - clock()))
         req = _Requester(spec, client, t0)
         sink = lambda r: out_q.put(("rec", dataclasses.asdict(r), clock()))  # noqa: E731
-        await _drive(req, _job_for(spec, take, workers, k, shards), prompts, spec.max_tokens, False, sink, stop.is_set)
+        sent = lambda r: out_q.put(("sent", r.index, r.send_time))  # noqa: E731
+        await _drive(req, _job_for(spec, take, workers, k, shards), prompts, spec.max_tokens, False, sink,
+                     stop.is_set, sent)
         out_q.put(("done", k, clock()))
 
 
@@ -648,12 +672,12 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
         for p in procs:
             p.start()
     try:
-        warm, tw = _run_async(lambda: _warm(spec, lambda r: _notify(observer.on_request_done, r, totals), cancel.is_set))
+        warm, tw = _run_async(lambda: _warm(spec, observer, totals, cancel.is_set))
         _await_ready(out_q, procs)
         t0 = clock() + 0.02
         t0v.value = t0
         go.set()
-        recs, end, errors = _collect(out_q, procs, observer, cancel, stop, totals, t0)
+        recs, end, errors = _collect(out_q, procs, observer, cancel, stop, totals, t0, prompts)
     finally:
         stop.set()
         go.set()
@@ -701,8 +725,9 @@ def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None
 
 
 def _collect(out_q: Any, procs: list[Any], observer: Observer, cancel: threading.Event, stop: Any,
-             totals: Totals, t0: float) -> tuple[list[RequestRecord], float, list[str]]:
+             totals: Totals, t0: float, prompts: list[str]) -> tuple[list[RequestRecord], float, list[str]]:
     """Gather records from the client processes until each reports done (or died)."""
+    sent = getattr(observer, "on_request_sent", None)
     recs: list[RequestRecord] = []
     finished: set[int] = set()
     gone_since: dict[int, float] = {}
@@ -719,7 +744,9 @@ def _collect(out_q: Any, procs: list[Any], observer: Observer, cancel: threading
                     errors.append(f"client process {k} exited with code {p.exitcode}")
                     finished.add(k)
             continue
-        if msg[0] == "rec":
+        if msg[0] == "sent" and sent is not None:
+            _notify(sent, RequestRecord(index=msg[1], prompt=prompts[msg[1]], send_time=msg[2]))
+        elif msg[0] == "rec":
             r = RequestRecord.from_dict(msg[1])
             recs.append(r)
             totals.add(r, msg[2] - t0)
@@ -748,7 +775,7 @@ def _count_fallback(records: Iterable[RequestRecord], count_tokens: Callable[[st
             r.tokens_source = "tokenizer"
 
 
-def _client_name() -> str:
+def client_name() -> str:
     try:
         import uvloop  # type: ignore[import-not-found]  # noqa: F401
         return f"httpx {httpx.__version__} + uvloop"
@@ -781,7 +808,7 @@ def run_load(spec: LoadSpec, observer: Observer | None = None, cancel: threading
     result = RunResult(
         kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
         records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),
-        extra={"cancelled": cancel.is_set(), "client_workers": shards, "client": _client_name()},
+        extra={"cancelled": cancel.is_set(), "client_workers": shards, "client": client_name()},
     )
     result.summary = stats.summarize(records, duration)
     _notify(observer.on_complete, result)

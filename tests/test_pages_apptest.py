@@ -1,0 +1,172 @@
+"""Smoke tests of every page with Streamlit's AppTest (no browser, no server running).
+
+The app is driven through app.py and `switch_page`, exactly as `streamlit run` routes it. The run
+history goes to a temporary SQLite file ($SERVING_LAB_DB) and the server records to the session's
+temporary runtime dir (conftest's isolated_runtime); the converted models stay shared under
+data_home(). ui.get_lab() is a process-wide st.cache_resource: one Lab (with its telemetry thread)
+serves every AppTest in this module and is shut down at the end.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import ROOT, free_port
+
+APP = str(ROOT / "app.py")
+PAGES = {
+    "pages/server.py": "vLLM server",
+    "pages/monitor.py": "Monitor",
+    "pages/naive_vs_vllm.py": "Naive vs vLLM",
+    "pages/load_test.py": "Load test",
+    "pages/tuning.py": "Tuning",
+    "pages/chat.py": "Chat",
+    "pages/history.py": "History",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def isolated_lab(tmp_path_factory):
+    """Point the run store at a temporary file and the app's vLLM port at a free one (no record there,
+    so the server is 'stopped'), before the first Lab is made."""
+    d = tmp_path_factory.mktemp("apptest")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
+        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))  # read when engine.lab is first imported
+        import ui
+
+        ui.get_lab.clear()
+        yield d
+        lab = ui.get_lab()
+        lab.shutdown()
+        ui.get_lab.clear()
+
+
+def _app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def _page(path: str) -> AppTest:
+    at = _app()
+    if path != "pages/server.py":
+        at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _command(at: AppTest) -> str:
+    cmds = [c.value for c in at.code if "vllm.entrypoints.openai.api_server" in c.value]
+    assert cmds, f"no command line among {[c.value[:60] for c in at.code]}"
+    return cmds[0]
+
+
+def _errors(at: AppTest) -> list[str]:
+    return [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_page_renders_with_server_stopped(path):
+    at = _page(path)
+    assert [t.value for t in at.title] == [PAGES[path]]
+    assert not _errors(at), _errors(at)
+
+
+def test_server_page_command_line_and_status():
+    at = _page("pages/server.py")
+    cmd = _command(at)
+    assert "--max-model-len 2048" in cmd
+    assert "--host 127.0.0.1" in cmd
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["State"] == "stopped"
+    assert metrics["Stage"] == "–"
+    # The sidebar's status fragment says so too. (AppTest drops a fragment's output on a second run of
+    # the same session, so this is checked only on a first run.)
+    assert any("stopped" in m.value for m in at.sidebar.markdown), [m.value for m in at.sidebar.markdown]
+    buttons = {b.label: b for b in at.button}
+    assert not buttons["Start"].disabled
+    assert buttons["Stop"].disabled and buttons["Restart"].disabled
+
+
+def test_tuning_preset_sets_max_model_len():
+    at = _page("pages/server.py")
+    at.button(key="preset-Tuning").click().run()
+    assert not at.exception
+    assert at.select_slider(key="cfg_max_model_len").value == 512
+    assert "--max-model-len 512" in _command(at)
+    at.button(key="preset-Lab default").click().run()
+    assert "--max-model-len 2048" in _command(at)
+
+
+def test_slider_and_toggle_reach_the_command_line():
+    at = _page("pages/server.py")
+    at.select_slider(key="cfg_max_model_len").set_value(1024).run()
+    at.toggle(key="cfg_enforce_eager").set_value(True).run()
+    cmd = _command(at)
+    assert "--max-model-len 1024" in cmd and "--enforce-eager" in cmd
+
+
+def test_bad_extra_flag_quoting_shows_one_error_sentence():
+    at = _page("pages/server.py")
+    at.text_input(key="cfg_extra").input('--foo "unclosed').run()
+    assert not at.exception
+    errors = _errors(at)
+    assert len(errors) == 1 and "check the quotes" in errors[0], errors
+    assert not any("vllm.entrypoints" in c.value for c in at.code), "no command line for a broken config"
+    assert {b.label: b for b in at.button}["Start"].disabled
+    # Fixing the quotes brings the command back, with the flag in it.
+    at.text_input(key="cfg_extra").input('--seed "0"').run()
+    assert not _errors(at)
+    assert "--seed 0" in _command(at)
+
+
+def test_missing_local_model_folder_is_a_sentence_not_a_traceback(tmp_path):
+    at = _page("pages/server.py")
+    at.radio(key="model_kind").set_value("local").run()
+    folder = next(t for t in at.text_input if t.label == "Folder")
+    folder.input(str(tmp_path / "nope")).run()
+    assert not at.exception
+    errors = _errors(at)
+    assert errors and "does not exist" in errors[0], errors
+
+
+def test_chat_is_disabled_while_the_server_is_stopped():
+    at = _page("pages/chat.py")
+    assert at.chat_input[0].disabled
+    assert any("Start the server" in i.value for i in at.info)
+
+
+def test_load_test_page_without_a_server_says_what_to_do():
+    at = _page("pages/load_test.py")
+    assert any("Run load test" in i.value for i in at.info)
+    # Pressing Run without a server is an st.error sentence, not a traceback.
+    next(b for b in at.button if b.label == "Run load test").click().run()
+    assert not at.exception
+    errors = _errors(at)
+    assert errors and "Server page" in errors[0], errors
+
+
+def test_history_lists_a_saved_run():
+    import ui
+    from engine import stats
+    from engine.records import RequestRecord, RunResult
+
+    recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=0.1 + i / 100,
+                          chunk_times=[0.1 + i / 100, 0.2 + i / 100], end_time=0.3 + i / 100,
+                          prompt_tokens=5, output_tokens=2) for i in range(3)]
+    run = RunResult(kind="vllm", scenario="concurrent-3", label="apptest run", records=recs, duration=0.4,
+                    started_at=time.time(), model="/m/SmolLM2", summary=stats.summarize(recs, 0.4))
+    ui.get_lab().store.save(run)
+    try:
+        at = _page("pages/history.py")
+        assert not at.info or not any("No runs yet" in i.value for i in at.info)
+        df = at.dataframe[0].value
+        assert "apptest run" in list(df["run"])
+        labels = [b.label for b in at.get("download_button")]
+        assert any(label.startswith("Export JSON") for label in labels), labels
+    finally:
+        ui.get_lab().store.delete([run.id])

@@ -1,0 +1,179 @@
+"""VLLMServer against the real vLLM CPU server: ready, stages, KV capacity, chat, streaming, /metrics,
+adoption after the app was killed, stop leaving nothing behind, and every bad input."""
+import json
+import subprocess
+import sys
+import time
+
+import httpx
+import psutil
+import pytest
+
+from engine import models
+from engine.config import ServerConfig
+from engine.errors import ConfigError, PortInUse, ServerBusy, ServerFailed
+from engine.server import FAILED, READY, STOPPED, VLLMServer, describe_failure
+from engine.vllm_flags import known_flags
+
+from .conftest import free_port
+
+pytestmark = pytest.mark.server
+
+
+def _needs_own_server(vllm_server):
+    if vllm_server.server is None:
+        pytest.skip("SERVING_LAB_TEST_URL points at an outside server: nothing of ours to inspect")
+
+
+def test_server_is_adopted_after_the_app_was_killed(vllm_server):
+    _needs_own_server(vllm_server)
+    snap = vllm_server.server.snapshot()
+    assert snap.state == READY and snap.adopted
+    assert any("ready in" in l for l in vllm_server.cli_output)
+    # The CLI printed the startup stages it read from vLLM's log, in order.
+    stages = [l.split("] ", 1)[1] for l in vllm_server.cli_output if l.strip().startswith("[")]
+    for a, b in [("loading weights", "KV cache allocated"), ("KV cache allocated", "serving")]:
+        assert a in stages and b in stages and stages.index(a) < stages.index(b)
+
+
+def test_kv_capacity_is_read_from_the_log(vllm_server):
+    _needs_own_server(vllm_server)
+    snap = vllm_server.server.snapshot()
+    assert snap.kv_cache_tokens and snap.kv_cache_tokens > 2048
+    assert snap.max_concurrency and snap.max_concurrency == pytest.approx(snap.kv_cache_tokens / 2048, rel=0.05)
+
+
+def test_chat_completion(vllm_server):
+    r = httpx.post(f"{vllm_server.base_url}/v1/chat/completions", timeout=60, json={
+        "model": vllm_server.model, "max_tokens": 16, "temperature": 0,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["choices"][0]["message"]["content"].strip()
+    assert body["usage"]["completion_tokens"] > 0
+
+
+def test_streaming_sends_events_and_done(vllm_server):
+    events = []
+    with httpx.stream("POST", f"{vllm_server.base_url}/v1/chat/completions", timeout=60, json={
+            "model": vllm_server.model, "max_tokens": 12, "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": "Say hello."}]}) as r:
+        raw = b"".join(r.iter_raw())
+    for block in raw.split(b"\n\n"):
+        if block.startswith(b"data: "):
+            events.append(block[6:])
+    assert events[-1] == b"[DONE]"
+    usage = [json.loads(e)["usage"] for e in events[:-1] if json.loads(e).get("usage")]
+    assert usage and usage[-1]["completion_tokens"] > 0
+
+
+def test_metrics_endpoint(vllm_server):
+    text = httpx.get(f"{vllm_server.base_url}/metrics", timeout=10).text
+    from engine.telemetry import parse_metrics
+
+    m = parse_metrics(text)
+    assert {"running", "waiting", "kv_usage", "generation_tokens_total"} <= set(m)
+
+
+def test_second_start_on_a_running_server_is_refused(vllm_server):
+    _needs_own_server(vllm_server)
+    cfg = vllm_server.server.snapshot().config
+    with pytest.raises(ServerBusy, match="already ready"):
+        vllm_server.server.start(cfg)
+
+
+def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model):
+    port = free_port()
+    foreign = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        srv = VLLMServer(port=port)
+        with pytest.raises(PortInUse, match=rf"Port {port} is already in use .*pid {foreign.pid}.*left alone"):
+            srv.start(ServerConfig(model=embedded_model.path, port=port))
+        assert foreign.poll() is None, "the foreign process must not be killed"
+        assert srv.snapshot().state == STOPPED
+    finally:
+        foreign.kill()
+
+
+def test_bad_inputs_never_start_anything(embedded_model, tmp_path):
+    srv = VLLMServer(port=free_port())
+    base = ServerConfig(model=embedded_model.path, port=srv.port)
+    with pytest.raises(ConfigError, match="outside"):
+        srv.start(base.with_changes(gpu_memory_utilization=1.5))
+    with pytest.raises(ConfigError, match="above this model's limit"):
+        srv.start(base.with_changes(max_model_len=100_000), model_max_len=embedded_model.max_len)
+    with pytest.raises(Exception, match="does not exist"):
+        models.local(tmp_path / "no-such-model")
+    assert srv.snapshot().state == STOPPED and srv.snapshot().pid is None
+
+
+@pytest.mark.slow
+def test_unknown_flag_is_caught_from_vllms_own_parser(embedded_model):
+    flags = known_flags()  # read from the installed vLLM's --help, cached per version
+    assert flags and "--max-model-len" in flags and "--gpu-memory-utilization" in flags
+    srv = VLLMServer(port=free_port())
+    with pytest.raises(ConfigError, match="no flag '--max-model-lenght'"):
+        srv.start(ServerConfig(model=embedded_model.path, port=srv.port, extra_args=("--max-model-lenght", "9")),
+                  known_flags=flags)
+
+
+@pytest.mark.slow
+def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
+    """A known flag with a bad value passes our checks; vLLM exits and the cause is shown in words."""
+    srv = VLLMServer(port=free_port())
+    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, extra_args=("--max-num-batched-tokens", "lots")))
+    with pytest.raises(ServerFailed, match="rejected a flag"):
+        srv.wait_ready(timeout_s=300)
+    snap = srv.snapshot()
+    assert snap.state == FAILED and "lots" in snap.error
+    assert snap.pid is None and not srv.record_path.exists()
+
+
+@pytest.mark.slow
+def test_stop_during_startup_leaves_no_process(embedded_model):
+    srv = VLLMServer(port=free_port())
+    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=0.5))
+    deadline = time.time() + 300
+    family: set[int] = set()
+    while time.time() < deadline:  # wait until vLLM has spawned its engine core
+        family |= {p.pid for p in _family(srv.snapshot().pid)}
+        if len(family) >= 2 or srv.snapshot().state != "starting":
+            break
+        time.sleep(0.5)
+    assert srv.record_path.exists()
+    srv.stop()
+    assert srv.snapshot().state == STOPPED
+    assert not srv.record_path.exists()
+    alive = [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"left behind: {alive}"
+
+
+def _family(pid):
+    if not pid:
+        return []
+    try:
+        p = psutil.Process(pid)
+        return [p] + p.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def test_failure_causes_in_plain_words():
+    oom = describe_failure(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"], 1)
+    assert oom.startswith("The GPU ran out of memory")
+    kv = describe_failure(["ValueError: No available memory for the cache blocks. Try increasing "
+                           "`gpu_memory_utilization`"], 1)
+    assert "not enough memory left for the KV cache" in kv
+    busy = describe_failure(["ValueError: Free memory on device (10.1/139.8 GiB) on startup is less than desired "
+                             "GPU memory utilization (0.9, 125.8 GiB)."], 1)
+    assert "Another process already holds GPU memory" in busy
+    other = describe_failure(["something", "RuntimeError: boom"], 3)
+    assert "code 3" in other and "RuntimeError: boom" in other

@@ -1,0 +1,183 @@
+"""engine.stats: vllm-bench-serve metrics from hand-made records with known answers."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine import stats  # noqa: E402
+from engine.records import RequestRecord  # noqa: E402
+
+
+def rec(index: int, send: float, chunks: list[float], out: int, prompt: int = 10, error: str | None = None,
+        warmup: bool = False, end: float | None = None) -> RequestRecord:
+    return RequestRecord(index=index, prompt=f"p{index}", send_time=send,
+                         end_time=end if end is not None else (chunks[-1] if chunks else None),
+                         first_token_time=chunks[0] if chunks else None, chunk_times=list(chunks),
+                         prompt_tokens=prompt, output_tokens=out, error=error, warmup=warmup)
+
+
+def sample() -> list[RequestRecord]:
+    return [
+        # TTFT 0.1, E2E 0.5, TPOT (0.5-0.1)/3, ITLs 0.1 0.1 0.2
+        rec(0, 0.0, [0.1, 0.2, 0.3, 0.5], out=4, prompt=10),
+        # TTFT 0.2, E2E 0.4, TPOT 0.2, ITL 0.2
+        rec(1, 0.2, [0.4, 0.6], out=2, prompt=5),
+        # one token: TTFT 0.5, E2E 0.5, no TPOT, no ITL
+        rec(2, 1.0, [1.5], out=1, prompt=7),
+        # failed: not completed, tokens not counted, but it was in flight 0.3 .. 0.35
+        rec(3, 0.3, [], out=0, prompt=9, error="boom", end=0.35),
+        # warm-up: ignored everywhere
+        rec(4, -2.0, [-1.9, -1.0], out=50, prompt=100, warmup=True),
+    ]
+
+
+def test_counts_and_throughputs():
+    s = stats.summarize(sample(), duration=2.0)
+    assert s["completed"] == 3 and s["failed"] == 1
+    assert s["duration"] == 2.0
+    assert s["total_input_tokens"] == 22
+    assert s["total_output_tokens"] == 7
+    assert s["request_throughput"] == pytest.approx(1.5)
+    assert s["output_throughput"] == pytest.approx(3.5)
+    assert s["total_token_throughput"] == pytest.approx(14.5)
+    assert s["request_goodput"] is None
+
+
+def test_latency_distributions_ms():
+    s = stats.summarize(sample(), duration=2.0)
+    assert s["mean_ttft_ms"] == pytest.approx((100 + 200 + 500) / 3)
+    assert s["median_ttft_ms"] == pytest.approx(200)
+    assert s["mean_e2el_ms"] == pytest.approx((500 + 400 + 500) / 3)
+    # TPOT only for requests with more than one output token
+    assert s["mean_tpot_ms"] == pytest.approx(((400 / 3) + 200) / 2)
+    # ITL pooled over requests: 100, 100, 200 and 200
+    assert s["mean_itl_ms"] == pytest.approx(150)
+    assert s["median_itl_ms"] == pytest.approx(150)
+    assert s["std_itl_ms"] == pytest.approx(50)  # population std, as numpy
+    assert s["p50_itl_ms"] == pytest.approx(150)
+    assert s["p99_itl_ms"] == pytest.approx(200)
+    assert s["p90_ttft_ms"] == pytest.approx(200 + 0.8 * 300)  # linear interpolation: 440
+
+
+def test_serial_sum_and_peak():
+    s = stats.summarize(sample(), duration=2.0)
+    assert s["total_latency_s"] == pytest.approx(1.4)
+    assert s["mean_latency_s"] == pytest.approx(1.4 / 3)
+    # 0..0.5, 0.2..0.6 and the failed 0.3..0.35 overlap
+    assert s["max_concurrency"] == 3
+
+
+def test_percentile_matches_numpy_linear():
+    np = pytest.importorskip("numpy")
+    xs = [3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0]
+    for p in (0, 10, 50, 90, 95, 99, 99.9, 100):
+        assert stats.percentile(xs, p) == pytest.approx(float(np.percentile(xs, p)))
+    assert stats.percentile([], 50) is None
+
+
+def test_custom_percentile_keys():
+    s = stats.summarize(sample(), 2.0, percentiles=(25, 99.9))
+    assert "p25_ttft_ms" in s and "p99.9_e2el_ms" in s and "p99_ttft_ms" not in s
+
+
+def test_goodput():
+    # TTFT <= 250 ms: requests 0 and 1; with TPOT <= 150 ms also: only request 0 (1-token TPOT counts as 0)
+    assert stats.summarize(sample(), 2.0, goodput_slo={"ttft": 250})["request_goodput"] == pytest.approx(1.0)
+    assert stats.summarize(sample(), 2.0, goodput_slo={"ttft": 250, "tpot": 150})["request_goodput"] == pytest.approx(0.5)
+    assert stats.summarize(sample(), 2.0, goodput_slo={"tpot": 150})["request_goodput"] == pytest.approx(1.0)
+    assert stats.summarize(sample(), 2.0, goodput_slo={"e2el": 450})["request_goodput"] == pytest.approx(0.5)
+
+
+def test_empty_and_all_failed_are_nan_free():
+    for recs, dur in (([], 0.0), ([rec(0, 0.0, [], out=0, error="refused", end=0.1)], 1.0)):
+        s = stats.summarize(recs, dur, goodput_slo={"ttft": 100})
+        assert s["completed"] == 0
+        assert s["request_throughput"] == 0 and s["output_throughput"] == 0
+        assert s["mean_ttft_ms"] is None and s["p99_itl_ms"] is None and s["mean_latency_s"] is None
+        for v in s.values():
+            assert not (isinstance(v, float) and math.isnan(v))
+    assert stats.tokens_per_second_series([]) == []
+    assert stats.in_flight_series([]) == []
+    assert stats.peak_in_flight([]) == 0
+
+
+def test_single_token_answers_have_no_tpot():
+    s = stats.summarize([rec(0, 0.0, [0.3], out=1)], 1.0)
+    assert s["mean_tpot_ms"] is None and s["mean_itl_ms"] is None and s["mean_ttft_ms"] == pytest.approx(300)
+
+
+def test_in_flight_series_steps():
+    series = stats.in_flight_series(sample())
+    assert series == [(0.0, 1), (0.2, 2), (0.3, 3), (0.35, 2), (0.5, 1), (0.6, 0), (1.0, 1), (1.5, 0)]
+
+
+def test_in_flight_back_to_back_do_not_overlap():
+    recs = [rec(0, 0.0, [0.5, 1.0], out=2), rec(1, 1.0, [1.5, 2.0], out=2)]
+    assert stats.peak_in_flight(recs) == 1
+
+
+def test_open_request_stays_in_flight():
+    open_rec = RequestRecord(index=0, prompt="p", send_time=0.5)
+    assert stats.in_flight_series([open_rec]) == [(0.5, 1)]
+
+
+def test_tokens_per_second_one_token_per_chunk():
+    recs = [rec(0, 0.0, [0.1, 0.2, 1.1, 2.5], out=4), rec(1, 0.0, [0.5, 2.9], out=2)]
+    assert stats.tokens_per_second_series(recs, bucket_s=1.0) == [(0.0, 3.0), (1.0, 1.0), (2.0, 2.0)]
+    assert stats.tokens_per_second_series(recs, bucket_s=0.5) == [
+        (0.0, 4.0), (0.5, 2.0), (1.0, 2.0), (1.5, 0.0), (2.0, 0.0), (2.5, 4.0)]
+
+
+def test_tokens_per_second_spreads_multi_token_chunks():
+    # the server counted 6 tokens in 3 chunks: 2 per chunk
+    recs = [rec(0, 0.0, [0.1, 1.2, 1.3], out=6)]
+    assert stats.tokens_per_second_series(recs, 1.0) == [(0.0, 2.0), (1.0, 4.0)]
+    assert stats.token_arrivals(recs[0]) == [(0.1, 2.0), (1.2, 2.0), (1.3, 2.0)]
+
+
+def test_tokens_without_chunk_times_land_at_the_end():
+    r = RequestRecord(index=0, prompt="p", send_time=0.0, end_time=2.5, output_tokens=10)
+    assert stats.tokens_per_second_series([r], 1.0) == [(0.0, 0.0), (1.0, 0.0), (2.0, 10.0)]
+
+
+def test_warmup_is_skipped_by_series():
+    assert stats.tokens_per_second_series([rec(0, -2.0, [-1.5], out=1, warmup=True)]) == []
+
+
+def test_per_request_rows():
+    rows = stats.per_request(sample())
+    assert [r["index"] for r in rows] == [0, 1, 2, 3]
+    assert rows[1]["ttft_ms"] == pytest.approx(200) and rows[1]["tpot_ms"] == pytest.approx(200)
+    assert rows[3]["ok"] is False and rows[3]["error"] == "boom"
+
+
+def test_matches_vllm_calculate_metrics():
+    """Same numbers as vLLM's own calculate_metrics on the same requests (skipped without vllm)."""
+    serve = pytest.importorskip("vllm.benchmarks.serve")
+    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+
+    recs = sample()
+    outputs = []
+    for r in stats.measured(recs):
+        o = RequestFuncOutput(success=r.ok, output_tokens=r.output_tokens, prompt_len=r.prompt_tokens,
+                              start_time=r.send_time, error=r.error or "")
+        if r.ok:
+            o.ttft, o.latency, o.itl = r.ttft, r.e2e, stats.itls(r)
+        outputs.append(o)
+    pct = [50.0, 90.0, 99.0]
+    m, _ = serve.calculate_metrics(input_requests=[], outputs=outputs, dur_s=2.0, tokenizer=None,
+                                   selected_percentiles=pct, goodput_config_dict={"ttft": 250.0, "tpot": 150.0})
+    s = stats.summarize(recs, 2.0, goodput_slo={"ttft": 250, "tpot": 150}, percentiles=pct)
+    assert (s["completed"], s["failed"], s["total_output_tokens"]) == (m.completed, m.failed, m.total_output)
+    assert s["request_goodput"] == pytest.approx(m.request_goodput)
+    assert s["max_output_tokens_per_s"] == pytest.approx(m.max_output_tokens_per_s)
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        for stat in ("mean", "median", "std"):
+            assert s[f"{stat}_{name}_ms"] == pytest.approx(getattr(m, f"{stat}_{name}_ms")), (stat, name)
+        for p, v in getattr(m, f"percentiles_{name}_ms"):
+            assert s[f"p{int(p)}_{name}_ms"] == pytest.approx(v), (p, name)
