@@ -1,0 +1,192 @@
+"""Helpers for the browser tests: headless Chromium, `streamlit run` on a free port, adoption records.
+
+Chromium is Debian's /usr/bin/chromium (Playwright's own download is not used); override with
+$SERVING_LAB_CHROMIUM.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+# Streamlit scrolls inside its own container, so a tall viewport is what makes a "full page" shot.
+VIEWPORT = {"width": 1400, "height": 2200}
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+
+
+def launch_chromium(playwright):
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class StreamlitApp:
+    """`streamlit run app.py` in its own process group, on a free port, with extra env vars.
+    Use as a context manager; the log is kept in `log_path` for failure reports."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "StreamlitApp":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 60) -> None:
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(self.port),
+             "--server.headless", "true", "--server.address", "127.0.0.1",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"streamlit exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(self.url + "/_stcore/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"streamlit did not answer on {self.url} within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+
+def goto(page, app: StreamlitApp, path: str = "", title: str | None = None, timeout_ms: int = 30000) -> None:
+    """Open a page of the app (url path as st.navigation derives it from the file name) and wait for its title."""
+    page.goto(f"{app.url}/{path}")
+    page.wait_for_selector("[data-testid=stApp]", timeout=timeout_ms)
+    if title:
+        page.get_by_role("heading", name=title).first.wait_for(timeout=timeout_ms)
+
+
+def metric(page, label: str):
+    """The value element of the st.metric with this label."""
+    box = page.locator("[data-testid=stMetric]").filter(
+        has=page.locator("[data-testid=stMetricLabel]", has_text=re.compile(rf"^\s*{re.escape(label)}\s*$")))
+    return box.locator("[data-testid=stMetricValue]").first
+
+
+def screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    out = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(out), full_page=True)
+    return out
+
+
+# -- adopting a server that was started by hand ------------------------------------------------------
+def _arg(argv: list[str], flag: str) -> str | None:
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def write_adoption_record(runtime_dir: Path, port: int) -> Path | None:
+    """Write runtime_dir/server-<port>.json for a vLLM API server already listening on `port`, in the
+    format engine.server.VLLMServer._write_record uses, so an app started with SERVING_LAB_RUNTIME=runtime_dir
+    and SERVING_LAB_VLLM_PORT=port adopts it. The log is the server's stdout file, when it writes to one.
+    Returns None when no local vLLM process listens there (e.g. the URL points to another machine)."""
+    from engine.config import API_SERVER_MODULE, ServerConfig
+
+    proc = None
+    for c in psutil.net_connections(kind="inet"):
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
+            try:
+                p = psutil.Process(c.pid)
+                # uvicorn may listen in a child; walk up to the API server process.
+                while p is not None and API_SERVER_MODULE not in " ".join(p.cmdline()):
+                    p = p.parent()
+            except psutil.Error:
+                p = None
+            if p is not None:
+                proc = p
+                break
+    if proc is None:
+        return None
+    argv = proc.cmdline()
+    cfg = ServerConfig(
+        model=_arg(argv, "--model") or "", served_model_name=_arg(argv, "--served-model-name"),
+        max_model_len=int(_arg(argv, "--max-model-len") or 2048), port=port,
+        host=_arg(argv, "--host") or "127.0.0.1",
+    )
+    log = Path(os.readlink(f"/proc/{proc.pid}/fd/1"))
+    if not log.is_file():
+        log = runtime_dir / f"server-{port}.log"
+        log.touch()
+    rec = {
+        "pid": proc.pid, "create_time": proc.create_time(), "port": port, "argv": argv,
+        "config": cfg.to_dict() | {"api_key": None}, "started_at": proc.create_time(), "log": str(log),
+    }
+    path = runtime_dir / f"server-{port}.json"
+    path.write_text(json.dumps(rec, indent=2))
+    return path
+
+
+def kill_recorded_server(runtime_dir: Path, port: int) -> None:
+    """Last-resort cleanup after a failed test: end the server an app started, from its record."""
+    try:
+        rec = json.loads((runtime_dir / f"server-{port}.json").read_text())
+        p = psutil.Process(rec["pid"])
+        if abs(p.create_time() - rec["create_time"]) > 1.0:
+            return
+        procs = [p] + p.children(recursive=True)
+    except (OSError, ValueError, KeyError, psutil.Error):
+        return
+    try:
+        os.killpg(rec["pid"], signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for q in procs:
+        try:
+            q.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
