@@ -55,7 +55,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
-    p.add_argument("--kv-cache-gib", type=float, default=2.0, help="CPU only: VLLM_CPU_KVCACHE_SPACE")
+    p.add_argument("--kv-cache-gib", type=int, default=2, help="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB)")
     p.add_argument("--max-num-seqs", type=int, default=None)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)

@@ -22,7 +22,7 @@ class ServerConfig:
     dtype: str = "auto"
     max_model_len: int | None = 2048
     gpu_memory_utilization: float = 0.85  # GPU only: the fraction of GPU memory vLLM may take
-    cpu_kvcache_gib: float = 2.0  # CPU only: VLLM_CPU_KVCACHE_SPACE, the CPU's stand-in for the fraction
+    cpu_kvcache_gib: int = 2  # CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB), the CPU's stand-in for the fraction
     port: int = 9000
     host: str = "127.0.0.1"
     max_num_seqs: int | None = None
@@ -91,7 +91,7 @@ class ServerConfig:
     def env(self) -> dict[str, str]:
         """Environment additions for the server process."""
         if self.device == "cpu":
-            return {"VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kvcache_gib:g}"}
+            return {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))}
         return {}
 
     def shell_command(self) -> str:
@@ -125,8 +125,9 @@ class ServerConfig:
                 f"GPU memory utilization {self.gpu_memory_utilization:g} is outside (0, 1]: it is the fraction of "
                 "GPU memory vLLM may use, e.g. 0.85."
             )
-        if self.device == "cpu" and not 0 < self.cpu_kvcache_gib <= 512:
-            raise ConfigError(f"CPU KV cache of {self.cpu_kvcache_gib:g} GiB is not usable: pick a size such as 2 GiB.")
+        if self.device == "cpu" and not (float(self.cpu_kvcache_gib).is_integer() and 1 <= self.cpu_kvcache_gib <= 512):
+            raise ConfigError(f"CPU KV cache of {self.cpu_kvcache_gib:g} GiB is not usable: vLLM takes a whole number "
+                              "of GiB (VLLM_CPU_KVCACHE_SPACE), e.g. 2.")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}.")
         if self.load_format not in LOAD_FORMATS:

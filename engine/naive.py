@@ -351,7 +351,8 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
     def handle(ev: dict) -> None:
         kind = ev.get("ev")
         if kind == "stage":
-            _notify(observer, "on_stage", ev["text"])
+            if not cancelled:  # stages still in the pipe after a cancel would read as progress
+                _notify(observer, "on_stage", ev["text"])
         elif kind == "loaded":
             st.loaded = ev
         elif kind == "memory":

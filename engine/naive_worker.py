@@ -338,12 +338,17 @@ def run(spec: dict, emit: Emitter) -> None:
         enc = tok(batch_texts, return_tensors="pt", padding=len(batch_texts) > 1, add_special_tokens=False)
         return {k: v.to(device) for k, v in enc.items()}
 
+    if spec["mode"] == "static-batch":
+        tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
     if spec.get("warmup", True):
+        # Same shape as the measured part (one prompt, or the whole padded batch), so first-call costs
+        # for that shape (kernel selection, allocator growth) are not billed to the first request.
         emit.stage("warming up (2 tokens, not measured)")
         t_w = time.perf_counter()
         try:
             with torch.no_grad():
-                model.generate(**encode(texts[:1]), **{**gen_kwargs, "max_new_tokens": 2})
+                model.generate(**encode(texts[:1] if spec["mode"] == "sequential" else texts),
+                               **{**gen_kwargs, "max_new_tokens": 2})
         except Exception as e:
             if is_oom(torch, e):
                 raise Fail("oom", oom_sentence(device, "generate", spec)) from e
@@ -403,7 +408,6 @@ def run(spec: dict, emit: Emitter) -> None:
                 break
     else:
         emit.stage(f"static batch of {n}: padding and generating")
-        tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
         try:
             enc = encode(texts)
             plen = int(enc["input_ids"].shape[1])

@@ -59,6 +59,8 @@ CAUSES: tuple[tuple[re.Pattern, str], ...] = (
     (re.compile(r"Free memory on device .* is less than desired GPU memory utilization", re.I),
      "Another process already holds GPU memory, so the requested gpu-memory-utilization is not available: lower "
      "it or free the GPU, then start again."),
+    (re.compile(r"validation error for \w+\s*\n\s*(?:Value error, )?(.*?)\s*\[type="),
+     "vLLM rejected the settings ({0}): change that setting and start again."),
     (re.compile(r"unrecognized arguments:\s*(.*)"),
      "vLLM did not recognise a flag ({0}): remove it or check its spelling."),
     (re.compile(r"error: argument (.*)"),
@@ -299,7 +301,7 @@ class VLLMServer:
                     msg = describe_failure(lines, rc) if state == STARTING else (
                         f"The vLLM server stopped unexpectedly (code {rc}): {describe_failure(lines, rc)}")
                     self._snap.events.append((time.time(), "server died"))
-                    self._set(state=FAILED, stage="failed", error=msg)
+                    self._set(state=FAILED, stage="failed", error=msg, pid=None)
                     self._pid, self._proc = None, None
                     self._remove_record()
                 return
@@ -327,6 +329,12 @@ class VLLMServer:
             return pos
         text = data[: cut + 1].decode("utf-8", "replace").replace("\r", "\n")
         with self._lock:
+            # Read the startup figures from every chunk: in an adopted server's long log they have
+            # already scrolled out of the tail that _update_stage scans.
+            if self._snap.kv_cache_tokens is None and (m := KV_TOKENS.search(text)):
+                self._snap.kv_cache_tokens = int(m.group(1).replace(",", ""))
+            if self._snap.max_concurrency is None and (m := MAX_CONCURRENCY.search(text)):
+                self._snap.max_concurrency = float(m.group(2).replace(",", ""))
             self._tail.extend(l for l in text.split("\n") if l.strip())
         return pos + cut + 1
 

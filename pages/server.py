@@ -72,7 +72,7 @@ with c1:
                                help="The longest prompt + answer one request may have. Shorter means less KV "
                                     "cache per request, so more requests fit at once.")
     if cpu:
-        kv_gib = st.slider("CPU KV cache size (GiB)", 0.5, 16.0, 2.0, 0.5, key="cfg_cpu_kvcache_gib",
+        kv_gib = st.slider("CPU KV cache size (GiB)", 1, 16, 2, 1, key="cfg_cpu_kvcache_gib",
                            help="Memory set aside for the KV cache (VLLM_CPU_KVCACHE_SPACE). More means more "
                                 "requests in flight.")
         mem_frac = 0.85
@@ -80,7 +80,7 @@ with c1:
         mem_frac = st.slider("GPU memory utilization", 0.10, 1.00, 0.85, 0.01, key="cfg_gpu_memory_utilization",
                              help="The fraction of GPU memory vLLM may take for weights + KV cache. Higher "
                                   "means a bigger KV cache, but nothing else can use the GPU.")
-        kv_gib = 2.0
+        kv_gib = 2
 with c2:
     dtypes = ["auto", "float16", "bfloat16", "float32"]
     dtype = st.selectbox("Data type", dtypes, index=1 if not cpu else 0, key="cfg_dtype",
@@ -109,7 +109,7 @@ cfg, cfg_error = None, model_error
 if spec:
     try:
         cfg = lab.default_config(spec).with_changes(
-            max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=float(kv_gib),
+            max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=int(kv_gib),
             dtype=dtype, max_num_seqs=int(max_seqs) or None, enforce_eager=eager,
             enable_prefix_caching={"on": True, "off": False}.get(prefix), tensor_parallel_size=int(tp),
             api_key=api_key or None, served_model_name=served or None, extra_args=parse_extra_args(extra_text),

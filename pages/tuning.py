@@ -19,7 +19,7 @@ st.caption("Each row is one server configuration. The app restarts vLLM with it,
 
 mem_col = "CPU KV cache (GiB)" if cpu else "GPU memory utilization"
 default = pd.DataFrame([
-    {"max-model-len": c["max_model_len"], mem_col: 2.0 if cpu else c["gpu_memory_utilization"]} for c in scn.configs
+    {"max-model-len": c["max_model_len"], mem_col: 2 if cpu else c["gpu_memory_utilization"]} for c in scn.configs
 ])
 rows = st.data_editor(default, num_rows="dynamic", width="stretch", key="tuning_rows",
                       column_config={
@@ -38,7 +38,7 @@ elif st.button("Run the comparison", type="primary", icon=":material/play_arrow:
             mem = float(r[mem_col])
             configs.append(snap.config.with_changes(
                 max_model_len=int(r["max-model-len"]),
-                **({"cpu_kvcache_gib": mem} if cpu else {"gpu_memory_utilization": mem})))
+                **({"cpu_kvcache_gib": int(mem)} if cpu else {"gpu_memory_utilization": mem})))
         labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
                   for c in configs]
         ui.act(lab, lab.run_tuning, configs, scn.load_spec(max_tokens=max_tokens), labels)

@@ -52,6 +52,7 @@ def test_optional_flags_render_and_api_key_is_hidden_in_the_shell_command():
     ({"max_model_len": 4}, "too small"),
     ({"model": " "}, "No model"),
     ({"tensor_parallel_size": 0}, "tensor-parallel-size"),
+    ({"cpu_kvcache_gib": 0.5}, "whole number"),
 ])
 def test_bad_settings_are_refused_with_a_sentence(changes, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")

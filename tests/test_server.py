@@ -140,7 +140,7 @@ def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
 @pytest.mark.slow
 def test_stop_during_startup_leaves_no_process(embedded_model):
     srv = VLLMServer(port=free_port())
-    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=0.5))
+    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=1))
     deadline = time.time() + 300
     family: set[int] = set()
     while time.time() < deadline:  # wait until vLLM has spawned its engine core
@@ -148,6 +148,8 @@ def test_stop_during_startup_leaves_no_process(embedded_model):
         if len(family) >= 2 or srv.snapshot().state != "starting":
             break
         time.sleep(0.5)
+    snap = srv.snapshot()
+    assert snap.state == "starting", snap.error
     assert srv.record_path.exists()
     srv.stop()
     assert srv.snapshot().state == STOPPED
