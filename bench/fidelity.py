@@ -11,17 +11,23 @@ and level so that neither run hits prefix-cache blocks the other left behind.
 
     python bench/fidelity.py --base-url http://127.0.0.1:8011 --concurrency 1 8 32 \
         --out bench/results/fidelity-cpu.md
+
+With --synthetic both clients instead face tests/fakes.py in its own process: a server that streams
+every answer at a fixed pace (--chunk-delay) and never slows down, so any shortfall is the
+client's. That probes high concurrency on a small machine; the tokenizer still comes from
+--base-url's model (or --tokenizer).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,19 @@ def served_model(base_url: str) -> tuple[str, str]:
     """(served name, root path) of the server's first model; the root doubles as tokenizer."""
     d = httpx.get(f"{base_url}/v1/models", timeout=10, trust_env=False).json()["data"][0]
     return d["id"], d.get("root") or d["id"]
+
+
+@contextmanager
+def synthetic_server(chunk_delay: float) -> Iterator[str]:
+    """tests/fakes.py serving in a child process; yields its base URL."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes.py"), "--chunk-delay", str(chunk_delay)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(proc.stdout.readline())  # type: ignore[union-attr]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def bench_argv(a: argparse.Namespace, model: str, tokenizer: str, c: int, n: int, seed: int) -> list[str]:
@@ -146,8 +165,11 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Fidelity: engine.loadgen vs `vllm bench serve` ({report['date']})", "",
         f"- Hardware: {hw['summary']} (CPU: {hw['cpu'].get('model')}, {hw['cpu'].get('cores_logical')} logical cores)",
-        f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
-        f"model `{report['model']}` at {report['base_url']}; client and server share the machine",
+        (f"- Server: tests/fakes.py, one chunk every {report['synthetic_chunk_delay_s'] * 1000:g} ms per answer "
+         "(never slows down: a shortfall is the client's); client and server share the machine"
+         if report.get("synthetic_chunk_delay_s") else
+         f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
+         f"model `{report['model']}` at {report['base_url']}; client and server share the machine"),
         f"- Workload: random dataset, {report['input_len']} input / {report['output_len']} output tokens, "
         f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency",
         f"- Client: {report['client']}", "",
@@ -179,6 +201,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=0, help="loadgen client processes (0: auto)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=1000)
+    p.add_argument("--tokenizer", default=None, help="tokenizer for the random prompts (default: the server's model)")
+    p.add_argument("--synthetic", action="store_true", help="measure against a paced fake server (client keep-up)")
+    p.add_argument("--chunk-delay", type=float, default=0.02, help="--synthetic: seconds between chunks of an answer")
     p.add_argument("--out", type=Path, default=None, help="markdown report; a .json with the same stem is written too")
     return p.parse_args(argv)
 
@@ -186,13 +211,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     a.base_url = a.base_url.rstrip("/").removesuffix("/v1")
-    model, tokenizer = served_model(a.base_url)
     log = (a.out.with_suffix(".log") if a.out else Path(tempfile.gettempdir()) / "fidelity-vllm-bench.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
-    levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
+    if a.synthetic:
+        tokenizer = a.tokenizer or served_model(a.base_url)[1]
+        with synthetic_server(a.chunk_delay) as url:
+            a.base_url, model = url, "ok"
+            print(f"synthetic server {url}, one chunk per {a.chunk_delay * 1000:g} ms per answer", flush=True)
+            levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
+    else:
+        model, root = served_model(a.base_url)
+        tokenizer = a.tokenizer or root
+        print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
+        levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
+              "synthetic_chunk_delay_s": a.chunk_delay if a.synthetic else None,
               "input_len": a.input_len, "output_len": a.output_len, "temperature": a.temperature,
               "hardware": hardware.describe(), "versions": hardware.versions(), "client": client_name(),
               "levels": levels}

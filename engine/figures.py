@@ -643,8 +643,8 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
         color = PALETTE[i % len(PALETTE)]
         show = len(groups) > 1
         common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
-                      marker=dict(size=11, color=color), textposition="top center",
-                      textfont=dict(size=BASE_SIZE - 4, color=color), cliponaxis=False, legendgroup=name)
+                      marker=dict(size=11, color=color), textposition="top left",
+                      textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
         fig.add_scatter(x=cs, y=tp, name=name, showlegend=show, text=[_fmt_num(v) for v in tp],
                         hovertemplate="concurrency %{x:.0f}: %{y:,.0f} tok/s<extra>" + _esc(name) + "</extra>",
                         row=1, col=1, **common)
@@ -930,8 +930,9 @@ def to_png(fig: go.Figure, path: str | Path, width: int = 1280, height: int | No
         raise RuntimeError("kaleido wrote nothing")
     except Exception as e:  # no Chrome, kaleido missing, sandbox trouble ...
         html_path = path.with_suffix(".html")
-        fig.write_html(str(html_path), include_plotlyjs="cdn")
-        warnings.warn(f"PNG export failed ({e}); wrote {html_path} instead.", RuntimeWarning, stacklevel=2)
+        fig.write_html(str(html_path), include_plotlyjs=True)  # self-contained: works offline
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        warnings.warn(f"PNG export failed ({why}); wrote {html_path} instead.", RuntimeWarning, stacklevel=2)
         return html_path
 
 

@@ -90,9 +90,11 @@ class NaiveSpec:
     temperature: float = 0.7  # the lab's value; > 0 means do_sample=True, 0 means greedy
     mode: str = "sequential"  # "sequential" | "static-batch"
     device: str = "auto"  # "auto" (cuda if available, else cpu) | "cuda" | "cuda:1" | "cpu"
-    dtype: str = "auto"  # "auto" (float16 on CUDA; on CPU bfloat16 if native bf16, else float32) | "float16" | "bfloat16" | "float32"
+    # "auto" (float16 on CUDA; on CPU bfloat16 where the CPU has native bf16, else float32) | "float16" |
+    # "bfloat16" | "float32"
+    dtype: str = "auto"
     seed: int = 0
-    random_weights: bool = False  # shape-only: AutoModelForCausalLM.from_config + random init, tokenizer from the folder
+    random_weights: bool = False  # shape-only: from_config + random init on the device; tokenizer from the folder
     scenario: str = ""
     label: str = ""
     warmup: bool = True  # one 2-token generate() before the measured part (not recorded); False = the lab as written
@@ -166,7 +168,8 @@ def check_model_folder(spec: NaiveSpec) -> Path:
     """Fail fast, before a process starts, when the folder cannot be what the worker needs."""
     folder = Path(spec.model_path).expanduser()
     if not folder.exists():
-        raise ModelNotFound(f"Model folder {folder} does not exist: check the path, or pick the embedded default model.")
+        raise ModelNotFound(f"Model folder {folder} does not exist: check the path, "
+                            "or pick the embedded default model.")
     if not (folder / "config.json").is_file():
         raise ModelNotFound(f"{folder} is not a Hugging Face model folder (no config.json): "
                             "point to the folder that holds config.json, the tokenizer and the weights.")
@@ -353,8 +356,11 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
         if kind == "stage":
             if not cancelled:  # stages still in the pipe after a cancel would read as progress
                 _notify(observer, "on_stage", ev["text"])
+        elif kind == "device":
+            st.loaded.setdefault("device", ev["device"])
+            st.loaded.setdefault("dtype", ev.get("dtype"))
         elif kind == "loaded":
-            st.loaded = ev
+            st.loaded.update(ev)
         elif kind == "memory":
             st.memory[ev["point"]] = ev["value"]
         elif kind == "warmup":

@@ -248,6 +248,7 @@ def run(spec: dict, emit: Emitter) -> None:
     dtype, dtype_reason = resolve_dtype(torch, spec["dtype"], device)
     dtype_name = str(dtype).removeprefix("torch.")
     spec = {**spec, "dtype": dtype_name}
+    emit("device", device=describe_device(torch, device), dtype=dtype_name)  # before anything can fail on it
     torch.manual_seed(int(spec["seed"]))
     if device.type == "cuda":
         torch.cuda.manual_seed_all(int(spec["seed"]))
@@ -276,11 +277,9 @@ def run(spec: dict, emit: Emitter) -> None:
     if max_len:
         for i, L in enumerate(lengths):
             if L + max_new > max_len:
-                raise Fail("too_long", f"Prompt {i + 1} is {L} tokens and with {max_new} new tokens needs {L + max_new}, "
-                                       f"but the model allows {max_len}: shorten the prompt or lower max new tokens.")
-        if spec["mode"] == "static-batch" and max(lengths) + max_new > max_len:  # padded to the longest
-            raise Fail("too_long", f"The batch is padded to {max(lengths)} tokens and with {max_new} new tokens exceeds "
-                                   f"the model's {max_len}: shorten the longest prompt or lower max new tokens.")
+                raise Fail("too_long", f"Prompt {i + 1} is {L} tokens and with {max_new} new tokens needs "
+                                       f"{L + max_new}, but the model allows {max_len}: shorten the prompt or "
+                                       "lower max new tokens.")
 
     # The model.
     t_load = time.perf_counter()

@@ -58,7 +58,8 @@ if prompt and snap.state == READY:
     entry = {"role": "assistant", "content": "", "timing": timing, "prompt": prompt}
     history.append(entry)  # kept even if the stream is stopped or breaks off
     with st.chat_message("assistant"):
-        st.button("Stop", icon=":material/stop_circle:", on_click=stop.set, key="stop_stream")
+        stop_slot = st.empty()  # the Stop button lives only while the answer streams
+        stop_slot.button("Stop", icon=":material/stop_circle:", on_click=stop.set, key="stop_stream")
 
         def chunks():
             for text in stream_chat(snap.config.base_url, snap.config.model_name,
@@ -72,6 +73,7 @@ if prompt and snap.state == READY:
             st.write_stream(chunks())
         except LabError as e:
             st.error(str(e), icon=":material/error:")
+        stop_slot.empty()
         st.caption(_stats_line(entry))
 
 last = next((m for m in reversed(history) if m.get("timing") and m["timing"].ttft is not None), None)

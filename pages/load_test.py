@@ -24,15 +24,16 @@ with st.form("load"):
                                      help="Total requests; prompts repeat if there are more requests than prompts.")
     with c2:
         max_tokens = st.slider("Max tokens per answer", 16, 1024, 150, 2, help="The lab uses 150.")
-        ignore_eos = st.toggle("Always generate max tokens (ignore end-of-sequence)", value=False,
-                               help="Fixed output length, so runs compare exactly. Off: answers end naturally, "
-                                    "as in the lab.")
+        ignore_eos = st.toggle("Always generate max tokens", value=False,
+                               help="Ignore end-of-sequence: a fixed output length, so runs compare exactly. "
+                                    "Off: answers end naturally, as in the lab.")
     with c3:
         prompt_set = st.selectbox("Prompts", ["The lab's 10 prompts", "Synthetic prompts (seeded)"])
         shape = st.selectbox("Arrival", ["All at once (the lab)", "Keep N in flight", "Poisson arrivals"],
                              help="All at once: like asyncio.gather. Keep N in flight: a new request as soon as "
                                   "one finishes. Poisson: requests arrive at random at a set rate.")
-        rate = st.number_input("Poisson rate (requests/s)", 0.1, 100.0, 2.0, 0.5)
+        rate = st.number_input("Poisson rate (requests/s)", 0.1, 100.0, 2.0, 0.5,
+                               help="Used only with Poisson arrivals.")
     submitted = st.form_submit_button("Run load test", type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab))
 

@@ -1,5 +1,7 @@
 """Naive vs vLLM: the lab's steps 1–2 — the same prompts through transformers' generate(), through one
 static batch, and through vLLM, with per-request latency side by side."""
+import re
+
 import streamlit as st
 
 import ui
@@ -42,17 +44,27 @@ if gpu_busy:
 may = ui.can_act(lab)
 b1, b2, b3 = st.columns(3)
 naive_scn, static_scn, vllm_scn = SCENARIOS["naive-5"], SCENARIOS["static-batch-5"], SCENARIOS["vllm-5-sequential"]
+
+
+def _label(scn) -> str:
+    """The scenario's description with the token budget actually used (the slider), e.g. '… (48 tokens)'."""
+    return re.sub(r"\(\d+ tokens\)", f"({max_tokens} tokens)", scn.description)
+
+
 if b1.button("1 · Naive transformers (sequential)", type="primary", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, naive_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                    max_new_tokens=max_tokens, temperature=temperature))
+                                                    max_new_tokens=max_tokens, temperature=temperature,
+                                                    label=_label(naive_scn)))
 if b2.button("Static batch (one padded generate)", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, static_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                     max_new_tokens=max_tokens, temperature=temperature))
+                                                     max_new_tokens=max_tokens, temperature=temperature,
+                                                     label=_label(static_scn)))
 if b3.button("2 · vLLM (same prompts, sequential)", type="primary", width="stretch",
              disabled=not may or snap.state != READY):
-    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature))
+    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature,
+                                                 label=_label(vllm_scn)))
 if snap.state != READY:
     st.caption("The vLLM button needs a ready server: start it on the Server page.")
 

@@ -1,5 +1,7 @@
 """Server: pick a model, set the flags (or press a preset from the lab), see the exact command, start
 and stop vLLM, and watch it come up."""
+import time
+
 import streamlit as st
 
 import ui
@@ -123,7 +125,10 @@ if cfg and spec:
     fit = lab.fit_check(cfg, spec)
     {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](f"Fit check: {fit.message}",
                                                                         icon=":material/memory:")
-    st.markdown("**Command line** (copy with the icon on the right)")
+    if lab.server.snapshot().state in (STARTING, READY):
+        st.markdown("**Command line for the next start** (the running server's own is under Status below)")
+    else:
+        st.markdown("**Command line** (copy with the icon on the right)")
     st.code(cfg.shell_command(), language="bash")
 
 
@@ -133,28 +138,47 @@ def _start(c: ServerConfig, s: models.ModelSpec) -> None:
 
 
 b1, b2, b3, _ = st.columns([1, 1, 1, 3])
-state = lab.server.snapshot().state
+def _do(fn, *args) -> None:
+    """One lifecycle action, then a full redraw so the buttons match the new state; an error sentence is
+    kept across that redraw."""
+    try:
+        lab.require_presenter(st.session_state.get("presenter_token"))
+        fn(*args)
+    except LabError as e:
+        st.session_state["server_action_error"] = str(e)
+    st.rerun()
+
+
+if err := st.session_state.pop("server_action_error", None):
+    st.error(err, icon=":material/error:")
+state = lab.server.snapshot().state  # the buttons are drawn for this state; live_status redraws on a change
 may = ui.can_act(lab)
 if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY)):
-    ui.act(lab, _start, cfg, spec)
+    _do(_start, cfg, spec)
 if b2.button("Stop", icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
     with st.spinner("Stopping vLLM and every process it started…"):
-        ui.act(lab, lab.stop_server)
+        _do(lab.stop_server)
 if b3.button("Restart", icon=":material/restart_alt:", width="stretch",
              disabled=not may or cfg is None or state not in (READY, FAILED)):
     with st.spinner("Stopping the old server…"):
-        ui.act(lab, lambda: (lab.stop_server(), lab.start_server(cfg, spec)))
+        _do(lambda: (lab.stop_server(), lab.start_server(cfg, spec)))
 
 
 @st.fragment(run_every=1)
 def live_status() -> None:
     s = lab.server.snapshot()
+    if s.state != state:  # started, ready, failed or stopped since the page was drawn: redraw the buttons too
+        st.rerun(scope="app")
     st.subheader("Status")
     cols = st.columns(4)
     cols[0].metric("State", s.state)
     cols[1].metric("Stage", s.stage or "–")
-    cols[2].metric("Start → ready" if s.ready_at else "Elapsed", ui.fmt_s(s.elapsed))
+    if s.adopted:  # its start was before this app: show how long it has been up, not a startup time
+        up = time.time() - s.started_at if s.started_at else None
+        cols[2].metric("Up for", ui.fmt_s(up) if up is None or up < 120 else f"{up / 60:.0f} min")
+    else:
+        cols[2].metric("Start → ready" if s.ready_at else "Elapsed", ui.fmt_s(s.elapsed))
     cols[3].metric("PID", s.pid or "–")
     if s.adopted:
         st.caption("This server was started before the app restarted; the app found it and took it over.")

@@ -58,7 +58,7 @@ def results() -> None:
         st.error(job.error, icon=":material/error:")
     saved = [r for r in lab.store.list(limit=100) if r.scenario == "tuning" and r.id not in {x.id for x in runs}]
     overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
-                             key="tuning_overlay")
+                             key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
     runs += [lab.store.load(r.id) for r in overlay]
     if runs:
         ui.chart(figures.tuning_compare(runs), key="tuning")

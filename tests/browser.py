@@ -112,10 +112,29 @@ def metric(page, label: str):
     return box.locator("[data-testid=stMetricValue]").first
 
 
+def button(page, label: str):
+    """The button whose label is exactly `label` (its accessible name may start with a material icon's name)."""
+    return page.get_by_role("button", name=re.compile(rf"(^|\s){re.escape(label)}$"))
+
+
 def screenshot(page, name: str) -> Path:
+    """artifacts/screenshots/<name>.png of the whole page. Streamlit scrolls inside its main container, which
+    a full_page shot does not unroll, so the viewport is stretched to the content's height for the shot."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     out = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(out), full_page=True)
+    size = page.viewport_size or VIEWPORT
+    content = page.evaluate("""() => {
+        const m = document.querySelector('[data-testid=stMain]') || document.scrollingElement;
+        return m ? m.scrollHeight : 0; }""")
+    tall = min(max(int(content or 0), size["height"]), 12000)
+    if tall > size["height"]:
+        page.set_viewport_size({"width": size["width"], "height": tall})
+        page.wait_for_timeout(300)  # one layout pass
+    try:
+        page.screenshot(path=str(out), full_page=True)
+    finally:
+        if tall > size["height"]:
+            page.set_viewport_size(size)
     return out
 
 
@@ -159,12 +178,14 @@ def write_adoption_record(runtime_dir: Path, port: int) -> Path | None:
     )
     log = Path(os.readlink(f"/proc/{proc.pid}/fd/1"))
     if not log.is_file():
+        runtime_dir.mkdir(parents=True, exist_ok=True)
         log = runtime_dir / f"server-{port}.log"
         log.touch()
     rec = {
         "pid": proc.pid, "create_time": proc.create_time(), "port": port, "argv": argv,
         "config": cfg.to_dict() | {"api_key": None}, "started_at": proc.create_time(), "log": str(log),
     }
+    runtime_dir.mkdir(parents=True, exist_ok=True)
     path = runtime_dir / f"server-{port}.json"
     path.write_text(json.dumps(rec, indent=2))
     return path

@@ -108,7 +108,13 @@ class FakeOpenAIServer:
             writer.close()
 
     async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
-        chat = b"/chat/completions" in head.split(b"\r\n", 1)[0]
+        request_line = head.split(b"\r\n", 1)[0]
+        if not request_line.startswith(b"POST") or b"completions" not in request_line:
+            writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n"
+                         b'{"error": {"message": "no such route"}}\n')
+            await writer.drain()
+            return
+        chat = b"/chat/completions" in request_line
         model = body.get("model", "ok")
         n = int(body.get("max_tokens") or 8)
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
@@ -145,3 +151,31 @@ class FakeOpenAIServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         self.completed += 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve standalone (bench/fidelity.py --synthetic): prints the port, runs until killed.
+    A paced "ok" stream is a server that never slows down, to see whether a client keeps up."""
+    import argparse
+    import time
+
+    p = argparse.ArgumentParser(description="fake OpenAI SSE server")
+    p.add_argument("--chunk-delay", type=float, default=0.02, help="seconds between content chunks")
+    a = p.parse_args(argv)
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
+    srv = FakeOpenAIServer(chunk_delay_s=a.chunk_delay)
+    srv._loop = asyncio.new_event_loop()  # after the policy, so it is uvloop's
+    srv._thread = threading.Thread(target=srv._loop.run_forever, name="fake-openai", daemon=True)
+    with srv:
+        print(srv.port, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()

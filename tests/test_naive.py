@@ -34,7 +34,9 @@ def _model_dir() -> Path | None:
         from engine.models import EMBEDDED_NAME
         from engine.paths import models_dir
 
-        candidates.append(models_dir() / EMBEDDED_NAME)
+        prepared = models_dir() / EMBEDDED_NAME
+        if (prepared / ".complete").exists():  # conversion finished
+            candidates.append(prepared)
     except Exception:
         pass
     candidates.append(Path("/tmp/conv/out"))
@@ -109,6 +111,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_sequential_two_prompts(model_dir):
     obs = Recorder()
     spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS[:2], max_new_tokens=16, warmup=False)
@@ -127,7 +130,11 @@ def test_sequential_two_prompts(model_dir):
     assert res.records[1].send_time >= res.records[0].end_time
     # the comparison states its terms
     assert res.config["max_new_tokens"] == 16 and res.config["temperature"] == 0.7
-    assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
+    if res.config["device"].startswith("cuda"):
+        assert res.config["dtype"] == "float16"  # the lab's dtype
+        assert res.extra["memory"]["after_load"]["allocated"] > 0
+    else:
+        assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
     assert res.extra["params"] > 100_000_000 and res.extra["load_s"] > 0 and res.extra["dtype_reason"]
     mem = res.extra["memory"]
     assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
@@ -140,6 +147,7 @@ def test_sequential_two_prompts(model_dir):
     assert _gone(res.extra["worker_pid"])
 
 
+@pytest.mark.slow
 def test_static_batch_shares_one_end(model_dir):
     spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS[:3], max_new_tokens=16, mode="static-batch",
                      warmup=False)
@@ -156,6 +164,7 @@ def test_static_batch_shares_one_end(model_dir):
     assert len({r.prompt_tokens for r in res.records}) > 1
 
 
+@pytest.mark.slow
 def test_cancel_keeps_finished_requests_and_kills_worker(model_dir):
     cancel = threading.Event()
     obs = Recorder(cancel_after=1, cancel=cancel)
@@ -179,6 +188,7 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
     assert str(missing) in str(ei.value) and ":" in str(ei.value)
 
 
+@pytest.mark.slow
 def test_random_weights_tiny_config(tiny_random_dir):
     spec = NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8, random_weights=True,
                      mode="static-batch", warmup=False)
@@ -188,6 +198,7 @@ def test_random_weights_tiny_config(tiny_random_dir):
     assert 0 < res.extra["params"] < 10_000_000
 
 
+@pytest.mark.slow
 def test_prompt_too_long(tiny_random_dir):
     cfg = json.loads((tiny_random_dir / "config.json").read_text())
     cfg["max_position_embeddings"] = 40
@@ -200,6 +211,7 @@ def test_prompt_too_long(tiny_random_dir):
     assert ei.value.result is not None and ei.value.result.records == []
 
 
+@pytest.mark.slow
 def test_worker_exits_when_parent_dies(tiny_random_dir):
     """Kill the process that called run_naive mid-generation: the worker notices (stdin EOF) and exits."""
     script = (
@@ -208,7 +220,7 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
         "class O:\n"
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
-        f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 4, max_new_tokens=32,"
+        f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 8, max_new_tokens=200,"
         " random_weights=True), observer=O())\n"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -226,3 +238,32 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU")
+def test_cuda_memory_report(tiny_random_dir):
+    """On a GPU: torch.cuda numbers inside the worker, NVML numbers outside it, and the memory is back
+    once the worker has exited."""
+    res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8,
+                              random_weights=True, device="cuda"))
+    mem = res.extra["memory"]
+    assert res.config["device"].startswith("cuda") and res.config["dtype"] == "float16"
+    for point in ("after_load", "after_run", "after_cleanup"):
+        assert {"allocated", "reserved", "max_allocated", "device_used"} <= set(mem[point])
+    # what del + gc + empty_cache leaves inside the worker: the weights are gone (cuBLAS keeps a small
+    # workspace, ~32 MiB, which can exceed a tiny model's weights, so compare with the end of the run)
+    assert mem["after_cleanup"]["allocated"] < mem["after_run"]["allocated"]
+    assert mem["after_run"]["max_allocated"] >= mem["after_load"]["allocated"]
+    assert "device_used" in mem["before"] and "device_used" in mem["after_exit"]
+    assert mem["left_after_exit"] is not None
+    assert res.extra["device_name"]

@@ -8,14 +8,14 @@ serves every AppTest in this module and is shut down at the end.
 """
 from __future__ import annotations
 
+import socket
 import time
+from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from conftest import ROOT, free_port
-
-APP = str(ROOT / "app.py")
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
     "pages/server.py": "vLLM server",
     "pages/monitor.py": "Monitor",
@@ -25,6 +25,12 @@ PAGES = {
     "pages/chat.py": "Chat",
     "pages/history.py": "History",
 }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -170,3 +176,22 @@ def test_history_lists_a_saved_run():
         assert any(label.startswith("Export JSON") for label in labels), labels
     finally:
         ui.get_lab().store.delete([run.id])
+
+
+def test_start_on_a_busy_port_keeps_the_error_sentence():
+    """Start runs, fails with PortInUse, the page redraws: the sentence survives, nothing was started."""
+    import socket as _socket
+
+    import ui
+
+    lab = ui.get_lab()
+    with _socket.socket() as busy:
+        busy.bind(("127.0.0.1", lab.server.port))
+        busy.listen()
+        at = _page("pages/server.py")
+        next(b for b in at.button if b.label == "Start").click().run()
+        assert not at.exception
+        errors = _errors(at)
+        assert len(errors) == 1 and "already in use" in errors[0], errors
+    assert lab.server.snapshot().state == "stopped"
+    assert {m.label: m.value for m in at.metric}["State"] == "stopped"

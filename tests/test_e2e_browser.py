@@ -1,0 +1,256 @@
+"""The real app in headless Chromium against a real vLLM server.
+
+One `streamlit run app.py` for the module adopts the session's vLLM server (conftest's vllm_server):
+it is started with SERVING_LAB_VLLM_PORT=<that port> and SERVING_LAB_RUNTIME=<the fixture's runtime
+dir>, where VLLMServer recorded what it started, so the app finds the server and takes it over, as
+it would after an app restart. With SERVING_LAB_TEST_URL (a server started by hand) there is no such
+record; the test writes one for the local process listening on that port.
+
+A second app, with its own vLLM port and runtime dir, starts a server from the UI and stops it
+before it is ready (the start takes minutes on a CPU; the stages and a clean stop are what matter).
+
+Every page is saved to artifacts/screenshots/<page>.png.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py, whatever pytest's import mode
+pytest.importorskip("playwright")
+from playwright.sync_api import expect, sync_playwright  # noqa: E402
+
+from browser import (VIEWPORT, button, StreamlitApp, free_port, goto, kill_recorded_server, launch_chromium,  # noqa: E402
+                     metric, screenshot, write_adoption_record)
+
+pytestmark = pytest.mark.e2e
+
+MAX_TOKENS = 64  # the load test's default is 150; fewer keeps CI quick on a CPU
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")).exists():
+        pytest.skip("no Chromium at /usr/bin/chromium (set SERVING_LAB_CHROMIUM)")
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def app(vllm_server, tmp_path_factory):
+    """The app, adopting the session's vLLM server; its run history in a temporary file."""
+    port = urlparse(vllm_server.base_url).port
+    runtime = Path(os.environ["SERVING_LAB_RUNTIME"])
+    written = None
+    if vllm_server.server is None:  # SERVING_LAB_TEST_URL: a server started by hand, no record
+        written = write_adoption_record(runtime, port)
+        if written is None:
+            pytest.skip(f"no local vLLM process listens on port {port} ({vllm_server.base_url}), so the app "
+                        "cannot adopt it: unset SERVING_LAB_TEST_URL to let the fixture start one")
+    else:
+        assert vllm_server.server.record_path.exists(), "the fixture's server left no record to adopt"
+    d = tmp_path_factory.mktemp("e2e-app")
+    env = {"SERVING_LAB_VLLM_PORT": str(port), "SERVING_LAB_RUNTIME": str(runtime),
+           "SERVING_LAB_DB": str(d / "history.sqlite")}
+    try:
+        with StreamlitApp(env, d / "streamlit.log") as a:
+            yield a
+            print(f"--- streamlit log ---\n{a.log_tail()}")
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def page(browser, app):
+    ctx = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    pg = ctx.new_page()
+    yield pg
+    ctx.close()
+
+
+def shot(page, name: str) -> None:
+    """No traceback on the page, then its screenshot."""
+    exc = page.get_by_test_id("stException")
+    assert not exc.count(), f"{name} shows an exception: {exc.first.inner_text()[:500]}"
+    screenshot(page, name)
+
+
+def _wait_ready(page, timeout_ms: int = 60000) -> None:
+    expect(metric(page, "State")).to_have_text("ready", timeout=timeout_ms)
+
+
+# -- a. server ---------------------------------------------------------------------------------
+def test_server_page_shows_the_adopted_server_ready(page, app):
+    goto(page, app, "", title="vLLM server")
+    _wait_ready(page)
+    expect(metric(page, "KV cache capacity")).to_have_text(re.compile(r"^[\d,]+ tokens$"), timeout=30000)
+    expect(page.get_by_text("took it over")).to_be_visible()
+    expect(button(page, "Start")).to_be_disabled()
+    expect(button(page, "Stop")).to_be_enabled()
+    expect(page.locator("[data-testid=stSidebar]").get_by_text("ready")).to_be_visible()
+    shot(page, "server")
+
+
+# -- b. load test ------------------------------------------------------------------------------
+def test_load_test_draws_charts_and_summary(page, app):
+    goto(page, app, "load_test", title="Load test")
+    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max tokens per answer").locator("input")
+    expect(slider).to_have_value("150")  # the lab's default
+    slider.focus()
+    for _ in range((150 - MAX_TOKENS) // 2):  # step 2; inside the form, so no rerun per key
+        page.keyboard.press("ArrowLeft")
+    expect(slider).to_have_value(str(MAX_TOKENS))
+    t0 = time.time()
+    button(page, "Run load test").click()
+    expect(page.get_by_text("Output throughput")).to_be_visible(timeout=240000)
+    print(f"load test: {time.time() - t0:.1f} s from click to summary")
+    expect(metric(page, "OK / failed")).to_have_text("10 / 0")
+    expect(page.get_by_text("that is continuous batching")).to_be_visible()
+    # The request timeline, the per-request latency bars and throughput over time.
+    expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=30000)
+    expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
+    shot(page, "load_test")
+
+
+# -- c. chat -----------------------------------------------------------------------------------
+def test_chat_streams_an_answer_with_ttft(page, app):
+    goto(page, app, "chat", title="Chat")
+    box = page.get_by_test_id("stChatInputTextArea")
+    expect(box).to_be_enabled(timeout=30000)
+    box.fill("What is the capital of France? Answer in one sentence.")
+    box.press("Enter")
+    msgs = page.get_by_test_id("stChatMessage")
+    expect(msgs).to_have_count(2, timeout=30000)
+    answer = msgs.nth(1)
+    expect(answer.get_by_text(re.compile(r"TTFT"))).to_be_visible(timeout=120000)
+    expect(answer.get_by_text(re.compile(r"\d+ tokens"))).to_be_visible()
+    text = answer.get_by_test_id("stMarkdownContainer").first.inner_text()
+    assert text.strip(), "the assistant's answer is empty"
+    expect(page.locator(".js-plotly-plot")).to_have_count(1, timeout=30000)  # token arrival chart
+    shot(page, "chat")
+
+
+# -- d. history --------------------------------------------------------------------------------
+def test_history_lists_the_run_and_exports_json(page, app):
+    label = f"10 requests, 10 in flight, {MAX_TOKENS} tokens"
+    goto(page, app, "history", title="History")
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=30000)
+    expect(page.get_by_test_id("stDataFrame").get_by_text(label).first).to_be_attached(timeout=30000)
+    with page.expect_download(timeout=30000) as dl:
+        page.get_by_role("button", name=re.compile("Export JSON")).click()
+    download = dl.value
+    assert download.suggested_filename.endswith(".json")
+    data = json.loads(Path(download.path()).read_text())
+    runs = data if isinstance(data, list) else data.get("runs", [data])
+    mine = [r for r in runs if (r.get("serving_lab") or {}).get("label") == label]
+    assert mine, f"the exported JSON has no run labelled {label!r}: {[(r.get('serving_lab') or {}).get('label') for r in runs]}"
+    assert mine[0]["completed"] == 10
+    shot(page, "history")
+
+
+def test_naive_vs_vllm_runs_the_vllm_step(page, app):
+    """Step 2 of the lab (the naive transformers step loads a model in a worker: test_naive covers it)."""
+    goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
+    expect(page.get_by_text("Run step 1 and step 2")).to_be_visible(timeout=30000)
+    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max new tokens").locator("input")
+    slider.focus()
+    page.keyboard.press("Home")  # 16; step 8
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    expect(slider).to_have_value("48")
+    step2 = button(page, "2 · vLLM (same prompts, sequential)")
+    expect(step2).to_be_enabled(timeout=30000)
+    step2.click()
+    expect(metric(page, "vLLM: mean latency")).not_to_have_text("–", timeout=180000)
+    expect(page.locator(".js-plotly-plot")).to_have_count(1, timeout=30000)  # per-prompt latency bars
+    shot(page, "naive_vs_vllm")
+
+
+def test_monitor_and_tuning_pages(page, app):
+    goto(page, app, "monitor", title="Monitor")
+    expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=30000)  # memory + vLLM /metrics
+    shot(page, "monitor")
+    goto(page, app, "tuning", title="Tuning")
+    expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=30000)  # the table of configurations
+    expect(button(page, "Run the comparison")).to_be_enabled(timeout=30000)  # the adopted server's config
+    shot(page, "tuning")
+
+
+# -- e. start and stop from the UI -------------------------------------------------------------
+def test_start_shows_a_stage_and_stop_leaves_no_process(browser, tmp_path):
+    vllm_port = free_port()
+    runtime = tmp_path / "runtime"
+    env = {"SERVING_LAB_VLLM_PORT": str(vllm_port), "SERVING_LAB_RUNTIME": str(runtime),
+           "SERVING_LAB_DB": str(tmp_path / "history.sqlite")}
+    ctx = browser.new_context(viewport=VIEWPORT)
+    try:
+        with StreamlitApp(env, tmp_path / "streamlit.log") as app2:
+            pg = ctx.new_page()
+            goto(pg, app2, "", title="vLLM server")
+            expect(metric(pg, "State")).to_have_text("stopped", timeout=30000)
+            start = button(pg, "Start")
+            expect(start).to_be_enabled()
+            t0 = time.time()
+            start.click()
+            expect(metric(pg, "Stage")).not_to_have_text("–", timeout=30000)
+            first_stage = time.time() - t0
+            stage = metric(pg, "Stage").inner_text()
+            print(f"click Start -> first stage '{stage}' shown in {first_stage:.2f} s")
+            expect(metric(pg, "State")).to_have_text("starting")
+            expect(metric(pg, "PID")).to_have_text(re.compile(r"^\d+$"), timeout=10000)
+            pid = int(metric(pg, "PID").inner_text())
+            assert psutil.pid_exists(pid)
+            tree = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            assert (runtime / f"server-{vllm_port}.json").exists(), "the start left no record for adoption"
+            shot(pg, "server_starting")
+
+            tree += [c.pid for c in _children_if_alive(pid)]  # the engine core may have appeared by now
+            t0 = time.time()
+            button(pg, "Stop").click()
+            expect(metric(pg, "State")).to_have_text("stopped", timeout=60000)
+            print(f"click Stop -> 'stopped' in {time.time() - t0:.2f} s")
+            left = [p for p in tree if _alive(p)]
+            assert not left, f"processes of the stopped server remain: {left}"
+            # vLLM runs in its own session (start_new_session): nothing may be left in it, even a late child.
+            assert not _session_members(pid), f"processes remain in the server's session: {_session_members(pid)}"
+            assert not (runtime / f"server-{vllm_port}.json").exists()
+            expect(button(pg, "Start")).to_be_enabled()
+    finally:
+        ctx.close()
+        kill_recorded_server(runtime, vllm_port)  # only if something above failed half-way
+
+
+def _children_if_alive(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
