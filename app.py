@@ -1,4 +1,7 @@
-"""Serving Lab: router only. Pages live in pages/, the work in engine/ (see DESIGN.md)."""
+"""Serving Lab: router only. The pages live in app_pages/, the work in engine/ (see DESIGN.md).
+
+Not `pages/`: Streamlit treats a folder of that name as a legacy multipage app, and the first visit
+of a fresh server through a deep link (/load_test) then runs the page without this navigation."""
 import streamlit as st
 
 import ui
@@ -7,13 +10,14 @@ st.set_page_config(page_title="Serving Lab", page_icon=":material/speed:", layou
 
 lab = ui.get_lab()
 nav = st.navigation([
-    st.Page("pages/server.py", title="Server", icon=":material/dns:", default=True),
-    st.Page("pages/monitor.py", title="Monitor", icon=":material/monitor_heart:"),
-    st.Page("pages/naive_vs_vllm.py", title="Naive vs vLLM", icon=":material/compare_arrows:"),
-    st.Page("pages/load_test.py", title="Load test", icon=":material/stacked_bar_chart:"),
-    st.Page("pages/tuning.py", title="Tuning", icon=":material/tune:"),
-    st.Page("pages/chat.py", title="Chat", icon=":material/chat:"),
-    st.Page("pages/history.py", title="History", icon=":material/history:"),
+    st.Page("app_pages/server.py", title="Server", icon=":material/dns:", default=True),
+    st.Page("app_pages/monitor.py", title="Monitor", icon=":material/monitor_heart:"),
+    st.Page("app_pages/naive_vs_vllm.py", title="Naive vs vLLM", icon=":material/compare_arrows:"),
+    st.Page("app_pages/load_test.py", title="Load test", icon=":material/stacked_bar_chart:"),
+    st.Page("app_pages/tuning.py", title="Tuning", icon=":material/tune:"),
+    st.Page("app_pages/chat.py", title="Chat", icon=":material/chat:"),
+    st.Page("app_pages/history.py", title="History", icon=":material/history:"),
 ])
 ui.sidebar(lab)
+ui.pending_error()
 nav.run()

@@ -30,14 +30,28 @@ def can_act(lab: Lab) -> bool:
     return lab.may_act(st.session_state.get("presenter_token"))
 
 
-def act(lab: Lab, fn: Callable[..., Any], *args, **kw) -> Any:
-    """Run one user action; a user-caused error becomes one st.error sentence, never a traceback."""
+def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
+    """Run one user action; a user-caused error becomes one st.error sentence, never a traceback.
+    rerun=True redraws the whole page afterwards (buttons follow the new state); the error sentence
+    survives that redraw and shows at the top of the page."""
     try:
         lab.require_presenter(st.session_state.get("presenter_token"))
-        return fn(*args, **kw)
+        result = fn(*args, **kw)
     except LabError as e:
-        st.error(str(e), icon=":material/error:")
-        return None
+        if not rerun:
+            st.error(str(e), icon=":material/error:")
+            return None
+        st.session_state["action_error"] = str(e)
+        result = None
+    if rerun:
+        st.rerun()
+    return result
+
+
+def pending_error() -> None:
+    """Show the error of an action that redrew the page (see act)."""
+    if err := st.session_state.pop("action_error", None):
+        st.error(err, icon=":material/error:")
 
 
 def badge(state: str) -> str:
@@ -59,6 +73,8 @@ def chart(fig, key: str | None = None) -> None:
 
 
 def sidebar(lab: Lab) -> None:
+    # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
+    st.session_state["drawn_state"] = lab.server.snapshot().state
     with st.sidebar:
         _server_status()
         if lab.presenter_token:
@@ -72,6 +88,8 @@ def sidebar(lab: Lab) -> None:
 def _server_status() -> None:
     lab = get_lab()
     s = lab.server.snapshot()
+    if s.state != st.session_state.get("drawn_state", s.state):
+        st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
     st.markdown(f"**vLLM server** {badge(s.state)}")
     if s.config:
         st.caption(f"{s.config.model_name} · port {s.config.port}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,9 +41,9 @@ from engine import hardware  # noqa: E402
 from engine.loadgen import LoadSpec, client_name, run_load  # noqa: E402
 
 VLLM_BENCH = ("import sys\n"
-              "from vllm.benchmarks.serve import add_cli_args, main\n"
-              "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
-              "p = FlexibleArgumentParser(); add_cli_args(p); main(p.parse_args(sys.argv[1:]))\n")
+              "from bench.fidelity import vllm_parser\n"
+              "from vllm.benchmarks.serve import main\n"
+              "main(vllm_parser().parse_args(sys.argv[1:]))\n")
 TARGET_RATIO = 0.95
 
 
@@ -79,16 +80,28 @@ def warmups(a: argparse.Namespace, c: int) -> int:
     return c if a.warmups is None else a.warmups
 
 
+def vllm_parser() -> argparse.ArgumentParser:
+    """`vllm bench serve`'s own argument parser (module paths of recent vLLM, older ones as fallback)."""
+    from vllm.benchmarks.serve import add_cli_args
+
+    try:
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:  # vLLM before the utils split
+        from vllm.utils import FlexibleArgumentParser  # type: ignore[no-redef]
+    p = FlexibleArgumentParser()
+    add_cli_args(p)
+    return p
+
+
 def random_prompts(argv: list[str]) -> list[str]:
     """The prompts `vllm bench serve` would send for these arguments (vLLM's own dataset code)."""
     from vllm.benchmarks.datasets import get_samples
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.tokenizers import get_tokenizer
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    p = FlexibleArgumentParser()
-    add_cli_args(p)
-    args = p.parse_args(argv)
+    try:
+        from vllm.tokenizers import get_tokenizer
+    except ImportError:  # older vLLM
+        from vllm.transformers_utils.tokenizer import get_tokenizer  # type: ignore[no-redef]
+    args = vllm_parser().parse_args(argv)
     return [s.prompt for s in get_samples(args, get_tokenizer(args.tokenizer))]
 
 
@@ -97,9 +110,9 @@ def run_vllm_bench(argv: list[str], log: Path) -> dict[str, Any]:
         cmd = [sys.executable, "-c", VLLM_BENCH, *argv, "--save-result", "--result-dir", d,
                "--result-filename", "r.json"]
         with log.open("a") as f:
-            f.write("\n$ " + " ".join(cmd[3:]) + "\n")
+            f.write("\n$ vllm bench serve " + " ".join(cmd[3:]) + "\n")
             f.flush()
-            subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True)
+            subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, cwd=ROOT)
         return json.loads((Path(d) / "r.json").read_text())
 
 
@@ -124,32 +137,47 @@ def _cpu_s() -> float:
 
 
 def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log: Path) -> dict[str, Any]:
+    """Both clients at one concurrency, `repeats` times each, interleaved (who goes first alternates)
+    so that drift on a shared machine hits both alike. Every run draws fresh prompts: no run can
+    hit prefix-cache blocks another left behind."""
     n = max(a.min_prompts, a.rounds * c)
-    v_argv = bench_argv(a, model, tokenizer, c, n, a.seed + 2 * i)
-    ours_prompts = random_prompts(bench_argv(a, model, tokenizer, c, n, a.seed + 2 * i + 1))
-    ours: dict[str, Any] = {}
-    vb: dict[str, Any] = {}
-    order = ("ours", "vllm") if i % 2 == 0 else ("vllm", "ours")  # alternate who meets the server first
-    for who in order:
-        print(f"  concurrency {c}: {who} ({n} prompts)...", flush=True)
-        if who == "ours":
-            ours = run_ours(a, model, ours_prompts, c)
-        else:
-            vb = run_vllm_bench(v_argv, log)
-    return {"concurrency": c, "num_prompts": n, "order": list(order), "vllm": _pick(vb), "ours": _pick(ours),
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "vllm": []}
+    orders = []
+    for r in range(a.repeats):
+        seed = a.seed + 100 * i + 2 * r
+        order = ("ours", "vllm") if (i + r) % 2 == 0 else ("vllm", "ours")
+        orders.append(order[0])
+        for who in order:
+            print(f"  concurrency {c}, run {r + 1}/{a.repeats}: {who} ({n} prompts)...", flush=True)
+            if who == "ours":
+                prompts = random_prompts(bench_argv(a, model, tokenizer, c, n, seed + 1))
+                runs["ours"].append(_pick(run_ours(a, model, prompts, c)))
+            else:
+                runs["vllm"].append(_pick(run_vllm_bench(bench_argv(a, model, tokenizer, c, n, seed), log)))
+    ours, vb = _median(runs["ours"]), _median(runs["vllm"])
+    return {"concurrency": c, "num_prompts": n, "first": orders, "vllm": vb, "ours": ours, "runs": runs,
             "throughput_ratio": _ratio(ours.get("output_throughput"), vb.get("output_throughput")),
             "ttft_ratio": _ratio(ours.get("mean_ttft_ms"), vb.get("mean_ttft_ms")),
-            "client_us_per_token": (1e6 * ours["client_cpu_s"] / ours["total_output_tokens"]
-                                    if ours.get("total_output_tokens") else None),
-            "client_workers": ours.get("client_workers")}
+            "client_us_per_token": ours.get("client_us_per_token"), "client_workers": ours.get("client_workers")}
 
 
 _KEYS = ("completed", "failed", "duration", "total_output_tokens", "output_throughput", "mean_ttft_ms",
-         "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "client_cpu_s", "client")
+         "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "client_cpu_s",
+         "client_us_per_token", "client_workers")
 
 
 def _pick(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: d[k] for k in _KEYS if k in d}
+    out = {k: d[k] for k in _KEYS if k in d}
+    if d.get("client_cpu_s") is not None and d.get("total_output_tokens"):
+        out["client_us_per_token"] = 1e6 * d["client_cpu_s"] / d["total_output_tokens"]
+    return out
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Key-wise median over repeated runs."""
+    keys = {k for r in runs for k, v in r.items() if isinstance(v, (int, float))}
+    return {k: statistics.median(r[k] for r in runs if r.get(k) is not None) for k in keys
+            if any(r.get(k) is not None for r in runs)}
 
 
 def _ratio(x: float | None, y: float | None) -> float | None:
@@ -174,8 +202,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency",
         f"- Client: {report['client']}", "",
         "| concurrency | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | "
-        "loadgen TTFT mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | client CPU µs/token | first |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "loadgen TTFT mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | loadgen CPU µs/token | "
+        "loadgen processes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["levels"]:
         v, o = r["vllm"], r["ours"]
@@ -183,9 +212,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['concurrency']} | {r['num_prompts']} | {_f(v.get('output_throughput'))} | "
             f"{_f(o.get('output_throughput'))} | {_f(r['throughput_ratio'], '.3f')} | {_f(v.get('mean_ttft_ms'))} | "
             f"{_f(o.get('mean_ttft_ms'))} | {_f(r['ttft_ratio'], '.3f')} | {_f(v.get('mean_tpot_ms'))} | "
-            f"{_f(o.get('mean_tpot_ms'))} | {_f(r['client_us_per_token'], '.0f')} | {r['order'][0]} |")
+            f"{_f(o.get('mean_tpot_ms'))} | {_f(r['client_us_per_token'], '.0f')} | {_f(r['client_workers'], '.0f')} |")
     worst = min((r["throughput_ratio"] for r in report["levels"] if r["throughput_ratio"]), default=None)
-    lines += ["", f"Lowest throughput ratio: {_f(worst, '.3f')} (target >= {TARGET_RATIO})."]
+    lines += ["", f"Medians over {report['repeats']} interleaved run(s) per side and level (who went first "
+              "alternates); ratio = loadgen / vllm bench (TTFT: lower is better). "
+              f"Lowest throughput ratio: {_f(worst, '.3f')} (target >= {TARGET_RATIO})."]
     return "\n".join(lines) + "\n"
 
 
@@ -197,6 +228,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-len", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2, help="prompts per level = max(min-prompts, rounds x concurrency)")
     p.add_argument("--min-prompts", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="interleaved runs per side and level; medians are reported")
     p.add_argument("--warmups", type=int, default=None, help="warm-up requests per level (default: the concurrency)")
     p.add_argument("--workers", type=int, default=0, help="loadgen client processes (0: auto)")
     p.add_argument("--temperature", type=float, default=0.7)
@@ -227,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
               "synthetic_chunk_delay_s": a.chunk_delay if a.synthetic else None,
-              "input_len": a.input_len, "output_len": a.output_len, "temperature": a.temperature,
+              "input_len": a.input_len, "output_len": a.output_len, "repeats": a.repeats, "temperature": a.temperature,
               "hardware": hardware.describe(), "versions": hardware.versions(), "client": client_name(),
               "levels": levels}
     md = markdown(report)

@@ -16,6 +16,7 @@ Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`,
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -25,6 +26,7 @@ import multiprocessing as mp
 import os
 import queue
 import random
+import socket
 import sys
 import threading
 import time
@@ -32,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
+import httpcore
 import httpx
 
 from . import stats
@@ -433,12 +436,126 @@ class _Requester:
 # Driving one event loop
 # ----------------------------------------------------------------------------------------------
 
+class _SocketProtocol(asyncio.Protocol):
+    """Receives bytes into a queue and wakes the one reader waiting for them."""
+
+    def __init__(self) -> None:
+        self.chunks: collections.deque[bytes] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
+        self.eof = False
+        self.exc: BaseException | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def _wake(self) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof, self.exc = True, exc
+        self._wake()
+
+
+def _expire(fut: asyncio.Future[None], timeout: float) -> None:
+    # An exception, not fut.cancel(): a cancelled task must still read as cancelled.
+    if not fut.done():
+        fut.set_exception(httpcore.ReadTimeout(f"no data for {timeout:g} s"))
+
+
+class _SocketStream(httpcore.AsyncNetworkStream):
+    """httpcore's view of one connection, straight on an asyncio protocol."""
+
+    def __init__(self, proto: _SocketProtocol) -> None:
+        self.p = proto
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        p = self.p
+        if not p.chunks and not p.eof:
+            loop = asyncio.get_running_loop()
+            fut = p.waiter = loop.create_future()
+            timer = loop.call_later(timeout, _expire, fut, timeout) if timeout is not None else None
+            try:
+                await fut
+            finally:
+                p.waiter = None
+                if timer is not None:
+                    timer.cancel()
+        if p.chunks:
+            data = p.chunks.popleft() if len(p.chunks) == 1 else b"".join(p.chunks.popleft() for _ in range(len(p.chunks)))
+            if len(data) > max_bytes:
+                p.chunks.appendleft(data[max_bytes:])
+                data = data[:max_bytes]
+            return data
+        if p.exc is not None:
+            raise httpcore.ReadError(str(p.exc) or type(p.exc).__name__)
+        return b""
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self.p.eof or self.p.transport is None or self.p.transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        self.p.transport.write(buffer)  # requests are small: the transport buffers them
+
+    async def aclose(self) -> None:
+        if self.p.transport is not None:
+            self.p.transport.close()
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":  # httpcore's test whether an idle keep-alive connection was closed
+            return bool(self.p.chunks) or self.p.eof
+        return None if self.p.transport is None else self.p.transport.get_extra_info(info)
+
+
+class _SocketBackend(httpcore.AsyncNetworkBackend):
+    """Plain-TCP network layer for httpcore without anyio's per-read cancel scopes: a read costs a
+    future and a timer. Measured against tests/fakes.py (64 streams x 256 chunks, uvloop) the
+    client's CPU per chunk fell from ~80 to ~55 us (`vllm bench serve`'s aiohttp: ~33 us)."""
+
+    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
+                          local_address: str | None = None, socket_options: Iterable[Any] | None = None
+                          ) -> httpcore.AsyncNetworkStream:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, proto = await loop.create_connection(_SocketProtocol, host, port)
+        except TimeoutError:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} took over {timeout:g} s") from None
+        except OSError as e:
+            raise httpcore.ConnectError(str(e) or type(e).__name__) from None
+        sock = transport.get_extra_info("socket")
+        with contextlib.suppress(Exception):  # small requests must not wait for Nagle
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _SocketStream(proto)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
 def _client(spec: LoadSpec, in_flight: int) -> httpx.AsyncClient:
-    """HTTP/1.1 client whose pool never caps concurrency; trust_env=False keeps proxies out."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=max(1, in_flight), keepalive_expiry=60)
+    """HTTP/1.1 client whose pool never caps concurrency; trust_env=False keeps proxies out.
+    Plain-http URLs get the lean socket layer above (https keeps httpx's own)."""
+    keep = None if spec.shape == "poisson" else max(1, in_flight)  # open loop: no bound known in advance
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=keep, keepalive_expiry=60)
     timeout = httpx.Timeout(connect=min(10.0, spec.timeout_s), read=spec.read_timeout_s,
                             write=spec.read_timeout_s, pool=None)
-    return httpx.AsyncClient(http2=False, limits=limits, timeout=timeout, trust_env=False)
+    transport = httpx.AsyncHTTPTransport(limits=limits, http1=True, http2=False, trust_env=False)
+    # httpx takes no network backend argument; its pool (a private attribute, httpx pinned) is
+    # rebuilt with ours. Should the attribute ever change, the default transport still works.
+    if spec.url.startswith("http://") and isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
+        transport._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False, network_backend=_SocketBackend())
+    return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
 
 
 def _run_async(coro_fn: Callable[[], Any]) -> Any:
@@ -545,7 +662,6 @@ def auto_workers(spec: LoadSpec) -> int:
 def _warmup_tokens(spec: LoadSpec) -> int | None:
     # Warm-up only has to put a batch of this size through the engine once; short answers do.
     return 16 if spec.max_tokens is None else min(spec.max_tokens, 16)
-
 
 
 async def _warm(spec: LoadSpec, observer: Observer, totals: Totals,

@@ -9,7 +9,7 @@ import sys
 from importlib import metadata
 
 from .config import API_SERVER_MODULE
-from .paths import data_home
+from .paths import models_dir
 
 
 def vllm_version() -> str | None:
@@ -26,7 +26,7 @@ def known_flags(python: str | None = None, timeout_s: float = 180) -> set[str] |
     version = vllm_version()
     if version is None:
         return None
-    cache = data_home() / f"vllm-flags-{version}.json"
+    cache = models_dir() / f"vllm-flags-{version}.json"  # beside the models: shared by every app and test home
     try:
         return set(json.loads(cache.read_text()))
     except (OSError, ValueError):

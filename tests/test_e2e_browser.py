@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py, wh
 pytest.importorskip("playwright")
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
-from browser import (VIEWPORT, button, StreamlitApp, free_port, goto, kill_recorded_server, launch_chromium,  # noqa: E402
-                     metric, screenshot, write_adoption_record)
+from browser import (VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server,  # noqa: E402
+                     launch_chromium, metric, screenshot, write_adoption_record)
 
 pytestmark = pytest.mark.e2e
 
@@ -152,9 +152,10 @@ def test_history_lists_the_run_and_exports_json(page, app):
     download = dl.value
     assert download.suggested_filename.endswith(".json")
     data = json.loads(Path(download.path()).read_text())
-    runs = data if isinstance(data, list) else data.get("runs", [data])
-    mine = [r for r in runs if (r.get("serving_lab") or {}).get("label") == label]
-    assert mine, f"the exported JSON has no run labelled {label!r}: {[(r.get('serving_lab') or {}).get('label') for r in runs]}"
+    assert isinstance(data, list), "the export is a JSON array, one object per run"
+    labels = [(r.get("serving_lab") or {}).get("label") for r in data]
+    mine = [r for r, lab in zip(data, labels) if lab == label]
+    assert mine, f"the exported JSON has no run labelled {label!r}: {labels}"
     assert mine[0]["completed"] == 10
     shot(page, "history")
 
@@ -173,6 +174,7 @@ def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     expect(step2).to_be_enabled(timeout=30000)
     step2.click()
     expect(metric(page, "vLLM: mean latency")).not_to_have_text("–", timeout=180000)
+    expect(button(page, "Cancel")).to_have_count(0, timeout=30000)  # the job has finished, not only saved
     expect(page.locator(".js-plotly-plot")).to_have_count(1, timeout=30000)  # per-prompt latency bars
     shot(page, "naive_vs_vllm")
 

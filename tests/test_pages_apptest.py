@@ -1,10 +1,10 @@
 """Smoke tests of every page with Streamlit's AppTest (no browser, no server running).
 
 The app is driven through app.py and `switch_page`, exactly as `streamlit run` routes it. The run
-history goes to a temporary SQLite file ($SERVING_LAB_DB) and the server records to the session's
-temporary runtime dir (conftest's isolated_runtime); the converted models stay shared under
-data_home(). ui.get_lab() is a process-wide st.cache_resource: one Lab (with its telemetry thread)
-serves every AppTest in this module and is shut down at the end.
+history goes to this module's own SQLite file ($SERVING_LAB_DB), server records to the session's
+temporary runtime dir (conftest's isolated_home); the converted models stay shared
+($SERVING_LAB_MODELS). ui.get_lab() is a process-wide st.cache_resource: one Lab (with its telemetry
+thread) serves every AppTest in this module and is shut down at the end.
 """
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from streamlit.testing.v1 import AppTest
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
-    "pages/server.py": "vLLM server",
-    "pages/monitor.py": "Monitor",
-    "pages/naive_vs_vllm.py": "Naive vs vLLM",
-    "pages/load_test.py": "Load test",
-    "pages/tuning.py": "Tuning",
-    "pages/chat.py": "Chat",
-    "pages/history.py": "History",
+    "app_pages/server.py": "vLLM server",
+    "app_pages/monitor.py": "Monitor",
+    "app_pages/naive_vs_vllm.py": "Naive vs vLLM",
+    "app_pages/load_test.py": "Load test",
+    "app_pages/tuning.py": "Tuning",
+    "app_pages/chat.py": "Chat",
+    "app_pages/history.py": "History",
 }
 
 
@@ -59,7 +59,7 @@ def _app() -> AppTest:
 
 def _page(path: str) -> AppTest:
     at = _app()
-    if path != "pages/server.py":
+    if path != "app_pages/server.py":
         at.switch_page(path).run()
     assert not at.exception, [e.value for e in at.exception]
     return at
@@ -83,7 +83,7 @@ def test_page_renders_with_server_stopped(path):
 
 
 def test_server_page_command_line_and_status():
-    at = _page("pages/server.py")
+    at = _page("app_pages/server.py")
     cmd = _command(at)
     assert "--max-model-len 2048" in cmd
     assert "--host 127.0.0.1" in cmd
@@ -99,7 +99,7 @@ def test_server_page_command_line_and_status():
 
 
 def test_tuning_preset_sets_max_model_len():
-    at = _page("pages/server.py")
+    at = _page("app_pages/server.py")
     at.button(key="preset-Tuning").click().run()
     assert not at.exception
     assert at.select_slider(key="cfg_max_model_len").value == 512
@@ -109,7 +109,7 @@ def test_tuning_preset_sets_max_model_len():
 
 
 def test_slider_and_toggle_reach_the_command_line():
-    at = _page("pages/server.py")
+    at = _page("app_pages/server.py")
     at.select_slider(key="cfg_max_model_len").set_value(1024).run()
     at.toggle(key="cfg_enforce_eager").set_value(True).run()
     cmd = _command(at)
@@ -117,7 +117,7 @@ def test_slider_and_toggle_reach_the_command_line():
 
 
 def test_bad_extra_flag_quoting_shows_one_error_sentence():
-    at = _page("pages/server.py")
+    at = _page("app_pages/server.py")
     at.text_input(key="cfg_extra").input('--foo "unclosed').run()
     assert not at.exception
     errors = _errors(at)
@@ -131,7 +131,7 @@ def test_bad_extra_flag_quoting_shows_one_error_sentence():
 
 
 def test_missing_local_model_folder_is_a_sentence_not_a_traceback(tmp_path):
-    at = _page("pages/server.py")
+    at = _page("app_pages/server.py")
     at.radio(key="model_kind").set_value("local").run()
     folder = next(t for t in at.text_input if t.label == "Folder")
     folder.input(str(tmp_path / "nope")).run()
@@ -141,13 +141,13 @@ def test_missing_local_model_folder_is_a_sentence_not_a_traceback(tmp_path):
 
 
 def test_chat_is_disabled_while_the_server_is_stopped():
-    at = _page("pages/chat.py")
+    at = _page("app_pages/chat.py")
     assert at.chat_input[0].disabled
     assert any("Start the server" in i.value for i in at.info)
 
 
 def test_load_test_page_without_a_server_says_what_to_do():
-    at = _page("pages/load_test.py")
+    at = _page("app_pages/load_test.py")
     assert any("Run load test" in i.value for i in at.info)
     # Pressing Run without a server is an st.error sentence, not a traceback.
     next(b for b in at.button if b.label == "Run load test").click().run()
@@ -168,7 +168,7 @@ def test_history_lists_a_saved_run():
                     started_at=time.time(), model="/m/SmolLM2", summary=stats.summarize(recs, 0.4))
     ui.get_lab().store.save(run)
     try:
-        at = _page("pages/history.py")
+        at = _page("app_pages/history.py")
         assert not at.info or not any("No runs yet" in i.value for i in at.info)
         df = at.dataframe[0].value
         assert "apptest run" in list(df["run"])
@@ -186,9 +186,12 @@ def test_start_on_a_busy_port_keeps_the_error_sentence():
 
     lab = ui.get_lab()
     with _socket.socket() as busy:
-        busy.bind(("127.0.0.1", lab.server.port))
-        busy.listen()
-        at = _page("pages/server.py")
+        try:
+            busy.bind(("127.0.0.1", lab.server.port))
+            busy.listen()
+        except OSError:
+            pass  # already taken by another program: just as good
+        at = _page("app_pages/server.py")
         next(b for b in at.button if b.label == "Start").click().run()
         assert not at.exception
         errors = _errors(at)

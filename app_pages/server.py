@@ -137,39 +137,24 @@ def _start(c: ServerConfig, s: models.ModelSpec) -> None:
     lab.start_server(c, s)
 
 
-b1, b2, b3, _ = st.columns([1, 1, 1, 3])
-def _do(fn, *args) -> None:
-    """One lifecycle action, then a full redraw so the buttons match the new state; an error sentence is
-    kept across that redraw."""
-    try:
-        lab.require_presenter(st.session_state.get("presenter_token"))
-        fn(*args)
-    except LabError as e:
-        st.session_state["server_action_error"] = str(e)
-    st.rerun()
-
-
-if err := st.session_state.pop("server_action_error", None):
-    st.error(err, icon=":material/error:")
-state = lab.server.snapshot().state  # the buttons are drawn for this state; live_status redraws on a change
+state = lab.server.snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
 may = ui.can_act(lab)
+b1, b2, b3, _ = st.columns([1, 1, 1, 3])
 if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY)):
-    _do(_start, cfg, spec)
+    ui.act(lab, _start, cfg, spec, rerun=True)
 if b2.button("Stop", icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
     with st.spinner("Stopping vLLM and every process it started…"):
-        _do(lab.stop_server)
+        ui.act(lab, lab.stop_server, rerun=True)
 if b3.button("Restart", icon=":material/restart_alt:", width="stretch",
              disabled=not may or cfg is None or state not in (READY, FAILED)):
     with st.spinner("Stopping the old server…"):
-        _do(lambda: (lab.stop_server(), lab.start_server(cfg, spec)))
+        ui.act(lab, lambda: (lab.stop_server(), lab.start_server(cfg, spec)), rerun=True)
 
 
 @st.fragment(run_every=1)
 def live_status() -> None:
     s = lab.server.snapshot()
-    if s.state != state:  # started, ready, failed or stopped since the page was drawn: redraw the buttons too
-        st.rerun(scope="app")
     st.subheader("Status")
     cols = st.columns(4)
     cols[0].metric("State", s.state)
