@@ -236,6 +236,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tokenizer", default=None, help="tokenizer for the random prompts (default: the server's model)")
     p.add_argument("--synthetic", action="store_true", help="measure against a paced fake server (client keep-up)")
     p.add_argument("--chunk-delay", type=float, default=0.02, help="--synthetic: seconds between chunks of an answer")
+    p.add_argument("--log", type=Path, default=None, help="where vllm bench's own output goes (default: a temp file)")
     p.add_argument("--out", type=Path, default=None, help="markdown report; a .json with the same stem is written too")
     return p.parse_args(argv)
 
@@ -243,14 +244,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     a.base_url = a.base_url.rstrip("/").removesuffix("/v1")
-    log = (a.out.with_suffix(".log") if a.out else Path(tempfile.gettempdir()) / "fidelity-vllm-bench.log")
+    log = a.log or Path(tempfile.gettempdir()) / "fidelity-vllm-bench.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     if a.synthetic:
         tokenizer = a.tokenizer or served_model(a.base_url)[1]
         with synthetic_server(a.chunk_delay) as url:
             a.base_url, model = url, "ok"
-            print(f"synthetic server {url}, one chunk per {a.chunk_delay * 1000:g} ms per answer", flush=True)
+            print(f"synthetic server {url}, one chunk per {a.chunk_delay * 1000:g} ms per answer, "
+                  f"vllm bench output -> {log}", flush=True)
             levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
     else:
         model, root = served_model(a.base_url)

@@ -156,8 +156,9 @@ class Lab:
                 if job.cancel.is_set():
                     break
                 job.on_stage(f"concurrency {level}")
-                one = replace(spec, shape="concurrency", concurrency=level, num_requests=max(spec.num_requests, level),
-                              scenario="sweep", label=f"concurrency {level}")
+                # One warm-up batch at each level: the first batch at a new size pays a one-off cost.
+                one = replace(spec, shape="concurrency", concurrency=level, num_requests=max(2 * level, 8),
+                              warmup=level, scenario="sweep", label=f"concurrency {level}")
                 result = loadgen.run_load(one, cancel=job.cancel)
                 result.extra["sweep_level"] = level
                 out.append(self._finish(result, cfg))

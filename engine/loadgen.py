@@ -5,11 +5,11 @@ content chunk's arrival and the server's token counts. Times are `time.perf_coun
 the run's start; perf_counter is a system-wide monotonic clock on Linux, macOS and Windows, so
 worker processes share the parent's time base.
 
-Keeping up with the server: the per-chunk path only stamps the time and keeps the raw bytes
-(SSE split on bytes, JSON parsed once the stream ends), and uses uvloop when installed. One asyncio
-loop with httpx still tops out at some thousands of chunks per second, so at high concurrency the
+Keeping up with the server (bench/fidelity.md has the measurements): uvloop when installed; SSE
+split on bytes and one json.loads per event, nothing more per chunk; httpx over a lean socket layer
+(`_SocketBackend`, ~55 instead of ~80 us of client CPU per chunk); and at high concurrency the
 requests are spread over worker processes, each with its own loop and client (`LoadSpec.workers`,
-auto by default). bench/fidelity.py compares the result with `vllm bench serve`.
+auto by default), since one loop serves some ten thousand chunks per second at most.
 
 Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`, `stream_one`.
 """
@@ -345,9 +345,9 @@ def _http_error(status: int, body: bytes) -> str:
 class _Requester:
     """Sends requests of one spec over one client; fills RequestRecords (times relative to t0)."""
 
-    def __init__(self, spec: LoadSpec, client: httpx.AsyncClient, t0: float) -> None:
+    def __init__(self, spec: LoadSpec, clients: _Clients, t0: float) -> None:
         self.spec = spec
-        self.client = client
+        self.clients = clients
         self.t0 = t0
         self.chat = spec.endpoint == "chat"
         self.headers = {"Content-Type": "application/json"}
@@ -373,43 +373,43 @@ class _Requester:
                   on_sent: Callable[[RequestRecord], None] | None = None) -> RequestRecord:
         """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
         st = _Stream(self.chat)
-        events: list[tuple[float, bytes]] = []
         body = self.body(rec.prompt, max_tokens)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
             on_sent(rec)
         try:
             async with asyncio.timeout(self.spec.timeout_s):
-                await self._stream(body, st, events, on_text)
+                await self._stream(body, st, on_text)
         except asyncio.CancelledError:
-            self._finish(rec, st, events, "cancelled")
+            self._finish(rec, st, "cancelled")
             raise
         except Exception as e:  # noqa: BLE001 - any failure becomes the record's error
-            self._finish(rec, st, events, _describe(e, self.spec))
+            self._finish(rec, st, _describe(e, self.spec))
         else:
-            self._finish(rec, st, events, None)
+            self._finish(rec, st, None)
         return rec
 
-    async def _stream(self, body: bytes, st: _Stream, events: list[tuple[float, bytes]],
-                      on_text: Callable[[str, float], None] | None) -> None:
-        async with self.client.stream("POST", self.spec.url, content=body, headers=self.headers) as resp:
-            if resp.status_code != 200:
-                st.error = _http_error(resp.status_code, await resp.aread())
-                return
-            feed = SSEDecoder().feed
-            append = events.append
-            # Hot path: stamp and keep bytes; JSON is parsed after the stream (unless streaming text out).
-            async for data in resp.aiter_raw():
-                t = clock()
-                for payload in feed(data):
-                    if on_text is None:
-                        append((t, payload))
-                    elif (text := st.event(t, payload)) is not None:
-                        on_text(text, t - self.t0)
+    async def _stream(self, body: bytes, st: _Stream, on_text: Callable[[str, float], None] | None) -> None:
+        client = self.clients.take()
+        try:
+            async with client.stream("POST", self.spec.url, content=body, headers=self.headers) as resp:
+                if resp.status_code != 200:
+                    st.error = _http_error(resp.status_code, await resp.aread())
+                    return
+                feed, event = SSEDecoder().feed, st.event
+                # Hot path: stamp the read, split events on bytes, parse each as it comes. (Deferring
+                # the JSON to the stream's end was measured worse: 128 streams that end together left
+                # ~0.3 s of parsing after the last token, 5% off the throughput.)
+                async for data in resp.aiter_raw():
+                    t = clock()
+                    for payload in feed(data):
+                        text = event(t, payload)
+                        if on_text is not None and text is not None:
+                            on_text(text, t - self.t0)
+        finally:
+            self.clients.give(client)
 
-    def _finish(self, rec: RequestRecord, st: _Stream, events: list[tuple[float, bytes]], error: str | None) -> None:
-        for t, payload in events:
-            st.event(t, payload)
+    def _finish(self, rec: RequestRecord, st: _Stream, error: str | None) -> None:
         t0 = self.t0
         rec.chunk_times = [t - t0 for t in st.times]
         rec.output_text = "".join(st.texts)
@@ -541,21 +541,51 @@ class _SocketBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-def _client(spec: LoadSpec, in_flight: int) -> httpx.AsyncClient:
-    """HTTP/1.1 client whose pool never caps concurrency; trust_env=False keeps proxies out.
-    Plain-http URLs get the lean socket layer above (https keeps httpx's own)."""
-    keep = None if spec.shape == "poisson" else max(1, in_flight)  # open loop: no bound known in advance
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=keep, keepalive_expiry=60)
-    timeout = httpx.Timeout(connect=min(10.0, spec.timeout_s), read=spec.read_timeout_s,
-                            write=spec.read_timeout_s, pool=None)
-    transport = httpx.AsyncHTTPTransport(limits=limits, http1=True, http2=False, trust_env=False)
-    # httpx takes no network backend argument; its pool (a private attribute, httpx pinned) is
-    # rebuilt with ours. Should the attribute ever change, the default transport still works.
-    if spec.url.startswith("http://") and isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
-        transport._pool = httpcore.AsyncConnectionPool(
-            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry, http1=True, http2=False, network_backend=_SocketBackend())
-    return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
+class _Clients:
+    """httpx clients to borrow, one per request in flight, each keeping one connection alive.
+
+    Why not one client with a large pool: on every response close, httpcore's pool re-scans all
+    its connections once per idle connection (quadratic). With 128 streams ending together that was
+    ~0.1-0.2 s of client CPU after the last token (tests/fakes.py), a few percent off throughput."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec
+        self.free: list[httpx.AsyncClient] = []
+        self.all: list[httpx.AsyncClient] = []
+        self._ssl = httpx.create_ssl_context(trust_env=False)  # built once, shared (it loads certificates)
+
+    def take(self) -> httpx.AsyncClient:
+        if self.free:
+            return self.free.pop()
+        client = self._new()
+        self.all.append(client)
+        return client
+
+    def give(self, client: httpx.AsyncClient) -> None:
+        self.free.append(client)
+
+    def _new(self) -> httpx.AsyncClient:
+        """HTTP/1.1, no proxies from the environment (trust_env=False), the lean socket layer for
+        plain http (https keeps httpx's own)."""
+        s = self.spec
+        limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=60)
+        timeout = httpx.Timeout(connect=min(10.0, s.timeout_s), read=s.read_timeout_s, write=s.read_timeout_s,
+                                pool=None)
+        transport = httpx.AsyncHTTPTransport(verify=self._ssl, limits=limits, http1=True, http2=False,
+                                             trust_env=False)
+        # httpx takes no network backend argument; its pool (a private attribute, httpx pinned) is
+        # rebuilt with ours. Should the attribute ever change, the default transport still works.
+        if s.url.startswith("http://") and isinstance(getattr(transport, "_pool", None), httpcore.AsyncConnectionPool):
+            transport._pool = httpcore.AsyncConnectionPool(
+                max_connections=1, max_keepalive_connections=1, keepalive_expiry=60, http1=True, http2=False,
+                network_backend=_SocketBackend())
+        return httpx.AsyncClient(transport=transport, timeout=timeout, trust_env=False)
+
+    async def __aenter__(self) -> "_Clients":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.all), return_exceptions=True)
 
 
 def _run_async(coro_fn: Callable[[], Any]) -> Any:
@@ -664,7 +694,7 @@ def _warmup_tokens(spec: LoadSpec) -> int | None:
     return 16 if spec.max_tokens is None else min(spec.max_tokens, 16)
 
 
-async def _warm(spec: LoadSpec, observer: Observer, totals: Totals,
+async def _warm(spec: LoadSpec, clients: _Clients, observer: Observer, totals: Totals,
                 cancelled: Callable[[], bool]) -> tuple[list[RequestRecord], float]:
     """Run the warm-up requests (same prompts and concurrency, short answers). Returns the records,
     timed from the warm-up's own start, and that start (to re-base them onto the run's clock)."""
@@ -677,13 +707,18 @@ async def _warm(spec: LoadSpec, observer: Observer, totals: Totals,
         recs.append(r)
         _notify(observer.on_request_done, r, totals)
 
-    async with _client(spec, spec.in_flight()) as client:
-        req = _Requester(spec, client, tw)
-        # A different opening keeps the measured requests from hitting warm-up blocks in the prefix cache.
-        prompts = [f"(warm-up {i}) " + spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
-        job = _Job(workers=min(spec.in_flight(), spec.warmup), take=_counter(spec.warmup))
-        await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled, _sent_hook(observer))
+    req = _Requester(spec, clients, tw)
+    # A different opening keeps the measured requests from hitting warm-up blocks in the prefix cache.
+    prompts = [f"(warm-up {i}) " + spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
+    job = _Job(workers=min(spec.in_flight(), spec.warmup), take=_counter(spec.warmup))
+    await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled, _sent_hook(observer))
     return recs, tw
+
+
+async def _warm_alone(spec: LoadSpec, observer: Observer, totals: Totals,
+                      cancelled: Callable[[], bool]) -> tuple[list[RequestRecord], float]:
+    async with _Clients(spec) as clients:
+        return await _warm(spec, clients, observer, totals, cancelled)
 
 
 def _shift(recs: Iterable[RequestRecord], dt: float) -> None:
@@ -707,12 +742,12 @@ def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, pro
     """Warm-up and measured part in one event loop on this thread. Returns (records, t0, end)."""
 
     async def main() -> tuple[list[RequestRecord], float, float]:
-        warm, tw = await _warm(spec, observer, totals, cancel.is_set)
         recs: list[RequestRecord] = []
-        async with _client(spec, spec.in_flight()) as client:
+        async with _Clients(spec) as clients:  # warm-up and run share connections
+            warm, tw = await _warm(spec, clients, observer, totals, cancel.is_set)
             t0 = clock()
             _shift(warm, tw - t0)
-            req = _Requester(spec, client, t0)
+            req = _Requester(spec, clients, t0)
 
             def sink(r: RequestRecord) -> None:
                 recs.append(r)
@@ -756,7 +791,7 @@ async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, 
             return i
 
     prompts = [spec.prompts[i % len(spec.prompts)] for i in range(n)]
-    async with _client(spec, max(1, workers)) as client:
+    async with _Clients(spec) as clients:
         out_q.put(("ready", k, clock()))
         while not go.wait(0.05):  # nothing else runs in this loop yet; blocking is fine
             pass
@@ -765,7 +800,7 @@ async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, 
             return
         t0 = t0v.value
         await asyncio.sleep(max(0.0, t0 - clock()))
-        req = _Requester(spec, client, t0)
+        req = _Requester(spec, clients, t0)
         sink = lambda r: out_q.put(("rec", dataclasses.asdict(r), clock()))  # noqa: E731
         sent = lambda r: out_q.put(("sent", r.index, r.send_time))  # noqa: E731
         await _drive(req, _job_for(spec, take, workers, k, shards), prompts, spec.max_tokens, False, sink,
@@ -788,7 +823,7 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
         for p in procs:
             p.start()
     try:
-        warm, tw = _run_async(lambda: _warm(spec, observer, totals, cancel.is_set))
+        warm, tw = _run_async(lambda: _warm_alone(spec, observer, totals, cancel.is_set))
         _await_ready(out_q, procs)
         t0 = clock() + 0.02
         t0v.value = t0
@@ -958,8 +993,8 @@ def stream_one(spec: LoadSpec, prompt: str | None = None, on_text: Callable[[str
     cancel = cancel or threading.Event()
 
     async def main() -> RequestRecord:
-        async with _client(spec, 1) as client:
-            req = _Requester(spec, client, clock())
+        async with _Clients(spec) as clients:
+            req = _Requester(spec, clients, clock())
             rec = RequestRecord(index=0, prompt=prompt if prompt is not None else spec.prompts[0], send_time=0.0)
             task = asyncio.create_task(req.run(rec, spec.max_tokens, on_text))
             watch = asyncio.create_task(_watch_cancel(cancel.is_set, [task]))

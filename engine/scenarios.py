@@ -136,7 +136,7 @@ def run_headless(name: str, url: str | None, model_name: str | None, server_args
             for level in lv:
                 log(f"concurrency {level}")
                 spec = scn.load_spec(base_url, model, concurrency=level, num_requests=max(2 * level, 8),
-                                     warmup=min(level, 8), label=f"concurrency {level}", **over)
+                                     warmup=level, label=f"concurrency {level}", **over)
                 r = run_load(spec)
                 r.extra["sweep_level"] = level
                 out.append(r)
