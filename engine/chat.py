@@ -12,7 +12,7 @@ from typing import Iterator
 import httpx
 
 from .errors import LabError
-from .loadgen import SSEDecoder, _Stream
+from .loadgen import SSEDecoder, StreamParser
 from .records import RequestRecord, RunResult
 
 
@@ -64,7 +64,7 @@ def stream_chat(base_url: str, model: str, messages: list[dict], timing: ChatTim
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
             "stream": True, "stream_options": {"include_usage": True}}
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    dec, st = SSEDecoder(), _Stream(chat=True)
+    dec, st = SSEDecoder(), StreamParser(chat=True)
     timing.sent_at = time.perf_counter()
     try:
         with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5)) as client:

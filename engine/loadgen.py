@@ -7,9 +7,11 @@ worker processes share the parent's time base.
 
 Keeping up with the server (bench/fidelity.md has the measurements): uvloop when installed; SSE
 split on bytes and one json.loads per event, nothing more per chunk; httpx over a lean socket layer
-(`_SocketBackend`, ~55 instead of ~80 us of client CPU per chunk); and at high concurrency the
-requests are spread over worker processes, each with its own loop and client (`LoadSpec.workers`,
-auto by default), since one loop serves some ten thousand chunks per second at most.
+(`_SocketBackend`) with one connection per borrowed client (httpcore's shared pool scans all its
+connections on every release); the GC heap frozen during a run. One loop then kept pace with 256
+streams at 12k chunks/s on a 2-core VM (~45 us of CPU per chunk). Beyond PER_LOOP_CONCURRENCY
+streams, where cores allow, requests are spread over worker processes, each with its own loop and
+clients (`LoadSpec.workers`, auto by default).
 
 Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`, `stream_one`.
 """
@@ -19,6 +21,8 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
+import gc
 import json
 import logging
 import math
@@ -263,8 +267,9 @@ def _event_data(event: bytes) -> bytes | None:
 # One request
 # ----------------------------------------------------------------------------------------------
 
-class _Stream:
-    """What one streamed answer said: content chunk times, text, usage, end marker, error."""
+class StreamParser:
+    """What one streamed answer said: content chunk times, text, usage, end marker, error.
+    Feed it each SSE event's data with its arrival time (`event`)."""
 
     __slots__ = ("chat", "times", "texts", "usage", "done", "error")
 
@@ -288,7 +293,7 @@ class _Stream:
             return None
         if not isinstance(obj, dict):
             return None
-        if "error" in obj or obj.get("object") == "error":
+        if obj.get("error") or obj.get("object") == "error":
             err = obj.get("error", obj)
             self.error = "the server reported an error mid-stream: " + str(
                 err.get("message", err) if isinstance(err, dict) else err)
@@ -310,6 +315,8 @@ class _Stream:
         self.times.append(t)
         self.texts.append(text)
         return text
+
+
 
 
 def _describe(e: BaseException, spec: LoadSpec) -> str:
@@ -372,7 +379,7 @@ class _Requester:
                   on_text: Callable[[str, float], None] | None = None,
                   on_sent: Callable[[RequestRecord], None] | None = None) -> RequestRecord:
         """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
-        st = _Stream(self.chat)
+        st = StreamParser(self.chat)
         body = self.body(rec.prompt, max_tokens)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
@@ -389,7 +396,7 @@ class _Requester:
             self._finish(rec, st, None)
         return rec
 
-    async def _stream(self, body: bytes, st: _Stream, on_text: Callable[[str, float], None] | None) -> None:
+    async def _stream(self, body: bytes, st: StreamParser, on_text: Callable[[str, float], None] | None) -> None:
         client = self.clients.take()
         try:
             async with client.stream("POST", self.spec.url, content=body, headers=self.headers) as resp:
@@ -409,7 +416,7 @@ class _Requester:
         finally:
             self.clients.give(client)
 
-    def _finish(self, rec: RequestRecord, st: _Stream, error: str | None) -> None:
+    def _finish(self, rec: RequestRecord, st: StreamParser, error: str | None) -> None:
         t0 = self.t0
         rec.chunk_times = [t - t0 for t in st.times]
         rec.output_text = "".join(st.texts)
@@ -492,7 +499,8 @@ class _SocketStream(httpcore.AsyncNetworkStream):
                 if timer is not None:
                     timer.cancel()
         if p.chunks:
-            data = p.chunks.popleft() if len(p.chunks) == 1 else b"".join(p.chunks.popleft() for _ in range(len(p.chunks)))
+            data = p.chunks.popleft() if len(p.chunks) == 1 else b"".join(p.chunks)
+            p.chunks.clear()
             if len(data) > max_bytes:
                 p.chunks.appendleft(data[max_bytes:])
                 data = data[:max_bytes]
@@ -519,7 +527,7 @@ class _SocketStream(httpcore.AsyncNetworkStream):
 class _SocketBackend(httpcore.AsyncNetworkBackend):
     """Plain-TCP network layer for httpcore without anyio's per-read cancel scopes: a read costs a
     future and a timer. Measured against tests/fakes.py (64 streams x 256 chunks, uvloop) the
-    client's CPU per chunk fell from ~80 to ~55 us (`vllm bench serve`'s aiohttp: ~33 us)."""
+    client's CPU per chunk fell from ~80 to ~52 us (`vllm bench serve`'s aiohttp: ~33 us)."""
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None, socket_options: Iterable[Any] | None = None
@@ -637,7 +645,10 @@ async def _drive(req: _Requester, job: _Job, prompts: list[str], max_tokens: int
             tasks.append(asyncio.create_task(one(i)))
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    main = [asyncio.create_task(worker()) for _ in range(job.workers)] if job.take else [asyncio.create_task(open_loop())]
+    if job.take is not None:
+        main = [asyncio.create_task(worker()) for _ in range(job.workers)]
+    else:
+        main = [asyncio.create_task(open_loop())]
     watch = asyncio.create_task(_watch_cancel(cancelled, main))
     await asyncio.gather(*main, return_exceptions=True)
     watch.cancel()
@@ -737,11 +748,19 @@ def _job_for(spec: LoadSpec, take: Callable[[], int | None], workers: int, shard
     return _Job(workers=workers, take=take)
 
 
-def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, prompts: list[str],
-                totals: Totals) -> tuple[list[RequestRecord], float, float]:
-    """Warm-up and measured part in one event loop on this thread. Returns (records, t0, end)."""
+@dataclass
+class _Outcome:
+    records: list[RequestRecord]
+    t0: float  # perf_counter at the measured part's start
+    end: float  # perf_counter when its last request finished
+    errors: list[str] = field(default_factory=list)  # client processes that failed
 
-    async def main() -> tuple[list[RequestRecord], float, float]:
+
+def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, prompts: list[str],
+                totals: Totals) -> _Outcome:
+    """Warm-up and measured part in one event loop on this thread."""
+
+    async def main() -> _Outcome:
         recs: list[RequestRecord] = []
         async with _Clients(spec) as clients:  # warm-up and run share connections
             warm, tw = await _warm(spec, clients, observer, totals, cancel.is_set)
@@ -756,9 +775,22 @@ def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, pro
 
             job = _job_for(spec, _counter(spec.n), min(spec.in_flight(), spec.n))
             await _drive(req, job, prompts, spec.max_tokens, False, sink, cancel.is_set, _sent_hook(observer))
-            return warm + recs, t0, clock()
+            return _Outcome(warm + recs, t0, clock())
 
-    return _run_async(main)
+    with _gc_frozen():
+        return _run_async(main)
+
+
+@contextlib.contextmanager
+def _gc_frozen() -> Iterator[None]:
+    """As `vllm bench serve` does (freeze_gc_heap): what exists before the run is left out of
+    garbage collections during it, so a full collection of a big host process (Streamlit) cannot
+    stall the loop mid-measurement. Undone afterwards; nothing is lost, only skipped meanwhile."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -773,7 +805,8 @@ def _shard_main(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, g
                 t0v: Any, counter: Any) -> None:
     """Entry point of client process k: its own loop and client, its share of the workers."""
     try:
-        _run_async(lambda: _shard(spec, k, shards, workers, out_q, go, stop, t0v, counter))
+        with _gc_frozen():
+            _run_async(lambda: _shard(spec, k, shards, workers, out_q, go, stop, t0v, counter))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
         out_q.put(("error", k, f"client process {k} failed: {type(e).__name__}: {e}"))
 
@@ -809,7 +842,7 @@ async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, 
 
 
 def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: threading.Event,
-                 prompts: list[str], totals: Totals) -> tuple[list[RequestRecord], float, float]:
+                 prompts: list[str], totals: Totals) -> _Outcome:
     """The measured part spread over `shards` spawned processes (warm-up runs here meanwhile)."""
     ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
     out_q, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
@@ -839,7 +872,7 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
     if errors:
         log.warning("load generator: %s", "; ".join(errors))
     _shift(warm, tw - t0)
-    return warm + recs, t0, end
+    return _Outcome(warm + recs, t0, end, errors)
 
 
 @contextlib.contextmanager
@@ -948,18 +981,19 @@ def run_load(spec: LoadSpec, observer: Observer | None = None, cancel: threading
                    concurrency=spec.in_flight(), workers=shards, url=spec.url, model=spec.model)
     _notify(observer.on_start, plan)
     totals = Totals(total=spec.n)
-    if shards == 1:
-        records, t0, end = _run_single(spec, observer, cancel, prompts, totals)
-    else:
-        records, t0, end = _run_sharded(spec, shards, observer, cancel, prompts, totals)
-    started_at = time.time() - (clock() - t0)
+    run = _run_single if shards == 1 else functools.partial(_run_sharded, shards=shards)
+    out = run(spec, observer=observer, cancel=cancel, prompts=prompts, totals=totals)
+    started_at = time.time() - (clock() - out.t0)
+    records = sorted(out.records, key=lambda r: (not r.warmup, r.index))
     _count_fallback(records, spec.count_tokens)
-    records.sort(key=lambda r: (not r.warmup, r.index))
-    duration = max(0.0, end - t0)
+    duration = max(0.0, out.end - out.t0)
+    extra: dict[str, Any] = {"cancelled": cancel.is_set(), "client_workers": shards, "client": client_name()}
+    if out.errors:
+        extra["client_errors"] = out.errors
     result = RunResult(
         kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
         records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),
-        extra={"cancelled": cancel.is_set(), "client_workers": shards, "client": client_name()},
+        extra=extra,
     )
     result.summary = stats.summarize(records, duration)
     _notify(observer.on_complete, result)

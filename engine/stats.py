@@ -9,6 +9,9 @@ vllm/benchmarks/lib/endpoint_request_func.py (vLLM 0.32):
 - ITL = every gap between consecutive content chunks of a request, pooled over requests;
 - throughputs divide by the run duration; mean, median, population std and linearly interpolated
   percentiles (numpy's default) are reported in milliseconds under vLLM's key names.
+Chunks are the content chunks engine.loadgen records; it does not count vLLM's chat preamble (the
+role-only chunk sent together with the first token) where `vllm bench serve` does, which spares ITL
+one near-zero gap per request and leaves TTFT unchanged.
 Where vLLM would report 0 for a metric with no samples (e.g. TPOT when every answer is one token)
 this module reports None, so a chart shows a gap rather than a false zero. Nothing here is NaN.
 """
@@ -163,11 +166,13 @@ def summarize(
     """`vllm bench serve`'s result keys from measured records (warm-up skipped).
 
     `goodput_slo` maps ttft/tpot/e2el to limits in ms (vLLM's `--goodput`); without it
-    request_goodput is None. Besides vLLM's keys: max_concurrency (observed peak in flight),
+    request_goodput is None. Besides vLLM's keys: in_flight (requests not finished yet, for live
+    snapshots; neither completed nor failed), max_concurrency (observed peak in flight),
     mean_latency_s (mean E2E) and total_latency_s (sum of E2E: the "serial sum", the wall time
     the same requests would take one after another)."""
     recs = measured(records)
     done = [r for r in recs if r.ok]
+    open_ = sum(r.error is None and r.end_time is None for r in recs)  # live snapshots: still running
     slo = {k: float(v) for k, v in (goodput_slo or {}).items() if k in _SLO_KEYS}
     dur = duration if duration and duration > 0 else 0.0
 
@@ -186,7 +191,8 @@ def summarize(
     out: dict[str, Any] = {
         "duration": dur,
         "completed": len(done),
-        "failed": len(recs) - len(done),
+        "failed": len(recs) - len(done) - open_,
+        "in_flight": open_,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": per_s(len(done)),

@@ -351,14 +351,16 @@ class RunStore:
         return ids
 
     def import_examples(self, folder: str | Path | None = None) -> list[str]:
-        """Import every *.json in `folder` (default: the repository's examples/); skips ones present."""
+        """Import every *.json in `folder` (default: the repository's examples/); returns the ids of the
+        runs that were new (ones already present are skipped)."""
         folder = Path(folder) if folder is not None else EXAMPLES_DIR
-        ids: list[str] = []
         if not folder.is_dir():
-            return ids
+            return []
+        before = {r.id for r in self.list()}
+        ids: list[str] = []
         for f in sorted(folder.glob("*.json")):
             ids += self.import_json(f, source=f"example:{f.name}")
-        return ids
+        return [i for i in ids if i not in before]
 
 
 class _Conn:

@@ -13,9 +13,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
+from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
+
 from engine import loadgen, prompts  # noqa: E402
 from engine.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
-from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -48,6 +49,7 @@ def run_guarded(spec: LoadSpec, limit_s: float = 60, **kw):
 
 # -- real server -------------------------------------------------------------------------------
 
+@pytest.mark.server
 @pytest.mark.parametrize("shape", ["sequential", "concurrency", "burst", "poisson"])
 def test_each_shape_one_record_per_request(vllm_server, shape):
     res = run_load(spec_for(vllm_server, shape=shape, rate=20.0))
@@ -62,6 +64,7 @@ def test_each_shape_one_record_per_request(vllm_server, shape):
     assert s["max_concurrency"] <= {"sequential": 1, "concurrency": 2}.get(shape, 4)
 
 
+@pytest.mark.server
 def test_completions_endpoint(vllm_server):
     res = run_load(spec_for(vllm_server, endpoint="completions", num_requests=2))
     for r in res.records:
@@ -69,6 +72,7 @@ def test_completions_endpoint(vllm_server):
         assert r.output_tokens == MAX_TOKENS
 
 
+@pytest.mark.server
 def test_two_client_processes(vllm_server):
     res = run_load(spec_for(vllm_server, concurrency=4, workers=2))
     assert res.extra["client_workers"] == 2
@@ -78,6 +82,7 @@ def test_two_client_processes(vllm_server):
         assert r.send_time >= 0  # one time base across processes
 
 
+@pytest.mark.server
 def test_warmup_not_counted(vllm_server):
     seen = []
 
@@ -93,6 +98,7 @@ def test_warmup_not_counted(vllm_server):
     assert seen[-1][1] == 3
 
 
+@pytest.mark.server
 def test_cancel_keeps_completed(vllm_server):
     cancel = threading.Event()
 
@@ -111,6 +117,7 @@ def test_cancel_keeps_completed(vllm_server):
     assert res.summary["completed"] == len(ok) and res.summary["failed"] == len(cancelled)
 
 
+@pytest.mark.server
 def test_bad_model_name_is_a_clear_error(vllm_server):
     res = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
     assert len(res.records) == 2 and res.summary["completed"] == 0 and res.summary["failed"] == 2
@@ -118,6 +125,7 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
         assert r.error.startswith("HTTP 404") and "no-such-model" in r.error
 
 
+@pytest.mark.server
 def test_console_observer(vllm_server):
     out = io.StringIO()
     run_load(spec_for(vllm_server, num_requests=2), observer=loadgen.ConsoleObserver(out))
@@ -125,6 +133,7 @@ def test_console_observer(vllm_server):
     assert "2 requests" in text and "[   2/2]" in text and "output tok/s" in text
 
 
+@pytest.mark.server
 def test_sweep_warms_each_level(vllm_server):
     runs = loadgen.sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
     assert [r.extra["level"] for r in runs] == [1, 2]
@@ -133,6 +142,7 @@ def test_sweep_warms_each_level(vllm_server):
         assert r.summary["completed"] == max(4, level)
 
 
+@pytest.mark.server
 def test_stream_one_calls_back_with_text(vllm_server):
     pieces = []
     rec = loadgen.stream_one(spec_for(vllm_server), prompts.LAB_CAPITAL, on_text=lambda t, at: pieces.append((t, at)))
@@ -246,7 +256,8 @@ def test_spec_validation():
 
 def test_prompt_sets():
     assert len(prompts.LAB_SEQUENTIAL) == 5 and len(prompts.LAB_CONCURRENT) == 10
-    assert prompts.LAB_TUNING[-1] == "Summarize the history of AI." and prompts.LAB_TUNING[:9] == prompts.LAB_CONCURRENT[:9]
+    assert prompts.LAB_TUNING[-1] == "Summarize the history of AI."
+    assert prompts.LAB_TUNING[:9] == prompts.LAB_CONCURRENT[:9]
     assert prompts.seeded_prompts(5, seed=3) == prompts.seeded_prompts(5, seed=3)
     assert len(set(prompts.seeded_prompts(50, seed=3))) > 40
     assert prompts.prompt_cycle(["a", "b"], 5) == ["a", "b", "a", "b", "a"]

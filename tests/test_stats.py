@@ -86,11 +86,14 @@ def test_custom_percentile_keys():
 
 
 def test_goodput():
+    def goodput(**slo):
+        return stats.summarize(sample(), 2.0, goodput_slo=slo)["request_goodput"]
+
     # TTFT <= 250 ms: requests 0 and 1; with TPOT <= 150 ms also: only request 0 (1-token TPOT counts as 0)
-    assert stats.summarize(sample(), 2.0, goodput_slo={"ttft": 250})["request_goodput"] == pytest.approx(1.0)
-    assert stats.summarize(sample(), 2.0, goodput_slo={"ttft": 250, "tpot": 150})["request_goodput"] == pytest.approx(0.5)
-    assert stats.summarize(sample(), 2.0, goodput_slo={"tpot": 150})["request_goodput"] == pytest.approx(1.0)
-    assert stats.summarize(sample(), 2.0, goodput_slo={"e2el": 450})["request_goodput"] == pytest.approx(0.5)
+    assert goodput(ttft=250) == pytest.approx(1.0)
+    assert goodput(ttft=250, tpot=150) == pytest.approx(0.5)
+    assert goodput(tpot=150) == pytest.approx(1.0)
+    assert goodput(e2el=450) == pytest.approx(0.5)
 
 
 def test_empty_and_all_failed_are_nan_free():
@@ -124,6 +127,8 @@ def test_in_flight_back_to_back_do_not_overlap():
 def test_open_request_stays_in_flight():
     open_rec = RequestRecord(index=0, prompt="p", send_time=0.5)
     assert stats.in_flight_series([open_rec]) == [(0.5, 1)]
+    s = stats.summarize(sample() + [open_rec], 2.0)
+    assert (s["completed"], s["failed"], s["in_flight"]) == (3, 1, 1)
 
 
 def test_tokens_per_second_one_token_per_chunk():

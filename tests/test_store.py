@@ -246,3 +246,16 @@ def test_kill_right_after_save_loses_nothing(tmp_path):
     expected = make_run()
     expected.id = run_id
     assert back == expected
+
+
+def test_shipped_h200_runs_load_into_history(store):
+    """The repository's example runs (measured on an H200) import on any machine, once."""
+    ids = store.import_examples()
+    assert len(ids) >= 10
+    rows = store.list()
+    assert {r.scenario for r in rows} >= {"naive-5", "static-batch-5", "vllm-5-sequential", "concurrent-10",
+                                         "stream-300", "tuning", "sweep"}
+    assert all("H200" in r.hardware.get("summary", "") for r in rows)
+    conc = store.load(next(r.id for r in rows if r.scenario == "concurrent-10"))
+    assert len(conc.measured) == 10 and conc.summary["completed"] == 10
+    assert store.import_examples() == []  # already there: nothing duplicated
