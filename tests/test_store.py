@@ -219,7 +219,7 @@ def test_import_examples(store, tmp_path):
     (ex / "h200_b.json").write_text(src.export_json([b.id]))
     (ex / "README.md").write_text("not json")
     assert sorted(store.import_examples(ex)) == sorted([a.id, b.id])
-    assert store.import_examples(ex) and len(store) == 2
+    assert store.import_examples(ex) == [] and len(store) == 2  # only new runs are reported
     assert {r.source for r in store.list()} == {"example:h200_a.json", "example:h200_b.json"}
     assert store.import_examples(tmp_path / "nowhere") == []
 
