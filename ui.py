@@ -67,7 +67,8 @@ def fmt_s(seconds: float | None) -> str:
 
 def chart(fig, key: str | None = None) -> None:
     """Draw a figure from engine.figures with the sentence that tells a viewer what to notice."""
-    st.plotly_chart(fig, width="stretch", key=key, config={"displaylogo": False})
+    # theme=None: keep the figure's own projector-sized fonts instead of Streamlit's smaller theme.
+    st.plotly_chart(fig, width="stretch", key=key, theme=None, config={"displaylogo": False})
     if cap := figures.caption(fig):
         st.markdown(f":material/visibility: {cap}")
 

@@ -1,0 +1,143 @@
+"""What the dashboard itself costs while it measures (the numbers go to bench/results/ui-cost.md):
+
+1. one viewer on the Monitor page (charts redraw every second): the Streamlit process's CPU (% of one
+   core) and memory growth over --soak seconds;
+2. page switches: click in the navigation -> the new page's title drawn, each page, a few times;
+3. a load test (32 concurrent, 128 tokens, fixed length) with 0 and with 10 open viewer sessions.
+
+    .venv/bin/python bench/ui_cost.py [--soak 300]
+
+It starts its own vLLM server (embedded model) and app, and stops both. Viewers are headless Chromium
+pages on this same machine, so with 10 of them their browsers compete for the same cores as vLLM."""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine import hardware, models  # noqa: E402
+from engine.config import ServerConfig  # noqa: E402
+from engine.loadgen import LoadSpec, run_load  # noqa: E402
+from engine.prompts import seeded_prompts  # noqa: E402
+from engine.server import VLLMServer  # noqa: E402
+from scripts.shoot import CHROMIUM_ARGS  # noqa: E402
+
+PAGES = ["Monitor", "Naive vs vLLM", "Load test", "Tuning", "Chat", "History", "Server"]
+TITLES = {"Server": "vLLM server"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def load(server_cfg: ServerConfig) -> float:
+    spec = LoadSpec(base_url=server_cfg.base_url, model=server_cfg.model_name, prompts=seeded_prompts(64, seed=3),
+                    shape="concurrency", concurrency=32, num_requests=64, max_tokens=128, ignore_eos=True,
+                    warmup=8)
+    return run_load(spec).summary["output_throughput"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--soak", type=float, default=300)
+    ap.add_argument("--out", default=str(ROOT / "bench/results/ui-cost.md"))
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    home = Path(tempfile.mkdtemp(prefix="ui-cost-"))
+    env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
+    os.environ.update({k: env[k] for k in ("SERVING_LAB_HOME", "SERVING_LAB_RUNTIME")})
+    os.environ.setdefault("SERVING_LAB_MODELS", str(Path.home() / ".cache/serving-lab/models"))
+    env["SERVING_LAB_MODELS"] = os.environ["SERVING_LAB_MODELS"]
+    vport, aport = free_port(), free_port()
+    cfg = ServerConfig(model=models.embedded().path, served_model_name="smol", port=vport, cpu_kvcache_gib=1)
+    srv = VLLMServer(port=vport)
+    srv.start(cfg)
+    srv.wait_ready(900)
+    env["SERVING_LAB_VLLM_PORT"] = str(vport)
+    app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(aport),
+                            "--server.headless", "true"], cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lines = []
+    try:
+        proc = psutil.Process(app.pid)
+        url = f"http://127.0.0.1:{aport}"
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.get_by_role("heading", name="vLLM server").wait_for(timeout=60000)
+            # 2. page switches
+            switch: dict[str, list[float]] = {}
+            for _ in range(3):
+                for name in PAGES:
+                    t0 = time.perf_counter()
+                    page.get_by_role("link", name=name, exact=True).click()
+                    page.get_by_role("heading", name=TITLES.get(name, name), exact=True).wait_for(timeout=30000)
+                    switch.setdefault(name, []).append(time.perf_counter() - t0)
+            # 1. one viewer on Monitor
+            page.get_by_role("link", name="Monitor", exact=True).click()
+            page.wait_for_timeout(5000)
+            rss0, cpu0, t0 = proc.memory_info().rss, cpu_seconds(proc), time.time()
+            rss_max = rss0
+            while time.time() - t0 < args.soak:
+                time.sleep(5)
+                rss_max = max(rss_max, proc.memory_info().rss)
+            cpu_pct = 100 * (cpu_seconds(proc) - cpu0) / (time.time() - t0)
+            rss1 = proc.memory_info().rss
+            # 3. load with 0 viewers (the Monitor page closed) vs 10 viewers
+            page.close()
+            time.sleep(3)
+            tput0 = load(cfg)
+            viewers = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(10)]
+            for i, v in enumerate(viewers):
+                v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"))
+            time.sleep(15)
+            c0, w0 = cpu_seconds(proc), time.time()
+            tput10 = load(cfg)
+            cpu10 = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
+            browser.close()
+    finally:
+        app.terminate()
+        srv.stop()
+    hw = hardware.describe()["summary"]
+    lines = [
+        "# Cost of the dashboard itself", "",
+        f"Hardware: {hw}. vLLM {hardware.versions().get('vllm')} on the embedded model. "
+        f"{time.strftime('%Y-%m-%d %H:%M')}. Viewers are headless Chromium on the same machine.", "",
+        f"## One viewer on Monitor for {args.soak:.0f} s (charts redraw every second)", "",
+        "| Streamlit process | value |", "|---|---:|",
+        f"| CPU, % of one core | {cpu_pct:.1f} |",
+        f"| memory at start / end / peak (MB) | {rss0 / 1e6:.0f} / {rss1 / 1e6:.0f} / {rss_max / 1e6:.0f} |",
+        f"| growth (MB) | {(rss1 - rss0) / 1e6:+.1f} |", "",
+        "## Page switch: click -> new page's title drawn (3 rounds)", "",
+        "| page | median s | max s |", "|---|---:|---:|",
+        *[f"| {k} | {sorted(v)[len(v) // 2]:.2f} | {max(v):.2f} |" for k, v in switch.items()], "",
+        "## A load test (32 concurrent, 128 tokens) with 0 and 10 viewers", "",
+        "| viewers | output tok/s | Streamlit CPU % of one core during the run |", "|---:|---:|---:|",
+        f"| 0 | {tput0:.1f} | – |", f"| 10 | {tput10:.1f} | {cpu10:.1f} |", "",
+        f"Throughput with 10 viewers is {tput10 / tput0:.2f}x the throughput with none.",
+    ]
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
