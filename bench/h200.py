@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import models  # noqa: E402
+from engine import hardware, models  # noqa: E402
 from engine.config import ServerConfig  # noqa: E402
 from engine.errors import LabError  # noqa: E402
 from engine.loadgen import run_load  # noqa: E402
@@ -164,7 +164,7 @@ class Bench:
         (self.out / f"runs-{tag}.json").write_text(self.store.export_json())
         (self.out / f"telemetry-{tag}.json").write_text(json.dumps({
             "memory": memory_rows(samples), "metrics": metric_rows(samples), "events": event_rows(self.events),
-            "gpus": self.tel.nvml.describe() if self.tel.nvml.ok else []}))
+            "gpus": hardware.gpus()}))
 
 
 class _PidObserver:

@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +80,12 @@ def main() -> None:
     try:
         proc = psutil.Process(app.pid)
         url = f"http://127.0.0.1:{aport}"
+        for _ in range(120):  # the app answers its health check once Streamlit is up
+            try:
+                if httpx.get(url + "/_stcore/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -80,9 +80,9 @@ def _config(args, device: str):
 
 
 def _device() -> str:
-    from .telemetry import NvmlReader
+    from . import nvml
 
-    return "cuda" if NvmlReader().ok else "cpu"
+    return "cuda" if nvml.available() else "cpu"
 
 
 def start_and_wait(srv, cfg, spec, quiet: bool = False):

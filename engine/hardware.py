@@ -13,6 +13,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
+from . import nvml
+
 STACK = ("vllm", "torch", "transformers")
 
 
@@ -45,44 +47,11 @@ def versions() -> dict[str, str]:
 
 
 def gpus() -> list[dict[str, Any]]:
-    """[{index, name, memory_total_gb, memory_used_gb, uuid}] from NVML; [] without an NVIDIA GPU."""
-    try:
-        import pynvml  # nvidia-ml-py
-    except Exception:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    out = []
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            if isinstance(name, bytes):
-                name = name.decode()
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            out.append({
-                "index": i,
-                "name": name,
-                "memory_total_gb": round(mem.total / 1e9, 1),
-                "memory_used_gb": round(mem.used / 1e9, 1),
-            })
-        try:
-            drv = pynvml.nvmlSystemGetDriverVersion()
-            drv = drv.decode() if isinstance(drv, bytes) else drv
-            for g in out:
-                g["driver"] = drv
-        except Exception:
-            pass
-    except Exception:
-        pass
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
+    """[{index, name, memory_total_gb, memory_used_gb, driver}] from NVML; [] without an NVIDIA GPU."""
+    drv = nvml.driver()
+    return [{"index": g["index"], "name": g["name"], "memory_total_gb": round(g["total"] / 1e9, 1),
+             "memory_used_gb": round(g["used"] / 1e9, 1), **({"driver": drv} if drv else {})}
+            for g in nvml.devices()]
 
 
 def _cpu_model() -> str:

@@ -6,7 +6,7 @@ import os
 import threading
 from dataclasses import dataclass, replace
 
-from . import hardware, models
+from . import hardware, models, nvml
 from .config import ServerConfig
 from .errors import NotPresenter, ServerBusy
 from .jobs import Job, JobManager
@@ -78,8 +78,8 @@ class Lab:
         weights = shape.weight_bytes(dtype_bytes) / 1024**3
         per_seq = shape.kv_bytes_per_token(dtype_bytes) * (cfg.max_model_len or shape.max_len) / 1024**3
         if self.device == "cuda":
-            gpus = self.telemetry.nvml.describe()
-            total = gpus[0]["memory_gb"] * cfg.tensor_parallel_size if gpus else 0
+            gpus = nvml.devices()
+            total = gpus[0]["total"] / 1024**3 * cfg.tensor_parallel_size if gpus else 0
             budget = total * cfg.gpu_memory_utilization
             weights_per = weights
             kv_room = budget - weights_per - 1.0  # ~1 GiB for activations and CUDA graphs

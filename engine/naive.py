@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import nvml
 from .errors import ConfigError, LabError
 from .records import RequestRecord, RunResult
 
@@ -185,40 +186,6 @@ def check_model_folder(spec: NaiveSpec) -> Path:
 
 
 # -- memory as seen from outside the worker ----------------------------------------------------
-def _nvml_devices() -> list[dict[str, Any]]:
-    """[{index, uuid, used, total, procs: {pid: bytes}}] for every NVIDIA GPU; [] without NVML."""
-    try:
-        import pynvml  # nvidia-ml-py
-    except Exception:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:
-        return []
-    out = []
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-            procs: dict[int, int] = {}
-            try:
-                for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                    procs[int(p.pid)] = int(p.usedGpuMemory or 0)
-            except Exception:
-                pass
-            out.append({"index": i, "uuid": uuid, "used": int(mem.used), "total": int(mem.total), "procs": procs})
-    except Exception:
-        pass
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
-
-
 def _ram_used() -> int | None:
     try:
         import psutil
@@ -292,7 +259,7 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
     n = len(spec.prompts)
     t_begin = time.time()
 
-    before = {"gpus": _nvml_devices(), "ram_used": _ram_used()}
+    before = {"gpus": nvml.devices(), "ram_used": _ram_used()}
     _notify(observer, "on_stage", "starting worker")
     payload = asdict(spec)
     payload["model_path"] = str(folder)
@@ -347,7 +314,7 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
         except Exception:
             pass
         if st.loaded.get("device", {}).get("type") == "cuda":
-            for g in _nvml_devices():
+            for g in nvml.devices():
                 if proc.pid in g["procs"]:
                     peak["device"] = max(peak["device"], g["procs"][proc.pid])
 
@@ -452,7 +419,7 @@ def _crash_sentence(rc: int | None, tail: list[str]) -> str:
 def _after_exit(before: dict, device: dict) -> dict[str, Any]:
     """Device / RAM use once the worker is gone. NVML can lag the process exit by a moment, so on a
     GPU poll briefly until the used memory stops falling."""
-    gpus = _nvml_devices()
+    gpus = nvml.devices()
     if device.get("type") == "cuda" and gpus:
         g_before = _pick_gpu(before["gpus"], device)
         deadline = time.monotonic() + 3.0
@@ -461,7 +428,7 @@ def _after_exit(before: dict, device: dict) -> dict[str, Any]:
             if g is None or g_before is None or g["used"] <= g_before["used"] + (64 << 20):
                 break
             time.sleep(0.25)
-            gpus = _nvml_devices()
+            gpus = nvml.devices()
     return {"gpus": gpus, "ram_used": _ram_used()}
 
 

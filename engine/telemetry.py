@@ -15,6 +15,8 @@ from typing import Callable
 import httpx
 import psutil
 
+from . import nvml
+
 GIB = 1024**3
 
 # Old and new metric names across vLLM versions (V0 gpu_cache_usage_perc -> V1 kv_cache_usage_perc).
@@ -56,46 +58,11 @@ class Sample:
     metrics: dict[str, float] = field(default_factory=dict)  # running, waiting, kv_usage (0-1), gen_tok_s
 
 
-class NvmlReader:
-    """GPU memory per device and per process; None when no NVIDIA driver (the CPU path)."""
-
-    def __init__(self) -> None:
-        self.ok = False
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nv = pynvml
-            self.count = pynvml.nvmlDeviceGetCount()
-            self.ok = self.count > 0
-        except Exception:  # no driver, no library: the CPU path
-            self.ok = False
-
-    def read(self) -> list[dict]:
-        nv = self._nv
-        out = []
-        for i in range(self.count):
-            h = nv.nvmlDeviceGetHandleByIndex(i)
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            procs = []
-            try:
-                for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
-                    procs.append({"pid": p.pid, "used_gb": (p.usedGpuMemory or 0) / GIB})
-            except nv.NVMLError:
-                pass
-            out.append({"series": f"GPU {i}", "used_gb": mem.used / GIB, "total_gb": mem.total / GIB,
-                        "processes": procs})
-        return out
-
-    def describe(self) -> list[dict]:
-        nv = self._nv
-        return [{"name": _s(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(i))),
-                 "memory_gb": nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(i)).total / GIB}
-                for i in range(self.count)]
-
-
-def _s(x) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
+def gpu_memory() -> list[dict]:
+    """One memory series per GPU, with its processes, from NVML."""
+    return [{"series": f"GPU {g['index']}", "used_gb": g["used"] / GIB, "total_gb": g["total"] / GIB,
+             "processes": [{"pid": pid, "used_gb": b / GIB} for pid, b in g["procs"].items()]}
+            for g in nvml.devices()]
 
 
 def process_tree_rss(pid: int | None) -> float:
@@ -130,13 +97,13 @@ class Telemetry:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.nvml = NvmlReader()
+        self.gpu = nvml.available()
         self._prev_gen: tuple[float, float] | None = None
         self._client = httpx.Client(timeout=1.0)
 
     @property
     def device(self) -> str:
-        return "cuda" if self.nvml.ok else "cpu"
+        return "cuda" if self.gpu else "cpu"
 
     def start(self) -> None:
         if self._thread and self._thread.is_alive():
@@ -154,8 +121,8 @@ class Telemetry:
 
     def sample_once(self) -> Sample:
         s = Sample(t=time.time())
-        if self.nvml.ok:
-            s.memory = self.nvml.read()
+        if self.gpu:
+            s.memory = gpu_memory()
         else:
             vm = psutil.virtual_memory()
             s.memory = [{"series": "system (all processes)", "used_gb": (vm.total - vm.available) / GIB,

@@ -1,0 +1,69 @@
+"""NVIDIA GPUs through NVML (the nvidia-ml-py package): the one place that talks to it. Without a
+driver or the library (the CPU path) every function answers "no GPU" instead of raising."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_nv: Any = None
+_tried = False
+
+
+def _lib():
+    """pynvml, initialised once per process (cheap enough then for a 1 Hz sampler), or None."""
+    global _nv, _tried
+    with _lock:
+        if not _tried:
+            _tried = True
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                _nv = pynvml
+            except Exception:  # no library, no driver, no device: the CPU path
+                _nv = None
+    return _nv
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def available() -> bool:
+    nv = _lib()
+    try:
+        return nv is not None and nv.nvmlDeviceGetCount() > 0
+    except Exception:
+        return False
+
+
+def devices() -> list[dict[str, Any]]:
+    """[{index, name, uuid, used, total (bytes), procs {pid: bytes}}] for every GPU; [] without one."""
+    nv = _lib()
+    if nv is None:
+        return []
+    out = []
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            procs: dict[int, int] = {}
+            try:
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                    procs[int(p.pid)] = int(p.usedGpuMemory or 0)
+            except Exception:  # some drivers refuse the process list in containers
+                pass
+            out.append({"index": i, "name": _s(nv.nvmlDeviceGetName(h)), "uuid": _s(nv.nvmlDeviceGetUUID(h)),
+                        "used": int(mem.used), "total": int(mem.total), "procs": procs})
+    except Exception:
+        return out
+    return out
+
+
+def driver() -> str | None:
+    nv = _lib()
+    try:
+        return _s(nv.nvmlSystemGetDriverVersion()) if nv is not None else None
+    except Exception:
+        return None
