@@ -597,7 +597,30 @@ class _Clients:
 
 
 def _run_async(coro_fn: Callable[[], Any]) -> Any:
-    """asyncio.run with uvloop when available, without leaking the policy to the caller's thread."""
+    """asyncio.run with uvloop when available, without leaking the policy to the caller's thread.
+    Called from a thread that already runs a loop (a notebook, Playwright's sync API), the run gets
+    a thread of its own instead of failing."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_here(coro_fn)
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = _run_here(coro_fn)
+        except BaseException as e:  # handed back to the caller below
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="loadgen-loop")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _run_here(coro_fn: Callable[[], Any]) -> Any:
     try:
         import uvloop  # type: ignore[import-not-found]
     except ImportError:

@@ -261,3 +261,17 @@ def test_prompt_sets():
     assert prompts.seeded_prompts(5, seed=3) == prompts.seeded_prompts(5, seed=3)
     assert len(set(prompts.seeded_prompts(50, seed=3))) > 40
     assert prompts.prompt_cycle(["a", "b"], 5) == ["a", "b", "a", "b", "a"]
+
+
+def test_run_load_works_from_a_thread_that_already_runs_an_event_loop(vllm_server):
+    """A notebook cell or Playwright's sync API already runs a loop: run_load must still work there."""
+    import asyncio
+
+    spec = LoadSpec(base_url=vllm_server.base_url, model=vllm_server.model, prompts=["Say hi."], max_tokens=4,
+                    ignore_eos=True)
+
+    async def inside_a_loop():
+        return run_load(spec)
+
+    result = asyncio.run(inside_a_loop())
+    assert len(result.measured) == 1 and result.measured[0].ok and result.measured[0].output_tokens == 4
