@@ -17,10 +17,12 @@ from pathlib import Path
 import httpx
 import psutil
 
+from scripts.shoot import CHROMIUM_ARGS
+
+from .conftest import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]
 # Streamlit scrolls inside its own container, so a tall viewport is what makes a "full page" shot.
 VIEWPORT = {"width": 1400, "height": 2200}
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
@@ -28,14 +30,6 @@ SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 
 def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class StreamlitApp:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -24,12 +23,10 @@ from urllib.parse import urlparse
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/browser.py, whatever pytest's import mode
-pytest.importorskip("playwright")
-from playwright.sync_api import expect, sync_playwright  # noqa: E402
+from playwright.sync_api import expect, sync_playwright
 
-from browser import (VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server,  # noqa: E402
-                     launch_chromium, metric, screenshot, write_adoption_record)
+from .browser import (VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server, launch_chromium,
+                      metric, screenshot, write_adoption_record)
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +36,7 @@ MAX_TOKENS = 64  # the load test's default is 150; fewer keeps CI quick on a CPU
 @pytest.fixture(scope="module")
 def browser():
     if not Path(os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")).exists():
-        pytest.skip("no Chromium at /usr/bin/chromium (set SERVING_LAB_CHROMIUM)")
+        pytest.fail("no Chromium at /usr/bin/chromium: `make test` installs Debian's chromium (or set SERVING_LAB_CHROMIUM)")
     with sync_playwright() as p:
         b = launch_chromium(p)
         yield b

@@ -50,7 +50,7 @@ def _model_dir() -> Path | None:
 def model_dir() -> Path:
     d = _model_dir()
     if d is None:
-        pytest.skip("no embedded model folder: run `python -m engine model prepare` or set SERVING_LAB_TEST_MODEL_DIR")
+        pytest.fail("no embedded model folder: run `make test` (or `python -m engine model prepare`)")
     return d
 
 

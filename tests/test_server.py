@@ -15,7 +15,7 @@ from engine.errors import ConfigError, PortInUse, ServerBusy, ServerFailed
 from engine.server import FAILED, READY, STOPPED, VLLMServer, describe_failure
 from engine.vllm_flags import known_flags
 
-from .conftest import free_port
+from .conftest import _family, free_port
 
 pytestmark = pytest.mark.server
 
@@ -156,16 +156,6 @@ def test_stop_during_startup_leaves_no_process(embedded_model):
     assert not srv.record_path.exists()
     alive = [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left behind: {alive}"
-
-
-def _family(pid):
-    if not pid:
-        return []
-    try:
-        p = psutil.Process(pid)
-        return [p] + p.children(recursive=True)
-    except psutil.Error:
-        return []
 
 
 def test_failure_causes_in_plain_words():
