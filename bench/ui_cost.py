@@ -114,9 +114,11 @@ def main() -> None:
             time.sleep(3)
             tput0 = load(cfg)
             viewers = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(10)]
-            for i, v in enumerate(viewers):
-                v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"))
-            time.sleep(15)
+            for i, v in enumerate(viewers):  # 10 browsers on 2 cores load slowly: don't wait for "load"
+                v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"), wait_until="commit", timeout=120000)
+            for v in viewers:
+                v.get_by_role("heading").first.wait_for(timeout=180000)
+            time.sleep(10)
             c0, w0 = cpu_seconds(proc), time.time()
             tput10 = load(cfg)
             cpu10 = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
