@@ -58,6 +58,7 @@ def load(server_cfg: ServerConfig) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--soak", type=float, default=300)
+    ap.add_argument("--viewers", type=int, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench/results/ui-cost.md"))
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -113,15 +114,21 @@ def main() -> None:
             page.close()
             time.sleep(3)
             tput0 = load(cfg)
-            viewers = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(10)]
-            for i, v in enumerate(viewers):  # 10 browsers on 2 cores load slowly: don't wait for "load"
-                v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"), wait_until="commit", timeout=120000)
-            for v in viewers:
-                v.get_by_role("heading").first.wait_for(timeout=180000)
-            time.sleep(10)
-            c0, w0 = cpu_seconds(proc), time.time()
-            tput10 = load(cfg)
-            cpu10 = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
+            tput10 = cpu10 = None
+            try:  # each viewer is a Chromium page on these same cores: it may not even render in time
+                viewers = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(args.viewers)]
+                for i, v in enumerate(viewers):
+                    v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"), wait_until="commit", timeout=120000)
+                for v in viewers:
+                    v.get_by_role("heading").first.wait_for(timeout=120000)
+                time.sleep(10)
+                c0, w0 = cpu_seconds(proc), time.time()
+                tput10 = load(cfg)
+                cpu10 = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
+            except Exception as e:  # noqa: BLE001 - reported in the results instead
+                viewer_error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            else:
+                viewer_error = None
             browser.close()
     finally:
         app.terminate()
@@ -139,11 +146,16 @@ def main() -> None:
         "## Page switch: click -> new page's title drawn (3 rounds)", "",
         "| page | median s | max s |", "|---|---:|---:|",
         *[f"| {k} | {sorted(v)[len(v) // 2]:.2f} | {max(v):.2f} |" for k, v in switch.items()], "",
-        "## A load test (32 concurrent, 128 tokens) with 0 and 10 viewers", "",
+        f"## A load test (32 concurrent, 128 tokens) with 0 and {args.viewers} viewers", "",
         "| viewers | output tok/s | Streamlit CPU % of one core during the run |", "|---:|---:|---:|",
-        f"| 0 | {tput0:.1f} | – |", f"| 10 | {tput10:.1f} | {cpu10:.1f} |", "",
-        f"Throughput with 10 viewers is {tput10 / tput0:.2f}x the throughput with none.",
+        f"| 0 | {tput0:.1f} | – |",
     ]
+    if viewer_error is None:
+        lines += [f"| {args.viewers} | {tput10:.1f} | {cpu10:.1f} |", "",
+                  f"Throughput with {args.viewers} viewers is {tput10 / tput0:.2f}x the throughput with none."]
+    else:
+        lines += ["", f"With {args.viewers} viewers: not measured — {viewer_error}. Their headless browsers run on the "
+                  "same cores as vLLM here; on a workshop the viewers' browsers are on their own machines."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
