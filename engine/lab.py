@@ -151,18 +151,10 @@ class Lab:
             job.total = len(levels)
             out: list[RunResult] = []
             job.result = out  # finished levels show while the sweep goes on
+
             self.server.mark("sweep start")
-            for level in levels:
-                if job.cancel.is_set():
-                    break
-                job.on_stage(f"concurrency {level}")
-                # One warm-up batch at each level: the first batch at a new size pays a one-off cost.
-                one = replace(spec, shape="concurrency", concurrency=level, num_requests=max(2 * level, 8),
-                              warmup=level, scenario="sweep", label=f"concurrency {level}")
-                result = loadgen.run_load(one, cancel=job.cancel)
-                result.extra["sweep_level"] = level
-                out.append(self._finish(result, cfg))
-                job.done = len(out)
+            loadgen.sweep(replace(spec, scenario="sweep"), levels, cancel=job.cancel,
+                          observer=_SweepLevels(job, out, lambda r: self._finish(r, cfg)))
             self.server.mark("sweep end")
             return out
 
@@ -237,6 +229,23 @@ class Lab:
 
     def shutdown(self) -> None:
         self.telemetry.stop()
+
+
+class _SweepLevels:
+    """Sweep progress for the job; each level is saved the moment it completes."""
+
+    def __init__(self, job: Job, out: list[RunResult], finish):
+        self.job, self.out, self.finish = job, out, finish
+
+    def on_start(self, plan) -> None:
+        self.job.on_stage(f"concurrency {plan.concurrency}")
+
+    def on_request_done(self, record, totals) -> None:
+        pass
+
+    def on_complete(self, result: RunResult) -> None:
+        self.out.append(self.finish(result))
+        self.job.done = len(self.out)
 
 
 class _PidTracking:

@@ -1036,9 +1036,9 @@ def sweep(base_spec: LoadSpec, levels: Sequence[int] = (1, 2, 4, 8, 16, 32), obs
             base_spec, shape="concurrency", concurrency=level,
             num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
             warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep",
-            label=f"{base_spec.label or 'vLLM'}, concurrency {level}")
+            label=f"concurrency {level}")
         result = run_load(spec, observer, cancel)
-        result.extra["level"] = level
+        result.extra["sweep_level"] = level
         results.append(result)
     return results
 

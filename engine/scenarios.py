@@ -10,7 +10,7 @@ import httpx
 from . import hardware, prompts
 from .config import ServerConfig
 from .errors import LabError
-from .loadgen import LoadSpec, run_load
+from .loadgen import LoadSpec, run_load, sweep
 from .records import RunResult
 
 
@@ -133,13 +133,7 @@ def run_headless(name: str, url: str | None, model_name: str | None, server_args
         if scn.kind == "sweep":
             top = concurrency
             lv = [int(x) for x in levels.split(",")] if levels else sweep_levels(scn, top)
-            for level in lv:
-                log(f"concurrency {level}")
-                spec = scn.load_spec(base_url, model, concurrency=level, num_requests=max(2 * level, 8),
-                                     warmup=level, label=f"concurrency {level}", **over)
-                r = run_load(spec)
-                r.extra["sweep_level"] = level
-                out.append(r)
+            out += sweep(scn.load_spec(base_url, model, num_requests=8, **over), lv, observer=_Console(log))
         else:
             spec = scn.load_spec(base_url, model, concurrency=concurrency, **over)
             out.append(run_load(spec, observer=_Console(log)))
