@@ -136,7 +136,7 @@ def test_console_observer(vllm_server):
 @pytest.mark.server
 def test_sweep_warms_each_level(vllm_server):
     runs = loadgen.sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
-    assert [r.extra["level"] for r in runs] == [1, 2]
+    assert [r.extra["sweep_level"] for r in runs] == [1, 2]
     for r, level in zip(runs, (1, 2)):
         assert sum(x.warmup for x in r.records) == level
         assert r.summary["completed"] == max(4, level)
