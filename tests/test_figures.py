@@ -14,30 +14,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import figures  # noqa: E402
+from engine import figures, prompts  # noqa: E402
 from engine.records import RequestRecord, RunResult  # noqa: E402
 from engine.stats import summarize  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
-NAIVE_PROMPTS = [
-    "What are the symptoms of diabetes?",
-    "Explain how a transformer model works in 3 sentences.",
-    "Write a Python function to calculate fibonacci numbers.",
-    "What is the difference between TCP and UDP?",
-    "Summarize the key ideas of reinforcement learning.",
-]
-CONCURRENT_PROMPTS = [
-    "What causes high blood pressure?",
-    "Explain quantum computing simply.",
-    "Write a haiku about machine learning.",
-    "What are the SOLID principles?",
-    "How does photosynthesis work?",
-    "What is the difference between SQL and NoSQL?",
-    "Explain the attention mechanism in transformers.",
-    "What are the benefits of exercise?",
-    "How does HTTPS encryption work?",
-    "Summarize the history of artificial intelligence.",
-]
+NAIVE_PROMPTS = prompts.LAB_SEQUENTIAL
+CONCURRENT_PROMPTS = prompts.LAB_CONCURRENT
 
 
 def streamed(index: int, prompt: str, send: float, ttft: float, tokens: int, tok_s: float,
