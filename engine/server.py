@@ -239,6 +239,9 @@ class VLLMServer:
                 config=cfg, command=cfg.shell_command(), adopted=True,
                 events=[(started, "server start"), (time.time(), "adopted after app restart")],
             )
+            if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
+                now = time.time()
+                self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
             self._spawn_watcher()
         else:
             self._remove_record()
