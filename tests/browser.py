@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from engine.server import _terminate_tree
 from scripts.shoot import CHROMIUM_ARGS
 
 from .conftest import free_port
@@ -192,16 +193,6 @@ def kill_recorded_server(runtime_dir: Path, port: int) -> None:
         p = psutil.Process(rec["pid"])
         if abs(p.create_time() - rec["create_time"]) > 1.0:
             return
-        procs = [p] + p.children(recursive=True)
     except (OSError, ValueError, KeyError, psutil.Error):
         return
-    try:
-        os.killpg(rec["pid"], signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for q in procs:
-        try:
-            q.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)
+    _terminate_tree(rec["pid"], grace_s=2)  # the engine's own stop: process group, then SIGKILL
