@@ -106,6 +106,11 @@ def results() -> None:
     st.caption("Compared: " + " · ".join(
         f"{r.label}: {r.model.split('/')[-1]}, {r.config.get('dtype', '?')}, "
         f"{r.config.get('max_new_tokens') or r.load.get('max_tokens')} tokens" for r in terms))
+    warm = [f"{r.label}: {r.extra['warmup_s']:.1f} s" for r in (naive, static) if r and r.extra.get("warmup_s")]
+    if warm:
+        st.caption("Not counted above: each naive run first generated over every sequence length it would meet "
+                   "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
+                   "warm-up at startup) — " + " · ".join(warm) + ".")
 
 
 def time_recent(job) -> bool:

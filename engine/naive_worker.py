@@ -225,6 +225,30 @@ def make_clock(torch: Any, t0: float, batch: int, eos: set[int], on_step: Callab
     return Clock()
 
 
+def warmup_plan(lengths: list[int], max_new: int, max_len: int, mode: str) -> list[tuple[list[int], int]]:
+    """The warm-up generate() calls, as (prompt indices, tokens): together they meet every shape the
+    measured run will. The first call at a new sequence length is slow on CUDA (cuDNN attention builds
+    a plan per length; on an H200 the first 200-token request took 13.6 s after a 2-token warm-up and
+    5.2 s once every length had been seen), so anything shorter bills that cost to request 1.
+
+    Static batch: the same padded batch, full length. Sequential: one token at each prompt length (the
+    prefill shapes), then the shortest prompt long enough to reach the longest prompt's last token."""
+    if mode == "static-batch":
+        return [(list(range(len(lengths))), max_new)]
+    plan: list[tuple[list[int], int]] = []
+    seen: set[int] = set()
+    for i, L in enumerate(lengths):
+        if L not in seen:
+            seen.add(L)
+            plan.append(([i], 1))
+    short = min(range(len(lengths)), key=lengths.__getitem__)
+    n = max_new + max(lengths) - lengths[short]
+    if max_len:
+        n = min(n, max_len - lengths[short])
+    plan.append(([short], n))
+    return plan
+
+
 def count_generated(ids: list[int], eos: set[int]) -> int:
     """Generated tokens up to and including the first EOS (what vLLM's usage counts); padding after it isn't."""
     for i, t in enumerate(ids):
@@ -340,14 +364,16 @@ def run(spec: dict, emit: Emitter) -> None:
     if spec["mode"] == "static-batch":
         tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
     if spec.get("warmup", True):
-        # Same shape as the measured part (one prompt, or the whole padded batch), so first-call costs
-        # for that shape (kernel selection, allocator growth) are not billed to the first request.
-        emit.stage("warming up (2 tokens, not measured)")
         t_w = time.perf_counter()
+        plan = warmup_plan(lengths, max_new, max_len, spec["mode"])
+        emit.stage("warming up, not measured: every sequence length the run will meet")
         try:
-            with torch.no_grad():
-                model.generate(**encode(texts[:1] if spec["mode"] == "sequential" else texts),
-                               **{**gen_kwargs, "max_new_tokens": 2})
+            for k, (rows, n) in enumerate(plan):
+                clock = make_clock(torch, t_w, len(rows), set(), lambda s, k=k, n=n: emit.stage(
+                    f"warming up, not measured ({k + 1}/{len(plan)}): {s}/{n} tokens", throttle_s=0.5))
+                with torch.no_grad():
+                    model.generate(**encode([texts[i] for i in rows]),
+                                   **{**gen_kwargs, "max_new_tokens": n, "min_new_tokens": n}, streamer=clock)
         except Exception as e:
             if is_oom(torch, e):
                 raise Fail("oom", oom_sentence(device, "generate", spec)) from e

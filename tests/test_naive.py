@@ -198,6 +198,35 @@ def test_random_weights_tiny_config(tiny_random_dir):
     assert 0 < res.extra["params"] < 10_000_000
 
 
+def test_warmup_plan_meets_every_shape_of_the_run():
+    """Every prefill length and every decode length the measured run reaches is met in the warm-up."""
+    from engine.naive_worker import warmup_plan
+
+    for lengths, max_new, max_len in (([17, 22, 19, 19, 20], 200, 8192), ([5, 40], 16, 0), ([12], 8, 64)):
+        plan = warmup_plan(lengths, max_new, max_len, "sequential")
+        prefill = {lengths[i] for rows, _ in plan for i in rows}
+        decode = {lengths[i] + k for rows, n in plan for i in rows for k in range(1, n + 1)}
+        assert set(lengths) <= prefill
+        assert {L + k for L in lengths for k in range(1, max_new + 1)} <= decode
+    # capped by the model's context: never asks for more positions than it has
+    assert warmup_plan([17, 22], 200, 30, "sequential")[-1] == ([0], 13)
+    assert warmup_plan([17, 22, 9], 64, 0, "static-batch") == [([0, 1, 2], 64)]
+
+
+@pytest.mark.slow
+def test_warmup_runs_and_is_reported(tiny_random_dir):
+    stages: list[str] = []
+
+    class Obs:
+        def on_stage(self, text):
+            stages.append(text)
+
+    res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=["hi", PROMPTS[1]], max_new_tokens=8,
+                              random_weights=True), observer=Obs())
+    assert res.extra["warmup_s"] > 0 and len(res.measured) == 2
+    assert any(s.startswith("warming up, not measured") for s in stages)
+
+
 @pytest.mark.slow
 def test_prompt_too_long(tiny_random_dir):
     cfg = json.loads((tiny_random_dir / "config.json").read_text())
