@@ -109,7 +109,7 @@ class Bench:
             sweep = SCENARIOS["sweep"]
             self.mark("sweep start")
             for level in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-                spec = sweep.load_spec(url, model, concurrency=level, num_requests=max(2 * level, 8), warmup=level,
+                spec = sweep.load_spec(url, model, concurrency=level, num_requests=max(3 * level, 8), warmup=level,
                                        label=f"concurrency {level}")
                 r = run_load(spec)
                 r.extra["sweep_level"] = level

@@ -11,7 +11,7 @@ split on bytes and one json.loads per event, nothing more per chunk; httpx over 
 connections on every release); the GC heap frozen during a run. One loop then kept pace with 256
 streams at 12k chunks/s on a 2-core VM (~45 us of CPU per chunk). Beyond PER_LOOP_CONCURRENCY
 streams, where cores allow, requests are spread over worker processes, each with its own loop and
-clients (`LoadSpec.workers`, auto by default).
+clients (`LoadSpec.workers`, auto by default); each warms up on the connections it measures with.
 
 Entry points: `run_load` (blocking, safe to call from a worker thread), `sweep`, `stream_one`.
 """
@@ -742,17 +742,14 @@ async def _warm(spec: LoadSpec, clients: _Clients, observer: Observer, totals: T
         _notify(observer.on_request_done, r, totals)
 
     req = _Requester(spec, clients, tw)
-    # A different opening keeps the measured requests from hitting warm-up blocks in the prefix cache.
-    prompts = [f"(warm-up {i}) " + spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
     job = _Job(workers=min(spec.in_flight(), spec.warmup), take=_counter(spec.warmup))
-    await _drive(req, job, prompts, _warmup_tokens(spec), True, keep, cancelled, _sent_hook(observer))
+    await _drive(req, job, _warm_prompts(spec), _warmup_tokens(spec), True, keep, cancelled, _sent_hook(observer))
     return recs, tw
 
 
-async def _warm_alone(spec: LoadSpec, observer: Observer, totals: Totals,
-                      cancelled: Callable[[], bool]) -> tuple[list[RequestRecord], float]:
-    async with _Clients(spec) as clients:
-        return await _warm(spec, clients, observer, totals, cancelled)
+def _warm_prompts(spec: LoadSpec) -> list[str]:
+    # A different opening keeps the measured requests from hitting warm-up blocks in the prefix cache.
+    return [f"(warm-up {i}) " + spec.prompts[i % len(spec.prompts)] for i in range(spec.warmup)]
 
 
 def _shift(recs: Iterable[RequestRecord], dt: float) -> None:
@@ -824,21 +821,19 @@ class LoadError(LabError):
     """The load generator itself could not run (its worker processes did not start)."""
 
 
-def _shard_main(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, go: Any, stop: Any,
-                t0v: Any, counter: Any) -> None:
-    """Entry point of client process k: its own loop and client, its share of the workers."""
+def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
+    """Entry point of client process k: its own loop and clients."""
     try:
         with _gc_frozen():
-            _run_async(lambda: _shard(spec, k, shards, workers, out_q, go, stop, t0v, counter))
+            _run_async(lambda: _shard(spec, k, shards, sync))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
-        out_q.put(("error", k, f"client process {k} failed: {type(e).__name__}: {e}"))
+        sync.out_q.put(("error", k, f"client process {k} failed: {type(e).__name__}: {e}"))
 
 
-async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, go: Any, stop: Any,
-                 t0v: Any, counter: Any) -> None:
-    n = spec.n
+def _shared_take(counter: Any, n: int) -> Callable[[], int | None]:
+    """The next index below n from a counter shared by every client process."""
 
-    def take() -> int | None:  # the next request index, shared by every process
+    def take() -> int | None:
         with counter.get_lock():
             i = counter.value
             if i >= n:
@@ -846,48 +841,84 @@ async def _shard(spec: LoadSpec, k: int, shards: int, workers: int, out_q: Any, 
             counter.value = i + 1
             return i
 
-    prompts = [spec.prompts[i % len(spec.prompts)] for i in range(n)]
+    return take
+
+
+async def _shard(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
+    """Client process k: its share of the warm-up, then of the measured part, on the same connections
+    (so the measured part never pays for opening them, as with `vllm bench serve`'s warm-ups)."""
+    out_q, stop = sync.out_q, sync.stop
+    prompts = [spec.prompts[i % len(spec.prompts)] for i in range(spec.n)]
     async with _Clients(spec) as clients:
         out_q.put(("ready", k, clock()))
-        while not go.wait(0.05):  # nothing else runs in this loop yet; blocking is fine
-            pass
-        if stop.is_set():
-            out_q.put(("done", k, clock()))
-            return
-        t0 = t0v.value
-        await asyncio.sleep(max(0.0, t0 - clock()))
-        req = _Requester(spec, clients, t0)
-        sink = lambda r: out_q.put(("rec", dataclasses.asdict(r), clock()))  # noqa: E731
-        sent = lambda r: out_q.put(("sent", r.index, r.send_time))  # noqa: E731
-        await _drive(req, _job_for(spec, take, workers, k, shards), prompts, spec.max_tokens, False, sink,
-                     stop.is_set, sent)
+        for phase in ("warm", "run"):
+            event = sync.warm if phase == "warm" else sync.go
+            while not event.wait(0.05):  # nothing else runs in this loop meanwhile; blocking is fine
+                pass
+            if stop.is_set():
+                break
+            t0 = (sync.tw if phase == "warm" else sync.t0).value
+            await asyncio.sleep(max(0.0, t0 - clock()))
+            req = _Requester(spec, clients, t0)
+            if phase == "warm":
+                job = _Job(workers=sync.warm_shares[k], take=_shared_take(sync.warm_counter, spec.warmup))
+                await _drive(req, job, _warm_prompts(spec), _warmup_tokens(spec), True,
+                             lambda r: out_q.put(("rec", dataclasses.asdict(r), clock())), stop.is_set,
+                             lambda r: out_q.put(("sent", r.index, r.send_time, True)))
+                out_q.put(("warmed", k, clock()))
+                continue
+            await _drive(req, _job_for(spec, _shared_take(sync.counter, spec.n), sync.shares[k], k, shards),
+                         prompts, spec.max_tokens, False,
+                         lambda r: out_q.put(("rec", dataclasses.asdict(r), clock())), stop.is_set,
+                         lambda r: out_q.put(("sent", r.index, r.send_time, False)))
         out_q.put(("done", k, clock()))
+
+
+@dataclass
+class _ShardSync:
+    """What the parent and its client processes share (multiprocessing objects, picklable to spawn)."""
+
+    out_q: Any  # ("ready"|"warmed"|"done", k, t) · ("rec", record dict, t) · ("sent", index, t, warmup) · ("error", k, text)
+    warm: Any  # Event: start the warm-up (its clock origin in tw)
+    go: Any  # Event: start the measured part (its clock origin in t0)
+    stop: Any  # Event: cancel, or the parent is leaving
+    tw: Any
+    t0: Any
+    warm_counter: Any
+    counter: Any
+    warm_shares: list[int]  # requests in flight per process during the warm-up
+    shares: list[int]  # ... and during the measured part
 
 
 def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: threading.Event,
                  prompts: list[str], totals: Totals) -> _Outcome:
-    """The measured part spread over `shards` spawned processes (warm-up runs here meanwhile)."""
+    """Warm-up and measured part spread over `shards` spawned processes, each on its own connections."""
     ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
-    out_q, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
-    t0v, counter = ctx.Value("d", 0.0), ctx.Value("q", 0)
+    sync = _ShardSync(out_q=ctx.Queue(), warm=ctx.Event(), go=ctx.Event(), stop=ctx.Event(),
+                      tw=ctx.Value("d", 0.0), t0=ctx.Value("d", 0.0), warm_counter=ctx.Value("q", 0),
+                      counter=ctx.Value("q", 0), warm_shares=_split(min(spec.in_flight(), spec.warmup), shards),
+                      shares=_split(min(spec.in_flight(), spec.n), shards))
     bare = dataclasses.replace(spec, count_tokens=None)  # callables need not pickle
-    shares = _split(min(spec.in_flight(), spec.n), shards)
     procs = [ctx.Process(target=_shard_main, name=f"serving-lab-loadgen-{k}", daemon=True,
-                         args=(bare, k, shards, shares[k], out_q, go, stop, t0v, counter))
-             for k in range(shards)]
+                         args=(bare, k, shards, sync)) for k in range(shards)]
     with _main_hidden():
         for p in procs:
             p.start()
     try:
-        warm, tw = _run_async(lambda: _warm_alone(spec, observer, totals, cancel.is_set))
-        _await_ready(out_q, procs)
+        _await_ready(sync.out_q, procs)
+        tw = clock() + 0.02
+        sync.tw.value = tw
+        sync.warm.set()
+        warm, _, failed = _collect(sync, procs, observer, cancel, totals, tw, _warm_prompts(spec), "warmed", {})
         t0 = clock() + 0.02
-        t0v.value = t0
-        go.set()
-        recs, end, errors = _collect(out_q, procs, observer, cancel, stop, totals, t0, prompts)
+        sync.t0.value = t0
+        sync.go.set()
+        recs, end, failed = _collect(sync, procs, observer, cancel, totals, t0, prompts, "done", failed)
+        errors = list(failed.values())
     finally:
-        stop.set()
-        go.set()
+        sync.stop.set()
+        sync.warm.set()
+        sync.go.set()
         for p in procs:
             p.join(timeout=5)
             if p.is_alive():
@@ -931,40 +962,44 @@ def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None
         ready.add(msg[1])
 
 
-def _collect(out_q: Any, procs: list[Any], observer: Observer, cancel: threading.Event, stop: Any,
-             totals: Totals, t0: float, prompts: list[str]) -> tuple[list[RequestRecord], float, list[str]]:
-    """Gather records from the client processes until each reports done (or died)."""
+def _collect(sync: _ShardSync, procs: list[Any], observer: Observer, cancel: threading.Event, totals: Totals,
+             t0: float, prompts: list[str], until: str,
+             failed: dict[int, str]) -> tuple[list[RequestRecord], float, dict[int, str]]:
+    """Gather records from the client processes until each reports `until` ("warmed" or "done"),
+    fails or dies. Warm-up records reach the observer but not the totals. `failed` (process -> why)
+    holds those already lost; the returned one adds the new."""
     sent = getattr(observer, "on_request_sent", None)
     recs: list[RequestRecord] = []
-    finished: set[int] = set()
+    failed = dict(failed)
+    finished: set[int] = set(failed)
     gone_since: dict[int, float] = {}
-    errors: list[str] = []
     end = t0
     while len(finished) < len(procs):
         if cancel.is_set():
-            stop.set()
+            sync.stop.set()
         try:
-            msg = out_q.get(timeout=0.1)
+            msg = sync.out_q.get(timeout=0.1)
         except queue.Empty:
             for k, p in enumerate(procs):  # a process that died without a word: give its messages 1 s
                 if k not in finished and not p.is_alive() and clock() - gone_since.setdefault(k, clock()) > 1.0:
-                    errors.append(f"client process {k} exited with code {p.exitcode}")
+                    failed[k] = f"client process {k} exited with code {p.exitcode}"
                     finished.add(k)
             continue
         if msg[0] == "sent" and sent is not None:
-            _notify(sent, RequestRecord(index=msg[1], prompt=prompts[msg[1]], send_time=msg[2]))
+            _notify(sent, RequestRecord(index=msg[1], prompt=prompts[msg[1]], send_time=msg[2], warmup=msg[3]))
         elif msg[0] == "rec":
             r = RequestRecord.from_dict(msg[1])
             recs.append(r)
-            totals.add(r, msg[2] - t0)
+            if not r.warmup:
+                totals.add(r, msg[2] - t0)
             _notify(observer.on_request_done, r, totals)
-        elif msg[0] == "done":
+        elif msg[0] == until:
             finished.add(msg[1])
             end = max(end, msg[2])
         elif msg[0] == "error":
-            errors.append(msg[2])
+            failed[msg[1]] = msg[2]
             finished.add(msg[1])
-    return recs, (end if end > t0 else clock()), errors
+    return recs, (end if end > t0 else clock()), failed
 
 
 # ----------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class FakeOpenAIServer:
         self.chunk_delay_s = chunk_delay_s
         self.completed = 0
         self.requests = 0
+        self.connections = 0  # accepted so far: shows whether a client reuses its warm-up's connections
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -91,6 +92,7 @@ class FakeOpenAIServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        self.connections += 1
         try:
             while True:  # keep-alive: several requests per connection
                 head = await reader.readuntil(b"\r\n\r\n")

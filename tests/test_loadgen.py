@@ -170,6 +170,18 @@ def test_server_dying_mid_stream_keeps_completed():
     assert res.summary["completed"] == 2 and res.summary["failed"] == 3
 
 
+def test_client_processes_measure_on_the_connections_their_warmup_opened():
+    """With several client processes each warms up its own connections: the measured part opens none
+    (a burst of new connections would be billed to the first requests' TTFT)."""
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "ok", concurrency=4, workers=2, warmup=4, num_requests=8))
+    assert res.extra["client_workers"] == 2
+    warm = [r for r in res.records if r.warmup]
+    assert len(warm) == 4 and all(r.ok and r.end_time <= 0 for r in warm)
+    assert res.summary["completed"] == 8
+    assert srv.connections == 4
+
+
 def test_hanging_server_ends_with_read_timeout():
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "hang", read_timeout_s=0.5))
