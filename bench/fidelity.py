@@ -20,6 +20,7 @@ client's. That probes high concurrency on a small machine; the tokenizer still c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
@@ -154,6 +155,9 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
                 runs["ours"].append(_pick(run_ours(a, model, prompts, c)))
             else:
                 runs["vllm"].append(_pick(run_vllm_bench(bench_argv(a, model, tokenizer, c, n, seed), log)))
+            got = runs[who][-1]
+            print(f"    {_f(got.get('output_throughput'))} tok/s, TTFT mean {_f(got.get('mean_ttft_ms'))} ms",
+                  flush=True)
     ours, vb = _median(runs["ours"]), _median(runs["vllm"])
     return {"concurrency": c, "num_prompts": n, "first": orders, "vllm": vb, "ours": ours, "runs": runs,
             "throughput_ratio": _ratio(ours.get("output_throughput"), vb.get("output_throughput")),
@@ -220,6 +224,13 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def save(report: dict[str, Any], out: Path | None) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(markdown(report))
+        out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default="http://127.0.0.1:8011")
@@ -247,29 +258,25 @@ def main(argv: list[str] | None = None) -> int:
     log = a.log or Path(tempfile.gettempdir()) / "fidelity-vllm-bench.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
-    if a.synthetic:
-        tokenizer = a.tokenizer or served_model(a.base_url)[1]
-        with synthetic_server(a.chunk_delay) as url:
-            a.base_url, model = url, "ok"
-            print(f"synthetic server {url}, one chunk per {a.chunk_delay * 1000:g} ms per answer, "
+    with contextlib.ExitStack() as stack:
+        if a.synthetic:
+            tokenizer = a.tokenizer or served_model(a.base_url)[1]
+            a.base_url, model = stack.enter_context(synthetic_server(a.chunk_delay)), "ok"
+            print(f"synthetic server {a.base_url}, one chunk per {a.chunk_delay * 1000:g} ms per answer, "
                   f"vllm bench output -> {log}", flush=True)
-            levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
-    else:
-        model, root = served_model(a.base_url)
-        tokenizer = a.tokenizer or root
-        print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
-        levels = [level(a, model, tokenizer, c, i, log) for i, c in enumerate(a.concurrency)]
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
-              "synthetic_chunk_delay_s": a.chunk_delay if a.synthetic else None,
-              "input_len": a.input_len, "output_len": a.output_len, "repeats": a.repeats, "temperature": a.temperature,
-              "hardware": hardware.describe(), "versions": hardware.versions(), "client": client_name(),
-              "levels": levels}
-    md = markdown(report)
-    print(md)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(md)
-        a.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+        else:
+            model, root = served_model(a.base_url)
+            tokenizer = a.tokenizer or root
+            print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
+        report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
+                  "synthetic_chunk_delay_s": a.chunk_delay if a.synthetic else None,
+                  "input_len": a.input_len, "output_len": a.output_len, "repeats": a.repeats,
+                  "temperature": a.temperature, "hardware": hardware.describe(), "versions": hardware.versions(),
+                  "client": client_name(), "levels": []}
+        for i, c in enumerate(a.concurrency):
+            report["levels"].append(level(a, model, tokenizer, c, i, log))
+            save(report, a.out)  # after every level: a run cut short keeps what it measured
+    print(markdown(report))
     return 0
 
 

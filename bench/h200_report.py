@@ -26,6 +26,7 @@ def main() -> None:
     sweep = sorted((r for r in runs if r.scenario == "sweep"), key=lambda r: r.extra.get("sweep_level", 0))
     tuning = sorted((r for r in runs if r.scenario == "tuning"), key=lambda r: -r.config.get("max_model_len", 0))
     tel = json.loads((ROOT / "docs/data/h200-telemetry-naive-vllm.json").read_text())
+    tel["events"] = [e for e in tel["events"] if not e["label"].startswith("phase ")]  # the script's own marks
     img = ROOT / "docs" / "img"
     items = [
         (figures.latency_bars(by["naive-5"], by["vllm-5-sequential"], [by["static-batch-5"]]), img / "h200-latency.png"),

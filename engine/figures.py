@@ -676,22 +676,31 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
 def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, x_span: float,
                  rows: int = 1) -> None:
     """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one.
-    Labels are placed greedily on up to 4 levels so neighbours do not overlap."""
+    Labels are placed greedily on up to 4 levels so that none overlaps another; a label near the
+    right edge is drawn to the left of its line, and one with no free level is left out (its line
+    stays) rather than printed over its neighbours."""
     evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
     placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
     span = x_span or 1.0
     for e in evs:
         t = float(e["t"]) - offset
         label = str(e.get("label", ""))
+        if len(label) > 42:
+            label = label[:41] + "…"
         width = (len(label) * 8.5 + 14) / 1100 * span  # label width in x units at ~1100 px of plot
-        lvl = next((k for k, spans in enumerate(placed) if all(t >= b or t + width <= a for a, b in spans)), 3)
-        placed[lvl].append((t, t + width))
+        right = t + width > span
+        a, b = (t - width, t) if right else (t, t + width)
+        lvl = next((k for k, spans in enumerate(placed) if all(a >= y or b <= x for x, y in spans)), None)
         for row in range(1, rows + 1):
             fig.add_vline(x=t, line=dict(color="#555", dash="dot", width=1.5),
                           **({"row": row, "col": 1} if rows > 1 else {}))
+        if lvl is None:
+            continue
+        placed[lvl].append((a, b))
         fig.add_annotation(x=t, y=1 - 0.1 * lvl, xref="x", yref="y domain", text=_esc(label),
-                           showarrow=False, xanchor="left", yanchor="top", xshift=3,
-                           font=dict(size=BASE_SIZE - 3, color="#333"), bgcolor="rgba(255,255,255,0.85)")
+                           showarrow=False, xanchor="right" if right else "left", yanchor="top",
+                           xshift=-3 if right else 3, font=dict(size=BASE_SIZE - 3, color="#333"),
+                           bgcolor="rgba(255,255,255,0.85)")
 
 
 def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (),

@@ -304,6 +304,27 @@ def test_memory_chart():
     assert len(one.layout.shapes) == len(events)
 
 
+def test_crowded_event_labels_never_overlap():
+    """Ten events within a few seconds of a 300 s chart (the lab's quick vLLM steps): every line is
+    drawn, and the labels that are printed do not cover each other or run off the right edge."""
+    samples = [{"t": 1.7e9 + i, "used_gb": 10.0, "total_gb": 140.0, "series": "GPU 0"} for i in range(301)]
+    events = [{"t": 1.7e9 + 250 + i, "label": f"step {i} of the lab, a long label"} for i in range(10)]
+    events.append({"t": 1.7e9 + 299, "label": "vLLM stop"})
+    fig = figures.memory_chart(samples, events)
+    assert len(fig.layout.shapes) == len(events)
+    notes = [a for a in fig.layout.annotations if a.yref == "y domain"]
+    assert 0 < len(notes) < len(events)
+    spans = []
+    for a in notes:
+        w = (len(a.text) * 8.5 + 14) / 1100 * 300
+        lo, hi = (a.x - w, a.x) if a.xanchor == "right" else (a.x, a.x + w)
+        assert 0 <= lo and hi <= 300
+        spans.append((a.y, lo, hi))
+    for i, (y1, a1, b1) in enumerate(spans):
+        for y2, a2, b2 in spans[i + 1:]:
+            assert y1 != y2 or b1 <= a2 or b2 <= a1
+
+
 def test_metrics_chart():
     fig = figures.metrics_chart(make_metrics())
     assert [t.name for t in fig.data] == ["running", "waiting", "KV cache used", "generation tok/s"]
