@@ -35,18 +35,6 @@ def _cmd_model_prepare(args) -> int:
     return 0
 
 
-def _model_spec(name: str):
-    from . import models
-
-    if name == "embedded":
-        return models.embedded()
-    if name == "shape-only":
-        return models.shape_only_llama3_8b()
-    if name.startswith("hub:"):
-        return models.hub(name[4:])
-    return models.local(name)
-
-
 # -- server -----------------------------------------------------------------------------------
 def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="embedded", help="embedded | shape-only | a folder | hub:owner/name")
@@ -62,59 +50,29 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extra", default="", help='other vLLM flags, quoted: --extra "--seed 0"')
 
 
-def _config(args, device: str):
+def _config(args):
+    """The server settings and model the command line asks for (the lab's defaults elsewhere)."""
+    from . import hardware, models
     from .config import ServerConfig, parse_extra_args
-    from .lab import _served_name
 
-    spec = _model_spec(args.model)
-    cfg = ServerConfig(
-        model=spec.path, served_model_name=_served_name(spec), load_format=spec.load_format or "auto",
-        device=device, port=args.port, host=args.host,
-        dtype=args.dtype or ("float16" if device == "cuda" else "auto"),
-        max_model_len=args.max_model_len or min(2048, spec.max_len or 2048),
-        gpu_memory_utilization=args.gpu_memory_utilization, cpu_kvcache_gib=args.kv_cache_gib,
-        max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
-        tensor_parallel_size=args.tensor_parallel_size, extra_args=parse_extra_args(args.extra),
-    )
+    spec = models.resolve(args.model)
+    cfg = ServerConfig.for_model(
+        spec, hardware.default_device(), port=args.port, host=args.host, dtype=args.dtype,
+        max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
+        cpu_kvcache_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
+        tensor_parallel_size=args.tensor_parallel_size, extra_args=parse_extra_args(args.extra))
     return cfg, spec
-
-
-def _device() -> str:
-    from . import nvml
-
-    return "cuda" if nvml.available() else "cpu"
-
-
-def start_and_wait(srv, cfg, spec, quiet: bool = False):
-    """Start a server and print each startup stage until it is ready (or raise with the cause)."""
-    srv.start(cfg, model_max_len=spec.max_len)
-    if not quiet:
-        _print(cfg.shell_command())
-    last = None
-    while True:
-        s = srv.snapshot()
-        if s.stage != last and not quiet:
-            _print(f"  [{s.elapsed or 0:6.1f} s] {s.stage}")
-            last = s.stage
-        if s.state == "ready":
-            kv = f"; KV cache {s.kv_cache_tokens:,} tokens" if s.kv_cache_tokens else ""
-            mc = f", max concurrency {s.max_concurrency:g}x" if s.max_concurrency else ""
-            _print(f"ready in {s.elapsed:.1f} s at {cfg.base_url}{kv}{mc}")
-            return s
-        if s.state in ("failed", "stopped"):
-            raise LabError(s.error or "The server stopped before it was ready.")
-        time.sleep(0.3)
 
 
 def _cmd_serve(args) -> int:
     from .server import VLLMServer
 
-    cfg, spec = _config(args, _device())
+    cfg, spec = _config(args)
     srv = VLLMServer(port=cfg.port)
     if srv.snapshot().state != "stopped":
         raise LabError(f"A server this app started is already running on port {cfg.port}: "
                        f"`python -m engine stop --port {cfg.port}` first.")
-    start_and_wait(srv, cfg, spec)
+    srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
     if args.detach:
         _print(f"left running (pid {srv.snapshot().pid}); stop it with: python -m engine stop --port {cfg.port}")
         return 0
@@ -163,8 +121,10 @@ def _cmd_run(args) -> int:
     from .store import RunStore
 
     store = RunStore()
+    needs_model = not args.url or scenarios.get(args.scenario).kind == "naive"
+    cfg, spec = _config(args) if needs_model else (None, None)
     results = scenarios.run_headless(
-        args.scenario, url=args.url, model_name=args.model_name, server_args=args, store=store,
+        args.scenario, store, url=args.url, model_name=args.model_name, config=cfg, spec=spec,
         max_tokens=args.max_tokens, concurrency=args.concurrency, levels=args.levels, log=_print,
     )
     for r in results:

@@ -44,6 +44,15 @@ class ServerConfig:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
         return f"http://{host}:{self.port}"
 
+    @classmethod
+    def for_model(cls, spec: Any, device: str, **kw: Any) -> "ServerConfig":
+        """The lab's defaults for a models.ModelSpec on a device (fp16 on CUDA as the lab, context capped
+        at 2048), with `kw` (ServerConfig fields) on top; None values in kw keep the default."""
+        base = dict(model=spec.path, served_model_name=spec.served_name, load_format=spec.load_format or "auto",
+                    device=device, dtype="float16" if device == "cuda" else "auto",
+                    max_model_len=min(2048, spec.max_len or 2048))
+        return cls(**{**base, **{k: v for k, v in kw.items() if v is not None}})
+
     def with_changes(self, **kw: Any) -> "ServerConfig":
         return replace(self, **kw)
 

@@ -18,6 +18,11 @@ from . import nvml
 STACK = ("vllm", "torch", "transformers")
 
 
+def default_device() -> str:
+    """Where vLLM and the naive baseline run by default: "cuda" when NVML sees a GPU, else "cpu"."""
+    return "cuda" if nvml.available() else "cpu"
+
+
 def _pkg_version(*names: str) -> str | None:
     for n in names:
         try:

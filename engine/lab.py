@@ -63,12 +63,7 @@ class Lab:
         return models.catalogue()
 
     def default_config(self, spec: models.ModelSpec, port: int | None = None) -> ServerConfig:
-        return ServerConfig(
-            model=spec.path, served_model_name=_served_name(spec), load_format=spec.load_format or "auto",
-            device=self.device, port=port or self.server.port,
-            dtype="float16" if self.device == "cuda" else "auto",
-            max_model_len=min(2048, spec.max_len or 2048),
-        )
+        return ServerConfig.for_model(spec, self.device, port=port or self.server.port)
 
     def fit_check(self, cfg: ServerConfig, spec: models.ModelSpec) -> FitReport:
         shape = spec.shape
@@ -260,8 +255,4 @@ class _PidTracking:
     def on_worker(self, pid: int) -> None:
         self.pids["naive worker"] = pid
 
-
-def _served_name(spec: models.ModelSpec) -> str:
-    return {"embedded": models.EMBEDDED_NAME, "shape-only": "llama3-8b-shape-only"}.get(
-        spec.kind, os.path.basename(spec.path.rstrip("/")) or spec.path)
 

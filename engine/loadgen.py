@@ -858,7 +858,8 @@ async def _shard(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
             if stop.is_set():
                 break
             t0 = (sync.tw if phase == "warm" else sync.t0).value
-            await asyncio.sleep(max(0.0, t0 - clock()))
+            while (wait := t0 - clock()) > 0:  # uvloop's timers can fire up to 1 ms early: no send before t0
+                await asyncio.sleep(wait)
             req = _Requester(spec, clients, t0)
             if phase == "warm":
                 job = _Job(workers=sync.warm_shares[k], take=_shared_take(sync.warm_counter, spec.warmup))

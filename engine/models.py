@@ -90,6 +90,12 @@ class ModelSpec:
     def max_len(self) -> int | None:
         return self.shape.max_len if self.shape else None
 
+    @property
+    def served_name(self) -> str:
+        """The name clients use for it (vLLM's --served-model-name)."""
+        return {"embedded": EMBEDDED_NAME, "shape-only": "llama3-8b-shape-only"}.get(
+            self.kind, Path(self.path.rstrip("/")).name or self.path)
+
 
 def shape_from_config(cfg: dict) -> ModelShape:
     """Parameter count of a Llama-style decoder from its config (exact for Llama/Mistral/Qwen2)."""
@@ -109,30 +115,37 @@ def shape_from_config(cfg: dict) -> ModelShape:
     return ModelShape(params=params, layers=layers, kv_heads=kv, head_dim=hd, max_len=max_len)
 
 
-def _read_config(folder: Path) -> dict:
+class ModelFolderError(LabError):
+    """A model folder that cannot be what vLLM or transformers need."""
+
+
+def check_folder(path: str | Path, weights: bool = True, tokenizer: bool = False) -> tuple[Path, dict]:
+    """The folder (resolved) and its config.json, or ModelFolderError saying what is missing and what to do."""
+    folder = Path(path).expanduser().resolve()
     cfg_file = folder / "config.json"
     if not folder.exists():
-        raise LabError(f"Model folder {folder} does not exist: check the path, or pick the embedded default model.")
+        raise ModelFolderError(f"Model folder {folder} does not exist: check the path, or pick the embedded "
+                               "default model.")
     if not cfg_file.is_file():
-        raise LabError(
-            f"{folder} is not a Hugging Face model folder (no config.json): point to the folder that holds "
-            "config.json and the weights."
-        )
+        raise ModelFolderError(f"{folder} is not a Hugging Face model folder (no config.json): point to the "
+                               "folder that holds config.json, the tokenizer and the weights.")
     try:
-        return json.loads(cfg_file.read_text())
+        cfg = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
-        raise LabError(f"{cfg_file} is not valid JSON ({e.msg}): the model folder looks damaged.") from e
+        raise ModelFolderError(f"{cfg_file} is not valid JSON ({e.msg}): the model folder looks damaged.") from e
+    if tokenizer and not any((folder / n).is_file()
+                             for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
+        raise ModelFolderError(f"{folder} has no tokenizer (tokenizer.json or tokenizer.model): copy the "
+                               "tokenizer files into the folder.")
+    if weights and not (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
+        raise ModelFolderError(f"{folder} has a config.json but no weights (*.safetensors or *.bin): copy the "
+                               "weights there, or use the shape-only Llama 3 8B (random weights) to measure "
+                               "speed without them.")
+    return folder, cfg
 
 
 def local(path: str | Path) -> ModelSpec:
-    folder = Path(path).expanduser().resolve()
-    cfg = _read_config(folder)
-    has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
-    if not has_weights:
-        raise LabError(
-            f"{folder} has a config.json but no weights (*.safetensors or *.bin): copy the weights there, "
-            "or use the shape-only Llama 3 8B to measure speed without them."
-        )
+    folder, cfg = check_folder(path)
     try:
         shape = shape_from_config(cfg)
     except KeyError:
@@ -160,7 +173,7 @@ def embedded() -> ModelSpec:
         )
     return ModelSpec(
         kind="embedded", path=str(folder), label=f"{EMBEDDED_NAME} (embedded default)",
-        shape=shape_from_config(_read_config(folder)),
+        shape=shape_from_config(check_folder(folder)[1]),
     )
 
 
@@ -277,3 +290,14 @@ def prepare_shape_only(target: Path | None = None) -> Path:
         tmp.rename(target)
         tmp.mkdir()  # TemporaryDirectory cleans up a path that must exist
     return target
+
+
+def resolve(name: str) -> ModelSpec:
+    """A model by the name the CLI takes: embedded | shape-only | hub:owner/name | a folder."""
+    if name == "embedded":
+        return embedded()
+    if name == "shape-only":
+        return shape_only_llama3_8b()
+    if name.startswith("hub:"):
+        return hub(name[4:])
+    return local(name)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import nvml
+from . import models, nvml
 from .errors import ConfigError, LabError
 from .records import RequestRecord, RunResult
 
@@ -167,22 +167,10 @@ def _notify(observer: Any, method: str, *args: Any) -> None:
 # -- checks that need no torch -----------------------------------------------------------------
 def check_model_folder(spec: NaiveSpec) -> Path:
     """Fail fast, before a process starts, when the folder cannot be what the worker needs."""
-    folder = Path(spec.model_path).expanduser()
-    if not folder.exists():
-        raise ModelNotFound(f"Model folder {folder} does not exist: check the path, "
-                            "or pick the embedded default model.")
-    if not (folder / "config.json").is_file():
-        raise ModelNotFound(f"{folder} is not a Hugging Face model folder (no config.json): "
-                            "point to the folder that holds config.json, the tokenizer and the weights.")
-    if not any((folder / n).is_file() for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
-        raise ModelNotFound(f"{folder} has no tokenizer (tokenizer.json or tokenizer.model): "
-                            "copy the tokenizer files into the folder.")
-    if not spec.random_weights:
-        has_weights = any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))
-        if not has_weights:
-            raise ModelNotFound(f"{folder} has a config.json but no weights (*.safetensors or *.bin): copy the "
-                                "weights there, or turn on random weights (shape-only) to measure speed without them.")
-    return folder.resolve()
+    try:
+        return models.check_folder(spec.model_path, weights=not spec.random_weights, tokenizer=True)[0]
+    except models.ModelFolderError as e:
+        raise ModelNotFound(str(e)) from e
 
 
 # -- memory as seen from outside the worker ----------------------------------------------------

@@ -109,11 +109,12 @@ def served_model(url: str) -> str:
                        "to let the app start one.") from e
 
 
-def run_headless(name: str, url: str | None, model_name: str | None, server_args: Any, store,
-                 max_tokens: int | None = None, concurrency: int | None = None, levels: str | None = None,
+def run_headless(name: str, store, url: str | None = None, model_name: str | None = None,
+                 config: ServerConfig | None = None, spec: Any = None, max_tokens: int | None = None,
+                 concurrency: int | None = None, levels: str | None = None,
                  log: Callable[[str], None] = print) -> list[RunResult]:
-    """Run one scenario without the UI: against `url`, or a server started (and stopped) here."""
-    from .cli import _config, _device, _model_spec, start_and_wait
+    """Run one scenario without the UI: against `url`, or a server started from `config` (for the
+    models.ModelSpec `spec`) and stopped here. The naive scenario runs `spec` in its worker."""
     from .server import VLLMServer
 
     scn = get(name)
@@ -121,7 +122,8 @@ def run_headless(name: str, url: str | None, model_name: str | None, server_args
     if scn.kind == "naive":
         from .naive import run_naive
 
-        spec = _model_spec(server_args.model)
+        if spec is None:
+            raise LabError("The naive scenario needs a model: pass --model.")
         nspec = scn.naive_spec(spec.path, random_weights=spec.kind == "shape-only",
                                max_new_tokens=max_tokens)
         result = run_naive(nspec, observer=_Console(log))
@@ -152,13 +154,14 @@ def run_headless(name: str, url: str | None, model_name: str | None, server_args
             raise LabError("The tuning scenario restarts the server with each setting: leave --url out.")
         return measure(url, model_name or served_model(url), None, None)
 
-    base_cfg, spec = _config(server_args, _device())
-    configs = [base_cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [base_cfg]
+    if config is None or spec is None:
+        raise LabError("Give the scenario a server URL, or the settings to start one with.")
+    configs = [config.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [config]
     results = []
     for cfg in configs:
         srv = VLLMServer(port=cfg.port)
         try:
-            snap = start_and_wait(srv, cfg, spec)
+            snap = srv.start_and_wait(cfg, model_max_len=spec.max_len, log=log)
             for r in measure(cfg.base_url, cfg.model_name, cfg, snap):
                 if scn.kind == "tuning":
                     r.label = f"max-model-len {cfg.max_model_len}" + (

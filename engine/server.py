@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 from pathlib import Path
 
 import httpx
@@ -196,17 +197,34 @@ class VLLMServer:
         self.stop()
         self.start(cfg, **kw)
 
-    def wait_ready(self, timeout_s: float = 600) -> Snapshot:
-        """Block until ready; raise ServerFailed with the cause if it fails or times out."""
+    def wait_ready(self, timeout_s: float = 600, on_stage: Callable[[Snapshot], None] | None = None) -> Snapshot:
+        """Block until ready; raise ServerFailed with the cause if it fails or times out. `on_stage`
+        sees the snapshot each time the startup stage changes."""
         deadline = time.time() + timeout_s
+        last = None
         while time.time() < deadline:
             s = self.snapshot()
+            if on_stage is not None and s.stage != last:
+                last = s.stage
+                on_stage(s)
             if s.state == READY:
                 return s
             if s.state in (FAILED, STOPPED):
                 raise ServerFailed(s.error or "The server stopped before it was ready.")
             time.sleep(0.2)
         raise ServerFailed(f"The server was not ready after {timeout_s:.0f} s: see its log, or stop it and try smaller settings.")
+
+    def start_and_wait(self, cfg: ServerConfig, model_max_len: int | None = None,
+                       log: Callable[[str], None] = print, timeout_s: float = 1800) -> Snapshot:
+        """start() then wait_ready(), logging the command, each startup stage and the ready line
+        (the headless CLI's and scenarios' view of a start)."""
+        self.start(cfg, model_max_len=model_max_len)
+        log(cfg.shell_command())
+        s = self.wait_ready(timeout_s, on_stage=lambda s: log(f"  [{s.elapsed or 0:6.1f} s] {s.stage}"))
+        kv = f"; KV cache {s.kv_cache_tokens:,} tokens" if s.kv_cache_tokens else ""
+        mc = f", max concurrency {s.max_concurrency:g}x" if s.max_concurrency else ""
+        log(f"ready in {s.elapsed:.1f} s at {cfg.base_url}{kv}{mc}")
+        return s
 
     def health(self, timeout: float = 2.0) -> bool:
         cfg = self._snap.config

@@ -119,6 +119,10 @@ class Telemetry:
         with self._lock:
             return [s for s in self._buf if since is None or s.t >= since]
 
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self._buf[-1] if self._buf else None
+
     def sample_once(self) -> Sample:
         s = Sample(t=time.time())
         if self.gpu:

@@ -79,6 +79,17 @@ def test_extra_args_parse_like_a_shell():
         parse_extra_args('--a "unclosed')
 
 
+def test_config_for_a_model_has_the_labs_defaults_and_keeps_them_for_unset_options():
+    from engine import models
+
+    spec = models.shape_only_llama3_8b()
+    gpu = ServerConfig.for_model(spec, "cuda", port=8300, max_model_len=None, dtype=None)
+    assert (gpu.dtype, gpu.max_model_len, gpu.load_format, gpu.port) == ("float16", 2048, "dummy", 8300)
+    assert gpu.served_model_name == "llama3-8b-shape-only"
+    cpu = ServerConfig.for_model(spec, "cpu", max_model_len=512)
+    assert (cpu.dtype, cpu.max_model_len) == ("auto", 512)
+
+
 def test_port_in_use_is_detected():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -47,7 +47,16 @@ def test_local_folder_errors_say_what_to_do(tmp_path):
         models.local(tmp_path)
     (tmp_path / "model.safetensors").write_bytes(b"")
     spec = models.local(tmp_path)
-    assert spec.kind == "local" and spec.max_len == 8192
+    assert spec.kind == "local" and spec.max_len == 8192 and spec.served_name == tmp_path.name
+    # the naive worker also needs a tokenizer; random weights need no weights
+    with pytest.raises(models.ModelFolderError, match="no tokenizer"):
+        models.check_folder(tmp_path, tokenizer=True)
+    (tmp_path / "model.safetensors").unlink()
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert models.check_folder(tmp_path, weights=False, tokenizer=True)[0] == tmp_path.resolve()
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(LabError, match="not valid JSON"):
+        models.local(tmp_path)
 
 
 def test_hub_id_must_look_like_owner_slash_name():
