@@ -6,6 +6,7 @@ import ui
 from engine import figures
 from engine.errors import LabError
 from engine.scenarios import SCENARIOS
+from engine.server import READY, STARTING
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
@@ -28,10 +29,18 @@ rows = st.data_editor(default, num_rows="dynamic", width="stretch", key="tuning_
                       })
 max_tokens = st.slider("Max tokens per answer", 16, 512, scn.max_tokens, 4)
 
+run = False
 if snap.config is None:
     st.info("Start the server once on the Server page: tuning reuses its model and other settings.",
             icon=":material/info:")
-elif st.button("Run the comparison", type="primary", icon=":material/play_arrow:", disabled=not ui.can_act(lab)):
+else:
+    if snap.state in (READY, STARTING):
+        st.warning(f"Running the comparison stops the server on port {snap.config.port} and restarts it with each "
+                   "row: anyone chatting or load testing on it is cut off, and it stays up with the last row's "
+                   "settings.", icon=":material/restart_alt:")
+    run = st.button("Restart vLLM and compare", type="primary", icon=":material/play_arrow:",
+                    disabled=not ui.can_act(lab))
+if run:
     try:
         configs = []
         for _, r in rows.dropna().iterrows():

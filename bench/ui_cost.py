@@ -1,6 +1,6 @@
 """What the dashboard itself costs while it measures (the numbers go to bench/results/ui-cost.md):
 
-1. one viewer on the Monitor page (charts redraw every second): the Streamlit process's CPU (% of one
+1. one viewer on the Monitor page (charts redraw every 2 s): the Streamlit process's CPU (% of one
    core) and memory growth over --soak seconds;
 2. page switches: click in the navigation -> the new page's title drawn, each page, a few times;
 3. a load test (32 concurrent, 128 tokens, fixed length) with 0 and with 10 open viewer sessions.
@@ -138,7 +138,7 @@ def main() -> None:
         "# Cost of the dashboard itself", "",
         f"Hardware: {hw}. vLLM {hardware.versions().get('vllm')} on the embedded model. "
         f"{time.strftime('%Y-%m-%d %H:%M')}. Viewers are headless Chromium on the same machine.", "",
-        f"## One viewer on Monitor for {args.soak:.0f} s (charts redraw every second)", "",
+        f"## One viewer on Monitor for {args.soak:.0f} s (charts redraw every 2 s)", "",
         "| Streamlit process | value |", "|---|---:|",
         f"| CPU, % of one core | {cpu_pct:.1f} |",
         f"| memory at start / end / peak (MB) | {rss0 / 1e6:.0f} / {rss1 / 1e6:.0f} / {rss_max / 1e6:.0f} |",

@@ -182,7 +182,8 @@ def test_monitor_and_tuning_pages(page, app):
     shot(page, "monitor")
     goto(page, app, "tuning", title="Tuning")
     expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=30000)  # the table of configurations
-    expect(button(page, "Run the comparison")).to_be_enabled(timeout=30000)  # the adopted server's config
+    expect(button(page, "Restart vLLM and compare")).to_be_enabled(timeout=30000)  # the adopted server's config
+    expect(page.get_by_text("restarts it with each row")).to_be_visible()  # said before anyone is cut off
     shot(page, "tuning")
 
 
