@@ -58,6 +58,7 @@ def load(server_cfg: ServerConfig) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--soak", type=float, default=300)
+    ap.add_argument("--idle", type=float, default=60, help="seconds with no viewer (the baseline)")
     ap.add_argument("--viewers", type=int, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench/results/ui-cost.md"))
     args = ap.parse_args()
@@ -100,8 +101,15 @@ def main() -> None:
                     page.get_by_role("link", name=name, exact=True).click()
                     page.get_by_role("heading", name=TITLES.get(name, name), exact=True).wait_for(timeout=30000)
                     switch.setdefault(name, []).append(time.perf_counter() - t0)
+            # 0. no viewer at all: what the app's own sampler costs
+            page.goto("about:blank")
+            time.sleep(5)
+            c0, w0 = cpu_seconds(proc), time.time()
+            time.sleep(args.idle)
+            idle_pct = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
             # 1. one viewer on Monitor
-            page.get_by_role("link", name="Monitor", exact=True).click()
+            page.goto(url + "/monitor")
+            page.get_by_role("heading", name="Monitor", exact=True).wait_for(timeout=30000)
             page.wait_for_timeout(5000)
             rss0, cpu0, t0 = proc.memory_info().rss, cpu_seconds(proc), time.time()
             rss_max = rss0
@@ -140,7 +148,8 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M')}. Viewers are headless Chromium on the same machine.", "",
         f"## One viewer on Monitor for {args.soak:.0f} s (charts redraw every 2 s)", "",
         "| Streamlit process | value |", "|---|---:|",
-        f"| CPU, % of one core | {cpu_pct:.1f} |",
+        f"| CPU, % of one core, no viewer ({args.idle:.0f} s: the telemetry sampler alone) | {idle_pct:.1f} |",
+        f"| CPU, % of one core, one viewer on Monitor | {cpu_pct:.1f} |",
         f"| memory at start / end / peak (MB) | {rss0 / 1e6:.0f} / {rss1 / 1e6:.0f} / {rss_max / 1e6:.0f} |",
         f"| growth (MB) | {(rss1 - rss0) / 1e6:+.1f} |", "",
         "## Page switch: click -> new page's title drawn (3 rounds)", "",
