@@ -673,15 +673,21 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
 
 # -- telemetry --------------------------------------------------------------------------------------
 
-def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, x_span: float,
-                 rows: int = 1) -> None:
+# Plot-area width the event labels are laid out for: a chart beside the sidebar on a 1400 px screen
+# (narrower than a projector's, so labels that fit here fit there).
+PLOT_PX = 820
+
+
+def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, x_range: tuple[float, float],
+                 rows: int = 1, level_step: float = 0.1) -> None:
     """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one.
     Labels are placed greedily on up to 4 levels so that none overlaps another; a label near the
     right edge is drawn to the left of its line, and one with no free level is left out (its line
     stays) rather than printed over its neighbours."""
     evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
     placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
-    span = x_span or 1.0
+    lo, hi = x_range
+    span = (hi - lo) or 1.0
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     for e in evs:
@@ -689,8 +695,8 @@ def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: fl
         label = str(e.get("label", ""))
         if len(label) > 42:
             label = label[:41] + "…"
-        width = (len(label) * 8.5 + 14) / 1100 * span  # label width in x units at ~1100 px of plot
-        right = t + width > span
+        width = (len(label) * 8.5 + 14) / PLOT_PX * span  # label width in x units
+        right = t + width > hi
         a, b = (t - width, t) if right else (t, t + width)
         lvl = next((k for k, spans in enumerate(placed) if all(a >= y or b <= x for x, y in spans)), None)
         for row in range(1, rows + 1):
@@ -700,7 +706,7 @@ def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: fl
         if lvl is None:
             continue
         placed[lvl].append((a, b))
-        notes.append(dict(x=t, y=1 - 0.1 * lvl, xref="x", yref="y domain", text=_esc(label), showarrow=False,
+        notes.append(dict(x=t, y=1 - level_step * lvl, xref="x", yref="y domain", text=_esc(label), showarrow=False,
                           xanchor="right" if right else "left", yanchor="top", xshift=-3 if right else 3,
                           font=dict(size=BASE_SIZE - 3, color="#333"), bgcolor="rgba(255,255,255,0.85)"))
     # One layout update for all of them: plotly's add_vline/add_annotation re-validate the layout per
@@ -754,11 +760,10 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
                                    font=dict(color=color, size=BASE_SIZE - 3), row=i + 1, col=1)
         fig.update_yaxes(title_text="Used (GB)", range=[0, top], row=i + 1, col=1)
         peaks.append((name, peak, totals[-1] if totals else None))
-    span = (max(all_t) - min(all_t)) if all_t else 1.0
-    _event_lines(fig, events, offset, span, rows=nrows)
+    _event_lines(fig, events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows)
     fig.update_xaxes(title_text="Time (s)", row=nrows, col=1)
     if all_t:
-        fig.update_xaxes(range=[min(all_t), max(all_t) + 0.01 * span])
+        fig.update_xaxes(range=[min(all_t), max(all_t) + 0.01 * ((max(all_t) - min(all_t)) or 1.0)])
     fig.update_annotations(selector=dict(yref="paper"), font=dict(size=BASE_SIZE), x=0, xanchor="left")
     if nrows == 1:
         fig.update_yaxes(title_text=f"{names[0]} used (GB)")
@@ -835,7 +840,10 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     fig.update_annotations(font=dict(size=BASE_SIZE), x=0, xanchor="left")
     fig.update_layout(legend=dict(x=1, xanchor="right", y=1.0, yanchor="bottom"))
     if t:
-        _event_lines(fig, events, offset, (max(t) - min(t)) or 1.0, rows=3)
+        ev_t = [float(e["t"]) - offset for e in events if e.get("t") is not None]
+        lo, hi = min(t + ev_t), max(t + ev_t)
+        _event_lines(fig, events, offset, (lo, hi), rows=3, level_step=0.16)  # a short top panel
+        fig.update_xaxes(range=[lo, hi + 0.01 * ((hi - lo) or 1.0)])  # what the labels were laid out for
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)

@@ -316,7 +316,7 @@ def test_crowded_event_labels_never_overlap():
     assert 0 < len(notes) < len(events)
     spans = []
     for a in notes:
-        w = (len(a.text) * 8.5 + 14) / 1100 * 300
+        w = (len(a.text) * 8.5 + 14) / figures.PLOT_PX * 300
         lo, hi = (a.x - w, a.x) if a.xanchor == "right" else (a.x, a.x + w)
         assert 0 <= lo and hi <= 300
         spans.append((a.y, lo, hi))
