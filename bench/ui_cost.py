@@ -152,6 +152,8 @@ def main() -> None:
         f"| CPU, % of one core, one viewer on Monitor | {cpu_pct:.1f} |",
         f"| memory at start / end / peak (MB) | {rss0 / 1e6:.0f} / {rss1 / 1e6:.0f} / {rss_max / 1e6:.0f} |",
         f"| growth (MB) | {(rss1 - rss0) / 1e6:+.1f} |", "",
+        "Growth is expected until the sampler's ring buffer is full (the last hour, 3,600 samples); "
+        "the figures are rebuilt once per sample and shared by every viewer.", "",
         "## Page switch: click -> new page's title drawn (3 rounds)", "",
         "| page | median s | max s |", "|---|---:|---:|",
         *[f"| {k} | {sorted(v)[len(v) // 2]:.2f} | {max(v):.2f} |" for k, v in switch.items()], "",
