@@ -621,6 +621,16 @@ def _concurrency(run: RunResult) -> float | None:
     return None
 
 
+def _label_sides(ys: Sequence[float | None]) -> list[str]:
+    """Value labels above each point, on the side the line does not come from: top left where the
+    curve rises into the point, top right where it falls into it (the label would sit on the line)."""
+    out = []
+    for k, y in enumerate(ys):
+        prev = ys[k - 1] if k else None
+        out.append("top right" if prev is not None and y is not None and prev > y else "top left")
+    return out
+
+
 def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
     """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
     into lines by run.extra["series"] (default: run.scenario)."""
@@ -643,14 +653,14 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
         color = PALETTE[i % len(PALETTE)]
         show = len(groups) > 1
         common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
-                      marker=dict(size=11, color=color), textposition="top left",
+                      marker=dict(size=11, color=color),
                       textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
         fig.add_scatter(x=cs, y=tp, name=name, showlegend=show, text=[_fmt_num(v) for v in tp],
                         hovertemplate="concurrency %{x:.0f}: %{y:,.0f} tok/s<extra>" + _esc(name) + "</extra>",
-                        row=1, col=1, **common)
+                        textposition=_label_sides(tp), row=1, col=1, **common)
         fig.add_scatter(x=cs, y=ttft, name=name, showlegend=False, text=[_fmt_num(v) for v in ttft],
                         hovertemplate="concurrency %{x:.0f}: %{y:,.0f} ms<extra>" + _esc(name) + "</extra>",
-                        row=1, col=2, **common)
+                        textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
             first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
     xaxis = dict(title_text="Concurrent requests")

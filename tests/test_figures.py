@@ -289,6 +289,8 @@ def test_sweep_chart():
     assert len(fig.data) == 2 and list(fig.data[0].x) == [1, 2, 4, 8, 16, 32, 64]
     assert fig.layout.xaxis.type == "log"
     assert "1,610" in figures.caption(fig)
+    # value labels stay off the line: a point the curve falls into is labelled on its right
+    assert figures._label_sides([1, 5, 3, None, 4]) == ["top left", "top left", "top right", "top left", "top left"]
 
 
 def test_memory_chart():
