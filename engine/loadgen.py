@@ -846,33 +846,35 @@ def _shared_take(counter: Any, n: int) -> Callable[[], int | None]:
 
 async def _shard(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
     """Client process k: its share of the warm-up, then of the measured part, on the same connections
-    (so the measured part never pays for opening them, as with `vllm bench serve`'s warm-ups)."""
+    (so the measured part never pays for opening them, as with `vllm bench serve`'s warm-ups). It
+    reports "warmed" and "done" even when stopped early, so the parent never waits on a phase."""
     out_q, stop = sync.out_q, sync.stop
     prompts = [spec.prompts[i % len(spec.prompts)] for i in range(spec.n)]
+    sink = lambda r: out_q.put(("rec", dataclasses.asdict(r), clock()))  # noqa: E731
     async with _Clients(spec) as clients:
         out_q.put(("ready", k, clock()))
-        for phase in ("warm", "run"):
-            event = sync.warm if phase == "warm" else sync.go
-            while not event.wait(0.05):  # nothing else runs in this loop meanwhile; blocking is fine
-                pass
-            if stop.is_set():
-                break
-            t0 = (sync.tw if phase == "warm" else sync.t0).value
-            while (wait := t0 - clock()) > 0:  # uvloop's timers can fire up to 1 ms early: no send before t0
-                await asyncio.sleep(wait)
-            req = _Requester(spec, clients, t0)
-            if phase == "warm":
-                job = _Job(workers=sync.warm_shares[k], take=_shared_take(sync.warm_counter, spec.warmup))
-                await _drive(req, job, _warm_prompts(spec), _warmup_tokens(spec), True,
-                             lambda r: out_q.put(("rec", dataclasses.asdict(r), clock())), stop.is_set,
-                             lambda r: out_q.put(("sent", r.index, r.send_time, True)))
-                out_q.put(("warmed", k, clock()))
-                continue
-            await _drive(req, _job_for(spec, _shared_take(sync.counter, spec.n), sync.shares[k], k, shards),
-                         prompts, spec.max_tokens, False,
-                         lambda r: out_q.put(("rec", dataclasses.asdict(r), clock())), stop.is_set,
+        if (tw := await _start_signal(sync.warm, sync.tw, stop)) is not None:
+            job = _Job(workers=sync.warm_shares[k], take=_shared_take(sync.warm_counter, spec.warmup))
+            await _drive(_Requester(spec, clients, tw), job, _warm_prompts(spec), _warmup_tokens(spec), True,
+                         sink, stop.is_set, lambda r: out_q.put(("sent", r.index, r.send_time, True)))
+        out_q.put(("warmed", k, clock()))
+        if (t0 := await _start_signal(sync.go, sync.t0, stop)) is not None:
+            job = _job_for(spec, _shared_take(sync.counter, spec.n), sync.shares[k], k, shards)
+            await _drive(_Requester(spec, clients, t0), job, prompts, spec.max_tokens, False, sink, stop.is_set,
                          lambda r: out_q.put(("sent", r.index, r.send_time, False)))
         out_q.put(("done", k, clock()))
+
+
+async def _start_signal(event: Any, origin: Any, stop: Any) -> float | None:
+    """Wait for the parent's `event`, then until the clock origin it set; None when stopping."""
+    while not event.wait(0.05):  # nothing else runs in this loop meanwhile; blocking is fine
+        pass
+    if stop.is_set():
+        return None
+    t = origin.value
+    while (wait := t - clock()) > 0:  # uvloop's timers can fire up to 1 ms early: no send before t
+        await asyncio.sleep(wait)
+    return t
 
 
 @dataclass

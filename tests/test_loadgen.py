@@ -204,6 +204,19 @@ def test_cancel_a_hanging_run():
     assert [r.error for r in res.records] == ["cancelled", "cancelled"]
 
 
+@pytest.mark.parametrize("after_s", [0.2, 3.0])  # before the client processes are up / mid warm-up
+def test_cancel_a_run_spread_over_client_processes(after_s):
+    """Cancel lands in any phase: run_load returns, nothing is counted, no client process is lost."""
+    cancel = threading.Event()
+    threading.Timer(after_s, cancel.set).start()
+    with FakeOpenAIServer() as srv:
+        res = run_guarded(fake_spec(srv, "hang", concurrency=2, workers=2, warmup=2, read_timeout_s=60,
+                                    timeout_s=60), limit_s=30, cancel=cancel)
+    assert res.extra["client_workers"] == 2 and res.extra["cancelled"]
+    assert "client_errors" not in res.extra
+    assert res.summary["completed"] == 0
+
+
 def test_u2028_inside_json_is_parsed_whole():
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "u2028", num_requests=1))
