@@ -146,7 +146,6 @@ class Lab:
             job.total = len(levels)
             out: list[RunResult] = []
             job.result = out  # finished levels show while the sweep goes on
-
             self.server.mark("sweep start")
             loadgen.sweep(replace(spec, scenario="sweep"), levels, cancel=job.cancel,
                           observer=_SweepLevels(job, out, lambda r: self._finish(r, cfg)))

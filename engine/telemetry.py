@@ -15,7 +15,7 @@ from typing import Callable
 import httpx
 import psutil
 
-from . import nvml
+from . import hardware, nvml
 
 GIB = 1024**3
 
@@ -97,13 +97,9 @@ class Telemetry:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.gpu = nvml.available()
+        self.device = hardware.default_device()  # "cuda" | "cpu": what the memory series come from
         self._prev_gen: tuple[float, float] | None = None
         self._client = httpx.Client(timeout=1.0)
-
-    @property
-    def device(self) -> str:
-        return "cuda" if self.gpu else "cpu"
 
     def start(self) -> None:
         if self._thread and self._thread.is_alive():
@@ -125,7 +121,7 @@ class Telemetry:
 
     def sample_once(self) -> Sample:
         s = Sample(t=time.time())
-        if self.gpu:
+        if self.device == "cuda":
             s.memory = gpu_memory()
         else:
             vm = psutil.virtual_memory()
