@@ -1,7 +1,5 @@
 """Naive vs vLLM: the lab's steps 1–2 — the same prompts through transformers' generate(), through one
 static batch, and through vLLM, with per-request latency side by side."""
-import re
-
 import streamlit as st
 
 import ui
@@ -46,25 +44,17 @@ b1, b2, b3 = st.columns(3)
 naive_scn, static_scn, vllm_scn = SCENARIOS["naive-5"], SCENARIOS["static-batch-5"], SCENARIOS["vllm-5-sequential"]
 
 
-def _label(scn) -> str:
-    """The scenario's description with the token budget actually used (the slider), e.g. '… (48 tokens)'."""
-    return re.sub(r"\(\d+ tokens\)", f"({max_tokens} tokens)", scn.description)
-
-
 if b1.button("1 · Naive transformers (sequential)", type="primary", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, naive_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                    max_new_tokens=max_tokens, temperature=temperature,
-                                                    label=_label(naive_scn)))
+                                                    max_new_tokens=max_tokens, temperature=temperature))
 if b2.button("Static batch (one padded generate)", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, static_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                     max_new_tokens=max_tokens, temperature=temperature,
-                                                     label=_label(static_scn)))
+                                                     max_new_tokens=max_tokens, temperature=temperature))
 if b3.button("2 · vLLM (same prompts, sequential)", type="primary", width="stretch",
              disabled=not may or snap.state != READY):
-    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature,
-                                                 label=_label(vllm_scn)))
+    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature))
 if snap.state != READY:
     st.caption("The vLLM button needs a ready server: start it on the Server page.")
 
@@ -104,8 +94,9 @@ def results() -> None:
             st.json(mem)
     terms = [r for r in (naive, static, vllm) if r]
     st.caption("Compared: " + " · ".join(
-        f"{r.label}: {r.model.split('/')[-1]}, {r.config.get('dtype', '?')}, "
-        f"{r.config.get('max_new_tokens') or r.load.get('max_tokens')} tokens" for r in terms))
+        f"{r.label}: " + ", ".join(str(x) for x in (r.model.split('/')[-1], r.config.get('dtype'),
+                                                   f"{r.config.get('max_new_tokens') or r.load.get('max_tokens')} tokens")
+                                   if x) for r in terms))
     warm = [f"{r.label}: {r.extra['warmup_s']:.1f} s" for r in (naive, static) if r and r.extra.get("warmup_s")]
     if warm:
         st.caption("Not counted above: each naive run first generated over every sequence length it would meet "

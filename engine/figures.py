@@ -857,8 +857,11 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)
-    cap = f"Up to {peak_run:.0f} requests decoded together"
-    cap += f" and {peak_wait:.0f} queued waiting for a slot" if peak_wait else " with none left waiting"
+    if peak_run or peak_wait:
+        cap = f"Up to {peak_run:.0f} requests decoded together"
+        cap += f" and {peak_wait:.0f} queued waiting for a slot" if peak_wait else " with none left waiting"
+    else:
+        cap = "No requests reached the server in this window"
     if peak_kv is not None:
         cap += f"; the KV cache peaked at {peak_kv:.0f}% full" + (
             ", so memory, not compute, limits the batch." if peak_kv >= 90 else ".")

@@ -317,8 +317,6 @@ class StreamParser:
         return text
 
 
-
-
 def _describe(e: BaseException, spec: LoadSpec) -> str:
     """An exception as a plain sentence for RequestRecord.error."""
     detail = str(e) or type(e).__name__

@@ -2,6 +2,7 @@
 definition used by the pages and by the headless CLI."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -31,11 +32,16 @@ class Scenario:
     configs: tuple[dict[str, Any], ...] = ()  # tuning: ServerConfig changes, one per contender
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def label(self, max_tokens: int | None = None) -> str:
+        """The description with the token budget actually used, e.g. '… (48 tokens)'."""
+        return re.sub(r"\(\d+ tokens\)", f"({max_tokens or self.max_tokens} tokens)", self.description)
+
     def load_spec(self, base_url: str = "", model: str = "", **over: Any) -> LoadSpec:
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts), shape=self.shape,
             concurrency=self.concurrency, rate=self.rate, num_requests=self.num_requests,
-            max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name, label=self.description,
+            max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name,
+            label=self.label(over.get("max_tokens")),
         )
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
@@ -43,7 +49,8 @@ class Scenario:
         from .naive import NaiveSpec
 
         spec = NaiveSpec(model_path=model_path, prompts=list(self.prompts), max_new_tokens=self.max_tokens,
-                         mode=self.naive_mode, random_weights=random_weights, scenario=self.name)
+                         mode=self.naive_mode, random_weights=random_weights, scenario=self.name,
+                         label=self.label(over.get("max_new_tokens")))
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
 
