@@ -51,8 +51,10 @@ if run:
         labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
                   for c in configs]
         ui.act(lab, lab.run_tuning, configs, scn.load_spec(max_tokens=max_tokens), labels)
-    except (LabError, ValueError) as e:
+    except ValueError as e:
         st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
+    except LabError as e:  # a setting vLLM would refuse
+        st.error(str(e), icon=":material/error:")
 
 
 @st.fragment(run_every=2)
