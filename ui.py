@@ -2,6 +2,7 @@
 and charts with their one-line caption. Layout only; the work is in engine/."""
 from __future__ import annotations
 
+import uuid
 from typing import Any, Callable
 
 import streamlit as st
@@ -22,21 +23,26 @@ STATE_BADGE = {
 
 @st.cache_resource(show_spinner=False)
 def get_lab() -> Lab:
-    """One Lab per app process: every browser session sees the same server, jobs and history."""
-    return Lab()
+    """One Lab per app process: every browser session sees the same server, jobs and history. It knows
+    where the app listens: beyond loopback with no presenter token, nobody may act."""
+    return Lab(listen_host=st.get_option("server.address") or "0.0.0.0")
 
 
 def can_act(lab: Lab) -> bool:
     return lab.may_act(st.session_state.get("presenter_token"))
 
 
+def caller() -> str:
+    """Who is asking, for throttling wrong tokens: the viewer's address, else their browser session."""
+    return st.context.ip_address or st.session_state.setdefault("caller_id", f"session:{uuid.uuid4().hex[:12]}")
+
+
 def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
-    """Run one user action; a user-caused error becomes one st.error sentence, never a traceback.
-    rerun=True redraws the whole page afterwards (buttons follow the new state); the error sentence
-    survives that redraw and shows at the top of the page."""
+    """Run one Lab action (a @presenter_only method) with this viewer's token; a user-caused error
+    becomes one st.error sentence, never a traceback. rerun=True redraws the whole page afterwards
+    (buttons follow the new state); the error sentence survives that redraw and shows at the top."""
     try:
-        lab.require_presenter(st.session_state.get("presenter_token"))
-        result = fn(*args, **kw)
+        result = fn(*args, token=st.session_state.get("presenter_token"), caller=caller(), **kw)
     except LabError as e:
         if not rerun:
             st.error(str(e), icon=":material/error:")
@@ -78,11 +84,25 @@ def sidebar(lab: Lab) -> None:
     st.session_state["drawn_state"] = lab.server.snapshot().state
     with st.sidebar:
         _server_status()
-        if lab.presenter_token:
-            st.text_input("Presenter token", type="password", key="presenter_token",
+        if lab.access.locked:
+            st.warning(lab.access.why_not(), icon=":material/lock:")
+        elif lab.access.token:
+            st.text_input("Presenter token", type="password", key="presenter_token", on_change=_try_token,
                           help="Starting, stopping and running benchmarks is reserved for the presenter.")
-            if not can_act(lab):
+            if err := st.session_state.get("token_error"):
+                st.error(err, icon=":material/key_off:")
+            elif not can_act(lab):
                 st.caption("Viewing only: the presenter drives the server and the benchmarks.")
+
+
+def _try_token() -> None:
+    """A typed token is checked (and counted, when wrong) once, when it changes."""
+    st.session_state.pop("token_error", None)
+    if token := st.session_state.get("presenter_token"):
+        try:
+            get_lab().access.check(token, caller())
+        except LabError as e:
+            st.session_state["token_error"] = str(e)
 
 
 @st.fragment(run_every=2)

@@ -5,37 +5,51 @@ import streamlit as st
 
 import ui
 from engine import figures, models
-from engine.chat import ChatTiming, stream_chat
 from engine.errors import LabError
 from engine.prompts import LAB_STREAM
+from engine.records import RequestRecord
 from engine.server import READY
 
 lab = ui.get_lab()
 snap = lab.server.snapshot()
-placeholder = bool(snap.config and snap.config.load_format == "dummy")
+presenter = ui.can_act(lab)
 
 st.title("Chat")
 st.caption("Answers stream token by token. Under each: the time to first token (what a user feels), the tokens "
            "and the speed. The chart shows when each token arrived, as in the lab's step 5.")
-if placeholder:
+if snap.config and snap.config.load_format == "dummy":
     st.warning(f"The server runs the {models.SHAPE_ONLY_NOTE}.", icon=":material/warning:")
 
+limits = lab.chat_rate.limits
 with st.sidebar:
     st.subheader("Chat settings")
-    max_tokens = st.slider("Max tokens", 16, 2048, 300, 16, help="The lab streams a 300-token answer.")
+    max_tokens = st.slider("Max tokens", 16, 2048 if presenter else limits.max_tokens, 300, 16,
+                           help="The lab streams a 300-token answer." if presenter else
+                                f"The lab streams a 300-token answer; viewers may ask for up to {limits.max_tokens}.")
     temperature = st.slider("Temperature", 0.0, 1.5, 0.7, 0.1)
     if st.button("Clear conversation", icon=":material/delete:"):
         st.session_state.chat = []
+    if presenter:
+        allow = st.toggle("Let viewers chat during benchmarks", value=lab.chat_under_load,
+                          help="Off: a viewer's message waits until the running benchmark ends, so the room's "
+                               "numbers are not distorted. On: chatting under load is a fair demo of TTFT; the "
+                               "run is marked as having had chat traffic beside it.")
+        if allow != lab.chat_under_load:
+            ui.act(lab, lab.allow_chat_under_load, allow)
+    else:
+        st.caption(f"Viewers may send {limits.per_minute} messages a minute, up to {limits.max_prompt_chars:,} "
+                   "characters each; during a benchmark a message waits until it ends.")
 
 history = st.session_state.setdefault("chat", [])
 
 
 def _stats_line(m: dict) -> str:
-    t = m["timing"]
-    parts = [f"TTFT **{ui.fmt_s(t.ttft)}**", f"{t.tokens} tokens", f"total {ui.fmt_s(t.total)}"]
-    if t.tok_per_s:
-        parts.append(f"{t.tok_per_s:.0f} tok/s after the first token")
-    if t.stopped:
+    r: RequestRecord = m["record"]
+    total = r.e2e
+    parts = [f"TTFT **{ui.fmt_s(r.ttft)}**", f"{r.output_tokens} tokens", f"total {ui.fmt_s(total)}"]
+    if r.ttft is not None and total and total > r.ttft and r.output_tokens > 1:
+        parts.append(f"{(r.output_tokens - 1) / (total - r.ttft):.0f} tok/s after the first token")
+    if m.get("stopped"):
         parts.append("stopped")
     return " · ".join(parts)
 
@@ -43,7 +57,7 @@ def _stats_line(m: dict) -> str:
 for m in history:
     with st.chat_message(m["role"]):
         st.markdown(m["content"])
-        if m.get("timing"):
+        if m.get("record"):
             st.caption(_stats_line(m))
 
 if snap.state != READY:
@@ -54,30 +68,35 @@ if prompt and snap.state == READY:
     history.append({"role": "user", "content": prompt})
     with st.chat_message("user"):
         st.markdown(prompt)
-    timing, stop = ChatTiming(), threading.Event()
-    entry = {"role": "assistant", "content": "", "timing": timing, "prompt": prompt}
+    record, stop = RequestRecord(index=0, prompt=prompt, send_time=0.0), threading.Event()
+    entry = {"role": "assistant", "content": "", "record": record}
     history.append(entry)  # kept even if the stream is stopped or breaks off
     with st.chat_message("assistant"):
         stop_slot = st.empty()  # the Stop button lives only while the answer streams
         stop_slot.button("Stop", icon=":material/stop_circle:", on_click=stop.set, key="stop_stream")
+        waiting = st.empty()
 
         def chunks():
-            for text in stream_chat(snap.config.base_url, snap.config.model_name,
-                                    [{"role": m["role"], "content": m["content"]} for m in history[:-1]],
-                                    timing, max_tokens=max_tokens, temperature=temperature,
-                                    api_key=snap.config.api_key, stop=stop):
+            for text in lab.chat([{"role": m["role"], "content": m["content"]} for m in history[:-1]], record,
+                                 max_tokens=max_tokens, temperature=temperature, stop=stop,
+                                 on_wait=lambda why: waiting.info(why, icon=":material/hourglass_top:"),
+                                 token=st.session_state.get("presenter_token"), caller=ui.caller()):
+                waiting.empty()
                 entry["content"] += text
                 yield text
 
         try:
             st.write_stream(chunks())
         except LabError as e:
+            waiting.empty()
             st.error(str(e), icon=":material/error:")
+        entry["stopped"] = stop.is_set()
         stop_slot.empty()
-        st.caption(_stats_line(entry))
+        if record.first_token_time is None:
+            history.pop()  # nothing came back: keep the question, not an empty answer
+        else:
+            st.caption(_stats_line(entry))
 
-last = next((m for m in reversed(history) if m.get("timing") and m["timing"].ttft is not None), None)
+last = next((m["record"] for m in reversed(history) if m.get("record") and m["record"].ttft is not None), None)
 if last:
-    run = last["timing"].as_run(last["prompt"], last["content"], snap.config.model if snap.config else "",
-                                placeholder)
-    ui.chart(figures.token_timeline(run), key="tokens")
+    ui.chart(figures.token_timeline(last), key="tokens")

@@ -6,7 +6,7 @@ import streamlit as st
 
 import ui
 from engine import models
-from engine.config import PRESETS, ServerConfig, parse_extra_args
+from engine.config import PRESETS, parse_extra_args
 from engine.errors import LabError
 from engine.server import FAILED, READY, STARTING
 
@@ -133,23 +133,29 @@ if cfg and spec:
 
 
 # -- lifecycle -------------------------------------------------------------------------------
-def _start(c: ServerConfig, s: models.ModelSpec) -> None:
-    lab.start_server(c, s)
-
-
 state = lab.server.snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
 may = ui.can_act(lab)
+if leftover := lab.leftovers():
+    st.warning(leftover, icon=":material/memory:")
+    if st.button("Clear leftovers", icon=":material/cleaning_services:", disabled=not may):
+        if cleared := ui.act(lab, lab.clear_leftovers):
+            st.toast(cleared)
+        st.rerun()
+if state not in (STARTING, READY) and (foreign := lab.foreign_holders()):
+    st.info(foreign, icon=":material/info:")
 b1, b2, b3, _ = st.columns([1, 1, 1, 3])
 if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY)):
-    ui.act(lab, _start, cfg, spec, rerun=True)
+    ui.act(lab, lab.start_server, cfg, spec, rerun=True)
 if b2.button("Stop", icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
     with st.spinner("Stopping vLLM and every process it started…"):
         ui.act(lab, lab.stop_server, rerun=True)
 if b3.button("Restart", icon=":material/restart_alt:", width="stretch",
              disabled=not may or cfg is None or state not in (READY, FAILED)):
     with st.spinner("Stopping the old server…"):
-        ui.act(lab, lambda: (lab.stop_server(), lab.start_server(cfg, spec)), rerun=True)
+        ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
+if not may:
+    st.caption(lab.access.why_not())
 
 
 @st.fragment(run_every=1)
@@ -167,6 +173,8 @@ def live_status() -> None:
     cols[3].metric("PID", s.pid or "–")
     if s.adopted:
         st.caption("This server was started before the app restarted; the app found it and took it over.")
+    if s.notice:
+        st.warning(s.notice, icon=":material/cleaning_services:")
     if s.state == STARTING:
         st.progress(_stage_fraction(s.stage), text=f"{s.stage}…")
     if s.state == FAILED and s.error:

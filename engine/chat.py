@@ -1,99 +1,109 @@
-"""One streamed chat answer for the Chat page: yields text as it arrives and records, as it goes, the
-timings the page shows (TTFT, tokens, tok/s, every chunk's arrival). Uses the load generator's SSE
-parser, so it splits events exactly the same way."""
+"""One streamed chat answer, sent through the `openai` SDK as the lab's own code does, timed into the
+same RequestRecord a load test fills (times in seconds from the send), so the token-arrival chart and
+the stats read it like any other request.
+
+Who may chat, how much, and when is decided by the Lab (ChatLimits below); this module only talks."""
 from __future__ import annotations
 
-import json
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import defaultdict, deque
+from dataclasses import dataclass
 from typing import Iterator
 
-import httpx
+import openai
 
 from .errors import LabError
-from .loadgen import SSEDecoder, StreamParser
-from .records import RequestRecord, RunResult
+from .records import RequestRecord
 
 
-@dataclass
-class ChatTiming:
-    sent_at: float = field(default_factory=time.perf_counter)
-    first_at: float | None = None
-    chunk_times: list[float] = field(default_factory=list)  # s since send
-    end_at: float | None = None
-    output_tokens: int | None = None  # from the server's usage
-    prompt_tokens: int | None = None
-    stopped: bool = False
-    error: str | None = None
-
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_at is None else self.first_at - self.sent_at
-
-    @property
-    def total(self) -> float | None:
-        return None if self.end_at is None else self.end_at - self.sent_at
-
-    @property
-    def tokens(self) -> int:
-        return self.output_tokens if self.output_tokens is not None else len(self.chunk_times)
-
-    @property
-    def tok_per_s(self) -> float | None:
-        """Decode speed after the first token, as the lab prints it."""
-        if self.ttft is None or self.total is None or self.total <= self.ttft or self.tokens < 2:
-            return None
-        return (self.tokens - 1) / (self.total - self.ttft)
-
-    def as_run(self, prompt: str, text: str, model: str, placeholder: bool = False) -> RunResult:
-        """The answer as a one-request run, so figures.token_timeline draws it like any other."""
-        rec = RequestRecord(index=0, prompt=prompt, send_time=0.0, end_time=self.total,
-                            first_token_time=self.ttft, chunk_times=list(self.chunk_times),
-                            prompt_tokens=self.prompt_tokens or 0, output_tokens=self.tokens,
-                            output_text=text, error=self.error)
-        return RunResult(kind="vllm", scenario="chat", label="Chat answer", records=[rec],
-                         duration=self.total or 0.0, started_at=time.time(), model=model,
-                         extra={"placeholder_text": placeholder})
+class ChatRefused(LabError):
+    """A viewer's chat message was not sent (too long, too many, or a benchmark is measuring)."""
 
 
-def stream_chat(base_url: str, model: str, messages: list[dict], timing: ChatTiming, max_tokens: int = 300,
+@dataclass(frozen=True)
+class ChatLimits:
+    """What a viewer (not the presenter) may send: a room of attendees shares one server."""
+
+    max_prompt_chars: int = 2000  # the new message
+    max_context_chars: int = 12000  # the whole conversation sent with it
+    max_tokens: int = 512
+    per_minute: int = 6
+
+    def admit(self, recent: deque[float], messages: list[dict], max_tokens: int, now: float) -> None:
+        """Raise ChatRefused with the sentence a viewer reads; on success count this message."""
+        new = len(messages[-1].get("content") or "") if messages else 0
+        if new > self.max_prompt_chars:
+            raise ChatRefused(f"Your message is {new:,} characters; viewers may send up to "
+                              f"{self.max_prompt_chars:,}: shorten it and send again.")
+        if sum(len(m.get("content") or "") for m in messages) > self.max_context_chars:
+            raise ChatRefused("This conversation has grown too long for a viewer's chat: press "
+                              "'Clear conversation' and start a new one.")
+        if max_tokens > self.max_tokens:
+            raise ChatRefused(f"Viewers may ask for up to {self.max_tokens} tokens per answer: lower Max tokens.")
+        while recent and now - recent[0] > 60:
+            recent.popleft()
+        if len(recent) >= self.per_minute:
+            raise ChatRefused(f"Viewers may send {self.per_minute} messages a minute: wait "
+                              f"{max(1, round(60 - (now - recent[0])))} s and send again.")
+        recent.append(now)
+
+
+class ChatRate:
+    """Recent messages per caller (thread-safe), for ChatLimits.admit."""
+
+    def __init__(self, limits: ChatLimits | None = None) -> None:
+        self.limits = limits or ChatLimits()
+        self._recent: dict[str, deque[float]] = defaultdict(deque)
+        self._lock = threading.Lock()
+
+    def admit(self, caller: str, messages: list[dict], max_tokens: int) -> None:
+        with self._lock:
+            self.limits.admit(self._recent[caller], messages, max_tokens, time.monotonic())
+
+
+def stream_chat(base_url: str, model: str, messages: list[dict], record: RequestRecord, max_tokens: int = 300,
                 temperature: float = 0.7, api_key: str | None = None, stop: threading.Event | None = None,
                 timeout_s: float = 120) -> Iterator[str]:
-    """Yield the answer's text chunks; fill `timing` as they arrive. A stop event ends it early."""
-    body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": temperature,
-            "stream": True, "stream_options": {"include_usage": True}}
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    dec, st = SSEDecoder(), StreamParser(chat=True)
-    timing.sent_at = time.perf_counter()
+    """Yield the answer's text as it arrives, filling `record` (send at 0; first token, every chunk and
+    the end in seconds after it; tokens from the server's usage). A stop event ends it early."""
+    client = openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key or "EMPTY",
+                           timeout=openai.Timeout(timeout_s, connect=5.0), max_retries=0)
+    t0 = time.perf_counter()
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5)) as client:
-            with client.stream("POST", base_url.rstrip("/") + "/v1/chat/completions", content=json.dumps(body),
-                               headers={"Content-Type": "application/json", **headers}) as r:
-                if r.status_code != 200:
-                    detail = r.read().decode("utf-8", "replace")[:300]
-                    raise LabError(f"The server refused the chat request (HTTP {r.status_code}: {detail}).")
-                for data in r.iter_raw():
-                    now = time.perf_counter()
-                    for payload in dec.feed(data):
-                        text = st.event(now, payload)
-                        if text is None:
-                            continue
-                        if timing.first_at is None:
-                            timing.first_at = now
-                        timing.chunk_times.append(now - timing.sent_at)
-                        if text:
-                            yield text
-                    if st.error:
-                        raise LabError(f"The answer broke off: {st.error}.")
-                    if stop is not None and stop.is_set():
-                        timing.stopped = True
-                        break
-    except httpx.HTTPError as e:
-        timing.error = f"The server did not answer ({type(e).__name__}): is it still running? See the Server page."
-        raise LabError(timing.error) from e
+        stream = client.chat.completions.create(
+            model=model, messages=messages, max_tokens=max_tokens, temperature=temperature, stream=True,
+            stream_options={"include_usage": True})
+        with stream:
+            for chunk in stream:
+                if chunk.usage:
+                    record.prompt_tokens = chunk.usage.prompt_tokens
+                    record.output_tokens = chunk.usage.completion_tokens
+                text = chunk.choices[0].delta.content if chunk.choices else None
+                if text:
+                    now = time.perf_counter() - t0
+                    if record.first_token_time is None:
+                        record.first_token_time = now
+                    record.chunk_times.append(now)
+                    record.output_text += text
+                    yield text
+                if stop is not None and stop.is_set():
+                    break
+    except openai.APIStatusError as e:
+        record.error = f"The server refused the chat request (HTTP {e.status_code}: {_detail(e)})."
+        raise LabError(record.error) from None
+    except openai.APIError as e:
+        record.error = (f"The server did not answer ({type(e).__name__}): is it still running? See the Server page.")
+        raise LabError(record.error) from None
     finally:
-        timing.end_at = time.perf_counter()
-        if st.usage:
-            timing.output_tokens = st.usage.get("completion_tokens")
-            timing.prompt_tokens = st.usage.get("prompt_tokens")
+        record.end_time = time.perf_counter() - t0
+        if not record.output_tokens:  # stopped before the server's usage arrived: one chunk is one token
+            record.output_tokens, record.tokens_source = len(record.chunk_times), "chunks"
+
+
+def _detail(e: openai.APIStatusError) -> str:
+    """vLLM's own words: {"message": ...}, or {"error": {"message": ...}} in newer servers."""
+    body = e.body if isinstance(e.body, dict) else {}
+    inner = body.get("error")
+    msg = body.get("message") or (inner.get("message") if isinstance(inner, dict) else None)
+    return str(msg or e.message)[:300]

@@ -30,7 +30,7 @@ class ServerConfig:
     tensor_parallel_size: int = 1
     enable_prefix_caching: bool | None = None  # None: vLLM's default
     load_format: str = "auto"
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # reaches vLLM as VLLM_API_KEY, never argv or records
     extra_args: tuple[str, ...] = ()
     device: str = "cpu"  # "cuda" | "cpu": decides which memory knob applies
 
@@ -92,24 +92,23 @@ class ServerConfig:
             a.append("--no-enable-prefix-caching")
         if self.load_format != "auto":
             a += ["--load-format", self.load_format]
-        if self.api_key:
-            a += ["--api-key", self.api_key]
         a += ["--host", self.host, "--port", str(self.port)]
         return a + list(self.extra_args)
 
     def env(self) -> dict[str, str]:
-        """Environment additions for the server process."""
-        if self.device == "cpu":
-            return {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))}
-        return {}
+        """Environment additions for the server process. The API key travels here (vLLM reads
+        VLLM_API_KEY), never on the command line, which every user of the machine can read."""
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if self.device == "cpu" else {}
+        if self.api_key:
+            env["VLLM_API_KEY"] = self.api_key
+        return env
 
     def shell_command(self) -> str:
-        """What a user could paste into a terminal (with `python` as the interpreter, like the lab)."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
-        argv = self.argv(python="python")
-        if self.api_key:
-            argv[argv.index("--api-key") + 1] = "$VLLM_API_KEY"
-        parts = [shlex.quote(x) if x != "$VLLM_API_KEY" else x for x in argv]
+        """What a user could paste into a terminal (with `python` as the interpreter, like the lab); the API
+        key, if any, is shown as the variable it is read from."""
+        env = " ".join(f"{k}={shlex.quote(v)}" if k != "VLLM_API_KEY" else f'{k}="$VLLM_API_KEY"'
+                       for k, v in self.env().items())
+        parts = [shlex.quote(x) for x in self.argv(python="python")]
         # One flag per line, the way the lab notebook writes it.
         lines, cur = [], parts[:3]
         for p in parts[3:]:
@@ -153,6 +152,7 @@ class ServerConfig:
             raise ConfigError("max-num-seqs must be at least 1.")
         if self.tensor_parallel_size < 1:
             raise ConfigError("tensor-parallel-size must be at least 1 (the number of GPUs to split the model over).")
+        refuse_extra_flags(self.extra_args)
         if known_flags is not None:
             for arg in self.extra_args:
                 flag = arg.split("=", 1)[0]
@@ -160,6 +160,56 @@ class ServerConfig:
                     raise ConfigError(
                         f"vLLM has no flag '{flag}': check the spelling (see `--help` of the API server) or remove it."
                     )
+
+
+# Flags the free-text box refuses: what they do and where that setting lives instead. A dashboard a room
+# can reach must not let a flag move the server off the port the app watches, expose it, put a secret on
+# a command line every user of the machine can read, or load code and files named by whoever typed it.
+_LISTEN = ("where vLLM listens is set by the app (127.0.0.1, port SERVING_LAB_VLLM_PORT), so the app can watch "
+           "the server and nobody else reaches it")
+_CODE = "it loads Python code named on the command line, which a shared dashboard does not allow"
+_TRUST = ("it trusts code from the model folder or from requests; start vLLM yourself in a terminal if you trust "
+          "that model")
+_TLS = "the app talks to its server over plain HTTP on this machine; put TLS in front of the app instead"
+_CORS = "which web pages may call the server is not for a shared dashboard to widen"
+_REMOTE = "it sends data to or takes it from other machines"
+_FORM = "that setting has its own control on the Server page: set it there"
+REFUSED_EXTRA_FLAGS: dict[str, str] = {
+    **dict.fromkeys(("--host", "--port", "--uds", "--root-path", "--grpc-port", "--headless", "--master-port",
+                     "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-supervisor-port"),
+                    _LISTEN),
+    "--api-key": "a key on the command line is visible to every user of this machine: use the API key field, "
+                 "which reaches vLLM as VLLM_API_KEY",
+    "--hf-token": "a token on the command line is visible to every user of this machine: set HF_TOKEN in the "
+                  "app's environment instead",
+    **dict.fromkeys(("--trust-remote-code", "--trust-request-chat-template", "--trust-request-mm-kwargs"), _TRUST),
+    **dict.fromkeys(("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs", "--ssl-ciphers",
+                     "--enable-ssl-refresh"), _TLS),
+    **dict.fromkeys(("--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials"), _CORS),
+    "--allowed-local-media-path": "it lets requests read files on this machine",
+    **dict.fromkeys(("--middleware", "--tool-parser-plugin", "--reasoning-parser-plugin", "--io-processor-plugin",
+                     "--worker-cls", "--worker-extension-cls", "--scheduler-cls", "--logits-processors"), _CODE),
+    **dict.fromkeys(("--config", "--log-config-file"), "it reads settings from a file on this machine"),
+    **dict.fromkeys(("--otlp-traces-endpoint", "--kv-transfer-config", "--kv-events-config", "--ec-transfer-config",
+                     "--weight-transfer-config"), _REMOTE),
+    **dict.fromkeys(("--model", "--served-model-name", "--max-model-len", "--gpu-memory-utilization", "--dtype",
+                     "--max-num-seqs", "--enforce-eager", "--tensor-parallel-size", "-tp", "--enable-prefix-caching",
+                     "--no-enable-prefix-caching", "--load-format"), _FORM),
+}
+
+
+def refuse_extra_flags(args: tuple[str, ...] | list[str]) -> None:
+    """ConfigError for the first extra flag the policy above refuses. `--chat-template` is refused only
+    with a file path (an inline Jinja template is fine)."""
+    for i, arg in enumerate(args):
+        flag, _, value = arg.partition("=")
+        if flag in REFUSED_EXTRA_FLAGS:
+            raise ConfigError(f"The extra flag {flag} is not accepted here: {REFUSED_EXTRA_FLAGS[flag]}.")
+        if flag == "--chat-template":
+            value = value or (args[i + 1] if i + 1 < len(args) else "")
+            if "{" not in value:
+                raise ConfigError("The extra flag --chat-template is accepted only as an inline template: a file "
+                                  "path would let the server read files on this machine.")
 
 
 def parse_extra_args(text: str) -> tuple[str, ...]:

@@ -25,3 +25,11 @@ class ServerBusy(LabError):
 
 class NotPresenter(LabError):
     """A viewer tried an action reserved for the presenter."""
+
+
+class Throttled(NotPresenter):
+    """Too many wrong presenter tokens: refused for a while, whatever the token."""
+
+
+class LeftoversHold(LabError):
+    """Processes of an earlier server of this app still run (and hold memory); they can be cleared."""

@@ -1,17 +1,28 @@
 """Lab: the one facade the pages and the CLI hold. It owns the server, the jobs, the run store and the
-telemetry sampler, and turns each user action into one call."""
+telemetry sampler, and turns each user action into one call.
+
+Every action that changes state or costs compute is a `@presenter_only` method: it takes the caller's
+`token` (and `caller`, an IP or session id, for throttling wrong tokens) and is refused here, in the
+engine, whatever a page drew (see access.py). Reading (snapshots, jobs, the store's lists) is open."""
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import time
+from collections import deque
 from dataclasses import dataclass, replace
+from typing import Callable, Iterator
 
 from . import hardware, models, nvml
+from .access import Access
 from .config import ServerConfig
-from .errors import NotPresenter, ServerBusy
+from .chat import ChatRate, stream_chat
+from .errors import LabError, NotPresenter, ServerBusy
 from .jobs import Job, JobManager
-from .records import RunResult
+from .records import RequestRecord, RunResult
 from .scenarios import annotate
+from . import server as server_mod
 from .server import READY, STARTING, VLLMServer
 from .store import RunStore
 from .telemetry import Telemetry
@@ -31,8 +42,21 @@ class FitReport:
     available_gb: float | None = None
 
 
+def presenter_only(fn):
+    """Make a Lab method an action: `token=` and `caller=` are checked before it runs."""
+
+    @functools.wraps(fn)
+    def action(self: "Lab", *args, token: str | None = None, caller: str | None = None, **kw):
+        self.access.check(token, caller)
+        return fn(self, *args, **kw)
+
+    action.presenter_only = True
+    return action
+
+
 class Lab:
-    def __init__(self, port: int = DEFAULT_PORT, store: RunStore | None = None, telemetry_interval_s: float = 1.0):
+    def __init__(self, port: int = DEFAULT_PORT, store: RunStore | None = None, telemetry_interval_s: float = 1.0,
+                 listen_host: str = "127.0.0.1", presenter_token: str | None = None):
         self.server = VLLMServer(port=port)
         self.jobs = JobManager()
         self.store = store or RunStore()
@@ -44,19 +68,20 @@ class Lab:
             interval_s=telemetry_interval_s,
         )
         self.device = self.telemetry.device
-        self.presenter_token = os.environ.get("SERVING_LAB_PRESENTER_TOKEN") or None
+        self.access = Access(presenter_token or os.environ.get("SERVING_LAB_PRESENTER_TOKEN"), listen_host)
         self._flags: set[str] | None = None
+        self.chat_rate = ChatRate()
+        self._foreign: tuple[float, str | None] = (-1e9, None)
+        self.chat_under_load = False
+        self._chats: deque[list] = deque(maxlen=1000)  # [start, end or None] epoch s of recent chat answers
+        self._chat_lock = threading.Lock()
         threading.Thread(target=self._load_flags, daemon=True, name="vllm-flags").start()
         self.telemetry.start()
 
     # -- who may act --------------------------------------------------------------------------
     def may_act(self, token: str | None) -> bool:
-        """Without a presenter token everyone may act (a laptop on localhost); with one, only its holder."""
-        return self.presenter_token is None or token == self.presenter_token
-
-    def require_presenter(self, token: str | None) -> None:
-        if not self.may_act(token):
-            raise NotPresenter("Only the presenter can do this: enter the presenter token in the sidebar.")
+        """For drawing buttons; the actions themselves check again (access.Access.check)."""
+        return self.access.may_act(token)
 
     # -- models and settings ------------------------------------------------------------------
     def models(self) -> list[models.ModelSpec]:
@@ -103,13 +128,40 @@ class Lab:
                          f"{cfg.max_model_len}-token sequences in {where}.", weights, per_seq, budget)
 
     # -- server -------------------------------------------------------------------------------
+    @presenter_only
     def start_server(self, cfg: ServerConfig, spec: models.ModelSpec | None = None) -> None:
+        self._start(cfg, spec)
+
+    @presenter_only
+    def stop_server(self) -> None:
+        self.server.stop()
+
+    @presenter_only
+    def restart_server(self, cfg: ServerConfig, spec: models.ModelSpec | None = None) -> None:
+        self.server.stop()
+        self._start(cfg, spec)
+
+    def _start(self, cfg: ServerConfig, spec: models.ModelSpec | None) -> None:
         if self.device == "cuda" and self.naive_pids:
             raise ServerBusy("The naive baseline still holds the GPU: wait for it to finish or cancel it, then start vLLM.")
         self.server.start(cfg, model_max_len=spec.max_len if spec else None, known_flags=self._flags)
 
-    def stop_server(self) -> None:
-        self.server.stop()
+    def leftovers(self) -> str | None:
+        """The sentence about an earlier server's processes still holding memory, if there are any."""
+        left = server_mod.leftovers()
+        return server_mod.leftovers_sentence(left) if left else None
+
+    @presenter_only
+    def clear_leftovers(self) -> str | None:
+        return server_mod.clear_leftovers()
+
+    def foreign_holders(self) -> str | None:
+        """Processes this app did not start that hold the memory vLLM needs (named, never touched);
+        looked up at most every few seconds, since every viewer's Server page asks."""
+        now = time.monotonic()
+        if now - self._foreign[0] > 5:
+            self._foreign = (now, server_mod.foreign_holders())
+        return self._foreign[1]
 
     def server_ready(self) -> ServerConfig:
         snap = self.server.snapshot()
@@ -118,6 +170,7 @@ class Lab:
         return snap.config
 
     # -- measurements -------------------------------------------------------------------------
+    @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
         """Submit a load test against the running server (spec: loadgen.LoadSpec)."""
         from . import loadgen
@@ -136,6 +189,7 @@ class Lab:
 
         return self.jobs.submit("load", label or spec.label or spec.scenario, work)
 
+    @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
         from . import loadgen
 
@@ -154,6 +208,7 @@ class Lab:
 
         return self.jobs.submit("sweep", f"sweep {levels[0]}…{levels[-1]}", work)
 
+    @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec, labels: list[str] | None = None) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
         from . import loadgen
@@ -183,6 +238,7 @@ class Lab:
 
         return self.jobs.submit("tuning", "tuning comparison", work)
 
+    @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
         from . import naive
@@ -200,15 +256,84 @@ class Lab:
                 self.server.mark("naive end (memory returned)")
             result.hardware = result.hardware or hardware.describe()
             result.versions = result.versions or hardware.versions()
-            if result.measured:
-                self.store.save(result)
-            return result
+            return self._save(result)
 
         return self.jobs.submit("naive", spec.label or spec.scenario, work)
 
+    @presenter_only
+    def cancel_job(self, job_id: str) -> None:
+        self.jobs.cancel(job_id)
+
+    # -- history ------------------------------------------------------------------------------
+    @presenter_only
+    def import_runs(self, data: bytes, name: str) -> list[str]:
+        """Runs from an uploaded export: its bytes are parsed, never taken as a path on this machine."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise LabError(f"'{name}' is not a text file (not UTF-8): pick the JSON file Serving Lab or "
+                           "vllm bench serve wrote.") from None
+        return self.store.import_text(text, source=f"import:{name}")
+
+    @presenter_only
+    def delete_runs(self, ids: list[str]) -> int:
+        return self.store.delete(ids)
+
+    @presenter_only
+    def import_examples(self) -> list[str]:
+        return self.store.import_examples()
+
+    # -- chat ---------------------------------------------------------------------------------
+    def chat(self, messages: list[dict], record: RequestRecord, *, max_tokens: int = 300, temperature: float = 0.7,
+             stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None,
+             token: str | None = None, caller: str | None = None) -> Iterator[str]:
+        """Stream an answer from the running server into `record`. The presenter may always chat. A viewer
+        may within ChatLimits, and not while a benchmark measures, since chat traffic would distort the
+        numbers the room is watching: the message waits (on_wait says why) unless the presenter allowed
+        chat under load. Runs that had chat traffic beside them are marked (see _save)."""
+        presenter = self.access.may_act(token)
+        if not presenter:
+            if self.access.locked:
+                raise NotPresenter(self.access.why_not())
+            self.chat_rate.admit(caller or "anonymous", messages, max_tokens)
+        cfg = self.server_ready()
+        while not presenter and not self.chat_under_load and (job := self.measuring()) is not None:
+            if on_wait is not None:
+                on_wait(f"'{job.label}' is measuring: your message is sent the moment it ends.")
+            if (stop.wait(0.5) if stop is not None else time.sleep(0.5)):
+                return
+        span = [time.time(), None]
+        with self._chat_lock:
+            self._chats.append(span)
+        try:
+            yield from stream_chat(cfg.base_url, cfg.model_name, messages, record, max_tokens=max_tokens,
+                                   temperature=temperature, api_key=cfg.api_key, stop=stop)
+        finally:
+            span[1] = time.time()
+
+    @presenter_only
+    def allow_chat_under_load(self, allow: bool) -> None:
+        """Chatting during a load test is a fair demo of TTFT under load; the presenter decides."""
+        self.chat_under_load = allow
+
+    def measuring(self) -> Job | None:
+        """The benchmark running now, if any."""
+        return next(iter(self.jobs.active()), None)
+
+    def _chats_beside(self, start: float, end: float) -> int:
+        with self._chat_lock:
+            return sum(1 for s, e in self._chats if s <= end and (e is None or e >= start))
+
+    # -- saving -------------------------------------------------------------------------------
     def _finish(self, result: RunResult, cfg: ServerConfig) -> RunResult:
         snap = self.server.snapshot()
         annotate(result, cfg, snap.kv_cache_tokens, snap.max_concurrency)
+        return self._save(result)
+
+    def _save(self, result: RunResult) -> RunResult:
+        """Keep a run that measured anything, marked when chat traffic ran beside it."""
+        if n := self._chats_beside(result.started_at, result.started_at + result.duration):
+            result.extra["chat_requests_beside"] = n
         if result.measured:
             self.store.save(result)
         return result

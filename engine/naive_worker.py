@@ -19,6 +19,7 @@ import traceback
 from typing import Any, Callable
 
 from engine.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE
+from engine.lifeline import die_with_parent
 from engine.records import RequestRecord
 
 ORPHAN_EXIT_CODE = 70
@@ -478,6 +479,7 @@ def run(spec: dict, emit: Emitter) -> None:
 def main() -> int:
     emit = Emitter()
     ppid = os.getppid()
+    die_with_parent(ppid)  # a SIGKILLed app takes its worker (and the GPU memory it holds) with it
     try:
         spec = _read_spec()
     except ValueError as e:

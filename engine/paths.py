@@ -21,9 +21,12 @@ def models_dir() -> Path:
 
 
 def runtime_dir() -> Path:
-    """Server records and logs. Kept apart from models so tests can isolate it."""
+    """Server records and logs. Kept apart from models so tests can isolate it. Private to its owner:
+    a record holds the server's API key."""
     d = Path(os.environ.get("SERVING_LAB_RUNTIME") or data_home() / "runtime")
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if d.stat().st_mode & 0o077:
+        d.chmod(0o700)
     return d
 
 

@@ -1,10 +1,12 @@
-"""VLLMServer: owns one vLLM API server process — start, startup stages read from its log, health,
-stop (really stopped), and adoption after the app itself was killed and restarted.
+"""VLLMServer: owns one vLLM server — its whole process tree — on one port: start, startup stages read
+from its log, health, stop (really stopped), and adoption after the app itself was killed.
 
-The process runs in its own session (process group), so stop() can signal vLLM's engine-core and
-worker children too. What was started is recorded on disk (runtime_dir()/server-<port>.json); a
-new VLLMServer on the same port adopts a live server it finds there, or cleans up after a dead one.
-A foreign process on the port is reported, never killed.
+The API server runs in its own session (process group) and every process of the tree carries a tag
+(proctree.py), and the descendants are recorded as they appear. So when the API server dies for any
+reason the rest of its tree is stopped at once, and what the app started is found again after the
+app itself died: a new VLLMServer on the same port adopts a live server from its record
+(runtime_dir()/server-<port>.json), or stops what is left of a dead one. A start has a deadline. A
+process the app did not start is reported, never killed.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +26,9 @@ from typing import Callable
 import httpx
 import psutil
 
+from . import nvml, proctree
 from .config import API_SERVER_MODULE, ServerConfig, port_is_free
-from .errors import PortInUse, ServerBusy, ServerFailed
+from .errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
 from .paths import runtime_dir
 
 STOPPED, STARTING, READY, STOPPING, FAILED = "stopped", "starting", "ready", "stopping", "failed"
@@ -73,16 +77,66 @@ CAUSES: tuple[tuple[re.Pattern, str], ...] = (
 )
 
 
-def describe_failure(log_lines: list[str], returncode: int | None) -> str:
-    """One sentence for why a start failed, from the last lines of the log."""
+# A log line that can explain a death: vLLM's ERROR/CRITICAL lines and bare tracebacks, never its
+# INFO/WARNING chatter (a warning about file limits at startup explains nothing about a crash later).
+_EXPLAINS = re.compile(r"\b(ERROR|CRITICAL)\b|^\s*(Traceback|[\w.]+(Error|Exception)\b:)")
+_CHATTER = re.compile(r"\b(INFO|WARNING|DEBUG)\b")
+
+
+def _known_cause(log_lines: list[str]) -> str | None:
+    """A cause from CAUSES, as its sentence."""
     text = "\n".join(log_lines[-200:])
     for pattern, sentence in CAUSES:
-        m = pattern.search(text)
-        if m:
+        if m := pattern.search(text):
             return sentence.format(*(g.strip()[:120] for g in m.groups()))
-    errors = [l.strip() for l in log_lines if re.search(r"(Error|Exception|error:)", l)]
-    last = errors[-1][-200:] if errors else (log_lines[-1].strip()[-200:] if log_lines else "no output")
-    return f"vLLM exited (code {returncode}) before it was ready: {last}. See the log below for details."
+    return None
+
+
+def _explaining_line(log_lines: list[str]) -> str | None:
+    lines = [l.strip() for l in log_lines if _EXPLAINS.search(l) and not _CHATTER.search(l)]
+    return lines[-1][-200:] if lines else None
+
+
+def describe_failure(log_lines: list[str], returncode: int | None) -> str:
+    """One sentence for why a start failed, from the last lines of the log."""
+    if known := _known_cause(log_lines):
+        return known
+    line = _explaining_line(log_lines) or "it printed no error"
+    return f"vLLM exited ({_exit(returncode)}) before it was ready: {line}. See the log below for details."
+
+
+def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, stopped: list[str],
+                   freed_bytes: int, log_after_ready: list[str]) -> str:
+    """One sentence for a server that died while serving: which process, at which point, what was
+    cleaned up, and a cause only when a log line after 'ready' gives one."""
+    cause = _known_cause(log_after_ready) or _explaining_line(log_after_ready)
+    what = f"The vLLM API server (pid {api_pid}) {_exit(returncode, died=True)} after serving for {_ago(ready_for_s)}"
+    rest = (f"; its {len(stopped)} other process{'es' if len(stopped) != 1 else ''} ({', '.join(stopped)}) "
+            f"{'were' if len(stopped) != 1 else 'was'} stopped and {_gb(freed_bytes)} of memory returned"
+            if stopped else "; nothing of it is left running")
+    because = f". Its log says: {cause}" if cause else ""
+    return f"{what}{rest}{because}. Press Start to serve again."
+
+
+def _exit(rc: int | None, died: bool = False) -> str:
+    if rc is None:
+        return "died" if died else "exited"
+    if rc < 0:
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        why = " (a kill -9, or the system's out-of-memory killer)" if rc == -signal.SIGKILL else ""
+        return f"was killed by {sig}{why}" if died else f"killed by {sig}{why}"
+    return f"exited with code {rc}" if died else f"code {rc}"
+
+
+def _ago(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1024**3:.1f} GB" if n >= 1024**3 / 10 else f"{n / 1024**2:.0f} MB"
 
 
 @dataclass
@@ -103,6 +157,7 @@ class Snapshot:
     log_tail: list[str] = field(default_factory=list)
     events: list[tuple[float, str]] = field(default_factory=list)  # (epoch s, label) for charts
     adopted: bool = False
+    notice: str | None = None  # what the app cleaned up on its own (a dead server's leftovers)
 
     @property
     def elapsed(self) -> float | None:
@@ -112,15 +167,23 @@ class Snapshot:
 
 
 class VLLMServer:
-    """One vLLM server on one port. Thread-safe; every public method returns quickly."""
+    """One vLLM server on one port, and every process of its tree. Thread-safe; every public method
+    but stop() returns quickly."""
 
-    def __init__(self, port: int = 9000, python: str | None = None, poll_s: float = 0.5):
+    def __init__(self, port: int = 9000, python: str | None = None, poll_s: float = 0.5,
+                 start_timeout_s: float | None = None, serving_grace_s: float = 30.0):
         self.port = port
         self.python = python
         self.poll_s = poll_s
+        # A start that never reaches "serving" ends as failed (CPU compile ~100 s, 8B on a GPU ~2 min).
+        self.start_timeout_s = start_timeout_s or float(os.environ.get("SERVING_LAB_START_TIMEOUT_S", 1200))
+        # vLLM says it serves but nothing answers on our port (a --port smuggled in): failed after this.
+        self.serving_grace_s = serving_grace_s
         self._lock = threading.RLock()
         self._proc: subprocess.Popen | None = None
         self._pid: int | None = None
+        self._tag: proctree.Tag | None = None
+        self._family: dict[int, float] = {}  # descendants seen so far: pid -> create time
         self._snap = Snapshot(state=STOPPED)
         self._log_path: Path | None = None
         self._tail: deque[str] = deque(maxlen=400)
@@ -139,26 +202,30 @@ class VLLMServer:
             return Snapshot(**{**s.__dict__, "log_tail": list(self._tail)[-60:], "events": list(s.events)})
 
     def start(self, cfg: ServerConfig, model_max_len: int | None = None, known_flags: set[str] | None = None) -> None:
-        """Validate, check the port, launch. Returns at once; watch snapshot() for stages."""
+        """Validate, check the port and leftovers, launch. Returns at once; watch snapshot() for stages."""
         if cfg.port != self.port:
             cfg = cfg.with_changes(port=self.port)
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
         with self._lock:
             if self._snap.state in (STARTING, READY, STOPPING):
                 raise ServerBusy(f"A vLLM server is already {self._snap.state} on port {self.port}: stop it first, or use Restart.")
+            if left := leftovers():
+                raise LeftoversHold(leftovers_sentence(left))
             if not port_is_free(cfg.port, cfg.host):
                 raise PortInUse(self._port_owner_sentence(cfg.port))
+            self._tag = proctree.Tag(_home(), self.port, uuid.uuid4().hex[:12])
             self._log_path = runtime_dir() / f"server-{self.port}.log"
-            log = open(self._log_path, "wb")
-            env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1"}
+            fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1", proctree.TAG_ENV: str(self._tag)}
             argv = cfg.argv(self.python)
             now = time.time()
-            self._proc = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,
-            )
-            log.close()
+            try:
+                self._proc = subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              env=env, start_new_session=True)
+            finally:
+                os.close(fd)
             self._pid = self._proc.pid
+            self._family = {}
             self._tail.clear()
             self._snap = Snapshot(
                 state=STARTING, stage="launching", started_at=now, stage_at=now, pid=self._pid, config=cfg,
@@ -168,21 +235,16 @@ class VLLMServer:
             self._spawn_watcher()
 
     def stop(self, grace_s: float = 20.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL after the grace period. Blocks until gone."""
+        """SIGTERM to the whole tree (process group, recorded descendants, tagged processes), SIGKILL
+        after the grace period. Blocks until every process is gone."""
         with self._lock:
-            pid = self._pid
-            if pid is None:
+            if self._pid is None:
                 self._set(state=STOPPED, stage="")
                 self._remove_record()
                 return
             self._set(state=STOPPING, stage="stopping")
         self._stop_watch.set()
-        _terminate_tree(pid, grace_s)
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=1)
-            except subprocess.TimeoutExpired:
-                pass
+        self._stop_tree(grace_s)
         with self._lock:
             self._proc, self._pid = None, None
             self._remove_record()
@@ -239,30 +301,52 @@ class VLLMServer:
         with self._lock:
             self._snap.events.append((time.time(), label))
 
-    # -- adoption -----------------------------------------------------------------------------
+    # -- adoption and leftovers ---------------------------------------------------------------
     def adopt_or_clean(self) -> None:
-        """Find a server this app started before it was killed: adopt it if alive, else forget it."""
+        """After the app (or the CLI) was restarted: adopt the server this app started on this port if
+        its API server lives; else stop whatever is left of it, and say so in the snapshot's notice."""
         try:
             rec = json.loads(self.record_path.read_text())
         except (OSError, ValueError):
-            return
-        pid = rec.get("pid")
-        if pid and _is_our_server(pid, rec.get("create_time")):
-            cfg = ServerConfig.from_dict(rec["config"])
-            self._pid = pid
-            self._log_path = Path(rec["log"])
-            started = rec.get("started_at", time.time())
-            self._snap = Snapshot(
-                state=STARTING, stage="adopting", started_at=started, stage_at=time.time(), pid=pid,
-                config=cfg, command=cfg.shell_command(), adopted=True,
-                events=[(started, "server start"), (time.time(), "adopted after app restart")],
-            )
-            if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
-                now = time.time()
-                self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
-            self._spawn_watcher()
+            rec = {}
+        api = proctree.same_process(rec["pid"], rec.get("create_time")) if isinstance(rec.get("pid"), int) else None
+        if api is not None and API_SERVER_MODULE in " ".join(_cmdline(api)):
+            self._adopt(rec)
         else:
             self._remove_record()
+        # Anything else of this app on this port is a leftover: the tree of a server whose API server
+        # died, or a start interrupted before its record was written.
+        keep = self._tag.start_id if self._tag else None
+        found = {p.pid: p for p, tag in proctree.tagged(_home(), self.port) if tag.start_id != keep}
+        if api is None:  # descendants recorded before the API server died (in case they lost the tag)
+            for pid, ct in (rec.get("family") or {}).items():
+                if p := proctree.same_process(int(pid), ct):
+                    found.setdefault(p.pid, p)
+        if left := list(found.values()):
+            names, freed = [proctree.name(p) for p in left], proctree.memory_bytes(left)
+            proctree.stop(left, grace_s=10)
+            with self._lock:
+                self._snap.notice = (f"A vLLM server this app started on port {self.port} had lost its API server; "
+                                     f"its {len(left)} leftover process{'es' if len(left) != 1 else ''} "
+                                     f"({', '.join(names)}) {'were' if len(left) != 1 else 'was'} stopped and "
+                                     f"{_gb(freed)} of memory returned.")
+
+    def _adopt(self, rec: dict) -> None:
+        cfg = ServerConfig.from_dict(rec["config"])
+        self._pid = rec["pid"]
+        self._tag = proctree.Tag.parse(rec.get("tag"))
+        self._family = {int(k): v for k, v in (rec.get("family") or {}).items()}
+        self._log_path = Path(rec["log"])
+        started = rec.get("started_at", time.time())
+        self._snap = Snapshot(
+            state=STARTING, stage="adopting", started_at=started, stage_at=time.time(), pid=self._pid,
+            config=cfg, command=cfg.shell_command(), adopted=True,
+            events=[(started, "server start"), (time.time(), "adopted after app restart")],
+        )
+        if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
+            now = time.time()
+            self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
+        self._spawn_watcher()
 
     # -- internals ----------------------------------------------------------------------------
     def _set(self, **kw) -> None:
@@ -271,14 +355,17 @@ class VLLMServer:
                 setattr(self._snap, k, v)
 
     def _write_record(self, cfg: ServerConfig, argv: list[str], started_at: float) -> None:
+        """What a restarted app needs to adopt or clean up this server. Holds the API key (the app must
+        keep talking to an adopted server), so it is created 0600, never world-readable for a moment."""
         rec = {
-            "pid": self._pid, "create_time": psutil.Process(self._pid).create_time(),
+            "pid": self._pid, "create_time": psutil.Process(self._pid).create_time(), "tag": str(self._tag),
             "port": self.port, "argv": argv, "config": cfg.to_dict() | {"api_key": cfg.api_key},
-            "started_at": started_at, "log": str(self._log_path),
+            "started_at": started_at, "log": str(self._log_path), "family": self._family,
         }
-        tmp = self.record_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(rec, indent=2))
-        os.chmod(tmp, 0o600)  # may hold the API key
+        tmp = self.record_path.with_suffix(f".tmp{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(rec, f, indent=2)
         tmp.replace(self.record_path)
 
     def _remove_record(self) -> None:
@@ -286,6 +373,50 @@ class VLLMServer:
             self.record_path.unlink()
         except FileNotFoundError:
             pass
+
+    def _tree(self) -> list[psutil.Process]:
+        """Every live process of this server: the API server and its descendants now, the descendants
+        recorded earlier (re-parented to init if the API server died), and anything with our tag."""
+        procs = {p.pid: p for p in proctree.family(self._pid)} if self._pid else {}
+        for pid, ct in self._family.items():
+            if pid not in procs and (p := proctree.same_process(pid, ct)):
+                procs[pid] = p
+        if self._tag:
+            for p, tag in proctree.tagged(self._tag.home, self.port):
+                if tag.start_id == self._tag.start_id:
+                    procs.setdefault(p.pid, p)
+        return list(procs.values())
+
+    def _stop_tree(self, grace_s: float) -> tuple[list[str], int]:
+        """Stop the whole tree; returns the names of the processes besides the API server, and their memory."""
+        procs = self._tree()
+        others = [p for p in procs if p.pid != self._pid]
+        names, freed = [proctree.name(p) for p in others], proctree.memory_bytes(others)
+        # The process group is the API server's pid (start_new_session); signal it only while one of our
+        # own processes is still in it, so a recycled group id is never hit.
+        group = self._pid if any(_pgid(p) == self._pid for p in procs) else None
+        proctree.stop(procs, grace_s, group=group)
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        return names, freed
+
+    def _track_family(self) -> None:
+        """Record descendants as they appear, so they can be found after the API server is gone."""
+        new = [p for p in proctree.family(self._pid)[1:] if p.pid not in self._family]
+        if not new:
+            return
+        with self._lock:
+            if self._snap.state not in (STARTING, READY) or self._snap.config is None:
+                return  # stopping: the record is going away
+            for p in new:
+                try:
+                    self._family[p.pid] = p.create_time()
+                except psutil.Error:
+                    pass
+            self._write_record(self._snap.config, _cmdline_of(self._pid), self._snap.started_at or time.time())
 
     def _port_owner_sentence(self, port: int) -> str:
         for c in psutil.net_connections(kind="inet"):
@@ -304,34 +435,68 @@ class VLLMServer:
         self._watcher.start()
 
     def _watch(self, stop: threading.Event) -> None:
-        """Follow the log for stages, poll /health until ready, notice the process dying."""
+        """Follow the log for stages, poll /health until ready, record new descendants, and notice the
+        API server dying (then stop the rest of its tree), a start past its deadline, or a server that
+        says it serves where the app cannot reach it."""
         pos = 0
         stage_idx = -1
+        silent_since: float | None = None
         while not stop.is_set():
             pos = self._read_log(pos)
             with self._lock:
                 lines = list(self._tail)
             stage_idx = self._update_stage(lines, stage_idx)
-            alive = _pid_alive(self._pid)
             state = self._snap.state
-            if not alive and state in (STARTING, READY):
-                rc = self._proc.poll() if self._proc else None
-                self._read_log(pos)
-                with self._lock:
-                    lines = list(self._tail)
-                    msg = describe_failure(lines, rc) if state == STARTING else (
-                        f"The vLLM server stopped unexpectedly (code {rc}): {describe_failure(lines, rc)}")
-                    self._snap.events.append((time.time(), "server died"))
-                    self._set(state=FAILED, stage="failed", error=msg, pid=None)
-                    self._pid, self._proc = None, None
-                    self._remove_record()
+            if not _pid_alive(self._pid):
+                if state in (STARTING, READY):
+                    self._read_log(pos)
+                    self._died(state)
                 return
-            if state == STARTING and self.health(timeout=1.0):
-                now = time.time()
-                with self._lock:
-                    self._snap.events.append((now, "ready"))
-                    self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
+            self._track_family()
+            if state == STARTING:
+                if self.health(timeout=1.0):
+                    now = time.time()
+                    with self._lock:
+                        self._snap.events.append((now, "ready"))
+                        self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
+                elif time.time() - (self._snap.started_at or time.time()) > self.start_timeout_s:
+                    self._give_up(f"vLLM was not ready {self.start_timeout_s / 60:.0f} min after Start (it was at "
+                                  f"'{self._snap.stage}'), so it was stopped: see the log below, then start again "
+                                  "with smaller settings.")
+                    return
+                elif self._snap.stage == "serving":
+                    silent_since = silent_since or time.time()
+                    if time.time() - silent_since > self.serving_grace_s:
+                        self._give_up(f"vLLM says it is serving, but nothing answers on port {self.port} where the "
+                                      "app looks for it, so it was stopped: remove any flag that moves it (such as "
+                                      "--port or --root-path) and start again.")
+                        return
             stop.wait(self.poll_s)
+
+    def _died(self, state: str) -> None:
+        """The API server is gone: stop the rest of its tree and say what happened in one sentence."""
+        rc = self._proc.poll() if self._proc else None
+        api_pid = self._pid
+        names, freed = self._stop_tree(grace_s=10)
+        with self._lock:
+            lines = list(self._tail)
+            if state == STARTING:
+                msg = describe_failure(lines, rc)
+            else:
+                msg = describe_death(api_pid, rc, time.time() - (self._snap.ready_at or time.time()), names, freed,
+                                     _after_ready(lines))
+            self._snap.events.append((time.time(), "server died"))
+            self._set(state=FAILED, stage="failed", error=msg, pid=None)
+            self._pid, self._proc = None, None
+            self._remove_record()
+
+    def _give_up(self, msg: str) -> None:
+        self._stop_tree(grace_s=10)
+        with self._lock:
+            self._snap.events.append((time.time(), "start failed"))
+            self._set(state=FAILED, stage="failed", error=msg, pid=None)
+            self._pid, self._proc = None, None
+            self._remove_record()
 
     def _read_log(self, pos: int) -> int:
         if not self._log_path:
@@ -380,52 +545,99 @@ class VLLMServer:
         return new_idx
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        p = psutil.Process(pid)
-        return p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+# -- this app's processes, whatever VLLMServer holds them ---------------------------------------
+def _home() -> str:
+    return str(runtime_dir().resolve())
 
 
-def _is_our_server(pid: int, create_time: float | None) -> bool:
-    """The recorded pid is still the vLLM we started (not a recycled pid)."""
-    try:
-        p = psutil.Process(pid)
-        if create_time is not None and abs(p.create_time() - create_time) > 1.0:
-            return False
-        return API_SERVER_MODULE in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _terminate_tree(pid: int, grace_s: float) -> None:
-    """SIGTERM the process group (and any child that left it), then SIGKILL what is left."""
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.Error:
-        procs = []
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for p in procs:
+def live_start_ids() -> set[str]:
+    """Start ids of the servers this app's records say are alive (on any port)."""
+    ids = set()
+    for path in runtime_dir().glob("server-*.json"):
         try:
-            p.terminate()
-        except psutil.Error:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    if alive:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for p in alive:
+            rec = json.loads(path.read_text())
+            if proctree.same_process(rec["pid"], rec.get("create_time")):
+                ids.add(proctree.Tag.parse(rec.get("tag")).start_id)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return ids
+
+
+def leftovers() -> list[psutil.Process]:
+    """Processes of a server this app started whose API server is gone (on any port)."""
+    live = live_start_ids()
+    return [p for p, tag in proctree.tagged(_home()) if tag.start_id not in live]
+
+
+def clear_leftovers() -> str | None:
+    """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none."""
+    left = leftovers()
+    if not left:
+        return None
+    sentence = (f"Stopped {len(left)} leftover process{'es' if len(left) != 1 else ''} of an earlier server "
+                f"({', '.join(proctree.name(p) for p in left)}); {_gb(proctree.memory_bytes(left))} of memory returned.")
+    proctree.stop(left, grace_s=10)
+    return sentence
+
+
+def foreign_holders() -> str | None:
+    """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
+    are vLLM servers eating RAM; they are never touched. None when there are none."""
+    mine = {p.pid for p, _ in proctree.tagged(_home())}
+    held: dict[int, tuple[psutil.Process, str]] = {}
+    for gpu in nvml.devices():
+        for pid, used in gpu["procs"].items():
+            if pid not in mine and (p := proctree.same_process(pid, None)):
+                held[pid] = (p, f"{_gb(used)} on GPU {gpu['index']}")
+    if not nvml.available():
+        for p in psutil.process_iter():
             try:
-                p.kill()
+                if p.pid in mine or p.pid == os.getpid():
+                    continue
+                if p.name().startswith("VLLM") or API_SERVER_MODULE in " ".join(p.cmdline()):
+                    held[p.pid] = (p, f"{_gb(p.memory_info().rss)} of RAM")
             except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+                continue
+    if not held:
+        return None
+    named = ", ".join(f"{proctree.name(p)} with {where}" for p, where in list(held.values())[:5])
+    return (f"Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
+            "idle, stop them (kill PID) before starting; otherwise lower the memory settings.")
+
+
+def leftovers_sentence(left: list[psutil.Process]) -> str:
+    return (f"{len(left)} process{'es' if len(left) != 1 else ''} left by an earlier server of this app "
+            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {_gb(proctree.memory_bytes(left))} of "
+            "memory: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
+
+
+def _after_ready(lines: list[str]) -> list[str]:
+    """The log lines after vLLM said it was serving (all of them if that line scrolled out)."""
+    serving = STAGES[-1][1]
+    idx = max((i for i, l in enumerate(lines) if serving.search(l)), default=-1)
+    return lines[idx + 1:]
+
+
+def _pid_alive(pid: int | None) -> bool:
+    return bool(pid) and proctree.same_process(pid, None) is not None
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _cmdline_of(pid: int | None) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline() if pid else []
+    except psutil.Error:
+        return []
+
+
+def _pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None

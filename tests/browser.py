@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from engine.server import _terminate_tree
+from engine import proctree
 from scripts.shoot import CHROMIUM_ARGS
 
 from .conftest import free_port
@@ -195,4 +195,4 @@ def kill_recorded_server(runtime_dir: Path, port: int) -> None:
             return
     except (OSError, ValueError, KeyError, psutil.Error):
         return
-    _terminate_tree(rec["pid"], grace_s=2)  # the engine's own stop: process group, then SIGKILL
+    proctree.stop(proctree.family(rec["pid"]), grace_s=2, group=rec["pid"])  # the engine's own stop

@@ -1,0 +1,34 @@
+"""Child processes that must not outlive the app: the load generator's client processes and the naive
+worker. (The vLLM server is the exception on purpose: it outlives a crashed app, which adopts it.)
+
+Linux tells a child when the thread that started it dies (PR_SET_PDEATHSIG); elsewhere, and for a
+parent that died before the call, a thread watches the parent pid."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None = None, poll_s: float = 1.0) -> None:
+    """Call first thing in a child: SIGKILL this process when its parent goes away."""
+    ppid = parent_pid or os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != ppid:  # the parent died before the prctl took hold
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            threading.Event().wait(poll_s)
+            if os.getppid() != ppid:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()

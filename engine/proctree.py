@@ -1,0 +1,124 @@
+"""The processes of one vLLM server, found and stopped as a whole.
+
+vLLM runs as a tree: API server -> EngineCore -> workers. When the API server dies (kill -9, the OOM
+killer), its children are re-parented to init and keep their memory (GBs of weights and KV cache, on
+the GPU too) unless someone stops them. So every process of a server the app starts carries a tag in
+its environment (children inherit it): the app's runtime folder, the port and the start's id. With the
+tag a server's leftovers are found whatever happened to the app or to the API server, and a process
+without our tag is never touched: it is only named.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+import psutil
+
+TAG_ENV = "SERVING_LAB_SERVER"
+
+
+@dataclass(frozen=True)
+class Tag:
+    home: str  # the runtime folder of the app that started it (tests and apps beside each other stay apart)
+    port: int
+    start_id: str
+
+    def __str__(self) -> str:
+        return f"{self.home}|{self.port}|{self.start_id}"
+
+    @staticmethod
+    def parse(text: str | None) -> "Tag | None":
+        try:
+            home, port, start_id = (text or "").rsplit("|", 2)
+            return Tag(home, int(port), start_id)
+        except ValueError:
+            return None
+
+
+def tagged(home: str, port: int | None = None) -> list[tuple[psutil.Process, Tag]]:
+    """Live processes that carry a tag of this app (runtime folder `home`), optionally of one port.
+    Processes whose environment we may not read (other users') are not ours."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            tag = Tag.parse(p.environ().get(TAG_ENV))
+            if tag and tag.home == home and (port is None or tag.port == port) and alive(p):
+                out.append((p, tag))
+        except psutil.Error:
+            continue
+    return out
+
+
+def alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def same_process(pid: int, create_time: float | None) -> psutil.Process | None:
+    """The process `pid` if it is still the one that had `create_time` (not a recycled pid)."""
+    try:
+        p = psutil.Process(pid)
+        if create_time is not None and abs(p.create_time() - create_time) > 1.0:
+            return None
+        return p if alive(p) else None
+    except psutil.Error:
+        return None
+
+
+def family(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants, as far as they are still its descendants."""
+    try:
+        p = psutil.Process(pid)
+        return [p, *p.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def name(p: psutil.Process) -> str:
+    """How a person recognises it: vLLM renames its children (VLLM::EngineCore, VLLM::Worker...)."""
+    try:
+        return f"{p.name()} (pid {p.pid})"
+    except psutil.Error:
+        return f"pid {p.pid}"
+
+
+def memory_bytes(procs: list[psutil.Process]) -> int:
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def stop(procs: list[psutil.Process], grace_s: float = 20.0, group: int | None = None) -> None:
+    """SIGTERM `procs` (and the process group `group`, which catches a child born meanwhile), then
+    SIGKILL whatever is left after the grace period. Returns when they are gone."""
+    procs = [p for p in procs if alive(p)]
+    if group is not None:
+        _signal_group(group, signal.SIGTERM)
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, left = psutil.wait_procs(procs, timeout=grace_s)
+    if group is not None:
+        _signal_group(group, signal.SIGKILL)
+    for p in left:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(left, timeout=5)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
