@@ -157,7 +157,7 @@ def _cmd_import(args) -> int:
 
     store = RunStore()
     for path in args.files:
-        ids = store.import_json(path)
+        ids = store.import_file(path)
         _print(f"{path}: {len(ids)} run(s)")
     return 0
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -15,9 +17,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.errors import LabError  # noqa: E402
 from engine.records import RequestRecord, RunResult  # noqa: E402
 from engine.stats import summarize  # noqa: E402
-from engine.store import ImportFailed, RunNotFound, RunStore, from_bench_json  # noqa: E402
+from engine.store import (  # noqa: E402
+    MAX_IMPORT_CHARS, ImportFailed, RunDamaged, RunNotFound, RunStore, from_bench_json)
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -120,10 +124,10 @@ def test_export_json_has_vllm_keys_and_round_trips(store, tmp_path):
     other = RunStore(tmp_path / "laptop.sqlite")
     f = tmp_path / "export.json"
     f.write_text(store.export_json())
-    assert other.import_json(f) == [run.id]
+    assert other.import_file(f) == [run.id]
     assert other.load(run.id) == run
-    assert other.import_json(str(f)) == [run.id]  # again, by path string: no duplicate
-    assert other.import_json(f.read_text()) == [run.id]  # and as text
+    assert other.import_file(str(f)) == [run.id]  # again, by path string: no duplicate
+    assert other.import_text(f.read_text(), source="import:upload.json") == [run.id]  # and as text
     assert len(other) == 1 and other.list()[0].source == "import:export.json"
 
 
@@ -187,9 +191,9 @@ def test_import_vllm_bench_serve_result(store):
         "errors": ["", "timeout"],
     }
     text = json.dumps(vb) + "\n" + json.dumps({**vb, "date": "20251130-101600"})  # --append-result style
-    ids = store.import_json(text)
+    ids = store.import_text(text, source="import:vb.json")
     assert len(ids) == 2 and len(set(ids)) == 2
-    assert store.import_json(text) == ids and len(store) == 2
+    assert store.import_text(text, source="import:vb.json") == ids and len(store) == 2
     run = store.load(ids[0])
     ok, bad = run.records
     assert ok.ttft == pytest.approx(0.1) and ok.e2e == pytest.approx(0.3) and ok.output_tokens == 3
@@ -200,17 +204,19 @@ def test_import_vllm_bench_serve_result(store):
 
 
 def test_import_rejects_garbage(store, tmp_path):
-    with pytest.raises(ImportFailed):
-        store.import_json("{not json")
-    with pytest.raises(ImportFailed):
-        store.import_json('{"hello": 1}')
-    with pytest.raises(ImportFailed):
-        store.import_json(str(tmp_path / "missing.json"))
+    with pytest.raises(ImportFailed, match="not valid JSON"):
+        store.import_text("{not json", source="import:x.json")
+    with pytest.raises(ImportFailed, match="neither a Serving Lab export nor a vllm bench serve result"):
+        store.import_text('{"hello": 1}', source="import:x.json")
+    with pytest.raises(ImportFailed, match="There is no file"):
+        store.import_file(tmp_path / "missing.json")
+    with pytest.raises(ImportFailed, match="not a file"):
+        store.import_file(tmp_path)
 
 
 def test_import_examples(store, tmp_path):
     src = RunStore(tmp_path / "gpu-box.sqlite")
-    a, b = make_run(1.0, "h200 a"), make_run(2.0, "h200 b")
+    a, b = make_run(1_764_500_001.0, "h200 a"), make_run(1_764_500_002.0, "h200 b")
     src.save(a)
     src.save(b)
     ex = tmp_path / "examples"
@@ -259,3 +265,321 @@ def test_shipped_h200_runs_load_into_history(store):
     conc = store.load(next(r.id for r in rows if r.scenario == "concurrent-10"))
     assert len(conc.measured) == 10 and conc.summary["completed"] == 10
     assert store.import_examples() == []  # already there: nothing duplicated
+
+
+# -- secrets at rest --------------------------------------------------------------------------------
+
+SECRET = "sk-lab-5ecret-value-0042"
+
+# The tables as schema version 1 wrote them (frozen here: the migration must read what old apps wrote).
+V1_SCHEMA = """
+CREATE TABLE runs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, scenario TEXT NOT NULL, label TEXT NOT NULL,
+    started_at REAL NOT NULL, duration REAL NOT NULL, model TEXT NOT NULL DEFAULT '',
+    config TEXT NOT NULL DEFAULT '{}', command TEXT NOT NULL DEFAULT '', load TEXT NOT NULL DEFAULT '{}',
+    hardware TEXT NOT NULL DEFAULT '{}', versions TEXT NOT NULL DEFAULT '{}', summary TEXT NOT NULL DEFAULT '{}',
+    extra TEXT NOT NULL DEFAULT '{}', n_requests INTEGER NOT NULL DEFAULT 0, n_failed INTEGER NOT NULL DEFAULT 0,
+    source TEXT NOT NULL DEFAULT 'local', saved_at REAL NOT NULL);
+CREATE INDEX runs_started ON runs(started_at);
+CREATE TABLE requests (run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE, seq INTEGER NOT NULL,
+    request_index INTEGER NOT NULL, prompt TEXT NOT NULL, send_time REAL NOT NULL, end_time REAL,
+    first_token_time REAL, chunk_times TEXT NOT NULL DEFAULT '[]', prompt_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0, tokens_source TEXT NOT NULL DEFAULT 'usage',
+    output_text TEXT NOT NULL DEFAULT '', error TEXT, warmup INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (run_id, seq));
+"""
+
+
+def insert_raw(conn: sqlite3.Connection, run: RunResult, **columns) -> None:
+    """A run row written straight into the tables, as an old app or a hand edit would leave it."""
+    row = dict(id=run.id, kind=run.kind, scenario=run.scenario, label=run.label, started_at=run.started_at,
+               duration=run.duration, model=run.model, config=json.dumps(run.config), command=run.command,
+               load=json.dumps(run.load), hardware=json.dumps(run.hardware), versions=json.dumps(run.versions),
+               summary=json.dumps(run.summary), extra=json.dumps(run.extra), n_requests=len(run.measured),
+               n_failed=sum(1 for r in run.measured if r.error), source="local", saved_at=1.0)
+    row.update(columns)
+    conn.execute(f"INSERT INTO runs ({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
+    for seq, r in enumerate(run.records):
+        conn.execute("INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     (row["id"], seq, r.index, r.prompt, r.send_time, r.end_time, r.first_token_time,
+                      json.dumps(r.chunk_times), r.prompt_tokens, r.output_tokens, r.tokens_source, r.output_text,
+                      r.error, int(r.warmup)))
+
+
+def with_secrets(run: RunResult) -> RunResult:
+    """A run carrying the key the way older versions stored it, and in places a future field might."""
+    run.load = {**run.load, "api_key": SECRET, "headers": {"Authorization": f"Bearer {SECRET}"}}
+    run.config = {**run.config, "api_key": SECRET, "tokenizer": "t", "extra_args": ["--api-key", SECRET]}
+    run.extra = {**run.extra, "client": [{"hf_token": SECRET, "Password": SECRET, "kept": 1}]}
+    run.command = (f"python -m vllm.entrypoints.openai.api_server \\\n    --model /m \\\n    --api-key {SECRET} \\\n"
+                   f"    --port 9000")
+    return run
+
+
+def assert_no_secret(obj) -> None:
+    text = json.dumps(obj) if not isinstance(obj, str) else obj
+    assert SECRET not in text
+    for key in ("api_key", "Authorization", "hf_token", "Password"):
+        assert f'"{key}"' not in text, key
+
+
+def test_v1_database_holding_an_api_key_is_migrated(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as c:
+        c.executescript(V1_SCHEMA)
+        run = with_secrets(make_run())
+        insert_raw(c, run)
+        c.execute("PRAGMA user_version=1")
+    assert SECRET.encode() in path.read_bytes()
+
+    store = RunStore(path)
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 2
+        for col in ("load", "config", "extra", "command"):
+            assert_no_secret(c.execute(f"SELECT {col} FROM runs").fetchone()[0])
+    back = store.load(run.id)
+    assert "--api-key $VLLM_API_KEY" in back.command and back.command.endswith("--port 9000")
+    assert back.config["extra_args"] == ["--api-key", "$VLLM_API_KEY"]
+    # everything that is not a secret stays, tokens counts and tokenizers included
+    assert back.load["max_tokens"] == 20 and back.config["tokenizer"] == "t"
+    assert back.extra["client"] == [{"kept": 1}] and back.extra["kv_cache_tokens"] == 12345
+    assert back.records == run.records
+    # and the old bytes are gone from the files, not just from the rows
+    del store
+    for f in (path, path.with_name(path.name + "-wal")):
+        if f.exists():
+            assert SECRET.encode() not in f.read_bytes(), f
+    assert RunStore(path).load(run.id) == back  # opening again changes nothing
+
+
+def test_a_newer_database_is_refused_with_a_sentence(tmp_path):
+    path = tmp_path / "future.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute("PRAGMA user_version=99")
+    with pytest.raises(LabError, match="newer Serving Lab"):
+        RunStore(path)
+
+
+def test_save_and_exports_never_write_a_secret(store):
+    run = with_secrets(make_run())
+    store.save(run)
+    with sqlite3.connect(store.path) as c:
+        for row in c.execute("SELECT * FROM runs"):
+            assert_no_secret([str(x) for x in row])
+    assert_no_secret(store.export_json())
+    assert SECRET not in store.export_csv()
+    from engine.store import to_bench_json
+    assert_no_secret(to_bench_json(with_secrets(make_run())))  # even a run that never went through the store
+
+
+def test_database_files_are_private(tmp_path):
+    old = os.umask(0)  # without the explicit mode, sqlite would create the file 0666 here
+    try:
+        store = RunStore(tmp_path / "h.sqlite")
+        store.save(make_run())
+        with sqlite3.connect(store.path) as c:  # an open connection keeps -wal and -shm on disk
+            c.execute("SELECT COUNT(*) FROM runs").fetchone()
+            for f in (store.path, Path(f"{store.path}-wal"), Path(f"{store.path}-shm")):
+                assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_world_readable_database_is_tightened(tmp_path):
+    path = tmp_path / "h.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE t (x)")
+    path.chmod(0o644)
+    RunStore(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+# -- hostile imports ---------------------------------------------------------------------------------
+
+def export_obj(**changes) -> dict:
+    """One run as an export object, with `changes` applied inside "serving_lab" (dotted paths)."""
+    from engine.store import to_bench_json
+
+    obj = to_bench_json(make_run(label="my run"))
+    for path, value in changes.items():
+        *parents, last = path.split(".")
+        d = obj["serving_lab"]
+        for part in parents:
+            d = d[int(part)] if isinstance(d, list) else d[part]
+        if value is DELETE:
+            del d[last]
+        elif isinstance(d, list):
+            d[int(last)] = value
+        else:
+            d[last] = value
+    return obj
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("changes, problem", [
+    ({"started_at": 1e20}, "started_at is not a date between 2000 and now"),
+    ({"started_at": -5.0}, "started_at is not a date between 2000 and now"),
+    ({"config": ["a", "list"]}, "config is not an object"),
+    ({"records.1": [1, 2]}, "records[1] is not an object"),
+    ({"records": "abc"}, "records is not a list"),
+    ({"records.3.send_time": float("nan")}, "records[3].send_time is not a number"),
+    ({"records.3.send_time": "0.1"}, "records[3].send_time is not a number"),
+    ({"records.3.end_time": float("inf")}, "records[3].end_time is infinite"),
+    ({"records.2.chunk_times.4": None}, "records[2].chunk_times[4] is not a number"),
+    ({"duration": -1.0}, "duration is negative"),
+    ({"label": DELETE}, "label is missing"),
+    ({"records.1.send_time": DELETE}, "records[1].send_time is missing"),
+    ({"label": "x" * 5000}, "label is longer than"),
+    ({"records.1.output_tokens": 10**30}, "records[1].output_tokens is out of range"),
+    ({"records.1.output_tokens": 2.5}, "records[1].output_tokens is not a whole number"),
+    ({"summary.mean_ttft_ms": float("nan")}, "summary.mean_ttft_ms is not a number"),
+    ({"versions": 3}, "versions is not an object"),
+    ({"id": {"a": 1}}, "id is not text"),
+    ({"records.1.end_time": -100.0}, "records[1].end_time is before its send_time"),
+])
+def test_a_bad_file_is_refused_whole_with_one_sentence(store, changes, problem):
+    good = [export_obj(), export_obj()]
+    good[1]["serving_lab"]["id"] = "second"
+    text = json.dumps(good + [export_obj(**changes)])
+    with pytest.raises(ImportFailed) as e:
+        store.import_text(text, source="import:bad.json")
+    msg = str(e.value)
+    assert msg.startswith("Run 3 of 3") and f": {problem}" in msg, msg
+    assert msg.endswith("export it again from Serving Lab.") and "\n" not in msg
+    assert len(store) == 0  # the two good runs before it are not imported either
+
+
+def test_the_sentence_names_the_first_problem_exactly(store):
+    bad = export_obj()
+    bad["serving_lab"]["records"][4]["send_time"] = "soon"
+    text = json.dumps([export_obj(), bad, export_obj()])
+    with pytest.raises(ImportFailed) as e:
+        store.import_text(text, source="import:bad.json")
+    assert str(e.value) == ("Run 2 of 3 ('my run'): records[4].send_time is not a number: export it again from "
+                            "Serving Lab.")
+
+
+def test_markup_in_a_label_does_not_reach_the_sentence(store):
+    bad = export_obj(label="[click](http://evil.example) <b>x</b>", duration=-1)
+    with pytest.raises(ImportFailed) as e:
+        store.import_text(json.dumps(bad), source="import:bad.json")
+    assert not any(ch in str(e.value) for ch in "[]<>"), str(e.value)
+
+
+def test_absurd_files_are_refused_without_a_traceback(store, tmp_path):
+    with pytest.raises(ImportFailed, match="nested"):
+        store.import_text("[" * 100_000 + "]" * 100_000, source="import:deep.json")
+    deep = export_obj()
+    deep["serving_lab"]["extra"]["x"] = json.loads("[" * 200 + "]" * 200)
+    with pytest.raises(ImportFailed, match="extra is nested deeper"):
+        store.import_text(json.dumps(deep), source="import:deep.json")
+    with pytest.raises(ImportFailed, match="MB"):
+        store.import_text(" " * (MAX_IMPORT_CHARS + 1), source="import:big.json")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(MAX_IMPORT_CHARS + 1)
+    with pytest.raises(ImportFailed, match="MB"):
+        store.import_file(big)
+    with pytest.raises(ImportFailed, match="not UTF-8"):
+        (tmp_path / "bin.json").write_bytes(b"\xff\xfe[]")
+        store.import_file(tmp_path / "bin.json")
+    vb = {"model_id": "m", "completed": 1, "date": "20251130-101500", "ttfts": {"a": 1}}
+    with pytest.raises(ImportFailed, match="ttfts is not a list"):
+        store.import_text(json.dumps(vb), source="import:vb.json")
+    vb = {"model_id": "m", "completed": 1, "date": "someday", "ttfts": [0.1]}
+    with pytest.raises(ImportFailed, match="date"):
+        store.import_text(json.dumps(vb), source="import:vb.json")
+    assert len(store) == 0
+
+
+def test_an_upload_is_never_read_as_a_path(store, tmp_path):
+    f = tmp_path / "on-the-server.json"
+    f.write_text(json.dumps([export_obj()]))
+    with pytest.raises(ImportFailed, match="not valid JSON"):
+        store.import_text(str(f), source="import:upload.json")
+    assert len(store) == 0
+
+
+def test_a_run_without_an_id_imports_once(store):
+    obj = export_obj(id=DELETE)
+    ids = store.import_text(json.dumps(obj), source="import:a.json")
+    assert store.import_text(json.dumps(obj), source="import:a.json") == ids and len(store) == 1
+
+
+def test_cli_import_reads_files_and_says_what_is_wrong(tmp_path, monkeypatch, capsys):
+    from engine.cli import main
+
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "cli.sqlite"))
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps([export_obj()]))
+    bad.write_text(json.dumps([export_obj(duration="long")]))
+    assert main(["import", str(good)]) == 0
+    assert main(["import", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "duration is not a number" in err and "Traceback" not in err
+    assert main(["import", str(tmp_path / "nope.json")]) == 2
+    assert "There is no file" in capsys.readouterr().err
+    assert len(RunStore(tmp_path / "cli.sqlite")) == 1
+
+
+# -- stored rows that are odd anyway -----------------------------------------------------------------
+
+def test_odd_stored_rows_list_and_can_be_deleted(store):
+    with sqlite3.connect(store.path) as c:
+        insert_raw(c, make_run(label="far future"), id="future", started_at=1e20)
+        insert_raw(c, make_run(label="bad json"), id="badjson", summary="{oops", config="[1, 2]")
+        insert_raw(c, make_run(label="text numbers"), id="textnum", duration="long", n_requests="many",
+                   label=12345)
+        insert_raw(c, make_run(label="bad records"), id="badrec", started_at=1_764_500_001.0)
+        c.execute("UPDATE requests SET chunk_times='nope', send_time='x' WHERE run_id='badrec'")
+    store.save(make_run(label="fine"))
+    rows = {r.id: r for r in store.list()}
+    assert len(rows) == 5
+    odd = {k: r for k, r in rows.items() if r.problem}
+    assert set(odd) == {"future", "badjson", "textnum"}
+    assert odd["future"].started == "unknown" and "start time" in odd["future"].problem
+    assert odd["badjson"].summary == {} and odd["badjson"].config == {}
+    assert odd["textnum"].duration == 0.0 and odd["textnum"].n_requests == 0 and odd["textnum"].label == "12345"
+    for rid in ("future", "badjson", "badrec"):
+        with pytest.raises(RunDamaged) as e:
+            store.load(rid)
+        assert "delete it" in str(e.value)
+    # the exports leave damaged runs out instead of failing
+    assert {o["serving_lab"]["label"] for o in json.loads(store.export_json())} >= {"fine"}
+    assert store.delete(list(odd) + ["badrec"]) == 4 and [r.label for r in store.list()] == ["fine"]
+
+
+def test_failed_runs_are_marked(store):
+    run = make_run(label="all failed")
+    for r in run.records:
+        r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens too large", None, None, []
+    store.save(run)
+    store.save(make_run(label="one failed", started_at=2.0))
+    rows = {r.label: r for r in store.list()}
+    assert rows["all failed"].failed and not rows["one failed"].failed
+    assert rows["all failed"].n_failed == rows["all failed"].n_requests == 5
+
+
+# -- what a viewer costs -----------------------------------------------------------------------------
+
+def test_change_token_moves_with_every_write_and_only_then(store):
+    t0 = store.change_token()
+    assert store.change_token() == t0
+    rows = store.list_cached()
+    assert store.list_cached() is rows and rows == []
+    run = make_run()
+    store.save(run)
+    t1 = store.change_token()
+    assert t1 != t0
+    rows = store.list_cached()
+    assert [r.id for r in rows] == [run.id] and store.list_cached() is rows
+    assert store.load_cached(run.id) is store.load_cached(run.id)
+    # another RunStore on the same file in this process
+    RunStore(store.path).rename(run.id, "renamed")
+    assert store.change_token() != t1 and store.list_cached()[0].label == "renamed"
+    t2 = store.change_token()
+    # another process (the CLI) writing to the same file
+    code = "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE runs SET label='cli'\"); c.commit()"
+    subprocess.run([sys.executable, "-c", code, str(store.path)], check=True)
+    assert store.change_token() != t2 and store.list_cached()[0].label == "cli"
+    assert store.load_cached(run.id).label == "cli"
