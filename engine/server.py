@@ -460,7 +460,7 @@ class VLLMServer:
                         self._snap.events.append((now, "ready"))
                         self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
                 elif time.time() - (self._snap.started_at or time.time()) > self.start_timeout_s:
-                    self._give_up(f"vLLM was not ready {self.start_timeout_s / 60:.0f} min after Start (it was at "
+                    self._give_up(f"vLLM was not ready {_ago(self.start_timeout_s)} after Start (it was at "
                                   f"'{self._snap.stage}'), so it was stopped: see the log below, then start again "
                                   "with smaller settings.")
                     return
