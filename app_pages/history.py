@@ -1,4 +1,7 @@
 """History: every run the app measured (or imported), compared on one chart and exported."""
+import hashlib
+from collections import Counter
+
 import pandas as pd
 import streamlit as st
 
@@ -12,70 +15,130 @@ lab = ui.get_lab()
 st.title("History")
 st.caption("Every finished run is saved the moment it completes, with the server's exact flags, the model, the "
            "versions and the hardware. Select runs to compare or export them (JSON keys follow `vllm bench serve`).")
+if note := st.session_state.pop("history_note", None):
+    st.success(note, icon=":material/check_circle:")
 
-rows = lab.store.list()
+
+def failed(r) -> bool:
+    return r.failed and not r.problem  # a damaged row's counts are unknown: it is shown as damaged
+
+
+def status(r) -> str:
+    if r.problem:
+        return "⚠ damaged"
+    if failed(r):
+        return "✗ failed"
+    return "◐ some failed" if r.n_failed else "✓ ok"
+
+
+def number(v, digits: int):
+    return None if v is None else round(v, digits)
+
+
+rows = lab.store.list_cached()  # read once per change of the history, shared by every viewer
 if not rows:
     st.info("No runs yet: run a load test, or import runs exported from another machine below.",
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "started": r.started, "run": r.label or r.scenario, "kind": r.kind, "model": r.model.split("/")[-1],
-        "requests": r.n_requests, "failed": r.n_failed,
+        "status": status(r), "started": r.started, "run": r.label or r.scenario, "kind": r.kind,
+        "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
-        "output tok/s": round(r.summary.get("output_throughput") or 0, 1),
-        "mean TTFT (ms)": round(r.summary.get("mean_ttft_ms") or 0),
-        "hardware": (r.hardware or {}).get("summary", ""), "source": r.source,
+        "output tok/s": number(r.summary.get("output_throughput"), 1),
+        "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
+        "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
     } for r in rows])
-    picked = st.dataframe(table, width="stretch", hide_index=True, on_select="rerun", selection_mode="multi-row",
-                          key="history_table")
-    chosen = [rows[i] for i in picked.selection.rows]
+    # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
+    # widget, so a selection never lands on a run the viewer did not pick.
+    drawn = hashlib.sha1("\n".join(r.id for r in rows).encode()).hexdigest()[:12]
+    picked = st.dataframe(
+        table, width="stretch", hide_index=True, on_select="rerun", selection_mode="multi-row",
+        key=f"history_table_{drawn}",
+        column_config={"status": st.column_config.TextColumn(
+            help="failed: every request failed (kept for the record, left out of the chart unless included); "
+                 "damaged: the stored row cannot be read back whole (select it to see why, or delete it)")})
+    chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]
     if not chosen:
         st.caption("Select rows (left edge of the table) to compare, export or delete them. Showing the latest 8.")
-    shown = chosen or rows[:8]
+
+    pool = chosen or rows
+    failed_here = sum(failed(r) for r in pool)
+    include_failed = failed_here > 0 and st.toggle(
+        "Include failed runs in the chart", key="history_include_failed",
+        help="A run where every request failed has no latency or throughput to compare; it is kept for the record.")
+    shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
     metric = st.selectbox("Compare by", list(METRICS), format_func=lambda k: figures.metric_info(k)[0],
                           index=list(METRICS).index("output_throughput") if "output_throughput" in METRICS else 0)
-    ui.chart(figures.history_compare(shown, metric), key="compare")
+    if shown:
+        ui.chart(figures.history_compare(shown, metric), key="compare")
+    else:
+        st.info("Every run here failed: there is nothing to compare. Switch on 'Include failed runs in the chart' "
+                "to draw them anyway.", icon=":material/info:")
+    if failed_here and not include_failed:
+        st.caption(f"{failed_here} failed run(s) are left out of the chart (every request failed); they stay in the "
+                   "table and in exports.")
 
     ids = [r.id for r in chosen] or None
     which = f"{len(chosen)} selected" if chosen else "all"
     c1, c2, c3 = st.columns(3)
-    c1.download_button(f"Export JSON ({which})", lab.store.export_json(ids), "serving-lab-runs.json",
+    # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
+    c1.download_button(f"Export JSON ({which})", lambda: lab.store.export_json(ids), "serving-lab-runs.json",
                        "application/json", icon=":material/download:", width="stretch")
-    c2.download_button(f"Export CSV ({which})", lab.store.export_csv(ids), "serving-lab-requests.csv", "text/csv",
-                       icon=":material/download:", width="stretch")
+    c2.download_button(f"Export CSV ({which})", lambda: lab.store.export_csv(ids), "serving-lab-requests.csv",
+                       "text/csv", icon=":material/download:", width="stretch")
     if c3.button(f"Delete {len(chosen)} selected", icon=":material/delete:", width="stretch",
                  disabled=not chosen or not ui.can_act(lab)):
-        n = ui.act(lab, lab.store.delete, [r.id for r in chosen])
+        n = ui.act(lab, lab.delete_runs, [r.id for r in chosen])
         if n is not None:
-            st.toast(f"Deleted {n} run(s).")
+            st.session_state["history_note"] = f"Deleted {n} run(s)."
             st.rerun()
+    if any(r.problem for r in pool):
+        st.caption("Damaged runs are left out of exports: they cannot be read back whole.")
 
     if len(chosen) == 1:
-        run = lab.store.load(chosen[0].id)
+        row = chosen[0]
         with st.expander("Details of the selected run", expanded=True):
-            if run.command:
-                st.code(run.command, language="bash")
-            st.json({"summary": run.summary, "load": run.load, "hardware": run.hardware, "versions": run.versions},
-                    expanded=False)
-            if run.kind == "vllm" and run.records:
-                ui.chart(figures.request_timeline(run), key="detail-tl")
+            if row.problem:
+                st.warning(f"This run is stored damaged: {row.problem}. It is kept until you delete it.",
+                           icon=":material/warning:")
+            try:
+                run = lab.store.load_cached(row.id)
+            except LabError as e:
+                st.warning(str(e), icon=":material/warning:")
+            else:
+                causes = Counter(r.error or "unfinished (no answer before the run ended)"
+                                 for r in run.measured if not r.ok)
+                if causes:
+                    st.markdown(f"**{sum(causes.values())} of {len(run.measured)} requests failed**"
+                                + (", so this run is left out of comparisons unless included." if failed(row) else "."))
+                    st.dataframe(pd.DataFrame(causes.most_common(), columns=["cause", "requests"]),
+                                 hide_index=True, width="stretch")
+                if run.command:
+                    st.code(run.command, language="bash")
+                st.json({"summary": run.summary, "load": run.load, "hardware": run.hardware,
+                         "versions": run.versions}, expanded=False)
+                if run.kind == "vllm" and run.records:
+                    ui.chart(figures.request_timeline(run), key="detail-tl")
 
 st.divider()
 st.subheader("Bring runs from another machine")
 c1, c2 = st.columns(2)
 with c1:
+    # A new key after each import empties the uploader, so the same file is not offered twice.
     up = st.file_uploader("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)",
-                          type="json")
+                          type="json", key=f"history_upload_{st.session_state.get('history_uploads', 0)}")
     if up is not None and st.button("Import", icon=":material/upload:", disabled=not ui.can_act(lab)):
-        try:
-            n = len(lab.store.import_json(up.getvalue().decode("utf-8")))
-            st.success(f"Imported {n} run(s).")
+        imported = ui.act(lab, lab.import_runs, up.getvalue(), up.name)
+        if imported is not None:
+            st.session_state["history_uploads"] = st.session_state.get("history_uploads", 0) + 1
+            st.session_state["history_note"] = (f"Imported {len(imported)} run(s); any that were already in the "
+                                                 "history are kept as they were.")
             st.rerun()
-        except (LabError, UnicodeDecodeError) as e:
-            st.error(f"That file could not be imported: {e}")
 with c2:
     st.markdown("The repository ships example runs measured on an NVIDIA H200.")
     if st.button("Load the example runs", icon=":material/dataset:", disabled=not ui.can_act(lab)):
-        n = ui.act(lab, lab.store.import_examples)
-        if n is not None:
-            st.success(f"Loaded {len(n)} example run(s)." if n else "No new example runs (already loaded).")
+        new = ui.act(lab, lab.import_examples)
+        if new is not None:
+            st.session_state["history_note"] = (f"Loaded {len(new)} example run(s)." if new else
+                                                "No new example runs (already loaded).")
+            st.rerun()

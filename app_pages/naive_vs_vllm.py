@@ -4,6 +4,7 @@ import streamlit as st
 
 import ui
 from engine import figures, models
+from engine.errors import LabError
 from engine.scenarios import SCENARIOS
 from engine.server import READY, STARTING
 
@@ -60,9 +61,12 @@ if snap.state != READY:
 
 
 def _latest(kind: str, scenario_prefix: str = ""):
-    for row in lab.store.list(limit=50, kind=kind):
-        if row.scenario.startswith(scenario_prefix):
-            return lab.store.load(row.id)
+    for row in lab.store.list_cached(limit=50, kind=kind):  # read once per change of the history, not each second
+        if row.scenario.startswith(scenario_prefix) and not row.problem:
+            try:
+                return lab.store.load_cached(row.id)
+            except LabError:  # a damaged stored run: History shows why and deletes it
+                continue
     return None
 
 

@@ -67,10 +67,15 @@ def results() -> None:
             lab.jobs.cancel(job.id)
     if job and job.error:
         st.error(job.error, icon=":material/error:")
-    saved = [r for r in lab.store.list(limit=100) if r.scenario == "tuning" and r.id not in {x.id for x in runs}]
+    saved = [r for r in lab.store.list_cached(limit=100)  # read once per change of the history
+             if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
     overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
                              key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
-    runs += [lab.store.load(r.id) for r in overlay]
+    for r in overlay:
+        try:
+            runs.append(lab.store.load_cached(r.id))
+        except LabError as e:  # a damaged stored run: History shows why and deletes it
+            st.warning(str(e), icon=":material/warning:")
     if runs:
         ui.chart(figures.tuning_compare(runs), key="tuning")
     else:

@@ -238,7 +238,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         ]
         fig.add_bar(
             x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
-            name=f"{_label(run)} (avg {avg:.1f} s)", marker_color=colors[i],
+            name=f"{_esc(_label(run))} (avg {avg:.1f} s)", marker_color=colors[i],
             text=[f"{v:.1f}" if v is not None else "failed" for v in lat] if n_bars <= 30 else None,
             textposition="outside", textfont=dict(size=BASE_SIZE - 2),
             hovertext=hover, hoverinfo="text", cliponaxis=False,
@@ -269,7 +269,7 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
     recs = _measured(run)
     placeholder = is_placeholder(run)
     n = len(recs)
-    labels = [f"#{k + 1}  {_short(r.prompt, 30)}" for k, r in enumerate(recs)]
+    labels = [f"#{k + 1}  {_esc(_short(r.prompt, 30))}" for k, r in enumerate(recs)]
     lat = [r.e2e if r.e2e is not None else 0.0 for r in recs]
     colors = [DECODE_COLOR if r.ok else FAILED_COLOR for r in recs]
     text = [f"{v:.1f} s · {r.output_tokens} tok" if r.ok else "failed" for v, r in zip(lat, recs)]
@@ -457,7 +457,7 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
             x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color, dash=DASHES[i % len(DASHES)]),
             fill="tozeroy" if len(runs) == 1 else None,
             fillcolor="rgba(0,114,178,0.15)" if len(runs) == 1 else None,
-            name=f"{_label(run)} (avg {avg:,.0f} tok/s)",
+            name=f"{_esc(_label(run))} (avg {avg:,.0f} tok/s)",
             hovertemplate="%{x:.1f}-%{customdata:.1f} s: %{y:,.0f} tok/s<extra></extra>",
             customdata=xs[1:] + [xs[-1]],
         )
@@ -494,7 +494,7 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
                    if len({str(r.load.get(k)) for r in runs}) > 1]
     cats = []
     for run in runs:
-        lab = _wrap(_label(run), 20)
+        lab = _wrap(_esc(_label(run)), 20)
         notes = [_kv_label(run)] + [f"{k} {run.load.get(k)}" for k in differ_keys if run.load.get(k) is not None]
         notes = [x for x in notes if x]
         if notes:
@@ -655,10 +655,10 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
         common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
                       marker=dict(size=11, color=color),
                       textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
-        fig.add_scatter(x=cs, y=tp, name=name, showlegend=show, text=[_fmt_num(v) for v in tp],
+        fig.add_scatter(x=cs, y=tp, name=_esc(name), showlegend=show, text=[_fmt_num(v) for v in tp],
                         hovertemplate="concurrency %{x:.0f}: %{y:,.0f} tok/s<extra>" + _esc(name) + "</extra>",
                         textposition=_label_sides(tp), row=1, col=1, **common)
-        fig.add_scatter(x=cs, y=ttft, name=name, showlegend=False, text=[_fmt_num(v) for v in ttft],
+        fig.add_scatter(x=cs, y=ttft, name=_esc(name), showlegend=False, text=[_fmt_num(v) for v in ttft],
                         hovertemplate="concurrency %{x:.0f}: %{y:,.0f} ms<extra>" + _esc(name) + "</extra>",
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
@@ -912,7 +912,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput") -> g
     # the start time under each label keeps runs with the same label apart
     cats = []
     for r, _ in have:
-        lab = _wrap(_label(r), 18)
+        lab = _wrap(_esc(_label(r)), 18)
         if getattr(r, "started_at", 0):
             when = datetime.fromtimestamp(r.started_at).strftime("%b %d %H:%M")
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"

@@ -1,0 +1,146 @@
+"""The History page with the rows a room really meets: failed runs, hostile labels, rows an older version or
+a hand edit left odd. Driven through app.py with Streamlit's AppTest, on this module's own history file."""
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_store import insert_raw, make_run  # noqa: E402
+
+APP = str(ROOT / "app.py")
+HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def lab(tmp_path_factory):
+    """A Lab on a history holding good, failed, hostile and damaged runs."""
+    d = tmp_path_factory.mktemp("history-page")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
+        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+        import ui
+
+        ui.get_lab.clear()
+        lab = ui.get_lab()
+        store = lab.store
+        store.save(make_run(1_764_500_000.0, "good run"))
+        store.save(make_run(1_764_500_100.0, HTML_LABEL))
+        failed = make_run(1_764_500_200.0, "all failed")
+        for r in failed.records:
+            r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens is too large", None, None, []
+        failed.summary["output_throughput"] = 0.0
+        store.save(failed)
+        with sqlite3.connect(store.path) as c:
+            insert_raw(c, make_run(label="from the far future"), id="future", started_at=1e20)
+            insert_raw(c, make_run(label="unreadable summary"), id="badjson", summary="{oops", config="[1, 2]")
+            insert_raw(c, make_run(label="numbers as text"), id="textnum", duration="long", n_requests="many")
+        yield lab
+        lab.shutdown()
+        ui.get_lab.clear()
+
+
+def page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/history.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def chart_spec(at: AppTest) -> str:
+    return at.get("plotly_chart")[0].proto.spec
+
+
+def select(at: AppTest, *labels: str) -> AppTest:
+    table = at.dataframe[0]
+    runs = list(table.value["run"])
+    at.session_state[table.key] = {"selection": {"rows": [runs.index(x) for x in labels], "columns": [],
+                                                 "cells": []}}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_every_row_is_listed_with_its_status(lab):
+    at = page()
+    df = at.dataframe[0].value
+    status = dict(zip(df["run"], df["status"]))
+    assert status["good run"] == "◐ some failed" and status["all failed"] == "✗ failed"
+    assert status["from the far future"] == status["unreadable summary"] == "⚠ damaged"
+    assert df.loc[df["run"] == "from the far future", "started"].item() == "unknown"
+    assert status[HTML_LABEL] == "◐ some failed"  # the label is text in the table, shown as typed
+
+
+def test_failed_runs_stay_out_of_the_chart_unless_included(lab):
+    at = page()
+    assert "all failed" not in chart_spec(at) and "good run" in chart_spec(at)
+    assert any("1 failed run(s) are left out" in c.value for c in at.caption)
+    at.toggle(key="history_include_failed").set_value(True).run()
+    assert "all failed" in chart_spec(at)
+
+
+def test_labels_reach_the_chart_as_text(lab):
+    bars = json.loads(chart_spec(page()))["data"][0]
+    label = next(x for x in bars["x"] if "bold" in x)
+    assert label.startswith("&lt;b&gt;bold&lt;/b&gt;<br>&lt;a<br>href=") and "<a" not in label
+
+
+def test_a_failed_run_says_why(lab):
+    at = select(page(), "all failed")
+    assert any("5 of 5 requests failed" in m.value for m in at.markdown)
+    causes = at.dataframe[1].value
+    assert list(causes["cause"]) == ["HTTP 400: max_tokens is too large"] and list(causes["requests"]) == [5]
+
+
+def test_a_damaged_row_can_be_selected_and_deleted(lab):
+    at = select(page(), "from the far future")
+    warnings = " ".join(w.value for w in at.warning)
+    assert "start time is not a date" in warnings and "delete it" in warnings
+    next(b for b in at.button if b.label == "Delete 1 selected").click().run()
+    assert not at.exception
+    assert "future" not in lab.store and "from the far future" not in list(at.dataframe[0].value["run"])
+    assert any("Deleted 1 run(s)." in s.value for s in at.success)
+
+
+def test_exports_are_built_only_when_asked(lab, monkeypatch):
+    calls = []
+    monkeypatch.setattr(lab.store, "export_json", lambda *a, **k: calls.append("json") or "[]")
+    monkeypatch.setattr(lab.store, "export_csv", lambda *a, **k: calls.append("csv") or "")
+    at = page()
+    select(at, "good run")
+    assert [b.label for b in at.get("download_button")] == ["Export JSON (1 selected)", "Export CSV (1 selected)"]
+    assert calls == []
+
+
+def test_the_page_reads_the_store_once_per_change(lab, monkeypatch):
+    reads = []
+    real = type(lab.store).list
+    monkeypatch.setattr(lab.store, "list", lambda *a, **k: reads.append(1) or real(lab.store, *a, **k))
+    at = page()
+    at.run()
+    at.run()
+    assert len(reads) <= 1
+    lab.store.rename(lab.store.list_cached()[0].id, "renamed")
+    at.run()
+    assert "renamed" in list(at.dataframe[0].value["run"])
+
+
+def test_export_leaves_secrets_and_damaged_runs_out(lab):
+    objs = json.loads(lab.store.export_json())
+    assert {o["serving_lab"]["id"] for o in objs}.isdisjoint({"badjson", "future"})
+    assert all("api_key" not in o["serving_lab"]["load"] for o in objs)
