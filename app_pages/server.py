@@ -44,6 +44,17 @@ with left:
         else:
             hub_id = st.text_input("Hub id", value="meta-llama/Meta-Llama-3-8B-Instruct")
             spec = models.hub(hub_id)
+    except models.ModelNotPrepared as e:
+        model_error = str(e)
+        st.warning(model_error, icon=":material/download:")
+        preparing = lab.jobs.latest("prepare")
+        if preparing and preparing.active:
+            st.caption(f"Preparing… {preparing.stage}")
+        elif st.button("Prepare it", icon=":material/download:", disabled=not ui.can_act(lab)):
+            ui.act(lab, lab.prepare_model, kind)
+            st.rerun()
+        elif preparing and preparing.error:
+            st.error(preparing.error, icon=":material/error:")
     except LabError as e:
         model_error = str(e)
         st.error(model_error, icon=":material/error:")

@@ -45,7 +45,7 @@ class Bench:
                              metrics_url=self._metrics_url, extra_pids=lambda: dict(self.naive_pid),
                              interval_s=0.5, keep=20000)
         self.tel.start()
-        self.spec = models.shape_only_llama3_8b()
+        self.spec = models.shape_only_llama3_8b(prepare=True)
 
     def _metrics_url(self):
         if self.server and self.server.snapshot().state == "ready":

@@ -87,6 +87,14 @@ class Lab:
     def models(self) -> list[models.ModelSpec]:
         return models.catalogue()
 
+    @presenter_only
+    def prepare_model(self, kind: str) -> Job:
+        """Fetch and convert one of the app's own models ("embedded" | "shape-only") in the background:
+        a download, so only on the presenter's request, never as a side effect of drawing a page."""
+        work = {"embedded": lambda job: models.prepare_embedded(log=job.on_stage),
+                "shape-only": lambda job: models.prepare_shape_only()}[kind]
+        return self.jobs.submit("prepare", f"preparing the {kind} model", work, lane="prepare")
+
     def default_config(self, spec: models.ModelSpec, port: int | None = None) -> ServerConfig:
         return ServerConfig.for_model(spec, self.device, port=port or self.server.port)
 

