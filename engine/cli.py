@@ -14,8 +14,11 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
-from .errors import LabError
+from .errors import ConfigError, LabError
+
+DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
 
 def _print(msg: str) -> None:
@@ -36,32 +39,86 @@ def _cmd_model_prepare(args) -> int:
 
 
 # -- server -----------------------------------------------------------------------------------
+# The options that set up a server the app starts. None (or False) = not given: the lab's default, and
+# `run --url` can tell the options it would ignore.
+SERVER_OPTIONS = ("model", "port", "host", "dtype", "max_model_len", "gpu_memory_utilization", "kv_cache_gib",
+                  "max_num_seqs", "enforce_eager", "tensor_parallel_size", "extra")
+
+
 def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="embedded", help="embedded | shape-only | a folder | hub:owner/name")
-    p.add_argument("--port", type=int, default=int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000")))
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--max-model-len", type=int, default=None)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.85)
-    p.add_argument("--kv-cache-gib", type=int, default=2, help="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB)")
-    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--model", help="embedded (default) | shape-only | a folder | hub:owner/name")
+    p.add_argument("--port", type=int, help=f"default {DEFAULT_PORT} (SERVING_LAB_VLLM_PORT)")
+    p.add_argument("--host", help="default 127.0.0.1")
+    p.add_argument("--dtype")
+    p.add_argument("--max-model-len", type=int, help="default: 2048, or less when the model's limit is lower")
+    p.add_argument("--gpu-memory-utilization", type=float, help="GPU only: the fraction vLLM may take (default 0.85)")
+    p.add_argument("--kv-cache-gib", type=int, help="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB, default 2)")
+    p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enforce-eager", action="store_true")
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--extra", default="", help='other vLLM flags, quoted: --extra "--seed 0"')
+    p.add_argument("--tensor-parallel-size", type=int, help="GPU only: GPUs to split the model over (default 1)")
+    p.add_argument("--extra", help='other vLLM flags, quoted: --extra "--seed 0"')
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def _given(args, options=SERVER_OPTIONS) -> list[str]:
+    return [o for o in options if getattr(args, o, None) not in (None, False)]
 
 
 def _config(args):
-    """The server settings and model the command line asks for (the lab's defaults elsewhere)."""
+    """The server settings and model the command line asks for (the lab's defaults elsewhere), checked
+    before anything starts: an option this machine's device would ignore is refused."""
     from . import hardware, models
     from .config import ServerConfig, parse_extra_args
 
-    spec = models.resolve(args.model)
+    device = hardware.default_device()
+    if device == "cpu":
+        for option in ("gpu_memory_utilization", "tensor_parallel_size"):
+            if getattr(args, option) is not None:
+                raise ConfigError(f"{_flag(option)} applies to a GPU, and vLLM runs on this machine's CPU: leave it "
+                                  "out (size the CPU's KV cache with --kv-cache-gib).")
+    elif args.kv_cache_gib is not None:
+        raise ConfigError("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
+                          "--gpu-memory-utilization instead.")
+    elif args.tensor_parallel_size is not None and args.tensor_parallel_size > len(hardware.gpus()):
+        raise ConfigError(f"--tensor-parallel-size {args.tensor_parallel_size} asks for more GPUs than this machine "
+                          f"has ({len(hardware.gpus())}).")
+    spec = models.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(
-        spec, hardware.default_device(), port=args.port, host=args.host, dtype=args.dtype,
+        spec, device, port=DEFAULT_PORT if args.port is None else args.port, host=args.host, dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         cpu_kvcache_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
-        tensor_parallel_size=args.tensor_parallel_size, extra_args=parse_extra_args(args.extra))
+        tensor_parallel_size=args.tensor_parallel_size, extra_args=parse_extra_args(args.extra or ""))
+    cfg.validate(model_max_len=spec.max_len)
     return cfg, spec
+
+
+def _check_port(port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"Port {port} is not a valid port: pick a number between 1024 and 65535.")
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an output file that cannot be written, before any work is done."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{path} is a folder: give a file name in it, e.g. {p / 'runs.json'}.")
+    if not p.parent.is_dir():
+        raise ConfigError(f"The folder {p.parent} does not exist: create it first, or write to a folder that does.")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"{path} cannot be written (permission denied): pick a folder you may write to.")
+
+
+def _write(path: str, text: str, after: str = "") -> None:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as e:
+        raise LabError(f"Could not write {path} ({e.strerror or e}){after}: pick a folder that exists and that "
+                       "you may write to.") from e
+    _print(f"wrote {path}")
 
 
 def _cmd_serve(args) -> int:
@@ -120,9 +177,23 @@ def _cmd_run(args) -> int:
     from . import scenarios
     from .store import RunStore
 
+    scn = scenarios.get(args.scenario)
+    scenarios.check_options(scn, args.url, args.max_tokens, args.concurrency, args.levels)
+    if args.url:  # the server is already running: its own settings hold
+        if given := _given(args):
+            raise ConfigError(f"{_flag(given[0])} sets up a server the app starts, but --url points at one already "
+                              f"running, which keeps its own settings: leave {_flag(given[0])} out, or leave --url "
+                              "out to start a server.")
+    elif args.model_name:
+        raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
+                          "model of a server it starts.")
+    if scn.kind == "tuning" and (given := _given(args, tuple(scn.configs[0]))):
+        raise ConfigError(f"The tuning scenario sets {_flag(given[0])} itself for each configuration it compares: "
+                          f"leave {_flag(given[0])} out.")
+    if args.json:
+        _check_writable(args.json)
     store = RunStore()
-    needs_model = not args.url or scenarios.get(args.scenario).kind == "naive"
-    cfg, spec = _config(args) if needs_model else (None, None)
+    cfg, spec = (None, None) if args.url else _config(args)
     results = scenarios.run_headless(
         args.scenario, store, url=args.url, model_name=args.model_name, config=cfg, spec=spec,
         max_tokens=args.max_tokens, concurrency=args.concurrency, levels=args.levels, log=_print,
@@ -130,9 +201,8 @@ def _cmd_run(args) -> int:
     for r in results:
         _print(scenarios.summary_table(r))
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(store.export_json([r.id for r in results]))
-        _print(f"wrote {args.json}")
+        _write(args.json, store.export_json([r.id for r in results]),
+               after="; the runs are saved in the history (python -m engine export --out FILE)")
     return 0
 
 
@@ -144,9 +214,7 @@ def _cmd_export(args) -> int:
     ids = args.ids or None
     text = store.export_csv(ids) if args.format == "csv" else store.export_json(ids)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        _print(f"wrote {args.out}")
+        _write(args.out, text)
     else:
         sys.stdout.write(text)
     return 0
@@ -178,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_serve)
     for name, fn in (("status", _cmd_status), ("stop", _cmd_stop)):
         c = sub.add_parser(name, help=f"{name} of the server this app started")
-        c.add_argument("--port", type=int, default=int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000")))
+        c.add_argument("--port", type=int, default=DEFAULT_PORT)
         c.set_defaults(func=fn)
 
     sub.add_parser("list", help="list the scenarios").set_defaults(func=_cmd_list)
@@ -205,9 +273,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every command: a user-caused error is one sentence on stderr ("error: ..."), exit 2."""
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "port", None) is not None:
+            _check_port(args.port)
         return args.func(args)
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+    except OSError as e:  # a file or folder named on the command line, or the history's own folder
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}: check the path and that you may read and write there.",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 2

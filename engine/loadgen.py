@@ -42,7 +42,7 @@ import httpcore
 import httpx
 
 from . import stats
-from .errors import LabError
+from .errors import ConfigError, LabError
 from .records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,12 @@ SHAPES = ("sequential", "concurrency", "burst", "poisson")
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # In-flight streams one client loop is trusted with before `workers="auto"` adds a process.
 PER_LOOP_CONCURRENCY = 64
+# What one load test may ask for: beyond these a typo (100000 in flight) would swamp the machine.
+MAX_IN_FLIGHT = 1024
+MAX_REQUESTS = 100_000
+MAX_RATE = 1000.0
+MAX_TOKENS = 1_000_000
+MAX_WORKERS = 64
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,16 +91,48 @@ class LoadSpec:
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, max_model_len: int | None = None) -> "LoadSpec":
+        """Raise ConfigError with one sentence for the first setting that cannot run as asked; the
+        pages and the CLI share these sentences. With the running server's `max_model_len`, a
+        max_tokens it would refuse is caught before anything is sent. Returns the spec."""
         if self.shape not in SHAPES:
-            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, not {self.shape!r}")
+            raise ConfigError(f"The arrival pattern '{self.shape}' is unknown: pick one of {', '.join(SHAPES)}.")
         if self.endpoint not in ENDPOINTS:
-            raise ValueError(f"endpoint must be chat or completions, not {self.endpoint!r}")
+            raise ConfigError(f"The endpoint '{self.endpoint}' is unknown: pick chat or completions.")
         if not self.prompts:
-            raise ValueError("a load needs at least one prompt")
-        if self.shape == "poisson" and not (self.rate and self.rate > 0):
-            raise ValueError("the poisson shape needs a positive rate (requests per second)")
-        if self.timeout_s <= 0 or self.read_timeout_s <= 0:
-            raise ValueError("timeouts must be positive")
+            raise ConfigError("A load test needs at least one prompt.")
+        _whole("The number of requests", self.n, 1, MAX_REQUESTS)
+        if self.shape == "concurrency":
+            check_in_flight(self.concurrency)
+        if self.shape == "burst" and self.n > MAX_IN_FLIGHT:
+            raise ConfigError(f"Sending all requests at once is limited to {MAX_IN_FLIGHT} requests, and {self.n} "
+                              "were asked for: send fewer, or keep a number of them in flight.")
+        if self.shape == "poisson":
+            if not _number(self.rate) or not 0 < self.rate <= MAX_RATE:
+                raise ConfigError(f"The Poisson rate must be above 0 and at most {MAX_RATE:g} requests/s, "
+                                  f"not {self.rate}.")
+            check_in_flight(self.concurrency, "The expected requests in flight")
+        if self.max_tokens is not None:
+            check_max_tokens(self.max_tokens, max_model_len)
+        if not _number(self.temperature) or not 0 <= self.temperature <= 2:
+            raise ConfigError(f"The temperature must be between 0 and 2, not {self.temperature}.")
+        _whole("The warm-up", self.warmup, 0, MAX_REQUESTS)
+        _whole("The client processes", self.workers, 0, MAX_WORKERS)
+        for name, v in (("request timeout", self.timeout_s), ("read timeout", self.read_timeout_s)):
+            if not _number(v) or v <= 0:
+                raise ConfigError(f"The {name} must be a positive number of seconds, not {v}.")
+        return self
+
+    def describe(self) -> str:
+        """What this load does, for a run's label: '10 requests at once, 150 tokens',
+        '20 requests, 4 in flight, ...', '30 requests, Poisson 2/s, ...'."""
+        tokens = "natural length" if self.max_tokens is None else f"{self.max_tokens} tokens"
+        how = ({"sequential": " one after another", "burst": " at once",
+                "concurrency": f", {min(self.concurrency, self.n)} in flight"}.get(self.shape)
+               or f", Poisson {self.rate:g}/s")
+        return f"{self.n} request{'s' * (self.n != 1)}{how}, {tokens}"
 
     @property
     def n(self) -> int:
@@ -112,6 +150,41 @@ class LoadSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "count_tokens"}
         d["prompts"] = list(self.prompts)
         return d
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(what: str, v: Any, lo: int, hi: int) -> None:
+    if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
+        raise ConfigError(f"{what} must be a whole number from {lo} to {hi}, not {v}.")
+
+
+def check_in_flight(n: Any, what: str = "Requests in flight") -> None:
+    _whole(what, n, 1, MAX_IN_FLIGHT)
+
+
+def check_max_tokens(n: Any, limit: int | None = None, of: str = "the running server's max-model-len",
+                     fix: str = ", or restart the server with a longer max-model-len") -> None:
+    """ConfigError unless n is a usable answer length, at most `limit` (what `of` names) when known."""
+    _whole("Max tokens per answer", n, 1, MAX_TOKENS)
+    if limit and n > limit:
+        raise ConfigError(f"Max tokens per answer ({n}) is more than {of} ({limit} tokens): ask for {limit} or "
+                          f"fewer{fix}.")
+
+
+def parse_levels(text: str) -> list[int]:
+    """A sweep's levels from text such as '1,2,4,8': ConfigError with one sentence otherwise."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        levels = [int(p) for p in parts]
+    except ValueError:
+        raise ConfigError(f"The sweep levels '{text}' are not a comma-separated list of whole numbers, "
+                          "e.g. 1,2,4,8.") from None
+    for level in levels:
+        check_in_flight(level, "Each sweep level (requests in flight)")
+    return sorted(set(levels))
 
 
 @dataclass
@@ -203,6 +276,8 @@ class ConsoleObserver(NullObserver):
         self._print(f"done in {result.duration:.2f} s: {s.get('completed', 0)} ok, {s.get('failed', 0)} failed, "
                     f"{s.get('output_throughput', 0):.1f} output tok/s, mean TTFT "
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
+        for _, sentence in stats.failure_causes(result.records):
+            self._print(f"  {sentence}")
 
 
 def _sent_hook(observer: Observer) -> Callable[[RequestRecord], None] | None:

@@ -18,6 +18,7 @@ this module reports None, so a chart shows a gap rather than a false zero. Nothi
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -225,3 +226,121 @@ def per_request(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
             "error": r.error,
         })
     return rows
+
+
+# -- why requests failed ------------------------------------------------------------------------
+# Each rule reads one kind of RequestRecord.error: vLLM's own refusals (quoted by loadgen as
+# "HTTP <code>: <message>") and the sentences engine.loadgen._describe / _Requester write. A rule
+# gives (group key, what happened with "{be}" for was/were, what to do).
+
+def _refused_tokens(m: re.Match) -> tuple[str, str, str]:
+    mt, mml = m["mt"], m["mml"]
+    return (f"max_tokens>{mml}:{mt}",
+            f"{{be}} refused because the prompt plus {mt} output tokens exceed the server's max-model-len of {mml}",
+            "lower the max tokens per answer or restart the server with a longer max-model-len")
+
+
+def _refused_prompt(m: re.Match) -> tuple[str, str, str]:
+    return (f"prompt>{m['mml']}",
+            f"{{be}} refused because the prompt alone is longer than the server's max-model-len of {m['mml']} tokens",
+            "use shorter prompts or restart the server with a longer max-model-len")
+
+
+def _refused_context(m: re.Match) -> tuple[str, str, str]:
+    return (f"context>{m['mml']}",
+            f"{{be}} refused because prompt and answer together exceed the server's max-model-len of {m['mml']} tokens",
+            "lower the max tokens per answer or restart the server with a longer max-model-len")
+
+
+def _no_model(m: re.Match) -> tuple[str, str, str]:
+    served = (m["valid"] or "").strip().rstrip(".")
+    return (f"model:{m['name']}", f"{{be}} refused because the server serves no model named '{m['name']}'",
+            f"send the name it serves ({served})" if served else
+            "send the name it serves (GET /v1/models lists it)")
+
+
+def _http(m: re.Match) -> tuple[str, str, str]:
+    code, msg = int(m["code"]), m["msg"].strip()
+    msg = re.sub(r"\s*\(parameter=.*\)$", "", msg).rstrip(".")  # vLLM repeats the parameter it names
+    if code == 401:
+        return ("http:401", "{be} refused because the server wants an API key and none or a wrong one was sent",
+                "use the key the server was started with")
+    if code >= 500:
+        return (f"http:{code}:{msg}", f"failed inside the server (HTTP {code}: {msg})",
+                "look at the server's log, restart it if it is unhealthy, and run again")
+    return (f"http:{code}:{msg}", f"{{be}} refused by the server (HTTP {code}: {msg})",
+            "change the setting it names and run again")
+
+
+_FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
+    (re.compile(r"max_tokens=(?P<mt>\d+) cannot be greater than max_model_len=(?P<mml>\d+)"), _refused_tokens),
+    (re.compile(r"maximum context length is (?P<mml>\d+) tokens.*prompt contains", re.S), _refused_prompt),
+    (re.compile(r"maximum context length is (?P<mml>\d+) tokens", re.S), _refused_context),
+    (re.compile(r"HTTP 404: The model `(?P<name>[^`]*)` does not exist\.(?: Valid aliases: (?P<valid>.*))?", re.S),
+     _no_model),
+    (re.compile(r"HTTP (?P<code>\d{3}): (?P<msg>.*)", re.S), _http),
+    (re.compile(r"could not connect to (?P<url>\S+) in time"),
+     lambda m: ("connect-timeout", f"could not connect to the server at {m['url']} in time",
+                "check that the server is up and not overloaded, then run again")),
+    (re.compile(r"could not connect to (?P<url>\S+)"),
+     lambda m: ("connect", f"found nothing listening at {m['url']}",
+                "start the server (it may have stopped or crashed) and run again")),
+    (re.compile(r"closed the connection mid-answer|connection to the server broke|stream ended before \[DONE\]"),
+     lambda m: ("cut", "{be} cut off mid-answer when the server closed the connection",
+                "it probably stopped or crashed, so check its state and log, restart it and run again")),
+    (re.compile(r"sent nothing for (?P<s>[\d.]+) s"),
+     lambda m: ("read-timeout", f"got no data from the server for {m['s']} s",
+                "it is stuck or overloaded, so send fewer requests at once or check its log")),
+    (re.compile(r"no complete answer within (?P<s>[\d.]+) s"),
+     lambda m: ("timeout", f"did not finish within {m['s']} s",
+                "lower the max tokens per answer or the requests in flight")),
+    (re.compile(r"^cancelled$"),
+     lambda m: ("cancelled", "{be} cancelled before finishing",
+                "the run was stopped and the finished requests were kept")),
+    (re.compile(r"reported an error mid-stream: (?P<msg>.*)", re.S),
+     lambda m: (f"mid:{m['msg']}", f"failed mid-answer with the server's error '{_clip(m['msg'])}'",
+                "look at the server's log and run again")),
+    (re.compile(r"answered without a single token"),
+     lambda m: ("empty", "got an answer without a single token",
+                "check the prompt and the model: there was nothing to measure")),
+    (re.compile(r"event that is not JSON"),
+     lambda m: ("not-json", "got an answer that is not an OpenAI-style stream",
+                "check that the URL points at a vLLM or other OpenAI-compatible server")),
+]
+
+
+def _clip(text: str, n: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def _explain(error: str) -> tuple[str, str, str]:
+    for pattern, build in _FAILURE_RULES:
+        if m := pattern.search(error):
+            return build(m)
+    return (f"other:{error}", f"failed ({_clip(error)})", "look at the server's log and run again")
+
+
+def failure_cause(error: str) -> str:
+    """One failed request's error as a sentence: what happened and what to do."""
+    _, what, todo = _explain(error)
+    return f"This request {what.format(be='was')}: {todo}."
+
+
+def failure_causes(records: Iterable[RequestRecord]) -> list[tuple[int, str]]:
+    """The measured requests that failed, grouped by cause, most frequent first: (count, sentence),
+    e.g. (7, "7 of 10 requests were refused: the prompt plus 3000 output tokens exceed the server's
+    max-model-len of 2048: lower the max tokens per answer or restart ..."). Requests still in
+    flight are neither counted nor failed."""
+    recs = measured(records)
+    groups: dict[str, list[Any]] = {}
+    for r in recs:
+        if r.error is not None:
+            key, what, todo = _explain(r.error)
+            groups.setdefault(key, [0, what, todo])[0] += 1
+    total = len(recs)
+    out = []
+    for n, what, todo in sorted(groups.values(), key=lambda g: -g[0]):  # stable: first seen first on ties
+        who = ("The request" if total == 1 else f"All {total} requests") if n == total else f"{n} of {total} requests"
+        out.append((n, f"{who} {what.format(be='was' if n == 1 else 'were')}: {todo}."))
+    return out

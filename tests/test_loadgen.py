@@ -15,7 +15,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
-from engine import loadgen, prompts  # noqa: E402
+from engine import loadgen, prompts, stats  # noqa: E402
+from engine.errors import ConfigError  # noqa: E402
 from engine.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
 
 MAX_TOKENS = 8
@@ -125,6 +126,37 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
         assert r.error.startswith("HTTP 404") and "no-such-model" in r.error
 
 
+def _served_max_len(server) -> int:
+    from engine.scenarios import server_info
+
+    return server_info(server.base_url)[1]
+
+
+@pytest.mark.server
+def test_answers_longer_than_the_context_are_counted_by_cause(vllm_server):
+    """What the live server answers to max_tokens above its max-model-len, grouped into one sentence."""
+    mml = _served_max_len(vllm_server)
+    res = run_load(spec_for(vllm_server, max_tokens=mml + 1, num_requests=3, ignore_eos=False))
+    assert res.summary["failed"] == 3
+    assert stats.failure_causes(res.records) == [(3, (
+        f"All 3 requests were refused because the prompt plus {mml + 1} output tokens exceed the server's "
+        f"max-model-len of {mml}: lower the max tokens per answer or restart the server with a longer "
+        "max-model-len."))]
+
+
+@pytest.mark.server
+def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vllm_server):
+    mml = _served_max_len(vllm_server)
+    long = run_load(spec_for(vllm_server, endpoint="completions", prompts=["word " * (mml + 10)], num_requests=1))
+    wrong = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
+    causes = stats.failure_causes(long.records + wrong.records)
+    assert [n for n, _ in causes] == [2, 1]
+    assert causes[0][1] == (f"2 of 3 requests were refused because the server serves no model named "
+                            f"'no-such-model': send the name it serves ({vllm_server.model}).")
+    assert causes[1][1].startswith(f"1 of 3 requests was refused because the prompt alone is longer than the "
+                                   f"server's max-model-len of {mml} tokens")
+
+
 @pytest.mark.server
 def test_console_observer(vllm_server):
     out = io.StringIO()
@@ -168,6 +200,16 @@ def test_server_dying_mid_stream_keeps_completed():
     assert "mid-answer" in res.records[2].error and res.records[2].output_text == "partial answer"
     assert all("could not connect" in r.error for r in res.records[3:])
     assert res.summary["completed"] == 2 and res.summary["failed"] == 3
+    # what the page, the CLI and the console say about the three failed ones
+    assert stats.failure_causes(res.records) == [
+        (2, f"2 of 5 requests found nothing listening at {srv.base_url}: start the server (it may have stopped or "
+            "crashed) and run again."),
+        (1, "1 of 5 requests was cut off mid-answer when the server closed the connection: it probably stopped or "
+            "crashed, so check its state and log, restart it and run again.")]
+    out = io.StringIO()
+    loadgen.ConsoleObserver(out).on_complete(res)
+    said = [line.strip() for line in out.getvalue().splitlines()[1:]]
+    assert said == [s for _, s in stats.failure_causes(res.records)]
 
 
 def test_client_processes_measure_on_the_connections_their_warmup_opened():
@@ -268,15 +310,86 @@ def test_poisson_offsets_seeded_and_rescaled():
 
 
 def test_spec_validation():
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="arrival pattern 'zigzag' is unknown"):
         LoadSpec(base_url="x", model="m", prompts=["p"], shape="zigzag")
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="Poisson rate"):
         LoadSpec(base_url="x", model="m", prompts=["p"], shape="poisson")
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError, match="at least one prompt"):
         LoadSpec(base_url="x", model="m", prompts=[])
     s = LoadSpec(base_url="http://h:1/v1/", model="m", prompts=["a", "b"], num_requests=5)
     assert s.url == "http://h:1/v1/chat/completions" and s.n == 5
     assert "count_tokens" not in s.as_dict()
+
+
+BAD_SPECS = [
+    (dict(shape="concurrency", concurrency=0), "Requests in flight must be a whole number from 1 to 1024, not 0."),
+    (dict(shape="concurrency", concurrency=-3), "Requests in flight must be a whole number from 1 to 1024, not -3."),
+    (dict(shape="concurrency", concurrency=100000), "Requests in flight must be a whole number from 1 to 1024"),
+    (dict(shape="concurrency", concurrency=2.5), "Requests in flight must be a whole number"),
+    (dict(num_requests=0), "The number of requests must be a whole number from 1 to 100000, not 0."),
+    (dict(num_requests=10**7, shape="concurrency"), "The number of requests must be a whole number"),
+    (dict(shape="burst", num_requests=5000), "Sending all requests at once is limited to 1024 requests"),
+    (dict(max_tokens=0), "Max tokens per answer must be a whole number from 1 to 1000000, not 0."),
+    (dict(max_tokens=-1), "Max tokens per answer must be a whole number"),
+    (dict(max_tokens=10**9), "Max tokens per answer must be a whole number"),
+    (dict(shape="poisson", rate=0), "The Poisson rate must be above 0"),
+    (dict(shape="poisson", rate=-2.0), "The Poisson rate must be above 0"),
+    (dict(shape="poisson", rate=float("inf")), "The Poisson rate must be above 0"),
+    (dict(shape="poisson", rate=1e6), "The Poisson rate must be above 0 and at most 1000 requests/s, not 1000000.0."),
+    (dict(temperature=-0.5), "The temperature must be between 0 and 2"),
+    (dict(temperature=float("nan")), "The temperature must be between 0 and 2"),
+    (dict(warmup=-1), "The warm-up must be a whole number"),
+    (dict(timeout_s=0), "The request timeout must be a positive number of seconds"),
+    (dict(read_timeout_s=-1), "The read timeout must be a positive number of seconds"),
+    (dict(endpoint="embeddings"), "The endpoint 'embeddings' is unknown"),
+]
+
+
+@pytest.mark.parametrize("over, says", BAD_SPECS)
+def test_a_bad_setting_is_one_sentence(over, says):
+    with pytest.raises(ConfigError) as e:
+        LoadSpec(**{**dict(base_url="", model="", prompts=["p"]), **over})
+    assert str(e.value).startswith(says) and str(e.value).endswith(".")
+
+
+def test_settings_are_checked_again_on_replace():
+    """A spec changed with dataclasses.replace (as pages and sweeps do) is checked like a new one."""
+    import dataclasses
+
+    spec = LoadSpec(base_url="", model="", prompts=["p"], shape="concurrency", concurrency=4)
+    with pytest.raises(ConfigError, match="Requests in flight"):
+        dataclasses.replace(spec, concurrency=0)
+
+
+def test_max_tokens_beyond_the_running_servers_context_is_refused_before_sending():
+    spec = LoadSpec(base_url="", model="", prompts=["p"], max_tokens=3000)
+    assert spec.validate() is spec  # no server bound given: fine
+    with pytest.raises(ConfigError) as e:
+        spec.validate(max_model_len=2048)
+    assert str(e.value) == ("Max tokens per answer (3000) is more than the running server's max-model-len (2048 "
+                            "tokens): ask for 2048 or fewer, or restart the server with a longer max-model-len.")
+    assert spec.validate(max_model_len=3000) is spec
+
+
+def test_parse_levels():
+    assert loadgen.parse_levels("1, 4,2,4") == [1, 2, 4]
+    for text in ("1,x,4", "", "1,,2", "1.5", "one"):
+        with pytest.raises(ConfigError, match="not a comma-separated list of whole numbers, e.g. 1,2,4,8"):
+            loadgen.parse_levels(text)
+    for text, bad in (("0,2", "0"), ("1,-4", "-4"), ("2,100000", "100000")):
+        with pytest.raises(ConfigError, match=f"Each sweep level .* from 1 to 1024, not {bad}\\."):
+            loadgen.parse_levels(text)
+
+
+@pytest.mark.parametrize("over, label", [
+    (dict(shape="burst", num_requests=10, max_tokens=150), "10 requests at once, 150 tokens"),
+    (dict(shape="concurrency", concurrency=4, num_requests=20), "20 requests, 4 in flight, 200 tokens"),
+    (dict(shape="concurrency", concurrency=64, num_requests=10), "10 requests, 10 in flight, 200 tokens"),
+    (dict(shape="poisson", rate=2.0, num_requests=30, concurrency=10), "30 requests, Poisson 2/s, 200 tokens"),
+    (dict(shape="sequential", num_requests=1, max_tokens=None), "1 request one after another, natural length"),
+])
+def test_describe_says_what_the_load_does(over, label):
+    assert LoadSpec(base_url="", model="", prompts=["p"], **over).describe() == label
 
 
 def test_prompt_sets():

