@@ -139,28 +139,37 @@ def _cmd_serve(args) -> int:
             time.sleep(1)
     except KeyboardInterrupt:
         pass
+    if srv.snapshot().state == "failed":  # it died: its tree was already stopped; say how
+        raise LabError(srv.snapshot().error)
     srv.stop()
     _print("stopped")
     return 0
 
 
 def _cmd_status(args) -> int:
-    from .server import VLLMServer
+    from .server import VLLMServer, leftovers
 
-    s = VLLMServer(port=args.port).snapshot()
-    _print(json.dumps({"state": s.state, "pid": s.pid, "stage": s.stage, "command": s.command}, indent=2))
+    s = VLLMServer(port=args.port).snapshot()  # adopts our server, or stops a dead one's leftovers
+    if s.notice:
+        print(s.notice, file=sys.stderr)
+    _print(json.dumps({"state": s.state, "pid": s.pid, "stage": s.stage, "command": s.command,
+                       "leftovers": [p.pid for p in leftovers()]}, indent=2))
     return 0
 
 
 def _cmd_stop(args) -> int:
-    from .server import VLLMServer
+    from .server import VLLMServer, clear_leftovers
 
     srv = VLLMServer(port=args.port)
-    if srv.snapshot().pid is None:
+    if notice := srv.snapshot().notice:
+        _print(notice)
+    if srv.snapshot().pid is not None:
+        srv.stop()
+        _print("stopped")
+    elif not notice:
         _print(f"no server of this app on port {args.port}")
-        return 0
-    srv.stop()
-    _print("stopped")
+    if cleared := clear_leftovers():  # an earlier server's processes on any port of this app
+        _print(cleared)
     return 0
 
 

@@ -43,6 +43,7 @@ import httpx
 
 from . import stats
 from .errors import ConfigError, LabError
+from .lifeline import die_with_parent
 from .records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,7 @@ class LoadSpec:
     temperature: float = 0.7
     warmup: int = 0  # requests sent (at the same concurrency) before the measured part
     endpoint: str = "chat"  # chat | completions
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # sent, never recorded (see as_dict)
     timeout_s: float = 300.0  # whole request
     read_timeout_s: float = 60.0  # longest silence between bytes
     seed: int = 0  # poisson arrivals
@@ -147,7 +148,8 @@ class LoadSpec:
         return {"sequential": 1, "burst": self.n}.get(self.shape, max(1, self.concurrency))
 
     def as_dict(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "count_tokens"}
+        """The spec as a run records it: never the API key (runs are shown to every viewer and exported)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("count_tokens", "api_key")}
         d["prompts"] = list(self.prompts)
         return d
 
@@ -895,7 +897,9 @@ class LoadError(LabError):
 
 
 def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
-    """Entry point of client process k: its own loop and clients."""
+    """Entry point of client process k: its own loop and clients. It dies with the app: a client left
+    behind would keep loading the server everyone is watching."""
+    die_with_parent()
     try:
         with _gc_frozen():
             _run_async(lambda: _shard(spec, k, shards, sync))
@@ -999,6 +1003,10 @@ def _run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: thread
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
+                p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2)
     if errors:
         log.warning("load generator: %s", "; ".join(errors))
     _shift(warm, tw - t0)
