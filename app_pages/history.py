@@ -61,7 +61,7 @@ else:
     if not chosen:
         st.caption("Select rows (left edge of the table) to compare, export or delete them. Showing the latest 8.")
 
-    pool = chosen or rows
+    pool = chosen or [r for r in rows if not r.problem]  # a damaged run is charted only when picked
     failed_here = sum(failed(r) for r in pool)
     include_failed = failed_here > 0 and st.toggle(
         "Include failed runs in the chart", key="history_include_failed",
@@ -72,9 +72,9 @@ else:
     if shown:
         ui.chart(figures.history_compare(shown, metric), key="compare")
     else:
-        st.info("Every run here failed: there is nothing to compare. Switch on 'Include failed runs in the chart' "
-                "to draw them anyway.", icon=":material/info:")
-    if failed_here and not include_failed:
+        st.info(f"{'Every selected run' if chosen else 'Every run'} failed: there is nothing to compare. Switch on "
+                "'Include failed runs in the chart' to draw them anyway.", icon=":material/info:")
+    if shown and failed_here and not include_failed:
         st.caption(f"{failed_here} failed run(s) are left out of the chart (every request failed); they stay in the "
                    "table and in exports.")
 
@@ -92,20 +92,22 @@ else:
         if n is not None:
             st.session_state["history_note"] = f"Deleted {n} run(s)."
             st.rerun()
-    if any(r.problem for r in pool):
-        st.caption("Damaged runs are left out of exports: they cannot be read back whole.")
+    if any(r.problem for r in (chosen or rows)):
+        st.caption("Damaged runs are left out of the chart unless selected, and out of exports: they cannot be read "
+                   "back whole.")
 
     if len(chosen) == 1:
         row = chosen[0]
         with st.expander("Details of the selected run", expanded=True):
-            if row.problem:
-                st.warning(f"This run is stored damaged: {row.problem}. It is kept until you delete it.",
-                           icon=":material/warning:")
+            damaged = (f"This run is stored damaged: {row.problem}. It is kept until you delete it, and left out of "
+                       "exports.") if row.problem else None
             try:
                 run = lab.store.load_cached(row.id)
             except LabError as e:
-                st.warning(str(e), icon=":material/warning:")
+                st.warning(damaged or str(e), icon=":material/warning:")
             else:
+                if damaged:
+                    st.warning(damaged, icon=":material/warning:")
                 causes = Counter(r.error or "unfinished (no answer before the run ended)"
                                  for r in run.measured if not r.ok)
                 if causes:

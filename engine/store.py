@@ -894,7 +894,7 @@ def _checked_run(d: dict[str, Any], strict: bool = False) -> RunResult:
 
 def _quote(label: Any) -> str:
     """A label from a file, fit to sit inside a sentence that is shown as Markdown: no markup, short."""
-    clean = " ".join(re.sub(r"[^\w .,/+%=-]", " ", str(label)).split())
+    clean = " ".join(re.sub(r"[^\w .,/+%=-]", " ", re.sub(r"<[^>]*>", "", str(label))).split())
     return f"'{clean[:40]}…'" if len(clean) > 40 else f"'{clean}'"
 
 
