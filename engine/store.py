@@ -521,7 +521,7 @@ class RunStore:
 
     def export_json(self, ids: str | Iterable[str] | None = None, indent: int | None = 1) -> str:
         """A JSON array, one object per run (vllm-bench-serve keys + "serving_lab"); None = all runs.
-        Damaged runs (see load) are left out."""
+        Damaged runs (see load) and runs deleted meanwhile are left out."""
         return json.dumps([to_bench_json(r) for r in self._runs(ids)], ensure_ascii=False, indent=indent,
                           default=str)
 
@@ -553,8 +553,8 @@ class RunStore:
         for i in ids:
             try:
                 runs.append(self.load(i))
-            except RunDamaged:
-                pass  # the page says which runs are damaged; an export holds the ones that can be read back
+            except (RunDamaged, RunNotFound):
+                pass  # the page says which runs are damaged; a run deleted since the click is gone
         return runs
 
     # -- import -----------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ def test_delete(store):
     assert [r.id for r in store.list()] == [b.id]
     with pytest.raises(RunNotFound):
         store.load(a.id)
+    assert [o["serving_lab"]["id"] for o in json.loads(store.export_json([a.id, b.id]))] == [b.id]  # deleted meanwhile
     with sqlite3.connect(store.path) as c:
         assert c.execute("SELECT COUNT(*) FROM requests WHERE run_id=?", (a.id,)).fetchone()[0] == 0
     assert store.delete(b.id) == 1 and store.delete([]) == 0 and len(store) == 0
