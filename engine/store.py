@@ -676,7 +676,8 @@ def _remove_stored_secrets(conn: sqlite3.Connection) -> None:
                 new[col] = _dumps(scrub(value))
         if new:
             conn.execute(f"UPDATE runs SET {', '.join(f'{c}=?' for c in new)} WHERE id=?", [*new.values(), row[0]])
-    for run_id, seq, error in conn.execute("SELECT run_id, seq, error FROM requests WHERE error IS NOT NULL").fetchall():
+    errors = conn.execute("SELECT run_id, seq, error FROM requests WHERE error IS NOT NULL").fetchall()
+    for run_id, seq, error in errors:
         if isinstance(error, str) and scrub_text(error) != error:
             conn.execute("UPDATE requests SET error=? WHERE run_id=? AND seq=?", (scrub_text(error), run_id, seq))
 
@@ -1052,7 +1053,7 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
     try:
         started = datetime.strptime(date, "%Y%m%d-%H%M%S").timestamp()
     except ValueError:
-        raise _Bad(f"date is not a date like 20251130-101500") from None
+        raise _Bad("date is not a date like 20251130-101500") from None
     rate = obj.get("request_rate", "inf")
     if rate != "inf":
         rate = _number(rate, "request_rate", 0, math.inf)
