@@ -219,8 +219,14 @@ def _cmd_run(args) -> int:
 def _cmd_export(args) -> int:
     from .store import RunStore
 
+    if args.out:
+        _check_writable(args.out)
     store = RunStore()
     ids = args.ids or None
+    for run_id in ids or ():
+        if run_id not in store:
+            raise LabError(f"No run '{run_id}' in the history; it may have been deleted: leave the ids out to export "
+                           "every run.")
     text = store.export_csv(ids) if args.format == "csv" else store.export_json(ids)
     if args.out:
         _write(args.out, text)

@@ -58,3 +58,167 @@ def test_lab_sweep_job_saves_each_level(vllm_server):
         assert all(r.command.startswith("VLLM_CPU_KVCACHE_SPACE=") for r in job.result)
     finally:
         lab.shutdown()
+
+
+# -- every bad option is one sentence, never a traceback ------------------------------------------
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+DEAD = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+OURS, USAGE = "ours", "usage"  # our "error: <sentence>" / argparse's own usage error
+BAD_ARGV = [
+    # requests in flight: refused where the scenario would ignore it, bounded where it applies
+    (["run", "concurrent-10", "--concurrency", "0"], "sends all its requests at once, so --concurrency does not apply"),
+    (["run", "concurrent-10", "--concurrency", "100000"], "so --concurrency does not apply"),
+    (["run", "vllm-5-sequential", "--concurrency", "4"], "sends its requests one after another"),
+    (["run", "sustained", "--concurrency", "4"], "sends its requests at random times"),
+    (["run", "sweep", "--url", DEAD, "--concurrency", "0"], "The sweep's top level (requests in flight) must be a "
+                                                            "whole number from 1 to 1024, not 0."),
+    (["run", "sweep", "--url", DEAD, "--concurrency", "-4"], "from 1 to 1024, not -4."),
+    (["run", "sweep", "--url", DEAD, "--concurrency", "100000"], "from 1 to 1024, not 100000."),
+    (["run", "sweep", "--concurrency", "four"], USAGE),
+    # sweep levels
+    (["run", "sweep", "--url", DEAD, "--levels", "1,x,4"], "The sweep levels '1,x,4' are not a comma-separated list"),
+    (["run", "sweep", "--url", DEAD, "--levels", ""], "are not a comma-separated list of whole numbers"),
+    (["run", "sweep", "--url", DEAD, "--levels", "1;2"], "are not a comma-separated list of whole numbers"),
+    (["run", "sweep", "--url", DEAD, "--levels", "0,2"], "Each sweep level (requests in flight) must be a whole"),
+    (["run", "sweep", "--url", DEAD, "--levels", "1,-2"], "not -2."),
+    (["run", "sweep", "--url", DEAD, "--levels", "1,100000"], "not 100000."),
+    (["run", "sweep", "--url", DEAD, "--levels", "1,2", "--concurrency", "4"], "give only one of them"),
+    (["run", "concurrent-10", "--levels", "1,2"], "so --levels does not apply"),
+    # max tokens
+    (["run", "concurrent-10", "--url", DEAD, "--max-tokens", "0"], "Max tokens per answer must be a whole number"),
+    (["run", "concurrent-10", "--url", DEAD, "--max-tokens", "-5"], "Max tokens per answer must be a whole number"),
+    (["run", "concurrent-10", "--url", DEAD, "--max-tokens", "10000000"], "from 1 to 1000000, not 10000000."),
+    (["run", "concurrent-10", "--max-tokens", "many"], USAGE),
+    (["run", "naive-5", "--max-tokens", "100000"], "is more than this model's context length"),
+    (["run", "tuning", "--max-tokens", "1000"], "is more than the max-model-len the server starts with (512 tokens)"),
+    (["run", "concurrent-10", "--max-model-len", "1024", "--max-tokens", "3000"],
+     "ask for 1024 or fewer, or give a longer --max-model-len."),
+    # scenarios and URLs
+    (["run", "no-such-thing"], "There is no scenario 'no-such-thing'"),
+    (["run", "naive-5", "--url", DEAD], "The naive scenario runs transformers itself, with no server"),
+    (["run", "tuning", "--url", DEAD], "The tuning scenario restarts the server with each setting"),
+    (["run", "concurrent-10", "--url", DEAD], f"No OpenAI-compatible server answered at {DEAD}"),
+    (["run", "concurrent-10", "--url", "localhost:9000"], "'localhost:9000' is not a server address"),
+    (["run", "concurrent-10", "--url", "http://[::1"], "is not a server address"),
+    (["run", "concurrent-10", "--url", "http://127.0.0.1:99999"], "is not a server address"),
+    (["run", "concurrent-10", "--url", "ftp://127.0.0.1:9000"], "is not a server address"),
+    (["run", "concurrent-10", "--url", DEAD, "--max-model-len", "512"], "--max-model-len sets up a server the app"),
+    (["run", "concurrent-10", "--url", DEAD, "--model", "embedded"], "--model sets up a server the app starts"),
+    (["run", "concurrent-10", "--model-name", "x"], "--model-name names the model of the server at --url"),
+    # server options (checked before anything starts)
+    (["run", "concurrent-10", "--max-model-len", "0"], "max-model-len 0 is too small"),
+    (["run", "concurrent-10", "--max-model-len", "-1"], "max-model-len -1 is too small"),
+    (["run", "concurrent-10", "--max-model-len", "100000000"], "max-model-len 100000000 is above this model's limit"),
+    (["run", "concurrent-10", "--max-model-len", "long"], USAGE),
+    (["run", "tuning", "--max-model-len", "1024"], "The tuning scenario sets --max-model-len itself"),
+    (["run", "concurrent-10", "--kv-cache-gib", "0"], None),  # CPU: too small; GPU: it does not apply there
+    (["run", "concurrent-10", "--kv-cache-gib", "100000"], None),
+    (["run", "concurrent-10", "--gpu-memory-utilization", "0"], None),  # GPU: outside (0, 1]; CPU: does not apply
+    (["run", "concurrent-10", "--gpu-memory-utilization", "5"], None),
+    (["run", "concurrent-10", "--gpu-memory-utilization", "half"], USAGE),
+    (["run", "concurrent-10", "--tensor-parallel-size", "0"], None),
+    (["run", "concurrent-10", "--tensor-parallel-size", "1000"], None),
+    (["run", "concurrent-10", "--max-num-seqs", "0"], "max-num-seqs must be at least 1."),
+    (["run", "concurrent-10", "--max-num-seqs", "-3"], "max-num-seqs must be at least 1."),
+    (["run", "concurrent-10", "--port", "0"], "Port 0 is not a valid port"),
+    (["run", "concurrent-10", "--port", "70000"], "Port 70000 is not a valid port"),
+    (["run", "concurrent-10", "--dtype", "float8"], "dtype 'float8' is not one of"),
+    (["run", "concurrent-10", "--extra=--port 5"], "The extra flag --port is not accepted here"),
+    (["run", "concurrent-10", '--extra="unclosed'], "The extra flags could not be read"),
+    (["run", "concurrent-10", "--model", "/no/such/model"], "Model folder /no/such/model does not exist"),
+    (["serve", "--port", "-1"], "Port -1 is not a valid port"),
+    (["serve", "--max-model-len", "0"], "max-model-len 0 is too small"),
+    (["serve", "--model", "/no/such/model"], "does not exist"),
+    (["status", "--port", "0"], "Port 0 is not a valid port"),
+    (["stop", "--port", "70000"], "Port 70000 is not a valid port"),
+    (["status", "--port", "x"], USAGE),
+    # files
+    (["run", "concurrent-10", "--url", DEAD, "--json", "/no/such/dir/x.json"], "The folder /no/such/dir does not exist"),
+    (["run", "concurrent-10", "--url", DEAD, "--json", "{tmp}"], "is a folder: give a file name in it"),
+    (["export", "--out", "/no/such/dir/x.json"], "The folder /no/such/dir does not exist"),
+    (["export", "--out", "{tmp}"], "{tmp} is a folder: give a file name in it"),
+    (["export", "--out", "/proc/version"], "Could not write /proc/version"),
+    (["export", "no-such-run"], "No run 'no-such-run' in the history"),
+    (["export", "--format", "xml"], USAGE),
+    (["import", "/no/such/file.json"], "/no/such/file.json"),
+    (["import", "{tmp}"], None),
+    (["import", "{tmp}/not-json.json"], None),
+    ([], USAGE),
+    (["bogus"], USAGE),
+]
+
+
+@pytest.mark.parametrize("argv, says", BAD_ARGV, ids=[" ".join(a) or "(nothing)" for a, _ in BAD_ARGV])
+def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
+    from engine.store import RunStore
+
+    (tmp_path / "not-json.json").write_text("{ this is not json")
+    saved = len(RunStore())
+    p = cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv], timeout=120)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0 and "Traceback" not in out, out
+    assert len(RunStore()) == saved  # nothing run, nothing recorded as given
+    if says == USAGE:
+        assert p.returncode == 2 and "error:" in p.stderr.splitlines()[-1]
+        return
+    assert p.returncode == 2 and p.stdout == "", out  # refused before anything was started or sent
+    line, = p.stderr.splitlines()
+    assert line.startswith("error: ") and line.endswith("."), line
+    if says:
+        assert says.replace("{tmp}", str(tmp_path)) in line
+
+
+def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, tmp_path):
+    """--json is checked before the run; should writing still fail, the runs are already saved and the
+    sentence says where they are."""
+    from engine.store import RunStore
+
+    saved = len(RunStore())
+    p = cli("run", "vllm-5-sequential", "--url", vllm_server.base_url, "--max-tokens", "4", "--json", "/proc/x.json")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr.startswith("error: Could not write /proc/x.json") and "saved in the history" in p.stderr
+    assert len(RunStore()) == saved + 1
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--max-tokens", "{over}"], "Max tokens per answer ({over}) is more than the running server's max-model-len "
+                                 "({mml} tokens): ask for {mml} or fewer, or restart the server with a longer "
+                                 "max-model-len."),
+    (["--model-name", "nope"], "serves no model named 'nope': pass --model-name {model}."),
+    (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
+])
+def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
+    from engine.scenarios import server_info
+    from engine.store import RunStore
+
+    mml = server_info(vllm_server.base_url)[1]
+    fill = dict(over=mml + 1, mml=mml, model=vllm_server.model)
+    saved = len(RunStore())
+    p = cli("run", "concurrent-10", "--url", vllm_server.base_url, *[a.format(**fill) for a in extra])
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
+    assert says.format(**fill) in p.stderr and len(p.stderr.splitlines()) == 1
+    assert len(RunStore()) == saved
+
+
+def test_the_run_summary_counts_failed_requests_by_cause():
+    """A server that dies mid-run: the CLI's summary says, under the counts, what happened to the failed ones."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakes import FakeOpenAIServer
+
+    from engine import scenarios, stats
+    from engine.loadgen import LoadSpec, run_load
+
+    with FakeOpenAIServer(die_after=2) as srv:
+        run = run_load(LoadSpec(base_url=srv.base_url, model="die", prompts=["hi"], num_requests=5,
+                                shape="sequential", max_tokens=5, timeout_s=10, read_timeout_s=5))
+    lines = scenarios.summary_table(run).splitlines()
+    assert lines[1] == "requests ok / failed   2 / 3"
+    assert [x.strip() for x in lines[2:4]] == [s for _, s in stats.failure_causes(run.records)]
+    assert "cut off mid-answer" in lines[3] and "found nothing listening" in lines[2]
