@@ -168,6 +168,11 @@ def _esc(text: str) -> str:
     return html.escape(text or "", quote=False)
 
 
+def _why(r: RequestRecord) -> str:
+    """Why a request failed, for its hover: the cause sentence (what happened, what to do), wrapped."""
+    return _wrap(_esc(stats.failure_cause(r.error)), 64) if r.error else "unfinished"
+
+
 def _preview(r: RequestRecord, placeholder: bool, n: int = 90) -> str:
     if not r.output_text:
         return ""
@@ -233,7 +238,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
             f"<b>{_esc(_label(run))}</b><br>{_esc(_short(r.prompt, 60))}<br>"
             + (f"latency {r.e2e:.2f} s · {r.output_tokens} tokens"
                + (f" · {r.output_tokens / r.e2e:.0f} tok/s" if r.e2e else "")
-               if r.ok else f"failed: {_esc(_short(r.error or 'unfinished', 80))}")
+               if r.ok else f"failed<br>{_why(r)}")
             for r in recs
         ]
         fig.add_bar(
@@ -275,7 +280,7 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
     text = [f"{v:.1f} s · {r.output_tokens} tok" if r.ok else "failed" for v, r in zip(lat, recs)]
     hover = [f"<b>{_esc(r.prompt)}</b><br>" + (
         f"latency {r.e2e:.2f} s · first token after {_fmt_s(r.ttft or 0)} · {r.output_tokens} tokens"
-        if r.ok else f"failed: {_esc(_short(r.error or 'unfinished', 80))}") + _preview(r, placeholder)
+        if r.ok else f"failed<br>{_why(r)}") + _preview(r, placeholder)
         for r in recs]
     fig = go.Figure(go.Bar(
         y=labels, x=lat, orientation="h", marker_color=colors, name="Latency", showlegend=False,
@@ -305,7 +310,7 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
            f"time (average latency {avg:.1f} s); served one after another they would have taken "
            f"about {serial:.0f} s, the serial sum of their latencies.")
     if nfail:
-        cap += f" {nfail} failed (grey)."
+        cap += f" {nfail} failed (grey; hover a bar for why)."
     return _finish(fig, title, cap, placeholder=placeholder, height=max(420, 46 * n + 190))
 
 
@@ -346,7 +351,7 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
         head = f"<b>{row}</b> {_esc(_short(r.prompt, 50))}"
         if r.error is not None:
             add("fail", row, r.send_time, end,
-                f"{head}<br>failed after {_fmt_s(end - r.send_time)}: {_esc(_short(r.error, 80))}")
+                f"{head}<br>failed after {_fmt_s(end - r.send_time)}<br>{_why(r)}")
             continue
         first = r.first_token_time
         if first is None and (not running or not streaming):
@@ -420,7 +425,7 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
     if in_flight:
         cap += f" {in_flight} still in flight, drawn up to now."
     if fy:
-        cap += f" {len(fy)} failed (grey, ✕)."
+        cap += f" {len(fy)} failed (grey, ✕; hover a bar for why)."
     return _finish(fig, title, cap, placeholder=placeholder, height=min(1000, max(400, row_px * n + 200)))
 
 

@@ -212,6 +212,30 @@ def test_server_dying_mid_stream_keeps_completed():
     assert said == [s for _, s in stats.failure_causes(res.records)]
 
 
+def test_failed_bars_carry_their_reason_in_the_hover():
+    """The request-level charts of a run whose server died: each grey bar's hover says why, in the sentence
+    failure_causes groups (what happened and what to do)."""
+    from engine import figures
+
+    with FakeOpenAIServer(die_after=1) as srv:
+        res = run_guarded(fake_spec(srv, "die", shape="sequential", num_requests=3))
+    bad = [r for r in res.records if not r.ok]
+    assert len(bad) == 2
+    reasons = {stats.failure_cause(r.error) for r in bad}
+
+    def failed_hovers(fig, trace=None):
+        return [h.replace("<br>", " ") for t in fig.data if trace in (None, t.name) and t.hovertext
+                for h in t.hovertext if "failed" in h]
+
+    timeline, bars = figures.request_timeline(res), figures.concurrent_latency_bars(res)
+    grouped = figures.latency_bars(None, res)
+    for shown in (failed_hovers(timeline, "failed"), failed_hovers(bars), failed_hovers(grouped)):
+        assert len(shown) == 2, shown
+        assert {next(w for w in reasons if w in h) for h in shown} == reasons
+    assert "2 failed (grey, ✕; hover a bar for why)" in figures.caption(timeline)
+    assert "2 failed (grey; hover a bar for why)" in figures.caption(bars)
+
+
 def test_client_processes_measure_on_the_connections_their_warmup_opened():
     """With several client processes each warms up its own connections: the measured part opens none
     (a burst of new connections would be billed to the first requests' TTFT)."""
