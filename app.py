@@ -1,14 +1,19 @@
-"""Serving Lab: router only. The pages live in app_pages/, the work in engine/ (see DESIGN.md).
+"""Serving Lab: router only. The pages live in app_pages/, the work in engine/ (see docs/architecture.md).
 
 Not `pages/`: Streamlit treats a folder of that name as a legacy multipage app, and the first visit
 of a fresh server through a deep link (/load_test) then runs the page without this navigation."""
 import streamlit as st
 
 import ui
+from engine.errors import LabError
 
 st.set_page_config(page_title="Serving Lab", page_icon=":material/speed:", layout="wide")
 
-lab = ui.get_lab()
+try:
+    lab = ui.get_lab()
+except LabError as e:  # e.g. a history file written by a newer Serving Lab: a sentence, not a traceback
+    st.error(ui.plain(e), icon=":material/error:")
+    st.stop()
 nav = st.navigation([
     st.Page("app_pages/server.py", title="Server", icon=":material/dns:", default=True),
     st.Page("app_pages/monitor.py", title="Monitor", icon=":material/monitor_heart:"),

@@ -2,6 +2,7 @@
 and charts with their one-line caption. Layout only; the work is in engine/."""
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any, Callable
 
@@ -37,6 +38,15 @@ def caller() -> str:
     return st.context.ip_address or st.session_state.setdefault("caller_id", f"session:{uuid.uuid4().hex[:12]}")
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
+
+
+def plain(text: str) -> str:
+    """Text for st.markdown / st.error & co. shown as typed: sentences may quote run labels, log lines or
+    model names from anywhere, and none of that may turn into markdown, links or icons."""
+    return _MARKDOWN.sub(r"\\\1", str(text))
+
+
 def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
     """Run one Lab action (a @presenter_only method) with this viewer's token; a user-caused error
     becomes one st.error sentence, never a traceback. rerun=True redraws the whole page afterwards
@@ -45,7 +55,7 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
         result = fn(*args, token=st.session_state.get("presenter_token"), caller=caller(), **kw)
     except LabError as e:
         if not rerun:
-            st.error(str(e), icon=":material/error:")
+            st.error(plain(e), icon=":material/error:")
             return None
         st.session_state["action_error"] = str(e)
         result = None
@@ -57,7 +67,7 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
 def pending_error() -> None:
     """Show the error of an action that redrew the page (see act)."""
     if err := st.session_state.pop("action_error", None):
-        st.error(err, icon=":material/error:")
+        st.error(plain(err), icon=":material/error:")
 
 
 def badge(state: str) -> str:
@@ -76,7 +86,7 @@ def chart(fig, key: str | None = None) -> None:
     # theme=None: keep the figure's own projector-sized fonts instead of Streamlit's smaller theme.
     st.plotly_chart(fig, width="stretch", key=key, theme=None, config={"displaylogo": False})
     if cap := figures.caption(fig):
-        st.markdown(f":material/visibility: {cap}")
+        st.markdown(f":material/visibility: {plain(cap)}")
 
 
 def sidebar(lab: Lab) -> None:
@@ -90,7 +100,7 @@ def sidebar(lab: Lab) -> None:
             st.text_input("Presenter token", type="password", key="presenter_token", on_change=_try_token,
                           help="Starting, stopping and running benchmarks is reserved for the presenter.")
             if err := st.session_state.get("token_error"):
-                st.error(err, icon=":material/key_off:")
+                st.error(plain(err), icon=":material/key_off:")
             elif not can_act(lab):
                 st.caption("Viewing only: the presenter drives the server and the benchmarks.")
 
@@ -113,10 +123,10 @@ def _server_status() -> None:
         st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
     st.markdown(f"**vLLM server** {badge(s.state)}")
     if s.config:
-        st.caption(f"{s.config.model_name} · port {s.config.port}")
+        st.caption(plain(f"{s.config.model_name} · port {s.config.port}"))
     if s.state == STARTING:
-        st.caption(f"{s.stage} · {fmt_s(s.elapsed)}")
+        st.caption(plain(f"{s.stage} · {fmt_s(s.elapsed)}"))
     job = next(iter(lab.jobs.active()), None)
     if job:
-        st.caption(f"Running: {job.label} ({job.stage})")
+        st.caption(plain(f"Running: {job.label} ({job.stage})"))
 

@@ -89,7 +89,7 @@ if prompt and snap.state == READY:
             st.write_stream(chunks())
         except LabError as e:
             waiting.empty()
-            st.error(str(e), icon=":material/error:")
+            st.error(ui.plain(e), icon=":material/error:")
         entry["stopped"] = stop.is_set()
         stop_slot.empty()
         if record.first_token_time is None:

@@ -46,18 +46,18 @@ with left:
             spec = models.hub(hub_id)
     except models.ModelNotPrepared as e:
         model_error = str(e)
-        st.warning(model_error, icon=":material/download:")
+        st.warning(ui.plain(model_error), icon=":material/download:")
         preparing = lab.jobs.latest("prepare")
         if preparing and preparing.active:
-            st.caption(f"Preparing… {preparing.stage}")
+            st.caption(ui.plain(f"Preparing… {preparing.stage}"))
         elif st.button("Prepare it", icon=":material/download:", disabled=not ui.can_act(lab)):
             ui.act(lab, lab.prepare_model, kind)
             st.rerun()
         elif preparing and preparing.error:
-            st.error(preparing.error, icon=":material/error:")
+            st.error(ui.plain(preparing.error), icon=":material/error:")
     except LabError as e:
         model_error = str(e)
-        st.error(model_error, icon=":material/error:")
+        st.error(ui.plain(model_error), icon=":material/error:")
 
 with right:
     st.subheader("Presets from the lab")
@@ -130,11 +130,11 @@ if spec:
         cfg.validate(model_max_len=spec.max_len)
     except LabError as e:
         cfg_error = str(e)
-        st.error(cfg_error, icon=":material/error:")
+        st.error(ui.plain(cfg_error), icon=":material/error:")
 
 if cfg and spec:
     fit = lab.fit_check(cfg, spec)
-    {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](f"Fit check: {fit.message}",
+    {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](ui.plain(f"Fit check: {fit.message}"),
                                                                         icon=":material/memory:")
     if lab.server.snapshot().state in (STARTING, READY):
         st.markdown("**Command line for the next start** (the running server's own is under Status below)")
@@ -147,13 +147,13 @@ if cfg and spec:
 state = lab.server.snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
 may = ui.can_act(lab)
 if leftover := lab.leftovers():
-    st.warning(leftover, icon=":material/memory:")
+    st.warning(ui.plain(leftover), icon=":material/memory:")
     if st.button("Clear leftovers", icon=":material/cleaning_services:", disabled=not may):
         if cleared := ui.act(lab, lab.clear_leftovers):
-            st.toast(cleared)
+            st.toast(ui.plain(cleared))
         st.rerun()
 if state not in (STARTING, READY) and (foreign := lab.foreign_holders()):
-    st.info(foreign, icon=":material/info:")
+    st.info(ui.plain(foreign), icon=":material/info:")
 b1, b2, b3, _ = st.columns([1, 1, 1, 3])
 if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY)):
@@ -185,11 +185,11 @@ def live_status() -> None:
     if s.adopted:
         st.caption("This server was started before the app restarted; the app found it and took it over.")
     if s.notice:
-        st.warning(s.notice, icon=":material/cleaning_services:")
+        st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
     if s.state == STARTING:
         st.progress(_stage_fraction(s.stage), text=f"{s.stage}…")
     if s.state == FAILED and s.error:
-        st.error(s.error, icon=":material/error:")
+        st.error(ui.plain(s.error), icon=":material/error:")
     k1, k2 = st.columns(2)
     k1.metric("KV cache capacity", f"{s.kv_cache_tokens:,} tokens" if s.kv_cache_tokens else "–",
               help="How many tokens of context vLLM can hold at once, as it reported at startup.")
