@@ -12,6 +12,8 @@ Pure plotly: nothing here imports streamlit, torch or vllm.
 """
 from __future__ import annotations
 
+import copy
+import functools
 import html
 import math
 import os
@@ -687,18 +689,49 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
 
 
 # -- telemetry --------------------------------------------------------------------------------------
+# The Monitor redraws these two charts every 2 s while a benchmark runs, so they are built as plain
+# dicts and validated once by go.Figure(...): plotly's make_subplots / add_scatter(row=) /
+# update_*axes validate every property they touch, which made one build ~10x slower (~200 ms on a
+# 2-core VM) and was most of what a Monitor viewer cost the app.
 
 # Plot-area width the event labels are laid out for: a chart beside the sidebar on a 1400 px screen
 # (narrower than a projector's, so labels that fit here fit there).
 PLOT_PX = 820
 
 
-def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: float, x_range: tuple[float, float],
-                 rows: int = 1, level_step: float = 0.1) -> None:
-    """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one.
-    Labels are placed greedily on up to 4 levels so that none overlaps another; a label near the
-    right edge is drawn to the left of its line, and one with no free level is left out (its line
-    stays) rather than printed over its neighbours."""
+@functools.lru_cache(maxsize=8)
+def _stacked_panels(rows: int, spacing: float) -> dict[str, Any]:
+    """The layout of `rows` panels stacked on one shared time axis, each with a title slot; without
+    plotly's default template, which _finish replaces anyway and which is most of the dict."""
+    layout = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=spacing,
+                           subplot_titles=[" "] * rows if rows > 1 else None).to_dict()["layout"]
+    layout.pop("template", None)
+    return layout
+
+
+def _panels(titles: Sequence[str], spacing: float) -> dict[str, Any]:
+    """A fresh layout dict for stacked panels titled `titles` (no titles for a single panel)."""
+    layout = copy.deepcopy(_stacked_panels(len(titles), spacing))
+    for note, text in zip(layout.get("annotations", []), titles):
+        note.update(text=text, x=0, xanchor="left", font=dict(size=BASE_SIZE))
+    return layout
+
+
+def _axis(kind: str, row: int) -> str:
+    """Axis name of a panel in a layout dict: xaxis, yaxis2, …; `_ref` gives its trace reference."""
+    return f"{kind}axis" + ("" if row == 1 else str(row))
+
+
+def _ref(kind: str, row: int) -> str:
+    return kind + ("" if row == 1 else str(row))
+
+
+def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tuple[float, float],
+                 rows: int = 1, level_step: float = 0.1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one:
+    (shapes, annotations). Labels are placed greedily on up to 4 levels so that none overlaps
+    another; a label near the right edge is drawn to the left of its line, and one with no free
+    level is left out (its line stays) rather than printed over its neighbours."""
     evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
     placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
     lo, hi = x_range
@@ -715,18 +748,15 @@ def _event_lines(fig: go.Figure, events: Sequence[Mapping[str, Any]], offset: fl
         a, b = (t - width, t) if right else (t, t + width)
         lvl = next((k for k, spans in enumerate(placed) if all(a >= y or b <= x for x, y in spans)), None)
         for row in range(1, rows + 1):
-            n = "" if row == 1 else str(row)
-            shapes.append(dict(type="line", x0=t, x1=t, xref=f"x{n}", y0=0, y1=1, yref=f"y{n} domain",
-                               line=dict(color="#555", dash="dot", width=1.5)))
+            shapes.append(dict(type="line", x0=t, x1=t, xref=_ref("x", row), y0=0, y1=1,
+                               yref=_ref("y", row) + " domain", line=dict(color="#555", dash="dot", width=1.5)))
         if lvl is None:
             continue
         placed[lvl].append((a, b))
         notes.append(dict(x=t, y=1 - level_step * lvl, xref="x", yref="y domain", text=_esc(label), showarrow=False,
                           xanchor="right" if right else "left", yanchor="top", xshift=-3 if right else 3,
                           font=dict(size=BASE_SIZE - 3, color="#333"), bgcolor="rgba(255,255,255,0.85)"))
-    # One layout update for all of them: plotly's add_vline/add_annotation re-validate the layout per
-    # call (~15 ms each), which made the 1 s Monitor redraw cost most of its CPU.
-    fig.update_layout(shapes=list(fig.layout.shapes) + shapes, annotations=list(fig.layout.annotations) + notes)
+    return shapes, notes
 
 
 def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (),
@@ -740,26 +770,31 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
     for s in samples:
         series.setdefault(str(s.get("series") or s.get("label") or "memory"), []).append(s)
     names = list(series) or ["memory"]
+    nrows = len(names)
     titles = []
     for name in names:
         totals = [p.get("total_gb") for p in series.get(name, []) if p.get("total_gb")]
         titles.append(f"{name}" + (f" ({float(totals[-1]):,.0f} GB in all)" if totals else ""))
-    nrows = len(names)
-    fig = make_subplots(rows=nrows, cols=1, shared_xaxes=True, vertical_spacing=0.14 if nrows > 1 else 0.02,
-                        subplot_titles=titles if nrows > 1 else None)
+    layout = _panels(titles if nrows > 1 else [""], 0.14 if nrows > 1 else 0.02)
+    layout[_axis("x", nrows)]["title"] = {"text": "Time (s)"}
+    traces: list[dict[str, Any]] = []
+    notes: list[dict[str, Any]] = list(layout.pop("annotations", []))
     peaks = []
     all_t = [float(p["t"]) - offset for pts in series.values() for p in pts]
     all_t += [float(e["t"]) - offset for e in events if e.get("t") is not None]
     for i, name in enumerate(names):
+        row = i + 1
         pts = sorted(series.get(name, []), key=lambda p: p["t"])
         if not pts:
             continue
         color = CONFIG_PALETTE[i % len(CONFIG_PALETTE)]
+        where = dict(xaxis=_ref("x", row), yaxis=_ref("y", row))
         xs = [float(p["t"]) - offset for p in pts]
         ys = [float(p.get("used_gb") or 0.0) for p in pts]
-        fig.add_scatter(x=xs, y=ys, mode="lines", name=f"{name} used", line=dict(color=color, width=3.5),
-                        fill="tozeroy", fillcolor=_rgba(color, 0.12), showlegend=False,
-                        hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + _esc(name) + "</extra>", row=i + 1, col=1)
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=f"{name} used",
+                           line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=_rgba(color, 0.12),
+                           showlegend=False, hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + _esc(name) + "</extra>",
+                           **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
         peak = max(ys)
         top = peak * 1.35 or 1.0
@@ -767,26 +802,27 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
             tot = totals[-1]
             if peak >= 0.25 * tot:  # capacity line only where it tells something
                 top = tot * 1.35
-                fig.add_scatter(x=[min(all_t), max(all_t)], y=[tot, tot], mode="lines",
-                                name=f"{name} capacity", line=dict(color=color, width=1.5, dash="dash"),
-                                hoverinfo="skip", showlegend=False, row=i + 1, col=1)
-                fig.add_annotation(x=min(all_t), y=tot, xshift=10, yshift=2, text=f"capacity {tot:,.0f} GB",
-                                   showarrow=False, xanchor="left", yanchor="bottom",
-                                   font=dict(color=color, size=BASE_SIZE - 3), row=i + 1, col=1)
-        fig.update_yaxes(title_text="Used (GB)", range=[0, top], row=i + 1, col=1)
+                traces.append(dict(type="scatter", x=[min(all_t), max(all_t)], y=[tot, tot], mode="lines",
+                                   name=f"{name} capacity", line=dict(color=color, width=1.5, dash="dash"),
+                                   hoverinfo="skip", showlegend=False, **where))
+                notes.append(dict(x=min(all_t), y=tot, xshift=10, yshift=2, text=f"capacity {tot:,.0f} GB",
+                                  showarrow=False, xanchor="left", yanchor="bottom", xref=where["xaxis"],
+                                  yref=where["yaxis"], font=dict(color=color, size=BASE_SIZE - 3)))
+        ytitle = f"{names[0]} used (GB)" if nrows == 1 else "Used (GB)"
+        layout[_axis("y", row)].update(title={"text": ytitle}, range=[0, top])
         peaks.append((name, peak, totals[-1] if totals else None))
-    _event_lines(fig, events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows)
-    fig.update_xaxes(title_text="Time (s)", row=nrows, col=1)
+    shapes, marks = _event_marks(events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows)
     if all_t:
-        fig.update_xaxes(range=[min(all_t), max(all_t) + 0.01 * ((max(all_t) - min(all_t)) or 1.0)])
-    fig.update_annotations(selector=dict(yref="paper"), font=dict(size=BASE_SIZE), x=0, xanchor="left")
-    if nrows == 1:
-        fig.update_yaxes(title_text=f"{names[0]} used (GB)")
+        x_range = [min(all_t), max(all_t) + 0.01 * ((max(all_t) - min(all_t)) or 1.0)]
+        for row in range(1, nrows + 1):
+            layout[_axis("x", row)]["range"] = x_range
+    layout.update(shapes=shapes, annotations=notes + marks)
     if peaks:
         parts = [f"{n} peaks at {p:.1f} GB" + (f" of {t:,.0f} GB" if t else "") for n, p, t in peaks]
         cap = "; ".join(parts) + ". Dotted lines mark what the server was doing at that moment."
     else:
         cap = "No memory samples yet."
+    fig = go.Figure(dict(data=traces, layout=layout))
     return _finish(fig, title, cap, height=300 + 230 * nrows if nrows > 1 else 480)
 
 
@@ -836,29 +872,33 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             dt = t[k] - t[k - 1]
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.1,
-                        subplot_titles=("Requests in the server", "KV-cache usage", "Generation speed"))
+    layout = _panels(("Requests in the server", "KV-cache usage", "Generation speed"), 0.1)
     line = dict(width=3, shape="hv")
-    fig.add_scatter(x=t, y=run, name="running", mode="lines", line=dict(color=BLUE, **line), row=1, col=1,
-                    hovertemplate="%{x:.0f} s: %{y:.0f} running<extra></extra>")
-    fig.add_scatter(x=t, y=wait, name="waiting", mode="lines", line=dict(color=VERMILLION, dash="dash", **line),
-                    row=1, col=1, hovertemplate="%{x:.0f} s: %{y:.0f} waiting<extra></extra>")
-    fig.add_scatter(x=t, y=kv, name="KV cache used", mode="lines", line=dict(color=PURPLE, width=3),
-                    fill="tozeroy", fillcolor="rgba(204,121,167,0.2)", showlegend=False, row=2, col=1,
-                    hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>")
-    fig.add_scatter(x=t, y=tok, name="generation tok/s", mode="lines", line=dict(color=GREEN, width=3),
-                    showlegend=False, row=3, col=1, hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>")
-    fig.update_yaxes(title_text="Requests", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="Used (%)", range=[0, 105], row=2, col=1)
-    fig.update_yaxes(title_text="Tokens / s", rangemode="tozero", row=3, col=1)
-    fig.update_xaxes(title_text="Time (s)", row=3, col=1)
-    fig.update_annotations(font=dict(size=BASE_SIZE), x=0, xanchor="left")
-    fig.update_layout(legend=dict(x=1, xanchor="right", y=1.0, yanchor="bottom"))
+    traces = [
+        dict(x=t, y=run, name="running", line=dict(color=BLUE, **line), xaxis="x", yaxis="y",
+             hovertemplate="%{x:.0f} s: %{y:.0f} running<extra></extra>"),
+        dict(x=t, y=wait, name="waiting", line=dict(color=VERMILLION, dash="dash", **line), xaxis="x", yaxis="y",
+             hovertemplate="%{x:.0f} s: %{y:.0f} waiting<extra></extra>"),
+        dict(x=t, y=kv, name="KV cache used", line=dict(color=PURPLE, width=3), fill="tozeroy",
+             fillcolor="rgba(204,121,167,0.2)", showlegend=False, xaxis="x2", yaxis="y2",
+             hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>"),
+        dict(x=t, y=tok, name="generation tok/s", line=dict(color=GREEN, width=3), showlegend=False,
+             xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
+    ]
+    for tr in traces:
+        tr.update(type="scatter", mode="lines")
+    layout["yaxis"].update(title={"text": "Requests"}, rangemode="tozero")
+    layout["yaxis2"].update(title={"text": "Used (%)"}, range=[0, 105])
+    layout["yaxis3"].update(title={"text": "Tokens / s"}, rangemode="tozero")
+    layout["xaxis3"]["title"] = {"text": "Time (s)"}
+    layout["legend"] = dict(x=1, xanchor="right", y=1.0, yanchor="bottom")
     if t:
         ev_t = [float(e["t"]) - offset for e in events if e.get("t") is not None]
         lo, hi = min(t + ev_t), max(t + ev_t)
-        _event_lines(fig, events, offset, (lo, hi), rows=3, level_step=0.16)  # a short top panel
-        fig.update_xaxes(range=[lo, hi + 0.01 * ((hi - lo) or 1.0)])  # what the labels were laid out for
+        shapes, marks = _event_marks(events, offset, (lo, hi), rows=3, level_step=0.16)  # a short top panel
+        layout.update(shapes=shapes, annotations=layout["annotations"] + marks)
+        for row in (1, 2, 3):  # the range the labels were laid out for
+            layout[_axis("x", row)]["range"] = [lo, hi + 0.01 * ((hi - lo) or 1.0)]
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)
@@ -872,7 +912,7 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             ", so memory, not compute, limits the batch." if peak_kv >= 90 else ".")
     else:
         cap += "."
-    return _finish(fig, "vLLM server metrics", cap, height=720)
+    return _finish(go.Figure(dict(data=traces, layout=layout)), "vLLM server metrics", cap, height=720)
 
 
 # -- history ----------------------------------------------------------------------------------------

@@ -159,6 +159,35 @@ class Telemetry:
             self._stop.wait(self.interval_s)
 
 
+# How a bucket of samples is shown as one point: peaks stay visible (the most requests in flight, the
+# fullest KV cache, the most memory), a rate is averaged.
+_MEAN_METRICS = {"gen_tok_s"}
+
+
+def downsample(samples: list[Sample], max_points: int) -> list[Sample]:
+    """At most `max_points` samples for display: consecutive samples merged in equal buckets, each
+    shown at its last time with the largest memory use and metric values in it (rates averaged)."""
+    n = len(samples)
+    if n <= max_points:
+        return samples
+    out = []
+    step = -(-n // max_points)  # ceil: never more than max_points buckets
+    for i in range(0, n, step):
+        bucket = samples[i:i + step]
+        last = bucket[-1]
+        peak: dict[str, float] = {}
+        for b in bucket:
+            for m in b.memory:
+                peak[m["series"]] = max(peak.get(m["series"], 0.0), m["used_gb"])
+        memory = [{**m, "used_gb": peak[m["series"]]} for m in last.memory]
+        metrics: dict[str, float] = {}
+        for key in {k for b in bucket for k in b.metrics}:
+            vals = [b.metrics[key] for b in bucket if key in b.metrics]
+            metrics[key] = sum(vals) / len(vals) if key in _MEAN_METRICS else max(vals)
+        out.append(Sample(t=last.t, memory=memory, metrics=metrics))
+    return out
+
+
 def memory_rows(samples: list[Sample]) -> list[dict]:
     """Flatten samples into the rows figures.memory_chart draws (one per series per tick)."""
     return [{"t": s.t, **{k: v for k, v in m.items() if k != "processes"}} for s in samples for m in s.memory]

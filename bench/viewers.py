@@ -1,0 +1,500 @@
+"""What N open viewer sessions cost the benchmark they watch (results: bench/results/viewers.md).
+
+    .venv/bin/python bench/viewers.py [--viewers 20] [--window 60] [--repeats 3]
+
+1. Per-viewer CPU of the Streamlit process on Monitor with 0, 1 and N viewers (CPU seconds from
+   psutil, so a noisy machine stretches the wall clock but not the count), 0 / 1 / N interleaved.
+2. Validation: one headless Chromium viewer and one light viewer on Monitor cost the app about
+   the same (the light viewer is what makes N viewers fit on a small machine).
+3. A load test's output throughput, run by the presenter through the app (the Load test page's
+   form, so the app runs it as a job and viewers see it live), with 0 and with N viewers watching
+   Monitor and Load test, interleaved repeats.
+
+A light viewer is a Streamlit session driven over its websocket exactly as the browser drives it:
+`/_stcore/stream`, a `rerun_script` BackMsg with the page name on load, then for each `auto_rerun`
+ForwardMsg a timer that sends the fragment's rerun (`fragment_id`, `is_auto_rerun`, every widget's
+state and the hashes of the messages it has cached) every `interval` seconds — what the frontend's
+`handleAutoRerun` does. It keeps the frontend's message cache, so the server sends references to
+charts the viewer already has, as it would to a browser. It draws nothing: its own CPU is a parse.
+
+It starts its own vLLM server (embedded model) and app on free ports, and stops both.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+import websockets
+from streamlit.proto.BackMsg_pb2 import BackMsg
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+from streamlit.proto.WidgetStates_pb2 import WidgetState
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+# -- a light viewer ---------------------------------------------------------------------------------
+
+def _default_state(el) -> WidgetState | None:
+    """The state a browser reports for a widget it has just drawn (its default), as the frontend's
+    widget manager sends it with every rerun. Only the widget types the pages use."""
+    kind = el.WhichOneof("type")
+    w = getattr(el, kind, None)
+    if w is None or not getattr(w, "id", ""):
+        return None
+    s = WidgetState(id=w.id)
+    if kind == "slider":
+        s.double_array_value.data.extend(w.default)
+    elif kind == "number_input":
+        if w.data_type == w.INT:
+            s.int_value = int(w.default)
+        else:
+            s.double_value = w.default
+    elif kind == "checkbox":
+        s.bool_value = w.default
+    elif kind == "selectbox" and w.HasField("default"):
+        s.string_value = w.options[w.default]
+    elif kind == "multiselect":
+        s.string_array_value.data.extend(w.options[i] for i in w.default)
+    elif kind == "button_group":
+        s.string_array_value.data.extend(w.options[i].content for i in w.default)
+    elif kind == "text_input" and w.HasField("default"):
+        s.string_value = w.default
+    else:
+        return None
+    return s
+
+
+@dataclass
+class ViewerStats:
+    reruns_sent: int = 0
+    runs_finished: int = 0
+    charts: int = 0  # plotly_chart elements received in full
+    chart_refs: int = 0  # charts the server sent as a reference to the viewer's cache
+    bytes_in: int = 0
+    latencies: list[float] = field(default_factory=list)  # fragment rerun sent -> its script_finished
+
+
+class LightViewer:
+    """One browser tab's worth of Streamlit protocol, with no browser (see the module docstring)."""
+
+    def __init__(self, base_url: str, page: str):
+        self.ws_url = base_url.replace("http", "ws", 1) + "/_stcore/stream"
+        self.base_url, self.page = base_url, page
+        self.stats = ViewerStats()
+        self.widgets: dict[str, WidgetState] = {}  # id -> state sent with every rerun
+        self.labels: dict[str, str] = {}  # label -> widget id (for the presenter)
+        self.page_hash = ""
+        self._cache: dict[str, tuple[int, str]] = {}  # hash -> (run count when cached, fragment id)
+        self._runs = 0
+        self._max_age = 2
+        self._timers: dict[str, tuple[float, asyncio.Task]] = {}
+        self._sent_at: dict[str, float] = {}
+        self._ws = None
+        self.finished = asyncio.Event()  # set after each script run
+
+    def _client_state(self, **kw):
+        msg = BackMsg()
+        cs = msg.rerun_script
+        cs.widget_states.widgets.extend(self.widgets.values())
+        cs.context_info.timezone, cs.context_info.locale = "UTC", "en-US"
+        cs.context_info.url = f"{self.base_url}/{self.page}"
+        cs.context_info.is_embedded, cs.context_info.color_scheme = False, "light"
+        cs.cached_message_hashes.extend(self._cache)
+        for k, v in kw.items():
+            setattr(cs, k, v)
+        return msg
+
+    async def send_rerun(self, **kw) -> None:
+        await self._ws.send(self._client_state(**kw).SerializeToString())
+
+    async def click(self, label: str) -> None:
+        """Press a button (a form's submit button sends the form's widget states with it)."""
+        msg = self._client_state(page_script_hash=self.page_hash)
+        msg.rerun_script.widget_states.widgets.add(id=self.labels[label], trigger_value=True)
+        self.finished.clear()
+        await self._ws.send(msg.SerializeToString())
+
+    def set(self, label: str, value) -> None:
+        s = self.widgets[self.labels[label]]
+        which = s.WhichOneof("value")
+        if which == "double_array_value":
+            del s.double_array_value.data[:]
+            s.double_array_value.data.append(value)
+        else:
+            setattr(s, which, value)
+
+    async def _auto_rerun(self, fragment_id: str, interval: float) -> None:
+        while True:  # setInterval: every interval, whether or not the last rerun has finished
+            await asyncio.sleep(interval)
+            self._sent_at.setdefault(fragment_id, time.perf_counter())
+            self.stats.reruns_sent += 1
+            await self.send_rerun(page_script_hash=self.page_hash, fragment_id=fragment_id, is_auto_rerun=True)
+
+    def _on(self, raw: bytes) -> None:
+        self.stats.bytes_in += len(raw)
+        msg = ForwardMsg()
+        msg.ParseFromString(raw)
+        kind = msg.WhichOneof("type")
+        if kind == "ref_hash":
+            self.stats.chart_refs += 1
+            self._cache[msg.ref_hash] = (self._runs, self._cache.get(msg.ref_hash, (0, ""))[1])
+            return
+        if msg.metadata.cacheable and msg.hash not in self._cache:
+            self._cache[msg.hash] = (self._runs, msg.delta.fragment_id)
+        if kind == "new_session":
+            self.page_hash = msg.new_session.page_script_hash
+            self._max_age = msg.new_session.config.max_cached_message_age
+        elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
+            el = msg.delta.new_element
+            if el.WhichOneof("type") == "plotly_chart":
+                self.stats.charts += 1
+            state = _default_state(el)
+            if state is not None and state.id not in self.widgets:
+                self.widgets[state.id] = state
+            w = getattr(el, el.WhichOneof("type") or "", None)
+            if getattr(w, "label", "") and getattr(w, "id", ""):
+                self.labels[w.label] = w.id
+        elif kind == "auto_rerun":
+            fid, every = msg.auto_rerun.fragment_id, msg.auto_rerun.interval
+            old = self._timers.get(fid)
+            if old is None or old[0] != every:
+                if old:
+                    old[1].cancel()
+                self._timers[fid] = (every, asyncio.create_task(self._auto_rerun(fid, every)))
+        elif kind == "stop_auto_rerun":
+            for fid in msg.stop_auto_rerun.fragment_ids:
+                if fid in self._timers:
+                    self._timers.pop(fid)[1].cancel()
+        elif kind == "script_finished":
+            self.stats.runs_finished += 1
+            now = time.perf_counter()
+            for fid, t in list(self._sent_at.items()):
+                self.stats.latencies.append(now - t)
+                del self._sent_at[fid]
+            if msg.script_finished != msg.FINISHED_EARLY_FOR_RERUN:
+                self._runs += 1  # the frontend's cache ageing (incrementRunCount)
+                self._cache = {h: v for h, v in self._cache.items() if self._runs - v[0] <= self._max_age}
+            self.finished.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        host = self.base_url.split("//", 1)[1]
+        async with websockets.connect(self.ws_url, subprotocols=["streamlit"], origin=self.base_url,
+                                      additional_headers={"Host": host}, max_size=None) as ws:
+            self._ws = ws
+            await self.send_rerun(page_name=self.page)
+            receiver = asyncio.create_task(self._receive())
+            await stop.wait()
+            for _, task in self._timers.values():
+                task.cancel()
+            receiver.cancel()
+
+    async def _receive(self) -> None:
+        async for raw in self._ws:
+            self._on(raw)
+
+
+# -- measuring --------------------------------------------------------------------------------------
+
+def cpu_seconds(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor() or "unknown CPU")
+    return (f"{cpu}, {psutil.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.1f} GiB RAM, "
+            f"{platform.system()} {platform.release()}")
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class Viewers:
+    """N light viewers on the given pages (round robin), all in this process's event loop."""
+
+    def __init__(self, url: str, n: int, pages: tuple[str, ...] = ("monitor",)):
+        self.viewers = [LightViewer(url, pages[i % len(pages)]) for i in range(n)]
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> "Viewers":
+        for v in self.viewers:  # a room arrives over a few seconds, not in one instant
+            self._tasks.append(asyncio.create_task(v.run(self._stop)))
+            await asyncio.sleep(0.1)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def totals(self) -> tuple[int, int]:
+        return (sum(v.stats.reruns_sent for v in self.viewers), sum(v.stats.runs_finished for v in self.viewers))
+
+
+@dataclass
+class CpuSample:
+    viewers: int
+    app_pct: float  # Streamlit process, % of one core
+    here_pct: float  # this process (the light viewers themselves)
+    kept: float  # redraws finished / timed reruns sent: below 1 the app falls behind
+    kb_s: float  # what the app sent each viewer, KB/s
+
+
+async def measure_cpu(url: str, app: psutil.Process, n: int, seconds: float, settle: float = 6,
+                      pages: tuple[str, ...] = ("monitor",)) -> CpuSample:
+    me = psutil.Process()
+    async with Viewers(url, n, pages) as vs:
+        await asyncio.sleep(settle)  # page load and the first full run are not what a viewer costs
+        sent0, done0 = vs.totals()
+        b0 = sum(v.stats.bytes_in for v in vs.viewers)
+        c0, m0, t0 = cpu_seconds(app), cpu_seconds(me), time.monotonic()
+        await asyncio.sleep(seconds)
+        dt = time.monotonic() - t0
+        c1, m1 = cpu_seconds(app), cpu_seconds(me)
+        sent1, done1 = vs.totals()
+        b1 = sum(v.stats.bytes_in for v in vs.viewers)
+    return CpuSample(n, 100 * (c1 - c0) / dt, 100 * (m1 - m0) / dt,
+                     (done1 - done0) / (sent1 - sent0) if sent1 > sent0 else 1.0, (b1 - b0) / 1000 / dt / max(n, 1))
+
+
+def measure_chromium(url: str, app: psutil.Process, seconds: float, settle: float = 10) -> float:
+    """App CPU (% of one core) while one headless Chromium tab shows Monitor."""
+    from playwright.sync_api import sync_playwright
+
+    from scripts.shoot import CHROMIUM_ARGS
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url + "/monitor")
+        page.get_by_role("heading", name="Monitor", exact=True).wait_for(timeout=60000)
+        page.wait_for_timeout(settle * 1000)
+        c0, t0 = cpu_seconds(app), time.monotonic()
+        page.wait_for_timeout(seconds * 1000)
+        pct = 100 * (cpu_seconds(app) - c0) / (time.monotonic() - t0)
+        browser.close()
+    return pct
+
+
+# The presenter's load test, set on the Load test page's form: long enough (tens of seconds on a
+# 2-core VM) that page loads and timer phases average out.
+FORM = {"Requests in flight": 32.0, "Number of requests": 64, "Max tokens per answer": 128.0,
+        "Always generate max tokens": True, "Prompts": "Synthetic prompts (seeded)", "Arrival": "Keep N in flight"}
+
+
+async def presenter_run(presenter: LightViewer, store, timeout: float = 600) -> dict:
+    """Press Run on the presenter's Load test page and wait for the run to land in the history."""
+    before = {r.id for r in store.list(limit=5)}
+    await presenter.click("Run load test")
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        await asyncio.sleep(1)
+        rows = [r for r in store.list(limit=5) if r.id not in before]
+        if rows:
+            return rows[0].summary
+    raise TimeoutError("the load test did not finish")
+
+
+@dataclass
+class LoadSample:
+    viewers: int
+    tok_s: float
+    app_pct: float
+
+
+async def measure_load(url: str, app: psutil.Process, store, counts: list[int], repeats: int,
+                       pages: tuple[str, ...]) -> list[LoadSample]:
+    out = []
+    stop = asyncio.Event()
+    presenter = LightViewer(url, "load_test")
+    task = asyncio.create_task(presenter.run(stop))
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.2)
+            if "Run load test" in presenter.labels:
+                break
+        for label, value in FORM.items():
+            presenter.set(label, value)
+        await presenter_run(presenter, store)  # warm-up: the server's first batch shapes
+        for r in range(repeats):
+            for n in counts if r % 2 == 0 else counts[::-1]:  # interleaved, order alternating
+                async with Viewers(url, n, pages):
+                    await asyncio.sleep(8 if n else 2)
+                    c0, t0 = cpu_seconds(app), time.monotonic()
+                    summary = await presenter_run(presenter, store)
+                    pct = 100 * (cpu_seconds(app) - c0) / (time.monotonic() - t0)
+                out.append(LoadSample(n, summary["output_throughput"], pct))
+                print(f"  load test with {n:3d} viewers: {out[-1].tok_s:6.1f} tok/s, app {pct:5.1f}% of a core",
+                      flush=True)
+    finally:
+        stop.set()
+        await task
+    return out
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+def start_stack(home: Path) -> tuple[str, subprocess.Popen, object]:
+    """A vLLM server (embedded model) and the app, in `home`, on free ports; the app adopts the server."""
+    from engine import models
+    from engine.config import ServerConfig
+    from engine.server import VLLMServer
+
+    vport, aport = free_port(), free_port()
+    srv = VLLMServer(port=vport)
+    srv.start(ServerConfig(model=models.embedded().path, port=vport, cpu_kvcache_gib=1, enforce_eager=True))
+    srv.wait_ready(900)
+    env = {**os.environ, "SERVING_LAB_VLLM_PORT": str(vport)}
+    app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(aport)],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{aport}"
+    for _ in range(240):
+        try:
+            if httpx.get(url + "/_stcore/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return url, app, srv
+
+
+def listening_pid(url: str) -> int:
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    return next(c.pid for c in psutil.net_connections("tcp") if c.laddr.port == port and c.status == "LISTEN")
+
+
+def mean(xs: list[float]) -> float:
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--viewers", type=int, default=20, help="N: the most light viewers measured")
+    ap.add_argument("--window", type=float, default=60, help="seconds measured per CPU sample")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each measurement")
+    ap.add_argument("--fill", type=float, default=300,
+                    help="seconds the app samples before measuring, so Monitor's 5 min window is full")
+    ap.add_argument("--app", help="an app already running (its own SERVING_LAB_HOME, a server ready) "
+                                  "instead of starting one")
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: cpu,chromium,load")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/viewers.md"))
+    args = ap.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    stack = None
+    if args.app:
+        url = args.app.rstrip("/")
+    else:
+        home = Path(tempfile.mkdtemp(prefix="viewers-"))
+        os.environ.update(SERVING_LAB_HOME=str(home), SERVING_LAB_RUNTIME=str(home / "runtime"))
+        os.environ.setdefault("SERVING_LAB_MODELS", str(Path.home() / ".cache/serving-lab/models"))
+        url, *stack = start_stack(home)
+        print(f"app at {url}; letting the sampler fill Monitor's window for {args.fill:.0f} s", flush=True)
+        time.sleep(args.fill)
+    from engine import hardware
+    from engine.store import RunStore
+
+    app = psutil.Process(listening_pid(url))
+    started, load_before = time.strftime("%Y-%m-%d %H:%M"), load_average()
+    counts = [0, 1, args.viewers]
+    cpu: list[CpuSample] = []
+    chromium: list[tuple[float, float]] = []
+    loads: list[LoadSample] = []
+    try:
+        if "cpu" not in skip:
+            for r in range(args.repeats):
+                for n in counts if r % 2 == 0 else counts[::-1]:
+                    cpu.append(asyncio.run(measure_cpu(url, app, n, args.window)))
+                    s = cpu[-1]
+                    print(f"  Monitor, {n:3d} viewers: app {s.app_pct:5.1f}% of a core, viewers' own process "
+                          f"{s.here_pct:4.1f}%, redraws kept {s.kept:.2f}", flush=True)
+        if "chromium" not in skip:
+            for _ in range(2):
+                light = asyncio.run(measure_cpu(url, app, 1, args.window)).app_pct
+                chromium.append((measure_chromium(url, app, args.window), light))
+                print(f"  one viewer on Monitor: Chromium {chromium[-1][0]:.1f}%, light {light:.1f}%", flush=True)
+        if "load" not in skip:
+            loads = asyncio.run(measure_load(url, app, RunStore(), [0, args.viewers], args.repeats,
+                                             ("monitor", "load_test")))
+    finally:
+        if stack:
+            app_proc, srv = stack
+            app_proc.terminate()
+            app_proc.wait(30)
+            srv.stop()
+    report(args, url, started, load_before, load_average(), cpu, chromium, loads, hardware.versions().get("vllm"))
+
+
+def report(args, url, started, load_before, load_after, cpu, chromium, loads, vllm) -> None:
+    n = args.viewers
+    lines = [
+        "# What viewers cost the benchmark they watch", "",
+        f"Machine: {machine()}. vLLM {vllm} (CPU build) on the embedded model (SmolLM2-135M-Instruct). "
+        f"{started}; load average (1/5/15 min) {load_before} before, {load_after} after. "
+        "Everything (vLLM, the app, the viewers) runs on this one machine.", "",
+        "Viewers are light viewers (`bench/viewers.py`): Streamlit sessions driven over the browser's "
+        "websocket protocol, timed fragment reruns included, drawing nothing. CPU is the Streamlit "
+        "process's CPU seconds (psutil) over the wall time, in % of one core.", "",
+    ]
+    if cpu:
+        by = {k: [s for s in cpu if s.viewers == k] for k in sorted({s.viewers for s in cpu})}
+        base = mean([s.app_pct for s in by.get(0, [])])
+        lines += [f"## Monitor: {len(by[0])} interleaved rounds of {args.window:.0f} s per count", "",
+                  "| viewers | app CPU % of one core | per viewer (minus no viewer) | redraws kept | KB/s per viewer "
+                  "| light viewers' own CPU % |", "|---:|---:|---:|---:|---:|---:|"]
+        for k, ss in by.items():
+            app_pct = mean([s.app_pct for s in ss])
+            per = f"{(app_pct - base) / k:.2f}" if k else "–"
+            lines.append(f"| {k} | {app_pct:.1f} ({', '.join(f'{s.app_pct:.1f}' for s in ss)}) | {per} | "
+                         f"{mean([s.kept for s in ss]):.2f} | {mean([s.kb_s for s in ss]) if k else 0:.1f} | "
+                         f"{mean([s.here_pct for s in ss]):.1f} |")
+        lines += ["", "Redraws kept: timed fragment reruns finished / sent; below 1, the app coalesces "
+                  "reruns it could not serve in time.", ""]
+    if chromium:
+        lines += ["## Light viewer against a real browser (one viewer on Monitor)", "",
+                  "| headless Chromium: app CPU % | light viewer: app CPU % |", "|---:|---:|"]
+        lines += [f"| {c:.1f} | {lv:.1f} |" for c, lv in chromium]
+        lines += ["", "Chromium's own CPU is not counted: only what the viewer costs the app.", ""]
+    if loads:
+        t0 = [s.tok_s for s in loads if s.viewers == 0]
+        tn = [s.tok_s for s in loads if s.viewers == n]
+        lines += [f"## The presenter's load test with 0 and {n} viewers", "",
+                  f"Run from the Load test page by a presenter session ({FORM['Number of requests']} requests, "
+                  f"{FORM['Requests in flight']:.0f} in flight, {FORM['Max tokens per answer']:.0f} tokens each, "
+                  f"fixed length); the viewers split between Monitor and Load test (watching the run live); "
+                  f"{args.repeats} interleaved repeats.", "",
+                  "| viewers | output tok/s per run | mean | app CPU % of one core during the run |",
+                  "|---:|---|---:|---:|"]
+        for k, xs in ((0, t0), (n, tn)):
+            ss = [s for s in loads if s.viewers == k]
+            lines.append(f"| {k} | {', '.join(f'{x:.1f}' for x in xs)} | {mean(xs):.1f} | "
+                         f"{mean([s.app_pct for s in ss]):.1f} |")
+        lines += ["", f"Throughput with {n} viewers: **{mean(tn) / mean(t0):.3f}×** the throughput with none "
+                  "(goal: within 5 %).", ""]
+    text = "\n".join(lines) + "\n"
+    Path(args.out).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
