@@ -95,7 +95,8 @@ def sidebar(lab: Lab) -> None:
     with st.sidebar:
         _server_status()
         if lab.access.locked:
-            st.warning(lab.access.why_not(), icon=":material/lock:")
+            st.warning("Viewing only: the app is reachable from the network and no presenter token is set. "
+                       "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act.", icon=":material/lock:")
         elif lab.access.token:
             st.text_input("Presenter token", type="password", key="presenter_token", on_change=_try_token,
                           help="Starting, stopping and running benchmarks is reserved for the presenter.")

@@ -7,8 +7,9 @@ memory (GPU memory through NVML, else RAM) returned — with the product's own C
    (as it does with vLLM alone); then `python -m engine status`, which finds the leftovers by their
    tag, stops them, and says so.
 
-  python bench/tree_kill.py --model shape-only --tensor-parallel-size 2 --out bench/results/tree-kill-h200.md
-  python bench/tree_kill.py --model embedded --extra=--enforce-eager --out bench/results/tree-kill-cpu.md
+  python bench/tree_kill.py --out bench/results/tree-kill-h200.md -- --model shape-only --tensor-parallel-size 2
+  python bench/tree_kill.py --out bench/results/tree-kill-cpu.md -- --model embedded --enforce-eager
+(everything after -- goes to `python -m engine serve`)
 """
 from __future__ import annotations
 
@@ -53,11 +54,7 @@ def wait_gone(pids: list[int], timeout_s: float) -> float | None:
 
 
 def serve(args, detach: bool) -> tuple[subprocess.Popen, int, list[int]]:
-    argv = [sys.executable, "-m", "engine", "serve", "--model", args.model, "--port", str(args.port)]
-    if args.tensor_parallel_size:
-        argv += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
-    if args.extra:
-        argv += ["--extra", args.extra]
+    argv = [sys.executable, "-m", "engine", "serve", "--port", str(args.port), *args.serve]
     if detach:
         argv.append("--detach")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -70,14 +67,20 @@ def serve(args, detach: bool) -> tuple[subprocess.Popen, int, list[int]]:
     return proc, rec["pid"], [p.pid for p in proctree.family(rec["pid"])]
 
 
+def _cpu_model() -> str:
+    try:
+        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "CPU"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="embedded")
-    ap.add_argument("--tensor-parallel-size", type=int)
-    ap.add_argument("--extra", default="")
     ap.add_argument("--port", type=int, default=9000)
     ap.add_argument("--out", required=True)
+    ap.add_argument("serve", nargs=argparse.REMAINDER, help="-- then options of `python -m engine serve`")
     args = ap.parse_args()
+    args.serve = [a for a in args.serve if a != "--"]
     lines = []
 
     # 1. watched
@@ -107,6 +110,7 @@ def main() -> int:
     status = subprocess.run([sys.executable, "-m", "engine", "status", "--port", str(args.port)], cwd=ROOT,
                             capture_output=True, text=True)
     gone = wait_gone(tree, 60)
+    gone = None if gone is None else time.time() - t0
     lines += ["## 2. Nobody watches (`serve --detach`), then `python -m engine status`", "",
               f"5 s after kill -9 of the API server (pid {api}): {len(alive)} processes of its tree still run"
               f"{f', {len(on_gpu)} of them on a GPU' if on_gpu else ''} (vLLM does not stop them itself).",
@@ -115,9 +119,8 @@ def main() -> int:
               else f"Still there 60 s after `engine status`: {tree_state(tree)}.", ""]
 
     gpus = nvml.devices()
-    hw = (f"{len(gpus)}x {gpus[0]['name']}" if gpus else platform.processor() or "CPU") + f", {os.cpu_count()} CPU cores"
-    text = "\n".join([f"# kill -9 of the vLLM API server: the tree goes with it ({args.model}"
-                      f"{f', TP={args.tensor_parallel_size}' if args.tensor_parallel_size else ''})", "",
+    hw = (f"{len(gpus)}x {gpus[0]['name']}" if gpus else _cpu_model()) + f", {os.cpu_count()} CPU cores"
+    text = "\n".join([f"# kill -9 of the vLLM API server: the tree goes with it (`serve {' '.join(args.serve)}`)", "",
                       f"Measured {datetime.now():%Y-%m-%d %H:%M} on {hw} with `python bench/tree_kill.py "
                       f"{' '.join(sys.argv[1:])}`.", "", *lines])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -173,7 +173,8 @@ _TRUST = ("it trusts code from the model folder or from requests; start vLLM you
 _TLS = "the app talks to its server over plain HTTP on this machine; put TLS in front of the app instead"
 _CORS = "which web pages may call the server is not for a shared dashboard to widen"
 _REMOTE = "it sends data to or takes it from other machines"
-_FORM = "that setting has its own control on the Server page: set it there"
+_FORM = ("that setting has its own control (a field on the Server page, an option of `python -m engine serve`): "
+         "set it there")
 REFUSED_EXTRA_FLAGS: dict[str, str] = {
     **dict.fromkeys(("--host", "--port", "--uds", "--root-path", "--grpc-port", "--headless", "--master-port",
                      "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-supervisor-port"),

@@ -115,7 +115,7 @@ def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, sto
             f"{'were' if len(stopped) != 1 else 'was'} stopped and {_gb(freed_bytes)} of memory returned"
             if stopped else "; nothing of it is left running")
     because = f". Its log says: {cause}" if cause else ""
-    return f"{what}{rest}{because}. Press Start to serve again."
+    return f"{what}{rest}{because}. Start it again to serve."
 
 
 def _exit(rc: int | None, died: bool = False) -> str:
