@@ -107,7 +107,7 @@ def main() -> int:
                        and "resource_tracker" not in " ".join(c.cmdline())] if b.poll() is None else []
         b.send_signal(signal.SIGKILL)
         b.wait()
-        time.sleep(1.0)
+        time.sleep(3.0)  # a client still importing when the app died notices once it runs
         clients_left = [c for c in had_clients if proctree.same_process(c, None)]
         # 3. adopt and check
         c, seen_c = run_app("check", port, env)

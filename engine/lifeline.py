@@ -14,9 +14,10 @@ import threading
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int | None = None, poll_s: float = 1.0) -> None:
-    """Call first thing in a child: SIGKILL this process when its parent goes away."""
-    ppid = parent_pid or os.getppid()
+def die_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
+    """Call first thing in a child, with the pid its parent had when it started it (not os.getppid() now:
+    a parent that died while the child was still importing has already been replaced by init)."""
+    ppid = parent_pid
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -899,7 +899,7 @@ class LoadError(LabError):
 def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
     """Entry point of client process k: its own loop and clients. It dies with the app: a client left
     behind would keep loading the server everyone is watching."""
-    die_with_parent()
+    die_with_parent(mp.parent_process().pid)
     try:
         with _gc_frozen():
             _run_async(lambda: _shard(spec, k, shards, sync))

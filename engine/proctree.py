@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from . import nvml
+
 TAG_ENV = "SERVING_LAB_SERVER"
 
 
@@ -85,14 +87,21 @@ def name(p: psutil.Process) -> str:
         return f"pid {p.pid}"
 
 
-def memory_bytes(procs: list[psutil.Process]) -> int:
-    total = 0
+def held(procs: list[psutil.Process]) -> str:
+    """The memory these processes hold, in words: RAM, and GPU memory where NVML lists them."""
+    ram = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            ram += p.memory_info().rss
         except psutil.Error:
             pass
-    return total
+    pids = {p.pid for p in procs}
+    gpu = sum(used for g in nvml.devices() for pid, used in g["procs"].items() if pid in pids)
+    return f"{gb(ram)} of RAM" + (f" and {gb(gpu)} of GPU memory" if gpu else "")
+
+
+def gb(n: int) -> str:
+    return f"{n / 1024**3:.1f} GB" if n >= 1024**3 / 10 else f"{n / 1024**2:.0f} MB"
 
 
 def stop(procs: list[psutil.Process], grace_s: float = 20.0, group: int | None = None) -> None:

@@ -106,13 +106,13 @@ def describe_failure(log_lines: list[str], returncode: int | None) -> str:
 
 
 def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, stopped: list[str],
-                   freed_bytes: int, log_after_ready: list[str]) -> str:
+                   freed: str, log_after_ready: list[str]) -> str:
     """One sentence for a server that died while serving: which process, at which point, what was
     cleaned up, and a cause only when a log line after 'ready' gives one."""
     cause = _known_cause(log_after_ready) or _explaining_line(log_after_ready)
     what = f"The vLLM API server (pid {api_pid}) {_exit(returncode, died=True)} after serving for {_ago(ready_for_s)}"
     rest = (f"; its {len(stopped)} other process{'es' if len(stopped) != 1 else ''} ({', '.join(stopped)}) "
-            f"{'were' if len(stopped) != 1 else 'was'} stopped and {_gb(freed_bytes)} of memory returned"
+            f"{'were' if len(stopped) != 1 else 'was'} stopped and {freed} returned"
             if stopped else "; nothing of it is left running")
     because = f". Its log says: {cause}" if cause else ""
     return f"{what}{rest}{because}. Start it again to serve."
@@ -133,10 +133,6 @@ def _exit(rc: int | None, died: bool = False) -> str:
 
 def _ago(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
-
-
-def _gb(n: int) -> str:
-    return f"{n / 1024**3:.1f} GB" if n >= 1024**3 / 10 else f"{n / 1024**2:.0f} MB"
 
 
 @dataclass
@@ -323,13 +319,13 @@ class VLLMServer:
                 if p := proctree.same_process(int(pid), ct):
                     found.setdefault(p.pid, p)
         if left := list(found.values()):
-            names, freed = [proctree.name(p) for p in left], proctree.memory_bytes(left)
+            names, freed = [proctree.name(p) for p in left], proctree.held(left)
             proctree.stop(left, grace_s=10)
             with self._lock:
                 self._snap.notice = (f"A vLLM server this app started on port {self.port} had lost its API server; "
                                      f"its {len(left)} leftover process{'es' if len(left) != 1 else ''} "
                                      f"({', '.join(names)}) {'were' if len(left) != 1 else 'was'} stopped and "
-                                     f"{_gb(freed)} of memory returned.")
+                                     f"{freed} returned.")
 
     def _adopt(self, rec: dict) -> None:
         cfg = ServerConfig.from_dict(rec["config"])
@@ -387,11 +383,11 @@ class VLLMServer:
                     procs.setdefault(p.pid, p)
         return list(procs.values())
 
-    def _stop_tree(self, grace_s: float) -> tuple[list[str], int]:
+    def _stop_tree(self, grace_s: float) -> tuple[list[str], str]:
         """Stop the whole tree; returns the names of the processes besides the API server, and their memory."""
         procs = self._tree()
         others = [p for p in procs if p.pid != self._pid]
-        names, freed = [proctree.name(p) for p in others], proctree.memory_bytes(others)
+        names, freed = [proctree.name(p) for p in others], proctree.held(others)
         # The process group is the API server's pid (start_new_session); signal it only while one of our
         # own processes is still in it, so a recycled group id is never hit.
         group = self._pid if any(_pgid(p) == self._pid for p in procs) else None
@@ -575,7 +571,7 @@ def clear_leftovers() -> str | None:
     if not left:
         return None
     sentence = (f"Stopped {len(left)} leftover process{'es' if len(left) != 1 else ''} of an earlier server "
-                f"({', '.join(proctree.name(p) for p in left)}); {_gb(proctree.memory_bytes(left))} of memory returned.")
+                f"({', '.join(proctree.name(p) for p in left)}); {proctree.held(left)} returned.")
     proctree.stop(left, grace_s=10)
     return sentence
 
@@ -588,14 +584,14 @@ def foreign_holders() -> str | None:
     for gpu in nvml.devices():
         for pid, used in gpu["procs"].items():
             if pid not in mine and (p := proctree.same_process(pid, None)):
-                held[pid] = (p, f"{_gb(used)} on GPU {gpu['index']}")
+                held[pid] = (p, f"{proctree.gb(used)} on GPU {gpu['index']}")
     if not nvml.available():
         for p in psutil.process_iter():
             try:
                 if p.pid in mine or p.pid == os.getpid():
                     continue
                 if p.name().startswith("VLLM") or API_SERVER_MODULE in " ".join(p.cmdline()):
-                    held[p.pid] = (p, f"{_gb(p.memory_info().rss)} of RAM")
+                    held[p.pid] = (p, f"{proctree.gb(p.memory_info().rss)} of RAM")
             except psutil.Error:
                 continue
     if not held:
@@ -607,8 +603,7 @@ def foreign_holders() -> str | None:
 
 def leftovers_sentence(left: list[psutil.Process]) -> str:
     return (f"{len(left)} process{'es' if len(left) != 1 else ''} left by an earlier server of this app "
-            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {_gb(proctree.memory_bytes(left))} of "
-            "memory: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
+            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {proctree.held(left)}: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
 
 
 def _after_ready(lines: list[str]) -> list[str]:

@@ -114,7 +114,7 @@ def test_a_restarted_app_stops_what_a_dead_server_left(embedded_model):
 
     again = VLLMServer(port=port)  # the restarted app
     assert again.snapshot().state == STOPPED
-    assert "leftover" in (again.snapshot().notice or "") and "memory returned" in again.snapshot().notice
+    assert "leftover" in (again.snapshot().notice or "") and "of RAM returned" in again.snapshot().notice
     assert not ours() and not leftovers()
 
 
