@@ -3,28 +3,31 @@ import streamlit as st
 
 import ui
 from engine import figures
+from engine.server import STARTING, STOPPING
 from engine.telemetry import downsample, event_rows, memory_rows, metric_rows
 
 REDRAW_S = 2
+IDLE_REDRAW_S = 10  # nothing running: the charts move in 10 s steps (a new event still shows at once)
 MAX_POINTS = 400  # per series: about one per two pixels of the plot, so a 1 h window stays light
 
 lab = ui.get_lab()
 
 st.title("Monitor")
 st.caption("Memory and vLLM's live counters, sampled once a second by the app (one sampler for every viewer) "
-           f"and redrawn every {REDRAW_S} seconds. "
+           f"and redrawn every {REDRAW_S} seconds while anything runs. "
            "Markers show when the server started, loaded weights, allocated its KV cache, and when benchmarks ran.")
 window = st.segmented_control("Window", ["1 min", "5 min", "15 min", "1 h"], default="5 min", key="mon_window")
 seconds = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600}.get(window or "5 min", 300)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _draw(seconds: int, tick: int, last_event: float | None) -> None:
-    """Draw both charts for the window ending at redraw tick `tick`. Streamlit records what a cached
-    function draws and replays those messages on a hit, so every viewer within one tick gets the
-    same prebuilt charts: figures are built and serialised once per tick, not once per viewer."""
+def _draw(seconds: int, step: int, tick: int, last_event: float | None) -> None:
+    """Draw both charts for the window ending at redraw tick `tick` (of `step` seconds). Streamlit records what a cached function draws
+    and replays those messages on a hit, so every viewer within one tick gets the same prebuilt charts:
+    figures are built and serialised once per tick, not once per viewer (and a replayed chart the
+    browser already holds travels as a reference to its cached copy)."""
     newest = lab.telemetry.latest()
-    since = (newest.t if newest else tick * REDRAW_S) - seconds
+    since = (newest.t if newest else 0.0) - seconds
     samples = downsample(lab.telemetry.samples(since=since), MAX_POINTS)
     events = event_rows(lab.server.snapshot().events, since=since)
     where = "GPU memory (NVML)" if lab.device == "cuda" else "Memory (no GPU here: system RAM and the vLLM processes)"
@@ -38,8 +41,11 @@ def _draw(seconds: int, tick: int, last_event: float | None) -> None:
 @st.fragment(run_every=REDRAW_S)
 def live() -> None:
     newest = lab.telemetry.latest()
-    events = lab.server.snapshot().events
-    _draw(seconds, int(newest.t // REDRAW_S) if newest else 0, events[-1][0] if events else None)
+    snap = lab.server.snapshot()
+    busy = (snap.state in (STARTING, STOPPING) or bool(lab.jobs.active())
+            or bool(newest and (newest.metrics.get("running") or newest.metrics.get("waiting"))))
+    step = REDRAW_S if busy else IDLE_REDRAW_S
+    _draw(seconds, step, int(newest.t // step) if newest else 0, snap.events[-1][0] if snap.events else None)
 
 
 live()

@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 # -- a light viewer ---------------------------------------------------------------------------------
 
+DRAW_S = 0.01  # what a browser takes to draw one element, as far as message timing goes
+
 def _default_state(el) -> WidgetState | None:
     """The state a browser reports for a widget it has just drawn (its default), as the frontend's
     widget manager sends it with every rerun. Only the widget types the pages use."""
@@ -64,7 +66,7 @@ def _default_state(el) -> WidgetState | None:
             s.double_value = w.default
     elif kind == "checkbox":
         s.bool_value = w.default
-    elif kind == "selectbox" and w.HasField("default"):
+    elif kind in ("selectbox", "radio") and w.HasField("default"):
         s.string_value = w.options[w.default]
     elif kind == "multiselect":
         s.string_array_value.data.extend(w.options[i] for i in w.default)
@@ -79,12 +81,12 @@ def _default_state(el) -> WidgetState | None:
 
 @dataclass
 class ViewerStats:
-    reruns_sent: int = 0
-    runs_finished: int = 0
+    sent: dict[str, int] = field(default_factory=dict)  # timed reruns sent, by "main" / "sidebar" fragment
+    served: dict[str, int] = field(default_factory=dict)  # … and served (the fragment's run finished)
     charts: int = 0  # plotly_chart elements received in full
     chart_refs: int = 0  # charts the server sent as a reference to the viewer's cache
     bytes_in: int = 0
-    latencies: list[float] = field(default_factory=list)  # fragment rerun sent -> its script_finished
+    latencies: list[float] = field(default_factory=list)  # page fragment's timed rerun sent -> served
 
 
 class LightViewer:
@@ -102,8 +104,9 @@ class LightViewer:
         self._max_age = 2
         self._timers: dict[str, tuple[float, asyncio.Task]] = {}
         self._sent_at: dict[str, float] = {}
+        self._where: dict[str, str] = {}  # fragment id -> "main" | "sidebar"
         self._ws = None
-        self.finished = asyncio.Event()  # set after each script run
+        self.finished = asyncio.Event()  # set after each full run of the page
 
     def _client_state(self, **kw):
         msg = BackMsg()
@@ -127,6 +130,13 @@ class LightViewer:
         self.finished.clear()
         await self._ws.send(msg.SerializeToString())
 
+    async def change(self, label: str, value) -> None:
+        """Change a widget outside a form: the browser reruns the page at once; wait for that run."""
+        self.set(label, value)
+        self.finished.clear()
+        await self.send_rerun(page_script_hash=self.page_hash)
+        await asyncio.wait_for(self.finished.wait(), 60)
+
     def set(self, label: str, value) -> None:
         s = self.widgets[self.labels[label]]
         which = s.WhichOneof("value")
@@ -140,10 +150,12 @@ class LightViewer:
         while True:  # setInterval: every interval, whether or not the last rerun has finished
             await asyncio.sleep(interval)
             self._sent_at.setdefault(fragment_id, time.perf_counter())
-            self.stats.reruns_sent += 1
+            where = self._where.get(fragment_id, "main")
+            self.stats.sent[where] = self.stats.sent.get(where, 0) + 1
             await self.send_rerun(page_script_hash=self.page_hash, fragment_id=fragment_id, is_auto_rerun=True)
 
-    def _on(self, raw: bytes) -> None:
+    def _on(self, raw: bytes) -> bool:
+        """Handle one ForwardMsg as the frontend would; True when it was an element to draw."""
         self.stats.bytes_in += len(raw)
         msg = ForwardMsg()
         msg.ParseFromString(raw)
@@ -151,13 +163,16 @@ class LightViewer:
         if kind == "ref_hash":
             self.stats.chart_refs += 1
             self._cache[msg.ref_hash] = (self._runs, self._cache.get(msg.ref_hash, (0, ""))[1])
-            return
+            return True
         if msg.metadata.cacheable and msg.hash not in self._cache:
             self._cache[msg.hash] = (self._runs, msg.delta.fragment_id)
         if kind == "new_session":
-            self.page_hash = msg.new_session.page_script_hash
             self._max_age = msg.new_session.config.max_cached_message_age
-        elif kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
+        elif kind == "navigation":  # st.navigation names the page it ran (new_session cannot know it yet)
+            self.page_hash = msg.navigation.page_script_hash
+        if kind == "delta" and msg.delta.fragment_id:
+            self._where[msg.delta.fragment_id] = "sidebar" if msg.metadata.delta_path[0] == 1 else "main"
+        if kind == "delta" and msg.delta.WhichOneof("type") == "new_element":
             el = msg.delta.new_element
             if el.WhichOneof("type") == "plotly_chart":
                 self.stats.charts += 1
@@ -179,15 +194,24 @@ class LightViewer:
                 if fid in self._timers:
                     self._timers.pop(fid)[1].cancel()
         elif kind == "script_finished":
-            self.stats.runs_finished += 1
             now = time.perf_counter()
-            for fid, t in list(self._sent_at.items()):
-                self.stats.latencies.append(now - t)
-                del self._sent_at[fid]
+            # A fragment rerun that arrives while another fragment runs preempts it (Streamlit ends
+            # that run early and does not run it again): only runs that finished count as served.
             if msg.script_finished != msg.FINISHED_EARLY_FOR_RERUN:
-                self._runs += 1  # the frontend's cache ageing (incrementRunCount)
-                self._cache = {h: v for h, v in self._cache.items() if self._runs - v[0] <= self._max_age}
-            self.finished.set()
+                for fid in msg.metadata.run.fragment_ids:  # several timed reruns may share one run
+                    where = self._where.get(fid, "main")
+                    self.stats.served[where] = self.stats.served.get(where, 0) + 1
+                    if fid in self._sent_at and where == "main":
+                        self.stats.latencies.append(now - self._sent_at.pop(fid))
+                    self._sent_at.pop(fid, None)
+                # The frontend's cache ageing (incrementRunCount): a fragment run ages only its own messages.
+                self._runs += 1
+                frags = set(msg.metadata.run.fragment_ids)
+                self._cache = {h: v for h, v in self._cache.items()
+                               if (frags and v[1] not in frags) or self._runs - v[0] <= self._max_age}
+                if not frags:
+                    self.finished.set()
+        return kind == "delta" and msg.delta.WhichOneof("type") == "new_element"
 
     async def run(self, stop: asyncio.Event) -> None:
         host = self.base_url.split("//", 1)[1]
@@ -203,7 +227,11 @@ class LightViewer:
 
     async def _receive(self) -> None:
         async for raw in self._ws:
-            self._on(raw)
+            if self._on(raw):
+                # A browser draws each element before it handles the next message, so the timers of
+                # a page's fragments start tens of ms apart (Chromium on Monitor: 40-60 ms). Started
+                # in the same millisecond, one fragment's rerun would preempt the other's every time.
+                await asyncio.sleep(DRAW_S)
 
 
 # -- measuring --------------------------------------------------------------------------------------
@@ -248,8 +276,10 @@ class Viewers:
         self._stop.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def totals(self) -> tuple[int, int]:
-        return (sum(v.stats.reruns_sent for v in self.viewers), sum(v.stats.runs_finished for v in self.viewers))
+    def totals(self, where: str = "main") -> tuple[int, int]:
+        """Timed reruns of the page's (or the sidebar's) fragments sent and served, all viewers."""
+        return (sum(v.stats.sent.get(where, 0) for v in self.viewers),
+                sum(v.stats.served.get(where, 0) for v in self.viewers))
 
 
 @dataclass
@@ -257,8 +287,10 @@ class CpuSample:
     viewers: int
     app_pct: float  # Streamlit process, % of one core
     here_pct: float  # this process (the light viewers themselves)
-    kept: float  # redraws finished / timed reruns sent: below 1 the app falls behind
+    kept: float  # the page's timed reruns served / sent: below 1 the app drops chart redraws
+    kept_sidebar: float  # the same for the sidebar's status fragment
     kb_s: float  # what the app sent each viewer, KB/s
+    latency_ms: tuple[float, float]  # timed rerun sent -> served: median, 95th percentile
 
 
 async def measure_cpu(url: str, app: psutil.Process, n: int, seconds: float, settle: float = 6,
@@ -266,16 +298,19 @@ async def measure_cpu(url: str, app: psutil.Process, n: int, seconds: float, set
     me = psutil.Process()
     async with Viewers(url, n, pages) as vs:
         await asyncio.sleep(settle)  # page load and the first full run are not what a viewer costs
-        sent0, done0 = vs.totals()
+        before = vs.totals(), vs.totals("sidebar")
         b0 = sum(v.stats.bytes_in for v in vs.viewers)
+        l0 = [len(v.stats.latencies) for v in vs.viewers]
         c0, m0, t0 = cpu_seconds(app), cpu_seconds(me), time.monotonic()
         await asyncio.sleep(seconds)
         dt = time.monotonic() - t0
         c1, m1 = cpu_seconds(app), cpu_seconds(me)
-        sent1, done1 = vs.totals()
+        after = vs.totals(), vs.totals("sidebar")
         b1 = sum(v.stats.bytes_in for v in vs.viewers)
-    return CpuSample(n, 100 * (c1 - c0) / dt, 100 * (m1 - m0) / dt,
-                     (done1 - done0) / (sent1 - sent0) if sent1 > sent0 else 1.0, (b1 - b0) / 1000 / dt / max(n, 1))
+        lat = sorted(x * 1000 for v, k in zip(vs.viewers, l0) for x in v.stats.latencies[k:])
+    kept = [(a[1] - b[1]) / (a[0] - b[0]) if a[0] > b[0] else 1.0 for a, b in zip(after, before)]
+    return CpuSample(n, 100 * (c1 - c0) / dt, 100 * (m1 - m0) / dt, *kept, (b1 - b0) / 1000 / dt / max(n, 1),
+                     (lat[len(lat) // 2], lat[int(len(lat) * 0.95)]) if lat else (0.0, 0.0))
 
 
 def measure_chromium(url: str, app: psutil.Process, seconds: float, settle: float = 10) -> float:
@@ -297,10 +332,11 @@ def measure_chromium(url: str, app: psutil.Process, seconds: float, settle: floa
     return pct
 
 
-# The presenter's load test, set on the Load test page's form: long enough (tens of seconds on a
-# 2-core VM) that page loads and timer phases average out.
-FORM = {"Requests in flight": 32.0, "Number of requests": 64, "Max tokens per answer": 128.0,
-        "Always generate max tokens": True, "Prompts": "Synthetic prompts (seeded)", "Arrival": "Keep N in flight"}
+# The presenter's load test, set on the Load test page: long enough (tens of seconds on a 2-core VM)
+# that page loads and timer phases average out. The arrival choice redraws the form, so it goes first.
+ARRIVAL = ("Arrival", "Keep N in flight")
+FORM = {"Requests in flight": 32.0, "Number of requests": 48, "Max tokens per answer": 128.0,
+        "Always generate max tokens": True, "Prompts": "Synthetic prompts (seeded)"}
 
 
 async def presenter_run(presenter: LightViewer, store, timeout: float = 600) -> dict:
@@ -330,10 +366,9 @@ async def measure_load(url: str, app: psutil.Process, store, counts: list[int], 
     presenter = LightViewer(url, "load_test")
     task = asyncio.create_task(presenter.run(stop))
     try:
-        for _ in range(100):
+        while not presenter.finished.is_set():  # the page's first run (the connection may not be up yet)
             await asyncio.sleep(0.2)
-            if "Run load test" in presenter.labels:
-                break
+        await presenter.change(*ARRIVAL)
         for label, value in FORM.items():
             presenter.set(label, value)
         await presenter_run(presenter, store)  # warm-up: the server's first batch shapes
@@ -427,7 +462,8 @@ def main() -> None:
                     cpu.append(asyncio.run(measure_cpu(url, app, n, args.window)))
                     s = cpu[-1]
                     print(f"  Monitor, {n:3d} viewers: app {s.app_pct:5.1f}% of a core, viewers' own process "
-                          f"{s.here_pct:4.1f}%, redraws kept {s.kept:.2f}", flush=True)
+                          f"{s.here_pct:4.1f}%, redraws kept {s.kept:.2f} (sidebar {s.kept_sidebar:.2f}), redraw latency median "
+                          f"{s.latency_ms[0]:.0f} ms, p95 {s.latency_ms[1]:.0f} ms", flush=True)
         if "chromium" not in skip:
             for _ in range(2):
                 light = asyncio.run(measure_cpu(url, app, 1, args.window)).app_pct
@@ -460,16 +496,20 @@ def report(args, url, started, load_before, load_after, cpu, chromium, loads, vl
         by = {k: [s for s in cpu if s.viewers == k] for k in sorted({s.viewers for s in cpu})}
         base = mean([s.app_pct for s in by.get(0, [])])
         lines += [f"## Monitor: {len(by[0])} interleaved rounds of {args.window:.0f} s per count", "",
-                  "| viewers | app CPU % of one core | per viewer (minus no viewer) | redraws kept | KB/s per viewer "
-                  "| light viewers' own CPU % |", "|---:|---:|---:|---:|---:|---:|"]
+                  "| viewers | app CPU % of one core | per viewer (minus no viewer) | chart redraws kept "
+                  "| sidebar redraws kept | chart redraw latency median / p95 ms | KB/s per viewer "
+                  "| light viewers' own CPU % |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for k, ss in by.items():
             app_pct = mean([s.app_pct for s in ss])
             per = f"{(app_pct - base) / k:.2f}" if k else "–"
             lines.append(f"| {k} | {app_pct:.1f} ({', '.join(f'{s.app_pct:.1f}' for s in ss)}) | {per} | "
-                         f"{mean([s.kept for s in ss]):.2f} | {mean([s.kb_s for s in ss]) if k else 0:.1f} | "
+                         f"{mean([s.kept for s in ss]):.2f} | {mean([s.kept_sidebar for s in ss]):.2f} | {mean([s.latency_ms[0] for s in ss]):.0f} / "
+                         f"{mean([s.latency_ms[1] for s in ss]):.0f} | {mean([s.kb_s for s in ss]) if k else 0:.1f} | "
                          f"{mean([s.here_pct for s in ss]):.1f} |")
-        lines += ["", "Redraws kept: timed fragment reruns finished / sent; below 1, the app coalesces "
-                  "reruns it could not serve in time.", ""]
+        lines += ["", "Redraws kept: timed fragment reruns served / sent. Below 1 the app dropped redraws: "
+                  "Streamlit lets a fragment rerun that arrives while another fragment of the same session runs "
+                  "preempt it, and does not run the preempted one again. Latency: the chart fragment's timed "
+                  "rerun sent -> its run finished.", ""]
     if chromium:
         lines += ["## Light viewer against a real browser (one viewer on Monitor)", "",
                   "| headless Chromium: app CPU % | light viewer: app CPU % |", "|---:|---:|"]
