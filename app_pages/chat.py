@@ -62,9 +62,12 @@ for m in history:
 
 if snap.state != READY:
     st.info("Start the server on the Server page to chat.", icon=":material/info:")
-prompt = st.chat_input("Ask something… (try the lab's: " + LAB_STREAM + ")", disabled=snap.state != READY)
+elif lab.access.locked:
+    st.info(lab.access.why_not(), icon=":material/lock:")
+can_chat = snap.state == READY and not lab.access.locked
+prompt = st.chat_input("Ask something… (try the lab's: " + LAB_STREAM + ")", disabled=not can_chat)
 
-if prompt and snap.state == READY:
+if prompt and can_chat:
     history.append({"role": "user", "content": prompt})
     with st.chat_message("user"):
         st.markdown(prompt)
