@@ -1,53 +1,88 @@
 """Load test: fire concurrent requests and watch continuous batching — the lab's step 3, plus a sweep."""
 import time
+from dataclasses import replace
 
 import streamlit as st
 
 import ui
-from engine import figures, prompts
+from engine import figures, prompts, stats
+from engine.errors import ConfigError
 from engine.records import RunResult
 from engine.scenarios import SCENARIOS
+from engine.server import READY
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
+snap = lab.server.snapshot()
+# Answers longer than the running server's max-model-len are refused, so no control offers them.
+server_len = snap.config.max_model_len if snap.state == READY and snap.config else None
+TOKENS_CAP = 1024  # longer answers make a CPU run crawl; the lab uses 150
 
 st.title("Load test")
 st.caption("Send many requests at once and watch vLLM batch them: with continuous batching they run side by side "
            "instead of queueing one after another (the lab's step 3).")
 
+ARRIVALS = {"All at once (the lab)": "burst", "Keep N in flight": "concurrency", "Poisson arrivals": "poisson"}
+# Outside the form: the controls below depend on it and redraw when it changes.
+arrival = st.radio("Arrival", list(ARRIVALS), horizontal=True, key="load_arrival",
+                   help="All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
+                        "request as soon as one finishes. Poisson: requests arrive at random at a set rate.")
+shape = ARRIVALS[arrival]
+
+tokens_hi = min(TOKENS_CAP, server_len) if server_len else TOKENS_CAP
+tokens_help = "The lab uses 150. " + (
+    f"At most {tokens_hi}: the running server's max-model-len is {server_len}, and it refuses longer answers."
+    if server_len and server_len <= TOKENS_CAP else
+    f"The running server accepts up to {server_len} (its max-model-len); this slider stops at {TOKENS_CAP} to keep "
+    "runs short." if server_len else "Once the server runs, this stops at its max-model-len.")
+
 with st.form("load"):
     c1, c2, c3 = st.columns(3, gap="large")
     with c1:
-        concurrency = st.slider("Requests in flight", 1, 64 if cpu else 256, 10,
-                                help="How many requests are sent together (the lab sends 10 at once).")
         n_requests = st.number_input("Number of requests", 1, 1024, 10,
                                      help="Total requests; prompts repeat if there are more requests than prompts.")
+        concurrency, rate = 1, None
+        if shape == "concurrency":
+            concurrency = st.slider("Requests in flight", 1, 64 if cpu else 256, 4,
+                                    help="How many requests are kept in flight: a new one goes out as soon as one "
+                                         "finishes.")
+        elif shape == "poisson":
+            rate = st.number_input("Rate (requests/s)", 0.1, 100.0, 2.0, 0.5,
+                                   help="Requests arrive at random times, this many per second on average.")
+        else:
+            st.caption("Every request is sent at once: as many in flight as there are requests.")
     with c2:
-        max_tokens = st.slider("Max tokens per answer", 16, 1024, 150, 2, help="The lab uses 150.")
+        max_tokens = st.slider("Max tokens per answer", 16, max(tokens_hi, 17), min(150, tokens_hi), 2,
+                               help=tokens_help)
         ignore_eos = st.toggle("Always generate max tokens", value=False,
                                help="Ignore end-of-sequence: a fixed output length, so runs compare exactly. "
                                     "Off: answers end naturally, as in the lab.")
     with c3:
         prompt_set = st.selectbox("Prompts", ["The lab's 10 prompts", "Synthetic prompts (seeded)"])
-        shape = st.selectbox("Arrival", ["All at once (the lab)", "Keep N in flight", "Poisson arrivals"],
-                             help="All at once: like asyncio.gather. Keep N in flight: a new request as soon as "
-                                  "one finishes. Poisson: requests arrive at random at a set rate.")
-        rate = st.number_input("Poisson rate (requests/s)", 0.1, 100.0, 2.0, 0.5,
-                               help="Used only with Poisson arrivals.")
     submitted = st.form_submit_button("Run load test", type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab))
 
 if submitted:
-    scn = SCENARIOS["concurrent-10"]
     plist = prompts.LAB_CONCURRENT if prompt_set.startswith("The lab") else prompts.seeded_prompts(int(n_requests))
-    shape_key = {"All at once (the lab)": "burst", "Keep N in flight": "concurrency",
-                 "Poisson arrivals": "poisson"}[shape]
-    spec = scn.load_spec(prompts=list(plist), concurrency=int(concurrency), num_requests=int(n_requests),
-                         max_tokens=int(max_tokens), ignore_eos=ignore_eos, shape=shape_key,
-                         rate=float(rate) if shape_key == "poisson" else None,
-                         scenario=f"concurrent-{int(concurrency)}",
-                         label=f"{int(n_requests)} requests, {int(concurrency)} in flight, {int(max_tokens)} tokens")
-    ui.act(lab, lab.run_load, spec)
+    try:
+        spec = SCENARIOS["concurrent-10"].load_spec(
+            prompts=list(plist), shape=shape, num_requests=int(n_requests), max_tokens=int(max_tokens),
+            ignore_eos=ignore_eos, rate=rate, **({"concurrency": int(concurrency)} if shape == "concurrency" else {}))
+        spec.validate(server_len)
+    except ConfigError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+    else:
+        # Named by what happens: how many were really in flight, or the arrival rate.
+        spec = replace(spec, label=spec.describe(),
+                       scenario="poisson" if shape == "poisson" else f"concurrent-{min(spec.in_flight(), spec.n)}")
+        ui.act(lab, lab.run_load, spec)
+
+
+def _causes(runs: list[RunResult], prefix: bool = False) -> None:
+    """Why requests failed, one sentence per cause, wherever OK / failed counts are shown."""
+    for run in runs:
+        for _, sentence in stats.failure_causes(run.records):
+            st.warning(ui.plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
 
 
 def _summary_metrics(run: RunResult) -> None:
@@ -55,24 +90,28 @@ def _summary_metrics(run: RunResult) -> None:
     cols = st.columns(6)
     cols[0].metric("Wall time", ui.fmt_s(run.duration))
     cols[1].metric("Output throughput", f"{s.get('output_throughput') or 0:,.0f} tok/s")
-    cols[2].metric("Mean TTFT", ui.fmt_s((s.get("mean_ttft_ms") or 0) / 1000),
+    ms = lambda key: None if s.get(key) is None else s[key] / 1000  # noqa: E731 - no request measured it: "–"
+    cols[2].metric("Mean TTFT", ui.fmt_s(ms("mean_ttft_ms")),
                    help="Time to first token: what a user waits before text starts.")
-    cols[3].metric("p99 TTFT", ui.fmt_s((s.get("p99_ttft_ms") or 0) / 1000))
-    cols[4].metric("Mean TPOT", f"{s.get('mean_tpot_ms') or 0:,.0f} ms",
+    cols[3].metric("p99 TTFT", ui.fmt_s(ms("p99_ttft_ms")))
+    cols[4].metric("Mean TPOT", "–" if s.get("mean_tpot_ms") is None else f"{s['mean_tpot_ms']:,.0f} ms",
                    help="Time per output token after the first: the speed text appears at.")
     cols[5].metric("OK / failed", f"{s.get('completed', 0)} / {s.get('failed', 0)}")
+    _causes([run])
     serial = s.get("total_latency_s")
     if serial and run.duration:
-        st.markdown(f"All **{s.get('completed', 0)}** requests finished in **{run.duration:.1f} s**. "
-                    f"One after another they would have taken about **{serial:.0f} s** (the sum of their "
-                    f"latencies): that is continuous batching.")
+        done = s.get("completed", 0)
+        who = f"The **{done}** requests that succeeded" if s.get("failed") else f"All **{done}** requests"
+        st.markdown(f"{who} finished in **{run.duration:.1f} s**. One after another they would have taken about "
+                    f"**{serial:.0f} s** (the sum of their latencies): that is continuous batching.")
 
 
 @st.fragment(run_every=1)
 def live() -> None:
     job = lab.jobs.latest("load")
     if job is None:
-        st.info("Start the server on the Server page, then press **Run load test**.", icon=":material/info:")
+        st.info("Press **Run load test**." if snap.state == READY else
+                "Start the server on the Server page, then press **Run load test**.", icon=":material/info:")
         return
     if job.active:
         st.progress(job.progress, text=f"{job.label}: {job.done}/{job.total or '?'} requests done")
@@ -80,11 +119,12 @@ def live() -> None:
             lab.jobs.cancel(job.id)
         partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
                             duration=0, started_at=job.started_at)
+        _causes([partial])  # a run where every request is refused says so at once, not at the end
         now = time.time() - (job.run_start or job.started_at)
         ui.chart(figures.request_timeline(partial, now=now), key="tl-live")
         return
     if job.error:
-        st.error(job.error, icon=":material/error:")
+        st.error(ui.plain(job.error), icon=":material/error:")
     run = job.result
     if run is None:
         return
@@ -106,7 +146,8 @@ default_levels = [1, 2, 4, 8, 16] if cpu else [1, 4, 16, 64, 128, 256]
 all_levels = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 levels = st.multiselect("Levels", all_levels, default=default_levels)
 if st.button("Run sweep", icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
-    spec = SCENARIOS["sweep"].load_spec(max_tokens=64 if cpu else 128)
+    # 64 / 128 tokens a request, fewer when the running server's max-model-len is shorter
+    spec = SCENARIOS["sweep"].load_spec(max_tokens=min(64 if cpu else 128, server_len or 128))
     ui.act(lab, lab.run_sweep, spec, sorted(levels))
 
 
@@ -120,9 +161,10 @@ def sweep_live() -> None:
         if st.button("Cancel sweep", disabled=not ui.can_act(lab)):
             lab.jobs.cancel(job.id)
     if job.error:
-        st.error(job.error, icon=":material/error:")
+        st.error(ui.plain(job.error), icon=":material/error:")
     if job.result:
         ui.chart(figures.sweep_chart(job.result), key="sweep")
+        _causes(job.result, prefix=True)
 
 
 sweep_live()

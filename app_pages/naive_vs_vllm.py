@@ -3,13 +3,16 @@ static batch, and through vLLM, with per-request latency side by side."""
 import streamlit as st
 
 import ui
-from engine import figures, models
+from engine import figures, models, stats
 from engine.errors import LabError
 from engine.scenarios import SCENARIOS
 from engine.server import READY, STARTING
 
 lab = ui.get_lab()
 snap = lab.server.snapshot()
+# vLLM refuses answers longer than its max-model-len: the shared token slider stops there while it runs.
+server_len = snap.config.max_model_len if snap.state == READY and snap.config else None
+TOKENS_CAP = 512
 
 st.title("Naive vs vLLM")
 st.caption("Step 1 runs the lab's 5 prompts one at a time through plain transformers `model.generate()`. "
@@ -27,7 +30,11 @@ with c1:
                         help="Use the same model vLLM serves, so the comparison is fair.")
     spec_model = choices[labels.index(pick)] if choices else None
 with c2:
-    max_tokens = st.slider("Max new tokens", 16, 512, 200, 8, help="The lab uses 200.")
+    tokens_hi = min(TOKENS_CAP, server_len or TOKENS_CAP)
+    max_tokens = st.slider("Max new tokens", 16, max(tokens_hi, 24), min(200, tokens_hi), 8,
+                           help="The lab uses 200. Both contenders get the same budget" + (
+                               f"; at most {tokens_hi}, the running vLLM server's max-model-len, which refuses "
+                               "longer answers." if server_len and server_len <= TOKENS_CAP else "."))
 with c3:
     temperature = st.slider("Temperature", 0.0, 1.5, 0.7, 0.1, help="The lab samples at 0.7.")
 if spec_model and spec_model.placeholder_text:
@@ -79,7 +86,7 @@ def results() -> None:
             if st.button("Cancel", key=f"cancel-{kind}", disabled=not may):
                 lab.jobs.cancel(job.id)
         elif job and job.error and time_recent(job):
-            st.error(job.error, icon=":material/error:")
+            st.error(ui.plain(job.error), icon=":material/error:")
     naive, static, vllm = _latest("naive"), _latest("static-batch"), _latest("vllm", "vllm-5-sequential")
     if not (naive or vllm or static):
         st.info("Run step 1 and step 2 to see them side by side.", icon=":material/info:")
@@ -93,6 +100,9 @@ def results() -> None:
     cols[2].metric("vLLM: mean latency", ui.fmt_s(avg(vllm)))
     if avg(naive) and avg(vllm):
         cols[3].metric("Speed-up (naive ÷ vLLM)", f"{avg(naive) / avg(vllm):.1f}×")
+    for r in (naive, static, vllm):  # a failed request's bar is empty: say why, once per cause
+        for _, sentence in stats.failure_causes(r.records if r else []):
+            st.warning(ui.plain(f"{r.label}: {sentence}"), icon=":material/error:")
     if naive and (mem := naive.extra.get("memory")):
         with st.expander("Naive worker: memory before, during and after (it runs in its own process)"):
             st.json(mem)

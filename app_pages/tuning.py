@@ -3,7 +3,7 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from engine import figures
+from engine import figures, stats
 from engine.errors import LabError
 from engine.scenarios import SCENARIOS
 from engine.server import READY, STARTING
@@ -27,7 +27,13 @@ rows = st.data_editor(default, num_rows="dynamic", width="stretch", key="tuning_
                           "max-model-len": st.column_config.NumberColumn(min_value=64, max_value=131072, step=64),
                           mem_col: st.column_config.NumberColumn(min_value=0.05, max_value=64.0, step=0.05),
                       })
-max_tokens = st.slider("Max tokens per answer", 16, 512, scn.max_tokens, 4)
+# Every row's server refuses answers longer than its max-model-len: the slider stops at the shortest.
+shortest = int(rows["max-model-len"].dropna().min()) if rows["max-model-len"].notna().any() else None
+tokens_hi = min(512, shortest or 512)
+max_tokens = st.slider("Max tokens per answer", 16, max(tokens_hi, 20), min(scn.max_tokens, tokens_hi), 4,
+                       help="The lab uses 100." + (
+                           f" At most {tokens_hi}: the shortest max-model-len in the table, whose server refuses "
+                           "longer answers." if shortest and shortest <= 512 else ""))
 
 run = False
 if snap.config is None:
@@ -54,7 +60,7 @@ if run:
     except ValueError as e:
         st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
     except LabError as e:  # a setting vLLM would refuse
-        st.error(str(e), icon=":material/error:")
+        st.error(ui.plain(e), icon=":material/error:")
 
 
 @st.fragment(run_every=2)
@@ -66,7 +72,7 @@ def results() -> None:
         if st.button("Cancel", disabled=not ui.can_act(lab)):
             lab.jobs.cancel(job.id)
     if job and job.error:
-        st.error(job.error, icon=":material/error:")
+        st.error(ui.plain(job.error), icon=":material/error:")
     saved = [r for r in lab.store.list_cached(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
     overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
@@ -78,6 +84,9 @@ def results() -> None:
             st.warning(str(e), icon=":material/warning:")
     if runs:
         ui.chart(figures.tuning_compare(runs), key="tuning")
+        for r in runs:  # a configuration whose requests failed says why, once per cause
+            for _, sentence in stats.failure_causes(r.records):
+                st.warning(ui.plain(f"{r.label}: {sentence}"), icon=":material/error:")
     else:
         st.info("Results appear here as each configuration finishes.", icon=":material/info:")
 

@@ -245,12 +245,13 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         ]
         fig.add_bar(
             x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
-            name=f"{_esc(_label(run))} (avg {avg:.1f} s)", marker_color=colors[i],
+            name=f"{_esc(_label(run))} " + ("(all failed)" if math.isnan(avg) else f"(avg {avg:.1f} s)"),
+            marker_color=colors[i],
             text=[f"{v:.1f}" if v is not None else "failed" for v in lat] if n_bars <= 30 else None,
             textposition="outside", textfont=dict(size=BASE_SIZE - 2),
             hovertext=hover, hoverinfo="text", cliponaxis=False,
         )
-    fig.update_layout(barmode="group", xaxis_title="Request", yaxis_title="Latency (s)",
+    fig.update_layout(barmode="group", xaxis_title="Request", yaxis=dict(title="Latency (s)", rangemode="tozero"),
                       xaxis=dict(type="category", categoryorder="array",
                                  categoryarray=[xcat[i] for i in indices]))
     na = avgs.get("naive") if naive_run is not None else None
@@ -262,9 +263,9 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
                f"alone, before any batching.")
     else:
         title = "Latency per request"
-        only = runs[0] if runs else None
-        cap = (f"Each bar is one request; {_label(only)} averages {next(iter(avgs.values())):.1f} s."
-               if only else "No runs to show yet.")
+        said = [f"{_label(run)} " + ("failed on every request (hover a 'failed' label for why)" if math.isnan(avg)
+                                     else f"averages {avg:.1f} s") for run, avg in zip(runs, avgs.values())]
+        cap = f"Each bar is one request; {'; '.join(said)}." if runs else "No runs to show yet."
     return _finish(fig, title, cap, placeholder=placeholder, height=520)
 
 
@@ -307,12 +308,18 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
         bargap=0.3, margin=dict(t=120),
     )
     nfail = sum(1 for r in recs if not r.ok)
-    title = f"{n} requests at once: all done in {wall:.1f} s"
-    cap = (f"All {n} requests were in flight together and finished within {wall:.1f} s of wall "
-           f"time (average latency {avg:.1f} s); served one after another they would have taken "
-           f"about {serial:.0f} s, the serial sum of their latencies.")
-    if nfail:
-        cap += f" {nfail} failed (grey; hover a bar for why)."
+    if nfail == n:  # nothing was answered: no batching to show, only that and why
+        title = f"{n} requests at once: all {n} failed"
+        cap = "No request was answered; each grey bar ends when it failed (hover a bar for why)."
+    else:
+        done = f"{n - nfail} done, {nfail} failed" if nfail else "all done"
+        title = f"{n} requests at once: {done} in {wall:.1f} s"
+        cap = (f"{'All ' if not nfail else 'The '}{n - nfail} requests {'that succeeded ' if nfail else ''}were in "
+               f"flight together and finished within {wall:.1f} s of wall time (average latency {avg:.1f} s); "
+               f"served one after another they would have taken about {serial:.0f} s, the serial sum of their "
+               "latencies.")
+        if nfail:
+            cap += f" {nfail} failed (grey; hover a bar for why)."
     return _finish(fig, title, cap, placeholder=placeholder, height=max(420, 46 * n + 190))
 
 
@@ -411,7 +418,10 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
                    tickfont=dict(size=BASE_SIZE - (2 if n <= 12 else 4 if n <= 40 else 6))),
     )
     peak = stats.peak_in_flight(recs)
-    if peak > 1 and not streaming:
+    if recs and len(fy) == len(recs):  # nothing was answered: no batching to show, only that and why
+        title = f"Request timeline: all {len(recs)} requests failed"
+        cap = "No request was answered; each grey bar runs from its send to its failure (hover a bar for why)."
+    elif peak > 1 and not streaming:
         title = f"Request timeline: up to {peak} requests at once"
         cap = (f"Each bar is one request from send to finish; up to {peak} were in flight together, "
                f"but without streaming there is no first-token time to show inside each bar.")
@@ -426,7 +436,7 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
                f"them together in one running batch (continuous batching).")
     if in_flight:
         cap += f" {in_flight} still in flight, drawn up to now."
-    if fy:
+    if fy and len(fy) < len(recs):
         cap += f" {len(fy)} failed (grey, ✕; hover a bar for why)."
     return _finish(fig, title, cap, placeholder=placeholder, height=min(1000, max(400, row_px * n + 200)))
 

@@ -234,6 +234,23 @@ def test_failed_bars_carry_their_reason_in_the_hover():
         assert {next(w for w in reasons if w in h) for h in shown} == reasons
     assert "2 failed (grey, ✕; hover a bar for why)" in figures.caption(timeline)
     assert "2 failed (grey; hover a bar for why)" in figures.caption(bars)
+    assert bars.layout.title.text.startswith("3 requests at once: 1 done, 2 failed in ")
+
+
+def test_a_run_where_every_request_failed_is_not_drawn_as_batching():
+    from engine import figures
+
+    with FakeOpenAIServer(die_after=0) as srv:
+        res = run_guarded(fake_spec(srv, "die", num_requests=3))
+    assert res.summary["failed"] == 3
+    timeline, bars = figures.request_timeline(res), figures.concurrent_latency_bars(res)
+    assert timeline.layout.title.text == "Request timeline: all 3 requests failed"
+    assert bars.layout.title.text == "3 requests at once: all 3 failed"
+    for fig in (timeline, bars):
+        assert "batch" not in figures.caption(fig) and "hover a bar for why" in figures.caption(fig)
+    grouped = figures.latency_bars(None, res)
+    assert grouped.data[0].name.endswith("(all failed)")
+    assert "failed on every request" in figures.caption(grouped) and "nan" not in figures.caption(grouped)
 
 
 def test_client_processes_measure_on_the_connections_their_warmup_opened():
