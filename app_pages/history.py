@@ -1,12 +1,11 @@
 """History: every run the app measured (or imported), compared on one chart and exported."""
 import hashlib
-from collections import Counter
 
 import pandas as pd
 import streamlit as st
 
 import ui
-from engine import figures
+from engine import figures, stats
 from engine.errors import LabError
 from engine.figures import METRICS
 
@@ -108,13 +107,15 @@ else:
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
-                causes = Counter(r.error or "unfinished (no answer before the run ended)"
-                                 for r in run.measured if not r.ok)
+                causes = stats.failure_causes(run.records)
                 if causes:
-                    st.markdown(f"**{sum(causes.values())} of {len(run.measured)} requests failed**"
+                    st.markdown(f"**{sum(n for n, _ in causes)} of {len(run.measured)} requests failed**"
                                 + (", so this run is left out of comparisons unless included." if failed(row) else "."))
-                    st.dataframe(pd.DataFrame(causes.most_common(), columns=["cause", "requests"]),
-                                 hide_index=True, width="stretch")
+                    for _, sentence in causes:
+                        st.warning(ui.plain(sentence), icon=":material/error:")
+                if n := run.extra.get("chat_requests_beside"):
+                    st.info(f"{n} chat answer(s) were streamed while this run measured: its numbers include that "
+                            "traffic.", icon=":material/forum:")
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary, "load": run.load, "hardware": run.hardware,

@@ -98,6 +98,9 @@ def _summary_metrics(run: RunResult) -> None:
                    help="Time per output token after the first: the speed text appears at.")
     cols[5].metric("OK / failed", f"{s.get('completed', 0)} / {s.get('failed', 0)}")
     _causes([run])
+    if n := run.extra.get("chat_requests_beside"):
+        st.info(f"{n} chat answer{'s were' if n != 1 else ' was'} streamed while this run measured: its numbers "
+                "include that traffic.", icon=":material/forum:")
     serial = s.get("total_latency_s")
     if serial and run.duration:
         done = s.get("completed", 0)
@@ -116,7 +119,7 @@ def live() -> None:
     if job.active:
         st.progress(job.progress, text=f"{job.label}: {job.done}/{job.total or '?'} requests done")
         if st.button("Cancel", icon=":material/cancel:", disabled=not ui.can_act(lab)):
-            lab.jobs.cancel(job.id)
+            ui.act(lab, lab.cancel_job, job.id)
         partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
                             duration=0, started_at=job.started_at)
         _causes([partial])  # a run where every request is refused says so at once, not at the end
@@ -159,7 +162,7 @@ def sweep_live() -> None:
     if job.active:
         st.progress(job.progress, text=f"{job.stage}: {job.done}/{job.total} levels")
         if st.button("Cancel sweep", disabled=not ui.can_act(lab)):
-            lab.jobs.cancel(job.id)
+            ui.act(lab, lab.cancel_job, job.id)
     if job.error:
         st.error(ui.plain(job.error), icon=":material/error:")
     if job.result:

@@ -84,7 +84,7 @@ def results() -> None:
         if job and job.active:
             st.progress(job.progress, text=f"{job.label}: {job.stage} ({job.done}/{job.total or '?'})")
             if st.button("Cancel", key=f"cancel-{kind}", disabled=not may):
-                lab.jobs.cancel(job.id)
+                ui.act(lab, lab.cancel_job, job.id)
         elif job and job.error and time_recent(job):
             st.error(ui.plain(job.error), icon=":material/error:")
     naive, static, vllm = _latest("naive"), _latest("static-batch"), _latest("vllm", "vllm-5-sequential")

@@ -6,7 +6,7 @@ import streamlit as st
 
 import ui
 from engine import models
-from engine.config import PRESETS, parse_extra_args
+from engine.config import MAX_NUM_SEQS, PRESETS, parse_extra_args
 from engine.errors import LabError
 from engine.server import FAILED, READY, STARTING
 
@@ -99,7 +99,7 @@ with c2:
     dtype = st.selectbox("Data type", dtypes, index=1 if not cpu else 0, key="cfg_dtype",
                          help="Number format of weights and activations. float16 halves memory vs float32; "
                               "'auto' uses the model's own.")
-    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, 4096, 0, key="cfg_max_num_seqs",
+    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, MAX_NUM_SEQS, 0, key="cfg_max_num_seqs",
                                help="Upper limit on requests decoded together. 0 keeps vLLM's default.")
     port = st.number_input("Port", 1024, 65535, lab.server.port, disabled=True,
                            help="The app manages one server on this port (set SERVING_LAB_VLLM_PORT to change it).")

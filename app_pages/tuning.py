@@ -70,7 +70,7 @@ def results() -> None:
     if job and job.active:
         st.progress(job.progress, text=f"{job.stage} ({job.done}/{job.total} configurations)")
         if st.button("Cancel", disabled=not ui.can_act(lab)):
-            lab.jobs.cancel(job.id)
+            ui.act(lab, lab.cancel_job, job.id)
     if job and job.error:
         st.error(ui.plain(job.error), icon=":material/error:")
     saved = [r for r in lab.store.list_cached(limit=100)  # read once per change of the history

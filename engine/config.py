@@ -8,9 +8,11 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from . import nvml
 from .errors import ConfigError
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+MAX_NUM_SEQS = 4096  # beyond this a typo would make vLLM allocate for millions of sequences
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "pt", "dummy")
 
@@ -148,10 +150,14 @@ class ServerConfig:
                     f"max-model-len {self.max_model_len} is above this model's limit of {model_max_len} tokens: "
                     f"lower it to {model_max_len} or less."
                 )
-        if self.max_num_seqs is not None and self.max_num_seqs < 1:
-            raise ConfigError("max-num-seqs must be at least 1.")
+        if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= MAX_NUM_SEQS:
+            raise ConfigError(f"max-num-seqs {self.max_num_seqs} is outside 1 to {MAX_NUM_SEQS:,}: it is how many "
+                              "requests are decoded together (vLLM's default is 256 on a GPU).")
         if self.tensor_parallel_size < 1:
             raise ConfigError("tensor-parallel-size must be at least 1 (the number of GPUs to split the model over).")
+        if self.device == "cuda" and self.tensor_parallel_size > (gpus := len(nvml.devices())) > 0:
+            raise ConfigError(f"tensor-parallel-size {self.tensor_parallel_size} asks for more GPUs than this machine "
+                              f"has ({gpus}): lower it to {gpus} or less.")
         refuse_extra_flags(self.extra_args)
         if known_flags is not None:
             for arg in self.extra_args:

@@ -185,6 +185,7 @@ class Lab:
 
         cfg = self.server_ready()
         spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
+        spec.validate(cfg.max_model_len)  # what this server accepts, whichever page or script asked
 
         def work(job: Job) -> RunResult:
             job.on_stage("sending requests")
@@ -203,6 +204,7 @@ class Lab:
 
         cfg = self.server_ready()
         spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
+        spec.validate(cfg.max_model_len)
 
         def work(job: Job) -> list[RunResult]:
             job.total = len(levels)

