@@ -22,10 +22,10 @@ seconds = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600}.get(window or 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _draw(seconds: int, step: int, tick: int, last_event: float | None) -> None:
-    """Draw both charts for the window ending at redraw tick `tick` (of `step` seconds). Streamlit records what a cached function draws
-    and replays those messages on a hit, so every viewer within one tick gets the same prebuilt charts:
-    figures are built and serialised once per tick, not once per viewer (and a replayed chart the
-    browser already holds travels as a reference to its cached copy)."""
+    """Draw both charts for the window ending at redraw tick `tick` (of `step` seconds). Streamlit
+    records what a cached function draws and replays those messages on a hit, so every viewer within
+    one tick gets the same prebuilt charts: figures are built and serialised once per tick, not once
+    per viewer (and a replayed chart the browser already holds travels as a reference to its copy)."""
     newest = lab.telemetry.latest()
     since = (newest.t if newest else 0.0) - seconds
     samples = downsample(lab.telemetry.samples(since=since), MAX_POINTS)

@@ -1,14 +1,13 @@
-"""What the dashboard itself costs while it measures (the numbers go to bench/results/ui-cost.md):
+"""What the dashboard itself costs in a real browser (the numbers go to bench/results/ui-cost.md):
 
-1. one viewer on the Monitor page (charts redraw every 2 s): the Streamlit process's CPU (% of one
-   core) and memory growth over --soak seconds;
-2. page switches: click in the navigation -> the new page's title drawn, each page, a few times;
-3. a load test (32 concurrent, 128 tokens, fixed length) with 0 and with 10 open viewer sessions.
+1. one viewer on the Monitor page: the Streamlit process's CPU (% of one core) and memory growth
+   over --soak seconds;
+2. page switches: click in the navigation -> the new page's title drawn, each page, a few times.
 
     .venv/bin/python bench/ui_cost.py [--soak 300]
 
-It starts its own vLLM server (embedded model) and app, and stops both. Viewers are headless Chromium
-pages on this same machine, so with 10 of them their browsers compete for the same cores as vLLM."""
+It starts its own vLLM server (embedded model) and app, and stops both; the viewer is headless
+Chromium. What N viewers cost, and what they cost a load test, is bench/viewers.py."""
 from __future__ import annotations
 
 import argparse
@@ -28,8 +27,6 @@ sys.path.insert(0, str(ROOT))
 
 from engine import hardware, models  # noqa: E402
 from engine.config import ServerConfig  # noqa: E402
-from engine.loadgen import LoadSpec, run_load  # noqa: E402
-from engine.prompts import seeded_prompts  # noqa: E402
 from engine.server import VLLMServer  # noqa: E402
 from scripts.shoot import CHROMIUM_ARGS  # noqa: E402
 
@@ -48,18 +45,10 @@ def cpu_seconds(p: psutil.Process) -> float:
     return t.user + t.system
 
 
-def load(server_cfg: ServerConfig) -> float:
-    spec = LoadSpec(base_url=server_cfg.base_url, model=server_cfg.model_name, prompts=seeded_prompts(64, seed=3),
-                    shape="concurrency", concurrency=32, num_requests=64, max_tokens=128, ignore_eos=True,
-                    warmup=8)
-    return run_load(spec).summary["output_throughput"]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--soak", type=float, default=300)
     ap.add_argument("--idle", type=float, default=60, help="seconds with no viewer (the baseline)")
-    ap.add_argument("--viewers", type=int, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench/results/ui-cost.md"))
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -118,25 +107,6 @@ def main() -> None:
                 rss_max = max(rss_max, proc.memory_info().rss)
             cpu_pct = 100 * (cpu_seconds(proc) - cpu0) / (time.time() - t0)
             rss1 = proc.memory_info().rss
-            # 3. load with 0 viewers (the Monitor page closed) vs 10 viewers
-            page.close()
-            time.sleep(3)
-            tput0 = load(cfg)
-            tput10 = cpu10 = None
-            try:  # each viewer is a Chromium page on these same cores: it may not even render in time
-                viewers = [browser.new_page(viewport={"width": 1400, "height": 1000}) for _ in range(args.viewers)]
-                for i, v in enumerate(viewers):
-                    v.goto(url + ("/monitor" if i % 2 == 0 else "/load_test"), wait_until="commit", timeout=120000)
-                for v in viewers:
-                    v.get_by_role("heading").first.wait_for(timeout=120000)
-                time.sleep(10)
-                c0, w0 = cpu_seconds(proc), time.time()
-                tput10 = load(cfg)
-                cpu10 = 100 * (cpu_seconds(proc) - c0) / (time.time() - w0)
-            except Exception as e:  # noqa: BLE001 - reported in the results instead
-                viewer_error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            else:
-                viewer_error = None
             browser.close()
     finally:
         app.terminate()
@@ -146,27 +116,19 @@ def main() -> None:
         "# Cost of the dashboard itself", "",
         f"Hardware: {hw}. vLLM {hardware.versions().get('vllm')} on the embedded model. "
         f"{time.strftime('%Y-%m-%d %H:%M')}. Viewers are headless Chromium on the same machine.", "",
-        f"## One viewer on Monitor for {args.soak:.0f} s (charts redraw every 2 s)", "",
+        f"## One viewer on Monitor for {args.soak:.0f} s (redrawn every 2 s while anything runs, "
+        "in 10 s steps when idle)", "",
         "| Streamlit process | value |", "|---|---:|",
         f"| CPU, % of one core, no viewer ({args.idle:.0f} s: the telemetry sampler alone) | {idle_pct:.1f} |",
         f"| CPU, % of one core, one viewer on Monitor | {cpu_pct:.1f} |",
         f"| memory at start / end / peak (MB) | {rss0 / 1e6:.0f} / {rss1 / 1e6:.0f} / {rss_max / 1e6:.0f} |",
         f"| growth (MB) | {(rss1 - rss0) / 1e6:+.1f} |", "",
         "Growth is expected until the sampler's ring buffer is full (the last hour, 3,600 samples); "
-        "the figures are rebuilt once per sample and shared by every viewer.", "",
+        "the charts are built once per redraw tick and replayed to every viewer.", "",
         "## Page switch: click -> new page's title drawn (3 rounds)", "",
         "| page | median s | max s |", "|---|---:|---:|",
         *[f"| {k} | {sorted(v)[len(v) // 2]:.2f} | {max(v):.2f} |" for k, v in switch.items()], "",
-        f"## A load test (32 concurrent, 128 tokens) with 0 and {args.viewers} viewers", "",
-        "| viewers | output tok/s | Streamlit CPU % of one core during the run |", "|---:|---:|---:|",
-        f"| 0 | {tput0:.1f} | – |",
     ]
-    if viewer_error is None:
-        lines += [f"| {args.viewers} | {tput10:.1f} | {cpu10:.1f} |", "",
-                  f"Throughput with {args.viewers} viewers is {tput10 / tput0:.2f}x the throughput with none."]
-    else:
-        lines += ["", f"With {args.viewers} viewers: not measured — {viewer_error}. Their headless browsers run on the "
-                  "same cores as vLLM here; on a workshop the viewers' browsers are on their own machines."]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
