@@ -109,6 +109,30 @@ def _summary_metrics(run: RunResult) -> None:
                     f"**{serial:.0f} s** (the sum of their latencies): that is continuous batching.")
 
 
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_live(job_id: str, tick: int) -> None:
+    """The timeline of a running load test at one-second `tick`. Streamlit replays what a cached
+    function drew, so every viewer in that second gets the same chart, built once (see monitor.py)."""
+    job = lab.jobs.get(job_id)
+    partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
+                        duration=0, started_at=job.started_at)
+    _causes([partial])  # a run where every request is refused says so at once, not at the end
+    ui.chart(figures.request_timeline(partial, now=time.time() - (job.run_start or job.started_at)), key="tl-live")
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_result(job_id: str, status: str) -> None:
+    """A finished load test's numbers and charts, built once for every viewer."""
+    job = lab.jobs.get(job_id)
+    run = job.result
+    if job.status == "cancelled":
+        st.warning(f"Cancelled: {len(run.measured)} finished requests were kept and saved.", icon=":material/cancel:")
+    _summary_metrics(run)
+    ui.chart(figures.request_timeline(run), key="tl")
+    ui.chart(figures.concurrent_latency_bars(run), key="bars")
+    ui.chart(figures.throughput_over_time(run), key="tput")
+
+
 @st.fragment(run_every=1)
 def live() -> None:
     job = lab.jobs.latest("load")
@@ -120,24 +144,12 @@ def live() -> None:
         st.progress(job.progress, text=f"{job.label}: {job.done}/{job.total or '?'} requests done")
         if st.button("Cancel", icon=":material/cancel:", disabled=not ui.can_act(lab)):
             ui.act(lab, lab.cancel_job, job.id)
-        partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
-                            duration=0, started_at=job.started_at)
-        _causes([partial])  # a run where every request is refused says so at once, not at the end
-        now = time.time() - (job.run_start or job.started_at)
-        ui.chart(figures.request_timeline(partial, now=now), key="tl-live")
+        _draw_live(job.id, int(time.time()))
         return
     if job.error:
         st.error(ui.plain(job.error), icon=":material/error:")
-    run = job.result
-    if run is None:
-        return
-    if job.status == "cancelled":
-        st.warning(f"Cancelled: {len(run.measured)} finished requests were kept and saved.", icon=":material/cancel:")
-    _summary_metrics(run)
-    ui.chart(figures.request_timeline(run), key="tl")
-    ui.chart(figures.concurrent_latency_bars(run), key="bars")
-    ui.chart(figures.throughput_over_time(run), key="tput")
-
+    if job.result is not None:
+        _draw_result(job.id, job.status)
 
 live()
 
