@@ -90,6 +90,7 @@ def main() -> int:
     home = str(runtime.resolve())
     port = 9400 + rnd.randrange(500)
     rows, orphans_total, dupes_total = [], 0, 0
+    seen_api: set[int] = set()
     for r in range(1, args.rounds + 1):
         # 1. kill while starting
         a, _ = run_app("start", port, env)
@@ -114,15 +115,20 @@ def main() -> int:
         c.stdout.readline()
         procs = tagged(home)
         servers = [p for p, _ in procs if API_SERVER_MODULE in " ".join(p.cmdline())]
+        seen_api |= {p.pid for p in servers}
+        live = {p.pid for p in servers}
         starts = {t.start_id for _, t in procs}
         dupes = max(0, len(servers) - 1)
-        orphans = len(clients_left) + (len(starts) - 1 if len(starts) > 1 else 0)
+        # Orphans: clients left, another start's tagged processes, or anything in the session of an API
+        # server seen earlier that is gone (vLLM's renamed EngineCore and workers carry no readable tag).
+        stray = [p for sid in seen_api - live for p in proctree.session(sid)]
+        orphans = len(clients_left) + (len(starts) - 1 if len(starts) > 1 else 0) + len(stray)
         c.send_signal(signal.SIGKILL)
         c.wait()
         s, _ = run_app("stop", port, env)
         s.stdout.readline()
         s.wait(timeout=120)
-        left = [p.pid for p, _ in tagged(home)]
+        left = [p.pid for p, _ in tagged(home)] + [p.pid for sid in seen_api for p in proctree.session(sid)]
         orphans += len(left)
         orphans_total += orphans
         dupes_total += dupes

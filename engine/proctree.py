@@ -3,9 +3,10 @@
 vLLM runs as a tree: API server -> EngineCore -> workers. When the API server dies (kill -9, the OOM
 killer), its children are re-parented to init and keep their memory (GBs of weights and KV cache, on
 the GPU too) unless someone stops them. So every process of a server the app starts carries a tag in
-its environment (children inherit it): the app's runtime folder, the port and the start's id. With the
-tag a server's leftovers are found whatever happened to the app or to the API server, and a process
-without our tag is never touched: it is only named.
+its environment (children inherit it): the app's runtime folder, the port and the start's id; and they all
+stay in the session the API server starts. With the tag, the session and the descendants recorded as
+they appear, a server's leftovers are found whatever happened to the app or to the API server; a
+process that is none of these is never touched: it is only named.
 """
 from __future__ import annotations
 
@@ -48,6 +49,21 @@ def tagged(home: str, port: int | None = None) -> list[tuple[psutil.Process, Tag
             if tag and tag.home == home and (port is None or tag.port == port) and alive(p):
                 out.append((p, tag))
         except psutil.Error:
+            continue
+    return out
+
+
+def session(sid: int) -> list[psutil.Process]:
+    """Live processes of session `sid`. The API server starts its own session and every child stays in
+    it, the renamed ones too (vLLM's setproctitle overwrites what /proc shows of their environment, so
+    EngineCore and the workers cannot be found by their tag). The kernel keeps a session's id from
+    being reused while any member lives, so when its leader is gone the members are still ours."""
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and alive(p):
+                out.append(p)
+        except (OSError, psutil.Error):
             continue
     return out
 

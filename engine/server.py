@@ -314,7 +314,12 @@ class VLLMServer:
         # died, or a start interrupted before its record was written.
         keep = self._tag.start_id if self._tag else None
         found = {p.pid: p for p, tag in proctree.tagged(_home(), self.port) if tag.start_id != keep}
-        if api is None:  # descendants recorded before the API server died (in case they lost the tag)
+        if api is None and isinstance(rec.get("pid"), int):
+            # The dead API server's session (its renamed children carry no readable tag), unless its pid
+            # now leads someone else's session, and the descendants recorded before it died.
+            if not psutil.pid_exists(rec["pid"]):
+                for p in proctree.session(rec["pid"]):
+                    found.setdefault(p.pid, p)
             for pid, ct in (rec.get("family") or {}).items():
                 if p := proctree.same_process(int(pid), ct):
                     found.setdefault(p.pid, p)
@@ -371,9 +376,12 @@ class VLLMServer:
             pass
 
     def _tree(self) -> list[psutil.Process]:
-        """Every live process of this server: the API server and its descendants now, the descendants
-        recorded earlier (re-parented to init if the API server died), and anything with our tag."""
+        """Every live process of this server: the API server and its descendants now, its session (the
+        renamed children whose tag cannot be read), the descendants recorded earlier (re-parented to init
+        if the API server died), and anything with our tag."""
         procs = {p.pid: p for p in proctree.family(self._pid)} if self._pid else {}
+        if self._pid:
+            procs.update((p.pid, p) for p in proctree.session(self._pid))
         for pid, ct in self._family.items():
             if pid not in procs and (p := proctree.same_process(pid, ct)):
                 procs[pid] = p

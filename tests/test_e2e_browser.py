@@ -140,7 +140,7 @@ def test_chat_streams_an_answer_with_ttft(page, app):
 
 # -- d. history --------------------------------------------------------------------------------
 def test_history_lists_the_run_and_exports_json(page, app):
-    label = f"10 requests, 10 in flight, {MAX_TOKENS} tokens"
+    label = f"10 requests at once, {MAX_TOKENS} tokens"  # LoadSpec.describe(): named by what happened
     goto(page, app, "history", title="History")
     expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=30000)
     expect(page.get_by_test_id("stDataFrame").get_by_text(label).first).to_be_attached(timeout=30000)

@@ -32,6 +32,11 @@ def api_servers(runtime) -> list:
     return [p for procs in tree_of(runtime).values() for p in procs if API_SERVER_MODULE in " ".join(p.cmdline())]
 
 
+def sessions(pids) -> list:
+    """What still runs in the sessions of these API servers (EngineCore and workers carry no readable tag)."""
+    return [p for sid in pids for p in proctree.session(sid)]
+
+
 def test_app_killed_while_starting_and_while_measuring_is_adopted_and_cleaned(tmp_path):
     vllm_port, runtime, db = free_port(), tmp_path / "runtime", tmp_path / "history.sqlite"
     env = {"SERVING_LAB_VLLM_PORT": str(vllm_port), "SERVING_LAB_RUNTIME": str(runtime), "SERVING_LAB_DB": str(db)}
@@ -63,6 +68,7 @@ def test_app_killed_while_starting_and_while_measuring_is_adopted_and_cleaned(tm
             expect(metric(pg, "State")).to_have_text("ready", timeout=600000)
             expect(pg.get_by_text("took it over")).to_be_visible()
             assert len(api_servers(runtime)) == 1 and len(tree_of(runtime)) == 1
+            seen = {p.pid for p in api_servers(runtime)}
 
             # 3. A load test; kill the app while it measures.
             goto(pg, a2, "load_test", title="Load test")
@@ -77,6 +83,7 @@ def test_app_killed_while_starting_and_while_measuring_is_adopted_and_cleaned(tm
             expect(metric(pg, "State")).to_have_text("ready", timeout=60000)
             groups = tree_of(runtime)
             assert len(groups) == 1 and len(api_servers(runtime)) == 1, f"two servers or an orphan: {groups}"
+            seen |= {p.pid for p in api_servers(runtime)}
             conn = sqlite3.connect(db)
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             conn.close()
@@ -85,9 +92,9 @@ def test_app_killed_while_starting_and_while_measuring_is_adopted_and_cleaned(tm
             button(pg, "Stop").click()
             expect(metric(pg, "State")).to_have_text("stopped", timeout=60000)
             deadline = time.time() + 10
-            while tree_of(runtime) and time.time() < deadline:
+            while (tree_of(runtime) or sessions(seen)) and time.time() < deadline:
                 time.sleep(0.2)
-            assert not tree_of(runtime)
+            assert not tree_of(runtime) and not sessions(seen)
         finally:
             browser.close()
             for a in apps:
