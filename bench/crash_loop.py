@@ -67,6 +67,13 @@ def tagged(home: str) -> list[tuple[psutil.Process, proctree.Tag]]:
     return proctree.tagged(home)
 
 
+def _describe(p: psutil.Process) -> str:
+    try:
+        return f"{proctree.name(p)} in session {os.getsid(p.pid)}"
+    except OSError:
+        return proctree.name(p)
+
+
 def run_app(mode: str, port: int, env: dict) -> tuple[subprocess.Popen, dict]:
     proc = subprocess.Popen([sys.executable, "-c", APP.format(root=str(ROOT), port=port), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
@@ -128,14 +135,19 @@ def main() -> int:
         s, _ = run_app("stop", port, env)
         s.stdout.readline()
         s.wait(timeout=120)
-        left = [p.pid for p, _ in tagged(home)] + [p.pid for sid in seen_api for p in proctree.session(sid)]
+        time.sleep(2.0)  # what Stop killed has gone, not just been signalled
+        left_procs = {p.pid: p for p, _ in tagged(home)}
+        left_procs.update((p.pid, p) for sid in seen_api for p in proctree.session(sid))
+        left = [_describe(p) for p in left_procs.values() if proctree.alive(p)]
+        stray_names = [_describe(p) for p in stray]
         orphans += len(left)
         orphans_total += orphans
         dupes_total += dupes
         row = {"round": r, "kill_during_start_s": round(t_kill, 1), "after_kill_1": seen_b["state"],
                "notice_1": bool(seen_b["notice"]), "kill_during_load_s": round(t_kill2, 1),
                "client_processes": len(had_clients), "after_kill_2": seen_c["state"], "servers": len(servers),
-               "orphans": orphans, "duplicates": dupes, "left_after_stop": len(left)}
+               "orphans": orphans, "duplicates": dupes, "left_after_stop": len(left),
+               "what": stray_names + [f"client {c}" for c in clients_left] + left}
         rows.append(row)
         print(json.dumps(row), flush=True)
         for p, _ in tagged(home):  # keep later rounds clean even if this one failed
