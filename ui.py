@@ -11,7 +11,7 @@ import streamlit as st
 from engine import figures
 from engine.errors import LabError
 from engine.lab import Lab
-from engine.server import FAILED, READY, STARTING, STOPPING
+from engine.serving.server import FAILED, READY, STARTING, STOPPING
 
 STATE_BADGE = {
     "stopped": ("gray", "stopped"),

@@ -4,11 +4,12 @@ import threading
 import streamlit as st
 
 import ui
-from engine import figures, models
+from engine import figures
 from engine.errors import LabError
-from engine.prompts import LAB_STREAM
-from engine.records import RequestRecord
-from engine.server import READY
+from engine.measure.prompts import LAB_STREAM
+from engine.results.records import RequestRecord
+from engine.serving import models
+from engine.serving.server import READY
 
 lab = ui.get_lab()
 snap = lab.server.snapshot()

@@ -5,9 +5,10 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from engine import figures, stats
+from engine import figures
 from engine.errors import LabError
 from engine.figures import METRICS
+from engine.measure import stats
 
 lab = ui.get_lab()
 

@@ -5,11 +5,12 @@ from dataclasses import replace
 import streamlit as st
 
 import ui
-from engine import figures, prompts, stats
+from engine import figures
 from engine.errors import ConfigError
-from engine.records import RunResult
-from engine.scenarios import SCENARIOS
-from engine.server import READY
+from engine.measure import prompts, stats
+from engine.measure.scenarios import SCENARIOS
+from engine.results.records import RunResult
+from engine.serving.server import READY
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"

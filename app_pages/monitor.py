@@ -3,8 +3,8 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.server import STARTING, STOPPING
-from engine.telemetry import downsample, event_rows, memory_rows, metric_rows
+from engine.observe.telemetry import downsample, event_rows, memory_rows, metric_rows
+from engine.serving.server import STARTING, STOPPING
 
 REDRAW_S = 2
 IDLE_REDRAW_S = 10  # nothing running: the charts move in 10 s steps (a new event still shows at once)

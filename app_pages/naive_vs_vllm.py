@@ -3,10 +3,12 @@ static batch, and through vLLM, with per-request latency side by side."""
 import streamlit as st
 
 import ui
-from engine import figures, models, stats
+from engine import figures
 from engine.errors import LabError
-from engine.scenarios import SCENARIOS
-from engine.server import READY, STARTING
+from engine.measure import stats
+from engine.measure.scenarios import SCENARIOS
+from engine.serving import models
+from engine.serving.server import READY, STARTING
 
 lab = ui.get_lab()
 snap = lab.server.snapshot()

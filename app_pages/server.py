@@ -5,10 +5,10 @@ import time
 import streamlit as st
 
 import ui
-from engine import models
-from engine.config import MAX_NUM_SEQS, PRESETS, parse_extra_args
 from engine.errors import LabError
-from engine.server import FAILED, READY, STARTING
+from engine.serving import models
+from engine.serving.config import MAX_NUM_SEQS, PRESETS, parse_extra_args
+from engine.serving.server import FAILED, READY, STARTING
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
@@ -205,7 +205,7 @@ def live_status() -> None:
 
 
 def _stage_fraction(stage: str) -> float:
-    from engine.server import STAGES
+    from engine.serving.server import STAGES
 
     names = [n for n, _ in STAGES]
     return (names.index(stage) + 1) / len(names) if stage in names else 0.05

@@ -3,10 +3,11 @@ import pandas as pd
 import streamlit as st
 
 import ui
-from engine import figures, stats
+from engine import figures
 from engine.errors import LabError
-from engine.scenarios import SCENARIOS
-from engine.server import READY, STARTING
+from engine.measure import stats
+from engine.measure.scenarios import SCENARIOS
+from engine.serving.server import READY, STARTING
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"

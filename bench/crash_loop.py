@@ -31,15 +31,16 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import proctree  # noqa: E402
-from engine.config import API_SERVER_MODULE  # noqa: E402
+from engine.serving import proctree  # noqa: E402
+from engine.serving.config import API_SERVER_MODULE  # noqa: E402
 
 APP = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {root!r})
-    from engine import models, prompts
+    from engine.serving import models
+    from engine.measure import prompts
     from engine.lab import Lab
-    from engine.loadgen import LoadSpec
+    from engine.measure.loadgen import LoadSpec
     lab = Lab(port={port})
     snap = lab.server.snapshot()
     print(json.dumps({{"state": snap.state, "notice": snap.notice, "adopted": snap.adopted}}), flush=True)

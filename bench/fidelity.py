@@ -1,4 +1,4 @@
-"""Fidelity: does engine.loadgen measure what `vllm bench serve` measures, on the same server and
+"""Fidelity: does engine.measure.loadgen measure what `vllm bench serve` measures, on the same server and
 workload? Runs both at each concurrency and tabulates output throughput and TTFT side by side.
 
 Workload (vLLM's usual serving benchmark): the `random` dataset, 32 input and 256 output tokens,
@@ -38,8 +38,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import hardware  # noqa: E402
-from engine.loadgen import LoadSpec, client_name, run_load  # noqa: E402
+from engine.measure.loadgen import LoadSpec, client_name, run_load  # noqa: E402
+from engine.observe import hardware  # noqa: E402
 
 VLLM_BENCH = ("import sys\n"
               "from bench.fidelity import vllm_parser\n"
@@ -195,7 +195,7 @@ def _f(x: Any, fmt: str = ".1f") -> str:
 def markdown(report: dict[str, Any]) -> str:
     hw = report["hardware"]
     lines = [
-        f"# Fidelity: engine.loadgen vs `vllm bench serve` ({report['date']})", "",
+        f"# Fidelity: engine.measure.loadgen vs `vllm bench serve` ({report['date']})", "",
         f"- Hardware: {hw['summary']} (CPU: {hw['cpu'].get('model')}, {hw['cpu'].get('cores_logical')} logical cores)",
         (f"- Server: tests/fakes.py, one chunk every {report['synthetic_chunk_delay_s'] * 1000:g} ms per answer "
          "(never slows down: a shortfall is the client's); client and server share the machine"

@@ -21,15 +21,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import hardware, models  # noqa: E402
-from engine.config import ServerConfig  # noqa: E402
 from engine.errors import LabError  # noqa: E402
-from engine.loadgen import run_load  # noqa: E402
-from engine.naive import run_naive  # noqa: E402
-from engine.scenarios import SCENARIOS, annotate, summary_table  # noqa: E402
-from engine.server import VLLMServer  # noqa: E402
-from engine.store import RunStore  # noqa: E402
-from engine.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402
+from engine.measure.loadgen import run_load  # noqa: E402
+from engine.measure.naive import run_naive  # noqa: E402
+from engine.measure.scenarios import SCENARIOS, annotate, summary_table  # noqa: E402
+from engine.observe import hardware
+from engine.observe.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402
+from engine.results.store import RunStore  # noqa: E402
+from engine.serving import models  # noqa: E402
+from engine.serving.config import ServerConfig  # noqa: E402
+from engine.serving.server import VLLMServer  # noqa: E402
 
 PORT = 8300
 

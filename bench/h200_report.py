@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine import figures  # noqa: E402
-from engine.store import RunStore  # noqa: E402
+from engine.results.store import RunStore  # noqa: E402
 
 
 def main() -> None:

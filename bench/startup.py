@@ -13,9 +13,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import hardware, models  # noqa: E402
-from engine.config import ServerConfig  # noqa: E402
-from engine.server import VLLMServer  # noqa: E402
+from engine.observe import hardware
+from engine.serving import models  # noqa: E402
+from engine.serving.config import ServerConfig  # noqa: E402
+from engine.serving.server import VLLMServer  # noqa: E402
 
 
 def one_run(port: int) -> dict[str, float]:

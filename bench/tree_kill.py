@@ -29,8 +29,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import nvml, proctree  # noqa: E402
+from engine.observe import nvml
 from engine.paths import runtime_dir  # noqa: E402
+from engine.serving import proctree  # noqa: E402
 
 
 def gpu_pids() -> dict[int, int]:

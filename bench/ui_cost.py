@@ -25,9 +25,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine import hardware, models  # noqa: E402
-from engine.config import ServerConfig  # noqa: E402
-from engine.server import VLLMServer  # noqa: E402
+from engine.observe import hardware
+from engine.serving import models  # noqa: E402
+from engine.serving.config import ServerConfig  # noqa: E402
+from engine.serving.server import VLLMServer  # noqa: E402
 from scripts.shoot import CHROMIUM_ARGS  # noqa: E402
 
 PAGES = ["Monitor", "Naive vs vLLM", "Load test", "Tuning", "Chat", "History", "Server"]

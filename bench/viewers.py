@@ -400,9 +400,9 @@ async def measure_load(url: str, app: psutil.Process, store, n: int, repeats: in
 
 def start_stack(home: Path) -> tuple[str, subprocess.Popen, object]:
     """A vLLM server (embedded model) and the app, in `home`, on free ports; the app adopts the server."""
-    from engine import models
-    from engine.config import ServerConfig
-    from engine.server import VLLMServer
+    from engine.serving import models
+    from engine.serving.config import ServerConfig
+    from engine.serving.server import VLLMServer
 
     vport, aport = free_port(), free_port()
     srv = VLLMServer(port=vport)
@@ -454,8 +454,8 @@ def main() -> None:
         url, *stack = start_stack(home)
         print(f"app at {url}; letting the sampler fill Monitor's window for {args.fill:.0f} s", flush=True)
         time.sleep(args.fill)
-    from engine import hardware
-    from engine.store import RunStore
+    from engine.observe import hardware
+    from engine.results.store import RunStore
 
     app = psutil.Process(listening_pid(url))
     started, load_before = time.strftime("%Y-%m-%d %H:%M"), load_average()

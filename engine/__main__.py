@@ -1,4 +1,4 @@
 """Headless CLI over the engine: `python -m engine --help`."""
-from .cli import main
+from engine.cli import main
 
 raise SystemExit(main())

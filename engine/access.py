@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict, deque
 
-from .errors import NotPresenter, Throttled
+from engine.errors import NotPresenter, Throttled
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 

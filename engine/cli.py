@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ConfigError, LabError
+from engine.errors import ConfigError, LabError
 
 DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
@@ -27,7 +27,7 @@ def _print(msg: str) -> None:
 
 # -- models -----------------------------------------------------------------------------------
 def _cmd_model_prepare(args) -> int:
-    from . import models
+    from engine.serving import models
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
@@ -70,8 +70,9 @@ def _given(args, options=SERVER_OPTIONS) -> list[str]:
 def _config(args):
     """The server settings and model the command line asks for (the lab's defaults elsewhere), checked
     before anything starts: an option this machine's device would ignore is refused."""
-    from . import hardware, models
-    from .config import ServerConfig, parse_extra_args
+    from engine.observe import hardware
+    from engine.serving import models
+    from engine.serving.config import ServerConfig, parse_extra_args
 
     device = hardware.default_device()
     if device == "cpu":
@@ -122,7 +123,7 @@ def _write(path: str, text: str, after: str = "") -> None:
 
 
 def _cmd_serve(args) -> int:
-    from .server import VLLMServer
+    from engine.serving.server import VLLMServer
 
     cfg, spec = _config(args)
     srv = VLLMServer(port=cfg.port)
@@ -147,7 +148,7 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from .server import VLLMServer, leftovers
+    from engine.serving.server import VLLMServer, leftovers
 
     s = VLLMServer(port=args.port).snapshot()  # adopts our server, or stops a dead one's leftovers
     if s.notice:
@@ -158,7 +159,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_stop(args) -> int:
-    from .server import VLLMServer, clear_leftovers
+    from engine.serving.server import VLLMServer, clear_leftovers
 
     srv = VLLMServer(port=args.port)
     if notice := srv.snapshot().notice:
@@ -175,7 +176,7 @@ def _cmd_stop(args) -> int:
 
 # -- scenarios --------------------------------------------------------------------------------
 def _cmd_list(args) -> int:
-    from .scenarios import SCENARIOS
+    from engine.measure.scenarios import SCENARIOS
 
     for s in SCENARIOS.values():
         _print(f"{s.name:24} {s.description}")
@@ -183,8 +184,8 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
-    from . import scenarios
-    from .store import RunStore
+    from engine.measure import scenarios
+    from engine.results.store import RunStore
 
     scn = scenarios.get(args.scenario)
     scenarios.check_options(scn, args.url, args.max_tokens, args.concurrency, args.levels)
@@ -217,7 +218,7 @@ def _cmd_run(args) -> int:
 
 # -- history ----------------------------------------------------------------------------------
 def _cmd_export(args) -> int:
-    from .store import RunStore
+    from engine.results.store import RunStore
 
     if args.out:
         _check_writable(args.out)
@@ -236,7 +237,7 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_import(args) -> int:
-    from .store import RunStore
+    from engine.results.store import RunStore
 
     store = RunStore()
     for path in args.files:

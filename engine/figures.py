@@ -26,8 +26,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from . import stats
-from .records import RequestRecord, RunResult
+from engine.measure import stats
+from engine.results.records import RequestRecord, RunResult
 
 # -- style ------------------------------------------------------------------------------------------
 

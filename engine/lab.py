@@ -14,19 +14,20 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
-from . import hardware, models, nvml
-from .access import Access
-from .config import ServerConfig
-from .chat import ChatRate, stream_chat
-from .errors import LabError, NotPresenter, ServerBusy
-from .jobs import Job, JobManager
-from .records import RequestRecord, RunResult
-from .scenarios import annotate
-from . import server as server_mod
-from .server import READY, STARTING, VLLMServer
-from .store import RunStore
-from .telemetry import Telemetry
-from .vllm_flags import known_flags
+from engine.access import Access
+from engine.errors import LabError, NotPresenter, ServerBusy
+from engine.jobs import Job, JobManager
+from engine.measure.chat import ChatRate, stream_chat
+from engine.measure.scenarios import annotate
+from engine.observe import hardware, nvml
+from engine.observe.telemetry import Telemetry
+from engine.results.records import RequestRecord, RunResult
+from engine.results.store import RunStore
+from engine.serving import models
+from engine.serving import server as server_mod
+from engine.serving.config import ServerConfig
+from engine.serving.flags import known_flags
+from engine.serving.server import READY, STARTING, VLLMServer
 
 DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
@@ -181,7 +182,7 @@ class Lab:
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
         """Submit a load test against the running server (spec: loadgen.LoadSpec)."""
-        from . import loadgen
+        from engine.measure import loadgen
 
         cfg = self.server_ready()
         spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
@@ -200,7 +201,7 @@ class Lab:
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
-        from . import loadgen
+        from engine.measure import loadgen
 
         cfg = self.server_ready()
         spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
@@ -221,7 +222,7 @@ class Lab:
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec, labels: list[str] | None = None) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
-        from . import loadgen
+        from engine.measure import loadgen
 
         if not configs:
             raise ServerBusy("Pick at least one configuration to compare.")
@@ -251,7 +252,7 @@ class Lab:
     @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
-        from . import naive
+        from engine.measure import naive
 
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
             raise ServerBusy("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "

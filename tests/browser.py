@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from engine import proctree
+from engine.serving import proctree
 from scripts.shoot import CHROMIUM_ARGS
 
 from .conftest import free_port
@@ -145,10 +145,10 @@ def _arg(argv: list[str], flag: str) -> str | None:
 
 def write_adoption_record(runtime_dir: Path, port: int) -> Path | None:
     """Write runtime_dir/server-<port>.json for a vLLM API server already listening on `port`, in the
-    format engine.server.VLLMServer._write_record uses, so an app started with SERVING_LAB_RUNTIME=runtime_dir
+    format engine.serving.server.VLLMServer._write_record uses, so an app started with SERVING_LAB_RUNTIME=runtime_dir
     and SERVING_LAB_VLLM_PORT=port adopts it. The log is the server's stdout file, when it writes to one.
     Returns None when no local vLLM process listens there (e.g. the URL points to another machine)."""
-    from engine.config import API_SERVER_MODULE, ServerConfig
+    from engine.serving.config import API_SERVER_MODULE, ServerConfig
 
     proc = None
     for c in psutil.net_connections(kind="inet"):

@@ -45,7 +45,7 @@ def isolated_home(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def embedded_model():
-    from engine import models
+    from engine.serving import models
 
     return models.embedded()
 
@@ -80,7 +80,7 @@ def vllm_server(isolated_home):
         yield SimpleNamespace(base_url=url, model=os.environ.get("SERVING_LAB_TEST_MODEL", "smol"), server=None,
                               port=int(url.rsplit(":", 1)[1].split("/")[0]), cli_output=[])
         return
-    from engine.server import VLLMServer
+    from engine.serving.server import VLLMServer
 
     port = free_port()
     cli_output = _serve_then_kill(port)

@@ -9,10 +9,10 @@ import pytest
 
 from engine import lab as lab_module
 from engine.access import CALLER_FAILURES, ROOM_FAILURES, Access
-from engine.chat import ChatLimits, ChatRefused
-from engine.config import REFUSED_EXTRA_FLAGS, ServerConfig, refuse_extra_flags
 from engine.errors import ConfigError, NotPresenter, Throttled
-from engine.store import RunStore
+from engine.measure.chat import ChatLimits, ChatRefused
+from engine.results.store import RunStore
+from engine.serving.config import REFUSED_EXTRA_FLAGS, ServerConfig, refuse_extra_flags
 
 
 class Clock:
@@ -116,7 +116,7 @@ def test_a_locked_lab_refuses_chat_too(tmp_path):
     lab = lab_module.Lab(port=1, store=RunStore(tmp_path / "h.sqlite"), listen_host="0.0.0.0",
                          telemetry_interval_s=3600, presenter_token=None)
     try:
-        from engine.records import RequestRecord
+        from engine.results.records import RequestRecord
 
         with pytest.raises(NotPresenter, match="reachable from the network"):
             next(lab.chat([{"role": "user", "content": "hi"}], RequestRecord(0, "hi", 0.0)))

@@ -41,7 +41,7 @@ def test_unknown_scenario_is_one_sentence():
 
 def test_lab_sweep_job_saves_each_level(vllm_server):
     from engine.lab import Lab
-    from engine.scenarios import SCENARIOS
+    from engine.measure.scenarios import SCENARIOS
 
     if vllm_server.server is None:
         pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
@@ -157,7 +157,7 @@ BAD_ARGV = [
 
 @pytest.mark.parametrize("argv, says", BAD_ARGV, ids=[" ".join(a) or "(nothing)" for a, _ in BAD_ARGV])
 def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
-    from engine.store import RunStore
+    from engine.results.store import RunStore
 
     (tmp_path / "not-json.json").write_text("{ this is not json")
     saved = len(RunStore())
@@ -178,7 +178,7 @@ def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
 def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, tmp_path):
     """--json is checked before the run; should writing still fail, the runs are already saved and the
     sentence says where they are."""
-    from engine.store import RunStore
+    from engine.results.store import RunStore
 
     saved = len(RunStore())
     p = cli("run", "vllm-5-sequential", "--url", vllm_server.base_url, "--max-tokens", "4", "--json", "/proc/x.json")
@@ -195,8 +195,8 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
     (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
 ])
 def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
-    from engine.scenarios import server_info
-    from engine.store import RunStore
+    from engine.measure.scenarios import server_info
+    from engine.results.store import RunStore
 
     mml = server_info(vllm_server.base_url)[1]
     fill = dict(over=mml + 1, mml=mml, model=vllm_server.model)
@@ -212,8 +212,8 @@ def test_the_run_summary_counts_failed_requests_by_cause():
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import FakeOpenAIServer
 
-    from engine import scenarios, stats
-    from engine.loadgen import LoadSpec, run_load
+    from engine.measure import scenarios, stats
+    from engine.measure.loadgen import LoadSpec, run_load
 
     with FakeOpenAIServer(die_after=2) as srv:
         run = run_load(LoadSpec(base_url=srv.base_url, model="die", prompts=["hi"], num_requests=5,

@@ -3,8 +3,8 @@ import socket
 
 import pytest
 
-from engine.config import PRESETS, ServerConfig, parse_extra_args, port_is_free, preset
 from engine.errors import ConfigError
+from engine.serving.config import PRESETS, ServerConfig, parse_extra_args, port_is_free, preset
 
 LAB_MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 
@@ -80,7 +80,7 @@ def test_extra_args_parse_like_a_shell():
 
 
 def test_config_for_a_model_has_the_labs_defaults_and_keeps_them_for_unset_options():
-    from engine import models
+    from engine.serving import models
 
     spec = models.shape_only_llama3_8b()
     gpu = ServerConfig.for_model(spec, "cuda", port=8300, max_model_len=None, dtype=None)

@@ -15,13 +15,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from engine import models, proctree, prompts
-from engine.config import API_SERVER_MODULE, ServerConfig
 from engine.errors import ServerFailed
 from engine.lab import Lab
-from engine.loadgen import LoadSpec
-from engine.server import FAILED, READY, STOPPED, VLLMServer, leftovers
-from engine.store import RunStore
+from engine.measure import prompts
+from engine.measure.loadgen import LoadSpec
+from engine.results.store import RunStore
+from engine.serving import models, proctree
+from engine.serving.config import API_SERVER_MODULE, ServerConfig
+from engine.serving.server import FAILED, READY, STOPPED, VLLMServer, leftovers
 
 from .conftest import ROOT, free_port
 
@@ -126,7 +127,7 @@ def test_client_processes_die_with_their_app(vllm_server, tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from engine.loadgen import LoadSpec, run_load
+        from engine.measure.loadgen import LoadSpec, run_load
         run_load(LoadSpec(base_url={vllm_server.base_url!r}, model={vllm_server.model!r}, prompts=["Count to 500."],
                           num_requests=400, concurrency=4, workers=2, max_tokens=256, ignore_eos=True))
     """))
@@ -153,8 +154,8 @@ def test_killing_the_app_while_it_saves_loses_no_finished_run(tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from engine.records import RequestRecord, RunResult
-        from engine.store import RunStore
+        from engine.results.records import RequestRecord, RunResult
+        from engine.results.store import RunStore
         store = RunStore({str(db)!r})
         for i in range(100000):
             recs = [RequestRecord(index=k, prompt="p" * 200, send_time=k * 0.01, end_time=k * 0.01 + 1,

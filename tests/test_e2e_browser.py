@@ -22,11 +22,20 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
-
 from playwright.sync_api import expect, sync_playwright
 
-from .browser import (VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server, launch_chromium,
-                      metric, screenshot, write_adoption_record)
+from .browser import (
+    VIEWPORT,
+    StreamlitApp,
+    button,
+    free_port,
+    goto,
+    kill_recorded_server,
+    launch_chromium,
+    metric,
+    screenshot,
+    write_adoption_record,
+)
 
 pytestmark = pytest.mark.e2e
 

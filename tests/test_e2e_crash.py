@@ -12,8 +12,8 @@ import time
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from engine import proctree
-from engine.config import API_SERVER_MODULE
+from engine.serving import proctree
+from engine.serving.config import API_SERVER_MODULE
 
 from .browser import VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server, launch_chromium, metric
 

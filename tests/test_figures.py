@@ -14,9 +14,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import figures, prompts  # noqa: E402
-from engine.records import RequestRecord, RunResult  # noqa: E402
-from engine.stats import summarize  # noqa: E402
+from engine import figures
+from engine.measure import prompts  # noqa: E402
+from engine.measure.stats import summarize  # noqa: E402
+from engine.results.records import RequestRecord, RunResult  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 NAIVE_PROMPTS = prompts.LAB_SEQUENTIAL

@@ -1,4 +1,4 @@
-"""engine.loadgen against a real vLLM server (fixture `vllm_server`) and, for the failures a real
+"""engine.measure.loadgen against a real vLLM server (fixture `vllm_server`) and, for the failures a real
 server will not produce on demand, against tests/fakes.py. No timing thresholds here: timings
 belong in bench/."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 
 from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
-from engine import loadgen, prompts, stats  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
-from engine.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
+from engine.measure import loadgen, prompts, stats  # noqa: E402
+from engine.measure.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -127,7 +127,7 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
 
 
 def _served_max_len(server) -> int:
-    from engine.scenarios import server_info
+    from engine.measure.scenarios import server_info
 
     return server_info(server.base_url)[1]
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from engine import models
 from engine.errors import LabError
+from engine.serving import models
 
 
 def test_llama3_8b_shape_is_the_real_size():

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from engine.errors import LabError
-from engine.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
+from engine.measure.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
@@ -31,8 +31,8 @@ def _model_dir() -> Path | None:
     env = os.environ.get("SERVING_LAB_TEST_MODEL_DIR")
     candidates = [Path(env)] if env else []
     try:
-        from engine.models import EMBEDDED_NAME
         from engine.paths import models_dir
+        from engine.serving.models import EMBEDDED_NAME
 
         prepared = models_dir() / EMBEDDED_NAME
         if (prepared / ".complete").exists():  # conversion finished
@@ -200,7 +200,7 @@ def test_random_weights_tiny_config(tiny_random_dir):
 
 def test_warmup_plan_meets_every_shape_of_the_run():
     """Every prefill length and every decode length the measured run reaches is met in the warm-up."""
-    from engine.naive_worker import warmup_plan
+    from engine.measure.naive_worker import warmup_plan
 
     for lengths, max_new, max_len in (([17, 22, 19, 19, 20], 200, 8192), ([5, 40], 16, 0), ([12], 8, 64)):
         plan = warmup_plan(lengths, max_new, max_len, "sequential")
@@ -245,7 +245,7 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
     """Kill the process that called run_naive mid-generation: the worker notices (stdin EOF) and exits."""
     script = (
         "import sys\n"
-        "from engine.naive import NaiveSpec, run_naive\n"
+        "from engine.measure.naive import NaiveSpec, run_naive\n"
         "class O:\n"
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs

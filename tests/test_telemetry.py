@@ -1,5 +1,5 @@
 """Telemetry's display thinning: long windows drawn with at most N points, peaks kept, rates averaged."""
-from engine.telemetry import _MEAN_METRICS, Sample, downsample
+from engine.observe.telemetry import _MEAN_METRICS, Sample, downsample
 
 
 def _samples(n: int) -> list[Sample]:

@@ -37,8 +37,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import LabError
-from .records import RequestRecord, RunResult
+from engine.errors import LabError
+from engine.results.records import RequestRecord, RunResult
 
 SCHEMA_VERSION = 2  # 1: the tables; 2: no secrets in stored runs
 EXPORT_FORMAT = "serving-lab-run/1"
@@ -324,7 +324,7 @@ class RunStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from .paths import history_path
+            from engine.paths import history_path
 
             path = history_path()
         self.path = Path(path)
@@ -911,7 +911,7 @@ def _summary_for(run: RunResult) -> dict[str, Any]:
     if run.summary:
         return dict(run.summary)
     try:  # stats.py computes the vllm-named metrics; fall back to the basics without it
-        from .stats import summarize
+        from engine.measure.stats import summarize
 
         return summarize(run.measured, run.duration)
     except Exception:

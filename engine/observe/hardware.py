@@ -13,7 +13,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from . import nvml
+from engine.observe import nvml
 
 STACK = ("vllm", "torch", "transformers")
 

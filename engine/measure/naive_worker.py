@@ -1,4 +1,4 @@
-"""The naive baseline's worker process: ``python -m engine.naive_worker``.
+"""The naive baseline's worker process: ``python -m engine.measure.naive_worker``.
 
 Reads one JSON line (a NaiveSpec as a dict) from stdin, loads the model with plain transformers, runs
 the prompts sequentially or as one static batch, and writes JSON-line events to its stdout (anything
@@ -18,9 +18,9 @@ import time
 import traceback
 from typing import Any, Callable
 
-from engine.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE
-from engine.lifeline import die_with_parent
-from engine.records import RequestRecord
+from engine.measure.lifeline import die_with_parent
+from engine.measure.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE
+from engine.results.records import RequestRecord
 
 ORPHAN_EXIT_CODE = 70
 

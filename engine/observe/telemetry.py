@@ -15,7 +15,7 @@ from typing import Callable
 import httpx
 import psutil
 
-from . import hardware, nvml
+from engine.observe import hardware, nvml
 
 GIB = 1024**3
 

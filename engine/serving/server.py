@@ -26,10 +26,11 @@ from typing import Callable
 import httpx
 import psutil
 
-from . import nvml, proctree
-from .config import API_SERVER_MODULE, ServerConfig, port_is_free
-from .errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
-from .paths import runtime_dir
+from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
+from engine.observe import nvml
+from engine.paths import runtime_dir
+from engine.serving import proctree
+from engine.serving.config import API_SERVER_MODULE, ServerConfig, port_is_free
 
 STOPPED, STARTING, READY, STOPPING, FAILED = "stopped", "starting", "ready", "stopping", "failed"
 

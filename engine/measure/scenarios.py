@@ -9,11 +9,12 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from . import hardware, prompts, stats
-from .config import ServerConfig
-from .errors import ConfigError, LabError
-from .loadgen import LoadSpec, check_in_flight, check_max_tokens, parse_levels, run_load, sweep
-from .records import RunResult
+from engine.errors import ConfigError, LabError
+from engine.measure import prompts, stats
+from engine.measure.loadgen import LoadSpec, check_in_flight, check_max_tokens, parse_levels, run_load, sweep
+from engine.observe import hardware
+from engine.results.records import RunResult
+from engine.serving.config import ServerConfig
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Scenario:
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
     def naive_spec(self, model_path: str, random_weights: bool = False, **over: Any):
-        from .naive import NaiveSpec
+        from engine.measure.naive import NaiveSpec
 
         spec = NaiveSpec(model_path=model_path, prompts=list(self.prompts), max_new_tokens=self.max_tokens,
                          mode=self.naive_mode, random_weights=random_weights, scenario=self.name,
@@ -184,13 +185,13 @@ def run_headless(name: str, store, url: str | None = None, model_name: str | Non
     """Run one scenario without the UI: against `url`, or a server started from `config` (for the
     models.ModelSpec `spec`) and stopped here. The naive scenario runs `spec` in its worker. Every
     option is checked (ConfigError, one sentence) before a server starts or a request is sent."""
-    from .server import VLLMServer
+    from engine.serving.server import VLLMServer
 
     scn = get(name)
     lv = check_options(scn, url, max_tokens, concurrency, levels)
     over = {"max_tokens": max_tokens}
     if scn.kind == "naive":
-        from .naive import run_naive
+        from engine.measure.naive import run_naive
 
         if spec is None:
             raise LabError("The naive scenario needs a model: pass --model.")

@@ -8,8 +8,8 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from . import nvml
-from .errors import ConfigError
+from engine.errors import ConfigError
+from engine.observe import nvml
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MAX_NUM_SEQS = 4096  # beyond this a typo would make vLLM allocate for millions of sequences

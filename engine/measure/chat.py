@@ -13,8 +13,8 @@ from typing import Iterator
 
 import openai
 
-from .errors import LabError
-from .records import RequestRecord
+from engine.errors import LabError
+from engine.results.records import RequestRecord
 
 
 class ChatRefused(LabError):

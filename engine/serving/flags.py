@@ -8,8 +8,8 @@ import subprocess
 import sys
 from importlib import metadata
 
-from .config import API_SERVER_MODULE
-from .paths import models_dir
+from engine.paths import models_dir
+from engine.serving.config import API_SERVER_MODULE
 
 
 def vllm_version() -> str | None:

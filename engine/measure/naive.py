@@ -6,7 +6,7 @@ Two contenders against vLLM, on the same prompts with the same token budget:
 * ``mode="static-batch"``: one left-padded ``generate()`` over all prompts. Every request gets its answer
   when the longest one is done, which is what continuous batching fixes.
 
-The model lives in a child process (``python -m engine.naive_worker``), never in the caller: when the
+The model lives in a child process (``python -m engine.measure.naive_worker``), never in the caller: when the
 run finishes, fails or is cancelled the process exits and its GPU memory is really returned (the
 lab's "GPU memory cleanup" cell, without the Jupyter pitfalls). Events come back as JSON lines on the
 worker's stdout, read by a thread here and handed to the observer on the caller's thread.
@@ -28,9 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import models, nvml
-from .errors import ConfigError, LabError
-from .records import RequestRecord, RunResult
+from engine.errors import ConfigError, LabError
+from engine.observe import nvml
+from engine.results.records import RequestRecord, RunResult
+from engine.serving import models
 
 MODES = ("sequential", "static-batch")
 DTYPES = ("auto", "float16", "bfloat16", "float32")
@@ -47,7 +48,7 @@ CPU_DTYPE_FP32_REASON = "float32: this CPU has no native bf16 (avx512_bf16/AMX),
 CUDA_AUTO_DTYPE = "float16"  # the lab's choice (dtype=torch.float16)
 
 TERMINATE_GRACE_S = 5.0
-WORKER_MODULE = "engine.naive_worker"
+WORKER_MODULE = "engine.measure.naive_worker"
 
 
 # -- errors a user can cause -------------------------------------------------------------------
@@ -502,7 +503,7 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         load=load, extra=extra,
     )
     try:
-        from . import hardware
+        from engine.observe import hardware
 
         result.hardware = dict(hardware.describe())
         result.versions = dict(hardware.versions())
@@ -513,7 +514,7 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     if dev:
         result.hardware["naive_device"] = dev
     try:
-        from .stats import summarize
+        from engine.measure.stats import summarize
     except ImportError:  # stats not there yet: the store can fill it later
         summarize = None
     if summarize is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from . import nvml
+from engine.observe import nvml
 
 TAG_ENV = "SERVING_LAB_SERVER"
 
