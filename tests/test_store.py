@@ -19,8 +19,11 @@ sys.path.insert(0, str(ROOT))
 
 from engine.errors import LabError  # noqa: E402
 from engine.measure.stats import summarize  # noqa: E402
+from engine.results.exchange import MAX_IMPORT_CHARS  # noqa: E402
 from engine.results.records import RequestRecord, RunResult  # noqa: E402
-from engine.results.store import MAX_IMPORT_CHARS, ImportFailed, RunDamaged, RunNotFound, RunStore, from_bench_json  # noqa: E402
+from engine.results.store import RunNotFound, RunStore  # noqa: E402
+from engine.results.validation import ImportFailed, RunDamaged  # noqa: E402
+from engine.results.vllm_bench import from_bench_json  # noqa: E402
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -366,7 +369,7 @@ def test_save_and_exports_never_write_a_secret(store):
             assert_no_secret([str(x) for x in row])
     assert_no_secret(store.export_json())
     assert SECRET not in store.export_csv()
-    from engine.results.store import to_bench_json
+    from engine.results.vllm_bench import to_bench_json
     assert_no_secret(to_bench_json(with_secrets(make_run())))  # even a run that never went through the store
 
 
@@ -396,7 +399,7 @@ def test_an_existing_world_readable_database_is_tightened(tmp_path):
 
 def export_obj(**changes) -> dict:
     """One run as an export object, with `changes` applied inside "serving_lab" (dotted paths)."""
-    from engine.results.store import to_bench_json
+    from engine.results.vllm_bench import to_bench_json
 
     obj = to_bench_json(make_run(label="my run"))
     for path, value in changes.items():

@@ -1,13 +1,25 @@
-"""Typed records shared by the load generator, the naive baseline, stats, figures and the store.
+"""Typed records shared by the load generator, the naive baseline, stats, figures and the store:
+one request (`RequestRecord`), one measured run (`RunResult`), and one line of the history list
+(`RunRow`, a run without its requests).
 
 Times inside a run are seconds from the run's start (`time.perf_counter()` based), so records from
 different machines compare; `RunResult.started_at` anchors the run on the wall clock (epoch seconds).
+See docs/architecture.md.
 """
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
+
+_TIME_MIN = datetime(2000, 1, 1).timestamp()
+
+
+def is_sane_time(t: Any) -> bool:
+    """A run's start that a person would believe: a date between 2000 and tomorrow."""
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and _TIME_MIN <= t <= time.time() + 86400
 
 
 @dataclass
@@ -69,8 +81,40 @@ class RunResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "RunResult":
-        d = dict(d)
-        d["records"] = [RequestRecord.from_dict(r) for r in d.get("records", [])]
-        return RunResult(**{k: v for k, v in d.items() if k in RunResult.__dataclass_fields__})
+
+@dataclass
+class RunRow:
+    """One line of the history list: everything but the per-request records (cheap to list). Values
+    are always of their type, whatever the row held; `problem` says what was wrong with it."""
+
+    id: str
+    kind: str
+    scenario: str
+    label: str
+    started_at: float
+    duration: float
+    model: str
+    n_requests: int
+    n_failed: int
+    source: str  # "local" | "import:<file name>" | "example:<file name>"
+    saved_at: float
+    summary: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    load: dict[str, Any] = field(default_factory=dict)
+    hardware: dict[str, Any] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+    problem: str = ""  # e.g. "its start time is not a date": the row is shown, kept and deletable
+
+    @property
+    def started(self) -> str:
+        """Local wall-clock start, e.g. '2025-11-30 11:18:04'; 'unknown' for a time that is not one."""
+        if not is_sane_time(self.started_at):
+            return "unknown"
+        return datetime.fromtimestamp(self.started_at).strftime("%Y-%m-%d %H:%M:%S")
+
+    @property
+    def failed(self) -> bool:
+        """No measured request succeeded: kept for the record, left out of comparisons."""
+        return self.n_failed >= self.n_requests

@@ -1,0 +1,146 @@
+"""Runs in and out of files: the JSON export (one `vllm bench serve`-shaped object per run, see
+vllm_bench.py), the CSV export (one row per request), and reading a file given to import, an export
+or a plain `vllm bench serve` result, into checked runs. Nothing here touches the history; RunStore
+calls it on the way out and writes what it returns on the way in.
+See docs/architecture.md.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable
+
+from engine.results.credentials import scrub_run
+from engine.results.records import RunResult
+from engine.results.validation import ImportFailed, quote
+from engine.results.vllm_bench import from_bench_json, to_bench_json
+
+# The largest file an import reads (the repository's 9-level H200 sweep is 11 MB).
+MAX_IMPORT_CHARS = 64 * 1024 * 1024
+MAX_IMPORT_RUNS = 10_000
+
+CSV_COLUMNS = [
+    "run_id", "run_kind", "run_scenario", "run_label", "run_model", "run_started", "run_duration_s",
+    "run_concurrency", "index", "warmup", "prompt", "send_time_s", "first_token_time_s", "end_time_s",
+    "ttft_s", "e2e_s", "prompt_tokens", "output_tokens", "tokens_source", "n_chunks", "error",
+    "output_text", "chunk_times_s",
+]
+
+
+# -- out --------------------------------------------------------------------------------------------
+
+def export_json(runs: Iterable[RunResult], indent: int | None = 1) -> str:
+    """A JSON array, one object per run (vllm-bench-serve keys + "serving_lab"), without credentials."""
+    return json.dumps([to_bench_json(r) for r in runs], ensure_ascii=False, indent=indent, default=str)
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else repr(float(x))
+
+
+def export_csv(runs: Iterable[RunResult]) -> str:
+    """CSV, one row per request, each carrying its run's columns, without credentials."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for run in runs:
+        run = scrub_run(run)
+        started = datetime.fromtimestamp(run.started_at).isoformat(timespec="seconds")
+        for r in run.records:
+            w.writerow([
+                run.id, run.kind, run.scenario, run.label, run.model, started,
+                _num(run.duration), run.load.get("concurrency", run.load.get("max_concurrency", "")),
+                r.index, int(r.warmup), r.prompt, _num(r.send_time), _num(r.first_token_time),
+                _num(r.end_time), _num(r.ttft), _num(r.e2e), r.prompt_tokens, r.output_tokens,
+                r.tokens_source, len(r.chunk_times), r.error or "", r.output_text,
+                json.dumps(r.chunk_times),
+            ])
+    return buf.getvalue()
+
+
+# -- in ---------------------------------------------------------------------------------------------
+
+def _too_big(what: str, size: int) -> ImportFailed:
+    return ImportFailed(f"{what} is {size / 2**20:.0f} MB; an import reads up to {MAX_IMPORT_CHARS // 2**20} MB: "
+                        "export fewer runs at a time.")
+
+
+def read_import_file(path: str | Path) -> str:
+    """The text of a file on this machine given to import; ImportFailed (a sentence) when it cannot be one."""
+    p = Path(path)
+    try:
+        if not p.exists():
+            raise FileNotFoundError(p)
+        if not p.is_file():
+            raise ImportFailed(f"{p} is not a file: give the JSON file Serving Lab or vllm bench serve wrote.")
+        if p.stat().st_size > MAX_IMPORT_CHARS:
+            raise _too_big(p.name, p.stat().st_size)
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ImportFailed(f"There is no file {p}: check the path.") from None
+    except UnicodeDecodeError:
+        raise ImportFailed(f"{p.name} is not UTF-8 text: give the JSON file Serving Lab or vllm bench serve "
+                           "wrote.") from None
+    except OSError as e:
+        raise ImportFailed(f"{p} cannot be read ({e.strerror}).") from None
+
+
+def runs_from_text(text: str) -> list[RunResult]:
+    """Every run of an export (or a `vllm bench serve` result file) given as its text, each checked;
+    ImportFailed, one sentence naming the first problem and the run it is in, otherwise."""
+    if len(text) > MAX_IMPORT_CHARS:
+        raise _too_big("The file", len(text))
+    objs = _json_objects(text)
+    if len(objs) > MAX_IMPORT_RUNS:
+        raise ImportFailed(f"The file holds {len(objs):,} runs; an import takes up to {MAX_IMPORT_RUNS:,}: export "
+                           "fewer runs at a time.")
+    runs = []
+    for i, obj in enumerate(objs):
+        try:
+            runs.append(from_bench_json(obj))
+        except ImportFailed as e:
+            where = f"Run {i + 1} of {len(objs)}" if len(objs) > 1 else "The run"
+            raise ImportFailed(f"{where}{_label_note(obj)}: {e}") from None
+    return runs
+
+
+def _json_objects(text: str) -> list[dict[str, Any]]:
+    """Objects from a JSON array, one object, or several objects one after another (vllm's
+    --append-result writes those)."""
+    dec = json.JSONDecoder()
+    out: list[Any] = []
+    i, n = 0, len(text)
+    try:
+        while True:
+            while i < n and text[i].isspace():
+                i += 1
+            if i >= n:
+                break
+            obj, i = dec.raw_decode(text, i)
+            if isinstance(obj, list):
+                out += obj
+            else:
+                out.append(obj)
+    except json.JSONDecodeError as e:
+        raise ImportFailed(f"The file is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): export it "
+                           "again from Serving Lab or vllm bench serve.") from None
+    except RecursionError:
+        raise ImportFailed("The file is nested deeper than any export is: it is not a file Serving Lab or vllm bench "
+                           "serve wrote.") from None
+    if not out:
+        raise ImportFailed("The file holds no runs: export them again from Serving Lab or vllm bench serve.")
+    for k, o in enumerate(out):
+        if not isinstance(o, dict):
+            raise ImportFailed(f"Item {k + 1} of {len(out)} in the file is not a run (a JSON object): export it "
+                               "again from Serving Lab or vllm bench serve.")
+    return out
+
+
+def _label_note(obj: dict) -> str:
+    """' ('label')' for a sentence about a run of a file, when it has a label."""
+    lab = obj.get("serving_lab")
+    label = lab.get("label") if isinstance(lab, dict) else obj.get("label")
+    return f" ({quote(label)})" if isinstance(label, str) and quote(label) != "''" else ""
