@@ -40,7 +40,7 @@ APP = textwrap.dedent("""
     from engine.serving import models
     from engine.measure import prompts
     from engine.lab import Lab
-    from engine.measure.loadgen import LoadSpec
+    from engine.measure.spec import LoadSpec
     lab = Lab(port={port})
     snap = lab.server.snapshot()
     print(json.dumps({{"state": snap.state, "notice": snap.notice, "adopted": snap.adopted}}), flush=True)

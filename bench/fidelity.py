@@ -38,7 +38,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.measure.loadgen import LoadSpec, client_name, run_load  # noqa: E402
+from engine.measure.loadgen import client_name, run_load  # noqa: E402
+from engine.measure.spec import LoadSpec  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 
 VLLM_BENCH = ("import sys\n"

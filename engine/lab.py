@@ -181,7 +181,7 @@ class Lab:
     # -- measurements -------------------------------------------------------------------------
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
-        """Submit a load test against the running server (spec: loadgen.LoadSpec)."""
+        """Submit a load test against the running server (spec: engine.measure.spec.LoadSpec)."""
         from engine.measure import loadgen
 
         cfg = self.server_ready()

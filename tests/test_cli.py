@@ -213,7 +213,8 @@ def test_the_run_summary_counts_failed_requests_by_cause():
     from fakes import FakeOpenAIServer
 
     from engine.measure import scenarios, stats
-    from engine.measure.loadgen import LoadSpec, run_load
+    from engine.measure.loadgen import run_load
+    from engine.measure.spec import LoadSpec
 
     with FakeOpenAIServer(die_after=2) as srv:
         run = run_load(LoadSpec(base_url=srv.base_url, model="die", prompts=["hi"], num_requests=5,

@@ -16,8 +16,12 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
 from engine.errors import ConfigError  # noqa: E402
-from engine.measure import loadgen, prompts, stats  # noqa: E402
-from engine.measure.loadgen import LoadSpec, NullObserver, SSEDecoder, run_load  # noqa: E402
+from engine.measure import prompts, stats  # noqa: E402
+from engine.measure.drive import poisson_offsets  # noqa: E402
+from engine.measure.loadgen import run_load, sweep  # noqa: E402
+from engine.measure.progress import ConsoleObserver, NullObserver  # noqa: E402
+from engine.measure.spec import LoadSpec, parse_levels  # noqa: E402
+from engine.measure.sse import SSEDecoder  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -160,27 +164,18 @@ def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vl
 @pytest.mark.server
 def test_console_observer(vllm_server):
     out = io.StringIO()
-    run_load(spec_for(vllm_server, num_requests=2), observer=loadgen.ConsoleObserver(out))
+    run_load(spec_for(vllm_server, num_requests=2), observer=ConsoleObserver(out))
     text = out.getvalue()
     assert "2 requests" in text and "[   2/2]" in text and "output tok/s" in text
 
 
 @pytest.mark.server
 def test_sweep_warms_each_level(vllm_server):
-    runs = loadgen.sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
+    runs = sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
     assert [r.extra["sweep_level"] for r in runs] == [1, 2]
     for r, level in zip(runs, (1, 2)):
         assert sum(x.warmup for x in r.records) == level
         assert r.summary["completed"] == max(4, level)
-
-
-@pytest.mark.server
-def test_stream_one_calls_back_with_text(vllm_server):
-    pieces = []
-    rec = loadgen.stream_one(spec_for(vllm_server), prompts.LAB_CAPITAL, on_text=lambda t, at: pieces.append((t, at)))
-    assert_sane(rec)
-    assert "".join(t for t, _ in pieces) == rec.output_text
-    assert [at for _, at in pieces] == rec.chunk_times
 
 
 # -- fault injection ---------------------------------------------------------------------------
@@ -207,7 +202,7 @@ def test_server_dying_mid_stream_keeps_completed():
         (1, "1 of 5 requests was cut off mid-answer when the server closed the connection: it probably stopped or "
             "crashed, so check its state and log, restart it and run again.")]
     out = io.StringIO()
-    loadgen.ConsoleObserver(out).on_complete(res)
+    ConsoleObserver(out).on_complete(res)
     said = [line.strip() for line in out.getvalue().splitlines()[1:]]
     assert said == [s for _, s in stats.failure_causes(res.records)]
 
@@ -345,8 +340,8 @@ def test_sse_decoder_splits_on_blank_lines_only():
 
 
 def test_poisson_offsets_seeded_and_rescaled():
-    a = loadgen.poisson_offsets(20, rate=4.0, seed=7)
-    assert a == loadgen.poisson_offsets(20, rate=4.0, seed=7) != loadgen.poisson_offsets(20, rate=4.0, seed=8)
+    a = poisson_offsets(20, rate=4.0, seed=7)
+    assert a == poisson_offsets(20, rate=4.0, seed=7) != poisson_offsets(20, rate=4.0, seed=8)
     assert a[-1] == pytest.approx(5.0) and a == sorted(a)
 
 
@@ -413,13 +408,13 @@ def test_max_tokens_beyond_the_running_servers_context_is_refused_before_sending
 
 
 def test_parse_levels():
-    assert loadgen.parse_levels("1, 4,2,4") == [1, 2, 4]
+    assert parse_levels("1, 4,2,4") == [1, 2, 4]
     for text in ("1,x,4", "", "1,,2", "1.5", "one"):
         with pytest.raises(ConfigError, match="not a comma-separated list of whole numbers, e.g. 1,2,4,8"):
-            loadgen.parse_levels(text)
+            parse_levels(text)
     for text, bad in (("0,2", "0"), ("1,-4", "-4"), ("2,100000", "100000")):
         with pytest.raises(ConfigError, match=f"Each sweep level .* from 1 to 1024, not {bad}\\."):
-            loadgen.parse_levels(text)
+            parse_levels(text)
 
 
 @pytest.mark.parametrize("over, label", [

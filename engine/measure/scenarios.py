@@ -11,7 +11,8 @@ import httpx
 
 from engine.errors import ConfigError, LabError
 from engine.measure import prompts, stats
-from engine.measure.loadgen import LoadSpec, check_in_flight, check_max_tokens, parse_levels, run_load, sweep
+from engine.measure.loadgen import run_load, sweep
+from engine.measure.spec import LoadSpec, check_in_flight, check_max_tokens, parse_levels
 from engine.observe import hardware
 from engine.results.records import RunResult
 from engine.serving.config import ServerConfig

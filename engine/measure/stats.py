@@ -9,9 +9,9 @@ vllm/benchmarks/lib/endpoint_request_func.py (vLLM 0.32):
 - ITL = every gap between consecutive content chunks of a request, pooled over requests;
 - throughputs divide by the run duration; mean, median, population std and linearly interpolated
   percentiles (numpy's default) are reported in milliseconds under vLLM's key names.
-Chunks are the content chunks engine.measure.loadgen records; it does not count vLLM's chat preamble (the
-role-only chunk sent together with the first token) where `vllm bench serve` does, which spares ITL
-one near-zero gap per request and leaves TTFT unchanged.
+Chunks are the content chunks the load generator (engine.measure.request) records; it does not count
+vLLM's chat preamble (the role-only chunk sent together with the first token) where `vllm bench serve`
+does, which spares ITL one near-zero gap per request and leaves TTFT unchanged.
 Where vLLM would report 0 for a metric with no samples (e.g. TPOT when every answer is one token)
 this module reports None, so a chart shows a gap rather than a false zero. Nothing here is NaN.
 """
@@ -230,7 +230,7 @@ def per_request(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
 
 # -- why requests failed ------------------------------------------------------------------------
 # Each rule reads one kind of RequestRecord.error: vLLM's own refusals (quoted by loadgen as
-# "HTTP <code>: <message>") and the sentences engine.measure.loadgen._describe / _Requester write. A rule
+# "HTTP <code>: <message>") and the sentences engine.measure.request.describe / Requester write. A rule
 # gives (group key, what happened with "{be}" for was/were, what to do).
 
 def _refused_tokens(m: re.Match) -> tuple[str, str, str]:
