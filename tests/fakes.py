@@ -77,7 +77,9 @@ class FakeOpenAIServer:
         self._thread.join(timeout=10)
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, sock=self._sock)
+        # A listen backlog as deep as uvicorn's (vLLM's server): with the default 100, a client opening a few
+        # hundred connections at once sees SYNs dropped and 1 s retransmits that a real server would not cause.
+        self._server = await asyncio.start_server(self._handle, sock=self._sock, backlog=2048)
 
     async def _die(self) -> None:
         """The server process 'crashes': stop listening and cut every open connection."""

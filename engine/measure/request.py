@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,17 +21,11 @@ from engine.measure.sse import SSEDecoder, StreamParser
 from engine.results.records import RequestRecord
 
 clock = time.perf_counter
-TRANSPORT = os.environ.get("SERVING_LAB_TRANSPORT", "aiohttp")  # A/B only
 
 
 def describe(e: BaseException, spec: LoadSpec) -> str:
     """An exception as a plain sentence for RequestRecord.error (engine.measure.stats groups them)."""
     detail = str(e) or type(e).__name__
-    if TRANSPORT == "httpx":
-        from engine.measure import transport_httpx
-        said = transport_httpx.describe(e, spec)
-        if said:
-            return said
     if isinstance(e, aiohttp.ConnectionTimeoutError):
         return f"could not connect to {spec.base_url} in time ({detail})"
     if isinstance(e, aiohttp.ClientConnectorError):
@@ -65,21 +58,18 @@ class Requester:
     seconds from `t0` (perf_counter; the driver sets it at the start of each phase). Use it as an
     async context manager: its connections live from the warm-up to the end of the measured part."""
 
-    def __init__(self, spec: LoadSpec, t0: float = 0.0) -> None:
+    session: aiohttp.ClientSession  # opened on entering, closed on leaving
+
+    def __init__(self, spec: LoadSpec) -> None:
         self.spec = spec
-        self.t0 = t0
+        self.t0 = clock()
         self.chat = spec.endpoint == "chat"
         self.headers = {"Content-Type": "application/json"}
         if spec.api_key:
             self.headers["Authorization"] = f"Bearer {spec.api_key}"
-        self.session: Any = None
 
     async def __aenter__(self) -> "Requester":
         s = self.spec
-        if TRANSPORT == "httpx":
-            from engine.measure import transport_httpx
-            self.session = transport_httpx.Clients(s)
-            return self
         # No limit on connections (the driver caps what is in flight), kept alive between requests; no
         # proxies from the environment (trust_env=False); no total timeout (asyncio.timeout in run).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, s.timeout_s), sock_read=s.read_timeout_s)
@@ -88,9 +78,6 @@ class Requester:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if TRANSPORT == "httpx":
-            await self.session.__aexit__()
-            return
         await self.session.close()
 
     def body(self, prompt: str, max_tokens: int | None) -> bytes:
@@ -128,10 +115,6 @@ class Requester:
         return rec
 
     async def _stream(self, body: bytes, st: StreamParser) -> None:
-        if TRANSPORT == "httpx":
-            from engine.measure import transport_httpx
-            await transport_httpx.stream(self.session, self.spec.url, body, self.headers, st, http_error)
-            return
         async with self.session.post(self.spec.url, data=body, headers=self.headers) as resp:
             if resp.status != 200:
                 st.error = http_error(resp.status, await resp.read())
