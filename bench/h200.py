@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from engine.errors import LabError  # noqa: E402
 from engine.measure.loadgen import run_load  # noqa: E402
 from engine.measure.naive import run_naive  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.scenarios import SCENARIOS, annotate, summary_table  # noqa: E402
 from engine.observe import hardware
 from engine.observe.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402
@@ -168,7 +169,7 @@ class Bench:
             "gpus": hardware.gpus()}))
 
 
-class _PidObserver:
+class _PidObserver(Progress):
     def __init__(self, pids):
         self.pids = pids
 

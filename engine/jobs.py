@@ -1,9 +1,8 @@
 """Background jobs with progress and cancel, shared by every browser session.
 
 A job runs in a thread the engine owns; a Streamlit rerun, a closed tab or a second viewer never
-kills or duplicates it. The job's context is also the observer the load generator and the naive
-runner report to (on_start / on_stage / on_request_done / on_complete), so partial results are
-visible while the job runs and kept when it is cancelled or fails.
+kills or duplicates it. The job is also the Progress the load generator and the naive runner report
+to, so partial results are visible while the job runs and kept when it is cancelled or fails.
 """
 from __future__ import annotations
 
@@ -15,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.errors import LabError, ServerBusy
+from engine.measure.progress import Progress, RunPlan, Totals
+from engine.results.records import RequestRecord
 
 RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
 
 
 @dataclass
-class Job:
+class Job(Progress):
     kind: str  # "load" | "naive" | "tuning" | "sweep" | ...
     label: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
@@ -35,6 +36,7 @@ class Job:
     records: list = field(default_factory=list)  # requests finished so far (for live charts)
     in_flight: dict = field(default_factory=dict)  # index -> record sent but not finished
     run_start: float | None = None  # epoch s the measured part began (timeline's zero)
+    worker_pid: int | None = None  # the naive baseline's worker while it lives (memory charts)
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -45,32 +47,31 @@ class Job:
     def progress(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
 
-    # -- observer protocol (loadgen / naive) -------------------------------------------------
-    def on_start(self, plan: Any = None) -> None:
-        self.total = int(getattr(plan, "total", None) or (plan.get("total", 0) if isinstance(plan, dict) else 0)
-                         or self.total)
+    # -- the progress protocol (engine.measure.progress.Progress) ------------------------------
+    def on_start(self, plan: RunPlan) -> None:
+        self.total = plan.total or self.total
         self.run_start = self.run_start or time.time()
 
     def on_stage(self, text: str) -> None:
         self.stage = text
 
-    def on_request_sent(self, record: Any) -> None:
-        if not getattr(record, "warmup", False):
+    def on_worker(self, pid: int) -> None:
+        self.worker_pid = pid
+
+    def on_request_sent(self, record: RequestRecord) -> None:
+        if not record.warmup:
             self.in_flight[record.index] = record
 
-    def on_request_done(self, record: Any, totals: Any = None) -> None:
-        self.in_flight.pop(getattr(record, "index", None), None)
-        if getattr(record, "warmup", False):
+    def on_request_done(self, record: RequestRecord, totals: Totals | None = None) -> None:
+        self.in_flight.pop(record.index, None)
+        if record.warmup:
             return
         self.records.append(record)
         self.done = len(self.records)
 
-    def live_records(self) -> list:
+    def live_records(self) -> list[RequestRecord]:
         """Finished and in-flight requests, for a timeline drawn while the run goes on."""
         return list(self.records) + list(self.in_flight.values())
-
-    def on_complete(self, result: Any) -> None:
-        pass
 
 
 class JobManager:

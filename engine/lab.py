@@ -61,11 +61,10 @@ class Lab:
         self.server = VLLMServer(port=port)
         self.jobs = JobManager()
         self.store = store or RunStore()
-        self.naive_pids: dict[str, int] = {}
         self.telemetry = Telemetry(
             server_pid=lambda: self.server.snapshot().pid,
             metrics_url=self._metrics_url,
-            extra_pids=lambda: dict(self.naive_pids),
+            extra_pids=self._worker_pids,
             interval_s=telemetry_interval_s,
         )
         self.device = self.telemetry.device
@@ -151,7 +150,7 @@ class Lab:
         self._start(cfg, spec)
 
     def _start(self, cfg: ServerConfig, spec: models.ModelSpec | None) -> None:
-        if self.device == "cuda" and self.naive_pids:
+        if self.device == "cuda" and self._worker_pids():
             raise ServerBusy("The naive baseline still holds the GPU: wait for it to finish or cancel it, then start vLLM.")
         self.server.start(cfg, model_max_len=spec.max_len if spec else None, known_flags=self._flags)
 
@@ -212,8 +211,12 @@ class Lab:
             out: list[RunResult] = []
             job.result = out  # finished levels show while the sweep goes on
             self.server.mark("sweep start")
-            loadgen.sweep(replace(spec, scenario="sweep"), levels, cancel=job.cancel,
-                          observer=_SweepLevels(job, out, lambda r: self._finish(r, cfg)))
+            for level in levels:  # each level saved the moment it completes
+                if job.cancel.is_set():
+                    break
+                job.on_stage(f"concurrency {level}")
+                out.append(self._finish(loadgen.run_level(replace(spec, scenario="sweep"), level, cancel=job.cancel), cfg))
+                job.done = len(out)
             self.server.mark("sweep end")
             return out
 
@@ -261,9 +264,9 @@ class Lab:
         def work(job: Job) -> RunResult:
             self.server.mark("naive start")
             try:
-                result = naive.run_naive(spec, observer=_PidTracking(job, self.naive_pids), cancel=job.cancel)
+                result = naive.run_naive(spec, observer=job, cancel=job.cancel)
             finally:
-                self.naive_pids.pop("naive worker", None)
+                job.worker_pid = None
                 self.server.mark("naive end (memory returned)")
             result.hardware = result.hardware or hardware.describe()
             result.versions = result.versions or hardware.versions()
@@ -350,6 +353,10 @@ class Lab:
         return result
 
     # -- internals ----------------------------------------------------------------------------
+    def _worker_pids(self) -> dict[str, int]:
+        """The naive baseline's worker while it lives, for the memory charts (and the GPU's owner)."""
+        return {"naive worker": j.worker_pid for j in self.jobs.active() if j.worker_pid}
+
     def _metrics_url(self) -> str | None:
         snap = self.server.snapshot()
         return snap.config.base_url + "/metrics" if snap.state == READY and snap.config else None
@@ -360,34 +367,203 @@ class Lab:
     def shutdown(self) -> None:
         self.telemetry.stop()
 
+    # -- for the pages ------------------------------------------------------------------------
+    # What the pages read, so that a page imports only `ui`, this module (Lab, LabError) and
+    # engine.figures (tests/test_layering.py), and never reaches into the server, jobs, store or
+    # telemetry Lab owns. Reading only: each action a page takes is one of the methods above.
+    STOPPED, STARTING, READY, STOPPING, FAILED = (server_mod.STOPPED, server_mod.STARTING, server_mod.READY,
+                                                  server_mod.STOPPING, server_mod.FAILED)
+    # SHAPE_ONLY_NOTE says a shape-only model's text is noise; ModelNotPrepared (a LabError): one of the
+    # app's own models is not fetched yet. (Imported here: in this class body `models` is the method.)
+    from engine.serving.models import SHAPE_ONLY_NOTE, ModelNotPrepared
 
-class _SweepLevels:
-    """Sweep progress for the job; each level is saved the moment it completes."""
+    # server
+    def server_snapshot(self) -> server_mod.Snapshot:
+        """The server's state, stage, config, events and log tail, read at once (a copy)."""
+        return self.server.snapshot()
 
-    def __init__(self, job: Job, out: list[RunResult], finish):
-        self.job, self.out, self.finish = job, out, finish
+    @property
+    def server_port(self) -> int:
+        return self.server.port
 
-    def on_start(self, plan) -> None:
-        self.job.on_stage(f"concurrency {plan.concurrency}")
+    def serving_max_len(self) -> int | None:
+        """The ready server's max-model-len (it refuses longer answers); None while none is ready."""
+        snap = self.server.snapshot()
+        return snap.config.max_model_len if snap.state == READY and snap.config else None
 
-    def on_request_done(self, record, totals) -> None:
-        pass
+    def startup_fraction(self, stage: str) -> float:
+        """How far a starting server has come, by the startup stage its log shows (for a progress bar)."""
+        names = [name for name, _ in server_mod.STAGES]
+        return (names.index(stage) + 1) / len(names) if stage in names else 0.05
 
-    def on_complete(self, result: RunResult) -> None:
-        self.out.append(self.finish(result))
-        self.job.done = len(self.out)
+    def busy(self) -> bool:
+        """Anything moving: the server starting or stopping, a job running, or requests inside vLLM."""
+        newest = self.telemetry.latest()
+        return (self.server.snapshot().state in (STARTING, server_mod.STOPPING) or self.measuring() is not None
+                or bool(newest and (newest.metrics.get("running") or newest.metrics.get("waiting"))))
 
+    # models and settings
+    def model(self, kind: str, where: str = "") -> models.ModelSpec:
+        """A model as the Server page offers it: "embedded" or "shape-only" (ModelNotPrepared until
+        prepare_model fetched it; drawing never fetches), "local" (`where`: a folder) or "hub" (`where`: an id)."""
+        if kind == "embedded":
+            return models.embedded()
+        if kind == "shape-only":
+            return models.shape_only_llama3_8b()
+        return models.local(where) if kind == "local" else models.hub(where)
 
-class _PidTracking:
-    """Forwards naive-runner events to the job, and records the worker pid for the memory chart."""
+    @property
+    def presets(self) -> tuple:
+        """The lab's server settings (engine.serving.config.Preset: name, description, changes)."""
+        from engine.serving.config import PRESETS
 
-    def __init__(self, job: Job, pids: dict[str, int]):
-        self.job, self.pids = job, pids
+        return PRESETS
 
-    def __getattr__(self, name):
-        return getattr(self.job, name)
+    @property
+    def max_num_seqs_limit(self) -> int:
+        from engine.serving.config import MAX_NUM_SEQS
 
-    def on_worker(self, pid: int) -> None:
-        self.pids["naive worker"] = pid
+        return MAX_NUM_SEQS
 
+    def server_config(self, spec: models.ModelSpec, extra_flags: str = "", **settings) -> ServerConfig:
+        """`spec`'s default settings with the page's `settings` and the extra flags as typed, checked:
+        a ConfigError says what is wrong."""
+        from engine.serving.config import parse_extra_args
 
+        cfg = self.default_config(spec).with_changes(extra_args=parse_extra_args(extra_flags), **settings)
+        cfg.validate(model_max_len=spec.max_len)
+        return cfg
+
+    def tuning_configs(self, rows: list[tuple[int, float]]) -> tuple[list[ServerConfig], list[str]]:
+        """The Tuning table's rows, (max-model-len, GPU memory fraction; on CPU the KV cache GiB), as
+        the last started server's settings with those changes, and a label for each."""
+        base = self.server.snapshot().config
+        if base is None:
+            raise ServerBusy("Start the server once on the Server page: tuning reuses its model and other settings.")
+        cpu = self.device == "cpu"
+        configs = [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": int(mem)} if cpu else
+                                                               {"gpu_memory_utilization": mem})) for n, mem in rows]
+        labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
+                  for c in configs]
+        return configs, labels
+
+    # workloads
+    def scenario(self, name: str):
+        """A named workload of the catalogue (engine.measure.scenarios.Scenario)."""
+        from engine.measure import scenarios
+
+        return scenarios.get(name)
+
+    def load_spec(self, scenario: str, **over):
+        """The load spec of a named workload with the page's changes (None keeps the workload's own)."""
+        return self.scenario(scenario).load_spec(**over)
+
+    def naive_spec(self, scenario: str, model: models.ModelSpec, **over):
+        """The naive baseline's spec of a named workload on `model`."""
+        return self.scenario(scenario).naive_spec(model.path, model.placeholder_text, **over)
+
+    def sweep_spec(self):
+        """The sweep's workload: 64 tokens a request on CPU, 128 on a GPU, fewer when the ready server's
+        max-model-len is shorter."""
+        return self.load_spec("sweep", max_tokens=min(64 if self.device == "cpu" else 128,
+                                                      self.serving_max_len() or 128))
+
+    def load_test_spec(self, shape: str, num_requests: int, max_tokens: int, *, ignore_eos: bool = False,
+                       rate: float | None = None, concurrency: int | None = None, synthetic: bool = False):
+        """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
+        checked against the ready server (ConfigError), and named by what happens: how many requests were
+        really in flight, or the arrival rate."""
+        from engine.measure import prompts
+
+        plist = prompts.seeded_prompts(num_requests) if synthetic else prompts.LAB_CONCURRENT
+        spec = self.load_spec("concurrent-10", prompts=list(plist), shape=shape, num_requests=num_requests,
+                              max_tokens=max_tokens, ignore_eos=ignore_eos, rate=rate,
+                              concurrency=concurrency if shape == "concurrency" else None)
+        spec.validate(self.serving_max_len())
+        return replace(spec, label=spec.describe(),
+                       scenario="poisson" if shape == "poisson" else f"concurrent-{min(spec.in_flight(), spec.n)}")
+
+    # jobs
+    def job(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def latest_job(self, kind: str) -> Job | None:
+        """The newest job of `kind` ("load", "sweep", "naive", "tuning", "prepare"), running or ended."""
+        return self.jobs.latest(kind)
+
+    def live_run(self, job_id: str) -> tuple[RunResult, float]:
+        """A running load test's requests so far (finished and in flight) as a run for the charts, and
+        the seconds since it began sending (where the timeline's in-flight bars end)."""
+        job = self.jobs.get(job_id)
+        partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
+                            duration=0, started_at=job.started_at)
+        return partial, time.time() - (job.run_start or job.started_at)
+
+    @staticmethod
+    def failure_causes(records) -> list[tuple[int, str]]:
+        """Why requests failed: (how many, one sentence) per cause."""
+        from engine.measure import stats
+
+        return stats.failure_causes(records)
+
+    # history
+    def runs(self, limit: int | None = None, kind: str | None = None) -> list:
+        """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per
+        change of the history and shared by every viewer. Do not modify them."""
+        return self.store.list_cached(limit, kind)
+
+    def run(self, run_id: str) -> RunResult:
+        """One saved run with its requests, shared like runs(); a LabError says why a stored one is damaged."""
+        return self.store.load_cached(run_id)
+
+    def latest_run(self, kind: str, scenario_prefix: str = "") -> RunResult | None:
+        """The newest readable run of `kind` whose scenario starts so, among the latest 50 (a damaged one
+        is passed over: History shows why)."""
+        for row in self.runs(limit=50, kind=kind):
+            if row.scenario.startswith(scenario_prefix) and not row.problem:
+                try:
+                    return self.run(row.id)
+                except LabError:
+                    continue
+        return None
+
+    def export_json(self, ids: list[str] | None = None) -> str:
+        """The runs (None: all) as `vllm bench serve`-style JSON, damaged ones and secrets left out."""
+        return self.store.export_json(ids)
+
+    def export_csv(self, ids: list[str] | None = None) -> str:
+        """One CSV row per request of the runs (None: all)."""
+        return self.store.export_csv(ids)
+
+    # monitor
+    def latest_sample(self):
+        """The newest telemetry sample (engine.observe.telemetry.Sample), None before the first."""
+        return self.telemetry.latest()
+
+    def monitor_rows(self, seconds: float, max_points: int) -> tuple[list[dict], list[dict], list[dict]]:
+        """For the Monitor's charts, over the `seconds` up to the newest sample: memory rows and /metrics
+        rows, at most `max_points` a series (peaks kept), and the server's events."""
+        from engine.observe.telemetry import downsample, event_rows, memory_rows, metric_rows
+
+        newest = self.telemetry.latest()
+        since = (newest.t if newest else 0.0) - seconds
+        samples = downsample(self.telemetry.samples(since=since), max_points)
+        return memory_rows(samples), metric_rows(samples), event_rows(self.server.snapshot().events, since=since)
+
+    # chat
+    @property
+    def chat_limits(self):
+        """What a viewer may send (engine.measure.chat.ChatLimits: per_minute, max_tokens, max_prompt_chars)."""
+        return self.chat_rate.limits
+
+    @property
+    def chat_example(self) -> str:
+        """The lab's streamed question."""
+        from engine.measure.prompts import LAB_STREAM
+
+        return LAB_STREAM
+
+    @staticmethod
+    def chat_record(prompt: str) -> RequestRecord:
+        """An empty record for one chat answer; chat() fills in its timings."""
+        return RequestRecord(index=0, prompt=prompt, send_time=0.0)

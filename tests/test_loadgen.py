@@ -19,7 +19,7 @@ from engine.errors import ConfigError  # noqa: E402
 from engine.measure import prompts, stats  # noqa: E402
 from engine.measure.drive import poisson_offsets  # noqa: E402
 from engine.measure.loadgen import run_load, sweep  # noqa: E402
-from engine.measure.progress import ConsoleObserver, NullObserver  # noqa: E402
+from engine.measure.progress import Console, Progress  # noqa: E402
 from engine.measure.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.sse import SSEDecoder  # noqa: E402
 
@@ -91,7 +91,7 @@ def test_two_client_processes(vllm_server):
 def test_warmup_not_counted(vllm_server):
     seen = []
 
-    class Obs(NullObserver):
+    class Obs(Progress):
         def on_request_done(self, record, totals):
             seen.append((record.warmup, totals.done))
 
@@ -107,7 +107,7 @@ def test_warmup_not_counted(vllm_server):
 def test_cancel_keeps_completed(vllm_server):
     cancel = threading.Event()
 
-    class CancelSoonAfterFirst(NullObserver):
+    class CancelSoonAfterFirst(Progress):
         def on_request_done(self, record, totals):
             if totals.done == 1:  # the next pair is on its way: cancel it mid-answer
                 threading.Timer(0.3, cancel.set).start()
@@ -164,7 +164,7 @@ def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vl
 @pytest.mark.server
 def test_console_observer(vllm_server):
     out = io.StringIO()
-    run_load(spec_for(vllm_server, num_requests=2), observer=ConsoleObserver(out))
+    run_load(spec_for(vllm_server, num_requests=2), observer=Console(out))
     text = out.getvalue()
     assert "2 requests" in text and "[   2/2]" in text and "output tok/s" in text
 
@@ -202,7 +202,7 @@ def test_server_dying_mid_stream_keeps_completed():
         (1, "1 of 5 requests was cut off mid-answer when the server closed the connection: it probably stopped or "
             "crashed, so check its state and log, restart it and run again.")]
     out = io.StringIO()
-    ConsoleObserver(out).on_complete(res)
+    Console(out).on_complete(res)
     said = [line.strip() for line in out.getvalue().splitlines()[1:]]
     assert said == [s for _, s in stats.failure_causes(res.records)]
 

@@ -17,6 +17,7 @@ import pytest
 
 from engine.errors import LabError
 from engine.measure.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
+from engine.measure.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
@@ -75,12 +76,12 @@ def tiny_random_dir(tmp_path, model_dir) -> Path:
     return d
 
 
-class Recorder:
+class Recorder(Progress):
     def __init__(self, cancel_after: int | None = None, cancel: threading.Event | None = None):
         self.stages: list[str] = []
-        self.plan: dict | None = None
+        self.plan = None
         self.done: list = []
-        self.totals: list[dict] = []
+        self.totals: list = []
         self.completed = None
         self.pid: int | None = None
         self.cancel_after, self.cancel = cancel_after, cancel
@@ -140,9 +141,9 @@ def test_sequential_two_prompts(model_dir):
     assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
     assert res.summary.get("completed") == 2
     # observer saw the whole story
-    assert obs.plan and obs.plan["total"] == 2
+    assert obs.plan and obs.plan.total == 2
     assert any("loading model" in s for s in obs.stages) and any(s.startswith("request 2/2") for s in obs.stages)
-    assert [t["done"] for t in obs.totals] == [1, 2]
+    assert [t.done for t in obs.totals] == [1, 2]
     assert obs.completed is res
     assert _gone(res.extra["worker_pid"])
 
@@ -217,7 +218,7 @@ def test_warmup_plan_meets_every_shape_of_the_run():
 def test_warmup_runs_and_is_reported(tiny_random_dir):
     stages: list[str] = []
 
-    class Obs:
+    class Obs(Progress):
         def on_stage(self, text):
             stages.append(text)
 
@@ -246,7 +247,8 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
     script = (
         "import sys\n"
         "from engine.measure.naive import NaiveSpec, run_naive\n"
-        "class O:\n"
+        "from engine.measure.progress import Progress\n"
+        "class O(Progress):\n"
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
         f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 8, max_new_tokens=200,"

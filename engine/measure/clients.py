@@ -20,7 +20,7 @@ from typing import Any
 from engine.errors import LabError
 from engine.measure.drive import Job, Outcome, drive, measured_job, prompts_for, run_loop, shift
 from engine.measure.lifeline import die_with_parent
-from engine.measure.progress import Observer, Totals, notify, sent_hook
+from engine.measure.progress import Progress, Totals, notify
 from engine.measure.request import Requester, clock
 from engine.measure.spec import LoadSpec
 from engine.results.records import RequestRecord
@@ -106,7 +106,7 @@ class _ShardSync:
     shares: list[int]  # ... and during the measured part
 
 
-def run_sharded(spec: LoadSpec, shards: int, observer: Observer, cancel: threading.Event,
+def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threading.Event,
                 totals: Totals) -> Outcome:
     """Warm-up and measured part spread over `shards` spawned processes, each on its own connections."""
     ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
@@ -182,14 +182,14 @@ def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None
         ready.add(msg[1])
 
 
-def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Observer, cancel: threading.Event,
+def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Progress, cancel: threading.Event,
              totals: Totals, t0: float, warmup: bool,
              failed: dict[int, str]) -> tuple[list[RequestRecord], float, dict[int, str]]:
     """Gather records of the warm-up or the measured part from the client processes until each
     reports the phase over ("warmed" or "done"), fails or dies. Warm-up records reach the observer
     but not the totals. `failed` (process -> why) holds those already lost; the returned one adds the new."""
     until, prompts = ("warmed" if warmup else "done"), prompts_for(spec, warmup)
-    sent = sent_hook(observer)
+    sent = lambda r: notify(observer.on_request_sent, r)  # noqa: E731
     recs: list[RequestRecord] = []
     failed = dict(failed)
     finished: set[int] = set(failed)
@@ -206,7 +206,7 @@ def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Obser
                     failed[k] = f"client process {k} exited with code {p.exitcode}"
                     finished.add(k)
             continue
-        if msg[0] == "sent" and sent is not None:
+        if msg[0] == "sent":
             sent(RequestRecord(index=msg[1], prompt=prompts[msg[1]], send_time=msg[2], warmup=msg[3]))
         elif msg[0] == "rec":
             r = RequestRecord.from_dict(msg[1])

@@ -33,7 +33,7 @@ import aiohttp
 from engine.measure import stats
 from engine.measure.clients import run_sharded
 from engine.measure.drive import Job, Outcome, counter, drive, measured_job, run_loop, shift
-from engine.measure.progress import NullObserver, Observer, RunPlan, Totals, notify, sent_hook
+from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.measure.request import Requester, clock
 from engine.measure.spec import LoadSpec
 from engine.results.records import RequestRecord, RunResult
@@ -62,9 +62,9 @@ def client_name() -> str:
         return f"aiohttp {aiohttp.__version__} + asyncio"
 
 
-def _run_single(spec: LoadSpec, observer: Observer, cancel: threading.Event, totals: Totals) -> Outcome:
+def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, totals: Totals) -> Outcome:
     """Warm-up and measured part in one event loop on this thread, on the same connections."""
-    sent = sent_hook(observer)
+    sent = lambda r: notify(observer.on_request_sent, r)  # noqa: E731
     recs: list[RequestRecord] = []
 
     async def main() -> Outcome:
@@ -100,13 +100,13 @@ def _count_fallback(records: Iterable[RequestRecord], count_tokens: Callable[[st
             r.tokens_source = "tokenizer"
 
 
-def run_load(spec: LoadSpec, observer: Observer | None = None, cancel: threading.Event | None = None) -> RunResult:
+def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading.Event | None = None) -> RunResult:
     """Run one load test and return its RunResult (kind "vllm", summary from stats.summarize).
 
     Blocking; call it from a worker thread to keep a UI responsive. Setting `cancel` stops sending,
     cancels the requests in flight (recorded with error "cancelled") and returns what completed.
     Warm-up records are kept (warmup=True, negative times) and left out of the summary."""
-    observer = observer or NullObserver()
+    observer = observer or Progress()
     cancel = cancel or threading.Event()
     shards = auto_workers(spec)
     plan = RunPlan(label=spec.label, shape=spec.shape, num_requests=spec.n, warmup=spec.warmup,
@@ -134,21 +134,27 @@ def run_load(spec: LoadSpec, observer: Observer | None = None, cancel: threading
     return result
 
 
-def sweep(base_spec: LoadSpec, levels: Sequence[int] = (1, 2, 4, 8, 16, 32), observer: Observer | None = None,
+def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
+              cancel: threading.Event | None = None, rounds: int = 2) -> RunResult:
+    """One level of a concurrency sweep: `level` in flight, max(base num_requests, level x rounds)
+    requests, and a warm-up of at least one full batch (a GPU pays a one-off cost the first time it
+    sees a batch size). The run is marked with its level (extra["sweep_level"])."""
+    spec = dataclasses.replace(
+        base_spec, shape="concurrency", concurrency=level,
+        num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
+        warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep", label=f"concurrency {level}")
+    result = run_load(spec, observer, cancel)
+    result.extra["sweep_level"] = level
+    return result
+
+
+def sweep(base_spec: LoadSpec, levels: Sequence[int] = (1, 2, 4, 8, 16, 32), observer: Progress | None = None,
           cancel: threading.Event | None = None, rounds: int = 2) -> list[RunResult]:
-    """One concurrency run per level, each with its own warm-up of at least one full batch (a GPU
-    pays a one-off cost the first time it sees a batch size). Each level sends
-    max(base num_requests, level x rounds) requests. Stops early when `cancel` is set."""
+    """run_level for each level, in order; stops early when `cancel` is set. The observer hears every
+    level's run."""
     results = []
     for level in levels:
         if cancel is not None and cancel.is_set():
             break
-        spec = dataclasses.replace(
-            base_spec, shape="concurrency", concurrency=level,
-            num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
-            warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep",
-            label=f"concurrency {level}")
-        result = run_load(spec, observer, cancel)
-        result.extra["sweep_level"] = level
-        results.append(result)
+        results.append(run_level(base_spec, level, observer, cancel, rounds))
     return results

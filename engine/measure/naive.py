@@ -26,9 +26,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from engine.errors import ConfigError, LabError
+from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.observe import nvml
 from engine.results.records import RequestRecord, RunResult
 from engine.serving import models
@@ -135,36 +136,6 @@ class NaiveSpec:
                 else f"Static batch (transformers, {len(self.prompts)} at once)")
 
 
-class NaiveObserver(Protocol):
-    """What run_naive reports to. Every method is optional; they are called on run_naive's thread.
-
-    on_start(plan)                  the measured part begins (after loading and warm-up); plan is a dict
-                                    with total, mode, max_new_tokens, device, dtype, started_at (epoch s)
-    on_stage(text)                  "starting worker", "loading model", "request 3/5", "cleaning up", ...
-    on_request_done(record, totals) one RequestRecord; totals = {total, done, ok, failed, output_tokens, elapsed}
-    on_complete(result)             the RunResult (also after a cancel; not after an error: the error's
-                                    ``result`` attribute carries the partial run instead)
-    on_worker(pid)                  the worker's pid, as soon as it exists (for memory telemetry)
-    """
-
-    def on_start(self, plan: dict) -> None: ...
-    def on_stage(self, text: str) -> None: ...
-    def on_request_done(self, record: RequestRecord, totals: dict) -> None: ...
-    def on_complete(self, result: RunResult) -> None: ...
-
-
-def _notify(observer: Any, method: str, *args: Any) -> None:
-    fn = getattr(observer, method, None) if observer is not None else None
-    if fn is None:
-        return
-    try:
-        fn(*args)
-    except Exception:  # an observer's bug must not break the measurement
-        import traceback
-
-        traceback.print_exc()
-
-
 # -- checks that need no torch -----------------------------------------------------------------
 def check_model_folder(spec: NaiveSpec) -> Path:
     """Fail fast, before a process starts, when the folder cannot be what the worker needs."""
@@ -235,7 +206,7 @@ def _stop(proc: subprocess.Popen, grace_s: float = TERMINATE_GRACE_S) -> None:
         pass
 
 
-def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | None = None,
+def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threading.Event | None = None,
               python: str | None = None) -> RunResult:
     """Run the naive baseline in a worker process and return its RunResult (blocking; call it from a
     background thread). ``cancel`` stops the worker (terminate, then kill) and returns the requests
@@ -244,12 +215,13 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
     has torch and transformers (default: this one)."""
     spec.validate()
     folder = check_model_folder(spec)
+    observer = observer or Progress()
     cancel = cancel or threading.Event()
     n = len(spec.prompts)
     t_begin = time.time()
 
     before = {"gpus": nvml.devices(), "ram_used": _ram_used()}
-    _notify(observer, "on_stage", "starting worker")
+    notify(observer.on_stage, "starting worker")
     payload = asdict(spec)
     payload["model_path"] = str(folder)
     try:
@@ -261,7 +233,7 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
     except OSError as e:
         raise WorkerFailed(f"Could not start the naive worker ({e}): check that Python at "
                            f"{python or sys.executable} exists.") from e
-    _notify(observer, "on_worker", proc.pid)
+    notify(observer.on_worker, proc.pid)
     # The spec goes in as one line; stdin then stays open: its EOF tells the worker that we are gone.
     assert proc.stdin and proc.stdout and proc.stderr
     try:
@@ -311,7 +283,7 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
         kind = ev.get("ev")
         if kind == "stage":
             if not cancelled:  # stages still in the pipe after a cancel would read as progress
-                _notify(observer, "on_stage", ev["text"])
+                notify(observer.on_stage, ev["text"])
         elif kind == "device":
             st.loaded.setdefault("device", ev["device"])
             st.loaded.setdefault("dtype", ev.get("dtype"))
@@ -323,14 +295,13 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
             st.warmup_s = ev.get("seconds")
         elif kind == "started":
             st.started_at = ev["started_at"]
-            plan = {"total": n, "mode": spec.mode, "kind": spec.kind, "max_new_tokens": spec.max_new_tokens,
-                    "temperature": spec.temperature, "device": st.loaded.get("device", {}).get("name"),
-                    "dtype": st.loaded.get("dtype"), "model": spec.display_name(), "started_at": st.started_at}
-            _notify(observer, "on_start", plan)
+            notify(observer.on_start, RunPlan(
+                label=spec.default_label(), shape=spec.mode, num_requests=n, warmup=0, workers=1, url="",
+                concurrency=n if spec.mode != "sequential" else 1, model=spec.display_name()))
         elif kind == "record":
             rec = RequestRecord.from_dict(ev["record"])
             st.records.append(rec)
-            _notify(observer, "on_request_done", rec, _totals(st.records, n, ev.get("elapsed")))
+            notify(observer.on_request_done, rec, _totals(st.records, n, ev.get("elapsed")))
         elif kind == "error":
             st.error = ev
         elif kind == "done":
@@ -340,7 +311,7 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
         while True:
             if cancel.is_set() and not cancelled:
                 cancelled = True
-                _notify(observer, "on_stage", "cancelling: stopping the worker")
+                notify(observer.on_stage, "cancelling: stopping the worker")
                 _stop(proc)
             try:
                 ev = events.get(timeout=0.1)
@@ -381,15 +352,15 @@ def run_naive(spec: NaiveSpec, observer: Any = None, cancel: threading.Event | N
         err = WorkerFailed(_crash_sentence(proc.returncode, list(log_tail)))
         err.result = result
         raise err
-    _notify(observer, "on_stage", "cancelled" if cancelled else "done")
-    _notify(observer, "on_complete", result)
+    notify(observer.on_stage, "cancelled" if cancelled else "done")
+    notify(observer.on_complete, result)
     return result
 
 
-def _totals(records: list[RequestRecord], total: int, elapsed: float | None) -> dict[str, Any]:
+def _totals(records: list[RequestRecord], total: int, elapsed: float | None) -> Totals:
     ok = [r for r in records if r.ok]
-    return {"total": total, "done": len(records), "ok": len(ok), "failed": len(records) - len(ok),
-            "output_tokens": sum(r.output_tokens for r in ok), "elapsed": elapsed}
+    return Totals(total=total, done=len(records), ok=len(ok), failed=len(records) - len(ok),
+                  output_tokens=sum(r.output_tokens for r in ok), elapsed_s=elapsed or 0.0)
 
 
 def _crash_sentence(rc: int | None, tail: list[str]) -> str:

@@ -1,6 +1,6 @@
-"""How a load test reports progress: the plan it announces, running totals, and the observer hooks
-(`on_start`, `on_request_sent`, `on_request_done`, `on_complete`) that a job, the console and the
-bench scripts implement. A failing observer is logged, never allowed to break a measurement.
+"""How a measurement reports progress: the plan it announces, running totals, and the one protocol
+(`Progress`) that a job, the console and the bench scripts implement. A failing hook is logged, never
+allowed to break a measurement.
 See docs/architecture.md."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from engine.measure import stats
 from engine.results.records import RequestRecord, RunResult
@@ -51,34 +51,33 @@ class Totals:
         self.elapsed_s = elapsed_s
 
 
-class Observer(Protocol):
-    """Progress hooks. An observer may also define `on_request_sent(record)`: it is called (when
-    present) as each request goes out, with the record still open, for live timelines."""
-
-    def on_start(self, plan: RunPlan) -> None: ...
-    def on_request_done(self, record: RequestRecord, totals: Totals) -> None: ...
-    def on_complete(self, result: RunResult) -> None: ...
-
-
-class NullObserver:
-    """Does nothing; subclass it and override what you need. Calls arrive on the thread that called
-    run_load (warm-up records too, with record.warmup set, before the measured ones); keep them short."""
+class Progress:
+    """The one progress protocol of every measurement (a load test, a sweep, the naive baseline).
+    Implemented once each: the app's Job, the CLI's Console, the bench scripts. This base does nothing;
+    subclass it and override what you need. Calls arrive on the thread that runs the measurement
+    (warm-up records too, with record.warmup set, before the measured ones): keep them short."""
 
     def on_start(self, plan: RunPlan) -> None:
-        pass
+        """The measured part begins."""
+
+    def on_stage(self, text: str) -> None:
+        """What is happening now: "loading model", "concurrency 8", "request 3/5", ..."""
+
+    def on_worker(self, pid: int) -> None:
+        """A worker process exists (the naive baseline's), for the memory charts."""
 
     def on_request_sent(self, record: RequestRecord) -> None:
-        pass
+        """A request went out; the record is still open (live timelines)."""
 
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
-        pass
+        """A request finished (or failed)."""
 
     def on_complete(self, result: RunResult) -> None:
-        pass
+        """The run is over (also after a cancel); a sweep reports each level."""
 
 
-class ConsoleObserver(NullObserver):
-    """One line per request and a summary, for the CLI."""
+class Console(Progress):
+    """Progress on the terminal: stages, one line per request, a summary per run (the CLI)."""
 
     def __init__(self, out: TextIO | None = None, every: int = 1) -> None:
         self.out = out or sys.stdout
@@ -91,6 +90,9 @@ class ConsoleObserver(NullObserver):
         self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
                     f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
                     f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
+
+    def on_stage(self, text: str) -> None:
+        self._print(f"  {text}")
 
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
         if record.warmup or (totals.done % self.every and totals.done != totals.total):
@@ -107,12 +109,6 @@ class ConsoleObserver(NullObserver):
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
         for _, sentence in stats.failure_causes(result.records):
             self._print(f"  {sentence}")
-
-
-def sent_hook(observer: Observer) -> Callable[[RequestRecord], None] | None:
-    """The observer's optional on_request_sent, wrapped like every hook."""
-    fn = getattr(observer, "on_request_sent", None)
-    return None if fn is None else (lambda r: notify(fn, r))
 
 
 def notify(fn: Callable[..., None], *args: Any) -> None:

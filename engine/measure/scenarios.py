@@ -12,6 +12,7 @@ import httpx
 from engine.errors import ConfigError, LabError
 from engine.measure import prompts, stats
 from engine.measure.loadgen import run_load, sweep
+from engine.measure.progress import Console
 from engine.measure.spec import LoadSpec, check_in_flight, check_max_tokens, parse_levels
 from engine.observe import hardware
 from engine.results.records import RunResult
@@ -200,7 +201,7 @@ def run_headless(name: str, store, url: str | None = None, model_name: str | Non
             check_max_tokens(max_tokens, spec.max_len, of="this model's context length", fix="")
         nspec = scn.naive_spec(spec.path, random_weights=spec.kind == "shape-only",
                                max_new_tokens=max_tokens)
-        result = run_naive(nspec, observer=_Console(log))
+        result = run_naive(nspec, observer=Console())
         store.save(result)
         return [result]
 
@@ -209,9 +210,9 @@ def run_headless(name: str, store, url: str | None = None, model_name: str | Non
     def measure(base_url: str, model: str, cfg: ServerConfig | None, snap) -> list[RunResult]:
         out = []
         if scn.kind == "sweep":
-            out += sweep(replace(base, base_url=base_url, model=model), lv, observer=_Console(log))
+            out += sweep(replace(base, base_url=base_url, model=model), lv, observer=Console())
         else:
-            out.append(run_load(replace(base, base_url=base_url, model=model), observer=_Console(log)))
+            out.append(run_load(replace(base, base_url=base_url, model=model), observer=Console()))
         for r in out:
             if cfg:
                 annotate(r, cfg, snap.kv_cache_tokens, snap.max_concurrency)
@@ -254,26 +255,6 @@ def run_headless(name: str, store, url: str | None = None, model_name: str | Non
         finally:
             srv.stop()
     return results
-
-
-class _Console:
-    """Progress on the terminal: one line per finished request."""
-
-    def __init__(self, log: Callable[[str], None]):
-        self.log = log
-
-    def on_start(self, plan: Any = None) -> None: ...
-
-    def on_stage(self, text: str) -> None:
-        self.log(f"  {text}")
-
-    def on_request_done(self, record, totals=None) -> None:
-        if record.warmup:
-            return
-        state = f"{record.e2e:.2f} s, {record.output_tokens} tokens" if record.ok else f"failed: {record.error}"
-        self.log(f"  request {record.index + 1}: {state}")
-
-    def on_complete(self, result) -> None: ...
 
 
 def summary_table(r: RunResult) -> str:
