@@ -14,6 +14,7 @@ vLLM's chat preamble (the role-only chunk sent together with the first token) wh
 does, which spares ITL one near-zero gap per request and leaves TTFT unchanged.
 Where vLLM would report 0 for a metric with no samples (e.g. TPOT when every answer is one token)
 this module reports None, so a chart shows a gap rather than a false zero. Nothing here is NaN.
+The keys, with their labels and units, are catalogued in engine.metrics.
 """
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from engine.metrics import DISTRIBUTIONS
 from engine.results.records import RequestRecord
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99)
-_METRICS = ("ttft", "tpot", "itl", "e2el")
 _SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
@@ -205,7 +206,7 @@ def summarize(
         "mean_latency_s": statistics.fmean(e2els) if e2els else None,
         "total_latency_s": sum(e2els),
     }
-    for name in _METRICS:
+    for name in DISTRIBUTIONS:
         out.update(_distribution(name, samples[name], percentiles))
     return out
 

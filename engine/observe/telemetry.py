@@ -1,53 +1,52 @@
 """Live samples for the Monitor page: memory (GPU through NVML, else system + server process through
 psutil) and vLLM's /metrics (running/waiting requests, KV-cache usage, generation tokens/s).
 
-One sampler thread per Lab, whatever the number of viewers: pages only read `samples()`.
+One sampler thread per Lab, whatever the number of viewers: pages only read `samples()`. The /metrics
+names come from the one alias table in engine.metrics.
+See docs/architecture.md.
 """
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import httpx
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
+from engine.metrics import ALIASES, PROMETHEUS_PREFIX
 from engine.observe import hardware, nvml
 
 GIB = 1024**3
 
-# Old and new metric names across vLLM versions (V0 gpu_cache_usage_perc -> V1 kv_cache_usage_perc).
-METRIC_ALIASES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
-    "generation_tokens_total": ("vllm:generation_tokens_total",),
-    "prompt_tokens_total": ("vllm:prompt_tokens_total",),
-}
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eE]+|NaN|[+-]Inf)")
+# vLLM's /metrics name -> our key, from the one alias table (several vLLM versions' names per key)
+_WANTED = {name: key for key, names in ALIASES.items() for name in names if name.startswith(PROMETHEUS_PREFIX)}
+_WANTED_LINES = tuple(_WANTED)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sum each metric of interest over its label sets (engines, models). Missing ones are absent."""
+    """vLLM's /metrics text (Prometheus exposition format) -> {running, waiting, kv_usage (0-1),
+    generation_tokens_total, prompt_tokens_total}, each summed over its label sets (engines, models);
+    a key takes its newest vLLM name present. Missing ones are absent; text that is not in the format
+    gives what was read before it."""
+    # Only the sample lines of the metrics we keep go to the parser: vLLM's page is mostly histogram
+    # buckets (660 lines for these 5 values), and parsing them all cost ~40x as much a scrape.
+    ours = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED_LINES))
     raw: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if m:
-            try:
-                raw[m.group(1)] = raw.get(m.group(1), 0.0) + float(m.group(3))
-            except ValueError:
-                continue
-    out = {}
-    for key, names in METRIC_ALIASES.items():
-        for name in names:
-            if name in raw:
-                out[key] = raw[name]
-                break
+    try:
+        for family in text_string_to_metric_families(ours):
+            for sample in family.samples:
+                if sample.name in _WANTED:
+                    raw[sample.name] = raw.get(sample.name, 0.0) + sample.value
+    except ValueError:  # not Prometheus text (a proxy's error page, a cut-off answer)
+        pass
+    out: dict[str, float] = {}
+    for name, key in _WANTED.items():  # in ALIASES order: the newest name first
+        if name in raw and key not in out:
+            out[key] = raw[name]
     return out
 
 
@@ -65,6 +64,17 @@ def gpu_memory() -> list[dict]:
             for g in nvml.devices()]
 
 
+def resident_bytes(procs: Iterable[psutil.Process]) -> int:
+    """Resident memory these processes hold together, bytes (one that has gone counts nothing)."""
+    total = 0
+    for q in procs:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 def process_tree_rss(pid: int | None) -> float:
     """Resident memory of a process and its children, GiB (vLLM runs engine-core and workers as children)."""
     if not pid:
@@ -74,13 +84,7 @@ def process_tree_rss(pid: int | None) -> float:
         procs = [p] + p.children(recursive=True)
     except psutil.Error:
         return 0.0
-    total = 0
-    for q in procs:
-        try:
-            total += q.memory_info().rss
-        except psutil.Error:
-            pass
-    return total / GIB
+    return resident_bytes(procs) / GIB
 
 
 class Telemetry:

@@ -10,6 +10,7 @@ import math
 from datetime import datetime
 from typing import Any, Callable
 
+from engine.metrics import lookup
 from engine.results.credentials import scrub_run
 from engine.results.records import RequestRecord, RunResult
 from engine.results.validation import (
@@ -58,7 +59,7 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = load.get("request_rate", float("inf"))
-    conc = load.get("concurrency", load.get("max_concurrency"))
+    conc = lookup(load, "concurrency")
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),
         "endpoint_type": load.get("backend") or _BACKENDS.get(run.kind, run.kind),

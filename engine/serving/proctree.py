@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import psutil
 
 from engine.observe import nvml
+from engine.observe.telemetry import resident_bytes
 
 TAG_ENV = "SERVING_LAB_SERVER"
 
@@ -105,12 +106,7 @@ def name(p: psutil.Process) -> str:
 
 def held(procs: list[psutil.Process]) -> str:
     """The memory these processes hold, in words: RAM, and GPU memory where NVML lists them."""
-    ram = 0
-    for p in procs:
-        try:
-            ram += p.memory_info().rss
-        except psutil.Error:
-            pass
+    ram = resident_bytes(procs)
     pids = {p.pid for p in procs}
     gpu = sum(used for g in nvml.devices() for pid, used in g["procs"].items() if pid in pids)
     return f"{gb(ram)} of RAM" + (f" and {gb(gpu)} of GPU memory" if gpu else "")

@@ -1,0 +1,43 @@
+"""Plotly figures from runs: the pages, the CLI and the docs draw the same charts.
+
+Every figure function returns a `go.Figure` built for a projector (big fonts, Okabe-Ito colours that
+colour-blind viewers can tell apart, few gridlines, units on every axis) with a short title. Each
+also carries a one-sentence caption that tells a viewer what to notice: read it with
+`caption(fig)` (it lives in `fig.layout.meta["caption"]`), e.g.
+
+    fig = figures.request_timeline(run)
+    st.plotly_chart(fig); st.caption(figures.caption(fig))
+
+One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
+`compare` (runs side by side), `machine` (memory and /metrics over time), `export` (PNG files). The
+metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
+streamlit, torch or vllm.
+See docs/architecture.md.
+"""
+from engine.figures.compare import _label_sides, history_compare, latency_bars, sweep_chart, tuning_compare
+from engine.figures.export import to_png, to_pngs
+from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart
+from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
+from engine.figures.theme import caption, template
+from engine.metrics import METRICS, metric_info
+
+__all__ = [
+    "METRICS",
+    "PLOT_PX",
+    "_label_sides",  # tests/test_figures.py checks the sweep's label placement directly
+    "caption",
+    "concurrent_latency_bars",
+    "history_compare",
+    "latency_bars",
+    "memory_chart",
+    "metric_info",
+    "metrics_chart",
+    "request_timeline",
+    "sweep_chart",
+    "template",
+    "throughput_over_time",
+    "to_png",
+    "to_pngs",
+    "token_timeline",
+    "tuning_compare",
+]

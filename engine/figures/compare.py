@@ -1,0 +1,295 @@
+"""Charts that compare runs: naive vs vLLM latency per request, tuning configs side by side, a
+concurrency sweep, and any summary metric across saved runs (named by the catalogue in
+engine.metrics).
+See docs/architecture.md.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.figures.theme import (
+    BASE_SIZE,
+    KIND_COLORS,
+    MUTED,
+    PALETTE,
+    esc,
+    finish,
+    is_placeholder,
+    measured,
+    run_colors,
+    run_label,
+    short,
+    summary_of,
+    why_failed,
+    wrap,
+)
+from engine.metrics import lookup, metric_info
+from engine.results.records import RunResult
+
+
+def _fmt_num(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
+    if not slow or not fast:
+        return ""
+    s = slow / fast
+    if abs(s - 1) < 0.05:
+        return f"{who} about as fast"
+    return f"{who} {s:.1f}× faster" if s > 1 else f"{who} {1 / s:.1f}× slower"
+
+
+def _color(run: Any, i: int) -> str:
+    return KIND_COLORS.get(getattr(run, "kind", ""), PALETTE[i % len(PALETTE)])
+
+
+def _load(run: RunResult, key: str) -> Any:
+    """A setting of the run's load (max_tokens, concurrency, ...), under whichever name it was saved."""
+    return lookup(run.load, key)
+
+
+# -- step 1-2: naive vs vLLM per request ------------------------------------------------------------
+
+def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
+                 extra_runs: Iterable[RunResult] = ()) -> go.Figure:
+    """Grouped per-request latency bars: naive vs vLLM (+ e.g. static batching); averages in the
+    legend, the speed-up in the title. Either of the two main runs may be None."""
+    runs = [r for r in (naive_run, vllm_run, *extra_runs) if r is not None]
+    fig = go.Figure()
+    indices = sorted({r.index for run in runs for r in run.measured})
+    xcat = {idx: f"#{k + 1}" for k, idx in enumerate(indices)}
+    n_bars = sum(len(run.measured) for run in runs)
+    avgs: dict[str, float] = {}
+    placeholder = any(is_placeholder(r) for r in runs)
+    colors = run_colors(runs)
+    for i, run in enumerate(runs):
+        recs = measured(run)
+        lat = [r.e2e if r.ok else None for r in recs]
+        ok = [v for v in lat if v is not None]
+        avg = sum(ok) / len(ok) if ok else float("nan")
+        avgs[run.kind if run in (naive_run, vllm_run) else run.id] = avg
+        hover = [
+            f"<b>{esc(run_label(run))}</b><br>{esc(short(r.prompt, 60))}<br>"
+            + (f"latency {r.e2e:.2f} s · {r.output_tokens} tokens"
+               + (f" · {r.output_tokens / r.e2e:.0f} tok/s" if r.e2e else "")
+               if r.ok else f"failed<br>{why_failed(r)}")
+            for r in recs
+        ]
+        fig.add_bar(
+            x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
+            name=f"{esc(run_label(run))} " + ("(all failed)" if math.isnan(avg) else f"(avg {avg:.1f} s)"),
+            marker_color=colors[i],
+            text=[f"{v:.1f}" if v is not None else "failed" for v in lat] if n_bars <= 30 else None,
+            textposition="outside", textfont=dict(size=BASE_SIZE - 2),
+            hovertext=hover, hoverinfo="text", cliponaxis=False,
+        )
+    fig.update_layout(barmode="group", xaxis_title="Request", yaxis=dict(title="Latency (s)", rangemode="tozero"),
+                      xaxis=dict(type="category", categoryorder="array",
+                                 categoryarray=[xcat[i] for i in indices]))
+    na = avgs.get("naive") if naive_run is not None else None
+    va = avgs.get("vllm") if vllm_run is not None else None
+    if na and va and not (math.isnan(na) or math.isnan(va)):
+        title = f"Latency per request: {_speedup_phrase(na, va)}"
+        cap = (f"Each group of bars is the same prompt: vLLM answers in {va:.1f} s on average, the "
+               f"naive transformers loop in {na:.1f} s, a {na / va:.1f}× speed-up from the engine "
+               f"alone, before any batching.")
+    else:
+        title = "Latency per request"
+        said = [f"{run_label(run)} " + ("failed on every request (hover a 'failed' label for why)" if math.isnan(avg)
+                                     else f"averages {avg:.1f} s") for run, avg in zip(runs, avgs.values())]
+        cap = f"Each bar is one request; {'; '.join(said)}." if runs else "No runs to show yet."
+    return finish(fig, title, cap, placeholder=placeholder, height=520)
+
+
+# -- step 4: tuning ---------------------------------------------------------------------------------
+
+def _kv_label(run: RunResult) -> str:
+    kv = (run.extra or {}).get("kv_cache_tokens")
+    if not kv:
+        return ""
+    return f"KV cache {kv / 1e6:.2f} M tok" if kv >= 1e6 else f"KV cache {kv / 1e3:.0f} k tok"
+
+
+def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
+    """Two panels side by side: output throughput (tok/s) and wall time per config, values on the
+    bars, KV-cache capacity under each label when known."""
+    runs = list(runs)
+    differ_keys = [k for k in ("max_tokens", "concurrency", "request_rate")
+                   if len({str(_load(r, k)) for r in runs}) > 1]
+    cats = []
+    for run in runs:
+        lab = wrap(esc(run_label(run)), 20)
+        notes = [_kv_label(run)] + [f"{k} {_load(run, k)}" for k in differ_keys if _load(run, k) is not None]
+        notes = [x for x in notes if x]
+        if notes:
+            lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
+        cats.append(lab)
+    tput = []
+    for run in runs:
+        s = summary_of(run)
+        v = s.get("output_throughput")
+        if v is None:
+            v = sum(r.output_tokens for r in run.measured if r.ok) / run.duration if run.duration else 0.0
+        tput.append(v)
+    wall = [float(run.duration) for run in runs]
+    colors = run_colors(runs)
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=("Throughput (higher is better)", "Wall time (lower is better)"))
+    fig.add_bar(x=cats, y=tput, marker_color=colors, text=[f"<b>{v:,.0f}</b>" for v in tput],
+                textposition="outside", cliponaxis=False, showlegend=False, name="throughput",
+                hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
+    fig.add_bar(x=cats, y=wall, marker_color=colors, text=[f"<b>{v:.1f} s</b>" for v in wall],
+                textposition="outside", cliponaxis=False, showlegend=False, name="wall time",
+                hovertemplate="%{y:.2f} s<extra></extra>", row=1, col=2)
+    fig.update_yaxes(title_text="Output tokens / s", range=[0, max(tput or [1]) * 1.2 or 1], row=1, col=1)
+    fig.update_yaxes(title_text="Wall time (s)", range=[0, max(wall or [1]) * 1.2 or 1], row=1, col=2)
+    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category")
+    fig.update_annotations(font=dict(size=BASE_SIZE + 1))
+    fig.update_layout(bargap=0.35)
+    if len(runs) >= 2 and tput[0]:
+        parts = [f"{run_label(r)} {(v / tput[0] - 1) * 100:+.0f}%" for r, v in zip(runs[1:], tput[1:])]
+        cap = f"Throughput compared with {run_label(runs[0])}: " + ", ".join(parts) + "."
+    elif runs:
+        cap = f"{run_label(runs[0])}: {tput[0]:,.0f} tok/s, {wall[0]:.1f} s wall time."
+    else:
+        cap = "No runs to compare yet."
+    differ = []
+    for key in ("max_tokens", "concurrency"):
+        vals = {str(_load(r, key)) for r in runs if _load(r, key) is not None}
+        if len(vals) > 1:
+            differ.append(f"{key} ({' vs '.join(sorted(vals))})")
+    nreq = {len(r.measured) for r in runs}
+    if len(nreq) > 1:
+        differ.append(f"request count ({' vs '.join(map(str, sorted(nreq)))})")
+    if differ:
+        cap += " Careful: the runs also differ in " + ", ".join(differ) + ", not only in the server config."
+    return finish(fig, "Tuning: throughput and wall time per config", cap, height=540)
+
+
+# -- sweeps -----------------------------------------------------------------------------------------
+
+def _concurrency(run: RunResult) -> float | None:
+    """The concurrency limit the run was given, else the most requests it had in flight."""
+    v = _load(run, "concurrency") or summary_of(run).get("max_concurrency")
+    return float(v) if v else None
+
+
+def _label_sides(ys: Sequence[float | None]) -> list[str]:
+    """Value labels above each point, on the side the line does not come from: top left where the
+    curve rises into the point, top right where it falls into it (the label would sit on the line)."""
+    out = []
+    for k, y in enumerate(ys):
+        prev = ys[k - 1] if k else None
+        out.append("top right" if prev is not None and y is not None and prev > y else "top left")
+    return out
+
+
+def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
+    """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
+    into lines by run.extra["series"] (default: run.scenario)."""
+    groups: dict[str, list[tuple[float, RunResult]]] = {}
+    for run in runs:
+        c = _concurrency(run)
+        if c is None:
+            continue
+        groups.setdefault(str(run.extra.get("series") or run.scenario), []).append((c, run))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
+                        subplot_titles=("Throughput (higher is better)", "Median TTFT (lower is better)"))
+    allc: list[float] = []
+    first_last = None
+    for i, (name, pts) in enumerate(groups.items()):
+        pts.sort(key=lambda p: p[0])
+        cs = [c for c, _ in pts]
+        allc += cs
+        tp = [summary_of(r).get("output_throughput") for _, r in pts]
+        ttft = [summary_of(r).get("median_ttft_ms") for _, r in pts]
+        color = PALETTE[i % len(PALETTE)]
+        show = len(groups) > 1
+        common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
+                      marker=dict(size=11, color=color),
+                      textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
+        fig.add_scatter(x=cs, y=tp, name=esc(name), showlegend=show, text=[_fmt_num(v) for v in tp],
+                        hovertemplate="concurrency %{x:.0f}: %{y:,.0f} tok/s<extra>" + esc(name) + "</extra>",
+                        textposition=_label_sides(tp), row=1, col=1, **common)
+        fig.add_scatter(x=cs, y=ttft, name=esc(name), showlegend=False, text=[_fmt_num(v) for v in ttft],
+                        hovertemplate="concurrency %{x:.0f}: %{y:,.0f} ms<extra>" + esc(name) + "</extra>",
+                        textposition=_label_sides(ttft), row=1, col=2, **common)
+        if first_last is None and len(pts) >= 2:
+            first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
+    xaxis = dict(title_text="Concurrent requests")
+    if allc and min(allc) > 0 and max(allc) / min(allc) >= 8:
+        ticks = sorted(set(allc))
+        xaxis.update(type="log", tickvals=ticks, ticktext=[f"{c:g}" for c in ticks])
+    fig.update_xaxes(**xaxis)
+    fig.update_yaxes(title_text="Output tokens / s", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="Median TTFT (ms)", rangemode="tozero", row=1, col=2)
+    fig.update_annotations(font=dict(size=BASE_SIZE + 1))
+    if first_last and None not in first_last:
+        c0, c1, t0, t1, f0, f1 = first_last
+        cap = (f"From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
+               f"{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
+               f"{f1:,.0f} ms: more users per GPU, each waiting a little longer.")
+    else:
+        cap = "Throughput and median time to first token for each concurrency level."
+    return finish(fig, "Concurrency sweep", cap, height=520)
+
+
+# -- history ----------------------------------------------------------------------------------------
+
+def _metric_value(run: Any, metric: str) -> float | None:
+    if metric == "duration":
+        return float(run.duration)
+    v = summary_of(run).get(metric)
+    return None if v is None else float(v)
+
+
+def history_compare(runs: Sequence[Any], metric: str = "output_throughput") -> go.Figure:
+    """One bar per saved run for one summary metric (see METRICS); accepts RunResult or store rows."""
+    name, unit, better = metric_info(metric)
+    pts = [(r, _metric_value(r, metric)) for r in runs]
+    have = [(r, v) for r, v in pts if v is not None and not math.isnan(v)]
+    missing = len(pts) - len(have)
+    # the start time under each label keeps runs with the same label apart
+    cats = []
+    for r, _ in have:
+        lab = wrap(esc(run_label(r)), 18)
+        if getattr(r, "started_at", 0):
+            when = datetime.fromtimestamp(r.started_at).strftime("%b %d %H:%M")
+            lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
+        cats.append(lab)
+    vals = [v for _, v in have]
+    colors = [_color(r, i) for i, (r, _) in enumerate(have)]
+    fig = go.Figure(go.Bar(
+        x=cats, y=vals, marker_color=colors, text=[f"<b>{_fmt_num(v)}</b>" for v in vals],
+        textposition="outside", cliponaxis=False, showlegend=False, name=name,
+        hovertemplate="%{y:,.2f} " + unit + "<extra></extra>",
+    ))
+    fig.update_layout(
+        xaxis=dict(type="category", tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
+        yaxis=dict(title=f"{name} ({unit})" if unit else name, range=[0, (max(vals) if vals else 1) * 1.18]),
+        bargap=0.35,
+    )
+    if have:
+        best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
+        cap = (f"{run_label(best_r)} is best at {_fmt_num(best_v)} {unit} ({better} is better).")
+    else:
+        cap = f"No saved run has {name} yet."
+    if missing:
+        cap += f" {missing} run(s) without this metric are left out."
+    return finish(fig, f"{name} by run", cap, height=520)

@@ -1,0 +1,57 @@
+"""Figures as PNG files (kaleido driving a Chromium), for the docs and the CLI; a self-contained
+HTML file where no browser can be started.
+See docs/architecture.md.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+
+def _ensure_browser() -> None:
+    """kaleido 1.x drives a Chrome; point it at the system Chromium when none is configured."""
+    if not os.environ.get("BROWSER_PATH"):
+        for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome"):
+            if os.path.exists(p):
+                os.environ["BROWSER_PATH"] = p
+                break
+
+
+def to_png(fig: go.Figure, path: str | Path, width: int = 1280, height: int | None = None,
+           scale: float = 1.0) -> Path:
+    """Write `fig` as a PNG with kaleido (+ Chromium). If that cannot work here, write an HTML
+    file beside it instead (same name, .html), warn, and return that path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h = height or fig.layout.height or 540
+    try:
+        _ensure_browser()
+        fig.write_image(str(path), format="png", width=width, height=h, scale=scale)
+        if path.exists() and path.stat().st_size > 0:
+            return path
+        raise RuntimeError("kaleido wrote nothing")
+    except Exception as e:  # no Chrome, kaleido missing, sandbox trouble ...
+        html_path = path.with_suffix(".html")
+        fig.write_html(str(html_path), include_plotlyjs=True)  # self-contained: works offline
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        warnings.warn(f"PNG export failed ({why}); wrote {html_path} instead.", RuntimeWarning, stacklevel=2)
+        return html_path
+
+
+def to_pngs(items: Sequence[tuple[go.Figure, str | Path]], width: int = 1280, scale: float = 1.0) -> list[Path]:
+    """Several PNGs with one browser start (much faster than to_png in a loop); HTML fallback."""
+    items = [(f, Path(p)) for f, p in items]
+    for _, p in items:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _ensure_browser()
+        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=width,
+                         height=[f.layout.height or 540 for f, _ in items], scale=scale)
+        return [p for _, p in items]
+    except Exception:
+        return [to_png(f, p, width=width, scale=scale) for f, p in items]

@@ -1,0 +1,164 @@
+"""How every chart looks and reads: projector-sized fonts, Okabe-Ito colours, the plotly template,
+`finish` (title, the placeholder-model note, and the one-sentence caption kept in
+`fig.layout.meta["caption"]`, read back with `caption`), and the words charts put on runs and
+requests (escaped, wrapped and shortened labels, a failed request's why).
+See docs/architecture.md.
+"""
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from engine.measure import stats
+from engine.results.records import RequestRecord, RunResult
+
+# -- style ------------------------------------------------------------------------------------------
+
+FONT = "Inter, 'Segoe UI', 'Helvetica Neue', Arial, 'Liberation Sans', 'DejaVu Sans', sans-serif"
+BASE_SIZE = 18
+INK = "#1a1a1a"
+GRID = "#e3e3e3"
+MUTED = "#6b6b6b"
+
+# Okabe-Ito: distinguishable with every common colour-vision deficiency. Yellow left out (white bg).
+BLUE, VERMILLION, GREEN, ORANGE, PURPLE, SKY, BLACK = (
+    "#0072B2", "#D55E00", "#009E73", "#E69F00", "#CC79A7", "#56B4E9", "#000000")
+PALETTE = [BLUE, VERMILLION, GREEN, ORANGE, PURPLE, SKY, BLACK]
+KIND_COLORS = {"vllm": BLUE, "naive": VERMILLION, "static-batch": GREEN}
+CONFIG_PALETTE = [BLUE, GREEN, ORANGE, PURPLE, SKY, VERMILLION, BLACK]  # one colour per config
+DASHES = ["solid", "dash", "dot", "dashdot", "longdash"]
+WAIT_COLOR = ORANGE  # send -> first token (queue + prefill)
+DECODE_COLOR = BLUE  # first token -> last token
+FAILED_COLOR = "#8c8c8c"
+
+PLACEHOLDER_NOTE = "Shape-only Llama 3 8B: random weights, so any text shown is meaningless"
+TEMPLATE_NAME = "serving_lab"
+
+
+def template(base_size: int = BASE_SIZE) -> go.layout.Template:
+    """The shared look: large type, white background, light value-axis grid only, legend on top."""
+    axis = dict(
+        showgrid=False, zeroline=False, showline=True, linecolor="#444", linewidth=1.5,
+        ticks="outside", tickcolor="#444", ticklen=6, automargin=True,
+        title=dict(font=dict(size=base_size + 1), standoff=12),
+        tickfont=dict(size=base_size - 1), gridcolor=GRID, gridwidth=1,
+    )
+    return go.layout.Template(
+        layout=dict(
+            font=dict(family=FONT, size=base_size, color=INK),
+            title=dict(font=dict(size=base_size + 8, color=INK), x=0.01, xanchor="left",
+                       y=0.97, yanchor="top", automargin=True),
+            paper_bgcolor="white", plot_bgcolor="white",
+            colorway=PALETTE,
+            xaxis=axis, yaxis={**axis, "showgrid": True},
+            legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom",
+                        font=dict(size=base_size - 1), bgcolor="rgba(255,255,255,0)",
+                        itemclick="toggle"),
+            hoverlabel=dict(font=dict(family=FONT, size=base_size - 2), align="left"),
+            margin=dict(l=20, r=30, t=110, b=20),
+            bargap=0.25, bargroupgap=0.06,
+            annotationdefaults=dict(font=dict(size=base_size - 2)),
+        )
+    )
+
+
+pio.templates[TEMPLATE_NAME] = template()
+
+
+def caption(fig: go.Figure) -> str:
+    """The one-sentence caption a figure function attached: what a viewer should notice."""
+    meta = fig.layout.meta
+    return (meta or {}).get("caption", "") if isinstance(meta, dict) else ""
+
+
+def is_placeholder(run: Any) -> bool:
+    """True for the shape-only Llama 3 8B (random weights): its text means nothing."""
+    extra = getattr(run, "extra", None) or {}
+    return bool(extra.get("placeholder_text")) or "shape-only" in (getattr(run, "model", "") or "").lower()
+
+
+def finish(fig: go.Figure, title: str, cap: str, *, placeholder: bool = False,
+           height: int | None = None) -> go.Figure:
+    """Every figure's last step: the template, its title (with the placeholder-model note under it),
+    its caption in `layout.meta`, a top margin that fits the legend and subplot titles, its height."""
+    subtitle = PLACEHOLDER_NOTE if placeholder else None
+    fig.update_layout(
+        template=TEMPLATE_NAME,
+        title=dict(text=title, subtitle=dict(text=subtitle, font=dict(size=BASE_SIZE - 1, color=VERMILLION))
+                   if subtitle else None),
+        meta={"caption": cap + (f" ({PLACEHOLDER_NOTE}.)" if placeholder else "")},
+    )
+    shown = [t for t in fig.data if t.showlegend is not False and t.name]
+    has_legend = fig.layout.showlegend is True or (fig.layout.showlegend is None and len(shown) >= 2)
+    top = 110 if has_legend else 80
+    if fig.layout.annotations and any(a.yref == "paper" and (a.y or 0) >= 1 for a in fig.layout.annotations):
+        top = max(top, 110)  # subplot titles
+    fig.update_layout(margin=dict(t=top + (34 if placeholder else 0)))
+    if height:
+        fig.update_layout(height=height)
+    return fig
+
+
+# -- runs and requests in words ---------------------------------------------------------------------
+
+def measured(run: RunResult) -> list[RequestRecord]:
+    return sorted(run.measured, key=lambda r: r.index)
+
+
+def summary_of(run: Any) -> dict[str, Any]:
+    s = getattr(run, "summary", None) or {}
+    if s or not getattr(run, "records", None):
+        return s
+    return stats.summarize(run.records, run.duration)
+
+
+def run_label(run: Any) -> str:
+    return getattr(run, "label", "") or getattr(run, "kind", "") or getattr(run, "id", "run")
+
+
+def run_colors(runs: Sequence[Any]) -> list[str]:
+    """Kind colours (naive vermillion, vLLM blue, ...) when every run is of another kind; otherwise
+    one colour per run, so two vLLM configs never share a colour."""
+    kinds = [getattr(r, "kind", "") for r in runs]
+    if len(set(kinds)) == len(kinds) and all(k in KIND_COLORS for k in kinds):
+        return [KIND_COLORS[k] for k in kinds]
+    return [CONFIG_PALETTE[i % len(CONFIG_PALETTE)] for i in range(len(runs))]
+
+
+def wrap(text: str, width: int = 18) -> str:
+    """Break a label into <br>-separated lines of about `width` characters."""
+    words, lines, cur = text.split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}".strip()
+    if cur:
+        lines.append(cur)
+    return "<br>".join(lines)
+
+
+def short(text: str, n: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+
+
+def esc(text: str) -> str:
+    return html.escape(text or "", quote=False)
+
+
+def why_failed(r: RequestRecord) -> str:
+    """Why a request failed, for its hover: the cause sentence (what happened, what to do), wrapped."""
+    return wrap(esc(stats.failure_cause(r.error)), 64) if r.error else "unfinished"
+
+
+def preview(r: RequestRecord, placeholder: bool, n: int = 90) -> str:
+    if not r.output_text:
+        return ""
+    tag = "[meaningless text, random-weight model] " if placeholder else ""
+    return "<br>answer: " + esc(tag + short(r.output_text, n))
