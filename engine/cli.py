@@ -148,7 +148,8 @@ def _cmd_serve(args) -> int:
 
 
 def _cmd_status(args) -> int:
-    from engine.serving.server import VLLMServer, leftovers
+    from engine.serving.leftovers import leftovers
+    from engine.serving.server import VLLMServer
 
     s = VLLMServer(port=args.port).snapshot()  # adopts our server, or stops a dead one's leftovers
     if s.notice:
@@ -159,7 +160,8 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_stop(args) -> int:
-    from engine.serving.server import VLLMServer, clear_leftovers
+    from engine.serving.leftovers import clear_leftovers
+    from engine.serving.server import VLLMServer
 
     srv = VLLMServer(port=args.port)
     if notice := srv.snapshot().notice:

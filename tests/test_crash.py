@@ -21,8 +21,9 @@ from engine.measure import prompts
 from engine.measure.spec import LoadSpec
 from engine.results.store import RunStore
 from engine.serving import models, proctree
-from engine.serving.config import API_SERVER_MODULE, ServerConfig
-from engine.serving.server import FAILED, READY, STOPPED, VLLMServer, leftovers
+from engine.serving.config import ServerConfig
+from engine.serving.leftovers import leftovers
+from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
 
 from .conftest import ROOT, free_port
 

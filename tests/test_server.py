@@ -13,7 +13,8 @@ from engine.errors import ConfigError, PortInUse, ServerBusy, ServerFailed
 from engine.serving import models
 from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
-from engine.serving.server import FAILED, READY, STAGES, STOPPED, VLLMServer, describe_failure
+from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
+from engine.serving.vllm_log import STAGES, describe_failure
 
 from .conftest import _family, free_port
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
 import threading
 import time
@@ -27,114 +25,21 @@ import httpx
 import psutil
 
 from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
-from engine.observe import nvml
 from engine.paths import runtime_dir
 from engine.serving import proctree
 from engine.serving.config import API_SERVER_MODULE, ServerConfig, port_is_free
+from engine.serving.leftovers import home, leftovers, leftovers_sentence
+from engine.serving.vllm_log import (
+    KV_TOKENS,
+    MAX_CONCURRENCY,
+    STAGES,
+    after_ready,
+    ago,
+    describe_death,
+    describe_failure,
+)
 
 STOPPED, STARTING, READY, STOPPING, FAILED = "stopped", "starting", "ready", "stopping", "failed"
-
-# Startup stages, in order, recognised from vLLM's log lines (GPU and CPU builds, 0.2x-0.3x).
-STAGES: tuple[tuple[str, re.Pattern], ...] = (
-    ("launching", re.compile(r"vLLM API server version|non-default args")),
-    ("resolving model", re.compile(r"Resolved architecture|Using max model len")),
-    ("starting engine", re.compile(r"Initializing a V1 LLM engine|Initializing an LLM engine")),
-    ("loading weights", re.compile(r"Starting to load model|Loading safetensors|Loading weights")),
-    ("weights loaded", re.compile(r"Loading weights took|Model loading took")),
-    ("compiling", re.compile(r"torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
-    ("KV cache allocated", re.compile(r"KV cache size:|Maximum concurrency for")),
-    ("capturing graphs", re.compile(r"Capturing CUDA graph|Capturing cudagraph|Graph capturing")),
-    ("starting HTTP server", re.compile(r"Starting vLLM API server|Available routes|Started server process")),
-    ("serving", re.compile(r"Application startup complete")),
-)
-KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
-MAX_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.,]+)x")
-
-# Known causes of a failed start, in plain words (pattern in the log -> sentence).
-CAUSES: tuple[tuple[re.Pattern, str], ...] = (
-    (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.I),
-     "The GPU ran out of memory while starting: lower max-model-len or gpu-memory-utilization, or free the GPU "
-     "(e.g. stop the naive baseline) and start again."),
-    (re.compile(r"No available memory for the cache blocks|Insufficient memory|KV cache is needed, which is larger than the available", re.I),
-     "There is not enough memory left for the KV cache at these settings: raise gpu-memory-utilization (or the "
-     "CPU KV cache size), or lower max-model-len."),
-    (re.compile(r"larger than the maximum number of tokens that can be stored in KV cache|max_model_len.*is larger than|exceeds the maximum", re.I),
-     "max-model-len does not fit in the KV cache at these settings: lower max-model-len or give vLLM more memory."),
-    (re.compile(r"greater than the derived max_model_len|User-specified max_model_len", re.I),
-     "max-model-len is above what this model supports: lower it to the model's context length."),
-    (re.compile(r"Free memory on device .* is less than desired GPU memory utilization", re.I),
-     "Another process already holds GPU memory, so the requested gpu-memory-utilization is not available: lower "
-     "it or free the GPU, then start again."),
-    (re.compile(r"validation error for \w+\s*\n\s*(?:Value error, )?(.*?)\s*\[type="),
-     "vLLM rejected the settings ({0}): change that setting and start again."),
-    (re.compile(r"unrecognized arguments:\s*(.*)"),
-     "vLLM did not recognise a flag ({0}): remove it or check its spelling."),
-    (re.compile(r"error: argument (.*)"),
-     "vLLM rejected a flag ({0}): fix its value and start again."),
-    (re.compile(r"Address already in use"),
-     "The port is already in use by another program: pick another port."),
-    (re.compile(r"(?:does not appear to have a file named|is not a local folder|Repository Not Found|couldn't connect to)", re.I),
-     "vLLM could not find the model: check the folder or hub id (a hub id needs a network)."),
-)
-
-
-# A log line that can explain a death: vLLM's ERROR/CRITICAL lines and bare tracebacks, never its
-# INFO/WARNING chatter (a warning about file limits at startup explains nothing about a crash later).
-_EXPLAINS = re.compile(r"\b(ERROR|CRITICAL)\b|^\s*(Traceback|[\w.]+(Error|Exception)\b:)")
-_CHATTER = re.compile(r"\b(INFO|WARNING|DEBUG)\b")
-
-
-def _known_cause(log_lines: list[str]) -> str | None:
-    """A cause from CAUSES, as its sentence."""
-    text = "\n".join(log_lines[-200:])
-    for pattern, sentence in CAUSES:
-        if m := pattern.search(text):
-            return sentence.format(*(g.strip()[:120] for g in m.groups()))
-    return None
-
-
-def _explaining_line(log_lines: list[str]) -> str | None:
-    lines = [l.strip() for l in log_lines if _EXPLAINS.search(l) and not _CHATTER.search(l)]
-    return lines[-1][-200:] if lines else None
-
-
-def describe_failure(log_lines: list[str], returncode: int | None) -> str:
-    """One sentence for why a start failed, from the last lines of the log."""
-    if known := _known_cause(log_lines):
-        return known
-    line = _explaining_line(log_lines) or "it printed no error"
-    return f"vLLM exited ({_exit(returncode)}) before it was ready: {line}. See the log below for details."
-
-
-def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, stopped: list[str],
-                   freed: str, log_after_ready: list[str]) -> str:
-    """One sentence for a server that died while serving: which process, at which point, what was
-    cleaned up, and a cause only when a log line after 'ready' gives one."""
-    cause = _known_cause(log_after_ready) or _explaining_line(log_after_ready)
-    what = f"The vLLM API server (pid {api_pid}) {_exit(returncode, died=True)} after serving for {_ago(ready_for_s)}"
-    rest = (f"; its {len(stopped)} other process{'es' if len(stopped) != 1 else ''} ({', '.join(stopped)}) "
-            f"{'were' if len(stopped) != 1 else 'was'} stopped and {freed} returned"
-            if stopped else "; nothing of it is left running")
-    because = f". Its log says: {cause}" if cause else ""
-    return f"{what}{rest}{because}. Start it again to serve."
-
-
-def _exit(rc: int | None, died: bool = False) -> str:
-    if rc is None:
-        return "died" if died else "exited"
-    if rc < 0:
-        try:
-            sig = signal.Signals(-rc).name
-        except ValueError:
-            sig = f"signal {-rc}"
-        why = " (a kill -9, or the system's out-of-memory killer)" if rc == -signal.SIGKILL else ""
-        return f"was killed by {sig}{why}" if died else f"killed by {sig}{why}"
-    return f"exited with code {rc}" if died else f"code {rc}"
-
-
-def _ago(s: float) -> str:
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
-
 
 @dataclass
 class Snapshot:
@@ -210,7 +115,7 @@ class VLLMServer:
                 raise LeftoversHold(leftovers_sentence(left))
             if not port_is_free(cfg.port, cfg.host):
                 raise PortInUse(self._port_owner_sentence(cfg.port))
-            self._tag = proctree.Tag(_home(), self.port, uuid.uuid4().hex[:12])
+            self._tag = proctree.Tag(home(), self.port, uuid.uuid4().hex[:12])
             self._log_path = runtime_dir() / f"server-{self.port}.log"
             fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1", proctree.TAG_ENV: str(self._tag)}
@@ -314,7 +219,7 @@ class VLLMServer:
         # Anything else of this app on this port is a leftover: the tree of a server whose API server
         # died, or a start interrupted before its record was written.
         keep = self._tag.start_id if self._tag else None
-        found = {p.pid: p for p, tag in proctree.tagged(_home(), self.port) if tag.start_id != keep}
+        found = {p.pid: p for p, tag in proctree.tagged(home(), self.port) if tag.start_id != keep}
         if api is None and isinstance(rec.get("pid"), int):
             # The dead API server's session (its renamed children carry no readable tag), unless its pid
             # now leads someone else's session, and the descendants recorded before it died.
@@ -465,7 +370,7 @@ class VLLMServer:
                         self._snap.events.append((now, "ready"))
                         self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
                 elif time.time() - (self._snap.started_at or time.time()) > self.start_timeout_s:
-                    self._give_up(f"vLLM was not ready {_ago(self.start_timeout_s)} after Start (it was at "
+                    self._give_up(f"vLLM was not ready {ago(self.start_timeout_s)} after Start (it was at "
                                   f"'{self._snap.stage}'), so it was stopped: see the log below, then start again "
                                   "with smaller settings.")
                     return
@@ -489,7 +394,7 @@ class VLLMServer:
                 msg = describe_failure(lines, rc)
             else:
                 msg = describe_death(api_pid, rc, time.time() - (self._snap.ready_at or time.time()), names, freed,
-                                     _after_ready(lines))
+                                     after_ready(lines))
             self._snap.events.append((time.time(), "server died"))
             self._set(state=FAILED, stage="failed", error=msg, pid=None)
             self._pid, self._proc = None, None
@@ -548,78 +453,6 @@ class VLLMServer:
                 if name in ("weights loaded", "KV cache allocated"):
                     self._snap.events.append((now, name))
         return new_idx
-
-
-# -- this app's processes, whatever VLLMServer holds them ---------------------------------------
-def _home() -> str:
-    return str(runtime_dir().resolve())
-
-
-def live_start_ids() -> set[str]:
-    """Start ids of the servers this app's records say are alive (on any port)."""
-    ids = set()
-    for path in runtime_dir().glob("server-*.json"):
-        try:
-            rec = json.loads(path.read_text())
-            if proctree.same_process(rec["pid"], rec.get("create_time")):
-                ids.add(proctree.Tag.parse(rec.get("tag")).start_id)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return ids
-
-
-def leftovers() -> list[psutil.Process]:
-    """Processes of a server this app started whose API server is gone (on any port)."""
-    live = live_start_ids()
-    return [p for p, tag in proctree.tagged(_home()) if tag.start_id not in live]
-
-
-def clear_leftovers() -> str | None:
-    """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none."""
-    left = leftovers()
-    if not left:
-        return None
-    sentence = (f"Stopped {len(left)} leftover process{'es' if len(left) != 1 else ''} of an earlier server "
-                f"({', '.join(proctree.name(p) for p in left)}); {proctree.held(left)} returned.")
-    proctree.stop(left, grace_s=10)
-    return sentence
-
-
-def foreign_holders() -> str | None:
-    """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
-    are vLLM servers eating RAM; they are never touched. None when there are none."""
-    mine = {p.pid for p, _ in proctree.tagged(_home())}
-    held: dict[int, tuple[psutil.Process, str]] = {}
-    for gpu in nvml.devices():
-        for pid, used in gpu["procs"].items():
-            if pid not in mine and (p := proctree.same_process(pid, None)):
-                held[pid] = (p, f"{proctree.gb(used)} on GPU {gpu['index']}")
-    if not nvml.available():
-        for p in psutil.process_iter():
-            try:
-                if p.pid in mine or p.pid == os.getpid():
-                    continue
-                if p.name().startswith("VLLM") or API_SERVER_MODULE in " ".join(p.cmdline()):
-                    held[p.pid] = (p, f"{proctree.gb(p.memory_info().rss)} of RAM")
-            except psutil.Error:
-                continue
-    if not held:
-        return None
-    named = ", ".join(f"{proctree.name(p)} with {where}" for p, where in list(held.values())[:5])
-    return (f"Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
-            "idle, stop them (kill PID) before starting; otherwise lower the memory settings.")
-
-
-def leftovers_sentence(left: list[psutil.Process]) -> str:
-    return (f"{len(left)} process{'es' if len(left) != 1 else ''} left by an earlier server of this app "
-            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {proctree.held(left)}: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
-
-
-def _after_ready(lines: list[str]) -> list[str]:
-    """The log lines after vLLM said it was serving (all of them if that line scrolled out)."""
-    serving = STAGES[-1][1]
-    idx = max((i for i, l in enumerate(lines) if serving.search(l)), default=-1)
-    return lines[idx + 1:]
 
 
 def _pid_alive(pid: int | None) -> bool:

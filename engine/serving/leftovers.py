@@ -1,0 +1,78 @@
+"""Processes of this app's servers that outlived them, and processes of others that hold the memory
+vLLM needs: found (by tag, session and the records in the runtime folder), stopped when they are ours,
+only named when they are not. See engine/serving/proctree.py and docs/architecture.md."""
+from __future__ import annotations
+
+import json
+import os
+
+import psutil
+
+from engine.observe import nvml
+from engine.paths import runtime_dir
+from engine.serving import proctree
+from engine.serving.config import API_SERVER_MODULE
+
+
+def home() -> str:
+    return str(runtime_dir().resolve())
+
+
+def live_start_ids() -> set[str]:
+    """Start ids of the servers this app's records say are alive (on any port)."""
+    ids = set()
+    for path in runtime_dir().glob("server-*.json"):
+        try:
+            rec = json.loads(path.read_text())
+            if proctree.same_process(rec["pid"], rec.get("create_time")):
+                ids.add(proctree.Tag.parse(rec.get("tag")).start_id)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return ids
+
+
+def leftovers() -> list[psutil.Process]:
+    """Processes of a server this app started whose API server is gone (on any port)."""
+    live = live_start_ids()
+    return [p for p, tag in proctree.tagged(home()) if tag.start_id not in live]
+
+
+def clear_leftovers() -> str | None:
+    """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none."""
+    left = leftovers()
+    if not left:
+        return None
+    sentence = (f"Stopped {len(left)} leftover process{'es' if len(left) != 1 else ''} of an earlier server "
+                f"({', '.join(proctree.name(p) for p in left)}); {proctree.held(left)} returned.")
+    proctree.stop(left, grace_s=10)
+    return sentence
+
+
+def foreign_holders() -> str | None:
+    """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
+    are vLLM servers eating RAM; they are never touched. None when there are none."""
+    mine = {p.pid for p, _ in proctree.tagged(home())}
+    held: dict[int, tuple[psutil.Process, str]] = {}
+    for gpu in nvml.devices():
+        for pid, used in gpu["procs"].items():
+            if pid not in mine and (p := proctree.same_process(pid, None)):
+                held[pid] = (p, f"{proctree.gb(used)} on GPU {gpu['index']}")
+    if not nvml.available():
+        for p in psutil.process_iter():
+            try:
+                if p.pid in mine or p.pid == os.getpid():
+                    continue
+                if p.name().startswith("VLLM") or API_SERVER_MODULE in " ".join(p.cmdline()):
+                    held[p.pid] = (p, f"{proctree.gb(p.memory_info().rss)} of RAM")
+            except psutil.Error:
+                continue
+    if not held:
+        return None
+    named = ", ".join(f"{proctree.name(p)} with {where}" for p, where in list(held.values())[:5])
+    return (f"Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
+            "idle, stop them (kill PID) before starting; otherwise lower the memory settings.")
+
+
+def leftovers_sentence(left: list[psutil.Process]) -> str:
+    return (f"{len(left)} process{'es' if len(left) != 1 else ''} left by an earlier server of this app "
+            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {proctree.held(left)}: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
