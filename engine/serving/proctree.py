@@ -120,26 +120,20 @@ def stop(procs: list[psutil.Process], grace_s: float = 20.0, group: int | None =
     """SIGTERM `procs` (and the process group `group`, which catches a child born meanwhile), then
     SIGKILL whatever is left after the grace period. Returns when they are gone."""
     procs = [p for p in procs if alive(p)]
-    if group is not None:
-        _signal_group(group, signal.SIGTERM)
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.Error:
-            pass
+    _signal(procs, group, signal.SIGTERM)
     _, left = psutil.wait_procs(procs, timeout=grace_s)
-    if group is not None:
-        _signal_group(group, signal.SIGKILL)
-    for p in left:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
+    _signal(left, group, signal.SIGKILL)
     psutil.wait_procs(left, timeout=5)
 
 
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _signal(procs: list[psutil.Process], group: int | None, sig: int) -> None:
+    if group is not None:
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.Error:
+            pass
