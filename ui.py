@@ -1,24 +1,25 @@
 """Small shared helpers for the pages: the process-wide Lab, the sidebar, actions with clear errors,
-and charts with their one-line caption. Layout only; the work is in engine/."""
+the panel of a background job, and charts with their one-line caption. Layout only; the work is in
+engine/. Like the pages, this imports nothing from engine but the Lab facade and the figures."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import streamlit as st
 
 from engine import figures
-from engine.errors import LabError
-from engine.lab import Lab
-from engine.serving.server import FAILED, READY, STARTING, STOPPING
+from engine.lab import Lab, LabError
 
 STATE_BADGE = {
-    "stopped": ("gray", "stopped"),
-    STARTING: ("orange", "starting"),
-    READY: ("green", "ready"),
-    STOPPING: ("orange", "stopping"),
-    FAILED: ("red", "failed"),
+    Lab.STOPPED: ("gray", "stopped"),
+    Lab.STARTING: ("orange", "starting"),
+    Lab.READY: ("green", "ready"),
+    Lab.STOPPING: ("orange", "stopping"),
+    Lab.FAILED: ("red", "failed"),
 }
 
 
@@ -89,9 +90,37 @@ def chart(fig, key: str | None = None) -> None:
         st.markdown(f":material/visibility: {plain(cap)}")
 
 
+def job_panel(lab: Lab, job, text: str, *, cancel: str = "Cancel", icon: str | None = None, key: str | None = None,
+              error_for_s: float | None = None) -> None:
+    """A background job's progress bar (with `text`) and Cancel button while it runs, and the sentence
+    of its error once it failed (only within `error_for_s` seconds of its end, when given)."""
+    if job.active:
+        st.progress(job.progress, text=text)
+        if st.button(cancel, icon=icon, key=key, disabled=not can_act(lab)):
+            act(lab, lab.cancel_job, job.id)
+    recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
+    if job.error and recent:
+        st.error(plain(job.error), icon=":material/error:")
+
+
+def failure_causes(runs: Iterable, prefix: bool = False) -> None:
+    """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
+    OK / failed counts or a run's bars are shown."""
+    for run in runs:
+        for _, sentence in Lab.failure_causes(run.records):
+            st.warning(plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
+
+
+def cancelled_note(job) -> None:
+    """What a cancelled load test kept."""
+    if job.status == "cancelled":
+        st.warning(f"Cancelled: {len(job.result.measured)} finished requests were kept and saved.",
+                   icon=":material/cancel:")
+
+
 def sidebar(lab: Lab) -> None:
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
-    st.session_state["drawn_state"] = lab.server.snapshot().state
+    st.session_state["drawn_state"] = lab.server_snapshot().state
     with st.sidebar:
         _server_status()
         if lab.access.locked:
@@ -119,15 +148,14 @@ def _try_token() -> None:
 @st.fragment(run_every=2)
 def _server_status() -> None:
     lab = get_lab()
-    s = lab.server.snapshot()
+    s = lab.server_snapshot()
     if s.state != st.session_state.get("drawn_state", s.state):
         st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
     st.markdown(f"**vLLM server** {badge(s.state)}")
     if s.config:
         st.caption(plain(f"{s.config.model_name} · port {s.config.port}"))
-    if s.state == STARTING:
+    if s.state == Lab.STARTING:
         st.caption(plain(f"{s.stage} · {fmt_s(s.elapsed)}"))
-    job = next(iter(lab.jobs.active()), None)
-    if job:
+    if job := lab.measuring():
         st.caption(plain(f"Running: {job.label} ({job.stage})"))
 

@@ -5,23 +5,19 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.errors import LabError
-from engine.measure.prompts import LAB_STREAM
-from engine.results.records import RequestRecord
-from engine.serving import models
-from engine.serving.server import READY
+from engine.lab import LabError
 
 lab = ui.get_lab()
-snap = lab.server.snapshot()
+snap = lab.server_snapshot()
 presenter = ui.can_act(lab)
 
 st.title("Chat")
 st.caption("Answers stream token by token. Under each: the time to first token (what a user feels), the tokens "
            "and the speed. The chart shows when each token arrived, as in the lab's step 5.")
 if snap.config and snap.config.load_format == "dummy":
-    st.warning(f"The server runs the {models.SHAPE_ONLY_NOTE}.", icon=":material/warning:")
+    st.warning(f"The server runs the {lab.SHAPE_ONLY_NOTE}.", icon=":material/warning:")
 
-limits = lab.chat_rate.limits
+limits = lab.chat_limits
 with st.sidebar:
     st.subheader("Chat settings")
     max_tokens = st.slider("Max tokens", 16, 2048 if presenter else limits.max_tokens, 300, 16,
@@ -45,7 +41,7 @@ history = st.session_state.setdefault("chat", [])
 
 
 def _stats_line(m: dict) -> str:
-    r: RequestRecord = m["record"]
+    r = m["record"]  # a RequestRecord, filled by lab.chat
     total = r.e2e
     parts = [f"TTFT **{ui.fmt_s(r.ttft)}**", f"{r.output_tokens} tokens", f"total {ui.fmt_s(total)}"]
     if r.ttft is not None and total and total > r.ttft and r.output_tokens > 1:
@@ -61,18 +57,18 @@ for m in history:
         if m.get("record"):
             st.caption(_stats_line(m))
 
-if snap.state != READY:
+if snap.state != lab.READY:
     st.info("Start the server on the Server page to chat.", icon=":material/info:")
 elif lab.access.locked:
     st.info(lab.access.why_not(), icon=":material/lock:")
-can_chat = snap.state == READY and not lab.access.locked
-prompt = st.chat_input("Ask something… (try the lab's: " + LAB_STREAM + ")", disabled=not can_chat)
+can_chat = snap.state == lab.READY and not lab.access.locked
+prompt = st.chat_input("Ask something… (try the lab's: " + lab.chat_example + ")", disabled=not can_chat)
 
 if prompt and can_chat:
     history.append({"role": "user", "content": prompt})
     with st.chat_message("user"):
         st.markdown(prompt)
-    record, stop = RequestRecord(index=0, prompt=prompt, send_time=0.0), threading.Event()
+    record, stop = lab.chat_record(prompt), threading.Event()
     entry = {"role": "assistant", "content": "", "record": record}
     history.append(entry)  # kept even if the stream is stopped or breaks off
     with st.chat_message("assistant"):

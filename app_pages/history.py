@@ -6,9 +6,7 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.errors import LabError
-from engine.figures import METRICS
-from engine.measure import stats
+from engine.lab import LabError
 
 lab = ui.get_lab()
 
@@ -35,7 +33,7 @@ def number(v, digits: int):
     return None if v is None else round(v, digits)
 
 
-rows = lab.store.list_cached()  # read once per change of the history, shared by every viewer
+rows = lab.runs()  # read once per change of the history, shared by every viewer
 if not rows:
     st.info("No runs yet: run a load test, or import runs exported from another machine below.",
             icon=":material/info:")
@@ -67,8 +65,9 @@ else:
         "Include failed runs in the chart", key="history_include_failed",
         help="A run where every request failed has no latency or throughput to compare; it is kept for the record.")
     shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
-    metric = st.selectbox("Compare by", list(METRICS), format_func=lambda k: figures.metric_info(k)[0],
-                          index=list(METRICS).index("output_throughput") if "output_throughput" in METRICS else 0)
+    metrics = list(figures.METRICS)
+    metric = st.selectbox("Compare by", metrics, format_func=lambda k: figures.metric_info(k)[0],
+                          index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
     if shown:
         ui.chart(figures.history_compare(shown, metric), key="compare")
     else:
@@ -82,9 +81,9 @@ else:
     which = f"{len(chosen)} selected" if chosen else "all"
     c1, c2, c3 = st.columns(3)
     # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
-    c1.download_button(f"Export JSON ({which})", lambda: lab.store.export_json(ids), "serving-lab-runs.json",
+    c1.download_button(f"Export JSON ({which})", lambda: lab.export_json(ids), "serving-lab-runs.json",
                        "application/json", icon=":material/download:", width="stretch")
-    c2.download_button(f"Export CSV ({which})", lambda: lab.store.export_csv(ids), "serving-lab-requests.csv",
+    c2.download_button(f"Export CSV ({which})", lambda: lab.export_csv(ids), "serving-lab-requests.csv",
                        "text/csv", icon=":material/download:", width="stretch")
     if c3.button(f"Delete {len(chosen)} selected", icon=":material/delete:", width="stretch",
                  disabled=not chosen or not ui.can_act(lab)):
@@ -102,18 +101,16 @@ else:
             damaged = (f"This run is stored damaged: {row.problem}. It is kept until you delete it, and left out of "
                        "exports.") if row.problem else None
             try:
-                run = lab.store.load_cached(row.id)
+                run = lab.run(row.id)
             except LabError as e:
                 st.warning(damaged or str(e), icon=":material/warning:")
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
-                causes = stats.failure_causes(run.records)
-                if causes:
+                if causes := lab.failure_causes(run.records):
                     st.markdown(f"**{sum(n for n, _ in causes)} of {len(run.measured)} requests failed**"
                                 + (", so this run is left out of comparisons unless included." if failed(row) else "."))
-                    for _, sentence in causes:
-                        st.warning(ui.plain(sentence), icon=":material/error:")
+                    ui.failure_causes([run])
                 if n := run.extra.get("chat_requests_beside"):
                     st.info(f"{n} chat answer(s) were streamed while this run measured: its numbers include that "
                             "traffic.", icon=":material/forum:")

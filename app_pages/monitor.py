@@ -3,8 +3,6 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.observe.telemetry import downsample, event_rows, memory_rows, metric_rows
-from engine.serving.server import STARTING, STOPPING
 
 REDRAW_S = 2
 IDLE_REDRAW_S = 10  # nothing running: the charts move in 10 s steps (a new event still shows at once)
@@ -26,26 +24,21 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None) -> None:
     records what a cached function draws and replays those messages on a hit, so every viewer within
     one tick gets the same prebuilt charts: figures are built and serialised once per tick, not once
     per viewer (and a replayed chart the browser already holds travels as a reference to its copy)."""
-    newest = lab.telemetry.latest()
-    since = (newest.t if newest else 0.0) - seconds
-    samples = downsample(lab.telemetry.samples(since=since), MAX_POINTS)
-    events = event_rows(lab.server.snapshot().events, since=since)
+    memory, metrics, events = lab.monitor_rows(seconds, MAX_POINTS)
     where = "GPU memory (NVML)" if lab.device == "cuda" else "Memory (no GPU here: system RAM and the vLLM processes)"
-    ui.chart(figures.memory_chart(memory_rows(samples), events, title=where), key="mem")
-    if rows := metric_rows(samples):
-        ui.chart(figures.metrics_chart(rows, events), key="metrics")
+    ui.chart(figures.memory_chart(memory, events, title=where), key="mem")
+    if metrics:
+        ui.chart(figures.metrics_chart(metrics, events), key="metrics")
     else:
         st.info("vLLM's /metrics appear here while a server is ready.", icon=":material/info:")
 
 
 @st.fragment(run_every=REDRAW_S)
 def live() -> None:
-    newest = lab.telemetry.latest()
-    snap = lab.server.snapshot()
-    busy = (snap.state in (STARTING, STOPPING) or bool(lab.jobs.active())
-            or bool(newest and (newest.metrics.get("running") or newest.metrics.get("waiting"))))
-    step = REDRAW_S if busy else IDLE_REDRAW_S
-    _draw(seconds, step, int(newest.t // step) if newest else 0, snap.events[-1][0] if snap.events else None)
+    newest = lab.latest_sample()
+    events = lab.server_snapshot().events
+    step = REDRAW_S if lab.busy() else IDLE_REDRAW_S
+    _draw(seconds, step, int(newest.t // step) if newest else 0, events[-1][0] if events else None)
 
 
 live()

@@ -4,16 +4,11 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.errors import LabError
-from engine.measure import stats
-from engine.measure.scenarios import SCENARIOS
-from engine.serving import models
-from engine.serving.server import READY, STARTING
 
 lab = ui.get_lab()
-snap = lab.server.snapshot()
+snap = lab.server_snapshot()
 # vLLM refuses answers longer than its max-model-len: the shared token slider stops there while it runs.
-server_len = snap.config.max_model_len if snap.state == READY and snap.config else None
+server_len = lab.serving_max_len()
 TOKENS_CAP = 512
 
 st.title("Naive vs vLLM")
@@ -40,10 +35,10 @@ with c2:
 with c3:
     temperature = st.slider("Temperature", 0.0, 1.5, 0.7, 0.1, help="The lab samples at 0.7.")
 if spec_model and spec_model.placeholder_text:
-    st.info(f"{models.SHAPE_ONLY_NOTE}: transformers builds it with random weights in memory (no download).",
+    st.info(f"{lab.SHAPE_ONLY_NOTE}: transformers builds it with random weights in memory (no download).",
             icon=":material/info:")
 
-gpu_busy = lab.device == "cuda" and snap.state in (READY, STARTING)
+gpu_busy = lab.device == "cuda" and snap.state in (lab.READY, lab.STARTING)
 if gpu_busy:
     st.warning("vLLM holds the GPU now. As in the lab, stop the server first (Server page), run the naive "
                "baseline, then start vLLM again — the app says when the naive worker's memory is returned.",
@@ -51,45 +46,30 @@ if gpu_busy:
 
 may = ui.can_act(lab)
 b1, b2, b3 = st.columns(3)
-naive_scn, static_scn, vllm_scn = SCENARIOS["naive-5"], SCENARIOS["static-batch-5"], SCENARIOS["vllm-5-sequential"]
-
-
 if b1.button("1 · Naive transformers (sequential)", type="primary", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
-    ui.act(lab, lab.run_naive, naive_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                    max_new_tokens=max_tokens, temperature=temperature))
+    ui.act(lab, lab.run_naive, lab.naive_spec("naive-5", spec_model, max_new_tokens=max_tokens,
+                                              temperature=temperature))
 if b2.button("Static batch (one padded generate)", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
-    ui.act(lab, lab.run_naive, static_scn.naive_spec(spec_model.path, spec_model.placeholder_text,
-                                                     max_new_tokens=max_tokens, temperature=temperature))
+    ui.act(lab, lab.run_naive, lab.naive_spec("static-batch-5", spec_model, max_new_tokens=max_tokens,
+                                              temperature=temperature))
 if b3.button("2 · vLLM (same prompts, sequential)", type="primary", width="stretch",
-             disabled=not may or snap.state != READY):
-    ui.act(lab, lab.run_load, vllm_scn.load_spec(max_tokens=max_tokens, temperature=temperature))
-if snap.state != READY:
+             disabled=not may or snap.state != lab.READY):
+    ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
+if snap.state != lab.READY:
     st.caption("The vLLM button needs a ready server: start it on the Server page.")
-
-
-def _latest(kind: str, scenario_prefix: str = ""):
-    for row in lab.store.list_cached(limit=50, kind=kind):  # read once per change of the history, not each second
-        if row.scenario.startswith(scenario_prefix) and not row.problem:
-            try:
-                return lab.store.load_cached(row.id)
-            except LabError:  # a damaged stored run: History shows why and deletes it
-                continue
-    return None
 
 
 @st.fragment(run_every=1)
 def results() -> None:
     for kind in ("naive", "load"):
-        job = lab.jobs.latest(kind)
-        if job and job.active:
-            st.progress(job.progress, text=f"{job.label}: {job.stage} ({job.done}/{job.total or '?'})")
-            if st.button("Cancel", key=f"cancel-{kind}", disabled=not may):
-                ui.act(lab, lab.cancel_job, job.id)
-        elif job and job.error and time_recent(job):
-            st.error(ui.plain(job.error), icon=":material/error:")
-    naive, static, vllm = _latest("naive"), _latest("static-batch"), _latest("vllm", "vllm-5-sequential")
+        if job := lab.latest_job(kind):  # an error stays for two minutes after the job ended
+            ui.job_panel(lab, job, f"{job.label}: {job.stage} ({job.done}/{job.total or '?'})", key=f"cancel-{kind}",
+                         error_for_s=120)
+    # The stored runs are read once per change of the history, not each second.
+    naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
+    vllm = lab.latest_run("vllm", "vllm-5-sequential")
     if not (naive or vllm or static):
         st.info("Run step 1 and step 2 to see them side by side.", icon=":material/info:")
         return
@@ -102,9 +82,7 @@ def results() -> None:
     cols[2].metric("vLLM: mean latency", ui.fmt_s(avg(vllm)))
     if avg(naive) and avg(vllm):
         cols[3].metric("Speed-up (naive ÷ vLLM)", f"{avg(naive) / avg(vllm):.1f}×")
-    for r in (naive, static, vllm):  # a failed request's bar is empty: say why, once per cause
-        for _, sentence in stats.failure_causes(r.records if r else []):
-            st.warning(ui.plain(f"{r.label}: {sentence}"), icon=":material/error:")
+    ui.failure_causes([r for r in (naive, static, vllm) if r], prefix=True)  # a failed request's bar is empty
     if naive and (mem := naive.extra.get("memory")):
         with st.expander("Naive worker: memory before, during and after (it runs in its own process)"):
             st.json(mem)
@@ -118,12 +96,6 @@ def results() -> None:
         st.caption("Not counted above: each naive run first generated over every sequence length it would meet "
                    "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
                    "warm-up at startup) — " + " · ".join(warm) + ".")
-
-
-def time_recent(job) -> bool:
-    import time
-
-    return job.ended_at is not None and time.time() - job.ended_at < 120
 
 
 results()

@@ -5,13 +5,11 @@ import time
 import streamlit as st
 
 import ui
-from engine.errors import LabError
-from engine.serving import models
-from engine.serving.config import MAX_NUM_SEQS, PRESETS, parse_extra_args
-from engine.serving.server import FAILED, READY, STARTING
+from engine.lab import LabError
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
+READY, STARTING, FAILED = lab.READY, lab.STARTING, lab.FAILED
 
 st.title("vLLM server")
 st.caption("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
@@ -28,26 +26,23 @@ with left:
         "hub": "A Hugging Face hub id (needs a network)",
     }
     kind = st.radio("Model", list(kinds), format_func=kinds.get, key="model_kind", label_visibility="collapsed")
+    where = ""  # the folder or hub id, for the two kinds that take one
+    if kind == "local":
+        where = st.text_input("Folder", value="/models/meta-llama--Meta-Llama-3-8B-Instruct",
+                              help="A Hugging Face folder with config.json, tokenizer and weights.")
+    elif kind == "hub":
+        where = st.text_input("Hub id", value="meta-llama/Meta-Llama-3-8B-Instruct")
     spec, model_error = None, None
     try:
-        if kind == "embedded":
-            spec = models.embedded()
-        elif kind == "shape-only":
-            spec = models.shape_only_llama3_8b()
+        spec = lab.model(kind, where)
+        if kind == "shape-only":
             st.info("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
                     "`--load-format dummy`. Same compute and memory as the real model; its answers are noise.",
                     icon=":material/info:")
-        elif kind == "local":
-            path = st.text_input("Folder", value="/models/meta-llama--Meta-Llama-3-8B-Instruct",
-                                 help="A Hugging Face folder with config.json, tokenizer and weights.")
-            spec = models.local(path)
-        else:
-            hub_id = st.text_input("Hub id", value="meta-llama/Meta-Llama-3-8B-Instruct")
-            spec = models.hub(hub_id)
-    except models.ModelNotPrepared as e:
+    except lab.ModelNotPrepared as e:
         model_error = str(e)
         st.warning(ui.plain(model_error), icon=":material/download:")
-        preparing = lab.jobs.latest("prepare")
+        preparing = lab.latest_job("prepare")
         if preparing and preparing.active:
             st.caption(ui.plain(f"Preparing… {preparing.stage}"))
         elif st.button("Prepare it", icon=":material/download:", disabled=not ui.can_act(lab)):
@@ -61,7 +56,7 @@ with left:
 
 with right:
     st.subheader("Presets from the lab")
-    for p in PRESETS:
+    for p in lab.presets:
         if st.button(p.name, help=p.description, key=f"preset-{p.name}", width="stretch"):
             for k, v in p.changes.items():
                 st.session_state[f"cfg_{k}"] = v
@@ -99,9 +94,9 @@ with c2:
     dtype = st.selectbox("Data type", dtypes, index=1 if not cpu else 0, key="cfg_dtype",
                          help="Number format of weights and activations. float16 halves memory vs float32; "
                               "'auto' uses the model's own.")
-    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, MAX_NUM_SEQS, 0, key="cfg_max_num_seqs",
+    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, lab.max_num_seqs_limit, 0, key="cfg_max_num_seqs",
                                help="Upper limit on requests decoded together. 0 keeps vLLM's default.")
-    port = st.number_input("Port", 1024, 65535, lab.server.port, disabled=True,
+    port = st.number_input("Port", 1024, 65535, lab.server_port, disabled=True,
                            help="The app manages one server on this port (set SERVING_LAB_VLLM_PORT to change it).")
 with c3:
     eager = st.toggle("Enforce eager (no graphs)", key="cfg_enforce_eager",
@@ -121,13 +116,13 @@ with st.expander("Advanced: API key, served name, extra flags"):
 cfg, cfg_error = None, model_error
 if spec:
     try:
-        cfg = lab.default_config(spec).with_changes(
+        cfg = lab.server_config(
+            spec, extra_text,
             max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=int(kv_gib),
             dtype=dtype, max_num_seqs=int(max_seqs) or None, enforce_eager=eager,
             enable_prefix_caching={"on": True, "off": False}.get(prefix), tensor_parallel_size=int(tp),
-            api_key=api_key or None, served_model_name=served or None, extra_args=parse_extra_args(extra_text),
+            api_key=api_key or None, served_model_name=served or None,
         )
-        cfg.validate(model_max_len=spec.max_len)
     except LabError as e:
         cfg_error = str(e)
         st.error(ui.plain(cfg_error), icon=":material/error:")
@@ -136,7 +131,7 @@ if cfg and spec:
     fit = lab.fit_check(cfg, spec)
     {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](ui.plain(f"Fit check: {fit.message}"),
                                                                         icon=":material/memory:")
-    if lab.server.snapshot().state in (STARTING, READY):
+    if lab.server_snapshot().state in (STARTING, READY):
         st.markdown("**Command line for the next start** (the running server's own is under Status below)")
     else:
         st.markdown("**Command line** (copy with the icon on the right)")
@@ -144,7 +139,7 @@ if cfg and spec:
 
 
 # -- lifecycle -------------------------------------------------------------------------------
-state = lab.server.snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
+state = lab.server_snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
 may = ui.can_act(lab)
 if leftover := lab.leftovers():
     st.warning(ui.plain(leftover), icon=":material/memory:")
@@ -171,7 +166,7 @@ if not may:
 
 @st.fragment(run_every=1)
 def live_status() -> None:
-    s = lab.server.snapshot()
+    s = lab.server_snapshot()
     st.subheader("Status")
     cols = st.columns(4)
     cols[0].metric("State", s.state)
@@ -187,7 +182,7 @@ def live_status() -> None:
     if s.notice:
         st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
     if s.state == STARTING:
-        st.progress(_stage_fraction(s.stage), text=f"{s.stage}…")
+        st.progress(lab.startup_fraction(s.stage), text=f"{s.stage}…")
     if s.state == FAILED and s.error:
         st.error(ui.plain(s.error), icon=":material/error:")
     k1, k2 = st.columns(2)
@@ -202,13 +197,6 @@ def live_status() -> None:
             st.code(s.command, language="bash")
     with st.expander("Server log (last lines)", expanded=s.state == FAILED):
         st.code("\n".join(s.log_tail[-40:]) or "(no output yet)", language="log")
-
-
-def _stage_fraction(stage: str) -> float:
-    from engine.serving.server import STAGES
-
-    names = [n for n, _ in STAGES]
-    return (names.index(stage) + 1) / len(names) if stage in names else 0.05
 
 
 live_status()

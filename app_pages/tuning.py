@@ -4,15 +4,12 @@ import streamlit as st
 
 import ui
 from engine import figures
-from engine.errors import LabError
-from engine.measure import stats
-from engine.measure.scenarios import SCENARIOS
-from engine.serving.server import READY, STARTING
+from engine.lab import LabError
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
-snap = lab.server.snapshot()
-scn = SCENARIOS["tuning"]
+snap = lab.server_snapshot()
+scn = lab.scenario("tuning")
 
 st.title("Tuning")
 st.caption("Each row is one server configuration. The app restarts vLLM with it, waits until it is ready, sends "
@@ -41,7 +38,7 @@ if snap.config is None:
     st.info("Start the server once on the Server page: tuning reuses its model and other settings.",
             icon=":material/info:")
 else:
-    if snap.state in (READY, STARTING):
+    if snap.state in (lab.READY, lab.STARTING):
         st.warning(f"Running the comparison stops the server on port {snap.config.port} and restarts it with each "
                    "row: anyone chatting or load testing on it is cut off, and it stays up with the last row's "
                    "settings.", icon=":material/restart_alt:")
@@ -49,15 +46,9 @@ else:
                     disabled=not ui.can_act(lab))
 if run:
     try:
-        configs = []
-        for _, r in rows.dropna().iterrows():
-            mem = float(r[mem_col])
-            configs.append(snap.config.with_changes(
-                max_model_len=int(r["max-model-len"]),
-                **({"cpu_kvcache_gib": int(mem)} if cpu else {"gpu_memory_utilization": mem})))
-        labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
-                  for c in configs]
-        ui.act(lab, lab.run_tuning, configs, scn.load_spec(max_tokens=max_tokens), labels)
+        configs, labels = lab.tuning_configs([(int(r["max-model-len"]), float(r[mem_col]))
+                                              for _, r in rows.dropna().iterrows()])
+        ui.act(lab, lab.run_tuning, configs, lab.load_spec("tuning", max_tokens=max_tokens), labels)
     except ValueError as e:
         st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
     except LabError as e:  # a setting vLLM would refuse
@@ -66,28 +57,22 @@ if run:
 
 @st.fragment(run_every=2)
 def results() -> None:
-    job = lab.jobs.latest("tuning")
+    job = lab.latest_job("tuning")
     runs = list(job.result or []) if job else []
-    if job and job.active:
-        st.progress(job.progress, text=f"{job.stage} ({job.done}/{job.total} configurations)")
-        if st.button("Cancel", disabled=not ui.can_act(lab)):
-            ui.act(lab, lab.cancel_job, job.id)
-    if job and job.error:
-        st.error(ui.plain(job.error), icon=":material/error:")
-    saved = [r for r in lab.store.list_cached(limit=100)  # read once per change of the history
+    if job:
+        ui.job_panel(lab, job, f"{job.stage} ({job.done}/{job.total} configurations)")
+    saved = [r for r in lab.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
     overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
                              key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:
-            runs.append(lab.store.load_cached(r.id))
+            runs.append(lab.run(r.id))
         except LabError as e:  # a damaged stored run: History shows why and deletes it
             st.warning(str(e), icon=":material/warning:")
     if runs:
         ui.chart(figures.tuning_compare(runs), key="tuning")
-        for r in runs:  # a configuration whose requests failed says why, once per cause
-            for _, sentence in stats.failure_causes(r.records):
-                st.warning(ui.plain(f"{r.label}: {sentence}"), icon=":material/error:")
+        ui.failure_causes(runs, prefix=True)  # a configuration whose requests failed says why, once per cause
     else:
         st.info("Results appear here as each configuration finishes.", icon=":material/info:")
 

@@ -20,7 +20,7 @@ PAGES = {
     "app_pages/server.py": "vLLM server",
     "app_pages/monitor.py": "Monitor",
     "app_pages/naive_vs_vllm.py": "Naive vs vLLM",
-    "app_pages/load_test.py": "Load test",
+    "app_pages/load.py": "Load test",  # served at /load_test
     "app_pages/tuning.py": "Tuning",
     "app_pages/chat.py": "Chat",
     "app_pages/history.py": "History",
@@ -147,7 +147,7 @@ def test_chat_is_disabled_while_the_server_is_stopped():
 
 
 def test_load_test_page_without_a_server_says_what_to_do():
-    at = _page("app_pages/load_test.py")
+    at = _page("app_pages/load.py")
     assert any("Run load test" in i.value for i in at.info)
     # Pressing Run without a server is an st.error sentence, not a traceback.
     next(b for b in at.button if b.label == "Run load test").click().run()
@@ -201,7 +201,7 @@ def test_start_on_a_busy_port_keeps_the_error_sentence():
 
 
 def test_load_test_shows_only_the_controls_its_arrival_uses():
-    at = _page("app_pages/load_test.py")
+    at = _page("app_pages/load.py")
     labels = lambda: {w.label for w in [*at.slider, *at.number_input]}  # noqa: E731
     assert "Requests in flight" not in labels() and "Rate (requests/s)" not in labels()  # all at once
     at.radio(key="load_arrival").set_value("Keep N in flight").run()

@@ -1,22 +1,17 @@
 """Load test: fire concurrent requests and watch continuous batching — the lab's step 3, plus a sweep."""
 import time
-from dataclasses import replace
 
 import streamlit as st
 
 import ui
 from engine import figures
-from engine.errors import ConfigError
-from engine.measure import prompts, stats
-from engine.measure.scenarios import SCENARIOS
-from engine.results.records import RunResult
-from engine.serving.server import READY
+from engine.lab import LabError
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
-snap = lab.server.snapshot()
+snap = lab.server_snapshot()
 # Answers longer than the running server's max-model-len are refused, so no control offers them.
-server_len = snap.config.max_model_len if snap.state == READY and snap.config else None
+server_len = lab.serving_max_len()
 TOKENS_CAP = 1024  # longer answers make a CPU run crawl; the lab uses 150
 
 st.title("Load test")
@@ -64,29 +59,16 @@ with st.form("load"):
                                       disabled=not ui.can_act(lab))
 
 if submitted:
-    plist = prompts.LAB_CONCURRENT if prompt_set.startswith("The lab") else prompts.seeded_prompts(int(n_requests))
     try:
-        spec = SCENARIOS["concurrent-10"].load_spec(
-            prompts=list(plist), shape=shape, num_requests=int(n_requests), max_tokens=int(max_tokens),
-            ignore_eos=ignore_eos, rate=rate, **({"concurrency": int(concurrency)} if shape == "concurrency" else {}))
-        spec.validate(server_len)
-    except ConfigError as e:
+        spec = lab.load_test_spec(shape, int(n_requests), int(max_tokens), ignore_eos=ignore_eos, rate=rate,
+                                  concurrency=int(concurrency), synthetic=not prompt_set.startswith("The lab"))
+    except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
     else:
-        # Named by what happens: how many were really in flight, or the arrival rate.
-        spec = replace(spec, label=spec.describe(),
-                       scenario="poisson" if shape == "poisson" else f"concurrent-{min(spec.in_flight(), spec.n)}")
         ui.act(lab, lab.run_load, spec)
 
 
-def _causes(runs: list[RunResult], prefix: bool = False) -> None:
-    """Why requests failed, one sentence per cause, wherever OK / failed counts are shown."""
-    for run in runs:
-        for _, sentence in stats.failure_causes(run.records):
-            st.warning(ui.plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
-
-
-def _summary_metrics(run: RunResult) -> None:
+def _summary_metrics(run) -> None:
     s = run.summary
     cols = st.columns(6)
     cols[0].metric("Wall time", ui.fmt_s(run.duration))
@@ -98,7 +80,7 @@ def _summary_metrics(run: RunResult) -> None:
     cols[4].metric("Mean TPOT", "–" if s.get("mean_tpot_ms") is None else f"{s['mean_tpot_ms']:,.0f} ms",
                    help="Time per output token after the first: the speed text appears at.")
     cols[5].metric("OK / failed", f"{s.get('completed', 0)} / {s.get('failed', 0)}")
-    _causes([run])
+    ui.failure_causes([run])
     if n := run.extra.get("chat_requests_beside"):
         st.info(f"{n} chat answer{'s were' if n != 1 else ' was'} streamed while this run measured: its numbers "
                 "include that traffic.", icon=":material/forum:")
@@ -114,20 +96,17 @@ def _summary_metrics(run: RunResult) -> None:
 def _draw_live(job_id: str, tick: int) -> None:
     """The timeline of a running load test at one-second `tick`. Streamlit replays what a cached
     function drew, so every viewer in that second gets the same chart, built once (see monitor.py)."""
-    job = lab.jobs.get(job_id)
-    partial = RunResult(kind="vllm", scenario="live", label=job.label, records=job.live_records(),
-                        duration=0, started_at=job.started_at)
-    _causes([partial])  # a run where every request is refused says so at once, not at the end
-    ui.chart(figures.request_timeline(partial, now=time.time() - (job.run_start or job.started_at)), key="tl-live")
+    partial, now = lab.live_run(job_id)
+    ui.failure_causes([partial])  # a run where every request is refused says so at once, not at the end
+    ui.chart(figures.request_timeline(partial, now=now), key="tl-live")
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _draw_result(job_id: str, status: str) -> None:
     """A finished load test's numbers and charts, built once for every viewer."""
-    job = lab.jobs.get(job_id)
+    job = lab.job(job_id)
     run = job.result
-    if job.status == "cancelled":
-        st.warning(f"Cancelled: {len(run.measured)} finished requests were kept and saved.", icon=":material/cancel:")
+    ui.cancelled_note(job)
     _summary_metrics(run)
     ui.chart(figures.request_timeline(run), key="tl")
     ui.chart(figures.concurrent_latency_bars(run), key="bars")
@@ -136,19 +115,15 @@ def _draw_result(job_id: str, status: str) -> None:
 
 @st.fragment(run_every=1)
 def live() -> None:
-    job = lab.jobs.latest("load")
+    job = lab.latest_job("load")
     if job is None:
-        st.info("Press **Run load test**." if snap.state == READY else
+        st.info("Press **Run load test**." if snap.state == lab.READY else
                 "Start the server on the Server page, then press **Run load test**.", icon=":material/info:")
         return
+    ui.job_panel(lab, job, f"{job.label}: {job.done}/{job.total or '?'} requests done", icon=":material/cancel:")
     if job.active:
-        st.progress(job.progress, text=f"{job.label}: {job.done}/{job.total or '?'} requests done")
-        if st.button("Cancel", icon=":material/cancel:", disabled=not ui.can_act(lab)):
-            ui.act(lab, lab.cancel_job, job.id)
         _draw_live(job.id, int(time.time()))
         return
-    if job.error:
-        st.error(ui.plain(job.error), icon=":material/error:")
     if job.result is not None:
         _draw_result(job.id, job.status)
 
@@ -162,25 +137,18 @@ default_levels = [1, 2, 4, 8, 16] if cpu else [1, 4, 16, 64, 128, 256]
 all_levels = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 levels = st.multiselect("Levels", all_levels, default=default_levels)
 if st.button("Run sweep", icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
-    # 64 / 128 tokens a request, fewer when the running server's max-model-len is shorter
-    spec = SCENARIOS["sweep"].load_spec(max_tokens=min(64 if cpu else 128, server_len or 128))
-    ui.act(lab, lab.run_sweep, spec, sorted(levels))
+    ui.act(lab, lab.run_sweep, lab.sweep_spec(), sorted(levels))
 
 
 @st.fragment(run_every=2)
 def sweep_live() -> None:
-    job = lab.jobs.latest("sweep")
+    job = lab.latest_job("sweep")
     if job is None:
         return
-    if job.active:
-        st.progress(job.progress, text=f"{job.stage}: {job.done}/{job.total} levels")
-        if st.button("Cancel sweep", disabled=not ui.can_act(lab)):
-            ui.act(lab, lab.cancel_job, job.id)
-    if job.error:
-        st.error(ui.plain(job.error), icon=":material/error:")
+    ui.job_panel(lab, job, f"{job.stage}: {job.done}/{job.total} levels", cancel="Cancel sweep")
     if job.result:
         ui.chart(figures.sweep_chart(job.result), key="sweep")
-        _causes(job.result, prefix=True)
+        ui.failure_causes(job.result, prefix=True)
 
 
 sweep_live()
