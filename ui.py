@@ -114,8 +114,9 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
 def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":
-        st.warning(f"Cancelled: {len(job.result.measured)} finished requests were kept and saved.",
-                   icon=":material/cancel:")
+        ok = sum(r.ok for r in job.result.measured)
+        st.warning(f"Cancelled: the {ok} request{'s' if ok != 1 else ''} that finished "
+                   f"{'were' if ok != 1 else 'was'} kept and saved.", icon=":material/cancel:")
 
 
 def sidebar(lab: Lab) -> None:

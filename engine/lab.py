@@ -23,7 +23,8 @@ from engine.observe import hardware, nvml
 from engine.observe.telemetry import Telemetry
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
-from engine.serving import models
+from engine.serving import leftovers as orphans
+from engine.serving import models, vllm_log
 from engine.serving import server as server_mod
 from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
@@ -156,19 +157,19 @@ class Lab:
 
     def leftovers(self) -> str | None:
         """The sentence about an earlier server's processes still holding memory, if there are any."""
-        left = server_mod.leftovers()
-        return server_mod.leftovers_sentence(left) if left else None
+        left = orphans.leftovers()
+        return orphans.leftovers_sentence(left) if left else None
 
     @presenter_only
     def clear_leftovers(self) -> str | None:
-        return server_mod.clear_leftovers()
+        return orphans.clear_leftovers()
 
     def foreign_holders(self) -> str | None:
         """Processes this app did not start that hold the memory vLLM needs (named, never touched);
         looked up at most every few seconds, since every viewer's Server page asks."""
         now = time.monotonic()
         if now - self._foreign[0] > 5:
-            self._foreign = (now, server_mod.foreign_holders())
+            self._foreign = (now, orphans.foreign_holders())
         return self._foreign[1]
 
     def server_ready(self) -> ServerConfig:
@@ -393,7 +394,7 @@ class Lab:
 
     def startup_fraction(self, stage: str) -> float:
         """How far a starting server has come, by the startup stage its log shows (for a progress bar)."""
-        names = [name for name, _ in server_mod.STAGES]
+        names = [name for name, _ in vllm_log.STAGES]
         return (names.index(stage) + 1) / len(names) if stage in names else 0.05
 
     def busy(self) -> bool:
