@@ -46,9 +46,9 @@ else:
                     disabled=not ui.can_act(lab))
 if run:
     try:
-        configs, labels = lab.tuning_configs([(int(r["max-model-len"]), float(r[mem_col]))
-                                              for _, r in rows.dropna().iterrows()])
-        ui.act(lab, lab.run_tuning, configs, lab.load_spec("tuning", max_tokens=max_tokens), labels)
+        configs = lab.tuning_configs([(int(r["max-model-len"]), float(r[mem_col]))
+                                      for _, r in rows.dropna().iterrows()])
+        ui.act(lab, lab.run_tuning, configs, lab.load_spec("tuning", max_tokens=max_tokens))
     except ValueError as e:
         st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
     except LabError as e:  # a setting vLLM would refuse

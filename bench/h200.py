@@ -21,16 +21,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.cli import summary_table  # noqa: E402
 from engine.errors import LabError  # noqa: E402
-from engine.measure.loadgen import run_load  # noqa: E402
 from engine.measure.naive import run_naive  # noqa: E402
 from engine.measure.progress import Progress  # noqa: E402
-from engine.measure.scenarios import SCENARIOS, annotate, summary_table  # noqa: E402
-from engine.observe import hardware
+from engine.measure.scenarios import SCENARIOS  # noqa: E402
+from engine.observe import hardware  # noqa: E402
 from engine.observe.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402
 from engine.results.store import RunStore  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
+from engine.runs import Runner, Target, tuning_label  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
 
 PORT = 8300
@@ -79,12 +80,14 @@ class Bench:
             self.server.stop()
             self.mark("vLLM stop")
 
-    def save(self, r, cfg=None, snap=None):
-        if cfg is not None:
-            annotate(r, cfg, snap.kv_cache_tokens, snap.max_concurrency)
+    def save(self, r):
         self.store.save(r)
         print(summary_table(r), flush=True)
         return r
+
+    def runner(self) -> Runner:
+        """The product's own orchestration (engine.runs), saving here and marking this bench's events."""
+        return Runner(self.save, mark=self.mark)
 
     # -- phases ----------------------------------------------------------------------------
     def naive(self):
@@ -99,24 +102,14 @@ class Bench:
             print(json.dumps(r.extra.get("memory"), indent=1)[:3000], flush=True)
 
     def vllm(self):
-        cfg = self.config()
-        snap = self.start(cfg)
-        url, model = cfg.base_url, cfg.model_name
+        self.start(self.config())
         try:
+            target = Target.of(self.server)
             for name in ("vllm-5-sequential", "concurrent-10", "stream-300"):
                 scn = SCENARIOS[name]
-                self.mark(f"{name} start")
-                self.save(run_load(scn.load_spec(url, model, warmup=scn.concurrency)), cfg, snap)
-                self.mark(f"{name} end")
-            sweep = SCENARIOS["sweep"]
-            self.mark("sweep start")
-            for level in (1, 2, 4, 8, 16, 32, 64, 128, 256):
-                spec = sweep.load_spec(url, model, concurrency=level, num_requests=max(3 * level, 8), warmup=level,
-                                       label=f"concurrency {level}")
-                r = run_load(spec)
-                r.extra["sweep_level"] = level
-                self.save(r, cfg, snap)
-            self.mark("sweep end")
+                self.runner().load(scn.load_spec(warmup=scn.concurrency), target)
+            self.runner().sweep(SCENARIOS["sweep"].load_spec(num_requests=8), [1, 2, 4, 8, 16, 32, 64, 128, 256],
+                                target, rounds=3)
         finally:
             self.stop()
 
@@ -124,11 +117,9 @@ class Bench:
         scn = SCENARIOS["tuning"]
         for changes in scn.configs:
             cfg = self.config(**changes)
-            snap = self.start(cfg)
+            self.start(cfg)
             try:
-                spec = scn.load_spec(cfg.base_url, cfg.model_name, warmup=10,
-                                     label=f"max-model-len {cfg.max_model_len} / {cfg.gpu_memory_utilization:g}")
-                self.save(run_load(spec), cfg, snap)
+                self.runner().load(scn.load_spec(warmup=10, label=tuning_label(cfg)), Target.of(self.server))
             finally:
                 self.stop()
 

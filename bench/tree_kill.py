@@ -94,7 +94,7 @@ def main() -> int:
     said = [l for l in out.splitlines() if l.startswith("error:")]
     lines += ["## 1. The CLI watches its server (as the app does)", "",
               f"Tree: {', '.join(names)}.",
-              f"GPU memory held before the kill: " + (", ".join(f"pid {p} {b / 2**30:.1f} GiB" for p, b in before.items())
+              "GPU memory held before the kill: " + (", ".join(f"pid {p} {b / 2**30:.1f} GiB" for p, b in before.items())
                                                      or "none (no GPU)") + ".",
               f"kill -9 of the API server (pid {api}): **no process of the tree left"
               f"{' and no GPU process of ours' if before else ''} after {gone:.1f} s**." if gone is not None

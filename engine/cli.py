@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from engine.errors import ConfigError, LabError
+from engine.measure.spec import check_max_tokens
 
 DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
@@ -186,13 +187,77 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_run(args) -> int:
+    """A scenario through engine.runs, the path the app's jobs take, in the foreground: against --url,
+    or a server started here (every option checked before it starts) and stopped at the end."""
     from engine.measure import scenarios
+    from engine.measure.progress import Console
     from engine.results.store import RunStore
+    from engine.runs import Runner, Target, check_tuning
 
     scn = scenarios.get(args.scenario)
-    scenarios.check_options(scn, args.url, args.max_tokens, args.concurrency, args.levels)
-    if args.url:  # the server is already running: its own settings hold
-        if given := _given(args):
+    levels = _check_run_options(scn, args)
+    if args.json:
+        _check_writable(args.json)
+    store = RunStore()
+    target = Target.at(args.url, args.model_name) if args.url else None
+    cfg, spec = (None, None) if args.url else _config(args)
+    load = scn.load_spec(num_requests=8 if scn.kind == "sweep" else None, max_tokens=args.max_tokens)
+    if target is not None:
+        target.aim(load)  # what the running server accepts, before a request is sent
+    runner = Runner(lambda r: store.save(r) or r, progress=Console())
+
+    if scn.kind == "naive":
+        if args.max_tokens is not None:
+            check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
+        results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
+                                               max_new_tokens=args.max_tokens))]
+    elif target is not None:
+        results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
+    else:
+        from engine.serving.server import VLLMServer
+
+        configs = [cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [cfg]
+        if scn.kind == "tuning":
+            check_tuning(configs, load, model_max_len=spec.max_len)
+        else:
+            check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
+                             of="the max-model-len the server starts with", fix=", or give a longer --max-model-len")
+        srv = VLLMServer(port=cfg.port)
+        try:
+            if scn.kind == "tuning":
+                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len)
+            else:
+                srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
+                target = Target.of(srv)
+                results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
+        finally:
+            srv.stop()
+    for r in results:
+        _print(summary_table(r))
+    if args.json:
+        _write(args.json, store.export_json([r.id for r in results]),
+               after="; the runs are saved in the history (python -m engine export --out FILE)")
+    return 0
+
+
+_HOW = {"sequential": "sends its requests one after another", "burst": "sends all its requests at once",
+        "poisson": "sends its requests at random times at a set rate"}
+
+
+def _check_run_options(scn, args) -> list[int] | None:
+    """Refuse, with one sentence, an option out of bounds or one the scenario would ignore (before any
+    server starts or request is sent); return the sweep's levels (None for other scenarios)."""
+    from engine.measure.scenarios import sweep_levels
+    from engine.measure.spec import check_in_flight, parse_levels
+    from engine.runs import check_url
+
+    if args.url is not None:
+        if scn.kind == "naive":
+            raise ConfigError("The naive scenario runs transformers itself, with no server: leave --url out.")
+        if scn.kind == "tuning":
+            raise ConfigError("The tuning scenario restarts the server with each setting: leave --url out.")
+        check_url(args.url)
+        if given := _given(args):  # the server is already running: its own settings hold
             raise ConfigError(f"{_flag(given[0])} sets up a server the app starts, but --url points at one already "
                               f"running, which keeps its own settings: leave {_flag(given[0])} out, or leave --url "
                               "out to start a server.")
@@ -202,20 +267,46 @@ def _cmd_run(args) -> int:
     if scn.kind == "tuning" and (given := _given(args, tuple(scn.configs[0]))):
         raise ConfigError(f"The tuning scenario sets {_flag(given[0])} itself for each configuration it compares: "
                           f"leave {_flag(given[0])} out.")
-    if args.json:
-        _check_writable(args.json)
-    store = RunStore()
-    cfg, spec = (None, None) if args.url else _config(args)
-    results = scenarios.run_headless(
-        args.scenario, store, url=args.url, model_name=args.model_name, config=cfg, spec=spec,
-        max_tokens=args.max_tokens, concurrency=args.concurrency, levels=args.levels, log=_print,
-    )
-    for r in results:
-        _print(scenarios.summary_table(r))
-    if args.json:
-        _write(args.json, store.export_json([r.id for r in results]),
-               after="; the runs are saved in the history (python -m engine export --out FILE)")
-    return 0
+    if args.max_tokens is not None:
+        check_max_tokens(args.max_tokens)
+    if scn.kind != "sweep":
+        how = "runs transformers itself, with no server" if scn.kind == "naive" else _HOW.get(scn.shape, "")
+        for flag, value in (("--concurrency", args.concurrency), ("--levels", args.levels)):
+            if value is not None:
+                raise ConfigError(f"The {scn.name} scenario {how}, so {flag} does not apply: leave it out, or "
+                                  "run the sweep scenario to choose the requests in flight.")
+        return None
+    if args.concurrency is not None and args.levels is not None:
+        raise ConfigError("--levels and --concurrency both choose the sweep's levels: give only one of them.")
+    if args.levels is not None:
+        return parse_levels(args.levels)
+    if args.concurrency is not None:
+        check_in_flight(args.concurrency, "The sweep's top level (requests in flight)")
+    return sweep_levels(scn, args.concurrency)
+
+
+def summary_table(r) -> str:
+    """A finished run, as the CLI prints it."""
+    from engine.measure import stats
+
+    s = r.summary or {}
+
+    def ms(key: str) -> str:
+        v = s.get(key)
+        return "–" if v is None else f"{v:,.0f} ms"
+
+    lines = [
+        f"== {r.label or r.scenario} [{r.kind}] ==",
+        f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
+        *(f"  {sentence}" for _, sentence in stats.failure_causes(r.records)),
+        f"wall time              {r.duration:.2f} s",
+        f"output tokens          {s.get('total_output_tokens', 0)}",
+        f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
+        f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
+        f"TPOT mean              {ms('mean_tpot_ms')}",
+        f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
+    ]
+    return "\n".join(lines)
 
 
 # -- history ----------------------------------------------------------------------------------

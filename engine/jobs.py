@@ -37,6 +37,7 @@ class Job(Progress):
     in_flight: dict = field(default_factory=dict)  # index -> record sent but not finished
     run_start: float | None = None  # epoch s the measured part began (timeline's zero)
     worker_pid: int | None = None  # the naive baseline's worker while it lives (memory charts)
+    steps: bool = False  # a run of several: done/total count levels or configurations (on_step)
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
@@ -49,8 +50,15 @@ class Job(Progress):
 
     # -- the progress protocol (engine.measure.progress.Progress) ------------------------------
     def on_start(self, plan: RunPlan) -> None:
-        self.total = plan.total or self.total
-        self.run_start = self.run_start or time.time()
+        """A measured run begins: the live view starts afresh (a sweep's next level)."""
+        self.records, self.in_flight = [], {}
+        self.run_start = time.time()
+        if not self.steps:
+            self.total, self.done = plan.total or self.total, 0
+
+    def on_step(self, done: int, total: int, text: str) -> None:
+        self.steps = True  # progress now counts runs (levels, configurations), not requests
+        self.done, self.total, self.stage = done, total, text
 
     def on_stage(self, text: str) -> None:
         self.stage = text
@@ -67,7 +75,8 @@ class Job(Progress):
         if record.warmup:
             return
         self.records.append(record)
-        self.done = len(self.records)
+        if not self.steps:
+            self.done = len(self.records)
 
     def live_records(self) -> list[RequestRecord]:
         """Finished and in-flight requests, for a timeline drawn while the run goes on."""

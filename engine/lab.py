@@ -18,11 +18,11 @@ from engine.access import Access
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
-from engine.measure.scenarios import annotate
-from engine.observe import hardware, nvml
+from engine.observe import nvml
 from engine.observe.telemetry import Telemetry
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
+from engine.runs import Runner, Target, check_tuning
 from engine.serving import leftovers as orphans
 from engine.serving import models, vllm_log
 from engine.serving import server as server_mod
@@ -173,105 +173,50 @@ class Lab:
         return self._foreign[1]
 
     def server_ready(self) -> ServerConfig:
-        snap = self.server.snapshot()
-        if snap.state != READY or snap.config is None:
-            raise ServerBusy("The vLLM server is not running: start it on the Server page first.")
-        return snap.config
+        cfg = Target.of(self.server).config
+        assert cfg is not None
+        return cfg
 
     # -- measurements -------------------------------------------------------------------------
+    # Each is a job running an engine.runs.Runner: the orchestration the CLI shares. The spec is
+    # checked against the server before the job is queued, so a page hears a ConfigError at once.
+    def _runner(self, job: Job) -> Runner:
+        return Runner(self._save, progress=job, cancel=job.cancel, mark=self.server.mark)
+
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
         """Submit a load test against the running server (spec: engine.measure.spec.LoadSpec)."""
-        from engine.measure import loadgen
-
-        cfg = self.server_ready()
-        spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
-        spec.validate(cfg.max_model_len)  # what this server accepts, whichever page or script asked
-
-        def work(job: Job) -> RunResult:
-            job.on_stage("sending requests")
-            self.server.mark(f"{spec.scenario} start")
-            try:
-                result = loadgen.run_load(spec, observer=job, cancel=job.cancel)
-            finally:
-                self.server.mark(f"{spec.scenario} end")
-            return self._finish(result, cfg)
-
-        return self.jobs.submit("load", label or spec.label or spec.scenario, work)
+        target = Target.of(self.server)
+        spec = target.aim(spec)
+        return self.jobs.submit("load", label or spec.label or spec.scenario,
+                                lambda job: self._runner(job).load(spec, target))
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
-        from engine.measure import loadgen
-
-        cfg = self.server_ready()
-        spec = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key)
-        spec.validate(cfg.max_model_len)
-
-        def work(job: Job) -> list[RunResult]:
-            job.total = len(levels)
-            out: list[RunResult] = []
-            job.result = out  # finished levels show while the sweep goes on
-            self.server.mark("sweep start")
-            for level in levels:  # each level saved the moment it completes
-                if job.cancel.is_set():
-                    break
-                job.on_stage(f"concurrency {level}")
-                out.append(self._finish(loadgen.run_level(replace(spec, scenario="sweep"), level, cancel=job.cancel), cfg))
-                job.done = len(out)
-            self.server.mark("sweep end")
-            return out
-
-        return self.jobs.submit("sweep", f"sweep {levels[0]}…{levels[-1]}", work)
+        target = Target.of(self.server)
+        spec = target.aim(spec)
+        return self.jobs.submit("sweep", f"sweep {levels[0]}…{levels[-1]}",
+                                lambda job: self._runner(job).sweep(spec, levels, target))
 
     @presenter_only
-    def run_tuning(self, configs: list[ServerConfig], spec, labels: list[str] | None = None) -> Job:
+    def run_tuning(self, configs: list[ServerConfig], spec) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
-        from engine.measure import loadgen
-
-        if not configs:
-            raise ServerBusy("Pick at least one configuration to compare.")
-        for c in configs:
-            c.validate(known_flags=self._flags)
-
-        def work(job: Job) -> list[RunResult]:
-            job.total = len(configs)
-            out: list[RunResult] = []
-            job.result = out  # finished configurations show while the next one starts
-            for i, cfg in enumerate(configs):
-                if job.cancel.is_set():
-                    break
-                label = (labels[i] if labels else None) or f"max-model-len {cfg.max_model_len}"
-                job.on_stage(f"{label}: restarting vLLM")
-                self.server.restart(cfg)
-                self.server.wait_ready()
-                job.on_stage(f"{label}: measuring")
-                one = replace(spec, base_url=cfg.base_url, model=cfg.model_name, api_key=cfg.api_key,
-                              scenario="tuning", label=label)
-                out.append(self._finish(loadgen.run_load(one, cancel=job.cancel), cfg))
-                job.done = len(out)
-            return out
-
-        return self.jobs.submit("tuning", "tuning comparison", work)
+        check_tuning(configs, spec, known_flags=self._flags)
+        return self.jobs.submit("tuning", "tuning comparison",
+                                lambda job: self._runner(job).tuning(self.server, configs, spec))
 
     @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
-        from engine.measure import naive
-
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
             raise ServerBusy("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
                              "then start vLLM again (the lab's order).")
 
         def work(job: Job) -> RunResult:
-            self.server.mark("naive start")
             try:
-                result = naive.run_naive(spec, observer=job, cancel=job.cancel)
+                return self._runner(job).naive(spec)
             finally:
                 job.worker_pid = None
-                self.server.mark("naive end (memory returned)")
-            result.hardware = result.hardware or hardware.describe()
-            result.versions = result.versions or hardware.versions()
-            return self._save(result)
 
         return self.jobs.submit("naive", spec.label or spec.scenario, work)
 
@@ -340,11 +285,6 @@ class Lab:
             return sum(1 for s, e in self._chats if s <= end and (e is None or e >= start))
 
     # -- saving -------------------------------------------------------------------------------
-    def _finish(self, result: RunResult, cfg: ServerConfig) -> RunResult:
-        snap = self.server.snapshot()
-        annotate(result, cfg, snap.kv_cache_tokens, snap.max_concurrency)
-        return self._save(result)
-
     def _save(self, result: RunResult) -> RunResult:
         """Keep a run that measured anything, marked when chat traffic ran beside it."""
         if n := self._chats_beside(result.started_at, result.started_at + result.duration):
@@ -435,18 +375,15 @@ class Lab:
         cfg.validate(model_max_len=spec.max_len)
         return cfg
 
-    def tuning_configs(self, rows: list[tuple[int, float]]) -> tuple[list[ServerConfig], list[str]]:
+    def tuning_configs(self, rows: list[tuple[int, float]]) -> list[ServerConfig]:
         """The Tuning table's rows, (max-model-len, GPU memory fraction; on CPU the KV cache GiB), as
-        the last started server's settings with those changes, and a label for each."""
+        the last started server's settings with those changes."""
         base = self.server.snapshot().config
         if base is None:
             raise ServerBusy("Start the server once on the Server page: tuning reuses its model and other settings.")
         cpu = self.device == "cpu"
-        configs = [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": int(mem)} if cpu else
-                                                               {"gpu_memory_utilization": mem})) for n, mem in rows]
-        labels = [f"max-model-len {c.max_model_len}" + ("" if cpu else f" / {c.gpu_memory_utilization:g}")
-                  for c in configs]
-        return configs, labels
+        return [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": int(mem)} if cpu else
+                                                           {"gpu_memory_utilization": mem})) for n, mem in rows]
 
     # workloads
     def scenario(self, name: str):

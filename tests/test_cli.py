@@ -195,7 +195,7 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
     (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
 ])
 def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
-    from engine.measure.scenarios import server_info
+    from engine.runs import server_info
     from engine.results.store import RunStore
 
     mml = server_info(vllm_server.base_url)[1]
@@ -212,14 +212,15 @@ def test_the_run_summary_counts_failed_requests_by_cause():
     sys.path.insert(0, str(ROOT / "tests"))
     from fakes import FakeOpenAIServer
 
-    from engine.measure import scenarios, stats
+    from engine.cli import summary_table
+    from engine.measure import stats
     from engine.measure.loadgen import run_load
     from engine.measure.spec import LoadSpec
 
     with FakeOpenAIServer(die_after=2) as srv:
         run = run_load(LoadSpec(base_url=srv.base_url, model="die", prompts=["hi"], num_requests=5,
                                 shape="sequential", max_tokens=5, timeout_s=10, read_timeout_s=5))
-    lines = scenarios.summary_table(run).splitlines()
+    lines = summary_table(run).splitlines()
     assert lines[1] == "requests ok / failed   2 / 3"
     assert [x.strip() for x in lines[2:4]] == [s for _, s in stats.failure_causes(run.records)]
     assert "cut off mid-answer" in lines[3] and "found nothing listening" in lines[2]

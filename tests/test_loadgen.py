@@ -18,7 +18,7 @@ from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
 from engine.measure import prompts, stats  # noqa: E402
 from engine.measure.drive import poisson_offsets  # noqa: E402
-from engine.measure.loadgen import run_load, sweep  # noqa: E402
+from engine.measure.loadgen import run_load  # noqa: E402
 from engine.measure.progress import Console, Progress  # noqa: E402
 from engine.measure.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.sse import SSEDecoder  # noqa: E402
@@ -131,7 +131,7 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
 
 
 def _served_max_len(server) -> int:
-    from engine.measure.scenarios import server_info
+    from engine.runs import server_info
 
     return server_info(server.base_url)[1]
 
@@ -171,8 +171,12 @@ def test_console_observer(vllm_server):
 
 @pytest.mark.server
 def test_sweep_warms_each_level(vllm_server):
-    runs = sweep(spec_for(vllm_server, max_tokens=4), levels=(1, 2), rounds=1)
-    assert [r.extra["sweep_level"] for r in runs] == [1, 2]
+    from engine.runs import Runner, Target
+
+    saved = []
+    runs = Runner(lambda r: saved.append(r) or r).sweep(spec_for(vllm_server, max_tokens=4), [1, 2],
+                                                        Target.at(vllm_server.base_url), rounds=1)
+    assert [r.extra["sweep_level"] for r in runs] == [1, 2] and saved == runs
     for r, level in zip(runs, (1, 2)):
         assert sum(x.warmup for x in r.records) == level
         assert r.summary["completed"] == max(4, level)

@@ -1,5 +1,5 @@
 """The load generator's entry points: `run_load` (one load test -> RunResult, blocking, safe to
-call from a worker thread) and `sweep` (one run per concurrency level). Every request streams
+call from a worker thread) and `run_level` (one level of a concurrency sweep). Every request streams
 (`stream_options.include_usage`), so each record holds the send time, each content chunk's arrival
 and the server's token counts. Times are `time.perf_counter()` seconds from the run's start;
 perf_counter is a system-wide monotonic clock on Linux, macOS and Windows, so client processes
@@ -25,7 +25,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
@@ -146,15 +146,3 @@ def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
     result = run_load(spec, observer, cancel)
     result.extra["sweep_level"] = level
     return result
-
-
-def sweep(base_spec: LoadSpec, levels: Sequence[int] = (1, 2, 4, 8, 16, 32), observer: Progress | None = None,
-          cancel: threading.Event | None = None, rounds: int = 2) -> list[RunResult]:
-    """run_level for each level, in order; stops early when `cancel` is set. The observer hears every
-    level's run."""
-    results = []
-    for level in levels:
-        if cancel is not None and cancel.is_set():
-            break
-        results.append(run_level(base_spec, level, observer, cancel, rounds))
-    return results

@@ -63,6 +63,10 @@ class Progress:
     def on_stage(self, text: str) -> None:
         """What is happening now: "loading model", "concurrency 8", "request 3/5", ..."""
 
+    def on_step(self, done: int, total: int, text: str) -> None:
+        """A run of several (a sweep's levels, a tuning comparison's configurations): `done` of `total`
+        finished, `text` is what comes next (or "done")."""
+
     def on_worker(self, pid: int) -> None:
         """A worker process exists (the naive baseline's), for the memory charts."""
 
@@ -93,6 +97,9 @@ class Console(Progress):
 
     def on_stage(self, text: str) -> None:
         self._print(f"  {text}")
+
+    def on_step(self, done: int, total: int, text: str) -> None:
+        self._print(f"[{done}/{total}] {text}")
 
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
         if record.warmup or (totals.done % self.every and totals.done != totals.total):

@@ -1,0 +1,203 @@
+"""How each kind of run is carried out — a load test, a concurrency sweep, a tuning comparison, the
+naive baseline — against a `Target` server: reported to one `Progress`, stamped with what it ran on,
+and handed to `save` the moment it finishes (a sweep's finished levels survive a crash or a cancel).
+
+The one orchestration path: `Lab` runs a `Runner` inside a background job (adding who may act and
+the chat marks), the CLI and the bench scripts run one in the foreground with a `Console`.
+See docs/architecture.md."""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
+
+import httpx
+
+from engine.errors import ConfigError, LabError, ServerBusy
+from engine.measure import loadgen
+from engine.measure.progress import Progress
+from engine.measure.spec import LoadSpec, check_max_tokens
+from engine.observe import hardware
+from engine.results.records import RunResult
+from engine.serving.config import ServerConfig
+from engine.serving.server import READY, VLLMServer
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server a load goes to: one this app started (`config` set) or one at a URL it did not."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    max_model_len: int | None = None  # longest prompt + answer it accepts; None when it does not say
+    config: ServerConfig | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None  # vLLM's own "maximum concurrency" at startup
+
+    @classmethod
+    def of(cls, server: VLLMServer) -> "Target":
+        """The ready server this app started; ServerBusy when there is none."""
+        snap = server.snapshot()
+        cfg = snap.config
+        if snap.state != READY or cfg is None:
+            raise ServerBusy("The vLLM server is not running: start it on the Server page first.")
+        return cls(cfg.base_url, cfg.model_name, cfg.api_key, cfg.max_model_len, cfg, snap.kv_cache_tokens,
+                   snap.max_concurrency)
+
+    @classmethod
+    def at(cls, url: str, model: str | None = None, api_key: str | None = None) -> "Target":
+        """A running OpenAI-compatible server at `url`, serving `model` (default: the first it lists)."""
+        names, max_len = server_info(url, api_key)
+        model = model or names[0]
+        if model not in names:
+            raise ConfigError(f"The server at {url} serves no model named '{model}': pass --model-name "
+                              f"{names[0]}" + (f" (it serves {', '.join(names)})." if len(names) > 1 else "."))
+        return cls(url, model, api_key, max_len)
+
+    def aim(self, spec: LoadSpec) -> LoadSpec:
+        """`spec` sent here, checked against what this server accepts (ConfigError)."""
+        spec = replace(spec, base_url=self.base_url, model=self.model, api_key=self.api_key)
+        spec.validate(self.max_model_len)
+        return spec
+
+    def stamp(self, result: RunResult) -> RunResult:
+        """Mark a run with what it ran on, so a saved run explains itself anywhere."""
+        result.model = self.model
+        result.hardware = result.hardware or hardware.describe()
+        result.versions = result.versions or hardware.versions()
+        if self.config is not None:
+            result.config = self.config.to_dict()
+            result.command = self.config.shell_command()
+            result.extra.setdefault("kv_cache_tokens", self.kv_cache_tokens)
+            result.extra.setdefault("max_concurrency_reported", self.max_concurrency)
+            result.extra.setdefault("placeholder_text", self.config.load_format == "dummy")
+        return result
+
+
+def check_url(url: str) -> str:
+    """The URL of a server to measure, or ConfigError with one sentence."""
+    try:
+        parts = urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"'{url}' is not a server address: give one like http://127.0.0.1:9000.")
+    return url
+
+
+def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | None]:
+    """The model names a running OpenAI-compatible server serves and vLLM's max_model_len (None when
+    it does not say), from GET /v1/models."""
+    check_url(url)
+    why = ""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        resp = httpx.get(url.rstrip("/").removesuffix("/v1") + "/v1/models", headers=headers, timeout=5,
+                         trust_env=False)
+        if resp.status_code != 200:
+            why = f"HTTP {resp.status_code}"
+        else:
+            data = resp.json()["data"]
+            names = [m["id"] for m in data]
+            if names:
+                lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]
+                return names, min(lens, default=None)
+            why = "it serves no model"
+    except httpx.HTTPError as e:
+        why = str(e) or type(e).__name__
+    except (KeyError, TypeError, ValueError) as e:
+        why = f"its /v1/models answer is not OpenAI-style ({type(e).__name__})"
+    raise LabError(f"No OpenAI-compatible server answered at {url} ({why}): check the URL, or leave --url out "
+                   "to let the app start one.")
+
+
+def tuning_label(cfg: ServerConfig) -> str:
+    """How a tuning comparison names a configuration, in the app, the CLI and History alike."""
+    return f"max-model-len {cfg.max_model_len}" + ("" if cfg.device == "cpu" else f" / {cfg.gpu_memory_utilization:g}")
+
+
+def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int | None = None,
+                 known_flags: set[str] | None = None) -> None:
+    """Every configuration checked before the first restart: a ConfigError says which one is wrong."""
+    if not configs:
+        raise ServerBusy("Pick at least one configuration to compare.")
+    for cfg in configs:
+        cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
+        if spec.max_tokens is not None:
+            check_max_tokens(spec.max_tokens, cfg.max_model_len or model_max_len,
+                             of=f"the max-model-len of '{tuning_label(cfg)}'", fix="")
+
+
+class Runner:
+    """Carries out runs: each reported to `progress`, stamped, passed to `save` (which returns what to
+    keep), with `mark` noting when it began and ended (the Monitor's markers). Setting `cancel` stops
+    the current run, keeping what finished, and the runs after it."""
+
+    def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
+                 cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None):
+        self.save = save
+        self.progress = progress or Progress()
+        self.cancel = cancel or threading.Event()
+        self.mark = mark
+
+    def load(self, spec: LoadSpec, target: Target) -> RunResult:
+        """One load test."""
+        spec = target.aim(spec)
+        self.progress.on_stage("sending requests")
+        self.mark(f"{spec.scenario} start")
+        try:
+            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel)
+        finally:
+            self.mark(f"{spec.scenario} end")
+        return self.save(target.stamp(result))
+
+    def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
+        """loadgen.run_level at each level, in order; each level saved the moment it completes."""
+        spec = target.aim(replace(spec, scenario="sweep"))
+        out: list[RunResult] = []
+        self.mark("sweep start")
+        try:
+            for level in levels:
+                if self.cancel.is_set():
+                    break
+                self.progress.on_step(len(out), len(levels), f"concurrency {level}")
+                out.append(self.save(target.stamp(
+                    loadgen.run_level(spec, level, observer=self.progress, cancel=self.cancel, rounds=rounds))))
+            self.progress.on_step(len(out), len(levels), "done")
+        finally:
+            self.mark("sweep end")
+        return out
+
+    def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
+               model_max_len: int | None = None) -> list[RunResult]:
+        """Restart `server` with each configuration and run the same load on it (notebook step 4);
+        the server is left running with the last one."""
+        out: list[RunResult] = []
+        for cfg in configs:
+            if self.cancel.is_set():
+                break
+            label = tuning_label(cfg)
+            self.progress.on_step(len(out), len(configs), f"{label}: restarting vLLM")
+            server.restart(cfg, model_max_len=model_max_len)
+            server.wait_ready(on_stage=lambda s: self.progress.on_stage(f"{label}: {s.stage}"))
+            self.progress.on_stage(f"{label}: measuring")
+            out.append(self.load(replace(spec, scenario="tuning", label=label), Target.of(server)))
+        self.progress.on_step(len(out), len(configs), "done")
+        return out
+
+    def naive(self, spec) -> RunResult:
+        """The transformers baseline (spec: engine.measure.naive.NaiveSpec) in its own worker process."""
+        from engine.measure import naive
+
+        self.mark("naive start")
+        try:
+            result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
+        finally:
+            self.mark("naive end (memory returned)")
+        result.hardware = result.hardware or hardware.describe()
+        result.versions = result.versions or hardware.versions()
+        return self.save(result)
