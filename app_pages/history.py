@@ -111,12 +111,12 @@ else:
                     st.markdown(f"**{sum(n for n, _ in causes)} of {len(run.measured)} requests failed**"
                                 + (", so this run is left out of comparisons unless included." if failed(row) else "."))
                     ui.failure_causes([run])
-                if n := run.extra.get("chat_requests_beside"):
+                if n := run.extra.chat_requests_beside:
                     st.info(f"{n} chat answer(s) were streamed while this run measured: its numbers include that "
                             "traffic.", icon=":material/forum:")
                 if run.command:
                     st.code(run.command, language="bash")
-                st.json({"summary": run.summary, "load": run.load, "hardware": run.hardware,
+                st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,
                          "versions": run.versions}, expanded=False)
                 if run.kind == "vllm" and run.records:
                     ui.chart(figures.request_timeline(run), key="detail-tl")

@@ -72,22 +72,22 @@ def _summary_metrics(run) -> None:
     s = run.summary
     cols = st.columns(6)
     cols[0].metric("Wall time", ui.fmt_s(run.duration))
-    cols[1].metric("Output throughput", f"{s.get('output_throughput') or 0:,.0f} tok/s")
-    ms = lambda key: None if s.get(key) is None else s[key] / 1000  # noqa: E731 - no request measured it: "–"
+    cols[1].metric("Output throughput", f"{s.output_throughput or 0:,.0f} tok/s")
+    ms = lambda key: None if s.get(key) is None else s.get(key) / 1000  # noqa: E731 - none measured it: "–"
     cols[2].metric("Mean TTFT", ui.fmt_s(ms("mean_ttft_ms")),
                    help="Time to first token: what a user waits before text starts.")
     cols[3].metric("p99 TTFT", ui.fmt_s(ms("p99_ttft_ms")))
-    cols[4].metric("Mean TPOT", "–" if s.get("mean_tpot_ms") is None else f"{s['mean_tpot_ms']:,.0f} ms",
+    cols[4].metric("Mean TPOT", "–" if s.get("mean_tpot_ms") is None else f"{s.get('mean_tpot_ms'):,.0f} ms",
                    help="Time per output token after the first: the speed text appears at.")
-    cols[5].metric("OK / failed", f"{s.get('completed', 0)} / {s.get('failed', 0)}")
+    cols[5].metric("OK / failed", f"{s.completed or 0} / {s.failed or 0}")
     ui.failure_causes([run])
-    if n := run.extra.get("chat_requests_beside"):
+    if n := run.extra.chat_requests_beside:
         st.info(f"{n} chat answer{'s were' if n != 1 else ' was'} streamed while this run measured: its numbers "
                 "include that traffic.", icon=":material/forum:")
-    serial = s.get("total_latency_s")
+    serial = s.total_latency_s
     if serial and run.duration:
-        done = s.get("completed", 0)
-        who = f"The **{done}** requests that succeeded" if s.get("failed") else f"All **{done}** requests"
+        done = s.completed or 0
+        who = f"The **{done}** requests that succeeded" if s.failed else f"All **{done}** requests"
         st.markdown(f"{who} finished in **{run.duration:.1f} s**. One after another they would have taken about "
                     f"**{serial:.0f} s** (the sum of their latencies): that is continuous batching.")
 

@@ -76,22 +76,22 @@ def results() -> None:
     extra = [static] if static else []
     ui.chart(figures.latency_bars(naive, vllm, extra), key="latency")
     cols = st.columns(4)
-    avg = lambda r: (r.summary.get("mean_latency_s") if r else None)  # noqa: E731
+    avg = lambda r: (r.summary.mean_latency_s if r else None)  # noqa: E731
     cols[0].metric("Naive: mean latency", ui.fmt_s(avg(naive)))
     cols[1].metric("Static batch: mean latency", ui.fmt_s(avg(static)))
     cols[2].metric("vLLM: mean latency", ui.fmt_s(avg(vllm)))
     if avg(naive) and avg(vllm):
         cols[3].metric("Speed-up (naive ÷ vLLM)", f"{avg(naive) / avg(vllm):.1f}×")
     ui.failure_causes([r for r in (naive, static, vllm) if r], prefix=True)  # a failed request's bar is empty
-    if naive and (mem := naive.extra.get("memory")):
+    if naive and (mem := naive.extra.memory):
         with st.expander("Naive worker: memory before, during and after (it runs in its own process)"):
             st.json(mem)
     terms = [r for r in (naive, static, vllm) if r]
     st.caption("Compared: " + " · ".join(
         f"{r.label}: " + ", ".join(str(x) for x in (r.model.split('/')[-1], r.config.get('dtype'),
-                                                   f"{r.config.get('max_new_tokens') or r.load.get('max_tokens')} tokens")
+                                                   f"{r.config.get('max_new_tokens') or r.load.max_tokens} tokens")
                                    if x) for r in terms))
-    warm = [f"{r.label}: {r.extra['warmup_s']:.1f} s" for r in (naive, static) if r and r.extra.get("warmup_s")]
+    warm = [f"{r.label}: {r.extra.warmup_s:.1f} s" for r in (naive, static) if r and r.extra.warmup_s]
     if warm:
         st.caption("Not counted above: each naive run first generated over every sequence length it would meet "
                    "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "

@@ -125,10 +125,10 @@ def run_ours(a: argparse.Namespace, model: str, prompts: list[str], c: int) -> d
                     workers=a.workers, label=f"loadgen c={c}")
     before = _cpu_s()
     res = run_load(spec)
-    s = dict(res.summary)
+    s = res.summary.to_dict()
     s["client_cpu_s"] = _cpu_s() - before
-    s["client_workers"] = res.extra["client_workers"]
-    s["client"] = res.extra["client"]
+    s["client_workers"] = res.extra.client_workers
+    s["client"] = res.extra.client
     return s
 
 

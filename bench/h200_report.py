@@ -23,7 +23,7 @@ def main() -> None:
         store.import_examples(ROOT / "examples")
         runs = [store.load(r.id) for r in store.list()]
     by = {r.scenario: r for r in runs if r.scenario != "sweep" and r.scenario != "tuning"}
-    sweep = sorted((r for r in runs if r.scenario == "sweep"), key=lambda r: r.extra.get("sweep_level", 0))
+    sweep = sorted((r for r in runs if r.scenario == "sweep"), key=lambda r: r.extra.sweep_level or 0)
     tuning = sorted((r for r in runs if r.scenario == "tuning"), key=lambda r: -r.config.get("max_model_len", 0))
     tel = json.loads((ROOT / "docs/data/h200-telemetry-naive-vllm.json").read_text())
     tel["events"] = [e for e in tel["events"] if not e["label"].startswith("phase ")]  # the script's own marks

@@ -385,7 +385,7 @@ async def measure_load(url: str, app: psutil.Process, store, n: int, repeats: in
                     c0, m0, t0 = cpu_seconds(app), cpu_seconds(me), time.monotonic()
                     summary = await presenter_run(presenter, store)
                     dt = time.monotonic() - t0
-                    s = LoadSample(watching(k, pages), summary["output_throughput"],
+                    s = LoadSample(watching(k, pages), summary.output_throughput,
                                    100 * (cpu_seconds(app) - c0) / dt, 100 * (cpu_seconds(me) - m0) / dt)
                 out.append(s)
                 print(f"  load test, viewers {s.watching}: {s.tok_s:6.1f} tok/s, app {s.app_pct:5.1f}% of a core, "

@@ -289,7 +289,7 @@ def summary_table(r) -> str:
     """A finished run, as the CLI prints it."""
     from engine.measure import stats
 
-    s = r.summary or {}
+    s = r.summary
 
     def ms(key: str) -> str:
         v = s.get(key)

@@ -288,7 +288,7 @@ class Lab:
     def _save(self, result: RunResult) -> RunResult:
         """Keep a run that measured anything, marked when chat traffic ran beside it."""
         if n := self._chats_beside(result.started_at, result.started_at + result.duration):
-            result.extra["chat_requests_beside"] = n
+            result.extra.chat_requests_beside = n
         if result.measured:
             self.store.save(result)
         return result

@@ -5,8 +5,8 @@
   which way is better. `engine.measure.stats` computes these keys, the figures and the History page
   read them through `metric_info`.
 - `ALIASES`, the one table of other names a value is found under: vLLM's /metrics (Prometheus) names
-  across versions, which telemetry parses and the metrics chart reads, and `vllm bench serve`'s name
-  for a run's concurrency limit. Read a value with `lookup(mapping, key)`.
+  across versions, which telemetry parses and the metrics chart reads. Read a value with
+  `lookup(mapping, key)`. (A run's own settings have one name each: engine.results.records.Load.)
 
 A leaf: it imports nothing from the rest of engine, so every layer may use it.
 See docs/architecture.md.
@@ -59,8 +59,6 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
     "generation_tokens_total": ("vllm:generation_tokens_total",),
     "prompt_tokens_total": ("vllm:prompt_tokens_total",),
-    # a run's load: the concurrency limit it ran with; `max_concurrency` in `vllm bench serve`'s files
-    "concurrency": ("max_concurrency",),
 }
 PROMETHEUS_PREFIX = "vllm:"
 

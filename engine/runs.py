@@ -70,9 +70,9 @@ class Target:
         if self.config is not None:
             result.config = self.config.to_dict()
             result.command = self.config.shell_command()
-            result.extra.setdefault("kv_cache_tokens", self.kv_cache_tokens)
-            result.extra.setdefault("max_concurrency_reported", self.max_concurrency)
-            result.extra.setdefault("placeholder_text", self.config.load_format == "dummy")
+            result.extra.kv_cache_tokens = self.kv_cache_tokens
+            result.extra.max_concurrency_reported = self.max_concurrency
+            result.extra.placeholder_text = self.config.load_format == "dummy"
         return result
 
 

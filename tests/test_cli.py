@@ -52,7 +52,7 @@ def test_lab_sweep_job_saves_each_level(vllm_server):
         while job.active and time.time() < deadline:
             time.sleep(0.2)
         assert job.status == "done", job.error
-        assert [r.extra["sweep_level"] for r in job.result] == [1, 2]
+        assert [r.extra.sweep_level for r in job.result] == [1, 2]
         saved = {r.id for r in lab.store.list()}
         assert {r.id for r in job.result} <= saved
         assert all(r.command.startswith("VLLM_CPU_KVCACHE_SPACE=") for r in job.result)

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import figures
 from engine.measure import prompts  # noqa: E402
 from engine.measure.stats import summarize  # noqa: E402
-from engine.results.records import RequestRecord, RunResult  # noqa: E402
+from engine.results.records import RequestRecord, RunResult, Summary  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 NAIVE_PROMPTS = prompts.LAB_SEQUENTIAL
@@ -127,7 +127,7 @@ def make_sweep() -> list[RunResult]:
     for c, tp, ttft in [(1, 58, 40), (2, 112, 42), (4, 215, 47), (8, 400, 55), (16, 720, 71), (32, 1180, 110),
                         (64, 1610, 240)]:
         run = _run("vllm", "sweep", f"c={c}", [], 20.0, load={"concurrency": c})
-        run.summary = {"output_throughput": float(tp), "median_ttft_ms": float(ttft), "max_concurrency": c}
+        run.summary = Summary(output_throughput=float(tp), max_concurrency=c, latency_ms={"median_ttft_ms": float(ttft)})
         runs.append(run)
     return runs
 
@@ -265,7 +265,7 @@ def test_tuning_compare():
     fig = figures.tuning_compare([a, b])
     tput, wall = _bars(fig)
     assert len(tput.x) == 2 and list(wall.y) == pytest.approx([a.duration, b.duration])
-    assert tput.y[0] == pytest.approx(a.summary["output_throughput"])
+    assert tput.y[0] == pytest.approx(a.summary.get("output_throughput"))
     assert "KV cache 105 k tok" in tput.x[0] and "KV" not in tput.x[1]
     assert "max_tokens (100 vs 150)" in figures.caption(fig)
 

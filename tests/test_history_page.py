@@ -43,7 +43,7 @@ def lab(tmp_path_factory):
         failed = make_run(1_764_500_200.0, "all failed")
         for r in failed.records:
             r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens is too large", None, None, []
-        failed.summary["output_throughput"] = 0.0
+        failed.summary.output_throughput = 0.0
         store.save(failed)
         with sqlite3.connect(store.path) as c:
             insert_raw(c, make_run(label="from the far future"), id="future", started_at=1e20)

@@ -58,7 +58,7 @@ def run_guarded(spec: LoadSpec, limit_s: float = 60, **kw):
 @pytest.mark.parametrize("shape", ["sequential", "concurrency", "burst", "poisson"])
 def test_each_shape_one_record_per_request(vllm_server, shape):
     res = run_load(spec_for(vllm_server, shape=shape, rate=20.0))
-    assert res.kind == "vllm" and res.load["shape"] == shape
+    assert res.kind == "vllm" and res.load.shape == shape
     assert [r.index for r in res.records] == [0, 1, 2, 3]
     for r in res.records:
         assert_sane(r)
@@ -80,7 +80,7 @@ def test_completions_endpoint(vllm_server):
 @pytest.mark.server
 def test_two_client_processes(vllm_server):
     res = run_load(spec_for(vllm_server, concurrency=4, workers=2))
-    assert res.extra["client_workers"] == 2
+    assert res.extra.client_workers == 2
     assert sorted(r.index for r in res.records) == [0, 1, 2, 3]
     for r in res.records:
         assert_sane(r)
@@ -98,7 +98,7 @@ def test_warmup_not_counted(vllm_server):
     res = run_load(spec_for(vllm_server, num_requests=3, warmup=2), observer=Obs())
     warm = [r for r in res.records if r.warmup]
     assert len(warm) == 2 and all(r.ok and r.end_time <= 0 for r in warm)  # before the measured start
-    assert len(res.measured) == 3 and res.summary["completed"] == 3
+    assert len(res.measured) == 3 and res.summary.get("completed") == 3
     assert [w for w, _ in seen] == [True, True, False, False, False]
     assert seen[-1][1] == 3
 
@@ -114,18 +114,18 @@ def test_cancel_keeps_completed(vllm_server):
 
     spec = spec_for(vllm_server, num_requests=6, max_tokens=48)
     res = run_guarded(spec, observer=CancelSoonAfterFirst(), cancel=cancel)
-    assert res.extra["cancelled"] is True
+    assert res.extra.cancelled is True
     ok = [r for r in res.records if r.ok]
     cancelled = [r for r in res.records if r.error == "cancelled"]
     assert ok and cancelled and len(ok) + len(cancelled) == len(res.records) < 6
     assert all(r.output_tokens == 48 for r in ok)
-    assert res.summary["completed"] == len(ok) and res.summary["failed"] == len(cancelled)
+    assert res.summary.get("completed") == len(ok) and res.summary.get("failed") == len(cancelled)
 
 
 @pytest.mark.server
 def test_bad_model_name_is_a_clear_error(vllm_server):
     res = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
-    assert len(res.records) == 2 and res.summary["completed"] == 0 and res.summary["failed"] == 2
+    assert len(res.records) == 2 and res.summary.get("completed") == 0 and res.summary.get("failed") == 2
     for r in res.records:
         assert r.error.startswith("HTTP 404") and "no-such-model" in r.error
 
@@ -141,7 +141,7 @@ def test_answers_longer_than_the_context_are_counted_by_cause(vllm_server):
     """What the live server answers to max_tokens above its max-model-len, grouped into one sentence."""
     mml = _served_max_len(vllm_server)
     res = run_load(spec_for(vllm_server, max_tokens=mml + 1, num_requests=3, ignore_eos=False))
-    assert res.summary["failed"] == 3
+    assert res.summary.get("failed") == 3
     assert stats.failure_causes(res.records) == [(3, (
         f"All 3 requests were refused because the prompt plus {mml + 1} output tokens exceed the server's "
         f"max-model-len of {mml}: lower the max tokens per answer or restart the server with a longer "
@@ -176,10 +176,10 @@ def test_sweep_warms_each_level(vllm_server):
     saved = []
     runs = Runner(lambda r: saved.append(r) or r).sweep(spec_for(vllm_server, max_tokens=4), [1, 2],
                                                         Target.at(vllm_server.base_url), rounds=1)
-    assert [r.extra["sweep_level"] for r in runs] == [1, 2] and saved == runs
+    assert [r.extra.sweep_level for r in runs] == [1, 2] and saved == runs
     for r, level in zip(runs, (1, 2)):
         assert sum(x.warmup for x in r.records) == level
-        assert r.summary["completed"] == max(4, level)
+        assert r.summary.get("completed") == max(4, level)
 
 
 # -- fault injection ---------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def test_server_dying_mid_stream_keeps_completed():
     assert [r.ok for r in res.records] == [True, True, False, False, False]
     assert "mid-answer" in res.records[2].error and res.records[2].output_text == "partial answer"
     assert all("could not connect" in r.error for r in res.records[3:])
-    assert res.summary["completed"] == 2 and res.summary["failed"] == 3
+    assert res.summary.get("completed") == 2 and res.summary.get("failed") == 3
     # what the page, the CLI and the console say about the three failed ones
     assert stats.failure_causes(res.records) == [
         (2, f"2 of 5 requests found nothing listening at {srv.base_url}: start the server (it may have stopped or "
@@ -241,7 +241,7 @@ def test_a_run_where_every_request_failed_is_not_drawn_as_batching():
 
     with FakeOpenAIServer(die_after=0) as srv:
         res = run_guarded(fake_spec(srv, "die", num_requests=3))
-    assert res.summary["failed"] == 3
+    assert res.summary.get("failed") == 3
     timeline, bars = figures.request_timeline(res), figures.concurrent_latency_bars(res)
     assert timeline.layout.title.text == "Request timeline: all 3 requests failed"
     assert bars.layout.title.text == "3 requests at once: all 3 failed"
@@ -257,10 +257,10 @@ def test_client_processes_measure_on_the_connections_their_warmup_opened():
     (a burst of new connections would be billed to the first requests' TTFT)."""
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "ok", concurrency=4, workers=2, warmup=4, num_requests=8))
-    assert res.extra["client_workers"] == 2
+    assert res.extra.client_workers == 2
     warm = [r for r in res.records if r.warmup]
     assert len(warm) == 4 and all(r.ok and r.end_time <= 0 for r in warm)
-    assert res.summary["completed"] == 8
+    assert res.summary.get("completed") == 8
     assert srv.connections == 4
 
 
@@ -294,9 +294,9 @@ def test_cancel_a_run_spread_over_client_processes(after_s):
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "hang", concurrency=2, workers=2, warmup=2, read_timeout_s=60,
                                     timeout_s=60), limit_s=30, cancel=cancel)
-    assert res.extra["client_workers"] == 2 and res.extra["cancelled"]
-    assert "client_errors" not in res.extra
-    assert res.summary["completed"] == 0
+    assert res.extra.client_workers == 2 and res.extra.cancelled
+    assert not res.extra.client_errors
+    assert res.summary.get("completed") == 0
 
 
 def test_u2028_inside_json_is_parsed_whole():

@@ -133,11 +133,11 @@ def test_sequential_two_prompts(model_dir):
     assert res.config["max_new_tokens"] == 16 and res.config["temperature"] == 0.7
     if res.config["device"].startswith("cuda"):
         assert res.config["dtype"] == "float16"  # the lab's dtype
-        assert res.extra["memory"]["after_load"]["allocated"] > 0
+        assert res.extra.memory["after_load"]["allocated"] > 0
     else:
         assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
-    assert res.extra["params"] > 100_000_000 and res.extra["load_s"] > 0 and res.extra["dtype_reason"]
-    mem = res.extra["memory"]
+    assert res.extra.params > 100_000_000 and res.extra.load_s > 0 and res.extra.dtype_reason
+    mem = res.extra.memory
     assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
     assert res.summary.get("completed") == 2
     # observer saw the whole story
@@ -145,7 +145,7 @@ def test_sequential_two_prompts(model_dir):
     assert any("loading model" in s for s in obs.stages) and any(s.startswith("request 2/2") for s in obs.stages)
     assert [t.done for t in obs.totals] == [1, 2]
     assert obs.completed is res
-    assert _gone(res.extra["worker_pid"])
+    assert _gone(res.extra.worker_pid)
 
 
 @pytest.mark.slow
@@ -160,7 +160,7 @@ def test_static_batch_shares_one_end(model_dir):
     assert len({r.first_token_time for r in res.records}) == 1  # the batch's first step
     assert all(r.send_time == 0.0 for r in res.records)
     assert all(r.ttft < r.e2e for r in res.records)
-    assert res.load["concurrency"] == 3
+    assert res.load.concurrency == 3
     # prompts differ in length: the true (unpadded) lengths are recorded
     assert len({r.prompt_tokens for r in res.records}) > 1
 
@@ -172,11 +172,11 @@ def test_cancel_keeps_finished_requests_and_kills_worker(model_dir):
     spec = NaiveSpec(model_path=str(model_dir), prompts=PROMPTS, max_new_tokens=32, warmup=False)
     res = run_naive(spec, observer=obs, cancel=cancel)
 
-    assert res.extra["cancelled"] is True
+    assert res.extra.cancelled is True
     assert 1 <= len(res.records) < len(PROMPTS)
     assert all(r.ok for r in res.records)
-    assert any("cancel" in n for n in res.extra["notes"])
-    pid = res.extra["worker_pid"]
+    assert any("cancel" in n for n in res.extra.notes)
+    pid = res.extra.worker_pid
     assert pid == obs.pid
     assert not psutil.pid_exists(pid) or _gone(pid)
 
@@ -195,8 +195,8 @@ def test_random_weights_tiny_config(tiny_random_dir):
                      mode="static-batch", warmup=False)
     res = run_naive(spec)
     assert len(res.records) == 2 and all(r.ok and r.output_tokens > 0 for r in res.records)
-    assert res.extra["placeholder_text"] is True
-    assert 0 < res.extra["params"] < 10_000_000
+    assert res.extra.placeholder_text is True
+    assert 0 < res.extra.params < 10_000_000
 
 
 def test_warmup_plan_meets_every_shape_of_the_run():
@@ -224,7 +224,7 @@ def test_warmup_runs_and_is_reported(tiny_random_dir):
 
     res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=["hi", PROMPTS[1]], max_new_tokens=8,
                               random_weights=True), observer=Obs())
-    assert res.extra["warmup_s"] > 0 and len(res.measured) == 2
+    assert res.extra.warmup_s > 0 and len(res.measured) == 2
     assert any(s.startswith("warming up, not measured") for s in stages)
 
 
@@ -287,7 +287,7 @@ def test_cuda_memory_report(tiny_random_dir):
     once the worker has exited."""
     res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8,
                               random_weights=True, device="cuda"))
-    mem = res.extra["memory"]
+    mem = res.extra.memory
     assert res.config["device"].startswith("cuda") and res.config["dtype"] == "float16"
     for point in ("after_load", "after_run", "after_cleanup"):
         assert {"allocated", "reserved", "max_allocated", "device_used"} <= set(mem[point])
@@ -297,4 +297,4 @@ def test_cuda_memory_report(tiny_random_dir):
     assert mem["after_run"]["max_allocated"] >= mem["after_load"]["allocated"]
     assert "device_used" in mem["before"] and "device_used" in mem["after_exit"]
     assert mem["left_after_exit"] is not None
-    assert res.extra["device_name"]
+    assert res.extra.device_name

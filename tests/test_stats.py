@@ -38,38 +38,38 @@ def sample() -> list[RequestRecord]:
 
 def test_counts_and_throughputs():
     s = stats.summarize(sample(), duration=2.0)
-    assert s["completed"] == 3 and s["failed"] == 1
-    assert s["duration"] == 2.0
-    assert s["total_input_tokens"] == 22
-    assert s["total_output_tokens"] == 7
-    assert s["request_throughput"] == pytest.approx(1.5)
-    assert s["output_throughput"] == pytest.approx(3.5)
-    assert s["total_token_throughput"] == pytest.approx(14.5)
-    assert s["request_goodput"] is None
+    assert s.get("completed") == 3 and s.get("failed") == 1
+    assert s.get("duration") == 2.0
+    assert s.get("total_input_tokens") == 22
+    assert s.get("total_output_tokens") == 7
+    assert s.get("request_throughput") == pytest.approx(1.5)
+    assert s.get("output_throughput") == pytest.approx(3.5)
+    assert s.get("total_token_throughput") == pytest.approx(14.5)
+    assert s.get("request_goodput") is None
 
 
 def test_latency_distributions_ms():
     s = stats.summarize(sample(), duration=2.0)
-    assert s["mean_ttft_ms"] == pytest.approx((100 + 200 + 500) / 3)
-    assert s["median_ttft_ms"] == pytest.approx(200)
-    assert s["mean_e2el_ms"] == pytest.approx((500 + 400 + 500) / 3)
+    assert s.get("mean_ttft_ms") == pytest.approx((100 + 200 + 500) / 3)
+    assert s.get("median_ttft_ms") == pytest.approx(200)
+    assert s.get("mean_e2el_ms") == pytest.approx((500 + 400 + 500) / 3)
     # TPOT only for requests with more than one output token
-    assert s["mean_tpot_ms"] == pytest.approx(((400 / 3) + 200) / 2)
+    assert s.get("mean_tpot_ms") == pytest.approx(((400 / 3) + 200) / 2)
     # ITL pooled over requests: 100, 100, 200 and 200
-    assert s["mean_itl_ms"] == pytest.approx(150)
-    assert s["median_itl_ms"] == pytest.approx(150)
-    assert s["std_itl_ms"] == pytest.approx(50)  # population std, as numpy
-    assert s["p50_itl_ms"] == pytest.approx(150)
-    assert s["p99_itl_ms"] == pytest.approx(200)
-    assert s["p90_ttft_ms"] == pytest.approx(200 + 0.8 * 300)  # linear interpolation: 440
+    assert s.get("mean_itl_ms") == pytest.approx(150)
+    assert s.get("median_itl_ms") == pytest.approx(150)
+    assert s.get("std_itl_ms") == pytest.approx(50)  # population std, as numpy
+    assert s.get("p50_itl_ms") == pytest.approx(150)
+    assert s.get("p99_itl_ms") == pytest.approx(200)
+    assert s.get("p90_ttft_ms") == pytest.approx(200 + 0.8 * 300)  # linear interpolation: 440
 
 
 def test_serial_sum_and_peak():
     s = stats.summarize(sample(), duration=2.0)
-    assert s["total_latency_s"] == pytest.approx(1.4)
-    assert s["mean_latency_s"] == pytest.approx(1.4 / 3)
+    assert s.get("total_latency_s") == pytest.approx(1.4)
+    assert s.get("mean_latency_s") == pytest.approx(1.4 / 3)
     # 0..0.5, 0.2..0.6 and the failed 0.3..0.35 overlap
-    assert s["max_concurrency"] == 3
+    assert s.get("max_concurrency") == 3
 
 
 def test_percentile_matches_numpy_linear():
@@ -82,12 +82,12 @@ def test_percentile_matches_numpy_linear():
 
 def test_custom_percentile_keys():
     s = stats.summarize(sample(), 2.0, percentiles=(25, 99.9))
-    assert "p25_ttft_ms" in s and "p99.9_e2el_ms" in s and "p99_ttft_ms" not in s
+    assert "p25_ttft_ms" in s.latency_ms and "p99.9_e2el_ms" in s.latency_ms and "p99_ttft_ms" not in s.latency_ms
 
 
 def test_goodput():
     def goodput(**slo):
-        return stats.summarize(sample(), 2.0, goodput_slo=slo)["request_goodput"]
+        return stats.summarize(sample(), 2.0, goodput_slo=slo).request_goodput
 
     # TTFT <= 250 ms: requests 0 and 1; with TPOT <= 150 ms also: only request 0 (1-token TPOT counts as 0)
     assert goodput(ttft=250) == pytest.approx(1.0)
@@ -99,10 +99,10 @@ def test_goodput():
 def test_empty_and_all_failed_are_nan_free():
     for recs, dur in (([], 0.0), ([rec(0, 0.0, [], out=0, error="refused", end=0.1)], 1.0)):
         s = stats.summarize(recs, dur, goodput_slo={"ttft": 100})
-        assert s["completed"] == 0
-        assert s["request_throughput"] == 0 and s["output_throughput"] == 0
-        assert s["mean_ttft_ms"] is None and s["p99_itl_ms"] is None and s["mean_latency_s"] is None
-        for v in s.values():
+        assert s.get("completed") == 0
+        assert s.get("request_throughput") == 0 and s.get("output_throughput") == 0
+        assert s.get("mean_ttft_ms") is None and s.get("p99_itl_ms") is None and s.get("mean_latency_s") is None
+        for v in s.to_dict().values():
             assert not (isinstance(v, float) and math.isnan(v))
     assert stats.tokens_per_second_series([]) == []
     assert stats.in_flight_series([]) == []
@@ -111,7 +111,7 @@ def test_empty_and_all_failed_are_nan_free():
 
 def test_single_token_answers_have_no_tpot():
     s = stats.summarize([rec(0, 0.0, [0.3], out=1)], 1.0)
-    assert s["mean_tpot_ms"] is None and s["mean_itl_ms"] is None and s["mean_ttft_ms"] == pytest.approx(300)
+    assert s.get("mean_tpot_ms") is None and s.get("mean_itl_ms") is None and s.get("mean_ttft_ms") == pytest.approx(300)
 
 
 def test_in_flight_series_steps():
@@ -128,7 +128,7 @@ def test_open_request_stays_in_flight():
     open_rec = RequestRecord(index=0, prompt="p", send_time=0.5)
     assert stats.in_flight_series([open_rec]) == [(0.5, 1)]
     s = stats.summarize(sample() + [open_rec], 2.0)
-    assert (s["completed"], s["failed"], s["in_flight"]) == (3, 1, 1)
+    assert (s.get("completed"), s.get("failed"), s.get("in_flight")) == (3, 1, 1)
 
 
 def test_tokens_per_second_one_token_per_chunk():
@@ -178,14 +178,14 @@ def test_matches_vllm_calculate_metrics():
     m, _ = serve.calculate_metrics(input_requests=[], outputs=outputs, dur_s=2.0, tokenizer=None,
                                    selected_percentiles=pct, goodput_config_dict={"ttft": 250.0, "tpot": 150.0})
     s = stats.summarize(recs, 2.0, goodput_slo={"ttft": 250, "tpot": 150}, percentiles=pct)
-    assert (s["completed"], s["failed"], s["total_output_tokens"]) == (m.completed, m.failed, m.total_output)
-    assert s["request_goodput"] == pytest.approx(m.request_goodput)
-    assert s["max_output_tokens_per_s"] == pytest.approx(m.max_output_tokens_per_s)
+    assert (s.get("completed"), s.get("failed"), s.get("total_output_tokens")) == (m.completed, m.failed, m.total_output)
+    assert s.get("request_goodput") == pytest.approx(m.request_goodput)
+    assert s.get("max_output_tokens_per_s") == pytest.approx(m.max_output_tokens_per_s)
     for name in ("ttft", "tpot", "itl", "e2el"):
         for stat in ("mean", "median", "std"):
-            assert s[f"{stat}_{name}_ms"] == pytest.approx(getattr(m, f"{stat}_{name}_ms")), (stat, name)
+            assert s.get(f"{stat}_{name}_ms") == pytest.approx(getattr(m, f"{stat}_{name}_ms")), (stat, name)
         for p, v in getattr(m, f"percentiles_{name}_ms"):
-            assert s[f"p{int(p)}_{name}_ms"] == pytest.approx(v), (p, name)
+            assert s.get(f"p{int(p)}_{name}_ms") == pytest.approx(v), (p, name)
 
 
 # -- failure causes ------------------------------------------------------------------------------

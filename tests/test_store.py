@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 from engine.errors import LabError  # noqa: E402
 from engine.measure.stats import summarize  # noqa: E402
 from engine.results.exchange import MAX_IMPORT_CHARS  # noqa: E402
-from engine.results.records import RequestRecord, RunResult  # noqa: E402
+from engine.results.records import Load, Notes, RequestRecord, RunResult  # noqa: E402
 from engine.results.store import RunNotFound, RunStore  # noqa: E402
 from engine.results.validation import ImportFailed, RunDamaged  # noqa: E402
 from engine.results.vllm_bench import from_bench_json  # noqa: E402
@@ -73,7 +73,7 @@ def test_list_newest_first_and_cheap(store):
     rows = store.list()
     assert [r.label for r in rows] == ["new", "mid", "old"]
     assert rows[0].n_requests == 5 and rows[0].n_failed == 1  # warm-up not counted
-    assert rows[0].summary["completed"] == 4 and rows[0].source == "local"
+    assert rows[0].summary.get("completed") == 4 and rows[0].source == "local"
     assert not hasattr(rows[0], "records")
     assert [r.label for r in store.list(limit=2)] == ["new", "mid"]
     assert [r.label for r in store.list(kind="naive")] == ["new"]
@@ -202,8 +202,8 @@ def test_import_vllm_bench_serve_result(store):
     assert ok.ttft == pytest.approx(0.1) and ok.e2e == pytest.approx(0.3) and ok.output_tokens == 3
     assert ok.chunk_times == pytest.approx([0.1, 0.15, 0.2])
     assert bad.error == "timeout" and bad.send_time == pytest.approx(0.2)
-    assert run.summary["mean_ttft_ms"] == 100.0 and run.summary["max_concurrency"] == 2
-    assert run.load["max_concurrency"] == 8 and run.model.endswith("8B-Instruct")
+    assert run.summary.get("mean_ttft_ms") == 100.0 and run.summary.get("max_concurrency") == 2
+    assert run.load.concurrency == 8 and run.model.endswith("8B-Instruct")
 
 
 def test_import_rejects_garbage(store, tmp_path):
@@ -266,7 +266,7 @@ def test_shipped_h200_runs_load_into_history(store):
                                          "stream-300", "tuning", "sweep"}
     assert all("H200" in r.hardware.get("summary", "") for r in rows)
     conc = store.load(next(r.id for r in rows if r.scenario == "concurrent-10"))
-    assert len(conc.measured) == 10 and conc.summary["completed"] == 10
+    assert len(conc.measured) == 10 and conc.summary.get("completed") == 10
     assert store.import_examples() == []  # already there: nothing duplicated
 
 
@@ -295,8 +295,9 @@ def insert_raw(conn: sqlite3.Connection, run: RunResult, **columns) -> None:
     """A run row written straight into the tables, as an old app or a hand edit would leave it."""
     row = dict(id=run.id, kind=run.kind, scenario=run.scenario, label=run.label, started_at=run.started_at,
                duration=run.duration, model=run.model, config=json.dumps(run.config), command=run.command,
-               load=json.dumps(run.load), hardware=json.dumps(run.hardware), versions=json.dumps(run.versions),
-               summary=json.dumps(run.summary), extra=json.dumps(run.extra), n_requests=len(run.measured),
+               load=json.dumps(run.load.to_dict()), hardware=json.dumps(run.hardware),
+               versions=json.dumps(run.versions), summary=json.dumps(run.summary.to_dict()),
+               extra=json.dumps(run.extra.to_dict()), n_requests=len(run.measured),
                n_failed=sum(1 for r in run.measured if r.error), source="local", saved_at=1.0)
     row.update(columns)
     conn.execute(f"INSERT INTO runs ({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
@@ -309,9 +310,9 @@ def insert_raw(conn: sqlite3.Connection, run: RunResult, **columns) -> None:
 
 def with_secrets(run: RunResult) -> RunResult:
     """A run carrying the key the way older versions stored it, and in places a future field might."""
-    run.load = {**run.load, "api_key": SECRET, "headers": {"Authorization": f"Bearer {SECRET}"}}
+    run.load = Load.from_dict({**run.load.to_dict(), "api_key": SECRET, "headers": {"Authorization": f"Bearer {SECRET}"}})
     run.config = {**run.config, "api_key": SECRET, "tokenizer": "t", "extra_args": ["--api-key", SECRET]}
-    run.extra = {**run.extra, "client": [{"hf_token": SECRET, "Password": SECRET, "kept": 1}]}
+    run.extra = Notes.from_dict({**run.extra.to_dict(), "client": [{"hf_token": SECRET, "Password": SECRET, "kept": 1}]})
     run.command = (f"python -m vllm.entrypoints.openai.api_server \\\n    --model /m \\\n    --api-key {SECRET} \\\n"
                    f"    --port 9000")
     return run
@@ -342,8 +343,8 @@ def test_v1_database_holding_an_api_key_is_migrated(tmp_path):
     assert "--api-key $VLLM_API_KEY" in back.command and back.command.endswith("--port 9000")
     assert back.config["extra_args"] == ["--api-key", "$VLLM_API_KEY"]
     # everything that is not a secret stays, tokens counts and tokenizers included
-    assert back.load["max_tokens"] == 20 and back.config["tokenizer"] == "t"
-    assert back.extra["client"] == [{"kept": 1}] and back.extra["kv_cache_tokens"] == 12345
+    assert back.load.max_tokens == 20 and back.config["tokenizer"] == "t"
+    assert back.extra.to_dict()["client"] == [{"kept": 1}] and back.extra.kv_cache_tokens == 12345
     assert back.records == run.records
     # and the old bytes are gone from the files, not just from the rows
     del store
@@ -541,7 +542,7 @@ def test_odd_stored_rows_list_and_can_be_deleted(store):
     odd = {k: r for k, r in rows.items() if r.problem}
     assert set(odd) == {"future", "badjson", "textnum"}
     assert odd["future"].started == "unknown" and "start time" in odd["future"].problem
-    assert odd["badjson"].summary == {} and odd["badjson"].config == {}
+    assert odd["badjson"].summary.empty and odd["badjson"].config == {}
     assert odd["textnum"].duration == 0.0 and odd["textnum"].n_requests == 0 and odd["textnum"].label == "12345"
     for rid in ("future", "badjson", "badrec"):
         with pytest.raises(RunDamaged) as e:

@@ -29,7 +29,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
-from engine.metrics import lookup, metric_info
+from engine.metrics import metric_info
 from engine.results.records import RunResult
 
 
@@ -57,11 +57,6 @@ def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
 
 def _color(run: Any, i: int) -> str:
     return KIND_COLORS.get(getattr(run, "kind", ""), PALETTE[i % len(PALETTE)])
-
-
-def _load(run: RunResult, key: str) -> Any:
-    """A setting of the run's load (max_tokens, concurrency, ...), under whichever name it was saved."""
-    return lookup(run.load, key)
 
 
 # -- step 1-2: naive vs vLLM per request ------------------------------------------------------------
@@ -120,7 +115,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
 # -- step 4: tuning ---------------------------------------------------------------------------------
 
 def _kv_label(run: RunResult) -> str:
-    kv = (run.extra or {}).get("kv_cache_tokens")
+    kv = run.extra.kv_cache_tokens
     if not kv:
         return ""
     return f"KV cache {kv / 1e6:.2f} M tok" if kv >= 1e6 else f"KV cache {kv / 1e3:.0f} k tok"
@@ -130,12 +125,13 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
     """Two panels side by side: output throughput (tok/s) and wall time per config, values on the
     bars, KV-cache capacity under each label when known."""
     runs = list(runs)
-    differ_keys = [k for k in ("max_tokens", "concurrency", "request_rate")
-                   if len({str(_load(r, k)) for r in runs}) > 1]
+    differ_keys = [k for k in ("max_tokens", "concurrency", "rate")
+                   if len({str(getattr(r.load, k)) for r in runs}) > 1]
     cats = []
     for run in runs:
         lab = wrap(esc(run_label(run)), 20)
-        notes = [_kv_label(run)] + [f"{k} {_load(run, k)}" for k in differ_keys if _load(run, k) is not None]
+        notes = [_kv_label(run)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
+                                     if getattr(run.load, k) is not None]
         notes = [x for x in notes if x]
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
@@ -171,7 +167,7 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
         cap = "No runs to compare yet."
     differ = []
     for key in ("max_tokens", "concurrency"):
-        vals = {str(_load(r, key)) for r in runs if _load(r, key) is not None}
+        vals = {str(getattr(r.load, key)) for r in runs if getattr(r.load, key) is not None}
         if len(vals) > 1:
             differ.append(f"{key} ({' vs '.join(sorted(vals))})")
     nreq = {len(r.measured) for r in runs}
@@ -186,7 +182,7 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
 
 def _concurrency(run: RunResult) -> float | None:
     """The concurrency limit the run was given, else the most requests it had in flight."""
-    v = _load(run, "concurrency") or summary_of(run).get("max_concurrency")
+    v = run.load.concurrency or summary_of(run).max_concurrency
     return float(v) if v else None
 
 
@@ -202,13 +198,13 @@ def _label_sides(ys: Sequence[float | None]) -> list[str]:
 
 def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
     """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
-    into lines by run.extra["series"] (default: run.scenario)."""
+    into lines by run.extra.series (default: run.scenario)."""
     groups: dict[str, list[tuple[float, RunResult]]] = {}
     for run in runs:
         c = _concurrency(run)
         if c is None:
             continue
-        groups.setdefault(str(run.extra.get("series") or run.scenario), []).append((c, run))
+        groups.setdefault(run.extra.series or run.scenario, []).append((c, run))
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
                         subplot_titles=("Throughput (higher is better)", "Median TTFT (lower is better)"))
     allc: list[float] = []

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from engine.measure import stats
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import RequestRecord, RunResult, RunRow, Summary
 
 # -- style ------------------------------------------------------------------------------------------
 
@@ -75,10 +75,9 @@ def caption(fig: go.Figure) -> str:
     return (meta or {}).get("caption", "") if isinstance(meta, dict) else ""
 
 
-def is_placeholder(run: Any) -> bool:
+def is_placeholder(run: RunResult | RunRow) -> bool:
     """True for the shape-only Llama 3 8B (random weights): its text means nothing."""
-    extra = getattr(run, "extra", None) or {}
-    return bool(extra.get("placeholder_text")) or "shape-only" in (getattr(run, "model", "") or "").lower()
+    return run.extra.placeholder_text or "shape-only" in (run.model or "").lower()
 
 
 def finish(fig: go.Figure, title: str, cap: str, *, placeholder: bool = False,
@@ -109,10 +108,10 @@ def measured(run: RunResult) -> list[RequestRecord]:
     return sorted(run.measured, key=lambda r: r.index)
 
 
-def summary_of(run: Any) -> dict[str, Any]:
-    s = getattr(run, "summary", None) or {}
-    if s or not getattr(run, "records", None):
-        return s
+def summary_of(run: RunResult | RunRow) -> Summary:
+    """The run's summary; computed from its requests when it has none (a live run's)."""
+    if not run.summary.empty or not getattr(run, "records", None):
+        return run.summary
     return stats.summarize(run.records, run.duration)
 
 

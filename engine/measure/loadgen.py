@@ -138,11 +138,11 @@ def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
               cancel: threading.Event | None = None, rounds: int = 2) -> RunResult:
     """One level of a concurrency sweep: `level` in flight, max(base num_requests, level x rounds)
     requests, and a warm-up of at least one full batch (a GPU pays a one-off cost the first time it
-    sees a batch size). The run is marked with its level (extra["sweep_level"])."""
+    sees a batch size). The run is marked with its level (extra.sweep_level)."""
     spec = dataclasses.replace(
         base_spec, shape="concurrency", concurrency=level,
         num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
         warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep", label=f"concurrency {level}")
     result = run_load(spec, observer, cancel)
-    result.extra["sweep_level"] = level
+    result.extra.sweep_level = level
     return result

@@ -111,8 +111,8 @@ class Console(Progress):
     def on_complete(self, result: RunResult) -> None:
         s = result.summary
         ttft = s.get("mean_ttft_ms")
-        self._print(f"done in {result.duration:.2f} s: {s.get('completed', 0)} ok, {s.get('failed', 0)} failed, "
-                    f"{s.get('output_throughput', 0):.1f} output tok/s, mean TTFT "
+        self._print(f"done in {result.duration:.2f} s: {s.completed or 0} ok, {s.failed or 0} failed, "
+                    f"{s.output_throughput or 0:.1f} output tok/s, mean TTFT "
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
         for _, sentence in stats.failure_causes(result.records):
             self._print(f"  {sentence}")

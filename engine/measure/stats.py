@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.metrics import DISTRIBUTIONS
-from engine.results.records import RequestRecord
+from engine.results.records import RequestRecord, Summary
 
 DEFAULT_PERCENTILES: tuple[float, ...] = (50, 90, 95, 99)
 _SLO_KEYS = ("ttft", "tpot", "e2el")
@@ -164,8 +164,8 @@ def summarize(
     duration: float,
     goodput_slo: dict[str, float] | None = None,
     percentiles: Sequence[float] = DEFAULT_PERCENTILES,
-) -> dict[str, Any]:
-    """`vllm bench serve`'s result keys from measured records (warm-up skipped).
+) -> Summary:
+    """`vllm bench serve`'s metrics from measured records (warm-up skipped).
 
     `goodput_slo` maps ttft/tpot/e2el to limits in ms (vLLM's `--goodput`); without it
     request_goodput is None. Besides vLLM's keys: in_flight (requests not finished yet, for live
@@ -208,7 +208,7 @@ def summarize(
     }
     for name in DISTRIBUTIONS:
         out.update(_distribution(name, samples[name], percentiles))
-    return out
+    return Summary.from_dict(out)
 
 
 def per_request(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:

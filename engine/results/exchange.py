@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from engine.metrics import lookup
 from engine.results.credentials import scrub_run
 from engine.results.records import RunResult
 from engine.results.validation import ImportFailed, quote
@@ -53,7 +52,7 @@ def export_csv(runs: Iterable[RunResult]) -> str:
         for r in run.records:
             w.writerow([
                 run.id, run.kind, run.scenario, run.label, run.model, started,
-                _num(run.duration), lookup(run.load, "concurrency"),
+                _num(run.duration), run.load.concurrency,
                 r.index, int(r.warmup), r.prompt, _num(r.send_time), _num(r.first_token_time),
                 _num(r.end_time), _num(r.ttft), _num(r.e2e), r.prompt_tokens, r.output_tokens,
                 r.tokens_source, len(r.chunk_times), r.error or "", r.output_text,

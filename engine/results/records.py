@@ -1,6 +1,12 @@
 """Typed records shared by the load generator, the naive baseline, stats, figures and the store:
-one request (`RequestRecord`), one measured run (`RunResult`), and one line of the history list
+one request (`RequestRecord`), one measured run (`RunResult`) with its typed metadata (`Load`: what
+was sent; `Notes`: what surrounded it; `Summary`: the metrics), and one line of the history list
 (`RunRow`, a run without its requests).
+
+The metadata is stored and exported as plain JSON objects under the keys it always had (`load`,
+`extra`, `summary`), so older histories and exports read back: `from_dict` takes the known keys under
+any name they were saved with (a naive run's `mode`, `vllm bench serve`'s `max_concurrency`) and keeps
+the rest, and any value of the wrong type, in `other`.
 
 Times inside a run are seconds from the run's start (`time.perf_counter()` based), so records from
 different machines compare; `RunResult.started_at` anchors the run on the wall clock (epoch seconds).
@@ -8,11 +14,15 @@ See docs/architecture.md.
 """
 from __future__ import annotations
 
+import math
+import re
 import time
+import types
+import typing
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 _TIME_MIN = datetime(2000, 1, 1).timestamp()
 
@@ -54,6 +64,166 @@ class RequestRecord:
         return RequestRecord(**{k: v for k, v in d.items() if k in RequestRecord.__dataclass_fields__})
 
 
+class _Typed:
+    """Known fields typed, everything else in `other`; to_dict() gives back the stored shape."""
+
+    RENAMED: ClassVar[dict[str, str]] = {}  # a key it was saved under -> the field
+    other: dict[str, Any]
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Any:
+        if isinstance(d, cls):
+            return d
+        hints = typing.get_type_hints(cls)
+        known: dict[str, Any] = {}
+        other: dict[str, Any] = {}
+        for k, v in (d or {}).items() if isinstance(d, dict) else ():
+            name = cls.RENAMED.get(k, k)
+            if name in hints and name != "other" and name not in known and _fits(v, hints[name]):
+                known[name] = v
+            else:
+                other[k] = v
+        return cls(**known, other=other)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
+               if f.name != "other" and getattr(self, f.name) != _default(f)}
+        return {**out, **{k: v for k, v in self.other.items() if k not in out}}
+
+
+def _default(f: Any) -> Any:
+    return f.default_factory() if callable(f.default_factory) else f.default
+
+
+def _fits(v: Any, hint: Any) -> bool:
+    """Whether a stored value has the field's type (bool is no number, an int is a float)."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(v, h) for h in typing.get_args(hint))
+    if hint is type(None):
+        return v is None
+    base = typing.get_origin(hint) or hint
+    if base is Any:
+        return True
+    if base in (int, float):
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return number and (base is float or (math.isfinite(v) and v == int(v)))
+    return isinstance(v, base)
+
+
+@dataclass
+class Load(_Typed):
+    """What a run sent: its arrival pattern and size (`RunResult.load`)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"mode": "shape", "requests": "num_requests", "num_prompts": "num_requests",
+                                         "max_concurrency": "concurrency", "request_rate": "rate"}
+    shape: str = ""  # load generator: sequential | concurrency | burst | poisson; naive: sequential | static-batch
+    num_requests: int | None = None
+    concurrency: int | None = None  # the limit on requests in flight (vllm bench serve: max_concurrency)
+    rate: float | None = None  # requests/s of poisson arrivals (vllm bench serve: request_rate, inf = all at once)
+    max_tokens: int | None = None
+    ignore_eos: bool = False
+    temperature: float | None = None
+    warmup: int = 0  # requests sent before the measured part
+    endpoint: str = ""  # chat | completions
+    base_url: str = ""
+    backend: str = ""  # a vllm bench serve file's
+    burstiness: float | None = None  # a vllm bench serve file's
+    prompts: list = field(default_factory=list)
+    other: dict[str, Any] = field(default_factory=dict)  # timeouts, seed, client processes, ...
+
+
+@dataclass
+class Notes(_Typed):
+    """What surrounded a run: the server, the client, a cancel, chat beside it, the naive worker
+    (`RunResult.extra`)."""
+
+    cancelled: bool = False
+    placeholder_text: bool = False  # random weights (shape-only model): the text means nothing
+    kv_cache_tokens: int | None = None  # the server's KV capacity at startup
+    max_concurrency_reported: float | None = None  # vLLM's "maximum concurrency" at startup
+    sweep_level: int | None = None
+    series: str = ""  # which line of a sweep chart (default: the scenario)
+    chat_requests_beside: int = 0  # chat answers streamed while it measured
+    imported_from: str = ""
+    client: str = ""  # the load generator's transport
+    client_workers: int | None = None
+    client_errors: list = field(default_factory=list)
+    # the naive baseline's worker
+    memory: dict | None = None
+    warmup_s: float | None = None
+    load_s: float | None = None
+    params: int | None = None
+    dtype: str = ""
+    dtype_reason: str | None = None
+    device: str = ""
+    device_name: str | None = None
+    worker_pid: int | None = None
+    worker_exit_code: int | None = None
+    timing: str = ""  # how its request times were taken
+    notes: list = field(default_factory=list)
+    error: str | None = None
+    log_tail: list = field(default_factory=list)
+    other: dict[str, Any] = field(default_factory=dict)
+
+
+# The latency distributions, `{stat}_{name}_ms` as vllm bench serve names them
+_DIST_KEY = re.compile(r"^(?:mean|median|std|p\d+(?:\.\d+)?)_(?:ttft|tpot|itl|e2el)_ms$")
+
+
+@dataclass
+class Summary(_Typed):
+    """A run's metrics under `vllm bench serve`'s names (engine.measure.stats.summarize fills it;
+    engine.metrics names them). None: not measured. `get(key)` reads any of them by name."""
+
+    duration: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    in_flight: int | None = None  # live snapshots: neither finished nor failed yet
+    total_input_tokens: int | None = None
+    total_output_tokens: int | None = None
+    request_throughput: float | None = None
+    request_goodput: float | None = None
+    output_throughput: float | None = None
+    total_token_throughput: float | None = None
+    max_output_tokens_per_s: float | None = None
+    max_concurrency: float | None = None  # the observed peak in flight (vllm: max_concurrent_requests)
+    mean_latency_s: float | None = None
+    total_latency_s: float | None = None  # the sum of E2E latencies: the same requests one after another
+    latency_ms: dict[str, float | None] = field(default_factory=dict)  # "median_ttft_ms" -> value, ...
+    other: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Summary":
+        if isinstance(d, cls):
+            return d
+        d = d if isinstance(d, dict) else {}
+        dists = {k: v for k, v in d.items() if isinstance(k, str) and _DIST_KEY.match(k)}
+        out = super().from_dict({k: v for k, v in d.items() if k not in dists})
+        out.latency_ms = dists
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        return {**out.pop("latency_ms", {}), **out}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A metric by its vllm bench serve name (engine.metrics.METRICS), None when not measured."""
+        if key in self.latency_ms:
+            v = self.latency_ms[key]
+        elif key in _SUMMARY_FIELDS:
+            v = getattr(self, key)
+        else:
+            v = self.other.get(key)
+        return default if v is None else v
+
+    @property
+    def empty(self) -> bool:
+        return self.completed is None and self.duration is None and not self.latency_ms
+
+
+_SUMMARY_FIELDS = {f.name for f in fields(Summary)} - {"latency_ms", "other"}
+
+
 @dataclass
 class RunResult:
     """One measured run: a vLLM load test, a naive baseline, or static batching."""
@@ -67,19 +237,32 @@ class RunResult:
     model: str = ""
     config: dict[str, Any] = field(default_factory=dict)  # server flags or naive settings
     command: str = ""  # the exact server command line, when there was a server
-    load: dict[str, Any] = field(default_factory=dict)  # shape, concurrency, max_tokens, ...
+    load: Load = field(default_factory=Load)  # a dict is read with Load.from_dict (likewise below)
     hardware: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)  # vllm, torch, transformers
-    summary: dict[str, Any] = field(default_factory=dict)  # filled by stats.summarize
-    extra: dict[str, Any] = field(default_factory=dict)  # memory before/after, KV capacity, notes
+    summary: Summary = field(default_factory=Summary)  # filled by stats.summarize
+    extra: Notes = field(default_factory=Notes)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def __post_init__(self) -> None:
+        _typed_metadata(self)
 
     @property
     def measured(self) -> list[RequestRecord]:
         return [r for r in self.records if not r.warmup]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain JSON-ready values, the metadata in its stored shape."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["records"] = [asdict(r) for r in self.records]
+        return {**d, "load": self.load.to_dict(), "summary": self.summary.to_dict(), "extra": self.extra.to_dict()}
+
+
+def _typed_metadata(run: Any) -> None:
+    """Read a run's metadata given as dicts (stored, imported, or written by hand in a test)."""
+    run.load = Load.from_dict(run.load)
+    run.summary = Summary.from_dict(run.summary)
+    run.extra = Notes.from_dict(run.extra)
 
 
 @dataclass
@@ -98,14 +281,17 @@ class RunRow:
     n_failed: int
     source: str  # "local" | "import:<file name>" | "example:<file name>"
     saved_at: float
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
     config: dict[str, Any] = field(default_factory=dict)
-    load: dict[str, Any] = field(default_factory=dict)
+    load: Load = field(default_factory=Load)
     hardware: dict[str, Any] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Notes = field(default_factory=Notes)
     command: str = ""
     problem: str = ""  # e.g. "its start time is not a date": the row is shown, kept and deletable
+
+    def __post_init__(self) -> None:
+        _typed_metadata(self)
 
     @property
     def started(self) -> str:

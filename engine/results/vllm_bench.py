@@ -10,7 +10,6 @@ import math
 from datetime import datetime
 from typing import Any, Callable
 
-from engine.metrics import lookup
 from engine.results.credentials import scrub_run
 from engine.results.records import RequestRecord, RunResult
 from engine.results.validation import (
@@ -32,12 +31,12 @@ _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "tr
 
 
 def _summary_for(run: RunResult) -> dict[str, Any]:
-    if run.summary:
-        return dict(run.summary)
+    if not run.summary.empty:
+        return run.summary.to_dict()
     try:  # stats.py computes the vllm-named metrics; fall back to the basics without it
         from engine.measure.stats import summarize
 
-        return summarize(run.measured, run.duration)
+        return summarize(run.measured, run.duration).to_dict()
     except Exception:
         m = run.measured
         ok = [r for r in m if r.ok]
@@ -58,18 +57,18 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     run = scrub_run(run)
     m = run.measured
     load = run.load
-    rate = load.get("request_rate", float("inf"))
-    conc = lookup(load, "concurrency")
+    rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
+    conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": load.get("backend") or _BACKENDS.get(run.kind, run.kind),
-        "backend": load.get("backend") or _BACKENDS.get(run.kind, run.kind),
+        "endpoint_type": load.backend or _BACKENDS.get(run.kind, run.kind),
+        "backend": load.backend or _BACKENDS.get(run.kind, run.kind),
         "label": run.label,
         "model_id": run.model,
         "tokenizer_id": run.config.get("tokenizer") or run.model,
         "num_prompts": len(m),
         "request_rate": "inf" if isinstance(rate, (int, float)) and math.isinf(rate) else rate,
-        "burstiness": load.get("burstiness", 1.0),
+        "burstiness": 1.0 if load.burstiness is None else load.burstiness,
         "max_concurrency": conc,
     }
     summ = _summary_for(run)
@@ -192,9 +191,9 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
         started_at=started,
         model=checked_text(obj.get("model_id") or "", "model_id", 1000),
         config={"tokenizer": obj["tokenizer_id"]} if obj.get("tokenizer_id") else {},
-        load={"backend": obj.get("backend"), "request_rate": float(rate) if rate != "inf" else float("inf"),
-              "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
-              "num_prompts": obj.get("num_prompts")},
+        load={k: v for k, v in {"backend": obj.get("backend"), "request_rate": float(rate) if rate != "inf" else None,
+                                "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
+                                "num_prompts": obj.get("num_prompts")}.items() if v is not None},
         summary=summary,
         extra={"imported_from": "vllm bench serve"},
     )
