@@ -204,7 +204,11 @@ def _cmd_run(args) -> int:
     load = scn.load_spec(num_requests=8 if scn.kind == "sweep" else None, max_tokens=args.max_tokens)
     if target is not None:
         target.aim(load)  # what the running server accepts, before a request is sent
-    runner = Runner(lambda r: store.save(r) or r, progress=Console())
+    def save(run):
+        store.save(run)
+        return run
+
+    runner = Runner(save, progress=Console())
 
     if scn.kind == "naive":
         if args.max_tokens is not None:

@@ -129,7 +129,7 @@ def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
         if spec.max_tokens is not None:
             check_max_tokens(spec.max_tokens, cfg.max_model_len or model_max_len,
-                             of=f"the max-model-len of '{tuning_label(cfg)}'", fix="")
+                             of="the max-model-len the server starts with", fix="")
 
 
 class Runner:

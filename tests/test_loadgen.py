@@ -65,8 +65,8 @@ def test_each_shape_one_record_per_request(vllm_server, shape):
         assert r.output_tokens == MAX_TOKENS and r.tokens_source == "usage"  # ignore_eos: exactly max_tokens
         assert r.prompt_tokens > 0
     s = res.summary
-    assert s["completed"] == 4 and s["failed"] == 0 and s["total_output_tokens"] == 4 * MAX_TOKENS
-    assert s["max_concurrency"] <= {"sequential": 1, "concurrency": 2}.get(shape, 4)
+    assert s.completed == 4 and s.failed == 0 and s.total_output_tokens == 4 * MAX_TOKENS
+    assert s.max_concurrency <= {"sequential": 1, "concurrency": 2}.get(shape, 4)
 
 
 @pytest.mark.server
