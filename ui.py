@@ -11,15 +11,17 @@ from typing import Any
 
 import streamlit as st
 
+import i18n
 from engine import figures
 from engine.lab import Lab, LabError
+from i18n import N_, _
 
 STATE_BADGE = {
-    Lab.STOPPED: ("gray", "stopped"),
-    Lab.STARTING: ("orange", "starting"),
-    Lab.READY: ("green", "ready"),
-    Lab.STOPPING: ("orange", "stopping"),
-    Lab.FAILED: ("red", "failed"),
+    Lab.STOPPED: ("gray", N_("stopped")),
+    Lab.STARTING: ("orange", N_("starting")),
+    Lab.READY: ("green", N_("ready")),
+    Lab.STOPPING: ("orange", N_("stopping")),
+    Lab.FAILED: ("red", N_("failed")),
 }
 
 
@@ -73,7 +75,7 @@ def pending_error() -> None:
 
 def badge(state: str) -> str:
     color, text = STATE_BADGE.get(state, ("gray", state))
-    return f":{color}-badge[{text}]"
+    return f":{color}-badge[{_(text)}]"
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -123,17 +125,18 @@ def sidebar(lab: Lab) -> None:
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
     st.session_state["drawn_state"] = lab.server_snapshot().state
     with st.sidebar:
+        i18n.switch()
         _server_status()
         if lab.access.locked:
-            st.warning("Viewing only: the app is reachable from the network and no presenter token is set. "
-                       "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act.", icon=":material/lock:")
+            st.warning(_("Viewing only: the app is reachable from the network and no presenter token is set. "
+                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."), icon=":material/lock:")
         elif lab.access.token:
-            st.text_input("Presenter token", type="password", key="presenter_token", on_change=_try_token,
-                          help="Starting, stopping and running benchmarks is reserved for the presenter.")
+            st.text_input(_("Presenter token"), type="password", key="presenter_token", on_change=_try_token,
+                          help=_("Starting, stopping and running benchmarks is reserved for the presenter."))
             if err := st.session_state.get("token_error"):
                 st.error(plain(err), icon=":material/key_off:")
             elif not can_act(lab):
-                st.caption("Viewing only: the presenter drives the server and the benchmarks.")
+                st.caption(_("Viewing only: the presenter drives the server and the benchmarks."))
 
 
 def _try_token() -> None:
@@ -152,7 +155,8 @@ def _server_status() -> None:
     s = lab.server_snapshot()
     if s.state != st.session_state.get("drawn_state", s.state):
         st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
-    st.markdown(f"**vLLM server** {badge(s.state)}")
+    title = _("vLLM server")
+    st.markdown(f"**{title}** {badge(s.state)}")
     if s.config:
         st.caption(plain(f"{s.config.model_name} · port {s.config.port}"))
     if s.state == Lab.STARTING:

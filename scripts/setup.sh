@@ -59,5 +59,8 @@ if [ "$target" = test ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+say "translations (locales/*.po -> .mo)"
+"$VENV/bin/pybabel" compile -d locales -D messages --statistics
+
 say "embedded default model"
 "$VENV/bin/python" -m engine model prepare --shape-only
