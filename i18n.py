@@ -43,7 +43,7 @@ def lang() -> str:
     return st.session_state["lang"]
 
 
-def _(message: str, **values) -> str:
+def _(message: str, /, **values) -> str:
     """`message` in this viewer's language, its {placeholders} filled with `values`."""
     text = catalog(lang()).gettext(message)
     return text.format(**values) if values else text
@@ -54,7 +54,7 @@ def N_(message: str) -> str:
     return message
 
 
-def ngettext(singular: str, plural: str, n: int, **values) -> str:
+def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
     text = catalog(lang()).ngettext(singular, plural, n)
     return text.format(n=n, **values)
 

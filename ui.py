@@ -14,7 +14,7 @@ import streamlit as st
 import i18n
 from engine import figures
 from engine.lab import Lab, LabError
-from i18n import N_, _
+from i18n import N_, _, ngettext
 
 STATE_BADGE = {
     Lab.STOPPED: ("gray", N_("stopped")),
@@ -92,13 +92,13 @@ def chart(fig, key: str | None = None) -> None:
         st.markdown(f":material/visibility: {plain(cap)}")
 
 
-def job_panel(lab: Lab, job, text: str, *, cancel: str = "Cancel", icon: str | None = None, key: str | None = None,
+def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str | None = None, key: str | None = None,
               error_for_s: float | None = None) -> None:
     """A background job's progress bar (with `text`) and Cancel button while it runs, and the sentence
     of its error once it failed (only within `error_for_s` seconds of its end, when given)."""
     if job.active:
         st.progress(job.progress, text=text)
-        if st.button(cancel, icon=icon, key=key, disabled=not can_act(lab)):
+        if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
             act(lab, lab.cancel_job, job.id)
     recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
     if job.error and recent:
@@ -109,7 +109,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
     OK / failed counts or a run's bars are shown."""
     for run in runs:
-        for _, sentence in Lab.failure_causes(run.records):
+        for _cause, sentence in Lab.failure_causes(run.records):
             st.warning(plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
 
 
@@ -117,8 +117,9 @@ def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":
         ok = sum(r.ok for r in job.result.measured)
-        st.warning(f"Cancelled: the {ok} request{'s' if ok != 1 else ''} that finished "
-                   f"{'were' if ok != 1 else 'was'} kept and saved.", icon=":material/cancel:")
+        st.warning(ngettext("Cancelled: the {n} request that finished was kept and saved.",
+                            "Cancelled: the {n} requests that finished were kept and saved.", ok),
+                   icon=":material/cancel:")
 
 
 def sidebar(lab: Lab) -> None:
@@ -158,9 +159,9 @@ def _server_status() -> None:
     title = _("vLLM server")
     st.markdown(f"**{title}** {badge(s.state)}")
     if s.config:
-        st.caption(plain(f"{s.config.model_name} · port {s.config.port}"))
+        st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
     if s.state == Lab.STARTING:
         st.caption(plain(f"{s.stage} · {fmt_s(s.elapsed)}"))
     if job := lab.measuring():
-        st.caption(plain(f"Running: {job.label} ({job.stage})"))
+        st.caption(plain(_("Running: {label} ({stage})", label=job.label, stage=job.stage)))
 
