@@ -6,6 +6,7 @@ import streamlit as st
 
 import ui
 from engine.lab import LabError
+from i18n import _
 
 st.set_page_config(page_title="Serving Lab", page_icon=":material/speed:", layout="wide")
 
@@ -15,14 +16,14 @@ except LabError as e:  # e.g. a history file written by a newer Serving Lab: a s
     st.error(ui.plain(e), icon=":material/error:")
     st.stop()
 nav = st.navigation([
-    st.Page("app_pages/server.py", title="Server", icon=":material/dns:", default=True),
-    st.Page("app_pages/monitor.py", title="Monitor", icon=":material/monitor_heart:"),
-    st.Page("app_pages/naive_vs_vllm.py", title="Naive vs vLLM", icon=":material/compare_arrows:"),
+    st.Page("app_pages/server.py", title=_("Server"), icon=":material/dns:", default=True),
+    st.Page("app_pages/monitor.py", title=_("Monitor"), icon=":material/monitor_heart:"),
+    st.Page("app_pages/naive_vs_vllm.py", title=_("Naive vs vLLM"), icon=":material/compare_arrows:"),
     # load.py, not load_test.py (pytest's test-file pattern); the address stays /load_test.
-    st.Page("app_pages/load.py", title="Load test", icon=":material/stacked_bar_chart:", url_path="load_test"),
-    st.Page("app_pages/tuning.py", title="Tuning", icon=":material/tune:"),
-    st.Page("app_pages/chat.py", title="Chat", icon=":material/chat:"),
-    st.Page("app_pages/history.py", title="History", icon=":material/history:"),
+    st.Page("app_pages/load.py", title=_("Load test"), icon=":material/stacked_bar_chart:", url_path="load_test"),
+    st.Page("app_pages/tuning.py", title=_("Tuning"), icon=":material/tune:"),
+    st.Page("app_pages/chat.py", title=_("Chat"), icon=":material/chat:"),
+    st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
 ui.sidebar(lab)
 ui.pending_error()

@@ -11,15 +11,17 @@ from typing import Any
 
 import streamlit as st
 
+import i18n
 from engine import figures
 from engine.lab import Lab, LabError
+from i18n import N_, _, ngettext
 
 STATE_BADGE = {
-    Lab.STOPPED: ("gray", "stopped"),
-    Lab.STARTING: ("orange", "starting"),
-    Lab.READY: ("green", "ready"),
-    Lab.STOPPING: ("orange", "stopping"),
-    Lab.FAILED: ("red", "failed"),
+    Lab.STOPPED: ("gray", N_("stopped")),
+    Lab.STARTING: ("orange", N_("starting")),
+    Lab.READY: ("green", N_("ready")),
+    Lab.STOPPING: ("orange", N_("stopping")),
+    Lab.FAILED: ("red", N_("failed")),
 }
 
 
@@ -73,7 +75,7 @@ def pending_error() -> None:
 
 def badge(state: str) -> str:
     color, text = STATE_BADGE.get(state, ("gray", state))
-    return f":{color}-badge[{text}]"
+    return f":{color}-badge[{_(text)}]"
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -90,13 +92,13 @@ def chart(fig, key: str | None = None) -> None:
         st.markdown(f":material/visibility: {plain(cap)}")
 
 
-def job_panel(lab: Lab, job, text: str, *, cancel: str = "Cancel", icon: str | None = None, key: str | None = None,
+def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str | None = None, key: str | None = None,
               error_for_s: float | None = None) -> None:
     """A background job's progress bar (with `text`) and Cancel button while it runs, and the sentence
     of its error once it failed (only within `error_for_s` seconds of its end, when given)."""
     if job.active:
         st.progress(job.progress, text=text)
-        if st.button(cancel, icon=icon, key=key, disabled=not can_act(lab)):
+        if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
             act(lab, lab.cancel_job, job.id)
     recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
     if job.error and recent:
@@ -107,7 +109,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
     OK / failed counts or a run's bars are shown."""
     for run in runs:
-        for _, sentence in Lab.failure_causes(run.records):
+        for _cause, sentence in Lab.failure_causes(run.records):
             st.warning(plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
 
 
@@ -115,25 +117,27 @@ def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":
         ok = sum(r.ok for r in job.result.measured)
-        st.warning(f"Cancelled: the {ok} request{'s' if ok != 1 else ''} that finished "
-                   f"{'were' if ok != 1 else 'was'} kept and saved.", icon=":material/cancel:")
+        st.warning(ngettext("Cancelled: the {n} request that finished was kept and saved.",
+                            "Cancelled: the {n} requests that finished were kept and saved.", ok),
+                   icon=":material/cancel:")
 
 
 def sidebar(lab: Lab) -> None:
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
     st.session_state["drawn_state"] = lab.server_snapshot().state
     with st.sidebar:
+        i18n.switch()
         _server_status()
         if lab.access.locked:
-            st.warning("Viewing only: the app is reachable from the network and no presenter token is set. "
-                       "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act.", icon=":material/lock:")
+            st.warning(_("Viewing only: the app is reachable from the network and no presenter token is set. "
+                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."), icon=":material/lock:")
         elif lab.access.token:
-            st.text_input("Presenter token", type="password", key="presenter_token", on_change=_try_token,
-                          help="Starting, stopping and running benchmarks is reserved for the presenter.")
+            st.text_input(_("Presenter token"), type="password", key="presenter_token", on_change=_try_token,
+                          help=_("Starting, stopping and running benchmarks is reserved for the presenter."))
             if err := st.session_state.get("token_error"):
                 st.error(plain(err), icon=":material/key_off:")
             elif not can_act(lab):
-                st.caption("Viewing only: the presenter drives the server and the benchmarks.")
+                st.caption(_("Viewing only: the presenter drives the server and the benchmarks."))
 
 
 def _try_token() -> None:
@@ -152,11 +156,12 @@ def _server_status() -> None:
     s = lab.server_snapshot()
     if s.state != st.session_state.get("drawn_state", s.state):
         st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
-    st.markdown(f"**vLLM server** {badge(s.state)}")
+    title = _("vLLM server")
+    st.markdown(f"**{title}** {badge(s.state)}")
     if s.config:
-        st.caption(plain(f"{s.config.model_name} · port {s.config.port}"))
+        st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
     if s.state == Lab.STARTING:
         st.caption(plain(f"{s.stage} · {fmt_s(s.elapsed)}"))
     if job := lab.measuring():
-        st.caption(plain(f"Running: {job.label} ({job.stage})"))
+        st.caption(plain(_("Running: {label} ({stage})", label=job.label, stage=job.stage)))
 

@@ -7,12 +7,13 @@ import streamlit as st
 import ui
 from engine import figures
 from engine.lab import LabError
+from i18n import _
 
 lab = ui.get_lab()
 
-st.title("History")
-st.caption("Every finished run is saved the moment it completes, with the server's exact flags, the model, the "
-           "versions and the hardware. Select runs to compare or export them (JSON keys follow `vllm bench serve`).")
+st.title(_("History"))
+st.caption(_("Every finished run is saved the moment it completes, with the server's exact flags, the model, the "
+             "versions and the hardware. Select runs to compare or export them (JSON keys follow `vllm bench serve`)."))
 if note := st.session_state.pop("history_note", None):
     st.success(note, icon=":material/check_circle:")
 
@@ -23,10 +24,10 @@ def failed(r) -> bool:
 
 def status(r) -> str:
     if r.problem:
-        return "⚠ damaged"
+        return _("⚠ damaged")
     if failed(r):
-        return "✗ failed"
-    return "◐ some failed" if r.n_failed else "✓ ok"
+        return _("✗ failed")
+    return _("◐ some failed") if r.n_failed else _("✓ ok")
 
 
 def number(v, digits: int):
@@ -35,7 +36,7 @@ def number(v, digits: int):
 
 rows = lab.runs()  # read once per change of the history, shared by every viewer
 if not rows:
-    st.info("No runs yet: run a load test, or import runs exported from another machine below.",
+    st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
@@ -52,54 +53,72 @@ else:
     picked = st.dataframe(
         table, width="stretch", hide_index=True, on_select="rerun", selection_mode="multi-row",
         key=f"history_table_{drawn}",
-        column_config={"status": st.column_config.TextColumn(
-            help="failed: every request failed (kept for the record, left out of the chart unless included); "
-                 "damaged: the stored row cannot be read back whole (select it to see why, or delete it)")})
+        column_config={
+            "status": st.column_config.TextColumn(
+                _("status"),
+                help=_("failed: every request failed (kept for the record, left out of the chart unless included); "
+                       "damaged: the stored row cannot be read back whole (select it to see why, or delete it)")),
+            # The table's columns keep their English names (read back by name); only the titles shown change.
+            "started": st.column_config.Column(_("started")),
+            "run": st.column_config.Column(_("run")),
+            "kind": st.column_config.Column(_("kind")),
+            "model": st.column_config.Column(_("model")),
+            "requests": st.column_config.Column(_("requests")),
+            "failed": st.column_config.Column(_("failed")),
+            "wall time (s)": st.column_config.Column(_("wall time (s)")),
+            "output tok/s": st.column_config.Column(_("output tok/s")),
+            "mean TTFT (ms)": st.column_config.Column(_("mean TTFT (ms)")),
+            "hardware": st.column_config.Column(_("hardware")),
+            "source": st.column_config.Column(_("source")),
+        })
     chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]
     if not chosen:
-        st.caption("Select rows (left edge of the table) to compare, export or delete them. Showing the latest 8.")
+        st.caption(_("Select rows (left edge of the table) to compare, export or delete them. Showing the latest 8."))
 
     pool = chosen or [r for r in rows if not r.problem]  # a damaged run is charted only when picked
     failed_here = sum(failed(r) for r in pool)
     include_failed = failed_here > 0 and st.toggle(
-        "Include failed runs in the chart", key="history_include_failed",
-        help="A run where every request failed has no latency or throughput to compare; it is kept for the record.")
+        _("Include failed runs in the chart"), key="history_include_failed",
+        help=_("A run where every request failed has no latency or throughput to compare; it is kept for the record."))
     shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
     metrics = list(figures.METRICS)
-    metric = st.selectbox("Compare by", metrics, format_func=lambda k: figures.metric_info(k)[0],
+    metric = st.selectbox(_("Compare by"), metrics, format_func=lambda k: figures.metric_info(k)[0],
                           index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
     if shown:
         ui.chart(figures.history_compare(shown, metric), key="compare")
     else:
-        st.info(f"{'Every selected run' if chosen else 'Every run'} failed: there is nothing to compare. Switch on "
-                "'Include failed runs in the chart' to draw them anyway.", icon=":material/info:")
+        st.info(_("Every selected run failed: there is nothing to compare. Switch on 'Include failed runs in the "
+                  "chart' to draw them anyway.") if chosen else
+                _("Every run failed: there is nothing to compare. Switch on 'Include failed runs in the chart' to "
+                  "draw them anyway."), icon=":material/info:")
     if shown and failed_here and not include_failed:
-        st.caption(f"{failed_here} failed run(s) are left out of the chart (every request failed); they stay in the "
-                   "table and in exports.")
+        st.caption(_("{n} failed run(s) are left out of the chart (every request failed); they stay in the table "
+                     "and in exports.", n=failed_here))
 
     ids = [r.id for r in chosen] or None
-    which = f"{len(chosen)} selected" if chosen else "all"
     c1, c2, c3 = st.columns(3)
     # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
-    c1.download_button(f"Export JSON ({which})", lambda: lab.export_json(ids), "serving-lab-runs.json",
+    c1.download_button(_("Export JSON ({n} selected)", n=len(chosen)) if chosen else _("Export JSON (all)"),
+                       lambda: lab.export_json(ids), "serving-lab-runs.json",
                        "application/json", icon=":material/download:", width="stretch")
-    c2.download_button(f"Export CSV ({which})", lambda: lab.export_csv(ids), "serving-lab-requests.csv",
+    c2.download_button(_("Export CSV ({n} selected)", n=len(chosen)) if chosen else _("Export CSV (all)"),
+                       lambda: lab.export_csv(ids), "serving-lab-requests.csv",
                        "text/csv", icon=":material/download:", width="stretch")
-    if c3.button(f"Delete {len(chosen)} selected", icon=":material/delete:", width="stretch",
+    if c3.button(_("Delete {n} selected", n=len(chosen)), icon=":material/delete:", width="stretch",
                  disabled=not chosen or not ui.can_act(lab)):
         n = ui.act(lab, lab.delete_runs, [r.id for r in chosen])
         if n is not None:
-            st.session_state["history_note"] = f"Deleted {n} run(s)."
+            st.session_state["history_note"] = _("Deleted {n} run(s).", n=n)
             st.rerun()
     if any(r.problem for r in (chosen or rows)):
-        st.caption("Damaged runs are left out of the chart unless selected, and out of exports: they cannot be read "
-                   "back whole.")
+        st.caption(_("Damaged runs are left out of the chart unless selected, and out of exports: they cannot be "
+                     "read back whole."))
 
     if len(chosen) == 1:
         row = chosen[0]
-        with st.expander("Details of the selected run", expanded=True):
-            damaged = (f"This run is stored damaged: {row.problem}. It is kept until you delete it, and left out of "
-                       "exports.") if row.problem else None
+        with st.expander(_("Details of the selected run"), expanded=True):
+            damaged = _("This run is stored damaged: {problem}. It is kept until you delete it, and left out of "
+                        "exports.", problem=row.problem) if row.problem else None
             try:
                 run = lab.run(row.id)
             except LabError as e:
@@ -108,12 +127,14 @@ else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
                 if causes := lab.failure_causes(run.records):
-                    st.markdown(f"**{sum(n for n, _ in causes)} of {len(run.measured)} requests failed**"
-                                + (", so this run is left out of comparisons unless included." if failed(row) else "."))
+                    n_failed, n_total = sum(c[0] for c in causes), len(run.measured)
+                    st.markdown(_("**{failed} of {total} requests failed**, so this run is left out of comparisons "
+                                  "unless included.", failed=n_failed, total=n_total) if failed(row) else
+                                _("**{failed} of {total} requests failed**.", failed=n_failed, total=n_total))
                     ui.failure_causes([run])
                 if n := run.extra.chat_requests_beside:
-                    st.info(f"{n} chat answer(s) were streamed while this run measured: its numbers include that "
-                            "traffic.", icon=":material/forum:")
+                    st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
+                              "traffic.", n=n), icon=":material/forum:")
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,
@@ -122,24 +143,24 @@ else:
                     ui.chart(figures.request_timeline(run), key="detail-tl")
 
 st.divider()
-st.subheader("Bring runs from another machine")
+st.subheader(_("Bring runs from another machine"))
 c1, c2 = st.columns(2)
 with c1:
     # A new key after each import empties the uploader, so the same file is not offered twice.
-    up = st.file_uploader("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)",
+    up = st.file_uploader(_("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)"),
                           type="json", key=f"history_upload_{st.session_state.get('history_uploads', 0)}")
-    if up is not None and st.button("Import", icon=":material/upload:", disabled=not ui.can_act(lab)):
+    if up is not None and st.button(_("Import"), icon=":material/upload:", disabled=not ui.can_act(lab)):
         imported = ui.act(lab, lab.import_runs, up.getvalue(), up.name)
         if imported is not None:
             st.session_state["history_uploads"] = st.session_state.get("history_uploads", 0) + 1
-            st.session_state["history_note"] = (f"Imported {len(imported)} run(s); any that were already in the "
-                                                 "history are kept as they were.")
+            st.session_state["history_note"] = _("Imported {n} run(s); any that were already in the history are "
+                                                 "kept as they were.", n=len(imported))
             st.rerun()
 with c2:
-    st.markdown("The repository ships example runs measured on an NVIDIA H200.")
-    if st.button("Load the example runs", icon=":material/dataset:", disabled=not ui.can_act(lab)):
+    st.markdown(_("The repository ships example runs measured on an NVIDIA H200."))
+    if st.button(_("Load the example runs"), icon=":material/dataset:", disabled=not ui.can_act(lab)):
         new = ui.act(lab, lab.import_examples)
         if new is not None:
-            st.session_state["history_note"] = (f"Loaded {len(new)} example run(s)." if new else
-                                                "No new example runs (already loaded).")
+            st.session_state["history_note"] = (_("Loaded {n} example run(s).", n=len(new)) if new else
+                                                _("No new example runs (already loaded)."))
             st.rerun()

@@ -4,6 +4,7 @@ import streamlit as st
 
 import ui
 from engine import figures
+from i18n import _
 
 lab = ui.get_lab()
 snap = lab.server_snapshot()
@@ -11,10 +12,11 @@ snap = lab.server_snapshot()
 server_len = lab.serving_max_len()
 TOKENS_CAP = 512
 
-st.title("Naive vs vLLM")
-st.caption("Step 1 runs the lab's 5 prompts one at a time through plain transformers `model.generate()`. "
-           "Step 2 sends the same prompts, with the same token budget, to vLLM. Static batching (one padded "
-           "`generate()` over all 5) is the third contender: it is fast only when all answers have the same length.")
+st.title(_("Naive vs vLLM"))
+st.caption(_("Step 1 runs the lab's 5 prompts one at a time through plain transformers `model.generate()`. "
+             "Step 2 sends the same prompts, with the same token budget, to vLLM. Static batching (one padded "
+             "`generate()` over all 5) is the third contender: it is fast only when all answers have the same "
+             "length."))
 
 c1, c2, c3 = st.columns(3, gap="large")
 with c1:
@@ -23,42 +25,46 @@ with c1:
     default = 0
     if snap.config:
         default = next((i for i, m in enumerate(choices) if m.path == snap.config.model), 0)
-    pick = st.selectbox("Model for the naive baseline", labels, index=default,
-                        help="Use the same model vLLM serves, so the comparison is fair.")
+    pick = st.selectbox(_("Model for the naive baseline"), labels, index=default,
+                        help=_("Use the same model vLLM serves, so the comparison is fair."))
     spec_model = choices[labels.index(pick)] if choices else None
 with c2:
     tokens_hi = min(TOKENS_CAP, server_len or TOKENS_CAP)
-    max_tokens = st.slider("Max new tokens", 16, max(tokens_hi, 24), min(200, tokens_hi), 8,
-                           help="The lab uses 200. Both contenders get the same budget" + (
-                               f"; at most {tokens_hi}, the running vLLM server's max-model-len, which refuses "
-                               "longer answers." if server_len and server_len <= TOKENS_CAP else "."))
+    # A key keeps the value when the viewer switches language (the label is part of a keyless widget's id).
+    max_tokens = st.slider(_("Max new tokens"), 16, max(tokens_hi, 24), min(200, tokens_hi), 8, key="naive_max_tokens",
+                           help=_("The lab uses 200. Both contenders get the same budget; at most {tokens_hi}, the "
+                                  "running vLLM server's max-model-len, which refuses longer answers.",
+                                  tokens_hi=tokens_hi)
+                           if server_len and server_len <= TOKENS_CAP
+                           else _("The lab uses 200. Both contenders get the same budget."))
 with c3:
-    temperature = st.slider("Temperature", 0.0, 1.5, 0.7, 0.1, help="The lab samples at 0.7.")
+    temperature = st.slider(_("Temperature"), 0.0, 1.5, 0.7, 0.1, key="naive_temperature",
+                            help=_("The lab samples at 0.7."))
 if spec_model and spec_model.placeholder_text:
-    st.info(f"{lab.SHAPE_ONLY_NOTE}: transformers builds it with random weights in memory (no download).",
-            icon=":material/info:")
+    st.info(_("{note}: transformers builds it with random weights in memory (no download).",
+              note=lab.SHAPE_ONLY_NOTE), icon=":material/info:")
 
 gpu_busy = lab.device == "cuda" and snap.state in (lab.READY, lab.STARTING)
 if gpu_busy:
-    st.warning("vLLM holds the GPU now. As in the lab, stop the server first (Server page), run the naive "
-               "baseline, then start vLLM again — the app says when the naive worker's memory is returned.",
+    st.warning(_("vLLM holds the GPU now. As in the lab, stop the server first (Server page), run the naive "
+                 "baseline, then start vLLM again — the app says when the naive worker's memory is returned."),
                icon=":material/memory:")
 
 may = ui.can_act(lab)
 b1, b2, b3 = st.columns(3)
-if b1.button("1 · Naive transformers (sequential)", type="primary", width="stretch",
+if b1.button(_("1 · Naive transformers (sequential)"), type="primary", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, lab.naive_spec("naive-5", spec_model, max_new_tokens=max_tokens,
                                               temperature=temperature))
-if b2.button("Static batch (one padded generate)", width="stretch",
+if b2.button(_("Static batch (one padded generate)"), width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, lab.naive_spec("static-batch-5", spec_model, max_new_tokens=max_tokens,
                                               temperature=temperature))
-if b3.button("2 · vLLM (same prompts, sequential)", type="primary", width="stretch",
+if b3.button(_("2 · vLLM (same prompts, sequential)"), type="primary", width="stretch",
              disabled=not may or snap.state != lab.READY):
     ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
 if snap.state != lab.READY:
-    st.caption("The vLLM button needs a ready server: start it on the Server page.")
+    st.caption(_("The vLLM button needs a ready server: start it on the Server page."))
 
 
 @st.fragment(run_every=1)
@@ -71,31 +77,32 @@ def results() -> None:
     naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
     vllm = lab.latest_run("vllm", "vllm-5-sequential")
     if not (naive or vllm or static):
-        st.info("Run step 1 and step 2 to see them side by side.", icon=":material/info:")
+        st.info(_("Run step 1 and step 2 to see them side by side."), icon=":material/info:")
         return
     extra = [static] if static else []
     ui.chart(figures.latency_bars(naive, vllm, extra), key="latency")
     cols = st.columns(4)
     avg = lambda r: (r.summary.mean_latency_s if r else None)  # noqa: E731
-    cols[0].metric("Naive: mean latency", ui.fmt_s(avg(naive)))
-    cols[1].metric("Static batch: mean latency", ui.fmt_s(avg(static)))
-    cols[2].metric("vLLM: mean latency", ui.fmt_s(avg(vllm)))
+    cols[0].metric(_("Naive: mean latency"), ui.fmt_s(avg(naive)))
+    cols[1].metric(_("Static batch: mean latency"), ui.fmt_s(avg(static)))
+    cols[2].metric(_("vLLM: mean latency"), ui.fmt_s(avg(vllm)))
     if avg(naive) and avg(vllm):
-        cols[3].metric("Speed-up (naive ÷ vLLM)", f"{avg(naive) / avg(vllm):.1f}×")
+        cols[3].metric(_("Speed-up (naive ÷ vLLM)"), f"{avg(naive) / avg(vllm):.1f}×")
     ui.failure_causes([r for r in (naive, static, vllm) if r], prefix=True)  # a failed request's bar is empty
     if naive and (mem := naive.extra.memory):
-        with st.expander("Naive worker: memory before, during and after (it runs in its own process)"):
+        with st.expander(_("Naive worker: memory before, during and after (it runs in its own process)")):
             st.json(mem)
     terms = [r for r in (naive, static, vllm) if r]
-    st.caption("Compared: " + " · ".join(
-        f"{r.label}: " + ", ".join(str(x) for x in (r.model.split('/')[-1], r.config.get('dtype'),
-                                                   f"{r.config.get('max_new_tokens') or r.load.max_tokens} tokens")
-                                   if x) for r in terms))
+    compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
+        f"{r.label}: " + ", ".join(str(x) for x in (
+            r.model.split('/')[-1], r.config.get('dtype'),
+            _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in terms)
+    st.caption(_("Compared: {runs}", runs=compared))
     warm = [f"{r.label}: {r.extra.warmup_s:.1f} s" for r in (naive, static) if r and r.extra.warmup_s]
     if warm:
-        st.caption("Not counted above: each naive run first generated over every sequence length it would meet "
-                   "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
-                   "warm-up at startup) — " + " · ".join(warm) + ".")
+        st.caption(_("Not counted above: each naive run first generated over every sequence length it would meet "
+                     "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
+                     "warm-up at startup) — {warmups}.", warmups=" · ".join(warm)))
 
 
 results()

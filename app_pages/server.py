@@ -6,46 +6,48 @@ import streamlit as st
 
 import ui
 from engine.lab import LabError
+from i18n import N_, _, number
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
 READY, STARTING, FAILED = lab.READY, lab.STARTING, lab.FAILED
 
-st.title("vLLM server")
-st.caption("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
-           "and begin serving. Every setting shows up in the command line below, ready to paste in a terminal.")
+st.title(_("vLLM server"))
+st.caption(_("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
+             "and begin serving. Every setting shows up in the command line below, ready to paste in a terminal."))
 
 # -- model -----------------------------------------------------------------------------------
 left, right = st.columns([3, 2], gap="large")
 with left:
-    st.subheader("Model")
+    st.subheader(_("Model"))
     kinds = {
-        "embedded": "Embedded default: SmolLM2-135M-Instruct (works offline, tiny)",
-        "shape-only": "Llama 3 8B, shape only (real size and speed, random weights: meaningless text)",
-        "local": "A model folder on this machine",
-        "hub": "A Hugging Face hub id (needs a network)",
+        "embedded": N_("Embedded default: SmolLM2-135M-Instruct (works offline, tiny)"),
+        "shape-only": N_("Llama 3 8B, shape only (real size and speed, random weights: meaningless text)"),
+        "local": N_("A model folder on this machine"),
+        "hub": N_("A Hugging Face hub id (needs a network)"),
     }
-    kind = st.radio("Model", list(kinds), format_func=kinds.get, key="model_kind", label_visibility="collapsed")
+    kind = st.radio(_("Model"), list(kinds), format_func=lambda k: _(kinds[k]), key="model_kind",
+                    label_visibility="collapsed")
     where = ""  # the folder or hub id, for the two kinds that take one
     if kind == "local":
-        where = st.text_input("Folder", value="/models/meta-llama--Meta-Llama-3-8B-Instruct",
-                              help="A Hugging Face folder with config.json, tokenizer and weights.")
+        where = st.text_input(_("Folder"), value="/models/meta-llama--Meta-Llama-3-8B-Instruct",
+                              help=_("A Hugging Face folder with config.json, tokenizer and weights."))
     elif kind == "hub":
-        where = st.text_input("Hub id", value="meta-llama/Meta-Llama-3-8B-Instruct")
+        where = st.text_input(_("Hub id"), value="meta-llama/Meta-Llama-3-8B-Instruct")
     spec, model_error = None, None
     try:
         spec = lab.model(kind, where)
         if kind == "shape-only":
-            st.info("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
-                    "`--load-format dummy`. Same compute and memory as the real model; its answers are noise.",
+            st.info(_("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
+                      "`--load-format dummy`. Same compute and memory as the real model; its answers are noise."),
                     icon=":material/info:")
     except lab.ModelNotPrepared as e:
         model_error = str(e)
         st.warning(ui.plain(model_error), icon=":material/download:")
         preparing = lab.latest_job("prepare")
         if preparing and preparing.active:
-            st.caption(ui.plain(f"Preparing… {preparing.stage}"))
-        elif st.button("Prepare it", icon=":material/download:", disabled=not ui.can_act(lab)):
+            st.caption(ui.plain(_("Preparing… {stage}", stage=preparing.stage)))
+        elif st.button(_("Prepare it"), icon=":material/download:", disabled=not ui.can_act(lab)):
             ui.act(lab, lab.prepare_model, kind)
             st.rerun()
         elif preparing and preparing.error:
@@ -55,18 +57,18 @@ with left:
         st.error(ui.plain(model_error), icon=":material/error:")
 
 with right:
-    st.subheader("Presets from the lab")
+    st.subheader(_("Presets from the lab"))
     for p in lab.presets:
         if st.button(p.name, help=p.description, key=f"preset-{p.name}", width="stretch"):
             for k, v in p.changes.items():
                 st.session_state[f"cfg_{k}"] = v
-            st.toast(f"Preset '{p.name}': {p.description}")
+            st.toast(_("Preset '{name}': {description}", name=p.name, description=p.description))
     if cpu:
-        st.caption("No NVIDIA GPU here: vLLM's CPU build runs, and the **CPU KV cache size** plays the part of "
-                   "the GPU memory fraction.")
+        st.caption(_("No NVIDIA GPU here: vLLM's CPU build runs, and the **CPU KV cache size** plays the part of "
+                     "the GPU memory fraction."))
 
 # -- settings --------------------------------------------------------------------------------
-st.subheader("Settings")
+st.subheader(_("Settings"))
 model_max = spec.max_len if spec and spec.max_len else 8192
 lens = sorted({n for n in (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072) if n <= model_max}
               | {model_max})
@@ -76,42 +78,45 @@ if st.session_state["cfg_max_model_len"] not in lens:
 
 c1, c2, c3 = st.columns(3, gap="large")
 with c1:
-    max_len = st.select_slider("Max model length (tokens)", options=lens, key="cfg_max_model_len",
-                               help="The longest prompt + answer one request may have. Shorter means less KV "
-                                    "cache per request, so more requests fit at once.")
+    max_len = st.select_slider(_("Max model length (tokens)"), options=lens, key="cfg_max_model_len",
+                               help=_("The longest prompt + answer one request may have. Shorter means less KV "
+                                      "cache per request, so more requests fit at once."))
     if cpu:
-        kv_gib = st.slider("CPU KV cache size (GiB)", 1, 16, 2, 1, key="cfg_cpu_kvcache_gib",
-                           help="Memory set aside for the KV cache (VLLM_CPU_KVCACHE_SPACE). More means more "
-                                "requests in flight.")
+        kv_gib = st.slider(_("CPU KV cache size (GiB)"), 1, 16, 2, 1, key="cfg_cpu_kvcache_gib",
+                           help=_("Memory set aside for the KV cache (VLLM_CPU_KVCACHE_SPACE). More means more "
+                                  "requests in flight."))
         mem_frac = 0.85
     else:
-        mem_frac = st.slider("GPU memory utilization", 0.10, 1.00, 0.85, 0.01, key="cfg_gpu_memory_utilization",
-                             help="The fraction of GPU memory vLLM may take for weights + KV cache. Higher "
-                                  "means a bigger KV cache, but nothing else can use the GPU.")
+        mem_frac = st.slider(_("GPU memory utilization"), 0.10, 1.00, 0.85, 0.01, key="cfg_gpu_memory_utilization",
+                             help=_("The fraction of GPU memory vLLM may take for weights + KV cache. Higher "
+                                    "means a bigger KV cache, but nothing else can use the GPU."))
         kv_gib = 2
 with c2:
     dtypes = ["auto", "float16", "bfloat16", "float32"]
-    dtype = st.selectbox("Data type", dtypes, index=1 if not cpu else 0, key="cfg_dtype",
-                         help="Number format of weights and activations. float16 halves memory vs float32; "
-                              "'auto' uses the model's own.")
-    max_seqs = st.number_input("Max requests in a batch (max-num-seqs)", 0, lab.max_num_seqs_limit, 0, key="cfg_max_num_seqs",
-                               help="Upper limit on requests decoded together. 0 keeps vLLM's default.")
-    port = st.number_input("Port", 1024, 65535, lab.server_port, disabled=True,
-                           help="The app manages one server on this port (set SERVING_LAB_VLLM_PORT to change it).")
+    dtype = st.selectbox(_("Data type"), dtypes, index=1 if not cpu else 0, key="cfg_dtype",
+                         help=_("Number format of weights and activations. float16 halves memory vs float32; "
+                                "'auto' uses the model's own."))
+    max_seqs = st.number_input(_("Max requests in a batch (max-num-seqs)"), 0, lab.max_num_seqs_limit, 0,
+                               key="cfg_max_num_seqs",
+                               help=_("Upper limit on requests decoded together. 0 keeps vLLM's default."))
+    port = st.number_input(_("Port"), 1024, 65535, lab.server_port, disabled=True,
+                           help=_("The app manages one server on this port (set SERVING_LAB_VLLM_PORT to change "
+                                  "it)."))
 with c3:
-    eager = st.toggle("Enforce eager (no graphs)", key="cfg_enforce_eager",
-                      help="Skip CUDA-graph capture and compilation: starts faster, decodes slower.")
-    prefix = st.selectbox("Prefix caching", ["vLLM default", "on", "off"], key="cfg_prefix",
-                          help="Reuse the KV cache of a shared prompt prefix across requests.")
-    tp = st.number_input("Tensor parallel size (GPUs)", 1, 8, 1, key="cfg_tp", disabled=cpu,
-                         help="Split the model over this many GPUs.")
+    eager = st.toggle(_("Enforce eager (no graphs)"), key="cfg_enforce_eager",
+                      help=_("Skip CUDA-graph capture and compilation: starts faster, decodes slower."))
+    prefix = st.selectbox(_("Prefix caching"), [N_("vLLM default"), N_("on"), N_("off")], key="cfg_prefix",
+                          format_func=lambda v: _(v),
+                          help=_("Reuse the KV cache of a shared prompt prefix across requests."))
+    tp = st.number_input(_("Tensor parallel size (GPUs)"), 1, 8, 1, key="cfg_tp", disabled=cpu,
+                         help=_("Split the model over this many GPUs."))
 
-with st.expander("Advanced: API key, served name, extra flags"):
-    api_key = st.text_input("API key (clients must send it)", type="password", key="cfg_api_key")
-    served = st.text_input("Served model name", value=lab.default_config(spec).served_model_name if spec else "",
-                           key=f"cfg_served_{kind}", help="The name clients put in requests.")
-    extra_text = st.text_input("Extra flags", key="cfg_extra", placeholder="--swap-space 4 --seed 0",
-                               help="Any other vLLM flag, as you would type it after the command.")
+with st.expander(_("Advanced: API key, served name, extra flags")):
+    api_key = st.text_input(_("API key (clients must send it)"), type="password", key="cfg_api_key")
+    served = st.text_input(_("Served model name"), value=lab.default_config(spec).served_model_name if spec else "",
+                           key=f"cfg_served_{kind}", help=_("The name clients put in requests."))
+    extra_text = st.text_input(_("Extra flags"), key="cfg_extra", placeholder="--swap-space 4 --seed 0",
+                               help=_("Any other vLLM flag, as you would type it after the command."))
 
 cfg, cfg_error = None, model_error
 if spec:
@@ -129,12 +134,12 @@ if spec:
 
 if cfg and spec:
     fit = lab.fit_check(cfg, spec)
-    {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level](ui.plain(f"Fit check: {fit.message}"),
-                                                                        icon=":material/memory:")
+    show = {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level]
+    show(ui.plain(_("Fit check: {result}", result=fit.message)), icon=":material/memory:")
     if lab.server_snapshot().state in (STARTING, READY):
-        st.markdown("**Command line for the next start** (the running server's own is under Status below)")
+        st.markdown(_("**Command line for the next start** (the running server's own is under Status below)"))
     else:
-        st.markdown("**Command line** (copy with the icon on the right)")
+        st.markdown(_("**Command line** (copy with the icon on the right)"))
     st.code(cfg.shell_command(), language="bash")
 
 
@@ -143,22 +148,22 @@ state = lab.server_snapshot().state  # the buttons are drawn for this state; the
 may = ui.can_act(lab)
 if leftover := lab.leftovers():
     st.warning(ui.plain(leftover), icon=":material/memory:")
-    if st.button("Clear leftovers", icon=":material/cleaning_services:", disabled=not may):
+    if st.button(_("Clear leftovers"), icon=":material/cleaning_services:", disabled=not may):
         if cleared := ui.act(lab, lab.clear_leftovers):
             st.toast(ui.plain(cleared))
         st.rerun()
 if state not in (STARTING, READY) and (foreign := lab.foreign_holders()):
     st.info(ui.plain(foreign), icon=":material/info:")
-b1, b2, b3, _ = st.columns([1, 1, 1, 3])
-if b1.button("Start", type="primary", icon=":material/play_arrow:", width="stretch",
+b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
+if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY)):
     ui.act(lab, lab.start_server, cfg, spec, rerun=True)
-if b2.button("Stop", icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
-    with st.spinner("Stopping vLLM and every process it started…"):
+if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
+    with st.spinner(_("Stopping vLLM and every process it started…")):
         ui.act(lab, lab.stop_server, rerun=True)
-if b3.button("Restart", icon=":material/restart_alt:", width="stretch",
+if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
              disabled=not may or cfg is None or state not in (READY, FAILED)):
-    with st.spinner("Stopping the old server…"):
+    with st.spinner(_("Stopping the old server…")):
         ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
 if not may:
     st.caption(lab.access.why_not())
@@ -167,18 +172,20 @@ if not may:
 @st.fragment(run_every=1)
 def live_status() -> None:
     s = lab.server_snapshot()
-    st.subheader("Status")
+    st.subheader(_("Status"))
     cols = st.columns(4)
-    cols[0].metric("State", s.state)
-    cols[1].metric("Stage", s.stage or "–")
+    state_label = ui.STATE_BADGE.get(s.state, (None, s.state))[1]  # msgids of ui.py
+    cols[0].metric(_("State"), _(state_label) if state_label else "–")
+    cols[1].metric(_("Stage"), s.stage or "–")
     if s.adopted:  # its start was before this app: show how long it has been up, not a startup time
         up = time.time() - s.started_at if s.started_at else None
-        cols[2].metric("Up for", ui.fmt_s(up) if up is None or up < 120 else f"{up / 60:.0f} min")
+        cols[2].metric(_("Up for"),
+                       ui.fmt_s(up) if up is None or up < 120 else _("{minutes} min", minutes=number(up / 60)))
     else:
-        cols[2].metric("Start → ready" if s.ready_at else "Elapsed", ui.fmt_s(s.elapsed))
-    cols[3].metric("PID", s.pid or "–")
+        cols[2].metric(_("Start → ready") if s.ready_at else _("Elapsed"), ui.fmt_s(s.elapsed))
+    cols[3].metric(_("PID"), s.pid or "–")
     if s.adopted:
-        st.caption("This server was started before the app restarted; the app found it and took it over.")
+        st.caption(_("This server was started before the app restarted; the app found it and took it over."))
     if s.notice:
         st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
     if s.state == STARTING:
@@ -186,17 +193,18 @@ def live_status() -> None:
     if s.state == FAILED and s.error:
         st.error(ui.plain(s.error), icon=":material/error:")
     k1, k2 = st.columns(2)
-    k1.metric("KV cache capacity", f"{s.kv_cache_tokens:,} tokens" if s.kv_cache_tokens else "–",
-              help="How many tokens of context vLLM can hold at once, as it reported at startup.")
+    k1.metric(_("KV cache capacity"),
+              _("{tokens} tokens", tokens=number(s.kv_cache_tokens)) if s.kv_cache_tokens else "–",
+              help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
     mml = s.config.max_model_len if s.config else None
-    k2.metric(f"Max concurrency at {mml or '–'} tokens/request",
-              f"{s.max_concurrency:,.1f}×" if s.max_concurrency else "–",
-              help="How many full-length requests fit in the KV cache together (vLLM's own figure).")
+    k2.metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
+              f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
+              help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
     if s.command and s.state != "stopped":
-        with st.expander("Command of the running server"):
+        with st.expander(_("Command of the running server")):
             st.code(s.command, language="bash")
-    with st.expander("Server log (last lines)", expanded=s.state == FAILED):
-        st.code("\n".join(s.log_tail[-40:]) or "(no output yet)", language="log")
+    with st.expander(_("Server log (last lines)"), expanded=s.state == FAILED):
+        st.code("\n".join(s.log_tail[-40:]) or _("(no output yet)"), language="log")
 
 
 live_status()

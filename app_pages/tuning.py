@@ -5,17 +5,20 @@ import streamlit as st
 import ui
 from engine import figures
 from engine.lab import LabError
+from i18n import _
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
 snap = lab.server_snapshot()
 scn = lab.scenario("tuning")
 
-st.title("Tuning")
-st.caption("Each row is one server configuration. The app restarts vLLM with it, waits until it is ready, sends "
-           "the same 10 concurrent requests (100 tokens, the lab's step 4), and puts the results side by side "
-           "with the KV-cache capacity vLLM reported.")
+st.title(_("Tuning"))
+st.caption(_("Each row is one server configuration. The app restarts vLLM with it, waits until it is ready, sends "
+             "the same 10 concurrent requests (100 tokens, the lab's step 4), and puts the results side by side "
+             "with the KV-cache capacity vLLM reported."))
 
+# The columns keep their English names (the rows are read back by them, and the editor's state stays the
+# viewer's when they switch language); the titles shown are translated in column_config.
 mem_col = "CPU KV cache (GiB)" if cpu else "GPU memory utilization"
 default = pd.DataFrame([
     {"max-model-len": c["max_model_len"], mem_col: 2 if cpu else c["gpu_memory_utilization"]} for c in scn.configs
@@ -23,34 +26,38 @@ default = pd.DataFrame([
 rows = st.data_editor(default, num_rows="dynamic", width="stretch", key="tuning_rows",
                       column_config={
                           "max-model-len": st.column_config.NumberColumn(min_value=64, max_value=131072, step=64),
-                          mem_col: st.column_config.NumberColumn(min_value=0.05, max_value=64.0, step=0.05),
+                          mem_col: st.column_config.NumberColumn(
+                              _("CPU KV cache (GiB)") if cpu else _("GPU memory utilization"),
+                              min_value=0.05, max_value=64.0, step=0.05),
                       })
 # Every row's server refuses answers longer than its max-model-len: the slider stops at the shortest.
 shortest = int(rows["max-model-len"].dropna().min()) if rows["max-model-len"].notna().any() else None
 tokens_hi = min(512, shortest or 512)
-max_tokens = st.slider("Max tokens per answer", 16, max(tokens_hi, 20), min(scn.max_tokens, tokens_hi), 4,
-                       help="The lab uses 100." + (
-                           f" At most {tokens_hi}: the shortest max-model-len in the table, whose server refuses "
-                           "longer answers." if shortest and shortest <= 512 else ""))
+# A key keeps the value when the viewer switches language (the label is part of a keyless widget's id).
+max_tokens = st.slider(_("Max tokens per answer"), 16, max(tokens_hi, 20), min(scn.max_tokens, tokens_hi), 4,
+                       key="tuning_max_tokens",
+                       help=_("The lab uses 100. At most {tokens_hi}: the shortest max-model-len in the table, whose "
+                              "server refuses longer answers.", tokens_hi=tokens_hi)
+                       if shortest and shortest <= 512 else _("The lab uses 100."))
 
 run = False
 if snap.config is None:
-    st.info("Start the server once on the Server page: tuning reuses its model and other settings.",
+    st.info(_("Start the server once on the Server page: tuning reuses its model and other settings."),
             icon=":material/info:")
 else:
     if snap.state in (lab.READY, lab.STARTING):
-        st.warning(f"Running the comparison stops the server on port {snap.config.port} and restarts it with each "
-                   "row: anyone chatting or load testing on it is cut off, and it stays up with the last row's "
-                   "settings.", icon=":material/restart_alt:")
-    run = st.button("Restart vLLM and compare", type="primary", icon=":material/play_arrow:",
+        st.warning(_("Running the comparison stops the server on port {port} and restarts it with each "
+                     "row: anyone chatting or load testing on it is cut off, and it stays up with the last row's "
+                     "settings.", port=snap.config.port), icon=":material/restart_alt:")
+    run = st.button(_("Restart vLLM and compare"), type="primary", icon=":material/play_arrow:",
                     disabled=not ui.can_act(lab))
 if run:
     try:
         configs = lab.tuning_configs([(int(r["max-model-len"]), float(r[mem_col]))
-                                      for _, r in rows.dropna().iterrows()])
+                                      for _i, r in rows.dropna().iterrows()])
         ui.act(lab, lab.run_tuning, configs, lab.load_spec("tuning", max_tokens=max_tokens))
     except ValueError as e:
-        st.error(f"The table has a value that is not a number ({e}): fix the row and run again.")
+        st.error(_("The table has a value that is not a number ({error}): fix the row and run again.", error=e))
     except LabError as e:  # a setting vLLM would refuse
         st.error(ui.plain(e), icon=":material/error:")
 
@@ -60,10 +67,11 @@ def results() -> None:
     job = lab.latest_job("tuning")
     runs = list(job.result or []) if job else []
     if job:
-        ui.job_panel(lab, job, f"{job.stage} ({job.done}/{job.total} configurations)")
+        ui.job_panel(lab, job, _("{stage} ({done}/{total} configurations)", stage=job.stage, done=job.done,
+                                 total=job.total))
     saved = [r for r in lab.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
-    overlay = st.multiselect("Overlay saved tuning runs", saved, format_func=lambda r: f"{r.label} · {r.started}",
+    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{r.label} · {r.started}",
                              key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:
@@ -74,7 +82,7 @@ def results() -> None:
         ui.chart(figures.tuning_compare(runs), key="tuning")
         ui.failure_causes(runs, prefix=True)  # a configuration whose requests failed says why, once per cause
     else:
-        st.info("Results appear here as each configuration finishes.", icon=":material/info:")
+        st.info(_("Results appear here as each configuration finishes."), icon=":material/info:")
 
 
 results()

@@ -59,5 +59,20 @@ if [ "$target" = test ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+say "translations (locales/*.po -> .mo)"
+"$VENV/bin/pybabel" compile -d locales -D messages --statistics
+
+# Korean in the browser and in PNG exports needs a CJK font (Debian: fonts-noto-cjk).
+if [ -z "$(fc-list :lang=ko 2>/dev/null)" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing a Korean font (fonts-noto-cjk) for the Korean pages and chart exports"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk >/dev/null \
+      || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-noto-cjk >/dev/null; } \
+      || echo "Could not install fonts-noto-cjk: the Korean pages will show boxes until a CJK font is installed." >&2
+  else
+    echo "No Korean font found: install your distribution's Noto CJK fonts (fonts-noto-cjk) to read the Korean pages." >&2
+  fi
+fi
+
 say "embedded default model"
 "$VENV/bin/python" -m engine model prepare --shape-only

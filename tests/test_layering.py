@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-UI_FILES = [ROOT / "app.py", ROOT / "ui.py", *sorted((ROOT / "app_pages").glob("*.py"))]
+UI_FILES = [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", *sorted((ROOT / "app_pages").glob("*.py"))]
 FORBIDDEN_IN_UI = {"subprocess", "sqlite3", "socket", "httpx", "requests", "aiohttp"}
 ENGINE_FOR_UI = {"engine.lab", "engine.figures"}  # the facade and the charts; nothing else of engine/
 FROM_LAB = {"Lab", "LabError"}

@@ -223,3 +223,19 @@ def test_drawing_the_server_page_never_prepares_a_model(tmp_path, monkeypatch):
     assert any("not prepared" in w.value for w in at.warning)
     assert any(b.label == "Prepare it" for b in at.button)
     assert not fetched and not any(tmp_path.iterdir())
+
+
+def _sidebar_text(at: AppTest) -> str:
+    return " ".join(m.value for m in at.sidebar.markdown)
+
+
+def test_a_viewer_switches_language_and_a_room_can_fix_it(monkeypatch):
+    """The sidebar's switch is this viewer's alone; SERVING_LAB_LANG picks a new viewer's first language."""
+    at = _app()
+    assert "vLLM server" in _sidebar_text(at) and at.session_state["lang"] == "en"
+    at.session_state["lang"] = "ko"
+    at.run()
+    assert not at.exception and "vLLM 서버" in _sidebar_text(at) and "중지됨" in _sidebar_text(at)
+    assert "vLLM server" in _sidebar_text(_app())  # another viewer still reads English
+    monkeypatch.setenv("SERVING_LAB_LANG", "ko")
+    assert "vLLM 서버" in _sidebar_text(_app())
