@@ -177,7 +177,7 @@ def write_adoption_record(runtime_dir: Path, port: int) -> Path | None:
         log = runtime_dir / f"server-{port}.log"
         log.touch()
     rec = {
-        "pid": proc.pid, "create_time": proc.create_time(), "port": port, "argv": argv,
+        "pid": proc.pid, "since_boot": proctree.since_boot(proc), "port": port, "argv": argv,
         "config": cfg.to_dict() | {"api_key": None}, "started_at": proc.create_time(), "log": str(log),
     }
     runtime_dir.mkdir(parents=True, exist_ok=True)
@@ -190,9 +190,8 @@ def kill_recorded_server(runtime_dir: Path, port: int) -> None:
     """Last-resort cleanup after a failed test: end the server an app started, from its record."""
     try:
         rec = json.loads((runtime_dir / f"server-{port}.json").read_text())
-        p = psutil.Process(rec["pid"])
-        if abs(p.create_time() - rec["create_time"]) > 1.0:
+        if proctree.same_process(rec["pid"], rec["since_boot"]) is None:
             return
-    except (OSError, ValueError, KeyError, psutil.Error):
+    except (OSError, ValueError, KeyError):
         return
     proctree.stop(proctree.family(rec["pid"]), grace_s=2, group=rec["pid"])  # the engine's own stop

@@ -85,7 +85,12 @@ def vllm_server(isolated_home):
     port = free_port()
     cli_output = _serve_then_kill(port)
     srv = VLLMServer(port=port)  # the "restarted app": must adopt the orphan
-    snap = srv.wait_ready(timeout_s=60)
+    try:
+        snap = srv.wait_ready(timeout_s=60)
+    except Exception as e:  # say why: the adoption's notice, the server's log, what the CLI printed
+        s = srv.snapshot()
+        pytest.fail(f"the orphaned server was not adopted ({e}); notice: {s.notice}\nserver log:\n"
+                    + "\n".join(s.log_tail[-30:]) + "\nCLI:\n" + "\n".join(cli_output[-15:]))
     try:
         yield SimpleNamespace(base_url=snap.config.base_url, model=snap.config.model_name, port=port, server=srv,
                               cli_output=cli_output)

@@ -52,6 +52,18 @@ def wait_for(cond, timeout_s: float, what: str, poll_s: float = 0.2):
     pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def test_a_clock_step_does_not_make_our_server_a_stranger(monkeypatch):
+    """A server's record names its API server by pid and start time. Written before the wall clock was
+    stepped (NTP on a freshly booted machine moves the boot time psutil reports), it must still name the
+    same process, or a restarted app would stop its own live server as a leftover."""
+    me = psutil.Process()
+    started = proctree.since_boot(me)
+    real = psutil._psplatform.boot_time
+    monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + 7.0)
+    assert proctree.same_process(me.pid, started) is not None
+    assert proctree.same_process(me.pid, started + 1.0) is None  # a recycled pid is still told apart
+
+
 def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_requests(embedded_model, tmp_path):
     port = free_port()
     lab = Lab(port=port, store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)

@@ -76,11 +76,20 @@ def alive(p: psutil.Process) -> bool:
         return False
 
 
-def same_process(pid: int, create_time: float | None) -> psutil.Process | None:
-    """The process `pid` if it is still the one that had `create_time` (not a recycled pid)."""
+def since_boot(p: psutil.Process) -> float:
+    """When `p` started, in seconds after boot: with its pid, what tells a process from a later one that
+    got the pid recycled. Not psutil's create_time(): that adds the boot time as the wall clock gives it,
+    which moves whenever the clock is stepped (NTP on a freshly booted machine), so two processes reading
+    it minutes apart can disagree by seconds about the same process."""
+    return psutil.Process(p.pid).create_time() - psutil.boot_time()
+
+
+def same_process(pid: int, started: float | None) -> psutil.Process | None:
+    """The process `pid` if it is still the one that started `started` seconds after boot (not a recycled
+    pid); any live process with that pid when `started` is None."""
     try:
         p = psutil.Process(pid)
-        if create_time is not None and abs(p.create_time() - create_time) > 1.0:
+        if started is not None and abs(since_boot(p) - started) > 0.05:
             return None
         return p if alive(p) else None
     except psutil.Error:

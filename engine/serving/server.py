@@ -211,7 +211,7 @@ class VLLMServer:
             rec = json.loads(self.record_path.read_text())
         except (OSError, ValueError):
             rec = {}
-        api = proctree.same_process(rec["pid"], rec.get("create_time")) if isinstance(rec.get("pid"), int) else None
+        api = proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) if isinstance(rec.get("pid"), int) else None
         if api is not None and API_SERVER_MODULE in " ".join(_cmdline(api)):
             self._adopt(rec)
         else:
@@ -265,7 +265,7 @@ class VLLMServer:
         """What a restarted app needs to adopt or clean up this server. Holds the API key (the app must
         keep talking to an adopted server), so it is created 0600, never world-readable for a moment."""
         rec = {
-            "pid": self._pid, "create_time": psutil.Process(self._pid).create_time(), "tag": str(self._tag),
+            "pid": self._pid, "since_boot": proctree.since_boot(psutil.Process(self._pid)), "tag": str(self._tag),
             "port": self.port, "argv": argv, "config": cfg.to_dict() | {"api_key": cfg.api_key},
             "started_at": started_at, "log": str(self._log_path), "family": self._family,
         }
@@ -323,7 +323,7 @@ class VLLMServer:
                 return  # stopping: the record is going away
             for p in new:
                 try:
-                    self._family[p.pid] = p.create_time()
+                    self._family[p.pid] = proctree.since_boot(p)
                 except psutil.Error:
                     pass
             self._write_record(self._snap.config, _cmdline_of(self._pid), self._snap.started_at or time.time())
