@@ -1,30 +1,24 @@
 """The app's two languages (issue #11), per viewer: English and Korean.
 
-Strings shown in the UI are wrapped in `_()` (or `ngettext`) where they are shown; `pybabel extract`
-collects them into locales/messages.pot, translators review locales/ko/LC_MESSAGES/messages.po as
-text, and scripts/setup.sh compiles it (`pybabel compile`). Each viewer's language lives in their
-session: the sidebar's switch, else SERVING_LAB_LANG (a room's fixed choice), else the browser's
-language (st.context.locale). engine/ stays English and free of Streamlit: the CLI speaks English.
-Numbers are formatted with Babel for the viewer's locale."""
+Strings shown in the UI are wrapped in `_()` (or `ngettext`) where they are shown; the engine's
+sentences (errors, stages, causes, notices, chart text) are Messages made with engine.messages.say,
+English where made (the CLI speaks English) and said again here with `tr()`; figures take the
+viewer's language (`lang()`). `pybabel extract` collects both into locales/messages.pot, translators
+review locales/ko/LC_MESSAGES/messages.po as text, and scripts/setup.sh compiles it. Each viewer's
+language lives in their session: the sidebar's switch, else SERVING_LAB_LANG (a room's fixed choice),
+else the browser's language (st.context.locale). Numbers and dates are formatted with Babel."""
 from __future__ import annotations
 
-import functools
-import gettext
 import os
-from pathlib import Path
+from datetime import datetime
 
 import streamlit as st
+from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
-LOCALES = Path(__file__).resolve().parent / "locales"
+from engine.messages import Message, catalog, translate
+
 LANGS = {"en": "English", "ko": "한국어"}
-DOMAIN = "messages"
-
-
-@functools.cache
-def catalog(lang: str) -> gettext.NullTranslations:
-    """The compiled catalogue of `lang` (English, or a catalogue not compiled yet: the text as written)."""
-    return gettext.translation(DOMAIN, localedir=LOCALES, languages=[lang], fallback=True)
 
 
 def default_lang() -> str:
@@ -44,9 +38,14 @@ def lang() -> str:
 
 
 def _(message: str, /, **values) -> str:
-    """`message` in this viewer's language, its {placeholders} filled with `values`."""
+    """`message` in this viewer's language, its {placeholders} filled with `values` (engine sentences among
+    them said in this language too)."""
     text = catalog(lang()).gettext(message)
-    return text.format(**values) if values else text
+    return text.format(**_said(values)) if values else text
+
+
+def _said(values: dict) -> dict:
+    return {k: translate(v, lang()) if isinstance(v, (Message, BaseException)) else v for k, v in values.items()}
 
 
 def N_(message: str) -> str:
@@ -56,12 +55,22 @@ def N_(message: str) -> str:
 
 def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
     text = catalog(lang()).ngettext(singular, plural, n)
-    return text.format(n=n, **values)
+    return text.format(n=n, **_said(values))
+
+
+def tr(text: object) -> str:
+    """An engine sentence (a Message, an exception, a stage or cause) in this viewer's language; data as is."""
+    return translate(text, lang())
 
 
 def number(x: float, digits: int = 0) -> str:
     """`x` with the viewer's digit grouping, e.g. 12,345.6."""
     return format_decimal(round(x, digits), format=f"#,##0{'.' + '0' * digits if digits else ''}", locale=lang())
+
+
+def when(t: float, fmt: str = "medium") -> str:
+    """An epoch time as this viewer's locale writes a date and time (e.g. 2026. 12. 1. 오후 3:04:05)."""
+    return format_datetime(datetime.fromtimestamp(t), format=fmt, locale=lang())
 
 
 def switch() -> None:

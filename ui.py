@@ -44,10 +44,11 @@ def caller() -> str:
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~:$])")
 
 
-def plain(text: str) -> str:
+def plain(text: object) -> str:
     """Text for st.markdown / st.error & co. shown as typed: sentences may quote run labels, log lines or
-    model names from anywhere, and none of that may turn into markdown, links or icons."""
-    return _MARKDOWN.sub(r"\\\1", str(text))
+    model names from anywhere, and none of that may turn into markdown, links or icons. An engine
+    sentence (or an error carrying one) is said in this viewer's language."""
+    return _MARKDOWN.sub(r"\\\1", i18n.tr(text))
 
 
 def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
@@ -60,7 +61,7 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
         if not rerun:
             st.error(plain(e), icon=":material/error:")
             return None
-        st.session_state["action_error"] = str(e)
+        st.session_state["action_error"] = e  # said in the language of whoever reads it
         result = None
     if rerun:
         st.rerun()
@@ -76,6 +77,12 @@ def pending_error() -> None:
 def badge(state: str) -> str:
     color, text = STATE_BADGE.get(state, ("gray", state))
     return f":{color}-badge[{_(text)}]"
+
+
+def started(run) -> str:
+    """When a saved run started, as this viewer's locale writes a date and time; 'unknown' for a stored
+    time that is not one."""
+    return i18n.tr(run.started) if run.started == "unknown" else i18n.when(run.started_at)
 
 
 def fmt_s(seconds: float | None) -> str:
@@ -110,7 +117,8 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     OK / failed counts or a run's bars are shown."""
     for run in runs:
         for _cause, sentence in Lab.failure_causes(run.records):
-            st.warning(plain(f"{run.label}: {sentence}" if prefix else sentence), icon=":material/error:")
+            st.warning(plain(_("{label}: {sentence}", label=run.label, sentence=sentence) if prefix else sentence),
+                       icon=":material/error:")
 
 
 def cancelled_note(job) -> None:
@@ -147,7 +155,7 @@ def _try_token() -> None:
         try:
             get_lab().access.check(token, caller())
         except LabError as e:
-            st.session_state["token_error"] = str(e)
+            st.session_state["token_error"] = e
 
 
 @st.fragment(run_every=2)
@@ -161,7 +169,7 @@ def _server_status() -> None:
     if s.config:
         st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
     if s.state == Lab.STARTING:
-        st.caption(plain(f"{s.stage} · {fmt_s(s.elapsed)}"))
+        st.caption(plain(f"{i18n.tr(s.stage)} · {fmt_s(s.elapsed)}"))
     if job := lab.measuring():
         st.caption(plain(_("Running: {label} ({stage})", label=job.label, stage=job.stage)))
 

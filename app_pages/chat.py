@@ -86,7 +86,7 @@ if prompt and can_chat:
         def chunks():
             for text in lab.chat([{"role": m["role"], "content": m["content"]} for m in history[:-1]], record,
                                  max_tokens=max_tokens, temperature=temperature, stop=stop,
-                                 on_wait=lambda why: waiting.info(why, icon=":material/hourglass_top:"),
+                                 on_wait=lambda why: waiting.info(ui.plain(why), icon=":material/hourglass_top:"),
                                  token=st.session_state.get("presenter_token"), caller=ui.caller()):
                 waiting.empty()
                 entry["content"] += text
@@ -106,4 +106,4 @@ if prompt and can_chat:
 
 last = next((m["record"] for m in reversed(history) if m.get("record") and m["record"].ttft is not None), None)
 if last:
-    ui.chart(figures.token_timeline(last), key="tokens")
+    ui.chart(figures.token_timeline(last, lang=i18n.lang()), key="tokens")

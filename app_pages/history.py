@@ -4,6 +4,7 @@ import hashlib
 import pandas as pd
 import streamlit as st
 
+import i18n
 import ui
 from engine import figures
 from engine.lab import LabError
@@ -40,7 +41,7 @@ if not rows:
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "status": status(r), "started": r.started, "run": r.label or r.scenario, "kind": r.kind,
+        "status": status(r), "started": ui.started(r), "run": r.label or r.scenario, "kind": r.kind,
         "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
@@ -82,10 +83,10 @@ else:
         help=_("A run where every request failed has no latency or throughput to compare; it is kept for the record."))
     shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
     metrics = list(figures.METRICS)
-    metric = st.selectbox(_("Compare by"), metrics, format_func=lambda k: figures.metric_info(k)[0],
+    metric = st.selectbox(_("Compare by"), metrics, format_func=lambda k: i18n.tr(figures.metric_info(k).label),
                           index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
     if shown:
-        ui.chart(figures.history_compare(shown, metric), key="compare")
+        ui.chart(figures.history_compare(shown, metric, lang=i18n.lang()), key="compare")
     else:
         st.info(_("Every selected run failed: there is nothing to compare. Switch on 'Include failed runs in the "
                   "chart' to draw them anyway.") if chosen else
@@ -122,7 +123,7 @@ else:
             try:
                 run = lab.run(row.id)
             except LabError as e:
-                st.warning(damaged or str(e), icon=":material/warning:")
+                st.warning(damaged or ui.plain(e), icon=":material/warning:")
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
@@ -140,7 +141,7 @@ else:
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,
                          "versions": run.versions}, expanded=False)
                 if run.kind == "vllm" and run.records:
-                    ui.chart(figures.request_timeline(run), key="detail-tl")
+                    ui.chart(figures.request_timeline(run, lang=i18n.lang()), key="detail-tl")
 
 st.divider()
 st.subheader(_("Bring runs from another machine"))

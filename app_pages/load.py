@@ -112,7 +112,7 @@ def _draw_live(job_id: str, tick: int, lang: str) -> None:
     once per language (`lang`), as the replay holds the drawing viewer's text."""
     partial, now = lab.live_run(job_id)
     ui.failure_causes([partial])  # a run where every request is refused says so at once, not at the end
-    ui.chart(figures.request_timeline(partial, now=now), key="tl-live")
+    ui.chart(figures.request_timeline(partial, now=now, lang=lang), key="tl-live")
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -122,9 +122,9 @@ def _draw_result(job_id: str, status: str, lang: str) -> None:
     run = job.result
     ui.cancelled_note(job)
     _summary_metrics(run)
-    ui.chart(figures.request_timeline(run), key="tl")
-    ui.chart(figures.concurrent_latency_bars(run), key="bars")
-    ui.chart(figures.throughput_over_time(run), key="tput")
+    ui.chart(figures.request_timeline(run, lang=lang), key="tl")
+    ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
+    ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")
 
 
 @st.fragment(run_every=1)
@@ -163,7 +163,7 @@ def sweep_live() -> None:
     ui.job_panel(lab, job, _("{stage}: {done}/{total} levels", stage=job.stage, done=job.done, total=job.total),
                  cancel=N_("Cancel sweep"))
     if job.result:
-        ui.chart(figures.sweep_chart(job.result), key="sweep")
+        ui.chart(figures.sweep_chart(job.result, lang=i18n.lang()), key="sweep")
         ui.failure_causes(job.result, prefix=True)
 
 

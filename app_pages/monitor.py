@@ -33,9 +33,9 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
     memory, metrics, events = lab.monitor_rows(seconds, MAX_POINTS)
     where = (_("GPU memory (NVML)") if lab.device == "cuda" else
              _("Memory (no GPU here: system RAM and the vLLM processes)"))
-    ui.chart(figures.memory_chart(memory, events, title=where), key="mem")
+    ui.chart(figures.memory_chart(memory, events, title=where, lang=lang), key="mem")
     if metrics:
-        ui.chart(figures.metrics_chart(metrics, events), key="metrics")
+        ui.chart(figures.metrics_chart(metrics, events, lang=lang), key="metrics")
     else:
         st.info(_("vLLM's /metrics appear here while a server is ready."), icon=":material/info:")
 

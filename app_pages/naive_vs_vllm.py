@@ -2,6 +2,7 @@
 static batch, and through vLLM, with per-request latency side by side."""
 import streamlit as st
 
+import i18n
 import ui
 from engine import figures
 from i18n import _
@@ -71,7 +72,7 @@ if snap.state != lab.READY:
 def results() -> None:
     for kind in ("naive", "load"):
         if job := lab.latest_job(kind):  # an error stays for two minutes after the job ended
-            ui.job_panel(lab, job, f"{job.label}: {job.stage} ({job.done}/{job.total or '?'})", key=f"cancel-{kind}",
+            ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})", key=f"cancel-{kind}",
                          error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
     naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
@@ -80,7 +81,7 @@ def results() -> None:
         st.info(_("Run step 1 and step 2 to see them side by side."), icon=":material/info:")
         return
     extra = [static] if static else []
-    ui.chart(figures.latency_bars(naive, vllm, extra), key="latency")
+    ui.chart(figures.latency_bars(naive, vllm, extra, lang=i18n.lang()), key="latency")
     cols = st.columns(4)
     avg = lambda r: (r.summary.mean_latency_s if r else None)  # noqa: E731
     cols[0].metric(_("Naive: mean latency"), ui.fmt_s(avg(naive)))

@@ -4,6 +4,7 @@ import time
 
 import streamlit as st
 
+import i18n
 import ui
 from engine.lab import LabError
 from i18n import N_, _, number
@@ -42,7 +43,7 @@ with left:
                       "`--load-format dummy`. Same compute and memory as the real model; its answers are noise."),
                     icon=":material/info:")
     except lab.ModelNotPrepared as e:
-        model_error = str(e)
+        model_error = e
         st.warning(ui.plain(model_error), icon=":material/download:")
         preparing = lab.latest_job("prepare")
         if preparing and preparing.active:
@@ -53,13 +54,13 @@ with left:
         elif preparing and preparing.error:
             st.error(ui.plain(preparing.error), icon=":material/error:")
     except LabError as e:
-        model_error = str(e)
+        model_error = e
         st.error(ui.plain(model_error), icon=":material/error:")
 
 with right:
     st.subheader(_("Presets from the lab"))
     for p in lab.presets:
-        if st.button(p.name, help=p.description, key=f"preset-{p.name}", width="stretch"):
+        if st.button(i18n.tr(p.name), help=i18n.tr(p.description), key=f"preset-{p.name}", width="stretch"):
             for k, v in p.changes.items():
                 st.session_state[f"cfg_{k}"] = v
             st.toast(_("Preset '{name}': {description}", name=p.name, description=p.description))
@@ -129,7 +130,7 @@ if spec:
             api_key=api_key or None, served_model_name=served or None,
         )
     except LabError as e:
-        cfg_error = str(e)
+        cfg_error = e
         st.error(ui.plain(cfg_error), icon=":material/error:")
 
 if cfg and spec:
@@ -176,7 +177,7 @@ def live_status() -> None:
     cols = st.columns(4)
     state_label = ui.STATE_BADGE.get(s.state, (None, s.state))[1]  # msgids of ui.py
     cols[0].metric(_("State"), _(state_label) if state_label else "–")
-    cols[1].metric(_("Stage"), s.stage or "–")
+    cols[1].metric(_("Stage"), i18n.tr(s.stage) or "–")
     if s.adopted:  # its start was before this app: show how long it has been up, not a startup time
         up = time.time() - s.started_at if s.started_at else None
         cols[2].metric(_("Up for"),
@@ -189,7 +190,7 @@ def live_status() -> None:
     if s.notice:
         st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
     if s.state == STARTING:
-        st.progress(lab.startup_fraction(s.stage), text=f"{s.stage}…")
+        st.progress(lab.startup_fraction(s.stage), text=f"{i18n.tr(s.stage)}…")
     if s.state == FAILED and s.error:
         st.error(ui.plain(s.error), icon=":material/error:")
     k1, k2 = st.columns(2)

@@ -2,6 +2,7 @@
 import pandas as pd
 import streamlit as st
 
+import i18n
 import ui
 from engine import figures
 from engine.lab import LabError
@@ -71,15 +72,15 @@ def results() -> None:
                                  total=job.total))
     saved = [r for r in lab.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
-    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{r.label} · {r.started}",
+    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{r.label} · {ui.started(r)}",
                              key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:
             runs.append(lab.run(r.id))
         except LabError as e:  # a damaged stored run: History shows why and deletes it
-            st.warning(str(e), icon=":material/warning:")
+            st.warning(ui.plain(e), icon=":material/warning:")
     if runs:
-        ui.chart(figures.tuning_compare(runs), key="tuning")
+        ui.chart(figures.tuning_compare(runs, lang=i18n.lang()), key="tuning")
         ui.failure_causes(runs, prefix=True)  # a configuration whose requests failed says why, once per cause
     else:
         st.info(_("Results appear here as each configuration finishes."), icon=":material/info:")

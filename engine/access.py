@@ -16,6 +16,7 @@ import time
 from collections import defaultdict, deque
 
 from engine.errors import NotPresenter, Throttled
+from engine.messages import Message, say
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -43,12 +44,13 @@ class Access:
         """No presenter token on an exposed app: nobody may act."""
         return self.token is None and self.exposed
 
-    def why_not(self) -> str:
+    def why_not(self) -> Message:
         """The sentence a viewer reads next to a greyed button."""
         if self.locked:
-            return (f"This app is reachable from the network ({self.listen_host}) and no presenter token is set, so "
-                    "nobody can start servers or run benchmarks: restart it with SERVING_LAB_PRESENTER_TOKEN set.")
-        return "Only the presenter can do this: enter the presenter token in the sidebar."
+            return say("This app is reachable from the network ({host}) and no presenter token is set, so nobody can "
+                       "start servers or run benchmarks: restart it with SERVING_LAB_PRESENTER_TOKEN set.",
+                       host=self.listen_host)
+        return say("Only the presenter can do this: enter the presenter token in the sidebar.")
 
     def may_act(self, token: str | None) -> bool:
         """A quiet check for drawing buttons (no throttling, nothing counted)."""
@@ -72,14 +74,14 @@ class Access:
             room = _trim(self._room, now, ROOM_WINDOW_S)
             if len(mine) >= CALLER_FAILURES or (mine and len(room) >= ROOM_FAILURES):
                 until = mine[0] + CALLER_WINDOW_S if len(mine) >= CALLER_FAILURES else room[0] + ROOM_WINDOW_S
-                raise Throttled(f"Too many wrong presenter tokens were tried: wait {max(1, round(until - now))} s, "
-                                "then enter the token again.")
+                raise Throttled(say("Too many wrong presenter tokens were tried: wait {seconds} s, then enter the "
+                                    "token again.", seconds=max(1, round(until - now))))
             if token and hmac.compare_digest(token.encode(), self.token.encode()):
                 return
             if token:  # no token at all is a viewer, not a guess
                 mine.append(now)
                 room.append(now)
-        raise NotPresenter("That presenter token is not right: check it with the presenter." if token
+        raise NotPresenter(say("That presenter token is not right: check it with the presenter.") if token
                            else self.why_not())
 
 

@@ -15,9 +15,11 @@ from typing import Any, Callable
 
 from engine.errors import LabError, ServerBusy
 from engine.measure.progress import Progress, RunPlan, Totals
+from engine.messages import Message, mark, say
 from engine.results.records import RequestRecord
 
-RUNNING, DONE, FAILED, CANCELLED = "running", "done", "failed", "cancelled"
+# A job's status, also its last stage when it ends: phrases a page shows (mark), equal to their English.
+RUNNING, DONE, FAILED, CANCELLED = mark("running"), mark("done"), mark("failed"), mark("cancelled")
 
 
 @dataclass
@@ -26,7 +28,7 @@ class Job(Progress):
     label: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     status: str = RUNNING
-    stage: str = "queued"
+    stage: str = mark("queued")
     done: int = 0
     total: int = 0
     started_at: float = field(default_factory=time.time)
@@ -96,7 +98,8 @@ class JobManager:
         with self._lock:
             busy = self._lanes.get(lane)
             if busy is not None and busy.active:
-                raise ServerBusy(f"'{busy.label}' is still running: wait for it to finish or cancel it first.")
+                raise ServerBusy(say("'{label}' is still running: wait for it to finish or cancel it first.",
+                                     label=busy.label))
             job = Job(kind=kind, label=label)
             self._jobs.append(job)
             self._lanes[lane] = job
@@ -108,9 +111,9 @@ class JobManager:
             job.result = fn(job)
             job.status = CANCELLED if job.cancel.is_set() else DONE
         except LabError as e:
-            job.error, job.status = str(e), FAILED
+            job.error, job.status = _sentence(e), FAILED
         except Exception as e:  # unexpected: keep the job visible with the cause
-            job.error = f"{type(e).__name__}: {e}"
+            job.error = say("{kind}: {why}", kind=type(e).__name__, why=_sentence(e))
             job.status = FAILED
             traceback.print_exc()
         finally:
@@ -136,4 +139,10 @@ class JobManager:
         job = self.get(job_id)
         if job:
             job.cancel.set()
-            job.stage = "cancelling"
+            job.stage = mark("cancelling")
+
+
+def _sentence(e: BaseException) -> str:
+    """str(e), kept as the Message it was raised with (so a page can say it in the viewer's language)."""
+    text = str(e)
+    return e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Message) and e.args[0] == text else text

@@ -18,6 +18,7 @@ from engine.access import Access
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
+from engine.messages import mark, say
 from engine.observe import nvml
 from engine.observe.telemetry import Telemetry
 from engine.results.records import RequestRecord, RunResult
@@ -94,7 +95,7 @@ class Lab:
         a download, so only on the presenter's request, never as a side effect of drawing a page."""
         work = {"embedded": lambda job: models.prepare_embedded(log=job.on_stage),
                 "shape-only": lambda job: models.prepare_shape_only()}[kind]
-        return self.jobs.submit("prepare", f"preparing the {kind} model", work, lane="prepare")
+        return self.jobs.submit("prepare", say("preparing the {kind} model", kind=kind), work, lane="prepare")
 
     def default_config(self, spec: models.ModelSpec, port: int | None = None) -> ServerConfig:
         return ServerConfig.for_model(spec, self.device, port=port or self.server.port)
@@ -102,7 +103,7 @@ class Lab:
     def fit_check(self, cfg: ServerConfig, spec: models.ModelSpec) -> FitReport:
         shape = spec.shape
         if shape is None:
-            return FitReport("ok", "The model's size is unknown here; vLLM will report what fits when it starts.")
+            return FitReport("ok", say("The model's size is unknown here; vLLM will report what fits when it starts."))
         dtype_bytes = 4 if cfg.dtype == "float32" else 2
         weights = shape.weight_bytes(dtype_bytes) / 1024**3
         per_seq = shape.kv_bytes_per_token(dtype_bytes) * (cfg.max_model_len or shape.max_len) / 1024**3
@@ -112,29 +113,35 @@ class Lab:
             budget = total * cfg.gpu_memory_utilization
             weights_per = weights
             kv_room = budget - weights_per - 1.0  # ~1 GiB for activations and CUDA graphs
-            where = f"{cfg.gpu_memory_utilization:.0%} of {total:.0f} GiB GPU memory"
+            where = say("{fraction:.0%} of {total:.0f} GiB GPU memory", fraction=cfg.gpu_memory_utilization,
+                        total=total)
         else:
             import psutil
 
             total = psutil.virtual_memory().available / 1024**3
             budget = total
             kv_room = cfg.cpu_kvcache_gib
-            where = f"{cfg.cpu_kvcache_gib:g} GiB CPU KV cache ({total:.0f} GiB RAM free)"
+            where = say("{kv:g} GiB CPU KV cache ({total:.0f} GiB RAM free)", kv=cfg.cpu_kvcache_gib, total=total)
             if weights + kv_room + 1 > total:
-                return FitReport("error", f"Weights ({weights:.1f} GiB) plus the KV cache ({kv_room:g} GiB) exceed the "
-                                 f"{total:.0f} GiB of free RAM: lower the KV cache size or pick a smaller model.",
+                return FitReport("error", say("Weights ({weights:.1f} GiB) plus the KV cache ({kv:g} GiB) exceed the "
+                                              "{total:.0f} GiB of free RAM: lower the KV cache size or pick a smaller "
+                                              "model.", weights=weights, kv=kv_room, total=total),
                                  weights, per_seq, total)
         if kv_room <= 0:
-            return FitReport("error", f"The weights alone ({weights:.1f} GiB) do not fit in {where}: raise "
-                             "gpu-memory-utilization, use more GPUs, or pick a smaller model.", weights, per_seq, budget)
+            return FitReport("error", say("The weights alone ({weights:.1f} GiB) do not fit in {where}: raise "
+                                          "gpu-memory-utilization, use more GPUs, or pick a smaller model.",
+                                          weights=weights, where=where), weights, per_seq, budget)
         seqs = kv_room / per_seq if per_seq else float("inf")
         if seqs < 1:
-            return FitReport("error", f"One full {cfg.max_model_len}-token sequence needs {per_seq:.2f} GiB of KV cache "
-                             f"but only {kv_room:.2f} GiB is left in {where}: lower max-model-len or give vLLM more memory.",
+            return FitReport("error", say("One full {max_len}-token sequence needs {per_seq:.2f} GiB of KV cache "
+                                          "but only {kv:.2f} GiB is left in {where}: lower max-model-len or give vLLM "
+                                          "more memory.", max_len=cfg.max_model_len, per_seq=per_seq, kv=kv_room,
+                                          where=where),
                              weights, per_seq, budget)
         level = "warn" if seqs < 4 else "ok"
-        return FitReport(level, f"Weights {weights:.1f} GiB; KV cache room for about {seqs:,.0f} full "
-                         f"{cfg.max_model_len}-token sequences in {where}.", weights, per_seq, budget)
+        return FitReport(level, say("Weights {weights:.1f} GiB; KV cache room for about {seqs:,.0f} full "
+                                    "{max_len}-token sequences in {where}.", weights=weights, seqs=seqs,
+                                    max_len=cfg.max_model_len, where=where), weights, per_seq, budget)
 
     # -- server -------------------------------------------------------------------------------
     @presenter_only
@@ -152,7 +159,8 @@ class Lab:
 
     def _start(self, cfg: ServerConfig, spec: models.ModelSpec | None) -> None:
         if self.device == "cuda" and self._worker_pids():
-            raise ServerBusy("The naive baseline still holds the GPU: wait for it to finish or cancel it, then start vLLM.")
+            raise ServerBusy(say("The naive baseline still holds the GPU: wait for it to finish or cancel it, then "
+                                 "start vLLM."))
         self.server.start(cfg, model_max_len=spec.max_len if spec else None, known_flags=self._flags)
 
     def leftovers(self) -> str | None:
@@ -195,22 +203,22 @@ class Lab:
     def run_sweep(self, spec, levels: list[int]) -> Job:
         target = Target.of(self.server)
         spec = target.aim(spec)
-        return self.jobs.submit("sweep", f"sweep {levels[0]}…{levels[-1]}",
+        return self.jobs.submit("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]),
                                 lambda job: self._runner(job).sweep(spec, levels, target))
 
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
         check_tuning(configs, spec, known_flags=self._flags)
-        return self.jobs.submit("tuning", "tuning comparison",
+        return self.jobs.submit("tuning", say("tuning comparison"),
                                 lambda job: self._runner(job).tuning(self.server, configs, spec))
 
     @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
-            raise ServerBusy("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
-                             "then start vLLM again (the lab's order).")
+            raise ServerBusy(say("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
+                                 "then start vLLM again (the lab's order)."))
 
         def work(job: Job) -> RunResult:
             try:
@@ -231,8 +239,8 @@ class Lab:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise LabError(f"'{name}' is not a text file (not UTF-8): pick the JSON file Serving Lab or "
-                           "vllm bench serve wrote.") from None
+            raise LabError(say("'{name}' is not a text file (not UTF-8): pick the JSON file Serving Lab or "
+                               "vllm bench serve wrote.", name=name)) from None
         return self.store.import_text(text, source=f"import:{name}")
 
     @presenter_only
@@ -259,7 +267,7 @@ class Lab:
         cfg = self.server_ready()
         while not presenter and not self.chat_under_load and (job := self.measuring()) is not None:
             if on_wait is not None:
-                on_wait(f"'{job.label}' is measuring: your message is sent the moment it ends.")
+                on_wait(say("'{label}' is measuring: your message is sent the moment it ends.", label=job.label))
             if (stop.wait(0.5) if stop is not None else time.sleep(0.5)):
                 return
         span = [time.time(), None]
@@ -296,7 +304,7 @@ class Lab:
     # -- internals ----------------------------------------------------------------------------
     def _worker_pids(self) -> dict[str, int]:
         """The naive baseline's worker while it lives, for the memory charts (and the GPU's owner)."""
-        return {"naive worker": j.worker_pid for j in self.jobs.active() if j.worker_pid}
+        return {mark("naive worker"): j.worker_pid for j in self.jobs.active() if j.worker_pid}
 
     def _metrics_url(self) -> str | None:
         snap = self.server.snapshot()
@@ -380,7 +388,8 @@ class Lab:
         the last started server's settings with those changes."""
         base = self.server.snapshot().config
         if base is None:
-            raise ServerBusy("Start the server once on the Server page: tuning reuses its model and other settings.")
+            raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
+                                 "settings."))
         cpu = self.device == "cpu"
         return [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": int(mem)} if cpu else
                                                            {"gpu_memory_utilization": mem})) for n, mem in rows]

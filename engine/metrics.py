@@ -3,12 +3,14 @@
 - `METRICS`, the catalogue of a run's summary metrics: each key as `vllm bench serve` writes it in its
   result file (`output_throughput`, `median_ttft_ms`, ...), with the label a chart shows, its unit and
   which way is better. `engine.measure.stats` computes these keys, the figures and the History page
-  read them through `metric_info`.
+  read them through `metric_info`. Labels and units are Messages (English, said again in the viewer's
+  language with `engine.messages.translate` or the UI's `i18n.tr`).
 - `ALIASES`, the one table of other names a value is found under: vLLM's /metrics (Prometheus) names
   across versions, which telemetry parses and the metrics chart reads. Read a value with
   `lookup(mapping, key)`. (A run's own settings have one name each: engine.results.records.Load.)
 
-A leaf: it imports nothing from the rest of engine, so every layer may use it.
+A leaf: it imports nothing from the rest of engine but engine.messages (itself a leaf), so every layer
+may use it.
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -16,28 +18,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from engine.messages import mark, say
+
 
 class Metric(NamedTuple):
-    label: str  # what a chart or a menu shows, e.g. "Median TTFT"
-    unit: str  # "tok/s", "ms", ...; "" when it has none
-    better: str  # "higher" | "lower"
+    label: str  # what a chart or a menu shows, e.g. "Median TTFT" (a Message: translate where shown)
+    unit: str  # "tok/s", "ms", ...; "" when it has none (a Message when it has one)
+    better: str  # "higher" | "lower" (data: compared, never shown as it is)
 
 
 # The latency distributions `vllm bench serve` reports ({stat}_{name}_ms) and how a chart names them.
-DISTRIBUTIONS: dict[str, str] = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E latency"}
-_STATS = {"mean": "Mean", "median": "Median", "p90": "P90", "p95": "P95", "p99": "P99"}
+DISTRIBUTIONS: dict[str, str] = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": mark("E2E latency")}
+_STATS = {"mean": mark("Mean"), "median": mark("Median"), "p90": "P90", "p95": "P95", "p99": "P99"}
+
+# Units, as charts and menus write them.
+_TOK_S, _REQ_S, _S, _MS = mark("tok/s"), mark("req/s"), mark("s"), mark("ms")
 
 # summary key -> Metric, in the order a menu lists them
 METRICS: dict[str, Metric] = {
-    "output_throughput": Metric("Output throughput", "tok/s", "higher"),
-    "total_token_throughput": Metric("Total token throughput", "tok/s", "higher"),
-    "request_throughput": Metric("Request throughput", "req/s", "higher"),
-    "request_goodput": Metric("Goodput", "req/s", "higher"),
-    "duration": Metric("Wall time", "s", "lower"),
-    "mean_latency_s": Metric("Mean latency", "s", "lower"),
-    "total_output_tokens": Metric("Output tokens", "tokens", "higher"),
-    "max_concurrency": Metric("Peak requests in flight", "requests", "higher"),
-    **{f"{stat}_{name}_ms": Metric(f"{stat_label} {label}", "ms", "lower")
+    "output_throughput": Metric(mark("Output throughput"), _TOK_S, "higher"),
+    "total_token_throughput": Metric(mark("Total token throughput"), _TOK_S, "higher"),
+    "request_throughput": Metric(mark("Request throughput"), _REQ_S, "higher"),
+    "request_goodput": Metric(mark("Goodput"), _REQ_S, "higher"),
+    "duration": Metric(mark("Wall time"), _S, "lower"),
+    "mean_latency_s": Metric(mark("Mean latency"), _S, "lower"),
+    "total_output_tokens": Metric(mark("Output tokens"), mark("tokens"), "higher"),
+    "max_concurrency": Metric(mark("Peak requests in flight"), mark("requests"), "higher"),
+    # e.g. "Median TTFT": the statistic, then the distribution's name (a translator may swap them)
+    **{f"{stat}_{name}_ms": Metric(say("{stat} {name}", stat=stat_label, name=label), _MS, "lower")
        for name, label in DISTRIBUTIONS.items() for stat, stat_label in _STATS.items()},
 }
 
@@ -47,7 +55,7 @@ def metric_info(key: str) -> Metric:
     label from its name and a unit from its suffix."""
     if key in METRICS:
         return METRICS[key]
-    unit = "ms" if key.endswith("_ms") else "s" if key.endswith("_s") else ""
+    unit = _MS if key.endswith("_ms") else _S if key.endswith("_s") else ""
     return Metric(key.replace("_", " "), unit, "higher" if "throughput" in key else "lower")
 
 

@@ -18,6 +18,7 @@ from engine.errors import ConfigError, LabError, ServerBusy
 from engine.measure import loadgen
 from engine.measure.progress import Progress
 from engine.measure.spec import LoadSpec, check_max_tokens
+from engine.messages import mark, say
 from engine.observe import hardware
 from engine.results.records import RunResult
 from engine.serving.config import ServerConfig
@@ -42,7 +43,7 @@ class Target:
         snap = server.snapshot()
         cfg = snap.config
         if snap.state != READY or cfg is None:
-            raise ServerBusy("The vLLM server is not running: start it on the Server page first.")
+            raise ServerBusy(say("The vLLM server is not running: start it on the Server page first."))
         return cls(cfg.base_url, cfg.model_name, cfg.api_key, cfg.max_model_len, cfg, snap.kv_cache_tokens,
                    snap.max_concurrency)
 
@@ -51,9 +52,12 @@ class Target:
         """A running OpenAI-compatible server at `url`, serving `model` (default: the first it lists)."""
         names, max_len = server_info(url, api_key)
         model = model or names[0]
+        if model not in names and len(names) > 1:
+            raise ConfigError(say("The server at {url} serves no model named '{model}': pass --model-name {first} "
+                                  "(it serves {names}).", url=url, model=model, first=names[0], names=", ".join(names)))
         if model not in names:
-            raise ConfigError(f"The server at {url} serves no model named '{model}': pass --model-name "
-                              f"{names[0]}" + (f" (it serves {', '.join(names)})." if len(names) > 1 else "."))
+            raise ConfigError(say("The server at {url} serves no model named '{model}': pass --model-name {first}.",
+                                  url=url, model=model, first=names[0]))
         return cls(url, model, api_key, max_len)
 
     def aim(self, spec: LoadSpec) -> LoadSpec:
@@ -85,7 +89,7 @@ def check_url(url: str) -> str:
     except ValueError:
         ok = False
     if not ok:
-        raise ConfigError(f"'{url}' is not a server address: give one like http://127.0.0.1:9000.")
+        raise ConfigError(say("'{url}' is not a server address: give one like http://127.0.0.1:9000.", url=url))
     return url
 
 
@@ -106,13 +110,13 @@ def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | 
             if names:
                 lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]
                 return names, min(lens, default=None)
-            why = "it serves no model"
+            why = say("it serves no model")
     except httpx.HTTPError as e:
         why = str(e) or type(e).__name__
     except (KeyError, TypeError, ValueError) as e:
-        why = f"its /v1/models answer is not OpenAI-style ({type(e).__name__})"
-    raise LabError(f"No OpenAI-compatible server answered at {url} ({why}): check the URL, or leave --url out "
-                   "to let the app start one.")
+        why = say("its /v1/models answer is not OpenAI-style ({kind})", kind=type(e).__name__)
+    raise LabError(say("No OpenAI-compatible server answered at {url} ({why}): check the URL, or leave --url out "
+                       "to let the app start one.", url=url, why=why))
 
 
 def tuning_label(cfg: ServerConfig) -> str:
@@ -124,12 +128,12 @@ def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int
                  known_flags: set[str] | None = None) -> None:
     """Every configuration checked before the first restart: a ConfigError says which one is wrong."""
     if not configs:
-        raise ServerBusy("Pick at least one configuration to compare.")
+        raise ServerBusy(say("Pick at least one configuration to compare."))
     for cfg in configs:
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
         if spec.max_tokens is not None:
             check_max_tokens(spec.max_tokens, cfg.max_model_len or model_max_len,
-                             of="the max-model-len the server starts with", fix="")
+                             of=mark("the max-model-len the server starts with"), fix="")
 
 
 class Runner:
@@ -147,29 +151,29 @@ class Runner:
     def load(self, spec: LoadSpec, target: Target) -> RunResult:
         """One load test."""
         spec = target.aim(spec)
-        self.progress.on_stage("sending requests")
-        self.mark(f"{spec.scenario} start")
+        self.progress.on_stage(say("sending requests"))
+        self.mark(say("{scenario} start", scenario=spec.scenario))
         try:
             result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel)
         finally:
-            self.mark(f"{spec.scenario} end")
+            self.mark(say("{scenario} end", scenario=spec.scenario))
         return self.save(target.stamp(result))
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes."""
         spec = target.aim(replace(spec, scenario="sweep"))
         out: list[RunResult] = []
-        self.mark("sweep start")
+        self.mark(say("sweep start"))
         try:
             for level in levels:
                 if self.cancel.is_set():
                     break
-                self.progress.on_step(len(out), len(levels), f"concurrency {level}")
+                self.progress.on_step(len(out), len(levels), say("concurrency {level}", level=level))
                 out.append(self.save(target.stamp(
                     loadgen.run_level(spec, level, observer=self.progress, cancel=self.cancel, rounds=rounds))))
-            self.progress.on_step(len(out), len(levels), "done")
+            self.progress.on_step(len(out), len(levels), mark("done"))
         finally:
-            self.mark("sweep end")
+            self.mark(say("sweep end"))
         return out
 
     def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
@@ -181,23 +185,24 @@ class Runner:
             if self.cancel.is_set():
                 break
             label = tuning_label(cfg)
-            self.progress.on_step(len(out), len(configs), f"{label}: restarting vLLM")
+            self.progress.on_step(len(out), len(configs), say("{label}: restarting vLLM", label=label))
             server.restart(cfg, model_max_len=model_max_len)
-            server.wait_ready(on_stage=lambda s: self.progress.on_stage(f"{label}: {s.stage}"))
-            self.progress.on_stage(f"{label}: measuring")
+            server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
+                say("{label}: {stage}", label=label, stage=s.stage)))
+            self.progress.on_stage(say("{label}: measuring", label=label))
             out.append(self.load(replace(spec, scenario="tuning", label=label), Target.of(server)))
-        self.progress.on_step(len(out), len(configs), "done")
+        self.progress.on_step(len(out), len(configs), mark("done"))
         return out
 
     def naive(self, spec) -> RunResult:
         """The transformers baseline (spec: engine.measure.naive.NaiveSpec) in its own worker process."""
         from engine.measure import naive
 
-        self.mark("naive start")
+        self.mark(say("naive start"))
         try:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
-            self.mark("naive end (memory returned)")
+            self.mark(say("naive end (memory returned)"))
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         return self.save(result)

@@ -13,6 +13,7 @@ Every page is saved to artifacts/screenshots/<page>.png.
 """
 from __future__ import annotations
 
+import gettext
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from .browser import (
+    ROOT,
     VIEWPORT,
     StreamlitApp,
     button,
@@ -194,6 +196,39 @@ def test_monitor_and_tuning_pages(page, app):
     expect(button(page, "Restart vLLM and compare")).to_be_enabled(timeout=30000)  # the adopted server's config
     expect(page.get_by_text("restarts it with each row")).to_be_visible()  # said before anyone is cut off
     shot(page, "tuning")
+
+
+# -- f. the same pages in Korean --------------------------------------------------------------
+KO_PAGES = [("", "vLLM server"), ("load_test", "Load test"), ("naive_vs_vllm", "Naive vs vLLM"), ("chat", "Chat"),
+            ("monitor", "Monitor"), ("tuning", "Tuning"), ("history", "History")]
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+LATIN_WORD = re.compile(r"\b[A-Za-z]{4,}\b")
+
+
+def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
+    """A viewer whose browser asks for Korean (st.context.locale) gets every page and its charts in Korean,
+    with no traceback; artifacts/screenshots/ko_<page>.png are what a Korean attendee sees. Runs after the
+    English tests, so the pages hold real runs and charts."""
+    ko = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
+    ctx = browser.new_context(viewport=VIEWPORT, locale="ko-KR")
+    pg = ctx.new_page()
+    try:
+        for path, title in KO_PAGES:
+            goto(pg, app, path, title=ko.gettext(title))
+            pg.wait_for_timeout(1500)  # fragments and charts settle
+            name = f"ko_{path or 'server'}"
+            shot(pg, name)
+            text = pg.get_by_test_id("stMain").inner_text()
+            # Mostly Korean: technical names (vLLM, KV cache, TTFT, flags) stay Latin, as Korean engineers write them.
+            assert len(HANGUL.findall(text)) > len(LATIN_WORD.findall(text)), f"{name} reads mostly in English:\n{text[:1500]}"
+        compare_title = ko.gettext("{metric} ({unit})").format(metric=ko.gettext("Output throughput"),
+                                                               unit=ko.gettext("tok/s"))
+        expect(pg.locator(".js-plotly-plot").first).to_contain_text(compare_title, timeout=30000)  # the chart too
+        sidebar = pg.get_by_test_id("stSidebar")
+        sidebar.get_by_role("button", name="English").click()  # this viewer only: the page follows at once
+        pg.get_by_role("heading", name="History").first.wait_for(timeout=30000)
+    finally:
+        ctx.close()
 
 
 # -- e. start and stop from the UI -------------------------------------------------------------

@@ -11,7 +11,9 @@ from babel.messages.pofile import read_po
 ROOT = Path(__file__).resolve().parent.parent
 POT = ROOT / "locales" / "messages.pot"
 KO = ROOT / "locales" / "ko" / "LC_MESSAGES" / "messages.po"
-EXTRACT = ["-F", "babel.cfg", "-k", "_", "-k", "N_", "-k", "ngettext:1,2", "--no-location", "--omit-header"]
+# As `make catalogue` runs it: the UI's _() N_() ngettext() and the engine's say() say_n() mark().
+EXTRACT = ["-F", "babel.cfg", "-k", "_", "-k", "N_", "-k", "ngettext:1,2", "-k", "say", "-k", "say_n:1,2", "-k", "mark",
+           "--no-location", "--omit-header"]
 
 
 def ids(path: Path) -> set[str]:
@@ -20,8 +22,8 @@ def ids(path: Path) -> set[str]:
 
 
 def test_the_catalogue_follows_the_code(tmp_path):
-    """A string wrapped in _() that is missing from locales/ (or one left there after the code dropped
-    it): run `pybabel extract` as in the README's translation section and update the .po."""
+    """A string wrapped in _() (or an engine sentence made with say()) that is missing from locales/, or one
+    left there after the code dropped it: run `make catalogue` and translate what it added."""
     fresh = tmp_path / "messages.pot"
     subprocess.run([sys.executable, "-m", "babel.messages.frontend", "extract", *EXTRACT, "-o", str(fresh), "."],
                    cwd=ROOT, check=True, capture_output=True)

@@ -1,6 +1,7 @@
 """The project's layering rules (docs/architecture.md), checked on every run: engine/ is plain Python; the
 UI layer (app.py, ui.py, the page files) never talks to a subprocess, socket or database itself, and
-reaches the engine only through the Lab facade (engine.lab: Lab, LabError) and the figures."""
+reaches the engine only through the Lab facade (engine.lab: Lab, LabError), the figures and the translations
+of the engine's sentences (engine.messages, for i18n.py)."""
 import ast
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", *sorted((ROOT / "app_pages").glob("*.py"))]
 FORBIDDEN_IN_UI = {"subprocess", "sqlite3", "socket", "httpx", "requests", "aiohttp"}
-ENGINE_FOR_UI = {"engine.lab", "engine.figures"}  # the facade and the charts; nothing else of engine/
+ENGINE_FOR_UI = {"engine.lab", "engine.figures", "engine.messages"}  # the facade, the charts, the sentences' translations
 FROM_LAB = {"Lab", "LabError"}
 LAB_PARTS = {"server", "jobs", "store", "telemetry", "chat_rate"}  # what Lab owns; pages ask Lab itself
 

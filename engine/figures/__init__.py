@@ -8,6 +8,9 @@ also carries a one-sentence caption that tells a viewer what to notice: read it 
     fig = figures.request_timeline(run)
     st.plotly_chart(fig); st.caption(figures.caption(fig))
 
+Every figure function takes `lang` (default "en"): its text, caption included, said in that language
+(the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
+
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
 `compare` (runs side by side), `machine` (memory and /metrics over time), `export` (PNG files). The
 metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports

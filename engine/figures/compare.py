@@ -1,6 +1,6 @@
 """Charts that compare runs: naive vs vLLM latency per request, tuning configs side by side, a
 concurrency sweep, and any summary metric across saved runs (named by the catalogue in
-engine.metrics).
+engine.metrics). Each takes `lang`, the language its text is said in (English by default).
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
+from engine.messages import say, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
 
@@ -51,8 +52,22 @@ def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
         return ""
     s = slow / fast
     if abs(s - 1) < 0.05:
-        return f"{who} about as fast"
-    return f"{who} {s:.1f}× faster" if s > 1 else f"{who} {1 / s:.1f}× slower"
+        return say("{who} about as fast", who=who)
+    return say("{who} {x:.1f}× faster", who=who, x=s) if s > 1 else say("{who} {x:.1f}× slower", who=who, x=1 / s)
+
+
+def _when(t: float, lang: str) -> str:
+    """A run's start under its label: "Nov 30 10:53" in English, the date as `lang` writes it otherwise."""
+    d = datetime.fromtimestamp(t)
+    if lang == "en":
+        return d.strftime("%b %d %H:%M")
+    from babel.core import UnknownLocaleError  # only for another language (the CLI and the docs draw English)
+    from babel.dates import format_skeleton
+
+    try:
+        return f"{format_skeleton('MMMd', d, locale=lang)} {d:%H:%M}"
+    except (UnknownLocaleError, KeyError, ValueError):  # a language babel does not know
+        return d.strftime("%b %d %H:%M")
 
 
 def _color(run: Any, i: int) -> str:
@@ -62,7 +77,7 @@ def _color(run: Any, i: int) -> str:
 # -- step 1-2: naive vs vLLM per request ------------------------------------------------------------
 
 def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
-                 extra_runs: Iterable[RunResult] = ()) -> go.Figure:
+                 extra_runs: Iterable[RunResult] = (), *, lang: str = "en") -> go.Figure:
     """Grouped per-request latency bars: naive vs vLLM (+ e.g. static batching); averages in the
     legend, the speed-up in the title. Either of the two main runs may be None."""
     runs = [r for r in (naive_run, vllm_run, *extra_runs) if r is not None]
@@ -73,43 +88,52 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
     avgs: dict[str, float] = {}
     placeholder = any(is_placeholder(r) for r in runs)
     colors = run_colors(runs)
+    failed = translate(say("failed"), lang)
     for i, run in enumerate(runs):
         recs = measured(run)
         lat = [r.e2e if r.ok else None for r in recs]
         ok = [v for v in lat if v is not None]
         avg = sum(ok) / len(ok) if ok else float("nan")
         avgs[run.kind if run in (naive_run, vllm_run) else run.id] = avg
+        label = esc(run_label(run, lang))
         hover = [
-            f"<b>{esc(run_label(run))}</b><br>{esc(short(r.prompt, 60))}<br>"
-            + (f"latency {r.e2e:.2f} s · {r.output_tokens} tokens"
-               + (f" · {r.output_tokens / r.e2e:.0f} tok/s" if r.e2e else "")
-               if r.ok else f"failed<br>{why_failed(r)}")
+            f"<b>{label}</b><br>{esc(short(r.prompt, 60))}<br>"
+            + (translate(say("latency {latency:.2f} s · {tokens} tokens · {rate:.0f} tok/s", latency=r.e2e,
+                             tokens=r.output_tokens, rate=r.output_tokens / r.e2e) if r.e2e else
+                         say("latency {latency:.2f} s · {tokens} tokens", latency=r.e2e, tokens=r.output_tokens),
+                         lang)
+               if r.ok else f"{failed}<br>{why_failed(r, lang)}")
             for r in recs
         ]
         fig.add_bar(
             x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
-            name=f"{esc(run_label(run))} " + ("(all failed)" if math.isnan(avg) else f"(avg {avg:.1f} s)"),
+            name=translate(say("{run} (all failed)", run=label) if math.isnan(avg) else
+                           say("{run} (avg {avg:.1f} s)", run=label, avg=avg), lang),
             marker_color=colors[i],
-            text=[f"{v:.1f}" if v is not None else "failed" for v in lat] if n_bars <= 30 else None,
+            text=[f"{v:.1f}" if v is not None else failed for v in lat] if n_bars <= 30 else None,
             textposition="outside", textfont=dict(size=BASE_SIZE - 2),
             hovertext=hover, hoverinfo="text", cliponaxis=False,
         )
-    fig.update_layout(barmode="group", xaxis_title="Request", yaxis=dict(title="Latency (s)", rangemode="tozero"),
+    fig.update_layout(barmode="group", xaxis_title=translate(say("Request"), lang),
+                      yaxis=dict(title=translate(say("Latency (s)"), lang), rangemode="tozero"),
                       xaxis=dict(type="category", categoryorder="array",
                                  categoryarray=[xcat[i] for i in indices]))
     na = avgs.get("naive") if naive_run is not None else None
     va = avgs.get("vllm") if vllm_run is not None else None
     if na and va and not (math.isnan(na) or math.isnan(va)):
-        title = f"Latency per request: {_speedup_phrase(na, va)}"
-        cap = (f"Each group of bars is the same prompt: vLLM answers in {va:.1f} s on average, the "
-               f"naive transformers loop in {na:.1f} s, a {na / va:.1f}× speed-up from the engine "
-               f"alone, before any batching.")
+        title = say("Latency per request: {speedup}", speedup=_speedup_phrase(na, va))
+        cap = say("Each group of bars is the same prompt: vLLM answers in {vllm:.1f} s on average, the "
+                  "naive transformers loop in {naive:.1f} s, a {speedup:.1f}× speed-up from the engine "
+                  "alone, before any batching.", vllm=va, naive=na, speedup=na / va)
     else:
-        title = "Latency per request"
-        said = [f"{run_label(run)} " + ("failed on every request (hover a 'failed' label for why)" if math.isnan(avg)
-                                     else f"averages {avg:.1f} s") for run, avg in zip(runs, avgs.values())]
-        cap = f"Each bar is one request; {'; '.join(said)}." if runs else "No runs to show yet."
-    return finish(fig, title, cap, placeholder=placeholder, height=520)
+        title = say("Latency per request")
+        said = []
+        for run, avg in zip(runs, avgs.values()):
+            who = run_label(run, lang)
+            said.append(translate(say("{run} failed on every request (hover a 'failed' label for why)", run=who)
+                                  if math.isnan(avg) else say("{run} averages {avg:.1f} s", run=who, avg=avg), lang))
+        cap = say("Each bar is one request; {runs}.", runs="; ".join(said)) if runs else say("No runs to show yet.")
+    return finish(fig, title, cap, placeholder=placeholder, height=520, lang=lang)
 
 
 # -- step 4: tuning ---------------------------------------------------------------------------------
@@ -118,10 +142,10 @@ def _kv_label(run: RunResult) -> str:
     kv = run.extra.kv_cache_tokens
     if not kv:
         return ""
-    return f"KV cache {kv / 1e6:.2f} M tok" if kv >= 1e6 else f"KV cache {kv / 1e3:.0f} k tok"
+    return say("KV cache {m:.2f} M tok", m=kv / 1e6) if kv >= 1e6 else say("KV cache {k:.0f} k tok", k=kv / 1e3)
 
 
-def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
+def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     """Two panels side by side: output throughput (tok/s) and wall time per config, values on the
     bars, KV-cache capacity under each label when known."""
     runs = list(runs)
@@ -129,8 +153,8 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
                    if len({str(getattr(r.load, k)) for r in runs}) > 1]
     cats = []
     for run in runs:
-        lab = wrap(esc(run_label(run)), 20)
-        notes = [_kv_label(run)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
+        lab = wrap(esc(run_label(run, lang)), 20)
+        notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None]
         notes = [x for x in notes if x]
         if notes:
@@ -146,36 +170,42 @@ def tuning_compare(runs: Sequence[RunResult]) -> go.Figure:
     wall = [float(run.duration) for run in runs]
     colors = run_colors(runs)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=("Throughput (higher is better)", "Wall time (lower is better)"))
+                        subplot_titles=(translate(say("Throughput (higher is better)"), lang),
+                                        translate(say("Wall time (lower is better)"), lang)))
     fig.add_bar(x=cats, y=tput, marker_color=colors, text=[f"<b>{v:,.0f}</b>" for v in tput],
-                textposition="outside", cliponaxis=False, showlegend=False, name="throughput",
+                textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
     fig.add_bar(x=cats, y=wall, marker_color=colors, text=[f"<b>{v:.1f} s</b>" for v in wall],
-                textposition="outside", cliponaxis=False, showlegend=False, name="wall time",
+                textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("wall time"), lang),
                 hovertemplate="%{y:.2f} s<extra></extra>", row=1, col=2)
-    fig.update_yaxes(title_text="Output tokens / s", range=[0, max(tput or [1]) * 1.2 or 1], row=1, col=1)
-    fig.update_yaxes(title_text="Wall time (s)", range=[0, max(wall or [1]) * 1.2 or 1], row=1, col=2)
+    fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), range=[0, max(tput or [1]) * 1.2 or 1],
+                     row=1, col=1)
+    fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang), range=[0, max(wall or [1]) * 1.2 or 1],
+                     row=1, col=2)
     fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category")
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
     if len(runs) >= 2 and tput[0]:
-        parts = [f"{run_label(r)} {(v / tput[0] - 1) * 100:+.0f}%" for r, v in zip(runs[1:], tput[1:])]
-        cap = f"Throughput compared with {run_label(runs[0])}: " + ", ".join(parts) + "."
+        parts = [f"{run_label(r, lang)} {(v / tput[0] - 1) * 100:+.0f}%" for r, v in zip(runs[1:], tput[1:])]
+        cap = [say("Throughput compared with {run}: {changes}.", run=run_label(runs[0], lang),
+                   changes=", ".join(parts))]
     elif runs:
-        cap = f"{run_label(runs[0])}: {tput[0]:,.0f} tok/s, {wall[0]:.1f} s wall time."
+        cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=run_label(runs[0], lang), tput=tput[0],
+                   wall=wall[0])]
     else:
-        cap = "No runs to compare yet."
+        cap = [say("No runs to compare yet.")]
     differ = []
-    for key in ("max_tokens", "concurrency"):
+    for key in ("max_tokens", "concurrency"):  # setting names: data, not words
         vals = {str(getattr(r.load, key)) for r in runs if getattr(r.load, key) is not None}
         if len(vals) > 1:
             differ.append(f"{key} ({' vs '.join(sorted(vals))})")
     nreq = {len(r.measured) for r in runs}
     if len(nreq) > 1:
-        differ.append(f"request count ({' vs '.join(map(str, sorted(nreq)))})")
+        differ.append(translate(say("request count ({counts})", counts=" vs ".join(map(str, sorted(nreq)))), lang))
     if differ:
-        cap += " Careful: the runs also differ in " + ", ".join(differ) + ", not only in the server config."
-    return finish(fig, "Tuning: throughput and wall time per config", cap, height=540)
+        cap.append(say("Careful: the runs also differ in {what}, not only in the server config.",
+                       what=", ".join(differ)))
+    return finish(fig, say("Tuning: throughput and wall time per config"), cap, height=540, lang=lang)
 
 
 # -- sweeps -----------------------------------------------------------------------------------------
@@ -196,7 +226,7 @@ def _label_sides(ys: Sequence[float | None]) -> list[str]:
     return out
 
 
-def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
+def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
     into lines by run.extra.series (default: run.scenario)."""
     groups: dict[str, list[tuple[float, RunResult]]] = {}
@@ -206,7 +236,10 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
             continue
         groups.setdefault(run.extra.series or run.scenario, []).append((c, run))
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
-                        subplot_titles=("Throughput (higher is better)", "Median TTFT (lower is better)"))
+                        subplot_titles=(translate(say("Throughput (higher is better)"), lang),
+                                        translate(say("Median TTFT (lower is better)"), lang)))
+    at_tok_s = translate(say("concurrency {x}: {y} tok/s", x="%{x:.0f}", y="%{y:,.0f}"), lang)
+    at_ms = translate(say("concurrency {x}: {y} ms", x="%{x:.0f}", y="%{y:,.0f}"), lang)
     allc: list[float] = []
     first_last = None
     for i, (name, pts) in enumerate(groups.items()):
@@ -220,30 +253,32 @@ def sweep_chart(runs: Sequence[RunResult]) -> go.Figure:
         common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
                       marker=dict(size=11, color=color),
                       textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
-        fig.add_scatter(x=cs, y=tp, name=esc(name), showlegend=show, text=[_fmt_num(v) for v in tp],
-                        hovertemplate="concurrency %{x:.0f}: %{y:,.0f} tok/s<extra>" + esc(name) + "</extra>",
+        shown = esc(translate(name, lang))
+        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[_fmt_num(v) for v in tp],
+                        hovertemplate=at_tok_s + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(tp), row=1, col=1, **common)
-        fig.add_scatter(x=cs, y=ttft, name=esc(name), showlegend=False, text=[_fmt_num(v) for v in ttft],
-                        hovertemplate="concurrency %{x:.0f}: %{y:,.0f} ms<extra>" + esc(name) + "</extra>",
+        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[_fmt_num(v) for v in ttft],
+                        hovertemplate=at_ms + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
             first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
-    xaxis = dict(title_text="Concurrent requests")
+    xaxis = dict(title_text=translate(say("Concurrent requests"), lang))
     if allc and min(allc) > 0 and max(allc) / min(allc) >= 8:
         ticks = sorted(set(allc))
         xaxis.update(type="log", tickvals=ticks, ticktext=[f"{c:g}" for c in ticks])
     fig.update_xaxes(**xaxis)
-    fig.update_yaxes(title_text="Output tokens / s", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text="Median TTFT (ms)", rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=translate(say("Median TTFT (ms)"), lang), rangemode="tozero", row=1, col=2)
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     if first_last and None not in first_last:
         c0, c1, t0, t1, f0, f1 = first_last
-        cap = (f"From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
-               f"{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
-               f"{f1:,.0f} ms: more users per GPU, each waiting a little longer.")
+        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
+                  "{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
+                  "{f1:,.0f} ms: more users per GPU, each waiting a little longer.",
+                  c0=c0, c1=c1, t0=t0, t1=t1, f0=f0, f1=f1)
     else:
-        cap = "Throughput and median time to first token for each concurrency level."
-    return finish(fig, "Concurrency sweep", cap, height=520)
+        cap = say("Throughput and median time to first token for each concurrency level.")
+    return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
 
 
 # -- history ----------------------------------------------------------------------------------------
@@ -255,18 +290,19 @@ def _metric_value(run: Any, metric: str) -> float | None:
     return None if v is None else float(v)
 
 
-def history_compare(runs: Sequence[Any], metric: str = "output_throughput") -> go.Figure:
+def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, lang: str = "en") -> go.Figure:
     """One bar per saved run for one summary metric (see METRICS); accepts RunResult or store rows."""
-    name, unit, better = metric_info(metric)
+    label, unit, better = metric_info(metric)
+    name, unit_shown = translate(label, lang), translate(unit, lang)
     pts = [(r, _metric_value(r, metric)) for r in runs]
     have = [(r, v) for r, v in pts if v is not None and not math.isnan(v)]
     missing = len(pts) - len(have)
     # the start time under each label keeps runs with the same label apart
     cats = []
     for r, _ in have:
-        lab = wrap(esc(run_label(r)), 18)
+        lab = wrap(esc(run_label(r, lang)), 18)
         if getattr(r, "started_at", 0):
-            when = datetime.fromtimestamp(r.started_at).strftime("%b %d %H:%M")
+            when = _when(r.started_at, lang)
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
         cats.append(lab)
     vals = [v for _, v in have]
@@ -274,18 +310,21 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput") -> g
     fig = go.Figure(go.Bar(
         x=cats, y=vals, marker_color=colors, text=[f"<b>{_fmt_num(v)}</b>" for v in vals],
         textposition="outside", cliponaxis=False, showlegend=False, name=name,
-        hovertemplate="%{y:,.2f} " + unit + "<extra></extra>",
+        hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
     fig.update_layout(
         xaxis=dict(type="category", tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
-        yaxis=dict(title=f"{name} ({unit})" if unit else name, range=[0, (max(vals) if vals else 1) * 1.18]),
+        yaxis=dict(title=translate(say("{metric} ({unit})", metric=label, unit=unit), lang) if unit else name,
+                   range=[0, (max(vals) if vals else 1) * 1.18]),
         bargap=0.35,
     )
     if have:
         best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
-        cap = (f"{run_label(best_r)} is best at {_fmt_num(best_v)} {unit} ({better} is better).")
+        best = dict(run=run_label(best_r, lang), value=_fmt_num(best_v), unit=unit)
+        cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
+               say("{run} is best at {value} {unit} (lower is better).", **best)]
     else:
-        cap = f"No saved run has {name} yet."
+        cap = [say("No saved run has {metric} yet.", metric=label)]
     if missing:
-        cap += f" {missing} run(s) without this metric are left out."
-    return finish(fig, f"{name} by run", cap, height=520)
+        cap.append(say("{count} run(s) without this metric are left out.", count=missing))
+    return finish(fig, say("{metric} by run", metric=label), cap, height=520, lang=lang)

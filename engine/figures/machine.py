@@ -1,12 +1,14 @@
 """Charts of the machine and the server over time: memory per device (GPU, RAM, the server's
 processes) and vLLM's /metrics (requests running and waiting, KV-cache usage, generation speed),
-both with labelled event markers (server started, run began, ...).
+both with labelled event markers (server started, run began, ...). Each takes `lang`, the language its
+text (and the events' and series' names the engine marked as phrases) is said in (English by default).
 See docs/architecture.md.
 """
 from __future__ import annotations
 
 import copy
 import functools
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, BLUE, CONFIG_PALETTE, GREEN, PURPLE, VERMILLION, esc, finish
+from engine.messages import mark, say, translate
 from engine.metrics import lookup
 
 # The Monitor redraws these two charts every 2 s while a benchmark runs, so they are built as plain
@@ -25,6 +28,27 @@ from engine.metrics import lookup
 # Plot-area width the event labels are laid out for: a chart beside the sidebar on a 1400 px screen
 # (narrower than a projector's, so labels that fit here fit there).
 PLOT_PX = 820
+
+MEMORY_TITLE = mark("Memory over time")
+MEMORY = mark("memory")  # the series of a sample that names none
+
+
+def _width(text: str) -> int:
+    """How many Latin letters wide `text` is drawn: a CJK character (Korean) takes about two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _clip(text: str, width: int) -> str:
+    """`text` cut to at most `width` Latin letters wide, with an ellipsis when cut."""
+    if _width(text) <= width:
+        return text
+    out, used = "", 0
+    for c in text:
+        used += _width(c)
+        if used > width - 1:
+            break
+        out += c
+    return out + "…"
 
 
 def _rel_times(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()) -> float:
@@ -63,10 +87,11 @@ def _ref(kind: str, row: int) -> str:
 
 
 def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tuple[float, float],
-                 rows: int = 1, level_step: float = 0.1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                 rows: int = 1, level_step: float = 0.1,
+                 lang: str = "en") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one:
-    (shapes, annotations). Labels are placed greedily on up to 4 levels so that none overlaps
-    another; a label near the right edge is drawn to the left of its line, and one with no free
+    (shapes, annotations). Labels (said in `lang`) are placed greedily on up to 4 levels so that none
+    overlaps another; a label near the right edge is drawn to the left of its line, and one with no free
     level is left out (its line stays) rather than printed over its neighbours."""
     evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
     placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
@@ -76,10 +101,8 @@ def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tu
     notes: list[dict[str, Any]] = []
     for e in evs:
         t = float(e["t"]) - offset
-        label = str(e.get("label", ""))
-        if len(label) > 42:
-            label = label[:41] + "…"
-        width = (len(label) * 8.5 + 14) / PLOT_PX * span  # label width in x units
+        label = _clip(translate(e.get("label", ""), lang), 42)
+        width = (_width(label) * 8.5 + 14) / PLOT_PX * span  # label width in x units
         right = t + width > hi
         a, b = (t - width, t) if right else (t, t + width)
         lvl = next((k for k, spans in enumerate(placed) if all(a >= y or b <= x for x, y in spans)), None)
@@ -96,7 +119,7 @@ def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tu
 
 
 def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (),
-                 title: str = "Memory over time") -> go.Figure:
+                 title: str = MEMORY_TITLE, *, lang: str = "en") -> go.Figure:
     """Memory used over time, one panel per series ({t, used_gb, total_gb, series|label}: e.g. GPU 0
     and CPU RAM, whose scales differ), each with its capacity as a dashed line when the use comes
     near it, and labelled vertical event markers ({t, label}). Times may be seconds from any start
@@ -104,15 +127,18 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
     offset = _rel_times(samples, events)
     series: dict[str, list[Mapping[str, Any]]] = {}
     for s in samples:
-        series.setdefault(str(s.get("series") or s.get("label") or "memory"), []).append(s)
-    names = list(series) or ["memory"]
+        key = s.get("series") or s.get("label") or MEMORY
+        series.setdefault(key if isinstance(key, str) else str(key), []).append(s)
+    names = list(series) or [MEMORY]
+    shown = {name: translate(name, lang) for name in names}  # a series the engine named with a phrase, said in lang
     nrows = len(names)
     titles = []
     for name in names:
         totals = [p.get("total_gb") for p in series.get(name, []) if p.get("total_gb")]
-        titles.append(f"{name}" + (f" ({float(totals[-1]):,.0f} GB in all)" if totals else ""))
+        titles.append(translate(say("{series} ({total:,.0f} GB in all)", series=shown[name], total=float(totals[-1])),
+                                lang) if totals else shown[name])
     layout = _panels(titles if nrows > 1 else [""], 0.14 if nrows > 1 else 0.02)
-    layout[_axis("x", nrows)]["title"] = {"text": "Time (s)"}
+    layout[_axis("x", nrows)]["title"] = {"text": translate(say("Time (s)"), lang)}
     traces: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = list(layout.pop("annotations", []))
     peaks = []
@@ -127,10 +153,11 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
         where = dict(xaxis=_ref("x", row), yaxis=_ref("y", row))
         xs = [round(float(p["t"]) - offset, 2) for p in pts]
         ys = [round(float(p.get("used_gb") or 0.0), 3) for p in pts]
-        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", name=f"{name} used",
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines",
+                           name=translate(say("{series} used", series=shown[name]), lang),
                            line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=_rgba(color, 0.12),
-                           showlegend=False, hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + esc(name) + "</extra>",
-                           **where))
+                           showlegend=False,
+                           hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>", **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
         peak = max(ys)
         top = peak * 1.35 or 1.0
@@ -139,27 +166,33 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
             if peak >= 0.25 * tot:  # capacity line only where it tells something
                 top = tot * 1.35
                 traces.append(dict(type="scatter", x=[min(all_t), max(all_t)], y=[tot, tot], mode="lines",
-                                   name=f"{name} capacity", line=dict(color=color, width=1.5, dash="dash"),
+                                   name=translate(say("{series} capacity", series=shown[name]), lang),
+                                   line=dict(color=color, width=1.5, dash="dash"),
                                    hoverinfo="skip", showlegend=False, **where))
-                notes.append(dict(x=min(all_t), y=tot, xshift=10, yshift=2, text=f"capacity {tot:,.0f} GB",
+                notes.append(dict(x=min(all_t), y=tot, xshift=10, yshift=2,
+                                  text=translate(say("capacity {total:,.0f} GB", total=tot), lang),
                                   showarrow=False, xanchor="left", yanchor="bottom", xref=where["xaxis"],
                                   yref=where["yaxis"], font=dict(color=color, size=BASE_SIZE - 3)))
-        ytitle = f"{names[0]} used (GB)" if nrows == 1 else "Used (GB)"
-        layout[_axis("y", row)].update(title={"text": ytitle}, range=[0, top])
+        ytitle = say("{series} used (GB)", series=shown[names[0]]) if nrows == 1 else say("Used (GB)")
+        layout[_axis("y", row)].update(title={"text": translate(ytitle, lang)}, range=[0, top])
         peaks.append((name, peak, totals[-1] if totals else None))
-    shapes, marks = _event_marks(events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows)
+    shapes, marks = _event_marks(events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows,
+                                 lang=lang)
     if all_t:
         x_range = [min(all_t), max(all_t) + 0.01 * ((max(all_t) - min(all_t)) or 1.0)]
         for row in range(1, nrows + 1):
             layout[_axis("x", row)]["range"] = x_range
     layout.update(shapes=shapes, annotations=notes + marks)
     if peaks:
-        parts = [f"{n} peaks at {p:.1f} GB" + (f" of {t:,.0f} GB" if t else "") for n, p, t in peaks]
-        cap = "; ".join(parts) + ". Dotted lines mark what the server was doing at that moment."
+        parts = [translate(say("{series} peaks at {peak:.1f} GB of {total:,.0f} GB", series=shown[n], peak=p, total=t)
+                           if t else say("{series} peaks at {peak:.1f} GB", series=shown[n], peak=p), lang)
+                 for n, p, t in peaks]
+        cap = [say("{peaks}.", peaks="; ".join(parts)),
+               say("Dotted lines mark what the server was doing at that moment.")]
     else:
-        cap = "No memory samples yet."
+        cap = [say("No memory samples yet.")]
     fig = go.Figure(dict(data=traces, layout=layout))
-    return finish(fig, title, cap, height=300 + 230 * nrows if nrows > 1 else 480)
+    return finish(fig, title, cap, height=300 + 230 * nrows if nrows > 1 else 480, lang=lang)
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -173,7 +206,8 @@ def _value(sample: Mapping[str, Any], key: str) -> float | None:
     return None if v is None else float(v)
 
 
-def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()) -> go.Figure:
+def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (), *,
+                  lang: str = "en") -> go.Figure:
     """vLLM /metrics over time, three stacked panels sharing the time axis: requests running and
     waiting, KV-cache usage (%), generation tokens/s (from a rate or the generation_tokens_total
     counter). Samples are dicts with a "t" and any of the usual metric names."""
@@ -197,30 +231,32 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
     tok = [None if v is None else round(v, 1) for v in tok]
-    layout = _panels(("Requests in the server", "KV-cache usage", "Generation speed"), 0.1)
+    layout = _panels([translate(m, lang) for m in (say("Requests in the server"), say("KV-cache usage"),
+                                                    say("Generation speed"))], 0.1)
     line = dict(width=3, shape="hv")
+    at = dict(x="%{x:.0f}", y="%{y:.0f}")  # plotly's placeholders, kept out of the templates
     traces = [
-        dict(x=t, y=run, name="running", line=dict(color=BLUE, **line), xaxis="x", yaxis="y",
-             hovertemplate="%{x:.0f} s: %{y:.0f} running<extra></extra>"),
-        dict(x=t, y=wait, name="waiting", line=dict(color=VERMILLION, dash="dash", **line), xaxis="x", yaxis="y",
-             hovertemplate="%{x:.0f} s: %{y:.0f} waiting<extra></extra>"),
-        dict(x=t, y=kv, name="KV cache used", line=dict(color=PURPLE, width=3), fill="tozeroy",
+        dict(x=t, y=run, name=translate(say("running"), lang), line=dict(color=BLUE, **line), xaxis="x", yaxis="y",
+             hovertemplate=translate(say("{x} s: {y} running", **at), lang) + "<extra></extra>"),
+        dict(x=t, y=wait, name=translate(say("waiting"), lang), line=dict(color=VERMILLION, dash="dash", **line),
+             xaxis="x", yaxis="y", hovertemplate=translate(say("{x} s: {y} waiting", **at), lang) + "<extra></extra>"),
+        dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3), fill="tozeroy",
              fillcolor="rgba(204,121,167,0.2)", showlegend=False, xaxis="x2", yaxis="y2",
              hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>"),
-        dict(x=t, y=tok, name="generation tok/s", line=dict(color=GREEN, width=3), showlegend=False,
-             xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
+        dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
+             showlegend=False, xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
     ]
     for tr in traces:
         tr.update(type="scatter", mode="lines")
-    layout["yaxis"].update(title={"text": "Requests"}, rangemode="tozero")
-    layout["yaxis2"].update(title={"text": "Used (%)"}, range=[0, 105])
-    layout["yaxis3"].update(title={"text": "Tokens / s"}, rangemode="tozero")
-    layout["xaxis3"]["title"] = {"text": "Time (s)"}
+    layout["yaxis"].update(title={"text": translate(say("Requests"), lang)}, rangemode="tozero")
+    layout["yaxis2"].update(title={"text": translate(say("Used (%)"), lang)}, range=[0, 105])
+    layout["yaxis3"].update(title={"text": translate(say("Tokens / s"), lang)}, rangemode="tozero")
+    layout["xaxis3"]["title"] = {"text": translate(say("Time (s)"), lang)}
     layout["legend"] = dict(x=1, xanchor="right", y=1.0, yanchor="bottom")
     if t:
         ev_t = [float(e["t"]) - offset for e in events if e.get("t") is not None]
         lo, hi = min(t + ev_t), max(t + ev_t)
-        shapes, marks = _event_marks(events, offset, (lo, hi), rows=3, level_step=0.16)  # a short top panel
+        shapes, marks = _event_marks(events, offset, (lo, hi), rows=3, level_step=0.16, lang=lang)  # short top panel
         layout.update(shapes=shapes, annotations=layout["annotations"] + marks)
         for row in (1, 2, 3):  # the range the labels were laid out for
             layout[_axis("x", row)]["range"] = [lo, hi + 0.01 * ((hi - lo) or 1.0)]
@@ -228,13 +264,17 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)
     if peak_run or peak_wait:
-        cap = f"Up to {peak_run:.0f} requests decoded together"
-        cap += f" and {peak_wait:.0f} queued waiting for a slot" if peak_wait else " with none left waiting"
+        busy = (say("Up to {running:.0f} requests decoded together and {waiting:.0f} queued waiting for a slot",
+                    running=peak_run, waiting=peak_wait) if peak_wait else
+                say("Up to {running:.0f} requests decoded together with none left waiting", running=peak_run))
     else:
-        cap = "No requests reached the server in this window"
-    if peak_kv is not None:
-        cap += f"; the KV cache peaked at {peak_kv:.0f}% full" + (
-            ", so memory, not compute, limits the batch." if peak_kv >= 90 else ".")
+        busy = say("No requests reached the server in this window")
+    # the percentage comes formatted ("93%"): a "%" before a letter in a template reads as a %-format to gettext
+    if peak_kv is None:
+        cap = say("{requests}.", requests=busy)
+    elif peak_kv >= 90:
+        cap = say("{requests}; the KV cache peaked at {percent} full, so memory, not compute, limits the batch.",
+                  requests=busy, percent=f"{peak_kv:.0f}%")
     else:
-        cap += "."
-    return finish(go.Figure(dict(data=traces, layout=layout)), "vLLM server metrics", cap, height=720)
+        cap = say("{requests}; the KV cache peaked at {percent} full.", requests=busy, percent=f"{peak_kv:.0f}%")
+    return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), cap, height=720, lang=lang)

@@ -1,6 +1,6 @@
 """Charts of the requests inside one run: per-request latency bars of a concurrent run, the request
 timeline (continuous batching made visible), tokens over time of one streamed request, and output
-tokens per second over a run.
+tokens per second over a run. Each takes `lang`, the language its text is said in (English by default).
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ from engine.figures.theme import (
     why_failed,
 )
 from engine.measure import stats
+from engine.messages import say, translate
 from engine.results.records import RequestRecord, RunResult
 
 
@@ -45,7 +46,7 @@ def _fmt_s(x: float) -> str:
 
 # -- step 3: concurrent requests --------------------------------------------------------------------
 
-def concurrent_latency_bars(run: RunResult) -> go.Figure:
+def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
     """Horizontal per-request latency bars, labelled with each prompt's first 30 characters, and a
     dashed line at the run's wall time (the layout's first shape, x = run.duration)."""
     recs = measured(run)
@@ -54,13 +55,17 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
     labels = [f"#{k + 1}  {esc(short(r.prompt, 30))}" for k, r in enumerate(recs)]
     lat = [r.e2e if r.e2e is not None else 0.0 for r in recs]
     colors = [DECODE_COLOR if r.ok else FAILED_COLOR for r in recs]
-    text = [f"{v:.1f} s · {r.output_tokens} tok" if r.ok else "failed" for v, r in zip(lat, recs)]
+    failed = translate(say("failed"), lang)
+    text = [translate(say("{latency:.1f} s · {tokens} tok", latency=v, tokens=r.output_tokens), lang)
+            if r.ok else failed for v, r in zip(lat, recs)]
     hover = [f"<b>{esc(r.prompt)}</b><br>" + (
-        f"latency {r.e2e:.2f} s · first token after {_fmt_s(r.ttft or 0)} · {r.output_tokens} tokens"
-        if r.ok else f"failed<br>{why_failed(r)}") + preview(r, placeholder)
+        translate(say("latency {latency:.2f} s · first token after {ttft} · {tokens} tokens",
+                      latency=r.e2e, ttft=_fmt_s(r.ttft or 0), tokens=r.output_tokens), lang)
+        if r.ok else f"{failed}<br>{why_failed(r, lang)}") + preview(r, placeholder, lang=lang)
         for r in recs]
     fig = go.Figure(go.Bar(
-        y=labels, x=lat, orientation="h", marker_color=colors, name="Latency", showlegend=False,
+        y=labels, x=lat, orientation="h", marker_color=colors, name=translate(say("Latency"), lang),
+        showlegend=False,
         text=text, textposition="auto", insidetextanchor="end", textangle=0,
         insidetextfont=dict(size=BASE_SIZE - 2, color="white"),
         outsidetextfont=dict(size=BASE_SIZE - 2, color=INK), cliponaxis=False,
@@ -71,36 +76,41 @@ def concurrent_latency_bars(run: RunResult) -> go.Figure:
     serial = sum(ok)
     avg = serial / len(ok) if ok else 0.0
     fig.add_vline(x=wall, line=dict(color=BLACK, dash="dash", width=2.5),
-                  annotation=dict(text=f"wall time {wall:.1f} s", font=dict(size=BASE_SIZE - 1),
+                  annotation=dict(text=translate(say("wall time {wall:.1f} s", wall=wall), lang),
+                                  font=dict(size=BASE_SIZE - 1),
                                   yanchor="bottom", xanchor="right"),
                   annotation_position="top right")
     xmax = max([wall, *lat]) if lat else wall
     fig.update_layout(
-        xaxis=dict(title="Latency (s)", showgrid=True, range=[0, xmax * 1.12 if xmax else 1]),
+        xaxis=dict(title=translate(say("Latency (s)"), lang), showgrid=True, range=[0, xmax * 1.12 if xmax else 1]),
         yaxis=dict(showgrid=False, autorange="reversed", type="category", categoryorder="array",
                    categoryarray=labels, tickfont=dict(size=BASE_SIZE - 2)),
         bargap=0.3, margin=dict(t=120),
     )
     nfail = sum(1 for r in recs if not r.ok)
     if nfail == n:  # nothing was answered: no batching to show, only that and why
-        title = f"{n} requests at once: all {n} failed"
-        cap = "No request was answered; each grey bar ends when it failed (hover a bar for why)."
+        title = say("{count} requests at once: all {count} failed", count=n)
+        cap = [say("No request was answered; each grey bar ends when it failed (hover a bar for why).")]
+    elif nfail:
+        title = say("{count} requests at once: {done} done, {failed} failed in {wall:.1f} s",
+                    count=n, done=n - nfail, failed=nfail, wall=wall)
+        cap = [say("The {done} requests that succeeded were in flight together and finished within {wall:.1f} s "
+                   "of wall time (average latency {avg:.1f} s); served one after another they would have taken "
+                   "about {serial:.0f} s, the serial sum of their latencies.",
+                   done=n - nfail, wall=wall, avg=avg, serial=serial),
+               say("{failed} failed (grey; hover a bar for why).", failed=nfail)]
     else:
-        done = f"{n - nfail} done, {nfail} failed" if nfail else "all done"
-        title = f"{n} requests at once: {done} in {wall:.1f} s"
-        cap = (f"{'All ' if not nfail else 'The '}{n - nfail} requests {'that succeeded ' if nfail else ''}were in "
-               f"flight together and finished within {wall:.1f} s of wall time (average latency {avg:.1f} s); "
-               f"served one after another they would have taken about {serial:.0f} s, the serial sum of their "
-               "latencies.")
-        if nfail:
-            cap += f" {nfail} failed (grey; hover a bar for why)."
-    return finish(fig, title, cap, placeholder=placeholder, height=max(420, 46 * n + 190))
+        title = say("{count} requests at once: all done in {wall:.1f} s", count=n, wall=wall)
+        cap = [say("All {done} requests were in flight together and finished within {wall:.1f} s of wall time "
+                   "(average latency {avg:.1f} s); served one after another they would have taken about "
+                   "{serial:.0f} s, the serial sum of their latencies.", done=n, wall=wall, avg=avg, serial=serial)]
+    return finish(fig, title, cap, placeholder=placeholder, height=max(420, 46 * n + 190), lang=lang)
 
 
 # -- continuous batching made visible ---------------------------------------------------------------
 
 def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool | None = None,
-                     include_warmup: bool = False) -> go.Figure:
+                     include_warmup: bool = False, *, lang: str = "en") -> go.Figure:
     """One horizontal bar per request from send to finish: orange while waiting for the first
     token (queue + prefill), blue while generating. A finished request with no first-token time
     (not streamed, e.g. the naive baseline) is one bar in its run's colour. Traces, in order:
@@ -133,32 +143,39 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
         in_flight += running
         head = f"<b>{row}</b> {esc(short(r.prompt, 50))}"
         if r.error is not None:
-            add("fail", row, r.send_time, end,
-                f"{head}<br>failed after {_fmt_s(end - r.send_time)}<br>{why_failed(r)}")
+            failed = translate(say("failed after {time}", time=_fmt_s(end - r.send_time)), lang)
+            add("fail", row, r.send_time, end, f"{head}<br>{failed}<br>{why_failed(r, lang)}")
             continue
         first = r.first_token_time
         if first is None and (not running or not streaming):
+            took = (say("running for {time} (no per-token timing)", time=_fmt_s(end - r.send_time)) if running else
+                    say("took {time}, {tokens} tokens (no per-token timing)", time=_fmt_s(end - r.send_time),
+                        tokens=r.output_tokens))
             add("whole", row, r.send_time, end,
-                f"{head}<br>{'running for' if running else 'took'} {_fmt_s(end - r.send_time)}"
-                f"{'' if running else f', {r.output_tokens} tokens'} (no per-token timing)"
-                + preview(r, placeholder))
+                f"{head}<br>{translate(took, lang)}" + preview(r, placeholder, lang=lang))
             continue
         wait_end = first if first is not None else end
-        add("wait", row, r.send_time, wait_end,
-            f"{head}<br>waiting for first token: {_fmt_s(wait_end - r.send_time)}"
-            + (" (still waiting)" if first is None else ""))
+        waited = (say("waiting for first token: {time}", time=_fmt_s(wait_end - r.send_time)) if first is not None
+                  else say("waiting for first token: {time} (still waiting)", time=_fmt_s(wait_end - r.send_time)))
+        add("wait", row, r.send_time, wait_end, f"{head}<br>{translate(waited, lang)}")
         if first is not None:
-            add("dec", row, first, end,
-                f"{head}<br>generating: {_fmt_s(end - first)}, {r.output_tokens or len(r.chunk_times)} tokens"
-                + (" (in flight)" if running else f"<br>total {_fmt_s(end - r.send_time)}")
-                + preview(r, placeholder))
+            tokens = r.output_tokens or len(r.chunk_times)
+            if running:
+                gen = translate(say("generating: {time}, {tokens} tokens (in flight)", time=_fmt_s(end - first),
+                                    tokens=tokens), lang)
+            else:
+                gen = (translate(say("generating: {time}, {tokens} tokens", time=_fmt_s(end - first), tokens=tokens),
+                                 lang)
+                       + "<br>" + translate(say("total {time}", time=_fmt_s(end - r.send_time)), lang))
+            add("dec", row, first, end, f"{head}<br>{gen}" + preview(r, placeholder, lang=lang))
         tick_x += r.chunk_times
         tick_y += [row] * len(r.chunk_times)
     n = len(recs)
     bar = dict(orientation="h", hoverinfo="text", width=0.72)
     fig = go.Figure()
-    names = {"wait": "waiting for 1st token (queue + prefill)", "dec": "generating tokens (decode)",
-             "fail": "failed", "whole": "whole request (not streamed)"}
+    names = {k: translate(v, lang) for k, v in (
+        ("wait", say("waiting for 1st token (queue + prefill)")), ("dec", say("generating tokens (decode)")),
+        ("fail", say("failed")), ("whole", say("whole request (not streamed)")))}
     colors = {"wait": WAIT_COLOR, "dec": DECODE_COLOR, "fail": FAILED_COLOR,
               "whole": KIND_COLORS.get(run.kind, VERMILLION) if run.kind != "vllm" else SKY}
     for kind in ("wait", "dec", "fail"):
@@ -168,7 +185,7 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
     fy, fb, fx, _ = seg["fail"]
     fig.add_scatter(x=[b + w for b, w in zip(fb, fx)], y=fy, mode="markers",
                     marker=dict(symbol="x-thin", size=18, line=dict(width=3.5, color=BLACK)),
-                    name="failed", showlegend=False, hoverinfo="skip")
+                    name=names["fail"], showlegend=False, hoverinfo="skip")
     y, b, x, h = seg["whole"]
     fig.add_bar(y=y, base=b, x=x, name=names["whole"], marker=dict(color=colors["whole"], line=dict(width=0)),
                 hovertext=h, showlegend=bool(y), **bar)
@@ -176,48 +193,50 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
         per_req = max((len(r.chunk_times) for r in recs), default=0)
         show_tokens = 0 < per_req <= 40 and n <= 40
     if show_tokens and tick_x:
-        fig.add_scatter(x=tick_x, y=tick_y, mode="markers", name="token arrivals",
+        fig.add_scatter(x=tick_x, y=tick_y, mode="markers", name=translate(say("token arrivals"), lang),
                         marker=dict(symbol="line-ns", size=14 if n <= 20 else 9,
                                     line=dict(width=1.5, color="rgba(255,255,255,0.85)")),
                         hoverinfo="skip", showlegend=False)
     if in_flight:
         fig.add_vline(x=now, line=dict(color=MUTED, dash="dot", width=2),
-                      annotation=dict(text="now", font=dict(color=MUTED)), annotation_position="top")
+                      annotation=dict(text=translate(say("now"), lang), font=dict(color=MUTED)),
+                      annotation_position="top")
     row_px = 34 if n <= 12 else 24 if n <= 40 else 14
     fig.update_layout(
         barmode="overlay", showlegend=True,
-        xaxis=dict(title="Time since the run started (s)", showgrid=True, rangemode="tozero"),
-        yaxis=dict(title="Request", showgrid=False, type="category", categoryorder="array",
+        xaxis=dict(title=translate(say("Time since the run started (s)"), lang), showgrid=True, rangemode="tozero"),
+        yaxis=dict(title=translate(say("Request"), lang), showgrid=False, type="category", categoryorder="array",
                    categoryarray=rows, autorange="reversed",
                    tickfont=dict(size=BASE_SIZE - (2 if n <= 12 else 4 if n <= 40 else 6))),
     )
     peak = stats.peak_in_flight(recs)
     if recs and len(fy) == len(recs):  # nothing was answered: no batching to show, only that and why
-        title = f"Request timeline: all {len(recs)} requests failed"
-        cap = "No request was answered; each grey bar runs from its send to its failure (hover a bar for why)."
+        title = say("Request timeline: all {count} requests failed", count=len(recs))
+        cap = [say("No request was answered; each grey bar runs from its send to its failure (hover a bar for why).")]
     elif peak > 1 and not streaming:
-        title = f"Request timeline: up to {peak} requests at once"
-        cap = (f"Each bar is one request from send to finish; up to {peak} were in flight together, "
-               f"but without streaming there is no first-token time to show inside each bar.")
+        title = say("Request timeline: up to {peak} requests at once", peak=peak)
+        cap = [say("Each bar is one request from send to finish; up to {peak} were in flight together, "
+                   "but without streaming there is no first-token time to show inside each bar.", peak=peak)]
     elif peak <= 1:
-        title = "Request timeline: one request at a time"
-        cap = ("Each bar is one request from send to finish: the bars follow one another, so every "
-               "request waits for all the ones before it.")
+        title = say("Request timeline: one request at a time")
+        cap = [say("Each bar is one request from send to finish: the bars follow one another, so every "
+                   "request waits for all the ones before it.")]
     else:
-        title = f"Request timeline: up to {peak} requests in flight"
-        cap = (f"Each bar is one request from send to last token: orange is waiting for the first "
-               f"token, blue is generating; up to {peak} bars overlap in time because vLLM decodes "
-               f"them together in one running batch (continuous batching).")
+        title = say("Request timeline: up to {peak} requests in flight", peak=peak)
+        cap = [say("Each bar is one request from send to last token: orange is waiting for the first "
+                   "token, blue is generating; up to {peak} bars overlap in time because vLLM decodes "
+                   "them together in one running batch (continuous batching).", peak=peak)]
     if in_flight:
-        cap += f" {in_flight} still in flight, drawn up to now."
+        cap.append(say("{count} still in flight, drawn up to now.", count=in_flight))
     if fy and len(fy) < len(recs):
-        cap += f" {len(fy)} failed (grey, ✕; hover a bar for why)."
-    return finish(fig, title, cap, placeholder=placeholder, height=min(1000, max(400, row_px * n + 200)))
+        cap.append(say("{count} failed (grey, ✕; hover a bar for why).", count=len(fy)))
+    return finish(fig, title, cap, placeholder=placeholder, height=min(1000, max(400, row_px * n + 200)), lang=lang)
 
 
 # -- throughput over time ---------------------------------------------------------------------------
 
-def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float = 1.0) -> go.Figure:
+def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float = 1.0, *,
+                         lang: str = "en") -> go.Figure:
     """Output tokens/s in `bucket_s` buckets (one step line per run; average in the legend)."""
     runs = [runs] if isinstance(runs, RunResult) else list(runs)
     fig = go.Figure()
@@ -248,24 +267,25 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
             x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color, dash=DASHES[i % len(DASHES)]),
             fill="tozeroy" if len(runs) == 1 else None,
             fillcolor="rgba(0,114,178,0.15)" if len(runs) == 1 else None,
-            name=f"{esc(run_label(run))} (avg {avg:,.0f} tok/s)",
+            name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=esc(run_label(run, lang)), avg=avg), lang),
             hovertemplate="%{x:.1f}-%{customdata:.1f} s: %{y:,.0f} tok/s<extra></extra>",
             customdata=xs[1:] + [xs[-1]],
         )
-    fig.update_layout(xaxis=dict(title="Time since the run started (s)", rangemode="tozero"),
-                      yaxis=dict(title="Output tokens / s", rangemode="tozero"), showlegend=True)
+    fig.update_layout(xaxis=dict(title=translate(say("Time since the run started (s)"), lang), rangemode="tozero"),
+                      yaxis=dict(title=translate(say("Output tokens / s"), lang), rangemode="tozero"), showlegend=True)
     unit = "1 s" if bucket_s == 1 else f"{bucket_s:g} s"
     if len(avgs) == 1:
         run, avg, peak = avgs[0]
-        cap = (f"Tokens generated per second, in {unit} buckets: {peak:,.0f} tok/s at the peak, "
-               f"{avg:,.0f} tok/s on average over the whole run (output tokens ÷ wall time).")
+        cap = say("Tokens generated per second, in {bucket} buckets: {peak:,.0f} tok/s at the peak, "
+                  "{avg:,.0f} tok/s on average over the whole run (output tokens ÷ wall time).",
+                  bucket=unit, peak=peak, avg=avg)
     elif avgs:
         best = max(avgs, key=lambda a: a[1])
-        cap = (f"Tokens generated per second, in {unit} buckets; {run_label(best[0])} sustains the most "
-               f"({best[1]:,.0f} tok/s on average).")
+        cap = say("Tokens generated per second, in {bucket} buckets; {run} sustains the most "
+                  "({avg:,.0f} tok/s on average).", bucket=unit, run=run_label(best[0], lang), avg=best[1])
     else:
-        cap = "No tokens received yet."
-    return finish(fig, "Output tokens per second", cap, height=480)
+        cap = say("No tokens received yet.")
+    return finish(fig, say("Output tokens per second"), cap, height=480, lang=lang)
 
 
 # -- step 5: streaming ------------------------------------------------------------------------------
@@ -281,7 +301,8 @@ def _pick_record(run: RunResult, index: int | None) -> RequestRecord | None:
     return max(ok, key=lambda r: (len(r.chunk_times), r.output_tokens), default=None)
 
 
-def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None = None) -> go.Figure:
+def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None = None, *,
+                   lang: str = "en") -> go.Figure:
     """Tokens received vs time since the request was sent, with TTFT and total-time lines, and
     (dotted) what the user would see without streaming. Given a run, shows request `index` or the
     completed request with the most chunks."""
@@ -293,7 +314,8 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
         r = run_or_record
     fig = go.Figure()
     if r is None or r.end_time is None:
-        return finish(fig, "Streaming: tokens over time", "No finished request to show yet.", height=460)
+        return finish(fig, say("Streaming: tokens over time"), say("No finished request to show yet."), height=460,
+                      lang=lang)
     t0 = r.send_time
     arrivals = stats.token_arrivals(r)
     xs, ys, acc = [0.0], [0.0], 0.0
@@ -307,32 +329,37 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
     ttft = r.ttft if r.ttft is not None else total
     ntok = acc
     fig.add_vrect(x0=0, x1=ttft, fillcolor=WAIT_COLOR, opacity=0.18, line_width=0, layer="below")
-    fig.add_scatter(x=[0, total, total], y=[0, 0, ntok], mode="lines", name="without streaming",
+    fig.add_scatter(x=[0, total, total], y=[0, 0, ntok], mode="lines", name=translate(say("without streaming"), lang),
                     line=dict(color=VERMILLION, dash="dot", width=4), hoverinfo="skip")
     if r.chunk_times:
-        fig.add_annotation(x=total * 0.55, y=0, yshift=4, text="without streaming: nothing to read yet",
+        fig.add_annotation(x=total * 0.55, y=0, yshift=4,
+                           text=translate(say("without streaming: nothing to read yet"), lang),
                            showarrow=False, yanchor="bottom", font=dict(color=VERMILLION, size=BASE_SIZE - 2))
-    fig.add_scatter(x=xs, y=ys, mode="lines", name="with streaming", line=dict(color=GREEN, width=4),
-                    fill="tozeroy", fillcolor="rgba(0,158,115,0.15)",
-                    hovertemplate="%{x:.2f} s: %{y:.0f} tokens<extra></extra>")
+    fig.add_scatter(x=xs, y=ys, mode="lines", name=translate(say("with streaming"), lang),
+                    line=dict(color=GREEN, width=4), fill="tozeroy", fillcolor="rgba(0,158,115,0.15)",
+                    hovertemplate=translate(say("{x} s: {y} tokens", x="%{x:.2f}", y="%{y:.0f}"), lang)
+                    + "<extra></extra>")
     fig.add_vline(x=ttft, line=dict(color=ORANGE, dash="dash", width=3),
-                  annotation=dict(text=f"first token {_fmt_s(ttft)}", font=dict(color="#a66f00"),
+                  annotation=dict(text=translate(say("first token {time}", time=_fmt_s(ttft)), lang),
+                                  font=dict(color="#a66f00"),
                                   xanchor="left", yanchor="top"), annotation_position="top right")
     fig.add_vline(x=total, line=dict(color=BLUE, dash="dash", width=2), layer="below",
-                  annotation=dict(text=f"done {_fmt_s(total)}", font=dict(color=BLUE),
+                  annotation=dict(text=translate(say("done {time}", time=_fmt_s(total)), lang), font=dict(color=BLUE),
                                   xanchor="right", yanchor="top"), annotation_position="top left")
     fig.update_layout(
-        xaxis=dict(title="Time since the request was sent (s)", range=[0, total * 1.04 or 1]),
-        yaxis=dict(title="Tokens received", range=[-ntok * 0.03, ntok * 1.18 or 1], zeroline=False),
+        xaxis=dict(title=translate(say("Time since the request was sent (s)"), lang), range=[0, total * 1.04 or 1]),
+        yaxis=dict(title=translate(say("Tokens received"), lang), range=[-ntok * 0.03, ntok * 1.18 or 1],
+                   zeroline=False),
         legend=dict(traceorder="reversed"),
     )
     if r.chunk_times:
-        title = f"Streaming: text after {_fmt_s(ttft)}, not {_fmt_s(total)}"
-        cap = (f"With streaming the first words appear after {_fmt_s(ttft)} and the rest flows in at "
-               f"about {max(ntok - 1, 0) / max(total - ttft, 1e-9):.0f} tokens/s; without it the user "
-               f"would see nothing for {_fmt_s(total)} and then all {ntok:.0f} tokens at once.")
+        title = say("Streaming: text after {ttft}, not {total}", ttft=_fmt_s(ttft), total=_fmt_s(total))
+        cap = say("With streaming the first words appear after {ttft} and the rest flows in at "
+                  "about {rate:.0f} tokens/s; without it the user would see nothing for {total} and then all "
+                  "{tokens:.0f} tokens at once.", ttft=_fmt_s(ttft), rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
+                  total=_fmt_s(total), tokens=ntok)
     else:
-        title = "No streaming: all text arrives at the end"
-        cap = (f"This request was not streamed, so all {ntok:.0f} tokens arrive together after "
-               f"{_fmt_s(total)}.")
-    return finish(fig, title, cap, placeholder=placeholder, height=480)
+        title = say("No streaming: all text arrives at the end")
+        cap = say("This request was not streamed, so all {tokens:.0f} tokens arrive together after {total}.",
+                  tokens=ntok, total=_fmt_s(total))
+    return finish(fig, title, cap, placeholder=placeholder, height=480, lang=lang)

@@ -2,6 +2,10 @@
 `finish` (title, the placeholder-model note, and the one-sentence caption kept in
 `fig.layout.meta["caption"]`, read back with `caption`), and the words charts put on runs and
 requests (escaped, wrapped and shortened labels, a failed request's why).
+
+Chart text is written as Messages (engine.messages.say / mark: English where made) and said in the
+viewer's language with `translate(text, lang)` where it is put into the figure: every figure function
+takes `lang` ("en" by default: the CLI, the docs and the bench draw English).
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -14,11 +18,14 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from engine.measure import stats
+from engine.messages import mark, say, translate
 from engine.results.records import RequestRecord, RunResult, RunRow, Summary
 
 # -- style ------------------------------------------------------------------------------------------
 
-FONT = "Inter, 'Segoe UI', 'Helvetica Neue', Arial, 'Liberation Sans', 'DejaVu Sans', sans-serif"
+# Latin fonts first; Noto Sans CJK KR (fonts-noto-cjk) draws Korean in browsers and in PNG export.
+FONT = ("Inter, 'Segoe UI', 'Helvetica Neue', Arial, 'Liberation Sans', 'DejaVu Sans', 'Noto Sans CJK KR', "
+        "sans-serif")
 BASE_SIZE = 18
 INK = "#1a1a1a"
 GRID = "#e3e3e3"
@@ -35,7 +42,7 @@ WAIT_COLOR = ORANGE  # send -> first token (queue + prefill)
 DECODE_COLOR = BLUE  # first token -> last token
 FAILED_COLOR = "#8c8c8c"
 
-PLACEHOLDER_NOTE = "Shape-only Llama 3 8B: random weights, so any text shown is meaningless"
+PLACEHOLDER_NOTE = mark("Shape-only Llama 3 8B: random weights, so any text shown is meaningless")
 TEMPLATE_NAME = "serving_lab"
 
 
@@ -80,16 +87,21 @@ def is_placeholder(run: RunResult | RunRow) -> bool:
     return run.extra.placeholder_text or "shape-only" in (run.model or "").lower()
 
 
-def finish(fig: go.Figure, title: str, cap: str, *, placeholder: bool = False,
-           height: int | None = None) -> go.Figure:
+def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder: bool = False,
+           height: int | None = None, lang: str = "en") -> go.Figure:
     """Every figure's last step: the template, its title (with the placeholder-model note under it),
-    its caption in `layout.meta`, a top margin that fits the legend and subplot titles, its height."""
-    subtitle = PLACEHOLDER_NOTE if placeholder else None
+    its caption in `layout.meta`, a top margin that fits the legend and subplot titles, its height.
+    `title` and `cap` (one sentence, or several said one after another) are said in `lang`."""
+    subtitle = translate(PLACEHOLDER_NOTE, lang) if placeholder else None
+    text = " ".join(translate(c, lang) for c in ([cap] if isinstance(cap, str) else cap))
+    if placeholder:
+        text = translate(say("{caption} ({note}.)", caption=text, note=PLACEHOLDER_NOTE), lang)
     fig.update_layout(
         template=TEMPLATE_NAME,
-        title=dict(text=title, subtitle=dict(text=subtitle, font=dict(size=BASE_SIZE - 1, color=VERMILLION))
+        title=dict(text=translate(title, lang),
+                   subtitle=dict(text=subtitle, font=dict(size=BASE_SIZE - 1, color=VERMILLION))
                    if subtitle else None),
-        meta={"caption": cap + (f" ({PLACEHOLDER_NOTE}.)" if placeholder else "")},
+        meta={"caption": text},
     )
     shown = [t for t in fig.data if t.showlegend is not False and t.name]
     has_legend = fig.layout.showlegend is True or (fig.layout.showlegend is None and len(shown) >= 2)
@@ -115,8 +127,9 @@ def summary_of(run: RunResult | RunRow) -> Summary:
     return stats.summarize(run.records, run.duration)
 
 
-def run_label(run: Any) -> str:
-    return getattr(run, "label", "") or getattr(run, "kind", "") or getattr(run, "id", "run")
+def run_label(run: Any, lang: str = "en") -> str:
+    """A run's name on a chart (a preset's name said in `lang`; a name someone typed as it is)."""
+    return translate(getattr(run, "label", "") or getattr(run, "kind", "") or getattr(run, "id", "run"), lang)
 
 
 def run_colors(runs: Sequence[Any]) -> list[str]:
@@ -151,13 +164,18 @@ def esc(text: str) -> str:
     return html.escape(text or "", quote=False)
 
 
-def why_failed(r: RequestRecord) -> str:
+def why_failed(r: RequestRecord, lang: str = "en") -> str:
     """Why a request failed, for its hover: the cause sentence (what happened, what to do), wrapped."""
-    return wrap(esc(stats.failure_cause(r.error)), 64) if r.error else "unfinished"
+    if not r.error:
+        return translate(say("unfinished"), lang)
+    return wrap(esc(translate(stats.failure_cause(r.error), lang)), 64)
 
 
-def preview(r: RequestRecord, placeholder: bool, n: int = 90) -> str:
+def preview(r: RequestRecord, placeholder: bool, n: int = 90, lang: str = "en") -> str:
+    """A hover's line with the start of the answer (tagged as meaningless for a random-weight model)."""
     if not r.output_text:
         return ""
-    tag = "[meaningless text, random-weight model] " if placeholder else ""
-    return "<br>answer: " + esc(tag + short(r.output_text, n))
+    text = esc(short(r.output_text, n))
+    if placeholder:
+        text = say("[meaningless text, random-weight model] {text}", text=text)
+    return "<br>" + translate(say("answer: {text}", text=text), lang)

@@ -14,6 +14,7 @@ from typing import Iterator
 import openai
 
 from engine.errors import LabError
+from engine.messages import say
 from engine.results.records import RequestRecord
 
 
@@ -34,18 +35,19 @@ class ChatLimits:
         """Raise ChatRefused with the sentence a viewer reads; on success count this message."""
         new = len(messages[-1].get("content") or "") if messages else 0
         if new > self.max_prompt_chars:
-            raise ChatRefused(f"Your message is {new:,} characters; viewers may send up to "
-                              f"{self.max_prompt_chars:,}: shorten it and send again.")
+            raise ChatRefused(say("Your message is {n:,} characters; viewers may send up to "
+                                  "{limit:,}: shorten it and send again.", n=new, limit=self.max_prompt_chars))
         if sum(len(m.get("content") or "") for m in messages) > self.max_context_chars:
-            raise ChatRefused("This conversation has grown too long for a viewer's chat: press "
-                              "'Clear conversation' and start a new one.")
+            raise ChatRefused(say("This conversation has grown too long for a viewer's chat: press "
+                                  "'Clear conversation' and start a new one."))
         if max_tokens > self.max_tokens:
-            raise ChatRefused(f"Viewers may ask for up to {self.max_tokens} tokens per answer: lower Max tokens.")
+            raise ChatRefused(say("Viewers may ask for up to {limit} tokens per answer: lower Max tokens.",
+                                  limit=self.max_tokens))
         while recent and now - recent[0] > 60:
             recent.popleft()
         if len(recent) >= self.per_minute:
-            raise ChatRefused(f"Viewers may send {self.per_minute} messages a minute: wait "
-                              f"{max(1, round(60 - (now - recent[0])))} s and send again.")
+            raise ChatRefused(say("Viewers may send {limit} messages a minute: wait {s} s and send again.",
+                                  limit=self.per_minute, s=max(1, round(60 - (now - recent[0])))))
         recent.append(now)
 
 
@@ -90,10 +92,12 @@ def stream_chat(base_url: str, model: str, messages: list[dict], record: Request
                 if stop is not None and stop.is_set():
                     break
     except openai.APIStatusError as e:
-        record.error = f"The server refused the chat request (HTTP {e.status_code}: {_detail(e)})."
+        record.error = say("The server refused the chat request (HTTP {code}: {detail}).", code=e.status_code,
+                           detail=_detail(e))
         raise LabError(record.error) from None
     except openai.APIError as e:
-        record.error = (f"The server did not answer ({type(e).__name__}): is it still running? See the Server page.")
+        record.error = say("The server did not answer ({kind}): is it still running? See the Server page.",
+                           kind=type(e).__name__)
         raise LabError(record.error) from None
     finally:
         record.end_time = time.perf_counter() - t0

@@ -23,6 +23,7 @@ from engine.measure.lifeline import die_with_parent
 from engine.measure.progress import Progress, Totals, notify
 from engine.measure.request import Requester, clock
 from engine.measure.spec import LoadSpec
+from engine.messages import say
 from engine.results.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,8 @@ def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
     try:
         run_loop(lambda: _shard(spec, k, shards, sync))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
-        sync.out_q.put(("error", k, f"client process {k} failed: {type(e).__name__}: {e}"))
+        sync.out_q.put(("error", k, say("client process {k} failed: {kind}: {why}", k=k, kind=type(e).__name__,
+                                        why=str(e))))
 
 
 def _shared_take(counter: Any, n: int) -> Callable[[], int | None]:
@@ -174,8 +176,8 @@ def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None
         except queue.Empty:
             dead = [p for p in procs if not p.is_alive()]
             if dead or clock() > deadline:
-                raise LoadError("the load generator's worker processes did not start "
-                                f"({len(ready)}/{len(procs)} ready); try workers=1") from None
+                raise LoadError(say("the load generator's worker processes did not start ({ready}/{total} ready); "
+                                    "try workers=1", ready=len(ready), total=len(procs))) from None
             continue
         if msg[0] == "error":
             raise LoadError(msg[2])
@@ -203,7 +205,7 @@ def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Progr
         except queue.Empty:
             for k, p in enumerate(procs):  # a process that died without a word: give its messages 1 s
                 if k not in finished and not p.is_alive() and clock() - gone_since.setdefault(k, clock()) > 1.0:
-                    failed[k] = f"client process {k} exited with code {p.exitcode}"
+                    failed[k] = say("client process {k} exited with code {code}", k=k, code=p.exitcode)
                     finished.add(k)
             continue
         if msg[0] == "sent":

@@ -36,6 +36,7 @@ from engine.measure.drive import Job, Outcome, counter, drive, measured_job, run
 from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.measure.request import Requester, clock
 from engine.measure.spec import LoadSpec
+from engine.messages import say
 from engine.results.records import RequestRecord, RunResult
 
 # In-flight streams one client loop is trusted with before `workers="auto"` adds a process.
@@ -142,7 +143,8 @@ def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
     spec = dataclasses.replace(
         base_spec, shape="concurrency", concurrency=level,
         num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
-        warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep", label=f"concurrency {level}")
+        warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep",
+        label=say("concurrency {level}", level=level))
     result = run_load(spec, observer, cancel)
     result.extra.sweep_level = level
     return result

@@ -30,6 +30,7 @@ from typing import Any
 
 from engine.errors import ConfigError, LabError
 from engine.measure.progress import Progress, RunPlan, Totals, notify
+from engine.messages import Message, mark, say
 from engine.observe import nvml
 from engine.results.records import RequestRecord, RunResult
 from engine.serving import models
@@ -84,6 +85,36 @@ _ERROR_KINDS: dict[str, type[NaiveError]] = {
 }
 
 
+# -- sentences across the pipe ------------------------------------------------------------------
+# The worker's stages and errors are Messages; JSON carries their English as text and, beside it, what
+# `wire` makes of them, from which `heard` makes the same Message again in this process (so a page can
+# say a stage or a failure in the viewer's language).
+def wire(text: object) -> dict | None:
+    """A Message as JSON-able data (template, plural, n, values; values that are Messages nested)."""
+    if not isinstance(text, Message):
+        return None
+    values = {k: wire(v) if isinstance(v, Message) else v for k, v in text.values.items()}
+    return {"say": [text.template, text.plural, text.n, values]}
+
+
+def _unwire(data: dict) -> Message:
+    template, plural, n, values = data["say"]
+    return Message(template, plural, n, {k: _unwire(v) if isinstance(v, dict) and "say" in v else v
+                                         for k, v in values.items()})
+
+
+def heard(text: str | None, said: object) -> str | None:
+    """`text` from the worker as the Message it was made as, when `said` rebuilds exactly that text."""
+    if isinstance(said, dict) and text is not None:
+        try:
+            again = _unwire(said)
+        except Exception:  # noqa: BLE001 - a garbled line is shown as the text it carried
+            return text
+        if again == text:
+            return again
+    return text
+
+
 # -- what to run -------------------------------------------------------------------------------
 @dataclass
 class NaiveSpec:
@@ -109,18 +140,20 @@ class NaiveSpec:
 
     def validate(self) -> None:
         if self.mode not in MODES:
-            raise ConfigError(f"Unknown naive mode '{self.mode}': choose one of {', '.join(MODES)}.")
+            raise ConfigError(say("Unknown naive mode '{mode}': choose one of {modes}.", mode=self.mode,
+                                  modes=", ".join(MODES)))
         if self.dtype not in DTYPES:
-            raise ConfigError(f"Unknown dtype '{self.dtype}': choose one of {', '.join(DTYPES)}.")
+            raise ConfigError(say("Unknown dtype '{dtype}': choose one of {dtypes}.", dtype=self.dtype,
+                                  dtypes=", ".join(DTYPES)))
         if not self.prompts or any(not isinstance(p, str) or not p.strip() for p in self.prompts):
-            raise ConfigError("The naive baseline needs at least one prompt, and no empty ones: add a prompt.")
+            raise ConfigError(say("The naive baseline needs at least one prompt, and no empty ones: add a prompt."))
         if int(self.max_new_tokens) < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1 (got {self.max_new_tokens}): raise it.")
+            raise ConfigError(say("max_new_tokens must be at least 1 (got {n}): raise it.", n=self.max_new_tokens))
         if self.temperature < 0:
-            raise ConfigError(f"temperature must be 0 or more (got {self.temperature}): 0 means greedy.")
+            raise ConfigError(say("temperature must be 0 or more (got {t}): 0 means greedy.", t=self.temperature))
         dev = self.device
         if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
-            raise ConfigError(f"Unknown device '{dev}': use auto, cpu, cuda or cuda:N.")
+            raise ConfigError(say("Unknown device '{device}': use auto, cpu, cuda or cuda:N.", device=dev))
 
     def display_name(self) -> str:
         return self.model_name or Path(self.model_path).name or self.model_path
@@ -132,8 +165,8 @@ class NaiveSpec:
     def default_label(self) -> str:
         if self.label:
             return self.label
-        return ("Naive transformers (sequential)" if self.mode == "sequential"
-                else f"Static batch (transformers, {len(self.prompts)} at once)")
+        return (say("Naive transformers (sequential)") if self.mode == "sequential"
+                else say("Static batch (transformers, {n} at once)", n=len(self.prompts)))
 
 
 # -- checks that need no torch -----------------------------------------------------------------
@@ -142,7 +175,8 @@ def check_model_folder(spec: NaiveSpec) -> Path:
     try:
         return models.check_folder(spec.model_path, weights=not spec.random_weights, tokenizer=True)[0]
     except models.ModelFolderError as e:
-        raise ModelNotFound(str(e)) from e
+        text = str(e)  # kept as the Message it was raised with, where it was one
+        raise ModelNotFound(e.args[0] if len(e.args) == 1 and e.args[0] == text else text) from e
 
 
 # -- memory as seen from outside the worker ----------------------------------------------------
@@ -221,7 +255,7 @@ def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threadi
     t_begin = time.time()
 
     before = {"gpus": nvml.devices(), "ram_used": _ram_used()}
-    notify(observer.on_stage, "starting worker")
+    notify(observer.on_stage, say("starting worker"))
     payload = asdict(spec)
     payload["model_path"] = str(folder)
     try:
@@ -231,8 +265,8 @@ def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threadi
             env=_worker_env(), close_fds=True,
         )
     except OSError as e:
-        raise WorkerFailed(f"Could not start the naive worker ({e}): check that Python at "
-                           f"{python or sys.executable} exists.") from e
+        raise WorkerFailed(say("Could not start the naive worker ({error}): check that Python at {python} exists.",
+                               error=str(e), python=python or sys.executable)) from e
     notify(observer.on_worker, proc.pid)
     # The spec goes in as one line; stdin then stays open: its EOF tells the worker that we are gone.
     assert proc.stdin and proc.stdout and proc.stderr
@@ -283,7 +317,7 @@ def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threadi
         kind = ev.get("ev")
         if kind == "stage":
             if not cancelled:  # stages still in the pipe after a cancel would read as progress
-                notify(observer.on_stage, ev["text"])
+                notify(observer.on_stage, heard(ev["text"], ev.get("said")))
         elif kind == "device":
             st.loaded.setdefault("device", ev["device"])
             st.loaded.setdefault("dtype", ev.get("dtype"))
@@ -311,7 +345,7 @@ def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threadi
         while True:
             if cancel.is_set() and not cancelled:
                 cancelled = True
-                notify(observer.on_stage, "cancelling: stopping the worker")
+                notify(observer.on_stage, say("cancelling: stopping the worker"))
                 _stop(proc)
             try:
                 ev = events.get(timeout=0.1)
@@ -345,14 +379,15 @@ def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threadi
 
     if st.error and not cancelled:
         err_cls = _ERROR_KINDS.get(st.error.get("kind", "other"), WorkerFailed)
-        err = err_cls(st.error.get("message") or "The naive worker failed: see its log.")
+        err = err_cls(heard(st.error.get("message"), st.error.get("said"))
+                      or say("The naive worker failed: see its log."))
         err.result = result
         raise err
     if not cancelled and (proc.returncode != 0 or st.done is None):
         err = WorkerFailed(_crash_sentence(proc.returncode, list(log_tail)))
         err.result = result
         raise err
-    notify(observer.on_stage, "cancelled" if cancelled else "done")
+    notify(observer.on_stage, mark("cancelled") if cancelled else mark("done"))
     notify(observer.on_complete, result)
     return result
 
@@ -369,11 +404,12 @@ def _crash_sentence(rc: int | None, tail: list[str]) -> str:
         sig = -rc
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         if sig == signal.SIGKILL:
-            return (f"The naive worker was killed ({name}), most likely because the machine ran out of RAM: "
-                    "use a smaller model, fewer prompts or fewer new tokens.")
-        return f"The naive worker died from {name}: see the log line '{last[-200:]}' and run it again."
-    return (f"The naive worker exited unexpectedly (exit code {rc}): "
-            f"{last[-300:] or 'no log output'}; fix the cause and run it again.")
+            return say("The naive worker was killed ({signal}), most likely because the machine ran out of RAM: "
+                       "use a smaller model, fewer prompts or fewer new tokens.", signal=name)
+        return say("The naive worker died from {signal}: see the log line '{line}' and run it again.", signal=name,
+                   line=last[-200:])
+    return say("The naive worker exited unexpectedly (exit code {rc}): {line}; fix the cause and run it again.",
+               rc=rc, line=last[-300:] or say("no log output"))
 
 
 def _after_exit(before: dict, device: dict) -> dict[str, Any]:

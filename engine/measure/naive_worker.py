@@ -19,7 +19,8 @@ import traceback
 from typing import Any, Callable
 
 from engine.measure.lifeline import die_with_parent
-from engine.measure.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE
+from engine.measure.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE, wire
+from engine.messages import say
 from engine.results.records import RequestRecord
 
 ORPHAN_EXIT_CODE = 70
@@ -58,7 +59,7 @@ class Emitter:
         if throttle_s and now - self._last_stage < throttle_s:
             return
         self._last_stage = now
-        self("stage", text=text)
+        self("stage", text=text, said=wire(text))
 
 
 def _watch_parent(ppid: int) -> None:
@@ -99,13 +100,13 @@ def resolve_device(torch: Any, want: str) -> Any:
     dev = torch.device(want)
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise Fail("setup", f"Device '{want}' was asked for but this torch sees no CUDA GPU: "
-                                "choose device auto or cpu, or install the CUDA build of torch.")
+            raise Fail("setup", say("Device '{device}' was asked for but this torch sees no CUDA GPU: "
+                                    "choose device auto or cpu, or install the CUDA build of torch.", device=want))
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         if dev.index >= torch.cuda.device_count():
-            raise Fail("setup", f"There is no {dev} (this machine has {torch.cuda.device_count()} GPU(s)): "
-                                "pick another device.")
+            raise Fail("setup", say("There is no {device} (this machine has {n} GPU(s)): pick another device.",
+                                    device=str(dev), n=torch.cuda.device_count()))
     return dev
 
 
@@ -180,13 +181,18 @@ def is_oom(torch: Any, e: BaseException) -> bool:
 
 def oom_sentence(device: Any, where: str, spec: dict) -> str:
     if device.type == "cuda":
-        fix = ("stop vLLM or anything else on the GPU, use fewer prompts in the batch or fewer new tokens, "
-               "or a smaller model" if where == "generate" else
-               "stop vLLM or anything else holding the GPU, or pick a smaller model")
-        return f"The GPU ran out of memory while {'generating' if where == 'generate' else 'loading the model'} " \
-               f"({spec['dtype']}, {len(spec['prompts'])} prompts, {spec['max_new_tokens']} new tokens): {fix}."
-    return (f"The machine ran out of RAM while {'generating' if where == 'generate' else 'loading the model'}: "
-            "close other programs, or use a smaller model, fewer prompts or fewer new tokens.")
+        what = {"dtype": spec["dtype"], "prompts": len(spec["prompts"]), "new_tokens": spec["max_new_tokens"]}
+        if where == "generate":
+            return say("The GPU ran out of memory while generating ({dtype}, {prompts} prompts, {new_tokens} new "
+                       "tokens): stop vLLM or anything else on the GPU, use fewer prompts in the batch or fewer new "
+                       "tokens, or a smaller model.", **what)
+        return say("The GPU ran out of memory while loading the model ({dtype}, {prompts} prompts, {new_tokens} new "
+                   "tokens): stop vLLM or anything else holding the GPU, or pick a smaller model.", **what)
+    if where == "generate":
+        return say("The machine ran out of RAM while generating: close other programs, or use a smaller model, "
+                   "fewer prompts or fewer new tokens.")
+    return say("The machine ran out of RAM while loading the model: close other programs, or use a smaller model, "
+               "fewer prompts or fewer new tokens.")
 
 
 def make_clock(torch: Any, t0: float, batch: int, eos: set[int], on_step: Callable[[int], None] | None):
@@ -260,14 +266,15 @@ def count_generated(ids: list[int], eos: set[int]) -> int:
 
 # -- the run -----------------------------------------------------------------------------------
 def run(spec: dict, emit: Emitter) -> None:
-    emit.stage("importing torch and transformers")
+    emit.stage(say("importing torch and transformers"))
     try:
         import torch
         import transformers
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     except Exception as e:  # the interpreter lacks the stack
-        raise Fail("setup", f"This Python cannot import torch/transformers ({type(e).__name__}: {e}): "
-                            "run `make setup` or point the lab at the environment that has them.") from e
+        raise Fail("setup", say("This Python cannot import torch/transformers ({kind}: {why}): run `make setup` "
+                                "or point the lab at the environment that has them.", kind=type(e).__name__,
+                                why=str(e))) from e
 
     device = resolve_device(torch, spec["device"])
     dtype, dtype_reason = resolve_dtype(torch, spec["dtype"], device)
@@ -283,18 +290,19 @@ def run(spec: dict, emit: Emitter) -> None:
     n = len(prompts)
 
     # Tokenizer first: the length check costs nothing and needs no model.
-    emit.stage("loading tokenizer")
+    emit.stage(say("loading tokenizer"))
     try:
         tok = AutoTokenizer.from_pretrained(path)
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as e:
-        raise Fail("model", f"transformers could not read the model folder {path} ({str(e).splitlines()[0][:200]}): "
-                            "check that it is a complete Hugging Face model folder.") from e
+        raise Fail("model", say("transformers could not read the model folder {path} ({why}): check that it is a "
+                                "complete Hugging Face model folder.", path=path,
+                                why=str(e).splitlines()[0][:200])) from e
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token  # as the lab does
     if getattr(tok, "chat_template", None) is None:
-        raise Fail("model", f"The tokenizer in {path} has no chat template: use an instruct/chat model, "
-                            "or add chat_template.jinja to the folder.")
+        raise Fail("model", say("The tokenizer in {path} has no chat template: use an instruct/chat model, "
+                                "or add chat_template.jinja to the folder.", path=path))
     texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
              for p in prompts]
     lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
@@ -302,19 +310,21 @@ def run(spec: dict, emit: Emitter) -> None:
     if max_len:
         for i, L in enumerate(lengths):
             if L + max_new > max_len:
-                raise Fail("too_long", f"Prompt {i + 1} is {L} tokens and with {max_new} new tokens needs "
-                                       f"{L + max_new}, but the model allows {max_len}: shorten the prompt or "
-                                       "lower max new tokens.")
+                raise Fail("too_long", say("Prompt {i} is {length} tokens and with {new} new tokens needs "
+                                           "{needs}, but the model allows {max_len}: shorten the prompt or "
+                                           "lower max new tokens.", i=i + 1, length=L, new=max_new,
+                                           needs=L + max_new, max_len=max_len))
 
     # The model.
     t_load = time.perf_counter()
     try:
         if spec["random_weights"]:
-            emit.stage(f"building the model with random weights ({dtype_name} on {device})")
+            emit.stage(say("building the model with random weights ({dtype} on {device})", dtype=dtype_name,
+                           device=str(device)))
             with torch.device(device):
                 model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         else:
-            emit.stage(f"loading model ({dtype_name} on {device})")
+            emit.stage(say("loading model ({dtype} on {device})", dtype=dtype_name, device=str(device)))
             kwargs: dict[str, Any] = {"dtype": dtype}
             if device.type == "cuda":
                 kwargs["device_map"] = {"": str(device)}  # straight onto the GPU, no CPU copy
@@ -330,8 +340,8 @@ def run(spec: dict, emit: Emitter) -> None:
         if is_oom(torch, e):
             raise Fail("oom", oom_sentence(device, "load", spec)) from e
         if isinstance(e, (OSError, ValueError)):
-            raise Fail("model", f"transformers could not load the weights in {path} "
-                                f"({str(e).splitlines()[0][:200]}): check that the folder is complete.") from e
+            raise Fail("model", say("transformers could not load the weights in {path} ({why}): check that the "
+                                    "folder is complete.", path=path, why=str(e).splitlines()[0][:200])) from e
         raise
     load_s = time.perf_counter() - t_load
     params = sum(p.numel() for p in model.parameters())
@@ -367,11 +377,12 @@ def run(spec: dict, emit: Emitter) -> None:
     if spec.get("warmup", True):
         t_w = time.perf_counter()
         plan = warmup_plan(lengths, max_new, max_len, spec["mode"])
-        emit.stage("warming up, not measured: every sequence length the run will meet")
+        emit.stage(say("warming up, not measured: every sequence length the run will meet"))
         try:
             for k, (rows, n) in enumerate(plan):
                 clock = make_clock(torch, t_w, len(rows), set(), lambda s, k=k, n=n: emit.stage(
-                    f"warming up, not measured ({k + 1}/{len(plan)}): {s}/{n} tokens", throttle_s=0.5))
+                    say("warming up, not measured ({k}/{of}): {s}/{n} tokens", k=k + 1, of=len(plan), s=s, n=n),
+                    throttle_s=0.5))
                 with torch.no_grad():
                     model.generate(**encode([texts[i] for i in rows]),
                                    **{**gen_kwargs, "max_new_tokens": n, "min_new_tokens": n}, streamer=clock)
@@ -404,14 +415,15 @@ def run(spec: dict, emit: Emitter) -> None:
     failure: Fail | None = None
     if spec["mode"] == "sequential":
         for i, (prompt, text) in enumerate(zip(prompts, texts)):
-            emit.stage(f"request {i + 1}/{n}")
+            emit.stage(say("request {i}/{n}", i=i + 1, n=n))
             send = time.perf_counter() - t0
             rec = RequestRecord(index=i, prompt=prompt, send_time=send, tokens_source="generated")
             try:
                 enc = encode([text])
                 plen = int(enc["input_ids"].shape[1])
                 clock = make_clock(torch, t0, 1, eos, lambda s, i=i: emit.stage(
-                    f"request {i + 1}/{n}: {s}/{max_new} tokens", throttle_s=0.5))
+                    say("request {i}/{n}: {s}/{max_new} tokens", i=i + 1, n=n, s=s, max_new=max_new),
+                    throttle_s=0.5))
                 out = generate(enc, clock)
                 end = time.perf_counter() - t0
                 gen_ids = out[0, plen:].tolist()
@@ -433,12 +445,12 @@ def run(spec: dict, emit: Emitter) -> None:
             if failure:
                 break
     else:
-        emit.stage(f"static batch of {n}: padding and generating")
+        emit.stage(say("static batch of {n}: padding and generating", n=n))
         try:
             enc = encode(texts)
             plen = int(enc["input_ids"].shape[1])
             clock = make_clock(torch, t0, n, eos, lambda s: emit.stage(
-                f"static batch of {n}: step {s}/{max_new}", throttle_s=0.5))
+                say("static batch of {n}: step {s}/{max_new}", n=n, s=s, max_new=max_new), throttle_s=0.5))
             out = generate(enc, clock)
             end = time.perf_counter() - t0
             prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
@@ -465,7 +477,7 @@ def run(spec: dict, emit: Emitter) -> None:
 
     # The lab's cleanup cell, inside the worker: what is left after del + gc + empty_cache. The real
     # return of the memory is the process exit, which the parent measures from outside.
-    emit.stage("cleaning up")
+    emit.stage(say("cleaning up"))
     del model
     gc.collect()
     if device.type == "cuda":
@@ -483,20 +495,22 @@ def main() -> int:
     try:
         spec = _read_spec()
     except ValueError as e:
-        emit("error", kind="setup", message=f"The naive worker got an unreadable spec ({e}): this is a bug, report it.")
+        why = say("The naive worker got an unreadable spec ({error}): this is a bug, report it.", error=str(e))
+        emit("error", kind="setup", message=why, said=wire(why))
         return 2
     _watch_parent(ppid)
     try:
         run(spec, emit)
     except Fail as f:
-        emit("error", kind=f.kind, message=f.message)
+        emit("error", kind=f.kind, message=f.message, said=wire(f.message))
         return 1
     except KeyboardInterrupt:
         return 130
     except Exception as e:
         traceback.print_exc()
-        emit("error", kind="other", message=f"The naive worker failed: {type(e).__name__}: "
-                                            f"{str(e).splitlines()[0][:300] if str(e) else ''}; see the log.")
+        why = say("The naive worker failed: {kind}: {why}; see the log.", kind=type(e).__name__,
+                  why=str(e).splitlines()[0][:300] if str(e) else "")
+        emit("error", kind="other", message=why, said=wire(why))
         return 1
     emit("done")
     return 0

@@ -9,12 +9,13 @@ from typing import Any
 from engine.errors import LabError
 from engine.measure import prompts
 from engine.measure.spec import LoadSpec
+from engine.messages import Message, say
 
 
 @dataclass(frozen=True)
 class Scenario:
-    name: str
-    description: str
+    name: str  # an identifier (the CLI's, a run's `scenario`): never translated
+    description: str  # a Message whose template has {tokens}: the token budget (see label)
     kind: str  # "vllm" | "naive" | "tuning" | "sweep"
     prompts: tuple[str, ...]
     max_tokens: int
@@ -30,7 +31,10 @@ class Scenario:
 
     def label(self, max_tokens: int | None = None) -> str:
         """The description with the token budget actually used, e.g. '… (48 tokens)'."""
-        return re.sub(r"\(\d+ tokens\)", f"({max_tokens or self.max_tokens} tokens)", self.description)
+        d, tokens = self.description, max_tokens or self.max_tokens
+        if isinstance(d, Message):
+            return Message(d.template, values={**d.values, "tokens": tokens}) if "tokens" in d.values else d
+        return re.sub(r"\(\d+ tokens\)", f"({tokens} tokens)", d)
 
     def load_spec(self, base_url: str = "", model: str = "", **over: Any) -> LoadSpec:
         spec = LoadSpec(
@@ -52,22 +56,26 @@ class Scenario:
 
 _SWEEP_WORDS = 24
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
-    Scenario("naive-5", "Naive transformers, 5 sequential (200 tokens)", "naive",
+    Scenario("naive-5", say("Naive transformers, 5 sequential ({tokens} tokens)", tokens=200), "naive",
              tuple(prompts.LAB_SEQUENTIAL), 200),
-    Scenario("static-batch-5", "Static batching: one padded generate() over 5 prompts (200 tokens)", "naive",
+    Scenario("static-batch-5", say("Static batching: one padded generate() over 5 prompts ({tokens} tokens)",
+                                   tokens=200), "naive",
              tuple(prompts.LAB_SEQUENTIAL), 200, naive_mode="static-batch"),
-    Scenario("vllm-5-sequential", "vLLM, 5 sequential (200 tokens)", "vllm", tuple(prompts.LAB_SEQUENTIAL), 200),
-    Scenario("concurrent-10", "vLLM, 10 concurrent (150 tokens)", "vllm", tuple(prompts.LAB_CONCURRENT), 150,
-             shape="burst", concurrency=10),
-    Scenario("tuning", "10 concurrent (100 tokens): max-model-len 2048 / 0.85 vs 512 / 0.90", "tuning",
-             tuple(prompts.LAB_TUNING), 100, shape="burst", concurrency=10,
+    Scenario("vllm-5-sequential", say("vLLM, 5 sequential ({tokens} tokens)", tokens=200), "vllm",
+             tuple(prompts.LAB_SEQUENTIAL), 200),
+    Scenario("concurrent-10", say("vLLM, 10 concurrent ({tokens} tokens)", tokens=150), "vllm",
+             tuple(prompts.LAB_CONCURRENT), 150, shape="burst", concurrency=10),
+    Scenario("tuning", say("10 concurrent ({tokens} tokens): max-model-len 2048 / 0.85 vs 512 / 0.90", tokens=100),
+             "tuning", tuple(prompts.LAB_TUNING), 100, shape="burst", concurrency=10,
              configs=({"max_model_len": 2048, "gpu_memory_utilization": 0.85},
                       {"max_model_len": 512, "gpu_memory_utilization": 0.90})),
-    Scenario("stream-300", "One streamed 300-token answer (TTFT)", "vllm", (prompts.LAB_STREAM,), 300),
-    Scenario("sweep", "Concurrency sweep: throughput and TTFT vs requests in flight (128 tokens)", "sweep",
+    Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
+    Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
+             "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
              ignore_eos=True, levels=(1, 2, 4, 8, 16, 32)),
-    Scenario("sustained", "Sustained load: Poisson arrivals at 2 requests/s for 30 requests (128 tokens)", "vllm",
+    Scenario("sustained", say("Sustained load: Poisson arrivals at 2 requests/s for 30 requests ({tokens} tokens)",
+                              tokens=128), "vllm",
              tuple(prompts.seeded_prompts(30, seed=1)), 128, shape="poisson", rate=2.0, num_requests=30,
              ignore_eos=True),
 )}
@@ -77,7 +85,8 @@ def get(name: str) -> Scenario:
     try:
         return SCENARIOS[name]
     except KeyError:
-        raise LabError(f"There is no scenario '{name}': pick one of {', '.join(SCENARIOS)}.") from None
+        raise LabError(say("There is no scenario '{name}': pick one of {names}.", name=name,
+                           names=", ".join(SCENARIOS))) from None
 
 
 def sweep_levels(scn: Scenario, top: int | None) -> list[int]:

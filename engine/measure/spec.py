@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.messages import mark, say, say_n
 
 SHAPES = ("sequential", "concurrency", "burst", "poisson")
 ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -57,41 +58,57 @@ class LoadSpec:
         pages and the CLI share these sentences. With the running server's `max_model_len`, a
         max_tokens it would refuse is caught before anything is sent. Returns the spec."""
         if self.shape not in SHAPES:
-            raise ConfigError(f"The arrival pattern '{self.shape}' is unknown: pick one of {', '.join(SHAPES)}.")
+            raise ConfigError(say("The arrival pattern '{shape}' is unknown: pick one of {shapes}.",
+                                  shape=self.shape, shapes=", ".join(SHAPES)))
         if self.endpoint not in ENDPOINTS:
-            raise ConfigError(f"The endpoint '{self.endpoint}' is unknown: pick chat or completions.")
+            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat or completions.",
+                                  endpoint=self.endpoint))
         if not self.prompts:
-            raise ConfigError("A load test needs at least one prompt.")
-        _whole("The number of requests", self.n, 1, MAX_REQUESTS)
+            raise ConfigError(say("A load test needs at least one prompt."))
+        _whole(mark("The number of requests"), self.n, 1, MAX_REQUESTS)
         if self.shape == "concurrency":
             check_in_flight(self.concurrency)
         if self.shape == "burst" and self.n > MAX_IN_FLIGHT:
-            raise ConfigError(f"Sending all requests at once is limited to {MAX_IN_FLIGHT} requests, and {self.n} "
-                              "were asked for: send fewer, or keep a number of them in flight.")
+            raise ConfigError(say("Sending all requests at once is limited to {limit} requests, and {n} "
+                                  "were asked for: send fewer, or keep a number of them in flight.",
+                                  limit=MAX_IN_FLIGHT, n=self.n))
         if self.shape == "poisson":
             if not _number(self.rate) or not 0 < self.rate <= MAX_RATE:
-                raise ConfigError(f"The Poisson rate must be above 0 and at most {MAX_RATE:g} requests/s, "
-                                  f"not {self.rate}.")
-            check_in_flight(self.concurrency, "The expected requests in flight")
+                raise ConfigError(say("The Poisson rate must be above 0 and at most {limit:g} requests/s, "
+                                      "not {rate}.", limit=MAX_RATE, rate=self.rate))
+            check_in_flight(self.concurrency, mark("The expected requests in flight"))
         if self.max_tokens is not None:
             check_max_tokens(self.max_tokens, max_model_len)
         if not _number(self.temperature) or not 0 <= self.temperature <= 2:
-            raise ConfigError(f"The temperature must be between 0 and 2, not {self.temperature}.")
-        _whole("The warm-up", self.warmup, 0, MAX_REQUESTS)
-        _whole("The client processes", self.workers, 0, MAX_WORKERS)
-        for name, v in (("request timeout", self.timeout_s), ("read timeout", self.read_timeout_s)):
-            if not _number(v) or v <= 0:
-                raise ConfigError(f"The {name} must be a positive number of seconds, not {v}.")
+            raise ConfigError(say("The temperature must be between 0 and 2, not {temperature}.",
+                                  temperature=self.temperature))
+        _whole(mark("The warm-up"), self.warmup, 0, MAX_REQUESTS)
+        _whole(mark("The client processes"), self.workers, 0, MAX_WORKERS)
+        if not _number(self.timeout_s) or self.timeout_s <= 0:
+            raise ConfigError(say("The request timeout must be a positive number of seconds, not {v}.",
+                                  v=self.timeout_s))
+        if not _number(self.read_timeout_s) or self.read_timeout_s <= 0:
+            raise ConfigError(say("The read timeout must be a positive number of seconds, not {v}.",
+                                  v=self.read_timeout_s))
         return self
 
     def describe(self) -> str:
         """What this load does, for a run's label: '10 requests at once, 150 tokens',
         '20 requests, 4 in flight, ...', '30 requests, Poisson 2/s, ...'."""
-        tokens = "natural length" if self.max_tokens is None else f"{self.max_tokens} tokens"
-        how = ({"sequential": " one after another", "burst": " at once",
-                "concurrency": f", {min(self.concurrency, self.n)} in flight"}.get(self.shape)
-               or f", Poisson {self.rate:g}/s")
-        return f"{self.n} request{'s' * (self.n != 1)}{how}, {tokens}"
+        n = self.n
+        tokens = say("natural length") if self.max_tokens is None else say("{max_tokens} tokens",
+                                                                             max_tokens=self.max_tokens)
+        if self.shape == "sequential":
+            return say_n("{n} request one after another, {tokens}", "{n} requests one after another, {tokens}", n,
+                         tokens=tokens)
+        if self.shape == "burst":
+            return say_n("{n} request at once, {tokens}", "{n} requests at once, {tokens}", n, tokens=tokens)
+        if self.shape == "concurrency":
+            return say_n("{n} request, {in_flight} in flight, {tokens}",
+                         "{n} requests, {in_flight} in flight, {tokens}", n,
+                         in_flight=min(self.concurrency, n), tokens=tokens)
+        return say_n("{n} request, Poisson {rate:g}/s, {tokens}", "{n} requests, Poisson {rate:g}/s, {tokens}", n,
+                     rate=self.rate, tokens=tokens)
 
     @property
     def n(self) -> int:
@@ -119,20 +136,22 @@ def _number(v: Any) -> bool:
 
 def _whole(what: str, v: Any, lo: int, hi: int) -> None:
     if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
-        raise ConfigError(f"{what} must be a whole number from {lo} to {hi}, not {v}.")
+        raise ConfigError(say("{what} must be a whole number from {lo} to {hi}, not {v}.", what=what, lo=lo, hi=hi,
+                              v=v))
 
 
-def check_in_flight(n: Any, what: str = "Requests in flight") -> None:
+def check_in_flight(n: Any, what: str = mark("Requests in flight")) -> None:
     _whole(what, n, 1, MAX_IN_FLIGHT)
 
 
-def check_max_tokens(n: Any, limit: int | None = None, of: str = "the running server's max-model-len",
-                     fix: str = ", or restart the server with a longer max-model-len") -> None:
-    """ConfigError unless n is a usable answer length, at most `limit` (what `of` names) when known."""
-    _whole("Max tokens per answer", n, 1, MAX_TOKENS)
+def check_max_tokens(n: Any, limit: int | None = None, of: str = mark("the running server's max-model-len"),
+                     fix: str = mark(", or restart the server with a longer max-model-len")) -> None:
+    """ConfigError unless n is a usable answer length, at most `limit` (what `of` names) when known;
+    `fix` (a phrase starting ", or ...", or "") is appended to the advice."""
+    _whole(mark("Max tokens per answer"), n, 1, MAX_TOKENS)
     if limit and n > limit:
-        raise ConfigError(f"Max tokens per answer ({n}) is more than {of} ({limit} tokens): ask for {limit} or "
-                          f"fewer{fix}.")
+        raise ConfigError(say("Max tokens per answer ({n}) is more than {of} ({limit} tokens): ask for {limit} or "
+                              "fewer{fix}.", n=n, of=of, limit=limit, fix=fix))
 
 
 def parse_levels(text: str) -> list[int]:
@@ -141,8 +160,8 @@ def parse_levels(text: str) -> list[int]:
     try:
         levels = [int(p) for p in parts]
     except ValueError:
-        raise ConfigError(f"The sweep levels '{text}' are not a comma-separated list of whole numbers, "
-                          "e.g. 1,2,4,8.") from None
+        raise ConfigError(say("The sweep levels '{text}' are not a comma-separated list of whole numbers, "
+                              "e.g. 1,2,4,8.", text=text)) from None
     for level in levels:
-        check_in_flight(level, "Each sweep level (requests in flight)")
+        check_in_flight(level, mark("Each sweep level (requests in flight)"))
     return sorted(set(levels))

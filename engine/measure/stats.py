@@ -21,9 +21,10 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from engine.messages import say, say_n
 from engine.metrics import DISTRIBUTIONS
 from engine.results.records import RequestRecord, Summary
 
@@ -232,45 +233,65 @@ def per_request(records: Iterable[RequestRecord]) -> list[dict[str, Any]]:
 # -- why requests failed ------------------------------------------------------------------------
 # Each rule reads one kind of RequestRecord.error: vLLM's own refusals (quoted by loadgen as
 # "HTTP <code>: <message>") and the sentences engine.measure.request.describe / Requester write. A rule
-# gives (group key, what happened with "{be}" for was/were, what to do).
+# gives (group key, what happened, what to do): what happened is a function of how many requests it
+# happened to, returning a Message ("was refused ..." for one, "were refused ..." for more).
 
-def _refused_tokens(m: re.Match) -> tuple[str, str, str]:
+def _refused_tokens(m: re.Match) -> tuple[str, Callable[[int], str], str]:
     mt, mml = m["mt"], m["mml"]
     return (f"max_tokens>{mml}:{mt}",
-            f"{{be}} refused because the prompt plus {mt} output tokens exceed the server's max-model-len of {mml}",
-            "lower the max tokens per answer or restart the server with a longer max-model-len")
+            lambda n: say_n("was refused because the prompt plus {mt} output tokens exceed the server's "
+                            "max-model-len of {mml}",
+                            "were refused because the prompt plus {mt} output tokens exceed the server's "
+                            "max-model-len of {mml}", n, mt=mt, mml=mml),
+            say("lower the max tokens per answer or restart the server with a longer max-model-len"))
 
 
-def _refused_prompt(m: re.Match) -> tuple[str, str, str]:
-    return (f"prompt>{m['mml']}",
-            f"{{be}} refused because the prompt alone is longer than the server's max-model-len of {m['mml']} tokens",
-            "use shorter prompts or restart the server with a longer max-model-len")
+def _refused_prompt(m: re.Match) -> tuple[str, Callable[[int], str], str]:
+    mml = m["mml"]
+    return (f"prompt>{mml}",
+            lambda n: say_n("was refused because the prompt alone is longer than the server's max-model-len of "
+                            "{mml} tokens",
+                            "were refused because the prompt alone is longer than the server's max-model-len of "
+                            "{mml} tokens", n, mml=mml),
+            say("use shorter prompts or restart the server with a longer max-model-len"))
 
 
-def _refused_context(m: re.Match) -> tuple[str, str, str]:
-    return (f"context>{m['mml']}",
-            f"{{be}} refused because prompt and answer together exceed the server's max-model-len of {m['mml']} tokens",
-            "lower the max tokens per answer or restart the server with a longer max-model-len")
+def _refused_context(m: re.Match) -> tuple[str, Callable[[int], str], str]:
+    mml = m["mml"]
+    return (f"context>{mml}",
+            lambda n: say_n("was refused because prompt and answer together exceed the server's max-model-len of "
+                            "{mml} tokens",
+                            "were refused because prompt and answer together exceed the server's max-model-len of "
+                            "{mml} tokens", n, mml=mml),
+            say("lower the max tokens per answer or restart the server with a longer max-model-len"))
 
 
-def _no_model(m: re.Match) -> tuple[str, str, str]:
-    served = (m["valid"] or "").strip().rstrip(".")
-    return (f"model:{m['name']}", f"{{be}} refused because the server serves no model named '{m['name']}'",
-            f"send the name it serves ({served})" if served else
-            "send the name it serves (GET /v1/models lists it)")
+def _no_model(m: re.Match) -> tuple[str, Callable[[int], str], str]:
+    served, name = (m["valid"] or "").strip().rstrip("."), m["name"]
+    return (f"model:{name}",
+            lambda n: say_n("was refused because the server serves no model named '{name}'",
+                            "were refused because the server serves no model named '{name}'", n, name=name),
+            say("send the name it serves ({served})", served=served) if served else
+            say("send the name it serves (GET /v1/models lists it)"))
 
 
-def _http(m: re.Match) -> tuple[str, str, str]:
+def _http(m: re.Match) -> tuple[str, Callable[[int], str], str]:
     code, msg = int(m["code"]), m["msg"].strip()
     msg = re.sub(r"\s*\(parameter=.*\)$", "", msg).rstrip(".")  # vLLM repeats the parameter it names
     if code == 401:
-        return ("http:401", "{be} refused because the server wants an API key and none or a wrong one was sent",
-                "use the key the server was started with")
+        return ("http:401",
+                lambda n: say_n("was refused because the server wants an API key and none or a wrong one was sent",
+                                "were refused because the server wants an API key and none or a wrong one was sent",
+                                n),
+                say("use the key the server was started with"))
     if code >= 500:
-        return (f"http:{code}:{msg}", f"failed inside the server (HTTP {code}: {msg})",
-                "look at the server's log, restart it if it is unhealthy, and run again")
-    return (f"http:{code}:{msg}", f"{{be}} refused by the server (HTTP {code}: {msg})",
-            "change the setting it names and run again")
+        return (f"http:{code}:{msg}",
+                lambda n: say("failed inside the server (HTTP {code}: {msg})", code=code, msg=msg),
+                say("look at the server's log, restart it if it is unhealthy, and run again"))
+    return (f"http:{code}:{msg}",
+            lambda n: say_n("was refused by the server (HTTP {code}: {msg})",
+                            "were refused by the server (HTTP {code}: {msg})", n, code=code, msg=msg),
+            say("change the setting it names and run again"))
 
 
 _FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
@@ -281,32 +302,34 @@ _FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
      _no_model),
     (re.compile(r"HTTP (?P<code>\d{3}): (?P<msg>.*)", re.S), _http),
     (re.compile(r"could not connect to (?P<url>\S+) in time"),
-     lambda m: ("connect-timeout", f"could not connect to the server at {m['url']} in time",
-                "check that the server is up and not overloaded, then run again")),
+     lambda m: ("connect-timeout", lambda n: say("could not connect to the server at {url} in time", url=m["url"]),
+                say("check that the server is up and not overloaded, then run again"))),
     (re.compile(r"could not connect to (?P<url>\S+)"),
-     lambda m: ("connect", f"found nothing listening at {m['url']}",
-                "start the server (it may have stopped or crashed) and run again")),
+     lambda m: ("connect", lambda n: say("found nothing listening at {url}", url=m["url"]),
+                say("start the server (it may have stopped or crashed) and run again"))),
     (re.compile(r"closed the connection mid-answer|connection to the server broke|stream ended before \[DONE\]"),
-     lambda m: ("cut", "{be} cut off mid-answer when the server closed the connection",
-                "it probably stopped or crashed, so check its state and log, restart it and run again")),
+     lambda m: ("cut", lambda n: say_n("was cut off mid-answer when the server closed the connection",
+                                       "were cut off mid-answer when the server closed the connection", n),
+                say("it probably stopped or crashed, so check its state and log, restart it and run again"))),
     (re.compile(r"sent nothing for (?P<s>[\d.]+) s"),
-     lambda m: ("read-timeout", f"got no data from the server for {m['s']} s",
-                "it is stuck or overloaded, so send fewer requests at once or check its log")),
+     lambda m: ("read-timeout", lambda n: say("got no data from the server for {s} s", s=m["s"]),
+                say("it is stuck or overloaded, so send fewer requests at once or check its log"))),
     (re.compile(r"no complete answer within (?P<s>[\d.]+) s"),
-     lambda m: ("timeout", f"did not finish within {m['s']} s",
-                "lower the max tokens per answer or the requests in flight")),
+     lambda m: ("timeout", lambda n: say("did not finish within {s} s", s=m["s"]),
+                say("lower the max tokens per answer or the requests in flight"))),
     (re.compile(r"^cancelled$"),
-     lambda m: ("cancelled", "{be} cancelled before finishing",
-                "the run was stopped and the finished requests were kept")),
+     lambda m: ("cancelled", lambda n: say_n("was cancelled before finishing", "were cancelled before finishing", n),
+                say("the run was stopped and the finished requests were kept"))),
     (re.compile(r"reported an error mid-stream: (?P<msg>.*)", re.S),
-     lambda m: (f"mid:{m['msg']}", f"failed mid-answer with the server's error '{_clip(m['msg'])}'",
-                "look at the server's log and run again")),
+     lambda m: (f"mid:{m['msg']}",
+                lambda n: say("failed mid-answer with the server's error '{error}'", error=_clip(m["msg"])),
+                say("look at the server's log and run again"))),
     (re.compile(r"answered without a single token"),
-     lambda m: ("empty", "got an answer without a single token",
-                "check the prompt and the model: there was nothing to measure")),
+     lambda m: ("empty", lambda n: say("got an answer without a single token"),
+                say("check the prompt and the model: there was nothing to measure"))),
     (re.compile(r"event that is not JSON"),
-     lambda m: ("not-json", "got an answer that is not an OpenAI-style stream",
-                "check that the URL points at a vLLM or other OpenAI-compatible server")),
+     lambda m: ("not-json", lambda n: say("got an answer that is not an OpenAI-style stream"),
+                say("check that the URL points at a vLLM or other OpenAI-compatible server"))),
 ]
 
 
@@ -315,17 +338,18 @@ def _clip(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
-def _explain(error: str) -> tuple[str, str, str]:
+def _explain(error: str) -> tuple[str, Callable[[int], str], str]:
     for pattern, build in _FAILURE_RULES:
         if m := pattern.search(error):
             return build(m)
-    return (f"other:{error}", f"failed ({_clip(error)})", "look at the server's log and run again")
+    return (f"other:{error}", lambda n: say("failed ({error})", error=_clip(error)),
+            say("look at the server's log and run again"))
 
 
 def failure_cause(error: str) -> str:
     """One failed request's error as a sentence: what happened and what to do."""
     _, what, todo = _explain(error)
-    return f"This request {what.format(be='was')}: {todo}."
+    return say("This request {what}: {todo}.", what=what(1), todo=todo)
 
 
 def failure_causes(records: Iterable[RequestRecord]) -> list[tuple[int, str]]:
@@ -342,6 +366,9 @@ def failure_causes(records: Iterable[RequestRecord]) -> list[tuple[int, str]]:
     total = len(recs)
     out = []
     for n, what, todo in sorted(groups.values(), key=lambda g: -g[0]):  # stable: first seen first on ties
-        who = ("The request" if total == 1 else f"All {total} requests") if n == total else f"{n} of {total} requests"
-        out.append((n, f"{who} {what.format(be='was' if n == 1 else 'were')}: {todo}."))
+        if n == total:
+            who = say("The request") if total == 1 else say("All {total} requests", total=total)
+        else:
+            who = say("{n} of {total} requests", n=n, total=total)
+        out.append((n, say("{who} {what}: {todo}.", who=who, what=what(n), todo=todo)))
     return out

@@ -16,6 +16,7 @@ from typing import Any
 
 import psutil
 
+from engine.messages import Message, say
 from engine.observe import nvml
 
 
@@ -99,20 +100,28 @@ def describe() -> dict[str, Any]:
     return d
 
 
-def summary_line(hw: dict[str, Any]) -> str:
-    """One line for a caption: '1× NVIDIA H200 (143.8 GB)' or 'CPU: Intel Xeon ..., 2 cores, 8.3 GB RAM'."""
+def summary_line(hw: dict[str, Any]) -> Message:
+    """One line for a caption: '1× NVIDIA H200 (143.8 GB)' or 'CPU: Intel Xeon ..., 2 cores, 8.3 GB RAM'
+    (from a stored record's `hardware` too, to say it again in the viewer's language)."""
     g = hw.get("gpus") or []
     if g:
         names: dict[tuple[str, float], int] = {}
         for x in g:
             key = (x.get("name", "GPU"), x.get("memory_total_gb", 0))
             names[key] = names.get(key, 0) + 1
-        return ", ".join(f"{n}× {name} ({mem:g} GB)" for (name, mem), n in names.items())
+        kinds = [say("{count}× {name} ({memory:g} GB)", count=n, name=name, memory=mem)
+                 for (name, mem), n in names.items()]
+        line = kinds[0]
+        for kind in kinds[1:]:  # still said kind by kind in another language (a ", ".join would not be)
+            line = say("{items}, {item}", items=line, item=kind)
+        return line
     c = hw.get("cpu") or {}
     cores = c.get("usable_cores") or c.get("cores_logical")
-    parts = [f"CPU: {c.get('model', 'unknown')}"]
+    model, ram = c.get("model", "unknown"), c.get("ram_total_gb")
+    if cores and ram:
+        return say("CPU: {model}, {cores} cores, {ram:g} GB RAM", model=model, cores=cores, ram=ram)
     if cores:
-        parts.append(f"{cores} cores")
-    if c.get("ram_total_gb"):
-        parts.append(f"{c['ram_total_gb']:g} GB RAM")
-    return ", ".join(parts)
+        return say("CPU: {model}, {cores} cores", model=model, cores=cores)
+    if ram:
+        return say("CPU: {model}, {ram:g} GB RAM", model=model, ram=ram)
+    return say("CPU: {model}", model=model)

@@ -17,6 +17,7 @@ import httpx
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.messages import mark, say
 from engine.metrics import ALIASES, PROMETHEUS_PREFIX
 from engine.observe import hardware, nvml
 
@@ -59,7 +60,7 @@ class Sample:
 
 def gpu_memory() -> list[dict]:
     """One memory series per GPU, with its processes, from NVML."""
-    return [{"series": f"GPU {g['index']}", "used_gb": g["used"] / GIB, "total_gb": g["total"] / GIB,
+    return [{"series": say("GPU {index}", index=g["index"]), "used_gb": g["used"] / GIB, "total_gb": g["total"] / GIB,
              "processes": [{"pid": pid, "used_gb": b / GIB} for pid, b in g["procs"].items()]}
             for g in nvml.devices()]
 
@@ -129,9 +130,9 @@ class Telemetry:
             s.memory = gpu_memory()
         else:
             vm = psutil.virtual_memory()
-            s.memory = [{"series": "system (all processes)", "used_gb": (vm.total - vm.available) / GIB,
+            s.memory = [{"series": mark("system (all processes)"), "used_gb": (vm.total - vm.available) / GIB,
                          "total_gb": vm.total / GIB},
-                        {"series": "vLLM server", "used_gb": process_tree_rss(self.server_pid()),
+                        {"series": mark("vLLM server"), "used_gb": process_tree_rss(self.server_pid()),
                          "total_gb": vm.total / GIB}]
             for name, pid in self.extra_pids().items():
                 s.memory.append({"series": name, "used_gb": process_tree_rss(pid), "total_gb": vm.total / GIB})

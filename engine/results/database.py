@@ -8,6 +8,7 @@ See docs/architecture.md.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from engine.errors import LabError
+from engine.messages import mark, say
 from engine.results.credentials import scrub, scrub_run, scrub_text
 from engine.results.records import RunResult, RunRow, is_sane_time
 from engine.results.validation import Invalid, RunDamaged, checked_run, quote
@@ -74,8 +76,8 @@ def private_file(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
-        raise LabError(f"The run history {path} cannot be opened ({e.strerror}): set SERVING_LAB_DB to a file "
-                       "you can write.") from None
+        raise LabError(say("The run history {path} cannot be opened ({why}): set SERVING_LAB_DB to a file "
+                           "you can write.", path=str(path), why=e.strerror)) from None
     try:
         if os.fstat(fd).st_mode & 0o077:
             os.fchmod(fd, 0o600)
@@ -134,9 +136,9 @@ def migrate(conn: sqlite3.Connection, path: Path) -> bool:
     with transaction(conn):
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise LabError(f"The run history {path} was written by a newer Serving Lab (schema {version}, "
-                           f"this one reads up to {SCHEMA_VERSION}): update this app, or set SERVING_LAB_DB to "
-                           "another file.")
+            raise LabError(say("The run history {path} was written by a newer Serving Lab (schema {version}, "
+                               "this one reads up to {supported}): update this app, or set SERVING_LAB_DB to "
+                               "another file.", path=str(path), version=version, supported=SCHEMA_VERSION))
         for statement in _SCHEMA:
             conn.execute(statement)
         if version < 2:
@@ -276,9 +278,9 @@ def read_run(conn: sqlite3.Connection, run_id: str) -> RunResult | None:
         }
         return checked_run(d)
     except (Invalid, ValueError, RecursionError) as e:
-        why = e.what if isinstance(e, Invalid) else "a stored field is not valid JSON"
-        raise RunDamaged(f"The run {quote(_text_of(row[3]))} in the history is damaged ({why}): delete it, and "
-                         "import it again from an export if you have one.") from None
+        why = e.what if isinstance(e, Invalid) else say("a stored field is not valid JSON")
+        raise RunDamaged(say("The run {label} in the history is damaged ({why}): delete it, and import it again "
+                             "from an export if you have one.", label=quote(_text_of(row[3])), why=why)) from None
 
 
 def _loads(text: str | None, default: Any) -> Any:
@@ -300,7 +302,7 @@ def _row(r: tuple) -> RunRow:
     def number(v, what: str, integer: bool = False) -> Any:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
         if not ok:
-            problems.append(f"its {what} is not a number")
+            problems.append(say("its {what} is not a number", what=what))
             return 0 if integer else 0.0
         return int(v) if integer else float(v)
 
@@ -310,22 +312,27 @@ def _row(r: tuple) -> RunRow:
         except (ValueError, RecursionError):
             d = None
         if not isinstance(d, dict):
-            problems.append(f"its {what} is unreadable")
+            problems.append(say("its {what} is unreadable", what=what))
             return {}
         return d
 
     started = r[4]
     if not is_sane_time(started):
-        problems.append("its start time is not a date between 2000 and now")
+        problems.append(say("its start time is not a date between 2000 and now"))
         started = 0.0
     summary = {k: v for k, v in obj(r[11], "summary").items()
                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
     return RunRow(
         id=_text_of(r[0]), kind=_text_of(r[1]), scenario=_text_of(r[2]), label=_text_of(r[3]),
-        started_at=float(started), duration=number(r[5], "wall time"), model=_text_of(r[6]),
-        n_requests=number(r[7], "request count", True), n_failed=number(r[8], "failure count", True),
+        started_at=float(started), duration=number(r[5], mark("wall time")), model=_text_of(r[6]),
+        n_requests=number(r[7], mark("request count"), True), n_failed=number(r[8], mark("failure count"), True),
         source=_text_of(r[9]), saved_at=r[10] if isinstance(r[10], (int, float)) else 0.0, summary=summary,
         config=obj(r[12], "config"), load=obj(r[13], "load"), hardware=obj(r[14], "hardware"),
         versions=obj(r[15], "versions"), extra=obj(r[16], "extra"), command=_text_of(r[17]),
-        problem="; ".join(problems),
+        problem=_joined(problems),
     )
+
+
+def _joined(parts: list[str]) -> str:
+    """The parts joined by "; ", as one Message when they are Messages (each said in the viewer's language)."""
+    return functools.reduce(lambda a, b: say("{first}; {then}", first=a, then=b), parts) if parts else ""

@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
+from engine.messages import say
 from engine.results.credentials import scrub_run
 from engine.results.records import RunResult
 from engine.results.validation import ImportFailed, quote
@@ -64,8 +65,8 @@ def export_csv(runs: Iterable[RunResult]) -> str:
 # -- in ---------------------------------------------------------------------------------------------
 
 def _too_big(what: str, size: int) -> ImportFailed:
-    return ImportFailed(f"{what} is {size / 2**20:.0f} MB; an import reads up to {MAX_IMPORT_CHARS // 2**20} MB: "
-                        "export fewer runs at a time.")
+    return ImportFailed(say("{what} is {mb:.0f} MB; an import reads up to {limit} MB: export fewer runs at a time.",
+                            what=what, mb=size / 2**20, limit=MAX_IMPORT_CHARS // 2**20))
 
 
 def read_import_file(path: str | Path) -> str:
@@ -75,35 +76,37 @@ def read_import_file(path: str | Path) -> str:
         if not p.exists():
             raise FileNotFoundError(p)
         if not p.is_file():
-            raise ImportFailed(f"{p} is not a file: give the JSON file Serving Lab or vllm bench serve wrote.")
+            raise ImportFailed(say("{path} is not a file: give the JSON file Serving Lab or vllm bench serve wrote.",
+                                   path=str(p)))
         if p.stat().st_size > MAX_IMPORT_CHARS:
             raise _too_big(p.name, p.stat().st_size)
         return p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ImportFailed(f"There is no file {p}: check the path.") from None
+        raise ImportFailed(say("There is no file {path}: check the path.", path=str(p))) from None
     except UnicodeDecodeError:
-        raise ImportFailed(f"{p.name} is not UTF-8 text: give the JSON file Serving Lab or vllm bench serve "
-                           "wrote.") from None
+        raise ImportFailed(say("{name} is not UTF-8 text: give the JSON file Serving Lab or vllm bench serve "
+                               "wrote.", name=p.name)) from None
     except OSError as e:
-        raise ImportFailed(f"{p} cannot be read ({e.strerror}).") from None
+        raise ImportFailed(say("{path} cannot be read ({why}).", path=str(p), why=e.strerror)) from None
 
 
 def runs_from_text(text: str) -> list[RunResult]:
     """Every run of an export (or a `vllm bench serve` result file) given as its text, each checked;
     ImportFailed, one sentence naming the first problem and the run it is in, otherwise."""
     if len(text) > MAX_IMPORT_CHARS:
-        raise _too_big("The file", len(text))
+        raise _too_big(say("The file"), len(text))
     objs = _json_objects(text)
     if len(objs) > MAX_IMPORT_RUNS:
-        raise ImportFailed(f"The file holds {len(objs):,} runs; an import takes up to {MAX_IMPORT_RUNS:,}: export "
-                           "fewer runs at a time.")
+        raise ImportFailed(say("The file holds {n:,} runs; an import takes up to {limit:,}: export fewer runs at a "
+                               "time.", n=len(objs), limit=MAX_IMPORT_RUNS))
     runs = []
     for i, obj in enumerate(objs):
         try:
             runs.append(from_bench_json(obj))
         except ImportFailed as e:
-            where = f"Run {i + 1} of {len(objs)}" if len(objs) > 1 else "The run"
-            raise ImportFailed(f"{where}{_label_note(obj)}: {e}") from None
+            where = say("Run {i} of {n}", i=i + 1, n=len(objs)) if len(objs) > 1 else say("The run")
+            why = e.args[0] if len(e.args) == 1 and e.args[0] == str(e) else str(e)  # the Message it was raised with
+            raise ImportFailed(say("{where}{label}: {why}", where=where, label=_label_note(obj), why=why)) from None
     return runs
 
 
@@ -125,17 +128,18 @@ def _json_objects(text: str) -> list[dict[str, Any]]:
             else:
                 out.append(obj)
     except json.JSONDecodeError as e:
-        raise ImportFailed(f"The file is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}): export it "
-                           "again from Serving Lab or vllm bench serve.") from None
+        raise ImportFailed(say("The file is not valid JSON ({why} at line {line}, column {column}): export it "
+                               "again from Serving Lab or vllm bench serve.", why=e.msg, line=e.lineno,
+                               column=e.colno)) from None
     except RecursionError:
-        raise ImportFailed("The file is nested deeper than any export is: it is not a file Serving Lab or vllm bench "
-                           "serve wrote.") from None
+        raise ImportFailed(say("The file is nested deeper than any export is: it is not a file Serving Lab or vllm "
+                               "bench serve wrote.")) from None
     if not out:
-        raise ImportFailed("The file holds no runs: export them again from Serving Lab or vllm bench serve.")
+        raise ImportFailed(say("The file holds no runs: export them again from Serving Lab or vllm bench serve."))
     for k, o in enumerate(out):
         if not isinstance(o, dict):
-            raise ImportFailed(f"Item {k + 1} of {len(out)} in the file is not a run (a JSON object): export it "
-                               "again from Serving Lab or vllm bench serve.")
+            raise ImportFailed(say("Item {k} of {n} in the file is not a run (a JSON object): export it "
+                                   "again from Serving Lab or vllm bench serve.", k=k + 1, n=len(out)))
     return out
 
 

@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar
 
+from engine.messages import mark
+
 _TIME_MIN = datetime(2000, 1, 1).timestamp()
 
 
@@ -297,7 +299,7 @@ class RunRow:
     def started(self) -> str:
         """Local wall-clock start, e.g. '2025-11-30 11:18:04'; 'unknown' for a time that is not one."""
         if not is_sane_time(self.started_at):
-            return "unknown"
+            return mark("unknown")
         return datetime.fromtimestamp(self.started_at).strftime("%Y-%m-%d %H:%M:%S")
 
     @property

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from engine.errors import LabError
+from engine.messages import say
 from engine.results import database as db
 from engine.results import exchange
 from engine.results.records import RunResult, RunRow
@@ -43,11 +44,11 @@ class RunNotFound(LabError, KeyError):
     """No run with that id in the history."""
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else "run not found"
+        return str(self.args[0]) if self.args else say("run not found")
 
 
 def _not_found(run_id: str) -> RunNotFound:
-    return RunNotFound(f"No run {run_id!r} in the history; it may have been deleted.")
+    return RunNotFound(say("No run {run_id!r} in the history; it may have been deleted.", run_id=run_id))
 
 
 class RunStore:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.errors import LabError
+from engine.messages import say
 from engine.results.records import RequestRecord, RunResult, is_sane_time
 
 
@@ -48,7 +49,7 @@ def field_of(d: dict, key: str, pre: str = "", default: Any = MISSING) -> Any:
     if key in d:
         return d[key]
     if default is MISSING:
-        raise Invalid(f"{pre}{key} is missing")
+        raise Invalid(say("{field} is missing", field=pre + key))
     return default
 
 
@@ -56,9 +57,9 @@ def checked_text(v: Any, where: str, limit: int, nullable: bool = False) -> Any:
     if v is None and nullable:
         return None
     if not isinstance(v, str):
-        raise Invalid(f"{where} is not text")
+        raise Invalid(say("{where} is not text", where=where))
     if len(v) > limit:
-        raise Invalid(f"{where} is longer than {limit:,} characters")
+        raise Invalid(say("{where} is longer than {limit:,} characters", where=where, limit=limit))
     return v
 
 
@@ -67,25 +68,26 @@ def checked_number(v: Any, where: str, lo: float, hi: float, *, nullable: bool =
     if v is None and nullable:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-        raise Invalid(f"{where} is not a number")
+        raise Invalid(say("{where} is not a number", where=where))
     if isinstance(v, float) and math.isinf(v):
-        raise Invalid(f"{where} is infinite")
+        raise Invalid(say("{where} is infinite", where=where))
     if whole and isinstance(v, float) and not v.is_integer():
-        raise Invalid(f"{where} is not a whole number")
+        raise Invalid(say("{where} is not a whole number", where=where))
     if not lo <= v <= hi:
-        raise Invalid(f"{where} is negative" if lo == 0 and v < 0 else f"{where} is out of range ({lo:g} to {hi:g})")
+        raise Invalid(say("{where} is negative", where=where) if lo == 0 and v < 0 else
+                      say("{where} is out of range ({lo:g} to {hi:g})", where=where, lo=lo, hi=hi))
     return int(v) if whole else float(v)
 
 
 def _object(v: Any, where: str) -> dict:
     """A free-form JSON object (settings, hardware, notes), nested no deeper than _MAX_DEPTH."""
     if not isinstance(v, dict):
-        raise Invalid(f"{where} is not an object")
+        raise Invalid(say("{where} is not an object", where=where))
     stack = [(v, 1)]
     while stack:
         x, depth = stack.pop()
         if depth > _MAX_DEPTH:
-            raise Invalid(f"{where} is nested deeper than {_MAX_DEPTH} levels")
+            raise Invalid(say("{where} is nested deeper than {depth} levels", where=where, depth=_MAX_DEPTH))
         stack += [(c, depth + 1) for c in (x.values() if isinstance(x, dict) else x) if isinstance(c, (dict, list))]
     return v
 
@@ -100,22 +102,22 @@ def _times(values: list, where: str) -> list[float]:
 
 def _record(r: Any, at: str) -> RequestRecord:
     if not isinstance(r, dict):
-        raise Invalid(f"{at} is not an object")
+        raise Invalid(say("{where} is not an object", where=at))
     pre = f"{at}."
     send = checked_number(field_of(r, "send_time", pre), f"{at}.send_time", -REL_S, REL_S)
     times = {}
     for key in ("end_time", "first_token_time"):
         t = times[key] = checked_number(r.get(key), f"{at}.{key}", -REL_S, REL_S, nullable=True)
         if t is not None and t < send - 1e-6:
-            raise Invalid(f"{at}.{key} is before its send_time")
+            raise Invalid(say("{where} is before its send_time", where=pre + key))
     chunks = field_of(r, "chunk_times", pre, [])
     if not isinstance(chunks, list):
-        raise Invalid(f"{at}.chunk_times is not a list")
+        raise Invalid(say("{where} is not a list", where=pre + "chunk_times"))
     if len(chunks) > _MAX_CHUNKS:
-        raise Invalid(f"{at}.chunk_times holds more than {_MAX_CHUNKS:,} times")
+        raise Invalid(say("{where} holds more than {limit:,} times", where=pre + "chunk_times", limit=_MAX_CHUNKS))
     warmup = field_of(r, "warmup", pre, False)
     if warmup not in (True, False):  # 0 and 1 too
-        raise Invalid(f"{at}.warmup is not true or false")
+        raise Invalid(say("{where} is not true or false", where=pre + "warmup"))
     return RequestRecord(
         index=checked_number(field_of(r, "index", pre), f"{at}.index", -COUNT, COUNT, whole=True),
         prompt=checked_text(field_of(r, "prompt", pre, ""), f"{at}.prompt", 1_000_000),
@@ -146,18 +148,18 @@ def checked_run(d: dict[str, Any], strict: bool = False) -> RunResult:
     if rid is MISSING:
         rid = content_id(d, "im")
     elif not re.fullmatch(r"[\w.:-]{1,64}", checked_text(rid, "id", 64)):
-        raise Invalid("id is not 1 to 64 letters, digits, '.', ':', '-' or '_'")
+        raise Invalid(say("{where} is not 1 to 64 letters, digits, '.', ':', '-' or '_'", where="id"))
     kind = checked_text(field_of(d, "kind"), "kind", 64)
     if not kind:
-        raise Invalid("kind is empty")
+        raise Invalid(say("{where} is empty", where="kind"))
     started = checked_number(field_of(d, "started_at"), "started_at", -math.inf, math.inf)
     if not (is_sane_time(started) if strict else 0 <= started <= _LAST_DATE):
-        raise Invalid("started_at is not a date between 2000 and now")
+        raise Invalid(say("{where} is not a date between 2000 and now", where="started_at"))
     records = field_of(d, "records")
     if not isinstance(records, list):
-        raise Invalid("records is not a list")
+        raise Invalid(say("{where} is not a list", where="records"))
     if len(records) > MAX_RECORDS:
-        raise Invalid(f"records holds more than {MAX_RECORDS:,} requests")
+        raise Invalid(say("{where} holds more than {limit:,} requests", where="records", limit=MAX_RECORDS))
     summary = _object(field_of(d, "summary", default={}), "summary")
     for key, v in summary.items():
         checked_number(v, f"summary.{checked_text(key, 'a summary key', 100)}", -math.inf, math.inf, nullable=True)

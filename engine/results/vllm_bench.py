@@ -10,6 +10,7 @@ import math
 from datetime import datetime
 from typing import Any, Callable
 
+from engine.messages import say
 from engine.results.credentials import scrub_run
 from engine.results.records import RequestRecord, RunResult
 from engine.results.validation import (
@@ -97,25 +98,25 @@ def from_bench_json(obj: dict[str, Any]) -> RunResult:
     ImportFailed, naming the first field that breaks a rule, when it is not a run this app can show."""
     lab = obj.get("serving_lab", MISSING)
     if lab is MISSING and "model_id" not in obj and "completed" not in obj:
-        raise ImportFailed("it is neither a Serving Lab export nor a vllm bench serve result (it has no "
-                           "'serving_lab', 'model_id' or 'completed' key): pick a file one of them wrote.")
+        raise ImportFailed(say("it is neither a Serving Lab export nor a vllm bench serve result (it has no "
+                               "'serving_lab', 'model_id' or 'completed' key): pick a file one of them wrote."))
     try:
         if lab is MISSING:
             return checked_run(_from_vllm_result(obj).to_dict(), strict=True)
         if not isinstance(lab, dict):
-            raise Invalid("serving_lab is not an object")
+            raise Invalid(say("{where} is not an object", where="serving_lab"))
         return checked_run({k: v for k, v in lab.items() if k != "format"}, strict=True)
     except Invalid as e:
         maker = "vllm bench serve" if lab is MISSING else "Serving Lab"
-        raise ImportFailed(f"{e.what}: export it again from {maker}.") from None
+        raise ImportFailed(say("{what}: export it again from {maker}.", what=e.what, maker=maker)) from None
 
 
 def _vllm_list(obj: dict, key: str, check: Callable[[Any, str], Any]) -> list:
     v = obj.get(key) or []
     if not isinstance(v, list):
-        raise Invalid(f"{key} is not a list")
+        raise Invalid(say("{where} is not a list", where=key))
     if len(v) > MAX_RECORDS:
-        raise Invalid(f"{key} holds more than {MAX_RECORDS:,} requests")
+        raise Invalid(say("{where} holds more than {limit:,} requests", where=key, limit=MAX_RECORDS))
     return [check(x, f"{key}[{i}]") for i, x in enumerate(v)]
 
 
@@ -133,7 +134,7 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
 
     def gaps(x, where):
         if not isinstance(x, list):
-            raise Invalid(f"{where} is not a list")
+            raise Invalid(say("{where} is not a list", where=where))
         return [checked_number(g, f"{where}[{k}]", 0, REL_S) for k, g in enumerate(x)]
 
     ttfts, lats = _vllm_list(obj, "ttfts", num), _vllm_list(obj, "latencies", num)
@@ -176,7 +177,7 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
     try:
         started = datetime.strptime(date, "%Y%m%d-%H%M%S").timestamp()
     except ValueError:
-        raise Invalid("date is not a date like 20251130-101500") from None
+        raise Invalid(say("{where} is not a date like 20251130-101500", where="date")) from None
     rate = obj.get("request_rate", "inf")
     if rate != "inf":
         rate = checked_number(rate, "request_rate", 0, math.inf)

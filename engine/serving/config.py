@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.messages import mark, say
 from engine.observe import nvml
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -127,76 +128,79 @@ class ServerConfig:
     def validate(self, model_max_len: int | None = None, known_flags: set[str] | None = None) -> None:
         """Raise ConfigError with one sentence for the first problem found; nothing is started."""
         if not self.model.strip():
-            raise ConfigError("No model is selected: pick the embedded default, a local folder or a hub id.")
+            raise ConfigError(say("No model is selected: pick the embedded default, a local folder or a hub id."))
         if not 1 <= self.port <= 65535:
-            raise ConfigError(f"Port {self.port} is not a valid port: pick a number between 1024 and 65535.")
+            raise ConfigError(say("Port {port} is not a valid port: pick a number between 1024 and 65535.",
+                                  port=self.port))
         if not 0 < self.gpu_memory_utilization <= 1:
-            raise ConfigError(
-                f"GPU memory utilization {self.gpu_memory_utilization:g} is outside (0, 1]: it is the fraction of "
-                "GPU memory vLLM may use, e.g. 0.85."
-            )
+            raise ConfigError(say(
+                "GPU memory utilization {value:g} is outside (0, 1]: it is the fraction of GPU memory vLLM may use, "
+                "e.g. 0.85.", value=self.gpu_memory_utilization))
         if self.device == "cpu" and not (float(self.cpu_kvcache_gib).is_integer() and 1 <= self.cpu_kvcache_gib <= 512):
-            raise ConfigError(f"CPU KV cache of {self.cpu_kvcache_gib:g} GiB is not usable: vLLM takes a whole number "
-                              "of GiB (VLLM_CPU_KVCACHE_SPACE), e.g. 2.")
+            raise ConfigError(say("CPU KV cache of {gib:g} GiB is not usable: vLLM takes a whole number of GiB "
+                                  "(VLLM_CPU_KVCACHE_SPACE), e.g. 2.", gib=self.cpu_kvcache_gib))
         if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype '{self.dtype}' is not one of {', '.join(DTYPES)}.")
+            raise ConfigError(say("dtype '{dtype}' is not one of {choices}.", dtype=self.dtype,
+                                  choices=", ".join(DTYPES)))
         if self.load_format not in LOAD_FORMATS:
-            raise ConfigError(f"load format '{self.load_format}' is not one of {', '.join(LOAD_FORMATS)}.")
+            raise ConfigError(say("load format '{load_format}' is not one of {choices}.", load_format=self.load_format,
+                                  choices=", ".join(LOAD_FORMATS)))
         if self.max_model_len is not None:
             if self.max_model_len < 16:
-                raise ConfigError(f"max-model-len {self.max_model_len} is too small: use at least a few hundred tokens.")
+                raise ConfigError(say("max-model-len {max_model_len} is too small: use at least a few hundred tokens.",
+                                      max_model_len=self.max_model_len))
             if model_max_len and self.max_model_len > model_max_len:
-                raise ConfigError(
-                    f"max-model-len {self.max_model_len} is above this model's limit of {model_max_len} tokens: "
-                    f"lower it to {model_max_len} or less."
-                )
+                raise ConfigError(say(
+                    "max-model-len {max_model_len} is above this model's limit of {limit} tokens: lower it to {limit} "
+                    "or less.", max_model_len=self.max_model_len, limit=model_max_len))
         if self.max_num_seqs is not None and not 1 <= self.max_num_seqs <= MAX_NUM_SEQS:
-            raise ConfigError(f"max-num-seqs {self.max_num_seqs} is outside 1 to {MAX_NUM_SEQS:,}: it is how many "
-                              "requests are decoded together (vLLM's default is 256 on a GPU).")
+            raise ConfigError(say("max-num-seqs {max_num_seqs} is outside 1 to {limit:,}: it is how many requests are "
+                                  "decoded together (vLLM's default is 256 on a GPU).",
+                                  max_num_seqs=self.max_num_seqs, limit=MAX_NUM_SEQS))
         if self.tensor_parallel_size < 1:
-            raise ConfigError("tensor-parallel-size must be at least 1 (the number of GPUs to split the model over).")
+            raise ConfigError(say("tensor-parallel-size must be at least 1 (the number of GPUs to split the model "
+                                  "over)."))
         if self.device == "cuda" and self.tensor_parallel_size > (gpus := len(nvml.devices())) > 0:
-            raise ConfigError(f"tensor-parallel-size {self.tensor_parallel_size} asks for more GPUs than this machine "
-                              f"has ({gpus}): lower it to {gpus} or less.")
+            raise ConfigError(say("tensor-parallel-size {size} asks for more GPUs than this machine has ({gpus}): "
+                                  "lower it to {gpus} or less.", size=self.tensor_parallel_size, gpus=gpus))
         refuse_extra_flags(self.extra_args)
         if known_flags is not None:
             for arg in self.extra_args:
                 flag = arg.split("=", 1)[0]
                 if flag.startswith("-") and flag not in known_flags:
-                    raise ConfigError(
-                        f"vLLM has no flag '{flag}': check the spelling (see `--help` of the API server) or remove it."
-                    )
+                    raise ConfigError(say("vLLM has no flag '{flag}': check the spelling (see `--help` of the API "
+                                          "server) or remove it.", flag=flag))
 
 
 # Flags the free-text box refuses: what they do and where that setting lives instead. A dashboard a room
 # can reach must not let a flag move the server off the port the app watches, expose it, put a secret on
 # a command line every user of the machine can read, or load code and files named by whoever typed it.
-_LISTEN = ("where vLLM listens is set by the app (127.0.0.1, port SERVING_LAB_VLLM_PORT), so the app can watch "
-           "the server and nobody else reaches it")
-_CODE = "it loads Python code named on the command line, which a shared dashboard does not allow"
-_TRUST = ("it trusts code from the model folder or from requests; start vLLM yourself in a terminal if you trust "
-          "that model")
-_TLS = "the app talks to its server over plain HTTP on this machine; put TLS in front of the app instead"
-_CORS = "which web pages may call the server is not for a shared dashboard to widen"
-_REMOTE = "it sends data to or takes it from other machines"
-_FORM = ("that setting has its own control (a field on the Server page, an option of `python -m engine serve`): "
-         "set it there")
+_LISTEN = mark("where vLLM listens is set by the app (127.0.0.1, port SERVING_LAB_VLLM_PORT), so the app can "
+               "watch the server and nobody else reaches it")
+_CODE = mark("it loads Python code named on the command line, which a shared dashboard does not allow")
+_TRUST = mark("it trusts code from the model folder or from requests; start vLLM yourself in a terminal if you "
+              "trust that model")
+_TLS = mark("the app talks to its server over plain HTTP on this machine; put TLS in front of the app instead")
+_CORS = mark("which web pages may call the server is not for a shared dashboard to widen")
+_REMOTE = mark("it sends data to or takes it from other machines")
+_FORM = mark("that setting has its own control (a field on the Server page, an option of `python -m engine "
+             "serve`): set it there")
 REFUSED_EXTRA_FLAGS: dict[str, str] = {
     **dict.fromkeys(("--host", "--port", "--uds", "--root-path", "--grpc-port", "--headless", "--master-port",
                      "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-supervisor-port"),
                     _LISTEN),
-    "--api-key": "a key on the command line is visible to every user of this machine: use the API key field, "
-                 "which reaches vLLM as VLLM_API_KEY",
-    "--hf-token": "a token on the command line is visible to every user of this machine: set HF_TOKEN in the "
-                  "app's environment instead",
+    "--api-key": mark("a key on the command line is visible to every user of this machine: use the API key "
+                      "field, which reaches vLLM as VLLM_API_KEY"),
+    "--hf-token": mark("a token on the command line is visible to every user of this machine: set HF_TOKEN in the "
+                       "app's environment instead"),
     **dict.fromkeys(("--trust-remote-code", "--trust-request-chat-template", "--trust-request-mm-kwargs"), _TRUST),
     **dict.fromkeys(("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--ssl-cert-reqs", "--ssl-ciphers",
                      "--enable-ssl-refresh"), _TLS),
     **dict.fromkeys(("--allowed-origins", "--allowed-methods", "--allowed-headers", "--allow-credentials"), _CORS),
-    "--allowed-local-media-path": "it lets requests read files on this machine",
+    "--allowed-local-media-path": mark("it lets requests read files on this machine"),
     **dict.fromkeys(("--middleware", "--tool-parser-plugin", "--reasoning-parser-plugin", "--io-processor-plugin",
                      "--worker-cls", "--worker-extension-cls", "--scheduler-cls", "--logits-processors"), _CODE),
-    **dict.fromkeys(("--config", "--log-config-file"), "it reads settings from a file on this machine"),
+    **dict.fromkeys(("--config", "--log-config-file"), mark("it reads settings from a file on this machine")),
     **dict.fromkeys(("--otlp-traces-endpoint", "--kv-transfer-config", "--kv-events-config", "--ec-transfer-config",
                      "--weight-transfer-config"), _REMOTE),
     **dict.fromkeys(("--model", "--served-model-name", "--max-model-len", "--gpu-memory-utilization", "--dtype",
@@ -211,12 +215,13 @@ def refuse_extra_flags(args: tuple[str, ...] | list[str]) -> None:
     for i, arg in enumerate(args):
         flag, _, value = arg.partition("=")
         if flag in REFUSED_EXTRA_FLAGS:
-            raise ConfigError(f"The extra flag {flag} is not accepted here: {REFUSED_EXTRA_FLAGS[flag]}.")
+            raise ConfigError(say("The extra flag {flag} is not accepted here: {why}.", flag=flag,
+                                  why=REFUSED_EXTRA_FLAGS[flag]))
         if flag == "--chat-template":
             value = value or (args[i + 1] if i + 1 < len(args) else "")
             if "{" not in value:
-                raise ConfigError("The extra flag --chat-template is accepted only as an inline template: a file "
-                                  "path would let the server read files on this machine.")
+                raise ConfigError(say("The extra flag --chat-template is accepted only as an inline template: a "
+                                      "file path would let the server read files on this machine."))
 
 
 def parse_extra_args(text: str) -> tuple[str, ...]:
@@ -224,7 +229,7 @@ def parse_extra_args(text: str) -> tuple[str, ...]:
     try:
         return tuple(shlex.split(text or ""))
     except ValueError as e:
-        raise ConfigError(f"The extra flags could not be read ({e}): check the quotes.") from e
+        raise ConfigError(say("The extra flags could not be read ({error}): check the quotes.", error=str(e))) from e
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -244,15 +249,20 @@ class Preset:
     changes: dict[str, Any] = field(default_factory=dict)
 
 
-# The lab's settings, in the order the notebook meets them.
+# The lab's settings, in the order the notebook meets them. (The share of GPU memory is a value, not a
+# "%" in the template: gettext tools would take "85% of" for a printf placeholder.)
 PRESETS: tuple[Preset, ...] = (
-    Preset("Lab default", "max-model-len 2048, 85% of GPU memory (the lab's first command)",
+    Preset(mark("Lab default"),
+           say("max-model-len 2048, {share:.0%} of GPU memory (the lab's first command)", share=0.85),
            {"max_model_len": 2048, "gpu_memory_utilization": 0.85}),
-    Preset("24 GB GPU", "max-model-len 1024, 75% of GPU memory (the lab's fallback for a 24 GB card)",
+    Preset(mark("24 GB GPU"),
+           say("max-model-len 1024, {share:.0%} of GPU memory (the lab's fallback for a 24 GB card)", share=0.75),
            {"max_model_len": 1024, "gpu_memory_utilization": 0.75}),
-    Preset("8 GB GPU", "max-model-len 1024, 34% of GPU memory (the lab's 8 GiB workaround)",
+    Preset(mark("8 GB GPU"),
+           say("max-model-len 1024, {share:.0%} of GPU memory (the lab's 8 GiB workaround)", share=0.34),
            {"max_model_len": 1024, "gpu_memory_utilization": 0.34}),
-    Preset("Tuning", "max-model-len 512, 90% of GPU memory (the lab's step 4)",
+    Preset(mark("Tuning"),
+           say("max-model-len 512, {share:.0%} of GPU memory (the lab's step 4)", share=0.90),
            {"max_model_len": 512, "gpu_memory_utilization": 0.90}),
 )
 
@@ -261,4 +271,5 @@ def preset(name: str) -> Preset:
     for p in PRESETS:
         if p.name == name:
             return p
-    raise ConfigError(f"There is no preset called '{name}': pick one of {', '.join(p.name for p in PRESETS)}.")
+    raise ConfigError(say("There is no preset called '{name}': pick one of {choices}.", name=name,
+                          choices=", ".join(p.name for p in PRESETS)))

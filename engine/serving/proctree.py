@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from engine.messages import Message, say
 from engine.observe import nvml
 from engine.observe.telemetry import resident_bytes
 
@@ -113,12 +114,14 @@ def name(p: psutil.Process) -> str:
         return f"pid {p.pid}"
 
 
-def held(procs: list[psutil.Process]) -> str:
+def held(procs: list[psutil.Process]) -> Message:
     """The memory these processes hold, in words: RAM, and GPU memory where NVML lists them."""
     ram = resident_bytes(procs)
     pids = {p.pid for p in procs}
     gpu = sum(used for g in nvml.devices() for pid, used in g["procs"].items() if pid in pids)
-    return f"{gb(ram)} of RAM" + (f" and {gb(gpu)} of GPU memory" if gpu else "")
+    if gpu:
+        return say("{ram} of RAM and {gpu} of GPU memory", ram=gb(ram), gpu=gb(gpu))
+    return say("{ram} of RAM", ram=gb(ram))
 
 
 def gb(n: int) -> str:

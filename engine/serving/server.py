@@ -25,6 +25,7 @@ import httpx
 import psutil
 
 from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
+from engine.messages import Message, mark, say, say_n
 from engine.paths import runtime_dir
 from engine.serving import proctree
 from engine.serving.config import API_SERVER_MODULE, ServerConfig, port_is_free
@@ -39,7 +40,10 @@ from engine.serving.vllm_log import (
     describe_failure,
 )
 
-STOPPED, STARTING, READY, STOPPING, FAILED = "stopped", "starting", "ready", "stopping", "failed"
+# A server's states; each compares equal to its English word, and a sentence that names one says it in
+# the viewer's language. Stages and the events on the memory charts are such phrases too (mark()).
+STOPPED, STARTING, READY = mark("stopped"), mark("starting"), mark("ready")
+STOPPING, FAILED = mark("stopping"), mark("failed")
 
 @dataclass
 class Snapshot:
@@ -110,7 +114,8 @@ class VLLMServer:
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
         with self._lock:
             if self._snap.state in (STARTING, READY, STOPPING):
-                raise ServerBusy(f"A vLLM server is already {self._snap.state} on port {self.port}: stop it first, or use Restart.")
+                raise ServerBusy(say("A vLLM server is already {state} on port {port}: stop it first, or use Restart.",
+                                     state=self._snap.state, port=self.port))
             if left := leftovers():
                 raise LeftoversHold(leftovers_sentence(left))
             if not port_is_free(cfg.port, cfg.host):
@@ -130,8 +135,8 @@ class VLLMServer:
             self._family = {}
             self._tail.clear()
             self._snap = Snapshot(
-                state=STARTING, stage="launching", started_at=now, stage_at=now, pid=self._pid, config=cfg,
-                command=cfg.shell_command(), events=[(now, "server start")],
+                state=STARTING, stage=mark("launching"), started_at=now, stage_at=now, pid=self._pid, config=cfg,
+                command=cfg.shell_command(), events=[(now, mark("server start"))],
             )
             self._write_record(cfg, argv, now)
             self._spawn_watcher()
@@ -144,7 +149,7 @@ class VLLMServer:
                 self._set(state=STOPPED, stage="")
                 self._remove_record()
                 return
-            self._set(state=STOPPING, stage="stopping")
+            self._set(state=STOPPING, stage=mark("stopping"))
         self._stop_watch.set()
         self._stop_tree(grace_s)
         with self._lock:
@@ -153,7 +158,7 @@ class VLLMServer:
             snap = self._snap
             self._snap = Snapshot(
                 state=STOPPED, config=snap.config, command=snap.command,
-                events=snap.events + [(time.time(), "server stop")],
+                events=snap.events + [(time.time(), mark("server stop"))],
                 kv_cache_tokens=snap.kv_cache_tokens, max_concurrency=snap.max_concurrency,
             )
 
@@ -174,9 +179,10 @@ class VLLMServer:
             if s.state == READY:
                 return s
             if s.state in (FAILED, STOPPED):
-                raise ServerFailed(s.error or "The server stopped before it was ready.")
+                raise ServerFailed(s.error or say("The server stopped before it was ready."))
             time.sleep(0.2)
-        raise ServerFailed(f"The server was not ready after {timeout_s:.0f} s: see its log, or stop it and try smaller settings.")
+        raise ServerFailed(say("The server was not ready after {timeout_s:.0f} s: see its log, or stop it and try "
+                               "smaller settings.", timeout_s=timeout_s))
 
     def start_and_wait(self, cfg: ServerConfig, model_max_len: int | None = None,
                        log: Callable[[str], None] = print, timeout_s: float = 1800) -> Snapshot:
@@ -233,10 +239,12 @@ class VLLMServer:
             names, freed = [proctree.name(p) for p in left], proctree.held(left)
             proctree.stop(left, grace_s=10)
             with self._lock:
-                self._snap.notice = (f"A vLLM server this app started on port {self.port} had lost its API server; "
-                                     f"its {len(left)} leftover process{'es' if len(left) != 1 else ''} "
-                                     f"({', '.join(names)}) {'were' if len(left) != 1 else 'was'} stopped and "
-                                     f"{freed} returned.")
+                self._snap.notice = say_n(
+                    "A vLLM server this app started on port {port} had lost its API server; its {n} leftover "
+                    "process ({names}) was stopped and {freed} returned.",
+                    "A vLLM server this app started on port {port} had lost its API server; its {n} leftover "
+                    "processes ({names}) were stopped and {freed} returned.",
+                    len(left), port=self.port, names=", ".join(names), freed=freed)
 
     def _adopt(self, rec: dict) -> None:
         cfg = ServerConfig.from_dict(rec["config"])
@@ -246,13 +254,13 @@ class VLLMServer:
         self._log_path = Path(rec["log"])
         started = rec.get("started_at", time.time())
         self._snap = Snapshot(
-            state=STARTING, stage="adopting", started_at=started, stage_at=time.time(), pid=self._pid,
+            state=STARTING, stage=mark("adopting"), started_at=started, stage_at=time.time(), pid=self._pid,
             config=cfg, command=cfg.shell_command(), adopted=True,
-            events=[(started, "server start"), (time.time(), "adopted after app restart")],
+            events=[(started, mark("server start")), (time.time(), mark("adopted after app restart"))],
         )
         if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
             now = time.time()
-            self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
+            self._set(state=READY, stage=mark("serving"), ready_at=now, stage_at=now)
         self._spawn_watcher()
 
     # -- internals ----------------------------------------------------------------------------
@@ -328,16 +336,16 @@ class VLLMServer:
                     pass
             self._write_record(self._snap.config, _cmdline_of(self._pid), self._snap.started_at or time.time())
 
-    def _port_owner_sentence(self, port: int) -> str:
+    def _port_owner_sentence(self, port: int) -> Message:
         for c in psutil.net_connections(kind="inet"):
             if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid:
                 try:
                     name = psutil.Process(c.pid).name()
                 except psutil.Error:
                     name = "unknown"
-                return (f"Port {port} is already in use by another program ({name}, pid {c.pid}); it was left alone: "
-                        "stop that program or pick another port.")
-        return f"Port {port} is already in use by another program: stop it or pick another port."
+                return say("Port {port} is already in use by another program ({name}, pid {pid}); it was left alone: "
+                           "stop that program or pick another port.", port=port, name=name, pid=c.pid)
+        return say("Port {port} is already in use by another program: stop it or pick another port.", port=port)
 
     def _spawn_watcher(self) -> None:
         self._stop_watch = threading.Event()
@@ -367,19 +375,19 @@ class VLLMServer:
                 if self.health(timeout=1.0):
                     now = time.time()
                     with self._lock:
-                        self._snap.events.append((now, "ready"))
-                        self._set(state=READY, stage="serving", ready_at=now, stage_at=now)
+                        self._snap.events.append((now, mark("ready")))
+                        self._set(state=READY, stage=mark("serving"), ready_at=now, stage_at=now)
                 elif time.time() - (self._snap.started_at or time.time()) > self.start_timeout_s:
-                    self._give_up(f"vLLM was not ready {ago(self.start_timeout_s)} after Start (it was at "
-                                  f"'{self._snap.stage}'), so it was stopped: see the log below, then start again "
-                                  "with smaller settings.")
+                    self._give_up(say("vLLM was not ready {after} after Start (it was at '{stage}'), so it was "
+                                      "stopped: see the log below, then start again with smaller settings.",
+                                      after=ago(self.start_timeout_s), stage=self._snap.stage))
                     return
                 elif self._snap.stage == "serving":
                     silent_since = silent_since or time.time()
                     if time.time() - silent_since > self.serving_grace_s:
-                        self._give_up(f"vLLM says it is serving, but nothing answers on port {self.port} where the "
-                                      "app looks for it, so it was stopped: remove any flag that moves it (such as "
-                                      "--port or --root-path) and start again.")
+                        self._give_up(say("vLLM says it is serving, but nothing answers on port {port} where the app "
+                                          "looks for it, so it was stopped: remove any flag that moves it (such as "
+                                          "--port or --root-path) and start again.", port=self.port))
                         return
             stop.wait(self.poll_s)
 
@@ -395,16 +403,16 @@ class VLLMServer:
             else:
                 msg = describe_death(api_pid, rc, time.time() - (self._snap.ready_at or time.time()), names, freed,
                                      after_ready(lines))
-            self._snap.events.append((time.time(), "server died"))
-            self._set(state=FAILED, stage="failed", error=msg, pid=None)
+            self._snap.events.append((time.time(), mark("server died")))
+            self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
             self._pid, self._proc = None, None
             self._remove_record()
 
-    def _give_up(self, msg: str) -> None:
+    def _give_up(self, msg: Message) -> None:
         self._stop_tree(grace_s=10)
         with self._lock:
-            self._snap.events.append((time.time(), "start failed"))
-            self._set(state=FAILED, stage="failed", error=msg, pid=None)
+            self._snap.events.append((time.time(), mark("start failed")))
+            self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
             self._pid, self._proc = None, None
             self._remove_record()
 

@@ -4,48 +4,53 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Callable
+
+from engine.messages import Message, mark, say, say_n
 
 # Startup stages, in order, recognised from vLLM's log lines (GPU and CPU builds, 0.2x-0.3x).
 STAGES: tuple[tuple[str, re.Pattern], ...] = (
-    ("launching", re.compile(r"vLLM API server version|non-default args")),
-    ("resolving model", re.compile(r"Resolved architecture|Using max model len")),
-    ("starting engine", re.compile(r"Initializing a V1 LLM engine|Initializing an LLM engine")),
-    ("loading weights", re.compile(r"Starting to load model|Loading safetensors|Loading weights")),
-    ("weights loaded", re.compile(r"Loading weights took|Model loading took")),
-    ("compiling", re.compile(r"torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
-    ("KV cache allocated", re.compile(r"KV cache size:|Maximum concurrency for")),
-    ("capturing graphs", re.compile(r"Capturing CUDA graph|Capturing cudagraph|Graph capturing")),
-    ("starting HTTP server", re.compile(r"Starting vLLM API server|Available routes|Started server process")),
-    ("serving", re.compile(r"Application startup complete")),
+    (mark("launching"), re.compile(r"vLLM API server version|non-default args")),
+    (mark("resolving model"), re.compile(r"Resolved architecture|Using max model len")),
+    (mark("starting engine"), re.compile(r"Initializing a V1 LLM engine|Initializing an LLM engine")),
+    (mark("loading weights"), re.compile(r"Starting to load model|Loading safetensors|Loading weights")),
+    (mark("weights loaded"), re.compile(r"Loading weights took|Model loading took")),
+    (mark("compiling"), re.compile(r"torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
+    (mark("KV cache allocated"), re.compile(r"KV cache size:|Maximum concurrency for")),
+    (mark("capturing graphs"), re.compile(r"Capturing CUDA graph|Capturing cudagraph|Graph capturing")),
+    (mark("starting HTTP server"), re.compile(r"Starting vLLM API server|Available routes|Started server process")),
+    (mark("serving"), re.compile(r"Application startup complete")),
 )
 KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.,]+)x")
 
-# Known causes of a failed start, in plain words (pattern in the log -> sentence).
-CAUSES: tuple[tuple[re.Pattern, str], ...] = (
+# Known causes of a failed start, in plain words (pattern in the log -> its sentence, made from the
+# pattern's groups, each cut to 120 characters).
+CAUSES: tuple[tuple[re.Pattern, Callable[..., Message]], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.I),
-     "The GPU ran out of memory while starting: lower max-model-len or gpu-memory-utilization, or free the GPU "
-     "(e.g. stop the naive baseline) and start again."),
+     lambda: say("The GPU ran out of memory while starting: lower max-model-len or gpu-memory-utilization, or free "
+                 "the GPU (e.g. stop the naive baseline) and start again.")),
     (re.compile(r"No available memory for the cache blocks|Insufficient memory|KV cache is needed, which is larger than the available", re.I),
-     "There is not enough memory left for the KV cache at these settings: raise gpu-memory-utilization (or the "
-     "CPU KV cache size), or lower max-model-len."),
+     lambda: say("There is not enough memory left for the KV cache at these settings: raise gpu-memory-utilization "
+                 "(or the CPU KV cache size), or lower max-model-len.")),
     (re.compile(r"larger than the maximum number of tokens that can be stored in KV cache|max_model_len.*is larger than|exceeds the maximum", re.I),
-     "max-model-len does not fit in the KV cache at these settings: lower max-model-len or give vLLM more memory."),
+     lambda: say("max-model-len does not fit in the KV cache at these settings: lower max-model-len or give vLLM "
+                 "more memory.")),
     (re.compile(r"greater than the derived max_model_len|User-specified max_model_len", re.I),
-     "max-model-len is above what this model supports: lower it to the model's context length."),
+     lambda: say("max-model-len is above what this model supports: lower it to the model's context length.")),
     (re.compile(r"Free memory on device .* is less than desired GPU memory utilization", re.I),
-     "Another process already holds GPU memory, so the requested gpu-memory-utilization is not available: lower "
-     "it or free the GPU, then start again."),
+     lambda: say("Another process already holds GPU memory, so the requested gpu-memory-utilization is not "
+                 "available: lower it or free the GPU, then start again.")),
     (re.compile(r"validation error for \w+\s*\n\s*(?:Value error, )?(.*?)\s*\[type="),
-     "vLLM rejected the settings ({0}): change that setting and start again."),
+     lambda detail: say("vLLM rejected the settings ({detail}): change that setting and start again.", detail=detail)),
     (re.compile(r"unrecognized arguments:\s*(.*)"),
-     "vLLM did not recognise a flag ({0}): remove it or check its spelling."),
+     lambda flag: say("vLLM did not recognise a flag ({flag}): remove it or check its spelling.", flag=flag)),
     (re.compile(r"error: argument (.*)"),
-     "vLLM rejected a flag ({0}): fix its value and start again."),
+     lambda flag: say("vLLM rejected a flag ({flag}): fix its value and start again.", flag=flag)),
     (re.compile(r"Address already in use"),
-     "The port is already in use by another program: pick another port."),
+     lambda: say("The port is already in use by another program: pick another port.")),
     (re.compile(r"(?:does not appear to have a file named|is not a local folder|Repository Not Found|couldn't connect to)", re.I),
-     "vLLM could not find the model: check the folder or hub id (a hub id needs a network)."),
+     lambda: say("vLLM could not find the model: check the folder or hub id (a hub id needs a network).")),
 )
 
 
@@ -55,12 +60,12 @@ _EXPLAINS = re.compile(r"\b(ERROR|CRITICAL)\b|^\s*(Traceback|[\w.]+(Error|Except
 _CHATTER = re.compile(r"\b(INFO|WARNING|DEBUG)\b")
 
 
-def _known_cause(log_lines: list[str]) -> str | None:
+def _known_cause(log_lines: list[str]) -> Message | None:
     """A cause from CAUSES, as its sentence."""
     text = "\n".join(log_lines[-200:])
     for pattern, sentence in CAUSES:
         if m := pattern.search(text):
-            return sentence.format(*(g.strip()[:120] for g in m.groups()))
+            return sentence(*(g.strip()[:120] for g in m.groups()))
     return None
 
 
@@ -69,42 +74,66 @@ def _explaining_line(log_lines: list[str]) -> str | None:
     return lines[-1][-200:] if lines else None
 
 
-def describe_failure(log_lines: list[str], returncode: int | None) -> str:
+def describe_failure(log_lines: list[str], returncode: int | None) -> Message:
     """One sentence for why a start failed, from the last lines of the log."""
     if known := _known_cause(log_lines):
         return known
-    line = _explaining_line(log_lines) or "it printed no error"
-    return f"vLLM exited ({_exit(returncode)}) before it was ready: {line}. See the log below for details."
+    line = _explaining_line(log_lines) or say("it printed no error")
+    return say("vLLM exited ({how}) before it was ready: {line} See the log below for details.",
+               how=_exit(returncode), line=_ends_sentence(line))
+
+
+def _ends_sentence(text):
+    """A quoted log line or phrase with the full stop that ends the sentence, unless it has one."""
+    return text if str(text).rstrip().endswith((".", "!", "?")) else say("{line}.", line=text)
 
 
 def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, stopped: list[str],
-                   freed: str, log_after_ready: list[str]) -> str:
+                   freed: str, log_after_ready: list[str]) -> Message:
     """One sentence for a server that died while serving: which process, at which point, what was
     cleaned up, and a cause only when a log line after 'ready' gives one."""
     cause = _known_cause(log_after_ready) or _explaining_line(log_after_ready)
-    what = f"The vLLM API server (pid {api_pid}) {_exit(returncode, died=True)} after serving for {ago(ready_for_s)}"
-    rest = (f"; its {len(stopped)} other process{'es' if len(stopped) != 1 else ''} ({', '.join(stopped)}) "
-            f"{'were' if len(stopped) != 1 else 'was'} stopped and {freed} returned"
-            if stopped else "; nothing of it is left running")
-    because = f". Its log says: {cause}" if cause else ""
-    return f"{what}{rest}{because}. Start it again to serve."
+    values = {"pid": api_pid, "how": _exit(returncode, died=True), "served": ago(ready_for_s)}
+    cause = _ends_sentence(cause) if cause else cause
+    if stopped and cause:
+        return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
+                     "({names}) was stopped and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     "The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other processes "
+                     "({names}) were stopped and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     len(stopped), names=", ".join(stopped), freed=freed, cause=cause, **values)
+    if stopped:
+        return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
+                     "({names}) was stopped and {freed} returned. Start it again to serve.",
+                     "The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other processes "
+                     "({names}) were stopped and {freed} returned. Start it again to serve.",
+                     len(stopped), names=", ".join(stopped), freed=freed, **values)
+    if cause:
+        return say("The vLLM API server (pid {pid}) {how} after serving for {served}; nothing of it is left "
+                   "running. Its log says: {cause} Start it again to serve.", cause=cause, **values)
+    return say("The vLLM API server (pid {pid}) {how} after serving for {served}; nothing of it is left running. "
+               "Start it again to serve.", **values)
 
 
-def _exit(rc: int | None, died: bool = False) -> str:
+def _exit(rc: int | None, died: bool = False) -> Message:
+    """How the API server ended, as a phrase: 'died' or 'was killed by SIGKILL (...)' in a death,
+    'exited' or 'killed by SIGKILL (...)' in a failed start."""
     if rc is None:
-        return "died" if died else "exited"
+        return say("died") if died else say("exited")
     if rc < 0:
         try:
             sig = signal.Signals(-rc).name
         except ValueError:
-            sig = f"signal {-rc}"
-        why = " (a kill -9, or the system's out-of-memory killer)" if rc == -signal.SIGKILL else ""
-        return f"was killed by {sig}{why}" if died else f"killed by {sig}{why}"
-    return f"exited with code {rc}" if died else f"code {rc}"
+            sig = say("signal {number}", number=-rc)
+        if rc == -signal.SIGKILL:
+            return (say("was killed by {signal} (a kill -9, or the system's out-of-memory killer)", signal=sig) if died
+                    else say("killed by {signal} (a kill -9, or the system's out-of-memory killer)", signal=sig))
+        return say("was killed by {signal}", signal=sig) if died else say("killed by {signal}", signal=sig)
+    return say("exited with code {code}", code=rc) if died else say("code {code}", code=rc)
 
 
-def ago(s: float) -> str:
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min"
+def ago(s: float) -> Message:
+    """A duration in words: seconds under two minutes, else minutes."""
+    return say("{seconds:.0f} s", seconds=s) if s < 120 else say("{minutes:.0f} min", minutes=s / 60)
 
 
 def after_ready(lines: list[str]) -> list[str]:

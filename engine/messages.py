@@ -1,0 +1,76 @@
+"""Sentences the engine says to a person, in English where they are made and in the viewer's language
+where they are shown (issue #11; see i18n.py for the UI's side).
+
+The engine writes `say("Port {port} is already in use…", port=port)`: a Message, which is a str (the
+English sentence: what the CLI prints, logs and records keep, and what comparisons see) that also
+remembers its template and values. `translate(text, lang)` looks the template up in the gettext
+catalogue of `lang` and fills in the same values, translating values that are Messages themselves.
+`pybabel extract` finds the templates by the keywords `say` and `say_n` (babel.cfg)."""
+from __future__ import annotations
+
+import functools
+import gettext
+from pathlib import Path
+
+LOCALES = Path(__file__).resolve().parent.parent / "locales"
+DOMAIN = "messages"
+
+
+class Message(str):
+    """An English sentence that can be said again in another language."""
+
+    template: str
+    plural: str | None
+    n: int | None
+    values: dict
+
+    def __new__(cls, template: str, plural: str | None = None, n: int | None = None, values: dict | None = None):
+        values = values or {}
+        chosen = plural if plural is not None and n != 1 else template
+        if n is not None:
+            values = {"n": n, **values}
+        self = super().__new__(cls, chosen.format(**values) if values else chosen)
+        self.template, self.plural, self.n, self.values = template, plural, n, values
+        return self
+
+    def __reduce__(self):  # pickles (jobs across processes) as what it is, not as a plain str
+        return Message, (self.template, self.plural, self.n, self.values)
+
+
+def say(template: str, /, **values) -> Message:
+    """A sentence: `template` with its {placeholders} filled from `values` (format specs allowed)."""
+    return Message(template, values=values)
+
+
+def say_n(singular: str, plural: str, n: int, /, **values) -> Message:
+    """A sentence whose wording follows a count `n` (also available as {n})."""
+    return Message(singular, plural, n, values)
+
+
+def mark(template: str) -> Message:
+    """A fixed phrase defined in a table (a stage name, a preset); compares equal to its English."""
+    return Message(template)
+
+
+@functools.cache
+def catalog(lang: str) -> gettext.NullTranslations:
+    """The compiled catalogue of `lang` (English, or a catalogue not compiled yet: the text as written)."""
+    return gettext.translation(DOMAIN, localedir=LOCALES, languages=[lang], fallback=True)
+
+
+def translate(text: object, lang: str) -> str:
+    """`text` in `lang`: a Message (or an exception carrying one) said again from its template; a plain
+    string that is itself a fixed phrase of the catalogue (a stage or cause read back from the history)
+    translated; any other text as it is (data, a log line, a model's name)."""
+    if isinstance(text, BaseException):
+        text = text.args[0] if len(text.args) == 1 and isinstance(text.args[0], Message) else str(text)
+    if lang == "en" or not text:
+        return str(text)
+    cat = catalog(lang)
+    if not isinstance(text, Message):
+        return cat.gettext(str(text))
+    values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
+    if text.plural is not None:
+        return cat.ngettext(text.template, text.plural, text.n).format(**values)
+    done = cat.gettext(text.template)
+    return done.format(**values) if values else done
