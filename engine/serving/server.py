@@ -393,7 +393,12 @@ class VLLMServer:
 
     def _died(self, state: str) -> None:
         """The API server is gone: stop the rest of its tree and say what happened in one sentence."""
-        rc = self._proc.poll() if self._proc else None
+        rc = None
+        if self._proc is not None:
+            try:  # the leader of a killed multi-threaded process shows as a zombie before it can be reaped
+                rc = self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         api_pid = self._pid
         names, freed = self._stop_tree(grace_s=10)
         with self._lock:
