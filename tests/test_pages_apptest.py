@@ -239,3 +239,19 @@ def test_a_viewer_switches_language_and_a_room_can_fix_it(monkeypatch):
     assert "vLLM server" in _sidebar_text(_app())  # another viewer still reads English
     monkeypatch.setenv("SERVING_LAB_LANG", "ko")
     assert "vLLM 서버" in _sidebar_text(_app())
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_every_page_renders_in_korean(path, monkeypatch):
+    """A room fixed to Korean: the page's title, and every sentence in a box (errors, warnings, notes, the
+    fit check, the engine's own sentences among them), are Korean; no traceback."""
+    import gettext
+    import re
+
+    ko = gettext.translation("messages", localedir=Path(APP).parent / "locales", languages=["ko"])
+    monkeypatch.setenv("SERVING_LAB_LANG", "ko")
+    at = _page(path)
+    assert at.title[0].value == ko.gettext(PAGES[path])
+    boxes = [b.value for kind in (at.error, at.warning, at.info, at.success) for b in kind]
+    english = [b for b in boxes if not re.search(r"[\uac00-\ud7a3]", b)]
+    assert not english, f"sentences left in English on {path}: {english}"

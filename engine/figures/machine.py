@@ -269,12 +269,12 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
                 say("Up to {running:.0f} requests decoded together with none left waiting", running=peak_run))
     else:
         busy = say("No requests reached the server in this window")
-    # the percentage comes formatted ("93%"): a "%" before a letter in a template reads as a %-format to gettext
+    # {percent:.0%}, not "{kv:.0f}%": a "%" then a space and a letter reads as a %-format to gettext
     if peak_kv is None:
         cap = say("{requests}.", requests=busy)
     elif peak_kv >= 90:
-        cap = say("{requests}; the KV cache peaked at {percent} full, so memory, not compute, limits the batch.",
-                  requests=busy, percent=f"{peak_kv:.0f}%")
+        cap = say("{requests}; the KV cache peaked at {percent:.0%} full, so memory, not compute, limits the batch.",
+                  requests=busy, percent=peak_kv / 100)
     else:
-        cap = say("{requests}; the KV cache peaked at {percent} full.", requests=busy, percent=f"{peak_kv:.0f}%")
+        cap = say("{requests}; the KV cache peaked at {percent:.0%} full.", requests=busy, percent=peak_kv / 100)
     return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), cap, height=720, lang=lang)
