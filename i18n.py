@@ -10,7 +10,9 @@ else the browser's language (st.context.locale). Numbers and dates are formatted
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any
 
 import streamlit as st
 from babel.dates import format_datetime
@@ -61,6 +63,13 @@ def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
 def tr(text: object) -> str:
     """An engine sentence (a Message, an exception, a stage or cause) in this viewer's language; data as is."""
     return translate(text, lang())
+
+
+def shown(options: Iterable, say: Callable[[Any], str] | None = None) -> Callable[[Any], str]:
+    """A widget's format_func: its options in this viewer's language, said while the page is drawn (a
+    format_func called later, as AppTest does, would not know the viewer)."""
+    said = {o: (say or _)(o) for o in options}
+    return lambda o: said.get(o, str(o))
 
 
 def number(x: float, digits: int = 0) -> str:

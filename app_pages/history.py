@@ -41,7 +41,7 @@ if not rows:
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "status": status(r), "started": ui.started(r), "run": r.label or r.scenario, "kind": r.kind,
+        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "kind": r.kind,
         "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
@@ -83,7 +83,7 @@ else:
         help=_("A run where every request failed has no latency or throughput to compare; it is kept for the record."))
     shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
     metrics = list(figures.METRICS)
-    metric = st.selectbox(_("Compare by"), metrics, format_func=lambda k: i18n.tr(figures.metric_info(k).label),
+    metric = st.selectbox(_("Compare by"), metrics, format_func=i18n.shown(metrics, lambda k: i18n.tr(figures.metric_info(k).label)),
                           index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
     if shown:
         ui.chart(figures.history_compare(shown, metric, lang=i18n.lang()), key="compare")

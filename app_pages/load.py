@@ -24,7 +24,7 @@ st.caption(_("Send many requests at once and watch vLLM batch them: with continu
 ARRIVALS = {N_("All at once (the lab)"): "burst", N_("Keep N in flight"): "concurrency",
             N_("Poisson arrivals"): "poisson"}
 # Outside the form: the controls below depend on it and redraw when it changes.
-arrival = st.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arrival", format_func=_,
+arrival = st.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arrival", format_func=i18n.shown(ARRIVALS),
                    help=_("All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
                           "request as soon as one finishes. Poisson: requests arrive at random at a set rate."))
 shape = ARRIVALS[arrival]
@@ -62,7 +62,7 @@ with st.form("load"):
                                help=_("Ignore end-of-sequence: a fixed output length, so runs compare exactly. "
                                       "Off: answers end naturally, as in the lab."))
     with c3:
-        prompt_set = st.selectbox(_("Prompts"), PROMPT_SETS, format_func=_)
+        prompt_set = st.selectbox(_("Prompts"), PROMPT_SETS, format_func=i18n.shown(PROMPT_SETS))
     submitted = st.form_submit_button(_("Run load test"), type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab))
 
@@ -94,7 +94,11 @@ def _summary_metrics(run) -> None:
                          "{n} chat answers were streamed while this run measured: its numbers include that traffic.",
                          n), icon=":material/forum:")
     serial = s.total_latency_s
-    if serial and run.duration:
+    if serial and run.duration and lab.peak_in_flight(run.records) <= 1:
+        wall = f"{run.duration:.1f}"
+        st.markdown(_("These requests ran one after another, so the wall time (**{wall} s**) is the sum of their "
+                      "latencies: nothing was batched. Send them at once to see continuous batching.", wall=wall))
+    elif serial and run.duration:
         done = s.completed or 0
         wall, total = f"{run.duration:.1f}", f"{serial:.0f}"
         st.markdown(_("The **{done}** requests that succeeded finished in **{wall} s**. One after another they would "

@@ -19,7 +19,7 @@ st.caption(_("Memory and vLLM's live counters, sampled once a second by the app 
              s=REDRAW_S))
 # The labels are the control's values (English, kept in session state), shown in the viewer's language.
 WINDOWS = {N_("1 min"): 60, N_("5 min"): 300, N_("15 min"): 900, N_("1 h"): 3600}
-window = st.segmented_control(_("Window"), list(WINDOWS), default="5 min", key="mon_window", format_func=_)
+window = st.segmented_control(_("Window"), list(WINDOWS), default="5 min", key="mon_window", format_func=i18n.shown(WINDOWS))
 seconds = WINDOWS.get(window or "5 min", 300)
 
 

@@ -26,7 +26,7 @@ with c1:
     default = 0
     if snap.config:
         default = next((i for i, m in enumerate(choices) if m.path == snap.config.model), 0)
-    pick = st.selectbox(_("Model for the naive baseline"), labels, index=default,
+    pick = st.selectbox(_("Model for the naive baseline"), labels, index=default, format_func=i18n.shown(labels, i18n.tr),
                         help=_("Use the same model vLLM serves, so the comparison is fair."))
     spec_model = choices[labels.index(pick)] if choices else None
 with c2:
@@ -95,11 +95,11 @@ def results() -> None:
             st.json(mem)
     terms = [r for r in (naive, static, vllm) if r]
     compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
-        f"{r.label}: " + ", ".join(str(x) for x in (
+        f"{i18n.tr(r.label)}: " + ", ".join(str(x) for x in (
             r.model.split('/')[-1], r.config.get('dtype'),
             _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in terms)
     st.caption(_("Compared: {runs}", runs=compared))
-    warm = [f"{r.label}: {r.extra.warmup_s:.1f} s" for r in (naive, static) if r and r.extra.warmup_s]
+    warm = [f"{i18n.tr(r.label)}: {r.extra.warmup_s:.1f} s" for r in (naive, static) if r and r.extra.warmup_s]
     if warm:
         st.caption(_("Not counted above: each naive run first generated over every sequence length it would meet "
                      "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "

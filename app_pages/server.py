@@ -27,7 +27,7 @@ with left:
         "local": N_("A model folder on this machine"),
         "hub": N_("A Hugging Face hub id (needs a network)"),
     }
-    kind = st.radio(_("Model"), list(kinds), format_func=lambda k: _(kinds[k]), key="model_kind",
+    kind = st.radio(_("Model"), list(kinds), format_func=i18n.shown(kinds, lambda k: _(kinds[k])), key="model_kind",
                     label_visibility="collapsed")
     where = ""  # the folder or hub id, for the two kinds that take one
     if kind == "local":
@@ -106,8 +106,8 @@ with c2:
 with c3:
     eager = st.toggle(_("Enforce eager (no graphs)"), key="cfg_enforce_eager",
                       help=_("Skip CUDA-graph capture and compilation: starts faster, decodes slower."))
-    prefix = st.selectbox(_("Prefix caching"), [N_("vLLM default"), N_("on"), N_("off")], key="cfg_prefix",
-                          format_func=lambda v: _(v),
+    prefixes = [N_("vLLM default"), N_("on"), N_("off")]
+    prefix = st.selectbox(_("Prefix caching"), prefixes, key="cfg_prefix", format_func=i18n.shown(prefixes),
                           help=_("Reuse the KV cache of a shared prompt prefix across requests."))
     tp = st.number_input(_("Tensor parallel size (GPUs)"), 1, 8, 1, key="cfg_tp", disabled=cpu,
                          help=_("Split the model over this many GPUs."))

@@ -72,7 +72,7 @@ def results() -> None:
                                  total=job.total))
     saved = [r for r in lab.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
-    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{r.label} · {ui.started(r)}",
+    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{i18n.tr(r.label)} · {ui.started(r)}",
                              key="tuning_overlay") if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:

@@ -453,6 +453,13 @@ class Lab:
 
         return stats.failure_causes(records)
 
+    @staticmethod
+    def peak_in_flight(records) -> int:
+        """The most requests of a run that were in flight at once (1: it ran one after another)."""
+        from engine.measure import stats
+
+        return stats.peak_in_flight(records)
+
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:
         """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import gettext
+import re
+import string
 from pathlib import Path
+from typing import Any
 
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
@@ -74,3 +77,55 @@ def translate(text: object, lang: str) -> str:
         return cat.ngettext(text.template, text.plural, text.n).format(**values)
     done = cat.gettext(text.template)
     return done.format(**values) if values else done
+
+
+# -- kept with what it names ----------------------------------------------------------------------
+# A run's label is a Message when it is made ("10 requests at once, 64 tokens"); the history stores
+# its template and values beside the English so the label is said in the viewer's language when read
+# back. Stored data may come from an imported file: only simple {name} fields and short format specs
+# are accepted (no attribute or index lookups, no huge widths), and the rebuilt English must be the
+# stored English.
+_FIELD = re.compile(r"[A-Za-z_]\w*")
+_SPEC = re.compile(r"[<>^]?,?(\.\d)?[dfg%]?")
+
+
+def to_json(m: Message) -> dict | None:
+    """`m` as plain JSON, to be said again after it was stored; None when a value is not plain data."""
+    values: dict[str, Any] = {}
+    for k, v in m.values.items():
+        if isinstance(v, Message):
+            if (v := to_json(v)) is None:
+                return None
+            v = {"said": v}
+        elif v is not None and not isinstance(v, (str, int, float, bool)):
+            return None
+        values[k] = v
+    return {"template": m.template, "plural": m.plural, "n": m.n, "values": values}
+
+
+def from_json(d: Any, english: str | None = None) -> Message | None:
+    """The Message `to_json` stored, if it is well formed (and says `english` when given); else None."""
+    try:
+        templates = [d["template"]] + ([d["plural"]] if d.get("plural") is not None else [])
+        if not all(isinstance(t, str) and _safe(t) for t in templates) or not isinstance(d["values"], dict):
+            return None
+        values = {}
+        for k, v in d["values"].items():
+            if isinstance(v, dict):
+                v = from_json(v.get("said"))
+                if v is None:
+                    return None
+            values[k] = v
+        n = d.get("n")
+        m = Message(d["template"], d.get("plural"), n if isinstance(n, int) else None, values)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None
+    return m if english is None or str(m) == english else None
+
+
+def _safe(template: str) -> bool:
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError:
+        return False
+    return all(_FIELD.fullmatch(name) and not conv and _SPEC.fullmatch(spec or "") for name, spec, conv in fields)

@@ -204,6 +204,15 @@ def test_concurrent_latency_bars():
     assert f"{serial:.0f} s" in figures.caption(fig)
 
 
+def test_a_run_served_one_after_another_claims_no_batching():
+    """The vLLM step of Naive vs vLLM runs its prompts one after another: its bars must not say 'at once'."""
+    run = make_vllm_sequential()
+    fig = figures.concurrent_latency_bars(run)
+    assert "one after another" in fig.layout.title.text and "at once" not in fig.layout.title.text
+    assert "nothing was batched" in figures.caption(fig)
+    assert "at once" in figures.concurrent_latency_bars(make_concurrent()).layout.title.text
+
+
 def test_request_timeline_segments_match_records():
     run = make_timeline_run()
     fig = figures.request_timeline(run, show_tokens=False)

@@ -99,6 +99,11 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
                    "about {serial:.0f} s, the serial sum of their latencies.",
                    done=n - nfail, wall=wall, avg=avg, serial=serial),
                say("{failed} failed (grey; hover a bar for why).", failed=nfail)]
+    elif stats.peak_in_flight(recs) <= 1:  # e.g. the naive-vs-vLLM step: no batching to claim
+        title = say("{count} requests one after another: all done in {wall:.1f} s", count=n, wall=wall)
+        cap = [say("Each request waited for the one before it, so the wall time ({wall:.1f} s) is the sum of their "
+                   "latencies (average {avg:.1f} s): nothing was batched. Send them at once to see continuous "
+                   "batching.", wall=wall, avg=avg)]
     else:
         title = say("{count} requests at once: all done in {wall:.1f} s", count=n, wall=wall)
         cap = [say("All {done} requests were in flight together and finished within {wall:.1f} s of wall time "

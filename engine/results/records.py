@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, ClassVar
 
-from engine.messages import mark
+from engine.messages import Message, from_json, mark, to_json
 
 _TIME_MIN = datetime(2000, 1, 1).timestamp()
 
@@ -147,6 +147,7 @@ class Notes(_Typed):
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
     imported_from: str = ""
+    label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
     client: str = ""  # the load generator's transport
     client_workers: int | None = None
     client_errors: list = field(default_factory=list)
@@ -265,6 +266,10 @@ def _typed_metadata(run: Any) -> None:
     run.load = Load.from_dict(run.load)
     run.summary = Summary.from_dict(run.summary)
     run.extra = Notes.from_dict(run.extra)
+    if isinstance(run.label, Message):
+        run.extra.label_said = to_json(run.label)
+    elif run.extra.label_said is not None:
+        run.label = from_json(run.extra.label_said, english=run.label) or run.label
 
 
 @dataclass
