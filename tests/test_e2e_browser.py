@@ -229,7 +229,7 @@ def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
                                                                unit=ko.gettext("tok/s"))
         expect(pg.locator(".js-plotly-plot").first).to_contain_text(compare_title, timeout=30000)  # the chart too
         sidebar = pg.get_by_test_id("stSidebar")
-        sidebar.get_by_role("button", name="English").click()  # this viewer only: the page follows at once
+        sidebar.get_by_text("English", exact=True).click()  # this viewer only: the page follows at once
         pg.get_by_role("heading", name="History").first.wait_for(timeout=30000)
     finally:
         ctx.close()
