@@ -121,6 +121,19 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
                        icon=":material/error:")
 
 
+def token_check(run) -> None:
+    """The server's count of a run's output tokens against the client's: a caption when they agree or
+    could not be compared, a warning when they differ by more than a few percent."""
+    check = Lab.token_check(run)
+    if check is None:
+        return
+    text = " ".join(plain(sentence) for sentence in check.sentences)
+    if check.level == "warn":
+        st.warning(text, icon=":material/rule:")
+    else:
+        st.caption(text)
+
+
 def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":

@@ -136,6 +136,7 @@ else:
                 if n := run.extra.chat_requests_beside:
                     st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
                               "traffic.", n=n), icon=":material/forum:")
+                ui.token_check(run)
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,

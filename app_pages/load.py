@@ -93,6 +93,7 @@ def _summary_metrics(run) -> None:
         st.info(ngettext("{n} chat answer was streamed while this run measured: its numbers include that traffic.",
                          "{n} chat answers were streamed while this run measured: its numbers include that traffic.",
                          n), icon=":material/forum:")
+    ui.token_check(run)
     serial = s.total_latency_s
     if serial and run.duration and lab.peak_in_flight(run.records) <= 1:
         wall = f"{run.duration:.1f}"

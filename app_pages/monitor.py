@@ -31,11 +31,14 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
     per viewer (and a replayed chart the browser already holds travels as a reference to its copy); once
     per language (`lang`), as the replay holds the drawing viewer's text."""
     memory, metrics, events = lab.monitor_rows(seconds, MAX_POINTS)
+    # One time axis for both charts: the same x = 0 and span, so a marker sits at the same x on each
+    # (the /metrics only begin once the server is ready, memory is sampled all along).
+    window = figures.time_window(memory, metrics, events)
     where = (_("GPU memory (NVML)") if lab.device == "cuda" else
              _("Memory (no GPU here: system RAM and the vLLM processes)"))
-    ui.chart(figures.memory_chart(memory, events, title=where, lang=lang), key="mem")
+    ui.chart(figures.memory_chart(memory, events, title=where, window=window, lang=lang), key="mem")
     if metrics:
-        ui.chart(figures.metrics_chart(metrics, events, lang=lang), key="metrics")
+        ui.chart(figures.metrics_chart(metrics, events, window=window, lang=lang), key="metrics")
     else:
         st.info(_("vLLM's /metrics appear here while a server is ready."), icon=":material/info:")
 

@@ -28,6 +28,7 @@ def main() -> None:
     tel = json.loads((ROOT / "docs/data/h200-telemetry-naive-vllm.json").read_text())
     tel["events"] = [e for e in tel["events"] if not e["label"].startswith("phase ")]  # the script's own marks
     img = ROOT / "docs" / "img"
+    window = figures.time_window(tel["memory"], tel["metrics"], tel["events"])  # one time axis for both
     items = [
         (figures.latency_bars(by["naive-5"], by["vllm-5-sequential"], [by["static-batch-5"]]), img / "h200-latency.png"),
         (figures.concurrent_latency_bars(by["concurrent-10"]), img / "h200-concurrent-10.png"),
@@ -35,9 +36,10 @@ def main() -> None:
         (figures.token_timeline(by["stream-300"]), img / "h200-stream-300.png"),
         (figures.sweep_chart(sweep), img / "h200-sweep.png"),
         (figures.tuning_compare(tuning), img / "h200-tuning.png"),
-        (figures.memory_chart(tel["memory"], tel["events"], title="H200 memory over the lab's sequence"),
+        (figures.memory_chart(tel["memory"], tel["events"], title="H200 memory over the lab's sequence",
+                              window=window),
          img / "h200-memory.png"),
-        (figures.metrics_chart(tel["metrics"], tel["events"]), img / "h200-metrics.png"),
+        (figures.metrics_chart(tel["metrics"], tel["events"], window=window), img / "h200-metrics.png"),
     ]
     for path in figures.to_pngs(items):
         print(path)

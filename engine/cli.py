@@ -294,6 +294,7 @@ def summary_table(r) -> str:
     from engine.measure import stats
 
     s = r.summary
+    check = stats.token_check(r.extra)  # the server's count of the output tokens against the client's
 
     def ms(key: str) -> str:
         v = s.get(key)
@@ -305,6 +306,7 @@ def summary_table(r) -> str:
         *(f"  {sentence}" for _, sentence in stats.failure_causes(r.records)),
         f"wall time              {r.duration:.2f} s",
         f"output tokens          {s.get('total_output_tokens', 0)}",
+        *(f"  {sentence}" for sentence in (check.sentences if check else ())),
         f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",

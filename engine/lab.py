@@ -460,6 +460,15 @@ class Lab:
 
         return stats.peak_in_flight(records)
 
+    @staticmethod
+    def token_check(run):
+        """The run's output tokens as the server counted them against the client's count
+        (engine.measure.stats.TokenCheck: ratio, level "ok" | "warn" | "unchecked", sentences), None
+        when the run has no such check (older runs, the naive baseline, imports)."""
+        from engine.measure import stats
+
+        return stats.token_check(run.extra)
+
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:
         """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per

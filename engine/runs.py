@@ -8,6 +8,7 @@ See docs/architecture.md."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
@@ -18,8 +19,10 @@ from engine.errors import ConfigError, LabError, ServerBusy
 from engine.measure import loadgen
 from engine.measure.progress import Progress
 from engine.measure.spec import LoadSpec, check_max_tokens
+from engine.measure.stats import client_output_tokens
 from engine.messages import mark, say
 from engine.observe import hardware
+from engine.observe.telemetry import read_generation_tokens
 from engine.results.records import RunResult
 from engine.serving.config import ServerConfig
 from engine.serving.server import READY, VLLMServer
@@ -77,6 +80,54 @@ class Target:
             result.extra.kv_cache_tokens = self.kv_cache_tokens
             result.extra.max_concurrency_reported = self.max_concurrency
             result.extra.placeholder_text = self.config.load_format == "dummy"
+        return result
+
+
+class ServerCount:
+    """The server's own count of the output tokens it generated during one run's measured part (issue
+    #12, "numbers you can check"): vllm:generation_tokens_total read when the warm-up is over (`start`,
+    the load generator's on_measure) and again after the last request (`finish`), so warm-up answers
+    are left out. Chat answers streamed meanwhile count on the server too: the run says so (its
+    chat_requests_beside). A server without /metrics is measured all the same, its run unchecked."""
+
+    SETTLE_S = 0.05  # between two reads that must agree: a counter that still moves has not settled
+    READS = 10
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.started = False
+        self.before: float | None = None
+
+    def read(self) -> float | None:
+        """The counter once it stops moving (vLLM may count a step's tokens a moment after it sent them;
+        chat traffic keeps it moving: then the last read), None without /metrics."""
+        t = self.target
+        value = read_generation_tokens(t.base_url, t.model, t.api_key)
+        for _ in range(self.READS if value is not None else 0):
+            time.sleep(self.SETTLE_S)
+            again = read_generation_tokens(t.base_url, t.model, t.api_key)
+            if again is None or again == value:
+                break
+            value = again
+        return value
+
+    def start(self) -> None:
+        self.started = True
+        self.before = self.read()
+
+    def finish(self, result: RunResult) -> RunResult:
+        """`result`'s notes given both counts (or why there is no server count)."""
+        if not self.started:  # the run ended before it measured: nothing to compare
+            return result
+        notes = result.extra
+        notes.client_output_tokens = client_output_tokens(result.records)
+        after = self.read() if self.before is not None else None
+        if self.before is None or after is None:
+            notes.server_count_missing = "no-metrics"
+        elif after < self.before:
+            notes.server_count_missing = "counter-reset"
+        else:
+            notes.server_output_tokens = round(after - self.before)
         return result
 
 
@@ -153,11 +204,12 @@ class Runner:
         spec = target.aim(spec)
         self.progress.on_stage(say("sending requests"))
         self.mark(say("{scenario} start", scenario=spec.scenario))
+        count = ServerCount(target)
         try:
-            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel)
+            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel, on_measure=count.start)
         finally:
             self.mark(say("{scenario} end", scenario=spec.scenario))
-        return self.save(target.stamp(result))
+        return self.save(target.stamp(count.finish(result)))
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes."""
@@ -169,8 +221,10 @@ class Runner:
                 if self.cancel.is_set():
                     break
                 self.progress.on_step(len(out), len(levels), say("concurrency {level}", level=level))
-                out.append(self.save(target.stamp(
-                    loadgen.run_level(spec, level, observer=self.progress, cancel=self.cancel, rounds=rounds))))
+                count = ServerCount(target)
+                result = loadgen.run_level(spec, level, observer=self.progress, cancel=self.cancel, rounds=rounds,
+                                           on_measure=count.start)
+                out.append(self.save(target.stamp(count.finish(result))))
             self.progress.on_step(len(out), len(levels), mark("done"))
         finally:
             self.mark(say("sweep end"))

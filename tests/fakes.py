@@ -11,6 +11,8 @@ The request's model name picks the behaviour:
   trickle     a chunk every 0.2 s forever (never idle, never done)
   die         after `die_after` complete answers, the next answer stops mid-stream and the whole
               server goes away: open connections are cut and nothing listens any more
+With metrics=True it also serves GET /metrics: vLLM's vllm:generation_tokens_total, every content
+chunk it has sent (labelled model_name "ok"); without, /metrics is a 404, as on a server that is not vLLM.
 """
 from __future__ import annotations
 
@@ -46,9 +48,11 @@ def _usage(prompt: int, completion: int) -> dict[str, Any]:
 class FakeOpenAIServer:
     """Use as a context manager: `with FakeOpenAIServer() as srv: srv.base_url`."""
 
-    def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002) -> None:
+    def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002, metrics: bool = False) -> None:
         self.die_after = die_after
         self.chunk_delay_s = chunk_delay_s
+        self.metrics = metrics  # GET /metrics: vLLM's generation-token counter (else 404, as a non-vLLM server)
+        self.generated = 0  # output tokens sent, all requests and models together: the counter /metrics shows
         self.completed = 0
         self.requests = 0
         self.connections = 0  # accepted so far: shows whether a client reuses its warm-up's connections
@@ -113,6 +117,14 @@ class FakeOpenAIServer:
 
     async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         request_line = head.split(b"\r\n", 1)[0]
+        if self.metrics and request_line.startswith(b"GET /metrics"):
+            text = ("# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
+                    "# TYPE vllm:generation_tokens_total counter\n"
+                    f'vllm:generation_tokens_total{{engine="0",model_name="ok"}} {float(self.generated)}\n').encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: "
+                         + str(len(text)).encode() + b"\r\n\r\n" + text)
+            await writer.drain()
+            return
         if not request_line.startswith(b"POST") or b"completions" not in request_line:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n"
                          b'{"error": {"message": "no such route"}}\n')
@@ -146,6 +158,7 @@ class FakeOpenAIServer:
         sep = b"\r\n\r\n" if model == "crlf" else b"\n\n"
         texts = [U2028_TEXT] if model == "u2028" else [f" t{i}" for i in range(n)]
         for i, text in enumerate(texts):
+            self.generated += 1
             finish = "length" if i == len(texts) - 1 else None
             await send(_chunk(_content(text, chat, finish), sep), slices=7 if model == "crlf" else 1)
             await asyncio.sleep(self.chunk_delay_s)

@@ -345,6 +345,37 @@ def test_metrics_chart():
     assert "KV cache peaked" in figures.caption(fig)
 
 
+def test_live_charts_share_one_time_axis():
+    """The Monitor's two charts drawn from the same telemetry, as the page draws them: memory is sampled
+    from the first second, vLLM's /metrics only once the server is ready. The server's markers sit at
+    the same x on both (the 'vLLM start' marker was at 50 s on the memory chart and at 0 s on the
+    metrics chart), over the same span, so a viewer reads across them."""
+    from engine.observe.telemetry import Sample, event_rows, memory_rows, metric_rows
+
+    t0 = 1.7e9
+    ready = 80
+    samples = [Sample(t=t0 + i, memory=[{"series": "GPU 0", "used_gb": 1.0 if i < 50 else 120.0, "total_gb": 140.0}],
+                      metrics={"running": 2.0, "waiting": 0.0, "kv_usage": 0.3,
+                               "generation_tokens_total": 100.0 * i} if i >= ready else {})
+               for i in range(121)]
+    events = event_rows([(t0 + 50, "vLLM start"), (t0 + ready, "vLLM ready"), (t0 + 100, "concurrent-10 start")])
+    memory, metrics = memory_rows(samples), metric_rows(samples)
+    window = figures.time_window(memory, metrics, events)
+    mem = figures.memory_chart(memory, events, window=window)
+    met = figures.metrics_chart(metrics, events, window=window)
+
+    def marker_xs(fig):  # one dotted line per event and panel: each event's x once
+        return list(dict.fromkeys(shape.x0 for shape in fig.layout.shapes))
+
+    assert marker_xs(mem) == marker_xs(met) == [50, ready, 100]
+    assert mem.layout.xaxis.range == met.layout.xaxis.range == met.layout.xaxis3.range
+    assert met.data[0].x[0] == ready and mem.data[0].x[0] == 0  # each series where it was sampled
+    labels = {a.text: a.x for a in mem.layout.annotations if a.yref == "y domain"}
+    assert labels == {a.text: a.x for a in met.layout.annotations if a.yref == "y domain"}
+    assert labels["vLLM start"] == 50
+    assert figures.time_window([], []) is None
+
+
 def test_history_compare():
     runs = [make_naive(), make_vllm_sequential(), make_concurrent()]
     fig = figures.history_compare(runs, "output_throughput")

@@ -22,6 +22,8 @@ from engine.measure.loadgen import run_load  # noqa: E402
 from engine.measure.progress import Console, Progress  # noqa: E402
 from engine.measure.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.sse import SSEDecoder  # noqa: E402
+from engine.observe.telemetry import generation_tokens  # noqa: E402
+from engine.runs import Runner, Target  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -101,6 +103,23 @@ def test_warmup_not_counted(vllm_server):
     assert len(res.measured) == 3 and res.summary.get("completed") == 3
     assert [w for w, _ in seen] == [True, True, False, False, False]
     assert seen[-1][1] == 3
+
+
+@pytest.mark.server
+def test_the_servers_own_token_count_matches_the_clients(vllm_server):
+    """A load test as the Load test page sends it (the lab's 10 prompts all at once, here answers of a fixed
+    length), after a warm-up: vLLM's own vllm:generation_tokens_total rose over the measured part by exactly
+    the output tokens the client counted (ratio 1.00), the warm-up's answers left out."""
+    spec = LoadSpec(base_url="", model="", prompts=prompts.LAB_CONCURRENT, shape="burst", max_tokens=MAX_TOKENS,
+                    ignore_eos=True, warmup=3, timeout_s=120, read_timeout_s=60)
+    res = Runner(save=lambda r: r).load(spec, Target(vllm_server.base_url, vllm_server.model))
+    assert res.summary.completed == 10 and len([r for r in res.records if r.warmup]) == 3
+    notes = res.extra
+    print(f"server counted {notes.server_output_tokens}, client {notes.client_output_tokens}")
+    assert notes.client_output_tokens == 10 * MAX_TOKENS
+    assert notes.server_output_tokens == notes.client_output_tokens
+    check = stats.token_check(notes)
+    assert check.level == "ok" and f"{check.ratio:.2f}" == "1.00"
 
 
 @pytest.mark.server
@@ -262,6 +281,47 @@ def test_client_processes_measure_on_the_connections_their_warmup_opened():
     assert len(warm) == 4 and all(r.ok and r.end_time <= 0 for r in warm)
     assert res.summary.get("completed") == 8
     assert srv.connections == 4
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_server_count_covers_the_measured_part_only(workers):
+    """The Runner reads the server's token counter once the warm-up is over and again after the run: what it
+    stores is the measured part's alone, in one client loop or spread over client processes."""
+    n, warmup = 8, 4
+    with FakeOpenAIServer(metrics=True) as srv:
+        res = Runner(save=lambda r: r).load(fake_spec(srv, "ok", concurrency=4, workers=workers, warmup=warmup,
+                                                      num_requests=n), Target(srv.base_url, "ok"))
+        assert srv.generated == (n + warmup) * 5  # the server also generated the warm-up's answers
+    assert res.extra.client_workers == workers
+    assert res.extra.server_output_tokens == res.extra.client_output_tokens == n * 5
+    said = stats.token_check(res.extra).sentences
+    assert said == ("The server counted 40 output tokens, the client 40 (ratio 1.00).",)
+
+
+def test_a_server_without_metrics_is_measured_and_left_unchecked():
+    """A server that is not vLLM (no /metrics): the run is measured as ever, and says in words that its token
+    counts could not be checked (in the CLI's summary too)."""
+    from engine.cli import summary_table
+
+    with FakeOpenAIServer() as srv:
+        res = Runner(save=lambda r: r).load(fake_spec(srv, "ok"), Target(srv.base_url, "ok"))
+    assert res.summary.completed == 2
+    assert res.extra.server_output_tokens is None and res.extra.server_count_missing == "no-metrics"
+    assert stats.token_check(res.extra).level == "unchecked"
+    assert "  The server publishes no vLLM /metrics, so the client's count of output tokens could not be checked " \
+           "against the server's own." in summary_table(res).splitlines()
+
+
+def test_the_generation_counter_is_the_served_models_own():
+    text = ("# TYPE vllm:generation_tokens_total counter\n"
+            'vllm:generation_tokens_total{engine="0",model_name="a"} 10.0\n'
+            'vllm:generation_tokens_total{engine="1",model_name="a"} 2.0\n'
+            'vllm:generation_tokens_total{engine="0",model_name="b"} 5.0\n'
+            "vllm:num_requests_running 3.0\n")
+    assert generation_tokens(text, "a") == 12 and generation_tokens(text, "b") == 5
+    assert generation_tokens(text) == generation_tokens(text, "not labelled so") == 17  # then every model's
+    assert generation_tokens("vllm:num_requests_running 3.0\n") is None
+    assert generation_tokens("<html>Not Found</html>") is None
 
 
 def test_hanging_server_ends_with_read_timeout():

@@ -255,3 +255,28 @@ def test_every_page_renders_in_korean(path, monkeypatch):
     boxes = [b.value for kind in (at.error, at.warning, at.info, at.success) for b in kind]
     english = [b for b in boxes if not re.search(r"[\uac00-\ud7a3]", b)]
     assert not english, f"sentences left in English on {path}: {english}"
+
+
+def test_a_runs_token_check_is_a_caption_or_a_warning():
+    """What the Load test page and History's details say under a run's numbers: the server's count of its
+    output tokens against the client's, a caption when they agree and a warning when they differ by more
+    than 3 %."""
+
+    def page():
+        import ui
+        from engine.results.records import RunResult
+
+        for server in (100, 120):
+            ui.token_check(RunResult(kind="vllm", scenario="concurrent-10", label="run", records=[], duration=1.0,
+                                     started_at=1.7e9,
+                                     extra={"server_output_tokens": server, "client_output_tokens": 100}))
+        ui.token_check(RunResult(kind="naive", scenario="naive-5", label="naive", records=[], duration=1.0,
+                                 started_at=1.7e9))  # never checked: nothing said
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    unescaped = lambda e: e.value.replace("\\", "")  # noqa: E731 - ui.plain escapes markdown
+    assert [unescaped(c) for c in at.caption] == ["The server counted 100 output tokens, the client 100 (ratio 1.00)."]
+    assert [unescaped(w) for w in at.warning] == [
+        "The server counted 120 output tokens, the client 100 (ratio 1.20). They differ by 20.0%, more than 3%: the "
+        "client's token counts, and the throughput made from them, are in doubt."]

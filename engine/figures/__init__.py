@@ -19,7 +19,7 @@ See docs/architecture.md.
 """
 from engine.figures.compare import _label_sides, history_compare, latency_bars, sweep_chart, tuning_compare
 from engine.figures.export import to_png, to_pngs
-from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart
+from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart, time_window
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
 from engine.figures.theme import caption, template
 from engine.metrics import METRICS, metric_info
@@ -39,6 +39,7 @@ __all__ = [
     "sweep_chart",
     "template",
     "throughput_over_time",
+    "time_window",
     "to_png",
     "to_pngs",
     "token_timeline",

@@ -51,12 +51,35 @@ def _clip(text: str, width: int) -> str:
     return out + "…"
 
 
-def _rel_times(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = ()) -> float:
-    """Offset to subtract from sample/event times: their first epoch time, or 0 if already relative."""
+Window = tuple[float, float]  # (t0, t1) in the rows' clock: the time axis a page's charts share
+
+
+def time_window(*rows: Sequence[Mapping[str, Any]]) -> Window | None:
+    """The time span every live chart of a page shares: (first, last) "t" over all the rows given
+    (memory samples, /metrics samples, events), None when none has a time. Pass it to each chart as
+    `window`: then each puts x = 0 at the same moment and spans the same seconds, so a marker (server
+    start, ready, a run) sits at the same x on all of them and a viewer can read across."""
+    ts = [float(r["t"]) for rs in rows for r in rs if r.get("t") is not None]
+    return (min(ts), max(ts)) if ts else None
+
+
+def _time_axis(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
+               window: Window | None) -> tuple[float, float, float]:
+    """(offset, lo, hi): what to subtract from sample/event times, and the span of x to show. With a
+    `window`, x is seconds since its start over its whole length, whatever this chart's own rows cover
+    (the /metrics only begin once a server is ready, memory is sampled all along). Without one, the
+    chart's own rows: relative to their first epoch time (times already relative are kept)."""
+    if window is not None:
+        t0, t1 = float(window[0]), float(window[1])
+        return t0, 0.0, max(t1 - t0, 0.0)
     ts = [float(s["t"]) for s in list(samples) + list(events) if s.get("t") is not None]
-    if ts and min(ts) > 1e8:  # epoch seconds
-        return min(ts)
-    return 0.0
+    offset = min(ts) if ts and min(ts) > 1e8 else 0.0  # epoch seconds
+    return offset, (min(ts) - offset if ts else 0.0), (max(ts) - offset if ts else 1.0)
+
+
+def _x_range(lo: float, hi: float) -> list[float]:
+    """The x axis over [lo, hi], with a little room on the right for the last point."""
+    return [lo, hi + 0.01 * ((hi - lo) or 1.0)]
 
 
 @functools.lru_cache(maxsize=8)
@@ -119,12 +142,13 @@ def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tu
 
 
 def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (),
-                 title: str = MEMORY_TITLE, *, lang: str = "en") -> go.Figure:
+                 title: str = MEMORY_TITLE, *, window: Window | None = None, lang: str = "en") -> go.Figure:
     """Memory used over time, one panel per series ({t, used_gb, total_gb, series|label}: e.g. GPU 0
     and CPU RAM, whose scales differ), each with its capacity as a dashed line when the use comes
     near it, and labelled vertical event markers ({t, label}). Times may be seconds from any start
-    or epoch seconds (then shown relative to the first one)."""
-    offset = _rel_times(samples, events)
+    or epoch seconds (then shown relative to the first one); with `window` (see time_window), seconds
+    since its start, on the same axis as every other chart given that window."""
+    offset, lo, hi = _time_axis(samples, events, window)
     series: dict[str, list[Mapping[str, Any]]] = {}
     for s in samples:
         key = s.get("series") or s.get("label") or MEMORY
@@ -142,8 +166,6 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
     traces: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = list(layout.pop("annotations", []))
     peaks = []
-    all_t = [float(p["t"]) - offset for pts in series.values() for p in pts]
-    all_t += [float(e["t"]) - offset for e in events if e.get("t") is not None]
     for i, name in enumerate(names):
         row = i + 1
         pts = sorted(series.get(name, []), key=lambda p: p["t"])
@@ -165,23 +187,21 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
             tot = totals[-1]
             if peak >= 0.25 * tot:  # capacity line only where it tells something
                 top = tot * 1.35
-                traces.append(dict(type="scatter", x=[min(all_t), max(all_t)], y=[tot, tot], mode="lines",
+                traces.append(dict(type="scatter", x=[lo, hi], y=[tot, tot], mode="lines",
                                    name=translate(say("{series} capacity", series=shown[name]), lang),
                                    line=dict(color=color, width=1.5, dash="dash"),
                                    hoverinfo="skip", showlegend=False, **where))
-                notes.append(dict(x=min(all_t), y=tot, xshift=10, yshift=2,
+                notes.append(dict(x=lo, y=tot, xshift=10, yshift=2,
                                   text=translate(say("capacity {total:,.0f} GB", total=tot), lang),
                                   showarrow=False, xanchor="left", yanchor="bottom", xref=where["xaxis"],
                                   yref=where["yaxis"], font=dict(color=color, size=BASE_SIZE - 3)))
         ytitle = say("{series} used (GB)", series=shown[names[0]]) if nrows == 1 else say("Used (GB)")
         layout[_axis("y", row)].update(title={"text": translate(ytitle, lang)}, range=[0, top])
         peaks.append((name, peak, totals[-1] if totals else None))
-    shapes, marks = _event_marks(events, offset, (min(all_t), max(all_t)) if all_t else (0.0, 1.0), rows=nrows,
-                                 lang=lang)
-    if all_t:
-        x_range = [min(all_t), max(all_t) + 0.01 * ((max(all_t) - min(all_t)) or 1.0)]
+    shapes, marks = _event_marks(events, offset, (lo, hi), rows=nrows, lang=lang)
+    if samples or events or window is not None:
         for row in range(1, nrows + 1):
-            layout[_axis("x", row)]["range"] = x_range
+            layout[_axis("x", row)]["range"] = _x_range(lo, hi)
     layout.update(shapes=shapes, annotations=notes + marks)
     if peaks:
         parts = [translate(say("{series} peaks at {peak:.1f} GB of {total:,.0f} GB", series=shown[n], peak=p, total=t)
@@ -207,11 +227,12 @@ def _value(sample: Mapping[str, Any], key: str) -> float | None:
 
 
 def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (), *,
-                  lang: str = "en") -> go.Figure:
+                  window: Window | None = None, lang: str = "en") -> go.Figure:
     """vLLM /metrics over time, three stacked panels sharing the time axis: requests running and
     waiting, KV-cache usage (%), generation tokens/s (from a rate or the generation_tokens_total
-    counter). Samples are dicts with a "t" and any of the usual metric names."""
-    offset = _rel_times(samples, events)
+    counter). Samples are dicts with a "t" and any of the usual metric names. Times as memory_chart's,
+    `window` too (the Monitor passes both charts the same one)."""
+    offset, lo, hi = _time_axis(samples, events, window)
     pts = sorted((s for s in samples if s.get("t") is not None), key=lambda s: s["t"])
     t = [round(float(s["t"]) - offset, 2) for s in pts]
     run = [_value(s, "running") for s in pts]
@@ -254,12 +275,10 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     layout["xaxis3"]["title"] = {"text": translate(say("Time (s)"), lang)}
     layout["legend"] = dict(x=1, xanchor="right", y=1.0, yanchor="bottom")
     if t:
-        ev_t = [float(e["t"]) - offset for e in events if e.get("t") is not None]
-        lo, hi = min(t + ev_t), max(t + ev_t)
         shapes, marks = _event_marks(events, offset, (lo, hi), rows=3, level_step=0.16, lang=lang)  # short top panel
         layout.update(shapes=shapes, annotations=layout["annotations"] + marks)
         for row in (1, 2, 3):  # the range the labels were laid out for
-            layout[_axis("x", row)]["range"] = [lo, hi + 0.01 * ((hi - lo) or 1.0)]
+            layout[_axis("x", row)]["range"] = _x_range(lo, hi)
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
     peak_kv = max((v for v in kv if v is not None), default=None)

@@ -109,8 +109,9 @@ class _ShardSync:
 
 
 def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threading.Event,
-                totals: Totals) -> Outcome:
-    """Warm-up and measured part spread over `shards` spawned processes, each on its own connections."""
+                totals: Totals, on_measure: Callable[[], None] | None = None) -> Outcome:
+    """Warm-up and measured part spread over `shards` spawned processes, each on its own connections;
+    `on_measure` runs between them (every process done warming up, none measuring yet)."""
     ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
     sync = _ShardSync(out_q=ctx.Queue(), warm=ctx.Event(), go=ctx.Event(), stop=ctx.Event(),
                       tw=ctx.Value("d", 0.0), t0=ctx.Value("d", 0.0), warm_counter=ctx.Value("q", 0),
@@ -128,6 +129,8 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
         sync.tw.value = tw
         sync.warm.set()
         warm, _, failed = _collect(spec, sync, procs, observer, cancel, totals, tw, True, {})
+        if on_measure is not None:
+            on_measure()
         t0 = clock() + 0.02
         sync.t0.value = t0
         sync.go.set()

@@ -20,6 +20,7 @@ See docs/architecture.md.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import os
@@ -63,8 +64,10 @@ def client_name() -> str:
         return f"aiohttp {aiohttp.__version__} + asyncio"
 
 
-def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, totals: Totals) -> Outcome:
-    """Warm-up and measured part in one event loop on this thread, on the same connections."""
+def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, totals: Totals,
+                on_measure: Callable[[], None] | None = None) -> Outcome:
+    """Warm-up and measured part in one event loop on this thread, on the same connections; `on_measure`
+    runs between them."""
     sent = lambda r: notify(observer.on_request_sent, r)  # noqa: E731
     recs: list[RequestRecord] = []
 
@@ -81,6 +84,8 @@ def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, tot
             if spec.warmup > 0:
                 job = Job(workers=min(spec.in_flight(), spec.warmup), take=counter(spec.warmup))
                 await drive(req, job, True, sink, cancel.is_set, sent)
+            if on_measure is not None:
+                await asyncio.to_thread(on_measure)
             t0 = req.t0 = clock()
             shift(recs, tw - t0)
             job = measured_job(spec, counter(spec.n), min(spec.in_flight(), spec.n))
@@ -101,8 +106,11 @@ def _count_fallback(records: Iterable[RequestRecord], count_tokens: Callable[[st
             r.tokens_source = "tokenizer"
 
 
-def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading.Event | None = None) -> RunResult:
+def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading.Event | None = None,
+             on_measure: Callable[[], None] | None = None) -> RunResult:
     """Run one load test and return its RunResult (kind "vllm", summary from stats.summarize).
+    `on_measure` is called once the warm-up is over, right before the measured part starts (nothing in
+    flight then): where engine.runs reads the server's own token counter.
 
     Blocking; call it from a worker thread to keep a UI responsive. Setting `cancel` stops sending,
     cancels the requests in flight (recorded with error "cancelled") and returns what completed.
@@ -115,9 +123,9 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
     notify(observer.on_start, plan)
     totals = Totals(total=spec.n)
     if shards == 1:
-        out = _run_single(spec, observer, cancel, totals)
+        out = _run_single(spec, observer, cancel, totals, on_measure)
     else:
-        out = run_sharded(spec, shards, observer, cancel, totals)
+        out = run_sharded(spec, shards, observer, cancel, totals, on_measure)
     started_at = time.time() - (clock() - out.t0)
     records = sorted(out.records, key=lambda r: (not r.warmup, r.index))
     _count_fallback(records, spec.count_tokens)
@@ -136,7 +144,8 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
 
 
 def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
-              cancel: threading.Event | None = None, rounds: int = 2) -> RunResult:
+              cancel: threading.Event | None = None, rounds: int = 2,
+              on_measure: Callable[[], None] | None = None) -> RunResult:
     """One level of a concurrency sweep: `level` in flight, max(base num_requests, level x rounds)
     requests, and a warm-up of at least one full batch (a GPU pays a one-off cost the first time it
     sees a batch size). The run is marked with its level (extra.sweep_level)."""
@@ -145,6 +154,6 @@ def run_level(base_spec: LoadSpec, level: int, observer: Progress | None = None,
         num_requests=max(base_spec.num_requests or 0, level * max(1, rounds)),
         warmup=max(base_spec.warmup, level), scenario=base_spec.scenario or "sweep",
         label=say("concurrency {level}", level=level))
-    result = run_load(spec, observer, cancel)
+    result = run_load(spec, observer, cancel, on_measure)
     result.extra.sweep_level = level
     return result

@@ -51,6 +51,41 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+_GENERATED = ALIASES["generation_tokens_total"]
+
+
+def generation_tokens(text: str, model: str | None = None) -> float | None:
+    """vLLM's count of the output tokens it generated (vllm:generation_tokens_total) from /metrics
+    text: summed over engines, for `model` alone when the counter is labelled by model and one label
+    is it (a server serving several models), else over all; None when the text holds no such counter."""
+    ours = "\n".join(line for line in text.splitlines() if line.startswith(_GENERATED))
+    by_model: dict[str | None, float] = {}
+    try:
+        for family in text_string_to_metric_families(ours):
+            for sample in family.samples:
+                if sample.name == _GENERATED[0]:
+                    name = sample.labels.get("model_name")
+                    by_model[name] = by_model.get(name, 0.0) + sample.value
+    except ValueError:  # not Prometheus text
+        return None
+    if not by_model:
+        return None
+    return by_model[model] if model in by_model else sum(by_model.values())
+
+
+def read_generation_tokens(base_url: str, model: str | None = None, api_key: str | None = None,
+                           timeout_s: float = 5.0) -> float | None:
+    """The server's own count of generated output tokens now, from its /metrics (next to /v1 at
+    `base_url`); None when it publishes none (a server other than vLLM, a proxy that hides it, no answer)."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        r = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    return generation_tokens(r.text, model) if r.status_code == 200 else None
+
+
 @dataclass
 class Sample:
     t: float  # epoch s

@@ -146,6 +146,11 @@ class Notes(_Typed):
     sweep_level: int | None = None
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
+    # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
+    # part's start to its end) and the client's over the same requests (engine.measure.stats.token_check)
+    server_output_tokens: int | None = None
+    client_output_tokens: int | None = None
+    server_count_missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
     imported_from: str = ""
     label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
     client: str = ""  # the load generator's transport
