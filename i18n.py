@@ -72,6 +72,11 @@ def shown(options: Iterable, say: Callable[[Any], str] | None = None) -> Callabl
     return lambda o: said.get(o, str(o))
 
 
+def said(e: BaseException) -> object:
+    """What an error says, kept to be shown later (its Message, said again in the reader's language)."""
+    return e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Message) else str(e)
+
+
 def number(x: float, digits: int = 0) -> str:
     """`x` with the viewer's digit grouping, e.g. 12,345.6."""
     return format_decimal(round(x, digits), format=f"#,##0{'.' + '0' * digits if digits else ''}", locale=lang())

@@ -61,7 +61,7 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
         if not rerun:
             st.error(plain(e), icon=":material/error:")
             return None
-        st.session_state["action_error"] = e  # said in the language of whoever reads it
+        st.session_state["action_error"] = i18n.said(e)  # said in the language of whoever reads it
         result = None
     if rerun:
         st.rerun()
@@ -168,7 +168,7 @@ def _try_token() -> None:
         try:
             get_lab().access.check(token, caller())
         except LabError as e:
-            st.session_state["token_error"] = e
+            st.session_state["token_error"] = i18n.said(e)
 
 
 @st.fragment(run_every=2)

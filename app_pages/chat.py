@@ -66,7 +66,7 @@ for m in history:
 if snap.state != lab.READY:
     st.info(_("Start the server on the Server page to chat."), icon=":material/info:")
 elif lab.access.locked:
-    st.info(lab.access.why_not(), icon=":material/lock:")
+    st.info(ui.plain(lab.access.why_not()), icon=":material/lock:")
 can_chat = snap.state == lab.READY and not lab.access.locked
 prompt = st.chat_input(_("Ask something… (try the lab's: {example})", example=lab.chat_example),
                        disabled=not can_chat)

@@ -167,7 +167,7 @@ if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
     with st.spinner(_("Stopping the old server…")):
         ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
 if not may:
-    st.caption(lab.access.why_not())
+    st.caption(ui.plain(lab.access.why_not()))
 
 
 @st.fragment(run_every=1)

@@ -72,11 +72,14 @@ def translate(text: object, lang: str) -> str:
     cat = catalog(lang)
     if not isinstance(text, Message):
         return cat.gettext(str(text))
-    values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
-    if text.plural is not None:
-        return cat.ngettext(text.template, text.plural, text.n).format(**values)
-    done = cat.gettext(text.template)
-    return done.format(**values) if values else done
+    try:
+        values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
+        if text.plural is not None:
+            return cat.ngettext(text.template, text.plural, text.n).format(**values)
+        done = cat.gettext(text.template)
+        return done.format(**values) if values else done
+    except Exception:  # noqa: BLE001 - a translation that cannot be filled in: the English, never a traceback
+        return str(text)
 
 
 # -- kept with what it names ----------------------------------------------------------------------
@@ -107,8 +110,12 @@ def from_json(d: Any, english: str | None = None) -> Message | None:
     """The Message `to_json` stored, if it is well formed (and says `english` when given); else None."""
     try:
         templates = [d["template"]] + ([d["plural"]] if d.get("plural") is not None else [])
-        if not all(isinstance(t, str) and _safe(t) for t in templates) or not isinstance(d["values"], dict):
+        if (not all(isinstance(t, str) and len(t) <= 1000 and _safe(t) for t in templates)
+                or not isinstance(d["values"], dict)):
             return None
+        n = d.get("n")
+        if d.get("plural") is not None and (type(n) is not int or d["values"].get("n") != n):
+            return None  # a plural needs its count (gettext's plural rule takes an int)
         values = {}
         for k, v in d["values"].items():
             if isinstance(v, dict):
@@ -116,9 +123,8 @@ def from_json(d: Any, english: str | None = None) -> Message | None:
                 if v is None:
                     return None
             values[k] = v
-        n = d.get("n")
-        m = Message(d["template"], d.get("plural"), n if isinstance(n, int) else None, values)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+        m = Message(d["template"], d.get("plural"), n if type(n) is int else None, values)
+    except Exception:  # noqa: BLE001 - stored or imported data: anything malformed is simply not rebuilt
         return None
     return m if english is None or str(m) == english else None
 

@@ -109,3 +109,25 @@ def test_the_client_count_covers_every_measured_request_and_no_warmup():
             RequestRecord(index=1, prompt="p", send_time=0.0, end_time=1.0, output_tokens=5, error="cut off"),
             RequestRecord(index=0, prompt="w", send_time=-1.0, end_time=-0.5, output_tokens=16, warmup=True)]
     assert stats.client_output_tokens(recs) == 21
+
+
+def test_a_stored_label_wording_is_rebuilt_only_when_sound():
+    """A run's label keeps its wording (extra.label_said) to be said in the viewer's language; stored or
+    imported data is used only when it is sound, and never crashes a page or an import."""
+    from engine.messages import from_json, say_n, to_json, translate
+
+    label = say_n("{n} request at once, {tokens} tokens", "{n} requests at once, {tokens} tokens", 3, tokens=64)
+    assert from_json(to_json(label), english=str(label)) == "3 requests at once, 64 tokens"
+    plural = {"template": "{n} request", "plural": "{n} requests", "values": {"n": 3}}
+    assert from_json({**plural, "n": None}, "3 requests") is None  # a plural without its count
+    assert from_json({**plural, "n": 3}, "3 requests") is not None
+    for hostile in ({"template": "{v.__class__}", "values": {"v": "a"}},  # attribute lookups
+                    {"template": "{v:>999999999}", "values": {"v": "a"}},  # a huge width
+                    {"template": "{x:f}", "values": {"x": 10 ** 400}},  # a number too large to format
+                    {"template": "x" * 2000, "values": {}},
+                    {"template": "{a}", "values": {"a": 1}, "plural": 5}):
+        assert from_json(hostile) is None, hostile
+    assert from_json(to_json(label), english="something else") is None  # it must say the stored English
+    run = RunResult(kind="vllm", scenario="s", label="3 requests", records=[], duration=1.0, started_at=1e9,
+                    extra={"label_said": {**plural, "n": None}})
+    assert run.label == "3 requests" and translate(run.label, "ko") == "3 requests"

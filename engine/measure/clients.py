@@ -23,7 +23,7 @@ from engine.measure.lifeline import die_with_parent
 from engine.measure.progress import Progress, Totals, notify
 from engine.measure.request import Requester, clock
 from engine.measure.spec import LoadSpec
-from engine.messages import say
+from engine.messages import Message, say
 from engine.results.records import RequestRecord
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,9 @@ def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
     try:
         run_loop(lambda: _shard(spec, k, shards, sync))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
+        why = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], Message) else str(e)
         sync.out_q.put(("error", k, say("client process {k} failed: {kind}: {why}", k=k, kind=type(e).__name__,
-                                        why=str(e))))
+                                        why=why)))
 
 
 def _shared_take(counter: Any, n: int) -> Callable[[], int | None]:

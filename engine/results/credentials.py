@@ -66,5 +66,6 @@ def scrub_run(run: RunResult) -> RunResult:
     """A copy of `run` with no credential left in its settings, command line or request errors."""
     records = [r if r.error is None or scrub_text(r.error) == r.error else replace(r, error=scrub_text(r.error))
                for r in run.records]
+    # The label is the run's name, made from counts and settings, and its wording (extra.label_said) with it.
     return replace(run, config=scrub(run.config), load=scrub(run.load.to_dict()), extra=scrub(run.extra.to_dict()),
                    hardware=scrub(run.hardware), command=scrub_text(run.command), records=records)
