@@ -130,6 +130,7 @@ def _draw_result(job_id: str, status: str, lang: str) -> None:
     ui.chart(figures.request_timeline(run, lang=lang), key="tl")
     ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
     ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")
+    ui.code_behind(lab.code_for_run(run, lang))
 
 
 @st.fragment(run_every=1)

@@ -469,6 +469,27 @@ class Lab:
 
         return stats.token_check(run.extra)
 
+    # the code behind a run: the openai-SDK Python an attendee copies into a notebook
+    @staticmethod
+    def code_for_run(run, lang: str = "en") -> str | None:
+        """The short Python that sends `run`'s requests again to the server it ran against, as the lab's
+        code does (engine.measure.snippets); None for a run not sent through the API (the naive baseline)."""
+        from engine.measure import snippets
+
+        return snippets.run_code(run, lang)
+
+    def code_for_chat(self, prompt: str, *, max_tokens: int, temperature: float, earlier_turns: bool = False,
+                      lang: str = "en") -> str | None:
+        """The short Python that streams `prompt`'s answer from the ready server as the Chat page does;
+        None while no server is ready."""
+        from engine.measure import snippets
+
+        snap = self.server.snapshot()
+        if snap.state != READY or snap.config is None:
+            return None
+        return snippets.chat_code(snap.config, prompt, max_tokens=max_tokens, temperature=temperature,
+                                  earlier_turns=earlier_turns, lang=lang)
+
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:
         """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per

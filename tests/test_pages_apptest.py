@@ -280,3 +280,27 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
     assert [unescaped(w) for w in at.warning] == [
         "The server counted 120 output tokens, the client 100 (ratio 1.20). They differ by 20.0%, more than 3%: the "
         "client's token counts, and the throughput made from them, are in doubt."]
+
+
+def test_a_saved_vllm_run_shows_the_python_behind_it():
+    """Naive vs vLLM's vLLM step: under the bars, folded away, the openai-SDK code that sends the same five
+    prompts one after another (engine.measure.snippets; tests/test_snippets.py runs such code for real)."""
+    import ui
+    from engine.measure import prompts
+    from engine.results.records import RequestRecord, RunResult
+
+    lab = ui.get_lab()
+    spec = lab.load_spec("vllm-5-sequential", base_url="http://127.0.0.1:9000", model="smol", max_tokens=48)
+    recs = [RequestRecord(index=i, prompt=p, send_time=i, first_token_time=i + 0.1, chunk_times=[i + 0.1],
+                          end_time=i + 0.5, output_tokens=1) for i, p in enumerate(spec.prompts)]
+    run = RunResult(kind="vllm", scenario="vllm-5-sequential", label=spec.label, records=recs, duration=5.0,
+                    started_at=time.time(), model="smol", load=spec.as_dict())
+    lab.store.save(run)
+    try:
+        at = _page("app_pages/naive_vs_vllm.py")
+        assert "The Python behind the vLLM run" in [e.label for e in at.expander]
+        code = next(c.value for c in at.code if "from openai import OpenAI" in c.value)
+        assert '"http://127.0.0.1:9000/v1"' in code and "max_tokens=48" in code
+        assert all(f'"{p}"' in code for p in prompts.LAB_SEQUENTIAL)
+    finally:
+        lab.store.delete([run.id])
