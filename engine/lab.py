@@ -490,6 +490,18 @@ class Lab:
         return snippets.chat_code(snap.config, prompt, max_tokens=max_tokens, temperature=temperature,
                                   earlier_turns=earlier_turns, lang=lang)
 
+    # service-level objectives: each viewer's own limits (Slo(ttft_ms=..., tpot_ms=...); DEFAULT_SLO, a chat
+    # user's), judged on a run's requests (engine.measure.slo)
+    from engine.measure.slo import ATTAINMENT, DEFAULT_SLO, Slo
+
+    @staticmethod
+    def judge_slo(run, slo):
+        """How many of `run`'s requests met `slo`, its goodput, and whether it holds (engine.measure.slo.Verdict,
+        whose `said` is the sentence); None when the run carries no requests."""
+        from engine.measure.slo import judge
+
+        return judge(run, slo)
+
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:
         """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per

@@ -304,3 +304,36 @@ def test_a_saved_vllm_run_shows_the_python_behind_it():
         assert all(f'"{p}"' in code for p in prompts.LAB_SEQUENTIAL)
     finally:
         lab.store.delete([run.id])
+
+
+def test_load_test_judges_the_shown_run_and_the_sweep_by_the_viewers_slo():
+    """The SLO inputs (a chat user's defaults) judge the latest load test, in a sentence with its goodput, and
+    the latest sweep, whose Pareto view marks the knee; a stricter limit, this viewer's own, changes both."""
+    import ui
+    from engine.jobs import JobManager
+
+    from .test_figures import make_slo_sweep
+
+    lab = ui.get_lab()
+    jobs, lab.jobs = lab.jobs, JobManager()  # finished jobs of this test's own, gone again afterwards
+    try:
+        runs = make_slo_sweep()
+        shown = [lab.jobs.submit("sweep", "sweep 1…64", lambda job: runs),
+                 lab.jobs.submit("load", "8 in flight", lambda job: runs[3], lane="load")]
+        deadline = time.time() + 30
+        while any(j.active for j in shown) and time.time() < deadline:
+            time.sleep(0.05)
+        at = _page("app_pages/load.py")
+        assert (at.number_input(key="slo_ttft_ms").value, at.number_input(key="slo_tpot_ms").value) == (2000, 100)
+        said = lambda: " ".join(m.value.replace("\\", "") for m in at.markdown)  # noqa: E731 - ui.plain escapes
+        assert [s.value.replace("\\", "") for s in at.success] == [
+            "16 of 16 requests (100%) met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms), at least 90%, so it holds: a "
+            "goodput of 3.12 req/s."], [s.value for s in at.success]  # 16 answers in 5.12 s
+        assert "The knee is 32 requests in flight" in said()
+        at.number_input(key="slo_tpot_ms").set_value(15).run()  # 66 tok/s per user: more than any level gave
+        assert not at.exception
+        assert [w.value.replace("\\", "") for w in at.warning][0].startswith("Only 0 of 16 requests (0%) met the SLO "
+                                                                             "(TTFT ≤ 2000 ms and TPOT ≤ 15 ms)")
+        assert "No level met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 15 ms)" in said()
+    finally:
+        lab.jobs = jobs

@@ -17,7 +17,14 @@ metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing he
 streamlit, torch or vllm.
 See docs/architecture.md.
 """
-from engine.figures.compare import _label_sides, history_compare, latency_bars, sweep_chart, tuning_compare
+from engine.figures.compare import (
+    _label_sides,
+    history_compare,
+    latency_bars,
+    pareto_chart,
+    sweep_chart,
+    tuning_compare,
+)
 from engine.figures.export import to_png, to_pngs
 from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart, time_window
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
@@ -35,6 +42,7 @@ __all__ = [
     "memory_chart",
     "metric_info",
     "metrics_chart",
+    "pareto_chart",
     "request_timeline",
     "sweep_chart",
     "template",
