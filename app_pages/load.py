@@ -84,11 +84,12 @@ slo_cols[0].number_input(_("TTFT limit (ms)"), 1, 600_000, int(lab.DEFAULT_SLO.t
                          help=_("The longest a user may wait for the first token."))
 slo_cols[1].number_input(_("TPOT limit (ms)"), 1, 60_000, int(lab.DEFAULT_SLO.tpot_ms), 10, key="slo_tpot_ms",
                          help=_("The longest each later token may take on average (100 ms is 10 tokens/s)."))
+target, ttft, rate = (f"{lab.ATTAINMENT:.0%}", f"{lab.DEFAULT_SLO.ttft_ms / 1000:g}",
+                      f"{1000 / lab.DEFAULT_SLO.tpot_ms:g}")
 slo_cols[2].caption(_("These limits are your choice, not a standard: a request is good when it meets both, as "
                       "`vllm bench serve --goodput` counts it, and a run meets the SLO when at least {target} of its "
                       "requests are good. The defaults suit a chat user: text starts within {ttft} s, then streams "
-                      "at {rate} tokens/s, faster than people read.", target=f"{lab.ATTAINMENT:.0%}",
-                      ttft=f"{lab.DEFAULT_SLO.ttft_ms / 1000:g}", rate=f"{1000 / lab.DEFAULT_SLO.tpot_ms:g}"))
+                      "at {rate} tokens/s, faster than people read.", target=target, ttft=ttft, rate=rate))
 
 
 def _slo():
