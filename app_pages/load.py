@@ -127,6 +127,10 @@ def _draw_result(job_id: str, status: str, lang: str) -> None:
     run = job.result
     ui.cancelled_note(job)
     _summary_metrics(run)
+    if ceiling := lab.decode_ceiling(run):  # the physical limit: what the memory bandwidth allows
+        st.markdown(ui.plain(ceiling.sentence))
+        st.caption(ui.plain(ceiling.why))
+        ui.chart(figures.ceiling_bars([run], lang=lang), key="ceiling")
     ui.chart(figures.request_timeline(run, lang=lang), key="tl")
     ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
     ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")
