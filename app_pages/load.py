@@ -156,12 +156,17 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     job = lab.job(job_id)
     ui.cancelled_note(job)
     _summary_metrics(job.result)
+    if ceiling := lab.decode_ceiling(job.result):  # the physical limit: what the memory bandwidth allows
+        st.markdown(ui.plain(ceiling.sentence))
+        st.caption(ui.plain(ceiling.why))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _draw_charts(job_id: str, status: str, lang: str) -> None:
     """A finished load test's charts, built once for every viewer of a language (`lang`)."""
     run = lab.job(job_id).result
+    if lab.decode_ceiling(run):
+        ui.chart(figures.ceiling_bars([run], lang=lang), key="ceiling")
     ui.chart(figures.request_timeline(run, lang=lang), key="tl")
     ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
     ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")

@@ -220,8 +220,10 @@ def _cmd_run(args) -> int:
     elif target is not None:
         results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
     else:
+        from engine.observe import hardware
         from engine.serving.server import VLLMServer
 
+        hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
         configs = [cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [cfg]
         if scn.kind == "tuning":
             check_tuning(configs, load, model_max_len=spec.max_len)
@@ -307,11 +309,12 @@ def _check_run_options(scn, args) -> list[int] | None:
 
 def summary_table(r) -> str:
     """A finished run, as the CLI prints it."""
-    from engine.measure import stats
+    from engine.measure import ceiling, stats
     from engine.measure.slo import Slo, judge
 
     s = r.summary
     check = stats.token_check(r.extra)  # the server's count of the output tokens against the client's
+    limit = ceiling.run_ceiling(r)  # its decode speed against what the memory bandwidth allows
 
     def ms(key: str) -> str:
         v = s.get(key)
@@ -327,6 +330,7 @@ def summary_table(r) -> str:
         f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
+        *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
     ]
     slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms

@@ -19,7 +19,7 @@ from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
 from engine.messages import mark, say
-from engine.observe import nvml
+from engine.observe import hardware, nvml
 from engine.observe.telemetry import Telemetry
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
@@ -77,7 +77,7 @@ class Lab:
         self.chat_under_load = False
         self._chats: deque[list] = deque(maxlen=1000)  # [start, end or None] epoch s of recent chat answers
         self._chat_lock = threading.Lock()
-        threading.Thread(target=self._load_flags, daemon=True, name="vllm-flags").start()
+        threading.Thread(target=self._warm_up, daemon=True, name="lab-warm-up").start()
         self.telemetry.start()
 
     # -- who may act --------------------------------------------------------------------------
@@ -310,8 +310,11 @@ class Lab:
         snap = self.server.snapshot()
         return snap.config.base_url + "/metrics" if snap.state == READY and snap.config else None
 
-    def _load_flags(self) -> None:
+    def _warm_up(self) -> None:
+        """While the app starts: the flags this vLLM knows, then the machine's description, whose CPU memory
+        bandwidth (a second of copying, once per process) is best measured before a run competes for it."""
         self._flags = known_flags()
+        hardware.describe()
 
     def shutdown(self) -> None:
         self.telemetry.stop()
@@ -501,6 +504,15 @@ class Lab:
         from engine.measure.slo import judge
 
         return judge(run, slo)
+
+    @staticmethod
+    def decode_ceiling(run):
+        """The run's decode speed per request against the most its hardware's memory bandwidth allows
+        (engine.measure.ceiling.RunCeiling: measured, ceiling, share, sentence), from what was stored with
+        it; None when it lacks the model's size or the bandwidth (older runs, a server this app did not start)."""
+        from engine.measure import ceiling
+
+        return ceiling.run_ceiling(run)
 
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from engine.errors import ConfigError, LabError, ServerBusy
-from engine.measure import loadgen
+from engine.measure import ceiling, loadgen
 from engine.measure.progress import Progress
 from engine.measure.slo import Slo, record_goodput
 from engine.measure.spec import LoadSpec, check_max_tokens
@@ -81,6 +81,8 @@ class Target:
             result.extra.kv_cache_tokens = self.kv_cache_tokens
             result.extra.max_concurrency_reported = self.max_concurrency
             result.extra.placeholder_text = self.config.load_format == "dummy"
+            if size := ceiling.server_model_bytes(result.config):  # what each decode step reads: its ceiling
+                result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
         return result
 
 

@@ -178,6 +178,35 @@ def test_history_lists_a_saved_run():
         ui.get_lab().store.delete([run.id])
 
 
+def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
+    """Each stored run's decode speed is said against what its hardware's memory bandwidth allows, from
+    the bandwidth and model size stored with it, with the bars of measured against ceiling."""
+    import ui
+    from engine.measure import stats
+    from engine.results.records import RequestRecord, RunResult
+
+    h200 = {"gpus": [{"index": 0, "name": "NVIDIA H200",
+                      "memory_bandwidth": {"gb_s": 4800.0, "source": "table", "reference": "H200"}}],
+            "naive_device": {"type": "cuda", "nvml_index": 0}}
+    runs = []
+    for kind, scenario, tok_s in (("naive", "naive-5-sequential", 41.0), ("vllm", "vllm-5-sequential", 198.0)):
+        chunks = [0.05 + k / tok_s for k in range(100)]
+        recs = [RequestRecord(index=0, prompt="p", send_time=0.0, first_token_time=0.05, chunk_times=chunks,
+                              end_time=chunks[-1], prompt_tokens=30, output_tokens=100)]
+        runs.append(RunResult(kind=kind, scenario=scenario, label=f"apptest {kind}", records=recs,
+                              duration=chunks[-1], started_at=time.time(), model="llama3", config={"device": "cuda"},
+                              hardware=h200, summary=stats.summarize(recs, chunks[-1]),
+                              extra={"weight_bytes": 16_060_522_496, "kv_token_bytes": 131_072}))
+        ui.get_lab().store.save(runs[-1])
+    try:
+        at = _page("app_pages/naive_vs_vllm.py")
+        said = [m.value.replace("\\", "") for m in at.markdown if "of the ceiling" in m.value]
+        assert len(said) == 2 and said[0].startswith("apptest naive: Decoded at 41.0 tok/s per request"), said
+        assert "4,800 GB/s, table: NVIDIA datasheet" in said[1] and "66% of the ceiling" in said[1]
+    finally:
+        ui.get_lab().store.delete([r.id for r in runs])
+
+
 def test_start_on_a_busy_port_keeps_the_error_sentence():
     """Start runs, fails with PortInUse, the page redraws: the sentence survives, nothing was started."""
     import socket as _socket

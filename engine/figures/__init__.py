@@ -12,11 +12,13 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 (the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`compare` (runs side by side), `machine` (memory and /metrics over time), `export` (PNG files). The
+`compare` (runs side by side), `ceiling` (decode speed against the memory-bandwidth limit), `machine`
+(memory and /metrics over time), `export` (PNG files). The
 metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
 streamlit, torch or vllm.
 See docs/architecture.md.
 """
+from engine.figures.ceiling import ceiling_bars
 from engine.figures.compare import (
     _label_sides,
     history_compare,
@@ -36,6 +38,7 @@ __all__ = [
     "PLOT_PX",
     "_label_sides",  # tests/test_figures.py checks the sweep's label placement directly
     "caption",
+    "ceiling_bars",
     "concurrent_latency_bars",
     "history_compare",
     "latency_bars",
