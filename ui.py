@@ -134,6 +134,18 @@ def token_check(run) -> None:
         st.caption(text)
 
 
+def code_behind(code: str | None, label: str | None = None) -> None:
+    """The short openai-SDK Python behind what the page just ran (Lab.code_for_run / code_for_chat), folded
+    away and ready to copy (st.code's button) into an attendee's notebook; nothing when there is none."""
+    if not code:
+        return
+    with st.expander(label or _("The Python behind this run"), icon=":material/code:"):
+        st.caption(_("What this page just did, through the openai SDK as the lab's notebook does it: copy it with "
+                     "the button at its top right. Its base_url is the address this app uses; from another machine, "
+                     "put the server's address there."))
+        st.code(code, language="python")
+
+
 def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":

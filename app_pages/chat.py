@@ -107,3 +107,8 @@ if prompt and can_chat:
 last = next((m["record"] for m in reversed(history) if m.get("record") and m["record"].ttft is not None), None)
 if last:
     ui.chart(figures.token_timeline(last, lang=i18n.lang()), key="tokens")
+
+asked = [m["content"] for m in history if m["role"] == "user"]
+ui.code_behind(lab.code_for_chat(asked[-1] if asked else lab.chat_example, max_tokens=max_tokens,
+                                 temperature=temperature, earlier_turns=len(asked) > 1, lang=i18n.lang()),
+               _("The Python behind this chat"))

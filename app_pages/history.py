@@ -137,6 +137,8 @@ else:
                     st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
                               "traffic.", n=n), icon=":material/forum:")
                 ui.token_check(run)
+                if ceiling := lab.decode_ceiling(run):  # against its hardware's memory bandwidth, as stored
+                    st.markdown(ui.plain(ceiling.sentence))
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,

@@ -75,6 +75,36 @@ if submitted:
     else:
         ui.act(lab, lab.run_load, spec)
 
+# The SLO is each viewer's own (their session): it judges the run and the sweep shown below, and a change
+# redraws only this viewer's page. The defaults and why they suit a chat user: engine/measure/slo.py.
+slo_title = _("Service-level objective (SLO)")
+st.markdown(f"**{slo_title}**")
+slo_cols = st.columns([1, 1, 3], gap="large", vertical_alignment="center")
+slo_cols[0].number_input(_("TTFT limit (ms)"), 1, 600_000, int(lab.DEFAULT_SLO.ttft_ms), 100, key="slo_ttft_ms",
+                         help=_("The longest a user may wait for the first token."))
+slo_cols[1].number_input(_("TPOT limit (ms)"), 1, 60_000, int(lab.DEFAULT_SLO.tpot_ms), 10, key="slo_tpot_ms",
+                         help=_("The longest each later token may take on average (100 ms is 10 tokens/s)."))
+target, ttft, rate = (f"{lab.ATTAINMENT:.0%}", f"{lab.DEFAULT_SLO.ttft_ms / 1000:g}",
+                      f"{1000 / lab.DEFAULT_SLO.tpot_ms:g}")
+slo_cols[2].caption(_("These limits are your choice, not a standard: a request is good when it meets both, as "
+                      "`vllm bench serve --goodput` counts it, and a run meets the SLO when at least {target} of its "
+                      "requests are good. The defaults suit a chat user: text starts within {ttft} s, then streams "
+                      "at {rate} tokens/s, faster than people read.", target=target, ttft=ttft, rate=rate))
+
+
+def _slo():
+    """This viewer's SLO (the inputs above; read in the fragments, which redraw on their own)."""
+    return lab.Slo(ttft_ms=float(st.session_state.get("slo_ttft_ms", lab.DEFAULT_SLO.ttft_ms)),
+                   tpot_ms=float(st.session_state.get("slo_tpot_ms", lab.DEFAULT_SLO.tpot_ms)))
+
+
+def _slo_verdict(run) -> None:
+    """How many of the run's requests met this viewer's SLO, and its goodput: green when it holds."""
+    verdict = lab.judge_slo(run, _slo())
+    if verdict is None or not verdict.requests:
+        return
+    (st.success if verdict.meets else st.warning)(ui.plain(verdict.said), icon=":material/timer:")
+
 
 def _summary_metrics(run) -> None:
     s = run.summary
@@ -121,15 +151,26 @@ def _draw_live(job_id: str, tick: int, lang: str) -> None:
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
-def _draw_result(job_id: str, status: str, lang: str) -> None:
-    """A finished load test's numbers and charts, built once for every viewer of a language (`lang`)."""
+def _draw_numbers(job_id: str, status: str, lang: str) -> None:
+    """A finished load test's numbers, built once for every viewer of a language (`lang`)."""
     job = lab.job(job_id)
-    run = job.result
     ui.cancelled_note(job)
-    _summary_metrics(run)
+    _summary_metrics(job.result)
+    if ceiling := lab.decode_ceiling(job.result):  # the physical limit: what the memory bandwidth allows
+        st.markdown(ui.plain(ceiling.sentence))
+        st.caption(ui.plain(ceiling.why))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_charts(job_id: str, status: str, lang: str) -> None:
+    """A finished load test's charts, built once for every viewer of a language (`lang`)."""
+    run = lab.job(job_id).result
+    if lab.decode_ceiling(run):
+        ui.chart(figures.ceiling_bars([run], lang=lang), key="ceiling")
     ui.chart(figures.request_timeline(run, lang=lang), key="tl")
     ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
     ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")
+    ui.code_behind(lab.code_for_run(run, lang))
 
 
 @st.fragment(run_every=1)
@@ -145,7 +186,9 @@ def live() -> None:
         _draw_live(job.id, int(time.time()), i18n.lang())
         return
     if job.result is not None:
-        _draw_result(job.id, job.status, i18n.lang())
+        _draw_numbers(job.id, job.status, i18n.lang())
+        _slo_verdict(job.result)  # this viewer's own SLO: not in the drawings shared by every viewer
+        _draw_charts(job.id, job.status, i18n.lang())
 
 live()
 
@@ -168,8 +211,23 @@ def sweep_live() -> None:
     ui.job_panel(lab, job, _("{stage}: {done}/{total} levels", stage=job.stage, done=job.done, total=job.total),
                  cancel=N_("Cancel sweep"))
     if job.result:
-        ui.chart(figures.sweep_chart(job.result, lang=i18n.lang()), key="sweep")
+        slo = _slo()
+        _draw_sweep(job.id, job.status, i18n.lang())
+        _draw_knee(job.id, job.status, i18n.lang(), slo.ttft_ms, slo.tpot_ms)
         ui.failure_causes(job.result, prefix=True)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_sweep(job_id: str, status: str, lang: str) -> None:
+    """A finished sweep's throughput and TTFT by level, built once for every viewer of a language."""
+    ui.chart(figures.sweep_chart(lab.job(job_id).result, lang=lang), key="sweep")
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _draw_knee(job_id: str, status: str, lang: str, ttft_ms: float, tpot_ms: float) -> None:
+    """The sweep's Pareto view with the knee of one SLO, built once for every viewer who chose that SLO."""
+    slo = lab.Slo(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+    ui.chart(figures.pareto_chart(lab.job(job_id).result, slo, lang=lang), key="pareto")
 
 
 sweep_live()

@@ -90,6 +90,14 @@ def results() -> None:
     if avg(naive) and avg(vllm):
         cols[3].metric(_("Speed-up (naive ÷ vLLM)"), f"{avg(naive) / avg(vllm):.1f}×")
     ui.failure_causes([r for r in (naive, static, vllm) if r], prefix=True)  # a failed request's bar is empty
+    # The physical limit: each run's decode speed against what its hardware's memory bandwidth allows.
+    ceilings = [(r, c) for r in (naive, static, vllm) if r and (c := lab.decode_ceiling(r))]
+    if ceilings:
+        for r, c in ceilings:
+            st.markdown(ui.plain(_("{label}: {sentence}", label=r.label, sentence=c.sentence)))
+        ui.chart(figures.ceiling_bars([r for r, _ in ceilings], lang=i18n.lang()), key="ceiling")
+    if vllm:
+        ui.code_behind(lab.code_for_run(vllm, i18n.lang()), _("The Python behind the vLLM run"))
     if naive and (mem := naive.extra.memory):
         with st.expander(_("Naive worker: memory before, during and after (it runs in its own process)")):
             st.json(mem)

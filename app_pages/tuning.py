@@ -82,6 +82,7 @@ def results() -> None:
     if runs:
         ui.chart(figures.tuning_compare(runs, lang=i18n.lang()), key="tuning")
         ui.failure_causes(runs, prefix=True)  # a configuration whose requests failed says why, once per cause
+        ui.code_behind(lab.code_for_run(runs[-1], i18n.lang()))  # every row sent the same workload
     else:
         st.info(_("Results appear here as each configuration finishes."), icon=":material/info:")
 

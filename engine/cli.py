@@ -3,7 +3,8 @@
   python -m engine model prepare [--shape-only]
   python -m engine serve  [--model embedded|shape-only|PATH|hub:ID] [--max-model-len N] ... [--detach]
   python -m engine status | stop [--port P]
-  python -m engine run SCENARIO [--url URL | --model ...] [--json OUT]   (scenarios: python -m engine list)
+  python -m engine run SCENARIO [--url URL | --model ...] [--slo-ttft-ms MS --slo-tpot-ms MS] [--json OUT]
+                                                                          (scenarios: python -m engine list)
   python -m engine export [--format json|csv] [--out FILE] [RUN_ID ...]
   python -m engine import FILE ...
 """
@@ -196,6 +197,7 @@ def _cmd_run(args) -> int:
 
     scn = scenarios.get(args.scenario)
     levels = _check_run_options(scn, args)
+    slo = _slo(args)
     if args.json:
         _check_writable(args.json)
     store = RunStore()
@@ -208,7 +210,7 @@ def _cmd_run(args) -> int:
         store.save(run)
         return run
 
-    runner = Runner(save, progress=Console())
+    runner = Runner(save, progress=Console(), slo=slo)
 
     if scn.kind == "naive":
         if args.max_tokens is not None:
@@ -218,8 +220,10 @@ def _cmd_run(args) -> int:
     elif target is not None:
         results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
     else:
+        from engine.observe import hardware
         from engine.serving.server import VLLMServer
 
+        hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
         configs = [cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [cfg]
         if scn.kind == "tuning":
             check_tuning(configs, load, model_max_len=spec.max_len)
@@ -238,10 +242,24 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r))
+    if slo is not None and scn.kind == "sweep":
+        from engine.measure import slo as slos
+
+        _print(slos.knee_said(slos.levels(results, slo), slo))
     if args.json:
         _write(args.json, store.export_json([r.id for r in results]),
                after="; the runs are saved in the history (python -m engine export --out FILE)")
     return 0
+
+
+def _slo(args):
+    """The SLO --slo-ttft-ms / --slo-tpot-ms give (vllm bench serve's --goodput ttft:X tpot:Y), checked;
+    None when neither is given."""
+    from engine.measure.slo import Slo
+
+    if args.slo_ttft_ms is None and args.slo_tpot_ms is None:
+        return None
+    return Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
 
 
 _HOW = {"sequential": "sends its requests one after another", "burst": "sends all its requests at once",
@@ -291,10 +309,12 @@ def _check_run_options(scn, args) -> list[int] | None:
 
 def summary_table(r) -> str:
     """A finished run, as the CLI prints it."""
-    from engine.measure import stats
+    from engine.measure import ceiling, stats
+    from engine.measure.slo import Slo, judge
 
     s = r.summary
     check = stats.token_check(r.extra)  # the server's count of the output tokens against the client's
+    limit = ceiling.run_ceiling(r)  # its decode speed against what the memory bandwidth allows
 
     def ms(key: str) -> str:
         v = s.get(key)
@@ -310,8 +330,12 @@ def summary_table(r) -> str:
         f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
+        *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
     ]
+    slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
+    if slo is not None and (verdict := judge(r, slo)) is not None:
+        lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
 
 
@@ -373,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=int)
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
     r.add_argument("--json", help="also write the runs as JSON here")
+    r.add_argument("--slo-ttft-ms", type=float, metavar="MS",
+                   help="judge each run by this TTFT limit and report its goodput (vllm bench serve --goodput ttft:MS)")
+    r.add_argument("--slo-tpot-ms", type=float, metavar="MS",
+                   help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
     _server_args(r)
     r.set_defaults(func=_cmd_run)
 

@@ -19,7 +19,7 @@ from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
 from engine.messages import mark, say
-from engine.observe import nvml
+from engine.observe import hardware, nvml
 from engine.observe.telemetry import Telemetry
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
@@ -77,7 +77,7 @@ class Lab:
         self.chat_under_load = False
         self._chats: deque[list] = deque(maxlen=1000)  # [start, end or None] epoch s of recent chat answers
         self._chat_lock = threading.Lock()
-        threading.Thread(target=self._load_flags, daemon=True, name="vllm-flags").start()
+        threading.Thread(target=self._warm_up, daemon=True, name="lab-warm-up").start()
         self.telemetry.start()
 
     # -- who may act --------------------------------------------------------------------------
@@ -310,8 +310,11 @@ class Lab:
         snap = self.server.snapshot()
         return snap.config.base_url + "/metrics" if snap.state == READY and snap.config else None
 
-    def _load_flags(self) -> None:
+    def _warm_up(self) -> None:
+        """While the app starts: the flags this vLLM knows, then the machine's description, whose CPU memory
+        bandwidth (a second of copying, once per process) is best measured before a run competes for it."""
         self._flags = known_flags()
+        hardware.describe()
 
     def shutdown(self) -> None:
         self.telemetry.stop()
@@ -468,6 +471,48 @@ class Lab:
         from engine.measure import stats
 
         return stats.token_check(run.extra)
+
+    # the code behind a run: the openai-SDK Python an attendee copies into a notebook
+    @staticmethod
+    def code_for_run(run, lang: str = "en") -> str | None:
+        """The short Python that sends `run`'s requests again to the server it ran against, as the lab's
+        code does (engine.measure.snippets); None for a run not sent through the API (the naive baseline)."""
+        from engine.measure import snippets
+
+        return snippets.run_code(run, lang)
+
+    def code_for_chat(self, prompt: str, *, max_tokens: int, temperature: float, earlier_turns: bool = False,
+                      lang: str = "en") -> str | None:
+        """The short Python that streams `prompt`'s answer from the ready server as the Chat page does;
+        None while no server is ready."""
+        from engine.measure import snippets
+
+        snap = self.server.snapshot()
+        if snap.state != READY or snap.config is None:
+            return None
+        return snippets.chat_code(snap.config, prompt, max_tokens=max_tokens, temperature=temperature,
+                                  earlier_turns=earlier_turns, lang=lang)
+
+    # service-level objectives: each viewer's own limits (Slo(ttft_ms=..., tpot_ms=...); DEFAULT_SLO, a chat
+    # user's), judged on a run's requests (engine.measure.slo)
+    from engine.measure.slo import ATTAINMENT, DEFAULT_SLO, Slo
+
+    @staticmethod
+    def judge_slo(run, slo):
+        """How many of `run`'s requests met `slo`, its goodput, and whether it holds (engine.measure.slo.Verdict,
+        whose `said` is the sentence); None when the run carries no requests."""
+        from engine.measure.slo import judge
+
+        return judge(run, slo)
+
+    @staticmethod
+    def decode_ceiling(run):
+        """The run's decode speed per request against the most its hardware's memory bandwidth allows
+        (engine.measure.ceiling.RunCeiling: measured, ceiling, share, sentence), from what was stored with
+        it; None when it lacks the model's size or the bandwidth (older runs, a server this app did not start)."""
+        from engine.measure import ceiling
+
+        return ceiling.run_ceiling(run)
 
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:

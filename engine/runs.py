@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 import httpx
 
 from engine.errors import ConfigError, LabError, ServerBusy
-from engine.measure import loadgen
+from engine.measure import ceiling, loadgen
 from engine.measure.progress import Progress
+from engine.measure.slo import Slo, record_goodput
 from engine.measure.spec import LoadSpec, check_max_tokens
 from engine.measure.stats import client_output_tokens
 from engine.messages import mark, say
@@ -80,6 +81,8 @@ class Target:
             result.extra.kv_cache_tokens = self.kv_cache_tokens
             result.extra.max_concurrency_reported = self.max_concurrency
             result.extra.placeholder_text = self.config.load_format == "dummy"
+            if size := ceiling.server_model_bytes(result.config):  # what each decode step reads: its ceiling
+                result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
         return result
 
 
@@ -190,14 +193,23 @@ def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int
 class Runner:
     """Carries out runs: each reported to `progress`, stamped, passed to `save` (which returns what to
     keep), with `mark` noting when it began and ended (the Monitor's markers). Setting `cancel` stops
-    the current run, keeping what finished, and the runs after it."""
+    the current run, keeping what finished, and the runs after it. Given an `slo`, each load run keeps
+    its goodput under it (vllm bench serve's --goodput; the app's pages judge by each viewer's own)."""
 
     def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
-                 cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None):
+                 cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None,
+                 slo: Slo | None = None):
         self.save = save
         self.progress = progress or Progress()
         self.cancel = cancel or threading.Event()
         self.mark = mark
+        self.slo = slo
+
+    def _keep(self, result: RunResult, target: Target) -> RunResult:
+        """A load run finished: stamped with its server, its goodput under the SLO, saved."""
+        if self.slo is not None:
+            record_goodput(result, self.slo)
+        return self.save(target.stamp(result))
 
     def load(self, spec: LoadSpec, target: Target) -> RunResult:
         """One load test."""
@@ -209,7 +221,7 @@ class Runner:
             result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel, on_measure=count.start)
         finally:
             self.mark(say("{scenario} end", scenario=spec.scenario))
-        return self.save(target.stamp(count.finish(result)))
+        return self._keep(count.finish(result), target)
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes."""
@@ -224,7 +236,7 @@ class Runner:
                 count = ServerCount(target)
                 result = loadgen.run_level(spec, level, observer=self.progress, cancel=self.cancel, rounds=rounds,
                                            on_measure=count.start)
-                out.append(self.save(target.stamp(count.finish(result))))
+                out.append(self._keep(count.finish(result), target))
             self.progress.on_step(len(out), len(levels), mark("done"))
         finally:
             self.mark(say("sweep end"))
@@ -259,4 +271,6 @@ class Runner:
             self.mark(say("naive end (memory returned)"))
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
+        if self.slo is not None:
+            record_goodput(result, self.slo)
         return self.save(result)

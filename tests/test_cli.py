@@ -29,9 +29,16 @@ def test_run_a_scenario_against_a_url_saves_and_writes_json(vllm_server, tmp_pat
 
 
 def test_sweep_runs_one_saved_run_per_level(vllm_server):
-    p = cli("run", "sweep", "--url", vllm_server.base_url, "--levels", "1,2", "--max-tokens", "8")
+    """With SLO limits each level says its goodput, and the sweep its knee: limits of a minute, which no
+    answer of 8 tokens misses, leave every request good and the knee beyond the top level."""
+    p = cli("run", "sweep", "--url", vllm_server.base_url, "--levels", "1,2", "--max-tokens", "8",
+            "--slo-ttft-ms", "60000", "--slo-tpot-ms", "60000")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("== concurrency ") == 2
+    assert [line.split(" met the SLO")[0].strip() for line in p.stdout.splitlines() if " met the SLO (" in line][:2] \
+        == ["8 of 8 requests (100%)"] * 2  # max(8, 2 x level) requests a level
+    assert p.stdout.splitlines()[-1].startswith("Even the most requests in flight, 2, met the SLO (TTFT ≤ 60000 ms "
+                                                "and TPOT ≤ 60000 ms)")
 
 
 def test_unknown_scenario_is_one_sentence():
@@ -100,6 +107,13 @@ BAD_ARGV = [
     (["run", "tuning", "--max-tokens", "1000"], "is more than the max-model-len the server starts with (512 tokens)"),
     (["run", "concurrent-10", "--max-model-len", "1024", "--max-tokens", "3000"],
      "ask for 1024 or fewer, or give a longer --max-model-len."),
+    # SLO limits (checked before anything is sent)
+    (["run", "concurrent-10", "--url", DEAD, "--slo-ttft-ms", "0"], "The TTFT limit must be a number of milliseconds "
+                                                                    "above 0, not 0.0."),
+    (["run", "sweep", "--url", DEAD, "--slo-tpot-ms", "-5"], "The TPOT limit must be a number of milliseconds above "
+                                                             "0, not -5.0."),
+    (["run", "sweep", "--url", DEAD, "--slo-ttft-ms", "nan"], "not nan."),
+    (["run", "sweep", "--slo-tpot-ms", "fast"], USAGE),
     # scenarios and URLs
     (["run", "no-such-thing"], "There is no scenario 'no-such-thing'"),
     (["run", "naive-5", "--url", DEAD], "The naive scenario runs transformers itself, with no server"),

@@ -132,6 +132,22 @@ def make_sweep() -> list[RunResult]:
     return runs
 
 
+def make_slo_sweep() -> list[RunResult]:
+    """A sweep with its requests, shaped like make_sweep's: each level keeps `level` requests of 128 tokens in
+    flight for two rounds at its measured throughput, shared evenly (TPOT = level / throughput); the first
+    token waits longer as the batch fills, and at 64 in flight most wait beyond 2 s (queued behind a full
+    server), so with the default SLO the knee is 32."""
+    runs = []
+    for c, tp, ttft in [(1, 58, 0.04), (2, 112, 0.042), (4, 215, 0.047), (8, 400, 0.055), (16, 720, 0.071),
+                        (32, 1180, 0.9), (64, 1610, 2.6)]:
+        tpot, n = c / tp, 128
+        round_s = n * c / tp  # one round of `c` answers at `tp` tok/s in total
+        recs = [streamed(i, f"p{i}", (i // c) * round_s, ttft * (0.6 + 0.8 * i / (2 * c - 1)), n, 1 / tpot)
+                for i in range(2 * c)]
+        runs.append(_run("vllm", "sweep", f"concurrency {c}", recs, 2 * round_s, load={"concurrency": c}))
+    return runs
+
+
 def make_memory() -> tuple[list[dict], list[dict]]:
     t0 = 1_764_500_000.0
     samples = []
@@ -303,6 +319,33 @@ def test_sweep_chart():
     assert figures._label_sides([1, 5, 3, None, 4]) == ["top left", "top left", "top right", "top left", "top left"]
 
 
+def test_pareto_chart_marks_the_knee_of_the_slo():
+    """vLLM's Pareto view: per-user (x) against total (y) output tok/s, one point per level; filled where at
+    least 90 % of requests met the SLO, hollow where fewer did, the knee ringed and named."""
+    from engine.measure import slo
+
+    runs = make_slo_sweep()
+    fig = figures.pareto_chart(runs)
+    line = fig.data[0]
+    summaries = [r.summary for r in runs]
+    assert list(line.y) == [s.output_throughput for s in summaries]
+    assert list(line.x) == pytest.approx([s.output_throughput / c for s, c in zip(summaries, (1, 2, 4, 8, 16, 32, 64))])
+    assert [t.strip() for t in line.text] == ["1", "2", "4", "8", "16", "32", "64"]
+    blue = line.line.color
+    assert list(line.marker.color) == [blue] * 6 + ["white"]  # 64 in flight missed it
+    knee = next(t for t in fig.data if t.name == "knee")
+    assert (knee.x[0], knee.y[0]) == (line.x[5], line.y[5])
+    assert [a.text for a in fig.layout.annotations] == ["knee: 32 in flight"]
+    cap = figures.caption(fig)
+    assert "The knee is 32 requests in flight" in cap and "at 64 only" in cap
+    # a stricter SLO moves the knee down: TPOT <= 25 ms (40 tok/s per user) holds up to 16 in flight
+    strict = figures.pareto_chart(runs, slo.Slo(ttft_ms=2000, tpot_ms=25))
+    assert [a.text for a in strict.layout.annotations] == ["knee: 16 in flight"]
+    # in Korean where a catalogue says it so; never an error
+    assert figures.caption(figures.pareto_chart(runs, lang="ko"))
+    assert figures.caption(figures.pareto_chart([])) == "No sweep levels to show yet."
+
+
 def test_memory_chart():
     samples, events = make_memory()
     fig = figures.memory_chart(samples, events)
@@ -405,6 +448,7 @@ def test_every_figure_has_short_title_and_caption():
         figures.tuning_compare([make_concurrent(), make_concurrent(512, 100)]),
         figures.token_timeline(make_stream()),
         figures.sweep_chart(make_sweep()),
+        figures.pareto_chart(make_slo_sweep()),
         figures.memory_chart(samples, events),
         figures.metrics_chart(make_metrics()),
         figures.history_compare([make_naive(), make_concurrent()]),
@@ -447,6 +491,7 @@ def render_all(folder: str | Path) -> list[Path]:
         (figures.tuning_compare([a, b]), "05_tuning_compare.png"),
         (figures.token_timeline(make_stream()), "06_token_timeline.png"),
         (figures.sweep_chart(make_sweep()), "07_sweep_chart.png"),
+        (figures.pareto_chart(make_slo_sweep()), "07b_pareto_chart.png"),
         (figures.memory_chart(samples, events), "08_memory_chart.png"),
         (figures.metrics_chart(make_metrics()), "09_metrics_chart.png"),
         (figures.history_compare([naive, seq, a, b], "output_throughput"), "10_history_compare.png"),

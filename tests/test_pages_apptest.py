@@ -178,6 +178,35 @@ def test_history_lists_a_saved_run():
         ui.get_lab().store.delete([run.id])
 
 
+def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
+    """Each stored run's decode speed is said against what its hardware's memory bandwidth allows, from
+    the bandwidth and model size stored with it, with the bars of measured against ceiling."""
+    import ui
+    from engine.measure import stats
+    from engine.results.records import RequestRecord, RunResult
+
+    h200 = {"gpus": [{"index": 0, "name": "NVIDIA H200",
+                      "memory_bandwidth": {"gb_s": 4800.0, "source": "table", "reference": "H200"}}],
+            "naive_device": {"type": "cuda", "nvml_index": 0}}
+    runs = []
+    for kind, scenario, tok_s in (("naive", "naive-5-sequential", 41.0), ("vllm", "vllm-5-sequential", 198.0)):
+        chunks = [0.05 + k / tok_s for k in range(100)]
+        recs = [RequestRecord(index=0, prompt="p", send_time=0.0, first_token_time=0.05, chunk_times=chunks,
+                              end_time=chunks[-1], prompt_tokens=30, output_tokens=100)]
+        runs.append(RunResult(kind=kind, scenario=scenario, label=f"apptest {kind}", records=recs,
+                              duration=chunks[-1], started_at=time.time(), model="llama3", config={"device": "cuda"},
+                              hardware=h200, summary=stats.summarize(recs, chunks[-1]),
+                              extra={"weight_bytes": 16_060_522_496, "kv_token_bytes": 131_072}))
+        ui.get_lab().store.save(runs[-1])
+    try:
+        at = _page("app_pages/naive_vs_vllm.py")
+        said = [m.value.replace("\\", "") for m in at.markdown if "of the ceiling" in m.value]
+        assert len(said) == 2 and said[0].startswith("apptest naive: Decoded at 41.0 tok/s per request"), said
+        assert "4,800 GB/s, table: NVIDIA datasheet" in said[1] and "66% of the ceiling" in said[1]
+    finally:
+        ui.get_lab().store.delete([r.id for r in runs])
+
+
 def test_start_on_a_busy_port_keeps_the_error_sentence():
     """Start runs, fails with PortInUse, the page redraws: the sentence survives, nothing was started."""
     import socket as _socket
@@ -280,3 +309,60 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
     assert [unescaped(w) for w in at.warning] == [
         "The server counted 120 output tokens, the client 100 (ratio 1.20). They differ by 20.0%, more than 3%: the "
         "client's token counts, and the throughput made from them, are in doubt."]
+
+
+def test_a_saved_vllm_run_shows_the_python_behind_it():
+    """Naive vs vLLM's vLLM step: under the bars, folded away, the openai-SDK code that sends the same five
+    prompts one after another (engine.measure.snippets; tests/test_snippets.py runs such code for real)."""
+    import ui
+    from engine.measure import prompts
+    from engine.results.records import RequestRecord, RunResult
+
+    lab = ui.get_lab()
+    spec = lab.load_spec("vllm-5-sequential", base_url="http://127.0.0.1:9000", model="smol", max_tokens=48)
+    recs = [RequestRecord(index=i, prompt=p, send_time=i, first_token_time=i + 0.1, chunk_times=[i + 0.1],
+                          end_time=i + 0.5, output_tokens=1) for i, p in enumerate(spec.prompts)]
+    run = RunResult(kind="vllm", scenario="vllm-5-sequential", label=spec.label, records=recs, duration=5.0,
+                    started_at=time.time(), model="smol", load=spec.as_dict())
+    lab.store.save(run)
+    try:
+        at = _page("app_pages/naive_vs_vllm.py")
+        assert "The Python behind the vLLM run" in [e.label for e in at.expander]
+        code = next(c.value for c in at.code if "from openai import OpenAI" in c.value)
+        assert '"http://127.0.0.1:9000/v1"' in code and "max_tokens=48" in code
+        assert all(f'"{p}"' in code for p in prompts.LAB_SEQUENTIAL)
+    finally:
+        lab.store.delete([run.id])
+
+
+def test_load_test_judges_the_shown_run_and_the_sweep_by_the_viewers_slo():
+    """The SLO inputs (a chat user's defaults) judge the latest load test, in a sentence with its goodput, and
+    the latest sweep, whose Pareto view marks the knee; a stricter limit, this viewer's own, changes both."""
+    import ui
+    from engine.jobs import JobManager
+
+    from .test_figures import make_slo_sweep
+
+    lab = ui.get_lab()
+    jobs, lab.jobs = lab.jobs, JobManager()  # finished jobs of this test's own, gone again afterwards
+    try:
+        runs = make_slo_sweep()
+        shown = [lab.jobs.submit("sweep", "sweep 1…64", lambda job: runs),
+                 lab.jobs.submit("load", "8 in flight", lambda job: runs[3], lane="load")]
+        deadline = time.time() + 30
+        while any(j.active for j in shown) and time.time() < deadline:
+            time.sleep(0.05)
+        at = _page("app_pages/load.py")
+        assert (at.number_input(key="slo_ttft_ms").value, at.number_input(key="slo_tpot_ms").value) == (2000, 100)
+        said = lambda: " ".join(m.value.replace("\\", "") for m in at.markdown)  # noqa: E731 - ui.plain escapes
+        assert [s.value.replace("\\", "") for s in at.success] == [
+            "16 of 16 requests (100%) met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms), at least 90%, so it holds: a "
+            "goodput of 3.12 req/s."], [s.value for s in at.success]  # 16 answers in 5.12 s
+        assert "The knee is 32 requests in flight" in said()
+        at.number_input(key="slo_tpot_ms").set_value(15).run()  # 66 tok/s per user: more than any level gave
+        assert not at.exception
+        assert [w.value.replace("\\", "") for w in at.warning][0].startswith("Only 0 of 16 requests (0%) met the SLO "
+                                                                             "(TTFT ≤ 2000 ms and TPOT ≤ 15 ms)")
+        assert "No level met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 15 ms)" in said()
+    finally:
+        lab.jobs = jobs

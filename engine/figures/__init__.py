@@ -12,12 +12,21 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 (the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`compare` (runs side by side), `machine` (memory and /metrics over time), `export` (PNG files). The
+`compare` (runs side by side), `ceiling` (decode speed against the memory-bandwidth limit), `machine`
+(memory and /metrics over time), `export` (PNG files). The
 metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
 streamlit, torch or vllm.
 See docs/architecture.md.
 """
-from engine.figures.compare import _label_sides, history_compare, latency_bars, sweep_chart, tuning_compare
+from engine.figures.ceiling import ceiling_bars
+from engine.figures.compare import (
+    _label_sides,
+    history_compare,
+    latency_bars,
+    pareto_chart,
+    sweep_chart,
+    tuning_compare,
+)
 from engine.figures.export import to_png, to_pngs
 from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart, time_window
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
@@ -29,12 +38,14 @@ __all__ = [
     "PLOT_PX",
     "_label_sides",  # tests/test_figures.py checks the sweep's label placement directly
     "caption",
+    "ceiling_bars",
     "concurrent_latency_bars",
     "history_compare",
     "latency_bars",
     "memory_chart",
     "metric_info",
     "metrics_chart",
+    "pareto_chart",
     "request_timeline",
     "sweep_chart",
     "template",

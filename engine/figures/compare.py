@@ -1,6 +1,7 @@
 """Charts that compare runs: naive vs vLLM latency per request, tuning configs side by side, a
-concurrency sweep, and any summary metric across saved runs (named by the catalogue in
-engine.metrics). Each takes `lang`, the language its text is said in (English by default).
+concurrency sweep (and its Pareto view with the SLO's knee), and any summary metric across saved runs
+(named by the catalogue in engine.metrics). Each takes `lang`, the language its text is said in
+(English by default).
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ from plotly.subplots import make_subplots
 
 from engine.figures.theme import (
     BASE_SIZE,
+    FAILED_COLOR,
+    INK,
     KIND_COLORS,
     MUTED,
     PALETTE,
@@ -29,6 +32,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
+from engine.measure import slo as slos
 from engine.messages import say, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
@@ -279,6 +283,71 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
     return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
+
+
+def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *, lang: str = "en") -> go.Figure:
+    """A concurrency sweep as `vllm bench sweep plot_pareto` draws it: output tok/s per user (x: the total
+    shared by the requests in flight) against output tok/s in total (y), one point per level numbered by
+    its requests in flight. A level where at least 90 % of requests met `slo` (engine.measure.slo) is
+    filled, one where fewer did hollow, one with no requests to judge grey; the knee, the most requests
+    in flight that still met it, is ringed. Lines by run.extra.series, as in sweep_chart."""
+    groups: dict[str, list[RunResult]] = {}
+    for run in runs:
+        groups.setdefault(run.extra.series or run.scenario, []).append(run)
+    fig = go.Figure()
+    show = len(groups) > 1
+    hover_meets = translate(say("{users} in flight: {total} tok/s in total, {per_user} tok/s per user; {share} of "
+                                "requests met the SLO", users="%{text}", total="%{y:,.0f}", per_user="%{x:,.1f}",
+                                share="%{customdata}"), lang)
+    hover_unjudged = translate(say("{users} in flight: {total} tok/s in total, {per_user} tok/s per user",
+                                   users="%{text}", total="%{y:,.0f}", per_user="%{x:,.1f}"), lang)
+    caps, knees = [], []
+    for i, (name, group) in enumerate(groups.items()):
+        pts = slos.levels(group, slo)
+        if not pts:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        fill = [FAILED_COLOR if p.verdict is None else color if p.verdict.meets else "white" for p in pts]
+        shown = esc(translate(name, lang))
+        k = slos.knee(pts)
+        fig.add_scatter(  # the knee's number set off to clear its ring
+            x=[p.per_user for p in pts], y=[p.total for p in pts],
+            text=[("\u2003" if p is k else "") + f"{p.users:g}" for p in pts],
+            customdata=["–" if p.verdict is None or p.verdict.attainment is None else
+                        f"{slos.whole_percent(p.verdict.attainment):.0%}" for p in pts],
+            mode="lines+markers+text", textposition="middle right", name=shown, showlegend=show,
+            line=dict(color=color, width=3), marker=dict(size=16, color=fill, line=dict(color=color, width=3)),
+            textfont=dict(size=BASE_SIZE - 2, color=color), cliponaxis=False,
+            hovertemplate=(hover_meets if any(p.verdict for p in pts) else hover_unjudged)
+            + "<extra>" + shown + "</extra>")
+        if k is not None:
+            knees.append(k)
+            # named below left, off the curve (which rises to the left), unless it is the lowest point
+            fig.add_annotation(x=k.per_user, y=k.total, showarrow=True, arrowhead=2, arrowwidth=2,
+                               ax=-90, ay=-60 if k is pts[0] else 60,
+                               text=translate(say("knee: {users:g} in flight", users=k.users), lang),
+                               font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
+        said = slos.knee_said(pts, slo)
+        caps.append(say("{series}: {sentence}", series=name, sentence=said) if show else said)
+    # what filled and hollow mean, in the legend
+    for label, face in ((say("at least {target:.0%} met the SLO", target=slos.ATTAINMENT), MUTED),
+                        (say("fewer met it"), "white")):
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=translate(label, lang), hoverinfo="skip",
+                        marker=dict(size=16, color=face, line=dict(color=MUTED, width=3)))
+    if knees:
+        fig.add_scatter(x=[k.per_user for k in knees], y=[k.total for k in knees], mode="markers", hoverinfo="skip",
+                        name=translate(say("knee"), lang),
+                        marker=dict(symbol="circle-open", size=34, color=INK, line=dict(width=3)))
+    fig.update_layout(showlegend=bool(caps),
+                      xaxis=dict(title=translate(say("Output tokens / s per user"), lang), rangemode="tozero"),
+                      yaxis=dict(title=translate(say("Output tokens / s in total"), lang), rangemode="tozero"))
+    if caps:
+        cap = [say("Each point is a sweep level, numbered by its requests in flight: further right each user's text "
+                   "streams faster, higher up the server makes more in total."), *caps]
+    else:
+        cap = say("No sweep levels to show yet.")
+    return finish(fig, say("Per-user against total throughput"), cap,
+                  placeholder=any(is_placeholder(r) for r in runs), height=560, lang=lang)
 
 
 # -- history ----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, LabError
+from engine.measure.ceiling import model_bytes
 from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import Message, mark, say
 from engine.observe import nvml
@@ -520,6 +521,12 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         result.versions.update(st.loaded["versions"])  # what the worker actually imported
     if dev:
         result.hardware["naive_device"] = dev
+    try:  # what each decode step read, for the run's ceiling (engine.measure.ceiling)
+        size = model_bytes(str(spec.model_path), extra["dtype"], params=extra["params"])
+    except Exception:  # noqa: BLE001 - the run is kept without a ceiling rather than lost
+        size = None
+    if size:
+        result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
     try:
         from engine.measure.stats import summarize
     except ImportError:  # stats not there yet: the store can fill it later

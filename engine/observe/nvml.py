@@ -63,6 +63,19 @@ def devices() -> list[dict[str, Any]]:
     return out
 
 
+def memory_bus(index: int) -> tuple[int, int] | None:
+    """(memory bus width in bits, highest memory clock in MHz) of GPU `index`, None where NVML does not
+    say (engine.observe.bandwidth turns them into a peak bandwidth for a GPU its table lacks)."""
+    nv = _lib()
+    if nv is None:
+        return None
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        return int(nv.nvmlDeviceGetMemoryBusWidth(h)), int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))
+    except Exception:  # an old driver or library without the call, a device gone
+        return None
+
+
 def driver() -> str | None:
     nv = _lib()
     try:

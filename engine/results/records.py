@@ -151,6 +151,13 @@ class Notes(_Typed):
     server_output_tokens: int | None = None
     client_output_tokens: int | None = None
     server_count_missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
+    # the SLO summary.request_goodput was judged by, as vllm bench serve's --goodput takes it ({"ttft": ms, ...});
+    # None: no goodput was asked for (engine.measure.slo)
+    slo_ms: dict | None = None
+    # What one decode step of the model reads (engine.measure.ceiling.model_bytes), for its ceiling: the
+    # weights, and the KV cache per token of context (a key ending in "token" would be taken for a secret)
+    weight_bytes: int | None = None
+    kv_token_bytes: int | None = None
     imported_from: str = ""
     label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
     client: str = ""  # the load generator's transport
