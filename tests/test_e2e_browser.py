@@ -125,8 +125,10 @@ def test_load_test_draws_charts_and_summary(page, app):
     print(f"load test: {time.time() - t0:.1f} s from click to summary")
     expect(metric(page, "OK / failed")).to_have_text("10 / 0")
     expect(page.get_by_text("that is continuous batching")).to_be_visible()
-    # The request timeline, the per-request latency bars and throughput over time.
-    expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=30000)
+    # Decode speed against the memory-bandwidth ceiling, the request timeline, the per-request latency bars and
+    # throughput over time.
+    expect(page.get_by_text(re.compile(r"of the ceiling"))).to_be_visible()
+    expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=30000)
     expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
     shot(page, "load_test")
 
@@ -183,7 +185,7 @@ def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     step2.click()
     expect(metric(page, "vLLM: mean latency")).not_to_have_text("–", timeout=180000)
     expect(button(page, "Cancel")).to_have_count(0, timeout=30000)  # the job has finished, not only saved
-    expect(page.locator(".js-plotly-plot")).to_have_count(1, timeout=30000)  # per-prompt latency bars
+    expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=30000)  # latency bars, the ceiling's bar
     shot(page, "naive_vs_vllm")
 
 
