@@ -70,16 +70,10 @@ def test_goodput_matches_vllms_own_calculate_metrics():
     exactly included (a TTFT of 2.007 s against 2007 ms is good for vLLM, which compares in seconds; in
     milliseconds 2.007 * 1000 is 2007.0000000000002, over the limit)."""
     serve = pytest.importorskip("vllm.benchmarks.serve")
-    from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
+    from .test_stats import vllm_outputs
 
     recs = handcrafted() + [req(6, ttft=2.007, tokens=4, tpot=0.05)]
-    outputs = []
-    for r in stats.measured(recs):
-        o = RequestFuncOutput(success=r.ok, output_tokens=r.output_tokens, prompt_len=r.prompt_tokens,
-                              start_time=r.send_time, error=r.error or "")
-        if r.ok:
-            o.ttft, o.latency, o.itl = r.ttft, r.e2e, stats.itls(r)
-        outputs.append(o)
+    outputs = vllm_outputs(recs)
     run = run_of(recs, 4.0)
     for limits in (DEFAULT_SLO, Slo(ttft_ms=2007), Slo(ttft_ms=2006.9), Slo(tpot_ms=150),
                    Slo(ttft_ms=600, tpot_ms=100, e2el_ms=1500)):

@@ -161,12 +161,11 @@ def test_per_request_rows():
     assert rows[3]["ok"] is False and rows[3]["error"] == "boom"
 
 
-def test_matches_vllm_calculate_metrics():
-    """Same numbers as vLLM's own calculate_metrics on the same requests."""
-    import vllm.benchmarks.serve as serve
+
+def vllm_outputs(recs) -> list:
+    """The measured requests as vLLM's benchmark records them (RequestFuncOutput), for its calculate_metrics."""
     from vllm.benchmarks.lib.endpoint_request_func import RequestFuncOutput
 
-    recs = sample()
     outputs = []
     for r in stats.measured(recs):
         o = RequestFuncOutput(success=r.ok, output_tokens=r.output_tokens, prompt_len=r.prompt_tokens,
@@ -174,6 +173,15 @@ def test_matches_vllm_calculate_metrics():
         if r.ok:
             o.ttft, o.latency, o.itl = r.ttft, r.e2e, stats.itls(r)
         outputs.append(o)
+    return outputs
+
+
+def test_matches_vllm_calculate_metrics():
+    """Same numbers as vLLM's own calculate_metrics on the same requests."""
+    import vllm.benchmarks.serve as serve
+
+    recs = sample()
+    outputs = vllm_outputs(recs)
     pct = [50.0, 90.0, 99.0]
     m, _ = serve.calculate_metrics(input_requests=[], outputs=outputs, dur_s=2.0, tokenizer=None,
                                    selected_percentiles=pct, goodput_config_dict={"ttft": 250.0, "tpot": 150.0})
