@@ -37,6 +37,10 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
     where = (_("GPU memory (NVML)") if lab.device == "cuda" else
              _("Memory (no GPU here: system RAM and the vLLM processes)"))
     ui.chart(figures.memory_chart(memory, events, title=where, window=window, lang=lang), key="mem")
+    if workers := lab.gpu_workers():  # one row per process per GPU: a parallel server's workers side by side
+        st.dataframe([{_("GPU"): i18n.tr(w["gpu"]), _("Process"): w["process"], "PID": w["pid"],
+                       _("Whose"): i18n.tr(w["owner"]), _("Memory (GB)"): round(w["used_gb"], 1)} for w in workers],
+                     hide_index=True, width="stretch")
     if metrics:
         ui.chart(figures.metrics_chart(metrics, events, window=window, lang=lang), key="metrics")
     else:

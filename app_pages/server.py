@@ -109,8 +109,39 @@ with c3:
     prefixes = [N_("vLLM default"), N_("on"), N_("off")]
     prefix = st.selectbox(_("Prefix caching"), prefixes, key="cfg_prefix", format_func=i18n.shown(prefixes),
                           help=_("Reuse the KV cache of a shared prompt prefix across requests."))
-    tp = st.number_input(_("Tensor parallel size (GPUs)"), 1, 8, 1, key="cfg_tp", disabled=cpu,
-                         help=_("Split the model over this many GPUs."))
+
+gpu_names = lab.gpu_choices()
+with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded=len(gpu_names) > 1):
+    if cpu:
+        st.caption(_("No NVIDIA GPU here: vLLM's CPU build runs on one machine's cores, so these stay at 1."))
+    picked = st.multiselect(_("GPUs to use (CUDA_VISIBLE_DEVICES)"), list(gpu_names), key="cfg_gpus",
+                            format_func=i18n.shown(gpu_names, lambda g: gpu_names[g]), disabled=cpu,
+                            placeholder=_("all of them"),
+                            help=_("Leave empty to let vLLM see every GPU; pick some to keep others free."))
+    most = max(1, len(picked) or len(gpu_names))
+    g1, g2, g3 = st.columns(3)
+    tp = g1.number_input(_("Tensor parallel size"), 1, most, 1, key="cfg_tp", disabled=cpu or most == 1,
+                         help=_("Split every layer of the model over this many GPUs (fast links inside one "
+                                "machine): more memory for the KV cache, each step a little slower to sync."))
+    pp = g2.number_input(_("Pipeline parallel size"), 1, most, 1, key="cfg_pp", disabled=cpu or most == 1,
+                         help=_("Split the model by groups of layers over this many GPUs (vLLM's way across "
+                                "machines)."))
+    dp = g3.number_input(_("Data parallel size"), 1, most, 1, key="cfg_dp", disabled=cpu or most == 1,
+                         help=_("Whole copies of the model, each serving its share of the requests: more "
+                                "throughput, the same latency per request."))
+    if not cpu:
+        st.caption(_("vLLM takes tensor × pipeline × data = {need} of the {have} GPUs.",
+                     need=int(tp) * int(pp) * int(dp), have=most))
+    cluster_box = st.popover(_("More than one machine (Ray cluster)"))
+    with cluster_box:
+        st.markdown(_("vLLM serves one model from several machines through a Ray cluster: tensor parallel "
+                      "inside each machine, pipeline parallel across them. Fill in the head machine's address "
+                      "and run what follows on each machine (the model at the same path on each, or a hub id); "
+                      "then connect to the head's server by URL."))
+        head = st.text_input(_("Head machine's address"), key="cluster_head", placeholder="10.0.0.1")
+        n1, n2 = st.columns(2)
+        nodes = n1.number_input(_("Machines"), 1, 64, 2, key="cluster_nodes")
+        per_node = n2.number_input(_("GPUs per machine"), 1, 16, max(1, len(gpu_names)), key="cluster_gpus")
 
 with st.expander(_("Advanced: API key, served name, extra flags")):
     api_key = st.text_input(_("API key (clients must send it)"), type="password", key="cfg_api_key")
@@ -127,6 +158,7 @@ if spec:
             max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=int(kv_gib),
             dtype=dtype, max_num_seqs=int(max_seqs) or None, enforce_eager=eager,
             enable_prefix_caching={"on": True, "off": False}.get(prefix), tensor_parallel_size=int(tp),
+            pipeline_parallel_size=int(pp), data_parallel_size=int(dp), gpus=tuple(picked),
             api_key=api_key or None, served_model_name=served or None,
         )
     except LabError as e:
@@ -142,6 +174,14 @@ if cfg and spec:
     else:
         st.markdown(_("**Command line** (copy with the icon on the right)"))
     st.code(cfg.shell_command(), language="bash")
+    if head:
+        with cluster_box:  # drawn here, where the settings are known
+            try:
+                for node in lab.cluster_commands(cfg, head, int(nodes), int(per_node)):
+                    st.markdown(_("**On {where}:**", where=i18n.tr(node.where)))
+                    st.code(node.command, language="bash")
+            except LabError as e:
+                st.error(ui.plain(e), icon=":material/error:")
 
 
 # -- lifecycle -------------------------------------------------------------------------------

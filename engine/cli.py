@@ -5,6 +5,7 @@
   python -m engine status | stop [--port P]
   python -m engine run SCENARIO [--url URL | --model ...] [--slo-ttft-ms MS --slo-tpot-ms MS] [--json OUT]
                                                                           (scenarios: python -m engine list)
+  python -m engine cluster --head ADDRESS --nodes N --gpus-per-node G [--model ...]   (Ray, several machines)
   python -m engine export [--format json|csv] [--out FILE] [RUN_ID ...]
   python -m engine import FILE ...
 """
@@ -44,7 +45,9 @@ def _cmd_model_prepare(args) -> int:
 # The options that set up a server the app starts. None (or False) = not given: the lab's default, and
 # `run --url` can tell the options it would ignore.
 SERVER_OPTIONS = ("model", "port", "host", "dtype", "max_model_len", "gpu_memory_utilization", "kv_cache_gib",
-                  "max_num_seqs", "enforce_eager", "tensor_parallel_size", "extra")
+                  "max_num_seqs", "enforce_eager", "tensor_parallel_size", "pipeline_parallel_size",
+                  "data_parallel_size", "gpus", "extra")
+GPU_OPTIONS = ("gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus")
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -58,6 +61,11 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, help="GPU only: GPUs to split the model over (default 1)")
+    p.add_argument("--pipeline-parallel-size", type=int,
+                   help="GPU only: split the model by groups of layers over this many GPUs (default 1)")
+    p.add_argument("--data-parallel-size", type=int,
+                   help="GPU only: whole copies of the model, each serving a share of the requests (default 1)")
+    p.add_argument("--gpus", help="GPU only: which GPUs, e.g. 0,1 (CUDA_VISIBLE_DEVICES; default all)")
     p.add_argument("--extra", help='other vLLM flags, quoted: --extra "--seed 0"')
 
 
@@ -78,24 +86,32 @@ def _config(args):
 
     device = hardware.default_device()
     if device == "cpu":
-        for option in ("gpu_memory_utilization", "tensor_parallel_size"):
+        for option in GPU_OPTIONS:
             if getattr(args, option) is not None:
                 raise ConfigError(f"{_flag(option)} applies to a GPU, and vLLM runs on this machine's CPU: leave it "
                                   "out (size the CPU's KV cache with --kv-cache-gib).")
     elif args.kv_cache_gib is not None:
         raise ConfigError("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
                           "--gpu-memory-utilization instead.")
-    elif args.tensor_parallel_size is not None and args.tensor_parallel_size > len(hardware.gpus()):
-        raise ConfigError(f"--tensor-parallel-size {args.tensor_parallel_size} asks for more GPUs than this machine "
-                          f"has ({len(hardware.gpus())}).")
     spec = models.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(
         spec, device, port=DEFAULT_PORT if args.port is None else args.port, host=args.host, dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         cpu_kvcache_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
-        tensor_parallel_size=args.tensor_parallel_size, extra_args=parse_extra_args(args.extra or ""))
+        tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
+        data_parallel_size=args.data_parallel_size, gpus=_gpu_list(args.gpus),
+        extra_args=parse_extra_args(args.extra or ""))
     cfg.validate(model_max_len=spec.max_len)
     return cfg, spec
+
+
+def _gpu_list(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(g) for g in text.split(",") if g.strip())
+    except ValueError:
+        raise ConfigError(f"--gpus {text!r} is not a list of GPU numbers: write them like 0,1.") from None
 
 
 def _check_port(port: int) -> None:
@@ -340,6 +356,23 @@ def summary_table(r) -> str:
 
 
 # -- history ----------------------------------------------------------------------------------
+def _cmd_cluster(args) -> int:
+    """Print what to run on each machine of a Ray cluster to serve one model across them."""
+    from engine.serving import models
+    from engine.serving.cluster import ray_commands
+    from engine.serving.config import ServerConfig, parse_extra_args
+
+    spec = models.resolve(args.model or "embedded")
+    cfg = ServerConfig.for_model(spec, "cuda", max_model_len=args.max_model_len, dtype=args.dtype,
+                                 gpu_memory_utilization=args.gpu_memory_utilization,
+                                 extra_args=parse_extra_args(args.extra or ""))
+    for step, node in enumerate(ray_commands(cfg, args.head, args.nodes, args.gpus_per_node, args.serve_port), 1):
+        _print(f"# {step}. on {node.where}\n{node.command}\n")
+    _print(f"Then attach to http://{args.head}:{args.serve_port} (Server page: Connect to an existing server, or "
+           f"`python -m engine run SCENARIO --url http://{args.head}:{args.serve_port}`).")
+    return 0
+
+
 def _cmd_export(args) -> int:
     from engine.results.store import RunStore
 
@@ -403,6 +436,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
     _server_args(r)
     r.set_defaults(func=_cmd_run)
+
+    c = sub.add_parser("cluster", help="print the commands that serve one model from several machines (Ray)")
+    c.add_argument("--head", required=True, help="the head machine's address, as the others reach it")
+    c.add_argument("--nodes", type=int, required=True, help="machines in all, the head included")
+    c.add_argument("--gpus-per-node", type=int, required=True)
+    c.add_argument("--serve-port", type=int, default=8000, help="where the API server listens on the head")
+    for option in ("--model", "--dtype", "--extra"):
+        c.add_argument(option)
+    c.add_argument("--max-model-len", type=int)
+    c.add_argument("--gpu-memory-utilization", type=float)
+    c.set_defaults(func=_cmd_cluster)
 
     e = sub.add_parser("export", help="export saved runs (all, or the ids given)")
     e.add_argument("ids", nargs="*")

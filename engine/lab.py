@@ -108,13 +108,18 @@ class Lab:
         weights = shape.weight_bytes(dtype_bytes) / 1024**3
         per_seq = shape.kv_bytes_per_token(dtype_bytes) * (cfg.max_model_len or shape.max_len) / 1024**3
         if self.device == "cuda":
-            gpus = nvml.devices()
-            total = gpus[0]["total"] / 1024**3 * cfg.tensor_parallel_size if gpus else 0
+            # Per GPU: a copy of the model is split tensor x pipeline ways (weights and KV cache alike), and
+            # the smallest GPU picked sets the room every slice gets. Data-parallel copies each hold the lot.
+            split = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+            gpus = [g for g in nvml.devices() if not cfg.gpus or g["index"] in cfg.gpus]
+            total = min(g["total"] for g in gpus) / 1024**3 if gpus else 0
             budget = total * cfg.gpu_memory_utilization
-            weights_per = weights
-            kv_room = budget - weights_per - 1.0  # ~1 GiB for activations and CUDA graphs
+            weights, per_seq = weights / split, per_seq / split
+            kv_room = budget - weights - 1.0  # ~1 GiB for activations and CUDA graphs
             where = say("{fraction:.0%} of {total:.0f} GiB GPU memory", fraction=cfg.gpu_memory_utilization,
-                        total=total)
+                        total=total) if split * cfg.data_parallel_size == 1 else \
+                say("{fraction:.0%} of {total:.0f} GiB on each of {gpus} GPUs", fraction=cfg.gpu_memory_utilization,
+                    total=total, gpus=cfg.gpus_needed)
         else:
             import psutil
 
@@ -131,7 +136,7 @@ class Lab:
             return FitReport("error", say("The weights alone ({weights:.1f} GiB) do not fit in {where}: raise "
                                           "gpu-memory-utilization, use more GPUs, or pick a smaller model.",
                                           weights=weights, where=where), weights, per_seq, budget)
-        seqs = kv_room / per_seq if per_seq else float("inf")
+        seqs = kv_room / per_seq * (cfg.data_parallel_size if self.device == "cuda" else 1) if per_seq else float("inf")
         if seqs < 1:
             return FitReport("error", say("One full {max_len}-token sequence needs {per_seq:.2f} GiB of KV cache "
                                           "but only {kv:.2f} GiB is left in {where}: lower max-model-len or give vLLM "
@@ -139,6 +144,10 @@ class Lab:
                                           where=where),
                              weights, per_seq, budget)
         level = "warn" if seqs < 4 else "ok"
+        if self.device == "cuda" and cfg.gpus_needed > 1:
+            return FitReport(level, say("Weights {weights:.1f} GiB per GPU; KV cache room for about {seqs:,.0f} full "
+                                        "{max_len}-token sequences in all, in {where}.", weights=weights, seqs=seqs,
+                                        max_len=cfg.max_model_len, where=where), weights, per_seq, budget)
         return FitReport(level, say("Weights {weights:.1f} GiB; KV cache room for about {seqs:,.0f} full "
                                     "{max_len}-token sequences in {where}.", weights=weights, seqs=seqs,
                                     max_len=cfg.max_model_len, where=where), weights, per_seq, budget)
@@ -377,6 +386,18 @@ class Lab:
 
         return MAX_NUM_SEQS
 
+    def gpu_choices(self) -> dict[int, str]:
+        """{index: "0 · NVIDIA H200, 141 GB"} for the GPU picker; {} without an NVIDIA GPU."""
+        return {g["index"]: f"{g['index']} · {g['name']}, {g['total'] / 1e9:,.0f} GB" for g in nvml.devices()}
+
+    def cluster_commands(self, cfg: ServerConfig, head: str, nodes: int, gpus_per_node: int,
+                         port: int = 8000) -> list:
+        """What to run on each machine to serve `cfg`'s model from a Ray cluster (serving/cluster.py);
+        a ConfigError says what is wrong with the inputs."""
+        from engine.serving.cluster import ray_commands
+
+        return ray_commands(cfg, head, nodes, gpus_per_node, port)
+
     def server_config(self, spec: models.ModelSpec, extra_flags: str = "", **settings) -> ServerConfig:
         """`spec`'s default settings with the page's `settings` and the extra flags as typed, checked:
         a ConfigError says what is wrong."""
@@ -547,6 +568,30 @@ class Lab:
     def latest_sample(self):
         """The newest telemetry sample (engine.observe.telemetry.Sample), None before the first."""
         return self.telemetry.latest()
+
+    def gpu_workers(self) -> list[dict]:
+        """Who holds memory on each GPU now, from the newest sample: [{gpu, pid, process, owner, used_gb}].
+        With tensor, pipeline or data parallelism the server runs one worker per GPU: this shows each."""
+        import psutil
+
+        newest = self.telemetry.latest()
+        owners = {pid: name for name, pid in self._worker_pids().items()}
+        if pid := self.server.snapshot().pid:
+            try:
+                server = psutil.Process(pid)
+                owners.update({q.pid: mark("vLLM server") for q in [server, *server.children(recursive=True)]})
+            except psutil.Error:
+                pass
+        rows = []
+        for gpu in newest.memory if newest else ():
+            for p in gpu.get("processes", ()):
+                try:
+                    name = psutil.Process(p["pid"]).name()
+                except psutil.Error:
+                    name = "?"
+                rows.append({"gpu": gpu["series"], "pid": p["pid"], "process": name,
+                             "owner": owners.get(p["pid"], mark("another program")), "used_gb": p["used_gb"]})
+        return rows
 
     def monitor_rows(self, seconds: float, max_points: int) -> tuple[list[dict], list[dict], list[dict]]:
         """For the Monitor's charts, over the `seconds` up to the newest sample: memory rows and /metrics

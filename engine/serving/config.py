@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.messages import mark, say
+from engine.messages import mark, say, say_n
 from engine.observe import nvml
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -30,7 +30,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     max_num_seqs: int | None = None
     enforce_eager: bool = False
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = 1  # GPUs one copy of the model is split over, layer by layer (each GPU a slice)
+    pipeline_parallel_size: int = 1  # ... split over, by groups of layers (vLLM's way across machines)
+    data_parallel_size: int = 1  # whole copies, each taking its share of the requests
+    gpus: tuple[int, ...] = ()  # which GPUs (CUDA_VISIBLE_DEVICES); () = all of them
     enable_prefix_caching: bool | None = None  # None: vLLM's default
     load_format: str = "auto"
     api_key: str | None = field(default=None, repr=False)  # reaches vLLM as VLLM_API_KEY, never argv or records
@@ -41,6 +44,11 @@ class ServerConfig:
     def model_name(self) -> str:
         """The name clients put in requests."""
         return self.served_model_name or self.model
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs vLLM takes: each of the data-parallel copies is split tensor x pipeline ways."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     @property
     def base_url(self) -> str:
@@ -62,6 +70,7 @@ class ServerConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["extra_args"] = list(self.extra_args)
+        d["gpus"] = list(self.gpus)
         if d.get("api_key"):
             d["api_key"] = "***"
         return d
@@ -70,6 +79,7 @@ class ServerConfig:
     def from_dict(d: dict[str, Any]) -> "ServerConfig":
         d = {k: v for k, v in d.items() if k in ServerConfig.__dataclass_fields__}
         d["extra_args"] = tuple(d.get("extra_args") or ())
+        d["gpus"] = tuple(d.get("gpus") or ())
         return ServerConfig(**d)
 
     # -- rendering -------------------------------------------------------------------------
@@ -89,6 +99,10 @@ class ServerConfig:
             a.append("--enforce-eager")
         if self.tensor_parallel_size != 1:
             a += ["--tensor-parallel-size", str(self.tensor_parallel_size)]
+        if self.pipeline_parallel_size != 1:
+            a += ["--pipeline-parallel-size", str(self.pipeline_parallel_size)]
+        if self.data_parallel_size != 1:
+            a += ["--data-parallel-size", str(self.data_parallel_size)]
         if self.enable_prefix_caching is True:
             a.append("--enable-prefix-caching")
         elif self.enable_prefix_caching is False:
@@ -102,6 +116,8 @@ class ServerConfig:
         """Environment additions for the server process. The API key travels here (vLLM reads
         VLLM_API_KEY), never on the command line, which every user of the machine can read."""
         env = {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if self.device == "cpu" else {}
+        if self.device == "cuda" and self.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
         return env
@@ -157,12 +173,7 @@ class ServerConfig:
             raise ConfigError(say("max-num-seqs {max_num_seqs} is outside 1 to {limit:,}: it is how many requests are "
                                   "decoded together (vLLM's default is 256 on a GPU).",
                                   max_num_seqs=self.max_num_seqs, limit=MAX_NUM_SEQS))
-        if self.tensor_parallel_size < 1:
-            raise ConfigError(say("tensor-parallel-size must be at least 1 (the number of GPUs to split the model "
-                                  "over)."))
-        if self.device == "cuda" and self.tensor_parallel_size > (gpus := len(nvml.devices())) > 0:
-            raise ConfigError(say("tensor-parallel-size {size} asks for more GPUs than this machine has ({gpus}): "
-                                  "lower it to {gpus} or less.", size=self.tensor_parallel_size, gpus=gpus))
+        self._check_parallel()
         refuse_extra_flags(self.extra_args)
         if known_flags is not None:
             for arg in self.extra_args:
@@ -170,6 +181,35 @@ class ServerConfig:
                 if flag.startswith("-") and flag not in known_flags:
                     raise ConfigError(say("vLLM has no flag '{flag}': check the spelling (see `--help` of the API "
                                           "server) or remove it.", flag=flag))
+
+    def _check_parallel(self) -> None:
+        sizes = (("tensor-parallel-size", self.tensor_parallel_size),
+                 ("pipeline-parallel-size", self.pipeline_parallel_size),
+                 ("data-parallel-size", self.data_parallel_size))
+        for flag, size in sizes:
+            if size < 1:
+                raise ConfigError(say("{flag} must be at least 1.", flag=flag))
+        if self.device != "cuda":
+            if self.gpus_needed > 1 or self.gpus:
+                raise ConfigError(say("vLLM runs on this machine's CPU: the parallel sizes and the GPU choice apply "
+                                      "to GPUs, so leave them at 1 and all."))
+            return
+        present = [d["index"] for d in nvml.devices()]
+        if not present:
+            return  # nothing to check against (NVML unreadable): vLLM will say what it cannot find
+        if missing := [g for g in self.gpus if g not in present]:
+            raise ConfigError(say("GPU {gpu} is not on this machine (it has {gpus}): pick among those.",
+                                  gpu=missing[0], gpus=", ".join(map(str, present))))
+        if len(set(self.gpus)) != len(self.gpus):
+            raise ConfigError(say("A GPU is picked twice: pick each one once."))
+        have = len(self.gpus) or len(present)
+        if self.gpus_needed > have:
+            raise ConfigError(say_n(
+                "tensor {tp} x pipeline {pp} x data {dp} needs {need} GPUs, and {have} is picked: pick more GPUs or "
+                "lower a size.",
+                "tensor {tp} x pipeline {pp} x data {dp} needs {need} GPUs, and {have} are picked: pick more GPUs "
+                "or lower a size.", have, tp=self.tensor_parallel_size, pp=self.pipeline_parallel_size,
+                dp=self.data_parallel_size, need=self.gpus_needed, have=have))
 
 
 # Flags the free-text box refuses: what they do and where that setting lives instead. A dashboard a room
@@ -204,7 +244,8 @@ REFUSED_EXTRA_FLAGS: dict[str, str] = {
     **dict.fromkeys(("--otlp-traces-endpoint", "--kv-transfer-config", "--kv-events-config", "--ec-transfer-config",
                      "--weight-transfer-config"), _REMOTE),
     **dict.fromkeys(("--model", "--served-model-name", "--max-model-len", "--gpu-memory-utilization", "--dtype",
-                     "--max-num-seqs", "--enforce-eager", "--tensor-parallel-size", "-tp", "--enable-prefix-caching",
+                     "--max-num-seqs", "--enforce-eager", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size",
+                     "-pp", "--data-parallel-size", "-dp", "--enable-prefix-caching",
                      "--no-enable-prefix-caching", "--load-format"), _FORM),
 }
 
