@@ -141,7 +141,7 @@ with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded
         head = st.text_input(_("Head machine's address"), key="cluster_head", placeholder="10.0.0.1")
         n1, n2 = st.columns(2)
         nodes = n1.number_input(_("Machines"), 1, 64, 2, key="cluster_nodes")
-        per_node = n2.number_input(_("GPUs per machine"), 1, 16, max(1, len(gpu_names)), key="cluster_gpus")
+        per_node = n2.number_input(_("GPUs per machine"), 1, 16, len(gpu_names) or 8, key="cluster_gpus")
 
 with st.expander(_("Advanced: API key, served name, extra flags")):
     api_key = st.text_input(_("API key (clients must send it)"), type="password", key="cfg_api_key")
