@@ -243,6 +243,7 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r))
+        _print(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
 

@@ -4,6 +4,7 @@ numbers, point nowhere outside itself, say a hostile label as text and leave eve
 last test opens the report of a real run in headless Chromium with the network blocked."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -167,12 +168,13 @@ def test_a_real_runs_report_draws_its_charts_with_the_network_blocked(vllm_serve
     env = {"SERVING_LAB_DB": str(tmp_path / "history.sqlite")}
     run = subprocess.run([sys.executable, "-m", "engine", "run", "vllm-5-sequential", "--url", vllm_server.base_url,
                           "--max-tokens", "8"], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                         env={**__import__("os").environ, **env})
+                         env={**os.environ, **env})
     assert run.returncode == 0, run.stderr
-    run_id = RunStore(tmp_path / "history.sqlite").list()[0].id
+    run_id = re.search(r"^saved as run (\w+) ", run.stdout, re.M).group(1)  # what `run` says to pass to `report`
+    assert run_id == RunStore(tmp_path / "history.sqlite").list()[0].id
     out = tmp_path / "report.html"
     rep = subprocess.run([sys.executable, "-m", "engine", "report", run_id, "-o", str(out)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, env={**__import__("os").environ, **env})
+                         capture_output=True, text=True, timeout=120, env={**os.environ, **env})
     assert rep.returncode == 0, rep.stderr
     refused = []
 
