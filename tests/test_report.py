@@ -83,7 +83,6 @@ def tags(text: str) -> list[tuple[str, dict]]:
 
 def test_each_run_has_its_label_machine_flags_and_numbers(report):
     runs, text = report
-    gpu, cpu = runs
     assert "vLLM, 4 at once" in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     # the machine, with the bandwidth and where the figure came from (an H200's from the datasheet table)
     assert "NVIDIA H200" in text and "4,800.0 GB/s (table: NVIDIA datasheet)" in text
@@ -98,6 +97,15 @@ def test_each_run_has_its_label_machine_flags_and_numbers(report):
         assert f"{s.output_throughput:,.1f} tok/s" in text and f"{s.completed} / {s.failed}" in text
         assert f"<td>{s.get('mean_ttft_ms'):,.0f}</td>" in text and f"<td>{s.get('p99_e2el_ms'):,.0f}</td>" in text
     assert text.count("<section class='run'") == 2 and "Runs compared" in text
+
+
+def test_a_naive_run_shows_its_transformers_settings():
+    run = make_run(label="Naive transformers (sequential)", kind="naive")
+    run.config = {"model": "SmolLM2-135M-Instruct", "mode": "sequential", "max_new_tokens": 200,
+                  "sampling": {"do_sample": True, "temperature": 0.7}}
+    text = build_report([run], "en")
+    assert "<h3>Settings</h3>" in text and "Server flags" not in text and "Runs compared" not in text
+    assert "<th>max_new_tokens</th><td>200</td>" in text and "do_sample=True, temperature=0.7" in text
 
 
 def test_nothing_in_it_is_fetched_from_the_network(report):

@@ -38,6 +38,7 @@ from engine.results.credentials import scrub_run, scrub_text
 from engine.results.records import RunResult, is_sane_time
 
 # The charts' own buttons stay (zoom, hover, PNG download); nothing links to plotly's site.
+NOT_RECORDED = mark("Not recorded.")
 _PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 _STATS = (("mean", mark("Mean")), ("median", mark("Median")), ("p99", "P99"))  # the columns of a latency table
 # The server flags a reader compares first, as vLLM spells them (ServerConfig field -> flag)
@@ -85,6 +86,11 @@ class _Writer:
         """Text said in the report's language, escaped."""
         return html.escape(translate(text, self.lang) if text is not None else "")
 
+    def tag(self, name: str, text: object, cls: str = "") -> str:
+        """One element holding text in the report's language (a template inside an f-string would not be
+        found by `pybabel extract`: say it outside, pass it here)."""
+        return f"<{name}{f' class={cls!r}' if cls else ''}>{self.t(text)}</{name}>"
+
     def when(self, t: float) -> str:
         if not is_sane_time(t):
             return translate(mark("unknown"), self.lang)
@@ -112,14 +118,13 @@ class _Writer:
         keys = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_e2el_ms")
         head = [self.t(mark("run")), self.t(mark("started")), self.t(mark("OK / failed")), self.t(mark("Wall time"))]
         head += [self.t(say("{metric} ({unit})", metric=metric_info(k).label, unit=metric_info(k).unit)) for k in keys]
-        rows = [[f"<a href='#run-{i}'>{i}. {self.t(run.label or run.scenario)}</a>", html.escape(self.when(run.started_at)),
-                 self.ok_failed(run), _num(run.duration, 2) + " s", *(_num(run.summary.get(k), 1 if k == "output_throughput" else 0)
-                                                                     for k in keys)]
+        rows = [[f"<a href='#run-{i}'>{i}. {self.t(run.label or run.scenario)}</a>",
+                 html.escape(self.when(run.started_at)), self.ok_failed(run), _num(run.duration, 2) + " s",
+                 *(_num(run.summary.get(k), 1 if k == "output_throughput" else 0) for k in keys)]
                 for i, run in enumerate(runs, 1)]
-        parts = [f"<section><h2>{self.t(mark('Runs compared'))}</h2>", self.table(head, rows, "numbers")]
-        drawn = [r for r in runs if r.records]
+        parts = ["<section>" + self.tag("h2", mark("Runs compared")), self.table(head, rows, "numbers")]
         for metric in ("output_throughput", "mean_ttft_ms"):
-            parts.append(self.figure(history_compare(drawn or runs, metric, lang=self.lang)))
+            parts.append(self.figure(history_compare(runs, metric, lang=self.lang)))
         levels = [r for r in runs if r.extra.sweep_level is not None and r.kind == "vllm"]
         if len(levels) > 1:
             parts.append(self.figure(sweep_chart(levels, lang=self.lang)))
@@ -141,9 +146,9 @@ class _Writer:
                  (mark("Versions"), html.escape(", ".join(f"{k} {v}" for k, v in run.versions.items()) or "–"))]
         parts = [f"<section class='run' id='run-{i}'><h2>{i}. {name}</h2>",
                  "<div class='cols'><div>" + self.pairs(about) + "</div><div>"
-                 + f"<h3>{self.t(mark('Machine'))}</h3>" + self.machine(run) + "</div></div>",
-                 f"<h3>{self.t(mark('Server flags') if run.kind == 'vllm' else mark('Settings'))}</h3>", self.flags(run),
-                 f"<h3>{self.t(mark('Results'))}</h3>", self.results(run)]
+                 + self.tag("h3", mark("Machine")) + self.machine(run) + "</div></div>",
+                 self.tag("h3", mark("Server flags") if run.kind == "vllm" else mark("Settings")), self.flags(run),
+                 self.tag("h3", mark("Results")), self.results(run)]
         if notes := self.notes(run):
             parts.append("<ul class='notes'>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
         parts += [self.figure(f) for f in _run_figures(run, self.lang)]
@@ -156,7 +161,7 @@ class _Writer:
         """What it ran on: the summary line, each GPU or the CPU with its memory bandwidth and its source."""
         hw = run.hardware if isinstance(run.hardware, dict) else {}
         if not hw:
-            return f"<p class='muted'>{self.t(mark('Not recorded.'))}</p>"
+            return self.tag("p", NOT_RECORDED, "muted")
         items = [(mark("Hardware"), self.t(summary_line(hw)))]
         gpus = [g for g in hw.get("gpus") or () if isinstance(g, dict)]
         for g in gpus:
@@ -183,11 +188,11 @@ class _Writer:
             rows = [[html.escape(str(k)), html.escape(", ".join(f"{a}={b}" for a, b in v.items())
                                                       if isinstance(v, dict) else str(v))] for k, v in cfg.items()]
             return (self.table([self.t(mark("setting")), self.t(mark("value"))], rows, "flags") if rows else
-                    f"<p class='muted'>{self.t(mark('Not recorded.'))}</p>")
+                    self.tag("p", NOT_RECORDED, "muted"))
         if not cfg:
             sentence = say("Not recorded: this run went to a server this app did not start ({url}), which kept its "
                            "own flags.", url=run.load.base_url or "–")
-            return f"<p class='muted'>{self.t(sentence)}</p>"
+            return self.tag("p", sentence, "muted")
         cpu = cfg.get("device") == "cpu"
         rows = [["--model", html.escape(str(cfg.get("model", "–")))]]
         for key, flag in _FLAGS:
