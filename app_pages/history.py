@@ -97,7 +97,8 @@ else:
                      "and in exports.", n=failed_here))
 
     ids = [r.id for r in chosen] or None
-    c1, c2, c3 = st.columns(3)
+    readable = [r.id for r in chosen if not r.problem]  # a damaged run cannot be read back whole: not in a report
+    c1, c2, c3, c4 = st.columns(4)
     # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
     c1.download_button(_("Export JSON ({n} selected)", n=len(chosen)) if chosen else _("Export JSON (all)"),
                        lambda: lab.export_json(ids), "serving-lab-runs.json",
@@ -105,7 +106,14 @@ else:
     c2.download_button(_("Export CSV ({n} selected)", n=len(chosen)) if chosen else _("Export CSV (all)"),
                        lambda: lab.export_csv(ids), "serving-lab-requests.csv",
                        "text/csv", icon=":material/download:", width="stretch")
-    if c3.button(_("Delete {n} selected", n=len(chosen)), icon=":material/delete:", width="stretch",
+    lang = i18n.lang()  # said while the page is drawn: the report is built later, when clicked
+    c3.download_button(_("HTML report ({n} selected)", n=len(readable)) if readable else _("HTML report (select runs)"),
+                       lambda: lab.report_html(readable, lang), "serving-lab-report.html", "text/html",
+                       icon=":material/download:", width="stretch",
+                       disabled=not readable, key="history_report",
+                       help=_("One file with the selected runs' machine, server flags, numbers and interactive "
+                              "charts: it opens in any browser with no network, ready to mail."))
+    if c4.button(_("Delete {n} selected", n=len(chosen)), icon=":material/delete:", width="stretch",
                  disabled=not chosen or not ui.can_act(lab)):
         n = ui.act(lab, lab.delete_runs, [r.id for r in chosen])
         if n is not None:

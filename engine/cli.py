@@ -8,6 +8,7 @@
   python -m engine cluster --head ADDRESS --nodes N --gpus-per-node G [--model ...]   (Ray, several machines)
   python -m engine export [--format json|csv] [--out FILE] [RUN_ID ...]
   python -m engine import FILE ...
+  python -m engine report RUN_ID [RUN_ID ...] [-o report.html]
 """
 from __future__ import annotations
 
@@ -258,6 +259,7 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r))
+        _print(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
 
@@ -392,6 +394,18 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    """The runs as one HTML file that opens anywhere with no network (what History's download writes)."""
+    from engine.figures.report import build_report
+    from engine.results.store import RunStore
+
+    _check_writable(args.out)
+    store = RunStore()
+    runs = [store.load(run_id) for run_id in args.ids]  # an unknown or damaged one: its sentence, nothing written
+    _write(args.out, build_report(runs, "en"))
+    return 0
+
+
 def _cmd_import(args) -> int:
     from engine.results.store import RunStore
 
@@ -453,6 +467,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--format", choices=["json", "csv"], default="json")
     e.add_argument("--out")
     e.set_defaults(func=_cmd_export)
+    rep = sub.add_parser("report", help="write saved runs as one self-contained HTML report (to mail)")
+    rep.add_argument("ids", nargs="+", metavar="RUN_ID")
+    rep.add_argument("-o", "--out", default="serving-lab-report.html", help="default: serving-lab-report.html")
+    rep.set_defaults(func=_cmd_report)
     i = sub.add_parser("import", help="import runs exported elsewhere (e.g. from a GPU box)")
     i.add_argument("files", nargs="+")
     i.set_defaults(func=_cmd_import)

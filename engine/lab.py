@@ -564,6 +564,13 @@ class Lab:
         """One CSV row per request of the runs (None: all)."""
         return self.store.export_csv(ids)
 
+    def report_html(self, ids: list[str], lang: str = "en") -> str:
+        """One self-contained HTML report of the runs `ids` (engine.figures.report: their machine, flags,
+        numbers and charts, secrets left out), its text in `lang`; a LabError says which run cannot be read."""
+        from engine.figures.report import build_report
+
+        return build_report([self.run(run_id) for run_id in ids], lang)
+
     # monitor
     def latest_sample(self):
         """The newest telemetry sample (engine.observe.telemetry.Sample), None before the first."""

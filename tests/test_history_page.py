@@ -123,8 +123,25 @@ def test_exports_are_built_only_when_asked(lab, monkeypatch):
     monkeypatch.setattr(lab.store, "export_csv", lambda *a, **k: calls.append("csv") or "")
     at = page()
     select(at, "good run")
-    assert [b.label for b in at.get("download_button")] == ["Export JSON (1 selected)", "Export CSV (1 selected)"]
+    assert [b.label for b in at.get("download_button")] == ["Export JSON (1 selected)", "Export CSV (1 selected)",
+                                                             "HTML report (1 selected)"]
     assert calls == []
+
+
+def test_the_selected_runs_download_as_one_html_report(lab, monkeypatch):
+    """Built when clicked (through Lab, in the viewer's language), of the readable runs selected only."""
+    at = page()
+    report = next(b for b in at.get("download_button") if b.proto.id.endswith("history_report"))
+    assert report.label == "HTML report (select runs)" and report.proto.disabled
+    asked = []
+    real = type(lab).report_html
+    monkeypatch.setattr(lab, "report_html", lambda ids, lang="en": asked.append((ids, lang)) or real(lab, ids, lang))
+    select(at, "good run", HTML_LABEL, "unreadable summary")
+    report = next(b for b in at.get("download_button") if b.proto.id.endswith("history_report"))
+    assert report.label == "HTML report (2 selected)" and not report.proto.disabled and asked == []
+    ids = {r.label: r.id for r in lab.runs()}
+    text = lab.report_html([ids["good run"], ids[HTML_LABEL]])
+    assert "good run" in text and "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>bold</b>" not in text
 
 
 def test_the_page_reads_the_store_once_per_change(lab, monkeypatch):

@@ -21,6 +21,9 @@ _SECRET_FLAG = re.compile(r"(--(?:[\w-]*-)?(?:api-key|token|password|secret))(=|
 # `VLLM_API_KEY=X python -m ...`, `HF_TOKEN=X`
 _SECRET_ENV = re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|PASSWORD|SECRET))=('[^']*'|\"[^\"]*\"|[^\s\\]+)")
 _BEARER = re.compile(r"(Bearer\s+)[^\s\"',;]+")
+# A URL's password (`https://user:PASS@host`) and a secret-named query parameter (`?api_key=X`, `&token=X`)
+_URL_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^/\s:@]+:)[^@\s/]+@", re.I)
+_URL_PARAM = re.compile(r"([?&](?:api[_\-]?key|apikey|key|access[_\-]?token|token|password|secret)=)[^&#\s\"']+", re.I)
 
 
 def _variable_for(flag: str) -> str:
@@ -29,9 +32,11 @@ def _variable_for(flag: str) -> str:
 
 
 def scrub_text(text: str) -> str:
-    """`text` (a command line, an error) with secret values replaced by the variable that holds them."""
-    if "-" not in text and "=" not in text and "Bearer" not in text:
+    """`text` (a command line, an error, a URL) with secret values replaced by the variable that holds them
+    (a URL's by ***)."""
+    if "-" not in text and "=" not in text and "Bearer" not in text and "@" not in text:
         return text  # the common case, at no regex cost
+    text = _URL_PASSWORD.sub(r"\1***@", _URL_PARAM.sub(r"\1***", text))
     text = _SECRET_FLAG.sub(
         lambda m: m.group(0) if m.group(3).startswith(("$", "\"$")) else
         f"{m.group(1)}{m.group(2)}${_variable_for(m.group(1))}", text)
