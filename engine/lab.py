@@ -569,7 +569,13 @@ class Lab:
         numbers and charts, secrets left out), its text in `lang`; a LabError says which run cannot be read."""
         from engine.figures.report import build_report
 
-        return build_report([self.run(run_id) for run_id in ids], lang)
+        runs, gone = [], []
+        for run_id in ids:  # a run deleted since the page was drawn is named, not a failed download
+            try:
+                runs.append(self.run(run_id))
+            except LabError:
+                gone.append(run_id)
+        return build_report(runs, lang, gone=gone)
 
     # monitor
     def latest_sample(self):

@@ -164,6 +164,22 @@ def test_the_cli_refuses_an_unknown_run_in_one_sentence(store, tmp_path, capsys)
     assert not out.exists()
 
 
+def test_a_run_deleted_after_it_was_picked_is_named_not_a_failed_download(store):
+    """History builds the report when the button is pressed: a run deleted since the page was drawn is
+    said in the report, and the others are in it."""
+    from engine.lab import Lab
+
+    keep, gone = [r.id for r in store.list()][:2]
+    store.delete([gone])
+    lab = Lab.__new__(Lab)  # only the history: no server, no telemetry
+    lab.store = store
+    text = lab.report_html([keep, gone])
+    import html
+
+    assert f"so not in it: {gone}." in text
+    assert html.escape(store.load(keep).label) in text
+
+
 @pytest.mark.server
 @pytest.mark.e2e
 def test_a_real_runs_report_draws_its_charts_with_the_network_blocked(vllm_server, tmp_path):

@@ -49,13 +49,18 @@ _FLAGS = (("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gp
           ("load_format", "--load-format"))
 
 
-def build_report(runs: Sequence[RunResult], lang: str = "en", *, made_at: float | None = None) -> str:
-    """The runs as one HTML document (a str), its text in `lang`."""
+def build_report(runs: Sequence[RunResult], lang: str = "en", *, made_at: float | None = None,
+                 gone: Sequence[str] = ()) -> str:
+    """The runs as one HTML document (a str), its text in `lang`; `gone`: ids picked for it that were
+    deleted before it was made (said, so the reader knows the report is short of them)."""
     runs = [_scrubbed(r) for r in runs]
     r = _Writer(lang)
     title = r.t(mark("Serving Lab report"))
     body = [f"<header><h1>{title}</h1><p class='muted'>"
             + r.t(say("Made {when}; {n} run(s).", when=r.when(made_at or time.time()), n=len(runs))) + "</p></header>"]
+    if gone:
+        body.append("<p class='muted'>" + r.t(say("Deleted from the history before this report was made, so not in "
+                                                  "it: {ids}.", ids=", ".join(gone))) + "</p>")
     if len(runs) > 1:
         body.append(r.comparison(runs))
     body += [r.run_section(run, i) for i, run in enumerate(runs, 1)]
