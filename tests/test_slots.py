@@ -82,6 +82,16 @@ def test_vllm_slot_idle_while_a_ready_request_was_not_sent_is_waste():
     assert occupancy(vllm_run([a, b, c], shape="poisson")).idle_waiting == 0
 
 
+def test_a_refill_takes_the_slot_of_the_request_it_replaced():
+    """Slot 1 freed last: the request sent that moment fills it (slot 0 had stood idle for two steps, not
+    waiting for anyone), so nothing counts as idle while waiting."""
+    a, b, c = request(0, 0.0, 2), request(1, 0.0, 4), request(2, 0.0, 12)  # a ends at 0.5, b at 0.75
+    d = request(3, b.end_time, 2)
+    g = occupancy(vllm_run([a, b, c, d]))
+    assert g.owner[1][6] == 3 and g.cells[0][4:] == [I] * (g.steps - 4)
+    assert g.idle_waiting == 0 and g.wasted == 0
+
+
 def test_a_long_run_groups_steps_into_at_most_max_columns():
     g = occupancy(vllm_run([request(0, 0.0, 3 * MAX_COLUMNS)]))
     assert g.steps_per_column == 4 and g.steps <= MAX_COLUMNS  # 3,003 steps of the run, 4 a column

@@ -15,15 +15,16 @@ Two readings, both from the run's own records (never a simulation):
   generate() over N prompts. The worker's streamer timed every step of every row, so the steps are
   exact: column 0 is the padded prefill, then row i generates its `output_tokens` and waits, finished,
   until the longest row's last step.
-* `continuous_grid`: a vLLM run. A request takes the lowest slot free at its send time and holds it
-  until its end (so there are as many rows as the run's peak in flight). vLLM's steps are not in the
+* `continuous_grid`: a vLLM run. A request takes a free slot at its send time (the one freed last, so a
+  refill lands where the request it replaced ended; the lowest at the start) and holds it until its end,
+  so there are as many rows as the run's peak in flight. vLLM's steps are not in the
   records, so a step is estimated from the run's own token times: the median gap between two streamed
   chunks, divided by the tokens a chunk carries on average (1 when vLLM streams every token). Time is
   cut into columns of that length from the first send. Limits: a real step is longer while the batch
   is full or a prefill runs, and shorter when it is nearly empty, so a column is "about one step";
   a request shorter than half a step gets no column. Idle slots cost vLLM nothing (its batch just
-  shrinks); they are waste only while a request that was ready had not been sent (a closed-loop
-  load test's queue, in the client), counted as `idle_waiting`.
+  shrinks); they are waste only between two requests of one slot while the next was ready and not yet
+  sent (a closed-loop load test's queue, in the client), counted as `idle_waiting`.
 
 `occupancy(run)` picks the reading by the run's kind and returns a `SlotGrid`, or a sentence that says
 why the run cannot be drawn (no token times, failed requests, a sequential naive run).
@@ -55,7 +56,7 @@ class SlotGrid:
     owner: list[list[int | None]]
     step_s: float  # seconds one column stands for
     steps_per_column: int = 1
-    idle_waiting: int = 0  # idle slot-steps while a ready request had not been sent (waste)
+    idle_waiting: int = 0  # idle slot-steps between two requests while the next was ready, not sent (waste)
     how: str = ""  # how the steps were taken (a sentence)
     counts: dict[int, int] = field(default_factory=dict)
 
@@ -127,8 +128,8 @@ def static_grid(records: list[RequestRecord]) -> SlotGrid | Message:
 
 def continuous_grid(records: list[RequestRecord], all_ready: bool = False) -> SlotGrid | Message:
     """Each request in the lowest slot free at its send, from send to end; columns of one estimated step.
-    `all_ready`: every request was ready at the start (a closed-loop load), so a slot idle before a
-    later send was waste."""
+    `all_ready`: every request was ready at the start (a closed-loop load), so a slot idle between its
+    requests was waste."""
     recs = sorted((r for r in records if r.ok), key=lambda r: (r.send_time, r.index))
     if not recs:
         return say("This run has no finished requests to draw.")
@@ -151,8 +152,12 @@ def continuous_grid(records: list[RequestRecord], all_ready: bool = False) -> Sl
     free_at: list[float] = []  # each slot's holder's end
     cells: list[list[int]] = []
     owner: list[list[int | None]] = []
+    idle_waiting = 0
     for r in recs:
-        slot = next((i for i, end in enumerate(free_at) if end <= r.send_time), None)
+        free = [i for i, end in enumerate(free_at) if end <= r.send_time]
+        slot = max(free, key=lambda i: (free_at[i], -i)) if free else None
+        if slot is not None and all_ready:  # the slot stood idle from its last holder's end to this send
+            idle_waiting += max(0, col(r.send_time) - col(free_at[slot]))
         if slot is None:
             slot = len(free_at)
             free_at.append(0.0)
@@ -163,10 +168,6 @@ def continuous_grid(records: list[RequestRecord], all_ready: bool = False) -> Sl
         for c in range(col(r.send_time), col(r.end_time)):  # type: ignore[arg-type]
             cells[slot][c] = PROMPT if c < col(first) else GENERATING  # type: ignore[arg-type]
             owner[slot][c] = r.index
-    idle_waiting = 0
-    if all_ready:  # a column before the last send had a request ready and not sent: its idle slots were waste
-        last_send = col(max(r.send_time for r in recs))
-        idle_waiting = sum(row[:last_send].count(IDLE) for row in cells)
     how = say("Estimated steps: one column is {ms:.0f} ms, the median gap between two streamed tokens of this run.",
               ms=col_s * 1000) if group == 1 else \
         say("Estimated steps: one column is {group} steps of about {ms:.0f} ms (the median gap between two streamed "
