@@ -79,9 +79,10 @@ def results() -> None:
                          error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
     naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
-    vllm = lab.latest_run("vllm", "vllm-5-sequential")
+    vllm, batch = lab.latest_run("vllm", "vllm-5-sequential"), lab.latest_run("vllm", "vllm-5-batch")
     if not (naive or vllm or static):
         st.info(_("Run step 1 and step 2 to see them side by side."), icon=":material/info:")
+        slots(None, batch)
         return
     extra = [static] if static else []
     ui.chart(figures.latency_bars(naive, vllm, extra, lang=i18n.lang()), key="latency")
@@ -99,7 +100,7 @@ def results() -> None:
         for r, c in ceilings:
             st.markdown(ui.plain(_("{label}: {sentence}", label=r.label, sentence=c.sentence)))
         ui.chart(figures.ceiling_bars([r for r, _ in ceilings], lang=i18n.lang()), key="ceiling")
-    slots(static, lab.latest_run("vllm", "vllm-5-batch"))
+    slots(static, batch)
     if vllm:
         ui.code_behind(lab.code_for_run(vllm, i18n.lang()), _("The Python behind the vLLM run"))
     if naive and (mem := naive.extra.memory):
