@@ -70,6 +70,8 @@ def test_vllm_gives_a_finished_slot_to_the_queued_request_at_once():
     assert g.cells[1] == [P, P] + [G] * 9
     assert g.counts[FINISHED] == 0 and g.idle_waiting == 0 and g.wasted == 0
     assert g.used == 2 + 9 + 3 and g.useful_share == 1.0
+    assert (g.requests, g.refills) == (3, 1)
+    assert "the next one took its slot at once" in figures.caption(figures.slot_chart([vllm_run([c, b, a])]))
 
 
 def test_vllm_slot_idle_while_a_ready_request_was_not_sent_is_waste():
@@ -90,6 +92,13 @@ def test_a_refill_takes_the_slot_of_the_request_it_replaced():
     g = occupancy(vllm_run([a, b, c, d]))
     assert g.owner[1][6] == 3 and g.cells[0][4:] == [I] * (g.steps - 4)
     assert g.idle_waiting == 0 and g.wasted == 0
+
+
+def test_requests_that_each_had_a_slot_are_not_said_to_refill_one():
+    run = vllm_run([request(0, 0.0, 2), request(1, 0.0, 5)], shape="burst")
+    assert occupancy(run).refills == 0
+    assert figures.caption(figures.slot_chart([run])).startswith("No slot held a finished answer: each of the 2 "
+                                                                 "requests had its own slot from the start")
 
 
 def test_a_long_run_groups_steps_into_at_most_max_columns():

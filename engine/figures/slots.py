@@ -64,10 +64,13 @@ def slot_chart(runs: Sequence[RunResult | None], *, lang: str = "en") -> go.Figu
                                  marker=dict(symbol="square", size=18, color=STATE_COLORS[s],
                                              line=dict(color=MUTED, width=1) if s == IDLE else None)))
     fig.update_annotations(font=dict(size=BASE_SIZE, color=INK), selector=dict(xref="paper"))
-    fig.update_layout(showlegend=True, legend=dict(y=1.16))
     slots = max((g.slots for g in grids if isinstance(g, SlotGrid)), default=3)
-    return finish(fig, say("Batch slots, step by step"), _caption(runs, grids),
-                  placeholder=any(is_placeholder(r) for r in runs), height=300 + 34 * slots, lang=lang)
+    height = 320 + 34 * slots
+    # the legend between the title and the panels' titles, a fixed distance from the top whatever the height
+    fig.update_layout(showlegend=True, legend=dict(yref="container", y=1 - 58 / height, yanchor="top"))
+    fig = finish(fig, say("Batch slots, step by step"), _caption(runs, grids),
+                 placeholder=any(is_placeholder(r) for r in runs), height=height, lang=lang)
+    return fig.update_layout(margin=dict(t=fig.layout.margin.t + 24))
 
 
 def _panel_title(run: RunResult, g: SlotGrid | str, lang: str) -> str:
@@ -91,7 +94,10 @@ def _caption(runs: Sequence[RunResult], grids: Sequence[SlotGrid | str]):
         return say("{wasted} of the static batch's slot-steps ({share}) held finished answers (red) until the longest "
                    "was done: the batch kept computing them and returned nothing.", wasted=static.wasted,
                    share=f"{1 - static.useful_share:.0%}")
-    if vllm:
+    if vllm and vllm.refills:
         return say("No slot held a finished answer: each request left when it ended and the next one took its slot "
                    "at once; {wasted} slot-steps were idle while a request waited.", wasted=vllm.wasted)
+    if vllm:
+        return say("No slot held a finished answer: each of the {n} requests had its own slot from the start and "
+                   "left it when its answer ended.", n=vllm.requests)
     return next((g for g in grids if isinstance(g, str)), say("There is no run to draw."))

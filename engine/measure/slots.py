@@ -59,9 +59,16 @@ class SlotGrid:
     idle_waiting: int = 0  # idle slot-steps between two requests while the next was ready, not sent (waste)
     how: str = ""  # how the steps were taken (a sentence)
     counts: dict[int, int] = field(default_factory=dict)
+    requests: int = 0  # drawn (a request shorter than half a column has none)
 
     def __post_init__(self) -> None:
         self.counts = {s: sum(row.count(s) for row in self.cells) for s in STATES}
+        self.requests = len({o for row in self.owner for o in row if o is not None})
+
+    @property
+    def refills(self) -> int:
+        """Requests that took a slot another had left (0: each had its own slot from the start)."""
+        return max(0, self.requests - self.slots)
 
     @property
     def slots(self) -> int:
