@@ -170,6 +170,8 @@ def _draw_charts(job_id: str, status: str, lang: str) -> None:
     ui.chart(figures.request_timeline(run, lang=lang), key="tl")
     ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="bars")
     ui.chart(figures.throughput_over_time(run, lang=lang), key="tput")
+    if not isinstance(lab.slots(run), str):  # a sentence: this run cannot show its slots (no token times)
+        ui.chart(figures.slot_chart([run], lang=lang), key="slots")
     ui.code_behind(lab.code_for_run(run, lang))
 
 

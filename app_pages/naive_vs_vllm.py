@@ -52,7 +52,7 @@ if gpu_busy:
                icon=":material/memory:")
 
 may = ui.can_act(lab)
-b1, b2, b3 = st.columns(3)
+b1, b2, b3, b4 = st.columns(4)
 if b1.button(_("1 · Naive transformers (sequential)"), type="primary", width="stretch",
              disabled=not may or gpu_busy or spec_model is None):
     ui.act(lab, lab.run_naive, lab.naive_spec("naive-5", spec_model, max_new_tokens=max_tokens,
@@ -64,8 +64,11 @@ if b2.button(_("Static batch (one padded generate)"), width="stretch",
 if b3.button(_("2 · vLLM (same prompts, sequential)"), type="primary", width="stretch",
              disabled=not may or snap.state != lab.READY):
     ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
+if b4.button(_("vLLM, same prompts at once (continuous batching)"), width="stretch",
+             disabled=not may or snap.state != lab.READY):
+    ui.act(lab, lab.run_load, lab.load_spec("vllm-5-batch", max_tokens=max_tokens, temperature=temperature))
 if snap.state != lab.READY:
-    st.caption(_("The vLLM button needs a ready server: start it on the Server page."))
+    st.caption(_("The vLLM buttons need a ready server: start it on the Server page."))
 
 
 @st.fragment(run_every=1)
@@ -76,9 +79,10 @@ def results() -> None:
                          error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
     naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
-    vllm = lab.latest_run("vllm", "vllm-5-sequential")
+    vllm, batch = lab.latest_run("vllm", "vllm-5-sequential"), lab.latest_run("vllm", "vllm-5-batch")
     if not (naive or vllm or static):
         st.info(_("Run step 1 and step 2 to see them side by side."), icon=":material/info:")
+        slots(None, batch)
         return
     extra = [static] if static else []
     ui.chart(figures.latency_bars(naive, vllm, extra, lang=i18n.lang()), key="latency")
@@ -96,6 +100,7 @@ def results() -> None:
         for r, c in ceilings:
             st.markdown(ui.plain(_("{label}: {sentence}", label=r.label, sentence=c.sentence)))
         ui.chart(figures.ceiling_bars([r for r, _ in ceilings], lang=i18n.lang()), key="ceiling")
+    slots(static, batch)
     if vllm:
         ui.code_behind(lab.code_for_run(vllm, i18n.lang()), _("The Python behind the vLLM run"))
     if naive and (mem := naive.extra.memory):
@@ -112,6 +117,22 @@ def results() -> None:
         st.caption(_("Not counted above: each naive run first generated over every sequence length it would meet "
                      "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
                      "warm-up at startup) — {warmups}.", warmups=" · ".join(warm)))
+
+
+def slots(static, batch) -> None:
+    """Static against continuous batching, slot by slot: the static batch beside vLLM on the same prompts."""
+    if not (static or batch):
+        return
+    st.subheader(_("Static vs continuous batching, slot by slot"))
+    ui.chart(figures.slot_chart([static, batch], lang=i18n.lang()), key="slots")
+    for run in (static, batch):
+        if run is None:
+            continue
+        grid = lab.slots(run)  # a sentence when the run cannot be drawn
+        said = i18n.tr(grid) if isinstance(grid, str) else f"{i18n.tr(grid.said)} {i18n.tr(grid.how)}"
+        st.caption(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)))
+    if not (static and batch):
+        st.caption(_("Run the static batch and vLLM on the same prompts at once to see both side by side."))
 
 
 results()

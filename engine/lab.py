@@ -535,6 +535,14 @@ class Lab:
 
         return ceiling.run_ceiling(run)
 
+    @staticmethod
+    def slots(run):
+        """The run's batch slots step by step (engine.measure.slots.SlotGrid: cells, used, wasted,
+        useful_share, `how` its steps were taken), or the sentence that says why it has none."""
+        from engine.measure.slots import occupancy
+
+        return occupancy(run)
+
     # history
     def runs(self, limit: int | None = None, kind: str | None = None) -> list:
         """Saved runs (engine.results.records.RunRow), newest first, without their requests: read once per

@@ -126,9 +126,9 @@ def test_load_test_draws_charts_and_summary(page, app):
     expect(metric(page, "OK / failed")).to_have_text("10 / 0")
     expect(page.get_by_text("that is continuous batching")).to_be_visible()
     # Decode speed against the memory-bandwidth ceiling, the request timeline, the per-request latency bars and
-    # throughput over time.
+    # throughput over time, the batch's slots step by step.
     expect(page.get_by_text(re.compile(r"of the ceiling"))).to_be_visible()
-    expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=30000)
+    expect(page.locator(".js-plotly-plot")).to_have_count(5, timeout=30000)
     expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
     shot(page, "load_test")
 
@@ -187,6 +187,26 @@ def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     expect(button(page, "Cancel")).to_have_count(0, timeout=30000)  # the job has finished, not only saved
     expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=30000)  # latency bars, the ceiling's bar
     shot(page, "naive_vs_vllm")
+
+
+def test_naive_vs_vllm_draws_vllm_slot_by_slot(page, app):
+    """The static batch's prompts through vLLM at once, drawn slot by slot from the run's own token times
+    (the static batch beside it loads a model in a worker: tests/test_slots.py counts its slots)."""
+    goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
+    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max new tokens").locator("input")
+    slider.focus()
+    page.keyboard.press("Home")  # 16; step 8
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    expect(slider).to_have_value("48")
+    at_once = button(page, "vLLM, same prompts at once (continuous batching)")
+    expect(at_once).to_be_enabled(timeout=30000)
+    at_once.click()
+    expect(page.get_by_text("Static vs continuous batching, slot by slot")).to_be_visible(timeout=180000)
+    expect(page.get_by_text(re.compile(r"^vLLM, the same 5 prompts at once \(48 tokens\): \d+ of \d+ decode "
+                                       r"slot-steps produced a token \(100%\); 0 were wasted\."))).to_be_visible()
+    expect(page.get_by_text(re.compile(r"No slot held a finished answer"))).to_be_visible()
+    shot(page, "naive_vs_vllm_slots")
 
 
 def test_monitor_and_tuning_pages(page, app):

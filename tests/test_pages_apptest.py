@@ -366,3 +366,36 @@ def test_load_test_judges_the_shown_run_and_the_sweep_by_the_viewers_slo():
         assert "No level met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 15 ms)" in said()
     finally:
         lab.jobs = jobs
+
+
+def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
+    """A stored static batch and vLLM on the same prompts at once: the slots chart and each run's counted
+    waste (tests/test_slots.py checks the counting itself)."""
+    import ui
+    from engine.results.records import RequestRecord, RunResult
+
+    def rec(i: int, send: float, tokens: int, end: float | None = None) -> RequestRecord:
+        chunks = [send + 0.25 + 0.125 * j for j in range(tokens)]
+        return RequestRecord(index=i, prompt=f"p{i}", send_time=send, first_token_time=chunks[0], chunk_times=chunks,
+                             end_time=end or chunks[-1] + 0.125, output_tokens=tokens)
+
+    static = RunResult(kind="static-batch", scenario="static-batch-5", label="apptest static",
+                       records=[rec(i, 0.0, k, end=1.5) for i, k in enumerate((2, 5, 10))], duration=1.5,
+                       started_at=time.time(), load={"mode": "static-batch"})
+    batch = RunResult(kind="vllm", scenario="vllm-5-batch", label="apptest batch",
+                      records=[rec(i, 0.0, k) for i, k in enumerate((2, 5, 10))], duration=1.5,
+                      started_at=time.time(), load={"shape": "burst", "concurrency": 5})
+    store = ui.get_lab().store
+    store.save(batch)
+    try:
+        at = _page("app_pages/naive_vs_vllm.py")  # vLLM alone: drawn, beside the note to run the static batch
+        assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
+        assert any("Run the static batch and vLLM" in c.value for c in at.caption)
+        store.save(static)
+        at = _page("app_pages/naive_vs_vllm.py")
+        assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
+        said = [c.value.replace("\\", "") for c in at.caption if "were wasted" in c.value]
+        assert said[0].startswith("apptest static: 17 of 30 decode slot-steps produced a token (57%); 13 were wasted.")
+        assert said[1].startswith("apptest batch: 17 of 17 decode slot-steps produced a token (100%); 0 were wasted.")
+    finally:
+        store.delete([static.id, batch.id])

@@ -63,6 +63,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              tuple(prompts.LAB_SEQUENTIAL), 200, naive_mode="static-batch"),
     Scenario("vllm-5-sequential", say("vLLM, 5 sequential ({tokens} tokens)", tokens=200), "vllm",
              tuple(prompts.LAB_SEQUENTIAL), 200),
+    # The static batch's prompts through vLLM all at once: the same slots, refilled as each answer ends
+    # (engine.measure.slots draws both).
+    Scenario("vllm-5-batch", say("vLLM, the same 5 prompts at once ({tokens} tokens)", tokens=200), "vllm",
+             tuple(prompts.LAB_SEQUENTIAL), 200, shape="burst", concurrency=5),
     Scenario("concurrent-10", say("vLLM, 10 concurrent ({tokens} tokens)", tokens=150), "vllm",
              tuple(prompts.LAB_CONCURRENT), 150, shape="burst", concurrency=10),
     Scenario("tuning", say("10 concurrent ({tokens} tokens): max-model-len 2048 / 0.85 vs 512 / 0.90", tokens=100),
