@@ -80,9 +80,9 @@ def said(notes: Notes) -> str | None:
     if notes.cold is None or n is None:
         return None
     if notes.cold:
-        return say("Cold: the first batch of {n} in flight since the server started. vLLM does one-off work the "
-                   "first time it runs a batch size, so these numbers include start-up cost; run it again, or warm "
-                   "up first, to measure serving.", n=n)
+        return say("Cold: the first batch of {n} in flight since the server started. vLLM may do one-off work the "
+                   "first time it runs a batch of a size, so these numbers can include start-up cost; run it again, "
+                   "or warm up first, to measure serving.", n=n)
     if notes.cold_why == WARMED_UP:
         return say("Warm: the warm-up put a batch of {n} through the server first.", n=n)
     return say("Warm: this server had already run a batch of {n} in flight since it started.", n=n)
