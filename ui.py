@@ -153,7 +153,7 @@ def gpu_price(where: str) -> float | None:
     if key not in st.session_state and st.session_state.get("gpu_price") is not None:
         st.session_state[key] = st.session_state["gpu_price"]
     price = st.number_input(_("Price per GPU-hour"), min_value=0.0, max_value=1_000_000.0, value=None, step=0.5,
-                            format="%.2f", key=key, placeholder=_("blank: no cost shown"),
+                            format="%.2f", key=key, placeholder=_("no price"),
                             help=_("What an hour of the machine costs you, in any currency: the cost of a "
                                    "million output tokens is worked out from each run's measured wall time. "
                                    "Only you see it."))
