@@ -36,6 +36,12 @@ def warmth(r) -> str:
     return "" if r.extra.cold is None else _("❄ cold") if r.extra.cold else _("warm")
 
 
+def cost(r, price: float):
+    """The run's cost per million output tokens at `price`: cents, or four decimals below 0.1."""
+    c = lab.cost_per_million(r, price)
+    return None if c is None else round(c, 2 if c >= 0.1 else 4)
+
+
 def number(v, digits: int):
     return None if v is None else round(v, digits)
 
@@ -54,12 +60,13 @@ if not rows:
 else:
     table = pd.DataFrame([{
         "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "warmth": warmth(r),
+        # the viewer just typed a price: its column is in sight, not past the table's right edge
+        **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
         "kind": r.kind,
         "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
         "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
-        **({"cost / M output tokens": number(lab.cost_per_million(r, price), 4)} if price is not None else {}),
         "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
     } for r in rows])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
