@@ -146,6 +146,38 @@ def code_behind(code: str | None, label: str | None = None) -> None:
         st.code(code, language="python")
 
 
+def gpu_price(where: str) -> float | None:
+    """This viewer's price per GPU-hour, blank by default: one number input per page, the value kept for
+    the viewer across pages (a widget's own state is dropped on a page that does not draw it)."""
+    key = f"gpu_price_{where}"
+    if key not in st.session_state and st.session_state.get("gpu_price") is not None:
+        st.session_state[key] = st.session_state["gpu_price"]
+    price = st.number_input(_("Price per GPU-hour"), min_value=0.0, max_value=1_000_000.0, value=None, step=0.5,
+                            format="%.2f", key=key, placeholder=_("no price"),
+                            help=_("What an hour of the machine costs you, in any currency: the cost of a "
+                                   "million output tokens is worked out from each run's measured wall time. "
+                                   "Only you see it."))
+    st.session_state["gpu_price"] = price
+    return price
+
+
+def cost_text(lab: Lab, run, price: float | None) -> str | None:
+    """A run's cost per million output tokens at `price`, in the viewer's digits; None without a price."""
+    cost = lab.cost_per_million(run, price)
+    return None if cost is None else i18n.number(cost, 2 if cost >= 0.1 else 4)
+
+
+def warmth(lab: Lab, run) -> None:
+    """What the run's warm-up cost, and whether the measured batch was cold (a warning) or warm (a caption)."""
+    if warm := lab.warmup_cost(run):
+        st.caption(plain(warm.said))
+    if said := lab.warmth_said(run):
+        if run.extra.cold:
+            st.warning(plain(said), icon=":material/ac_unit:")
+        else:
+            st.caption(plain(said))
+
+
 def cancelled_note(job) -> None:
     """What a cancelled load test kept."""
     if job.status == "cancelled":

@@ -31,17 +31,38 @@ def status(r) -> str:
     return _("◐ some failed") if r.n_failed else _("✓ ok")
 
 
+def warmth(r) -> str:
+    """Cold: the run's measured batch was the first of its size since its server started; blank: unknown."""
+    return "" if r.extra.cold is None else _("❄ cold") if r.extra.cold else _("warm")
+
+
+def cost(r, price: float):
+    """The run's cost per million output tokens at `price`: cents, or four decimals below 0.1."""
+    c = lab.cost_per_million(r, price)
+    return None if c is None else round(c, 2 if c >= 0.1 else 4)
+
+
 def number(v, digits: int):
     return None if v is None else round(v, digits)
 
 
 rows = lab.runs()  # read once per change of the history, shared by every viewer
+price = None
+if rows:
+    price_cols = st.columns([1, 3], gap="large", vertical_alignment="center")
+    with price_cols[0]:
+        price = ui.gpu_price("history")
+    price_cols[1].caption(_("With a price, the table shows what a million output tokens cost in each run: the rate "
+                            "pays for the whole machine over the run's measured wall time."))
 if not rows:
     st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "kind": r.kind,
+        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "warmth": warmth(r),
+        # the viewer just typed a price: its column is in sight, not past the table's right edge
+        **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
+        "kind": r.kind,
         "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
@@ -62,6 +83,12 @@ else:
             # The table's columns keep their English names (read back by name); only the titles shown change.
             "started": st.column_config.Column(_("started")),
             "run": st.column_config.Column(_("run")),
+            "warmth": st.column_config.Column(
+                _("cold / warm"),
+                help=_("cold: the first batch of its size since its server started, so its numbers include one-off "
+                       "start-up work; blank: not known (runs saved before this was recorded, imports)")),
+            "cost / M output tokens": st.column_config.Column(
+                _("cost / M output tokens"), help=_("At your price per GPU-hour, over the run's measured wall time.")),
             "kind": st.column_config.Column(_("kind")),
             "model": st.column_config.Column(_("model")),
             "requests": st.column_config.Column(_("requests")),
@@ -145,6 +172,7 @@ else:
                     st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
                               "traffic.", n=n), icon=":material/forum:")
                 ui.token_check(run)
+                ui.warmth(lab, run)
                 if ceiling := lab.decode_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
                 if run.command:

@@ -63,13 +63,19 @@ with st.form("load"):
                                       "Off: answers end naturally, as in the lab."))
     with c3:
         prompt_set = st.selectbox(_("Prompts"), PROMPT_SETS, format_func=i18n.shown(PROMPT_SETS))
+        warmup = st.toggle(_("Warm up first (not counted)"), value=True, key="load_warmup",
+                           help=_("Send one batch as big as the measured one first and leave it out of the numbers: "
+                                  "the first batch of a size after the server starts pays one-off start-up work "
+                                  "(on an H200 the first 10 at once took 4.1 s, the same batch warm 0.85 s). Off: "
+                                  "see that cost in the run itself."))
     submitted = st.form_submit_button(_("Run load test"), type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab))
 
 if submitted:
     try:
         spec = lab.load_test_spec(shape, int(n_requests), int(max_tokens), ignore_eos=ignore_eos, rate=rate,
-                                  concurrency=int(concurrency), synthetic=prompt_set != PROMPT_SETS[0])
+                                  concurrency=int(concurrency), synthetic=prompt_set != PROMPT_SETS[0],
+                                  warmup=warmup)
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
     else:
@@ -90,6 +96,28 @@ slo_cols[2].caption(_("These limits are your choice, not a standard: a request i
                       "`vllm bench serve --goodput` counts it, and a run meets the SLO when at least {target} of its "
                       "requests are good. The defaults suit a chat user: text starts within {ttft} s, then streams "
                       "at {rate} tokens/s, faster than people read.", target=target, ttft=ttft, rate=rate))
+
+
+price_cols = st.columns([1, 3], gap="large", vertical_alignment="center")
+with price_cols[0]:
+    ui.gpu_price("load")
+price_cols[1].caption(_("Cost per million output tokens = price per GPU-hour / 3600 × the measured wall time / the "
+                        "output tokens × 1,000,000: the rate pays for the whole machine, only while the run "
+                        "measured (not the warm-up, nor idle time between runs)."))
+
+
+def _price():
+    """This viewer's price per GPU-hour (blank: None), read in the fragments like the SLO."""
+    return st.session_state.get("gpu_price")
+
+
+def _cost(run) -> None:
+    """What a million of the run's output tokens cost at this viewer's price."""
+    if (cost := ui.cost_text(lab, run, _price())) is not None:
+        price = i18n.number(_price(), 2)
+        st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost **{cost}** ({tokens} output tokens "
+                      "in {wall} s).", price=price, cost=cost,
+                      tokens=i18n.number(run.summary.get("total_output_tokens", 0)), wall=f"{run.duration:.1f}"))
 
 
 def _slo():
@@ -156,6 +184,7 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     job = lab.job(job_id)
     ui.cancelled_note(job)
     _summary_metrics(job.result)
+    ui.warmth(lab, job.result)
     if ceiling := lab.decode_ceiling(job.result):  # the physical limit: what the memory bandwidth allows
         st.markdown(ui.plain(ceiling.sentence))
         st.caption(ui.plain(ceiling.why))
@@ -190,6 +219,7 @@ def live() -> None:
     if job.result is not None:
         _draw_numbers(job.id, job.status, i18n.lang())
         _slo_verdict(job.result)  # this viewer's own SLO: not in the drawings shared by every viewer
+        _cost(job.result)  # this viewer's own price, likewise
         _draw_charts(job.id, job.status, i18n.lang())
 
 live()
@@ -217,6 +247,12 @@ def sweep_live() -> None:
         _draw_sweep(job.id, job.status, i18n.lang())
         _draw_knee(job.id, job.status, i18n.lang(), slo.ttft_ms, slo.tpot_ms)
         ui.failure_causes(job.result, prefix=True)
+        costs = [(r.extra.sweep_level or r.load.concurrency, c) for r in job.result
+                 if (c := ui.cost_text(lab, r, _price())) is not None]
+        if costs:
+            st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
+                          price=i18n.number(_price(), 2),
+                          levels=" · ".join(f"{level}: **{cost}**" for level, cost in costs)))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -4,6 +4,7 @@
   python -m engine serve  [--model embedded|shape-only|PATH|hub:ID] [--max-model-len N] ... [--detach]
   python -m engine status | stop [--port P]
   python -m engine run SCENARIO [--url URL | --model ...] [--slo-ttft-ms MS --slo-tpot-ms MS] [--json OUT]
+                                [--price-per-gpu-hour PRICE]
                                                                           (scenarios: python -m engine list)
   python -m engine cluster --head ADDRESS --nodes N --gpus-per-node G [--model ...]   (Ray, several machines)
   python -m engine export [--format json|csv] [--out FILE] [RUN_ID ...]
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -227,7 +229,11 @@ def _cmd_run(args) -> int:
         store.save(run)
         return run
 
-    runner = Runner(save, progress=Console(), slo=slo)
+    from engine.measure.warmth import WarmthLedger, recall_from
+
+    # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
+    warmth = WarmthLedger(lambda instance: recall_from((r.extra for r in store.list(kind="vllm")), instance))
+    runner = Runner(save, progress=Console(), slo=slo, warmth=warmth)
 
     if scn.kind == "naive":
         if args.max_tokens is not None:
@@ -258,7 +264,7 @@ def _cmd_run(args) -> int:
         finally:
             srv.stop()
     for r in results:
-        _print(summary_table(r))
+        _print(summary_table(r, args.price_per_gpu_hour))
         _print(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
@@ -309,6 +315,9 @@ def _check_run_options(scn, args) -> list[int] | None:
                           f"leave {_flag(given[0])} out.")
     if args.max_tokens is not None:
         check_max_tokens(args.max_tokens)
+    price = args.price_per_gpu_hour
+    if price is not None and not (math.isfinite(price) and price >= 0):
+        raise ConfigError(f"--price-per-gpu-hour must be a price of zero or more, not {price:g}.")
     if scn.kind != "sweep":
         how = "runs transformers itself, with no server" if scn.kind == "naive" else _HOW.get(scn.shape, "")
         for flag, value in (("--concurrency", args.concurrency), ("--levels", args.levels)):
@@ -325,9 +334,9 @@ def _check_run_options(scn, args) -> list[int] | None:
     return sweep_levels(scn, args.concurrency)
 
 
-def summary_table(r) -> str:
-    """A finished run, as the CLI prints it."""
-    from engine.measure import ceiling, stats
+def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
+    """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
+    from engine.measure import ceiling, stats, warmth
     from engine.measure.slo import Slo, judge
 
     s = r.summary
@@ -351,6 +360,13 @@ def summary_table(r) -> str:
         *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
     ]
+    if (cost := stats.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
+                                                     s.get("total_output_tokens"))) is not None:
+        lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
+    if warm := stats.warmup_cost(r.records):
+        lines.append(f"  {warm.said}")
+    if cold := warmth.said(r.extra):
+        lines.append(f"  {cold}")
     slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
@@ -444,6 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--concurrency", type=int)
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
     r.add_argument("--json", help="also write the runs as JSON here")
+    r.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
+                   help="print what a million output tokens cost at this price per GPU-hour (the whole machine, "
+                        "over the measured wall time)")
     r.add_argument("--slo-ttft-ms", type=float, metavar="MS",
                    help="judge each run by this TTFT limit and report its goodput (vllm bench serve --goodput ttft:MS)")
     r.add_argument("--slo-tpot-ms", type=float, metavar="MS",

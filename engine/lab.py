@@ -18,6 +18,7 @@ from engine.access import Access
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
+from engine.measure.warmth import WarmthLedger, recall_from
 from engine.messages import mark, say
 from engine.observe import hardware, nvml
 from engine.observe.telemetry import Telemetry
@@ -73,6 +74,10 @@ class Lab:
         self.access = Access(presenter_token or os.environ.get("SERVING_LAB_PRESENTER_TOKEN"), listen_host)
         self._flags: set[str] | None = None
         self.chat_rate = ChatRate()
+        # The batch sizes each server instance has run, shared by every job (cold or warm runs); an
+        # instance first met here (an adopted server) is recalled from the history
+        self.warmth = WarmthLedger(lambda instance: recall_from((r.extra for r in self.store.list(kind="vllm")),
+                                                               instance))
         self._foreign: tuple[float, str | None] = (-1e9, None)
         self.chat_under_load = False
         self._chats: deque[list] = deque(maxlen=1000)  # [start, end or None] epoch s of recent chat answers
@@ -198,7 +203,7 @@ class Lab:
     # Each is a job running an engine.runs.Runner: the orchestration the CLI shares. The spec is
     # checked against the server before the job is queued, so a page hears a ConfigError at once.
     def _runner(self, job: Job) -> Runner:
-        return Runner(self._save, progress=job, cancel=job.cancel, mark=self.server.mark)
+        return Runner(self._save, progress=job, cancel=job.cancel, mark=self.server.mark, warmth=self.warmth)
 
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
@@ -440,10 +445,12 @@ class Lab:
                                                       self.serving_max_len() or 128))
 
     def load_test_spec(self, shape: str, num_requests: int, max_tokens: int, *, ignore_eos: bool = False,
-                       rate: float | None = None, concurrency: int | None = None, synthetic: bool = False):
+                       rate: float | None = None, concurrency: int | None = None, synthetic: bool = False,
+                       warmup: bool = True):
         """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
         checked against the ready server (ConfigError), and named by what happens: how many requests were
-        really in flight, or the arrival rate."""
+        really in flight, or the arrival rate. With `warmup`, one batch as big as the measured part's is
+        sent first and not counted (engine.measure.warmth: the first batch of a size pays start-up work)."""
         from engine.measure import prompts
 
         plist = prompts.seeded_prompts(num_requests) if synthetic else prompts.LAB_CONCURRENT
@@ -451,7 +458,7 @@ class Lab:
                               max_tokens=max_tokens, ignore_eos=ignore_eos, rate=rate,
                               concurrency=concurrency if shape == "concurrency" else None)
         spec.validate(self.serving_max_len())
-        return replace(spec, label=spec.describe(),
+        return replace(spec, label=spec.describe(), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
                        scenario="poisson" if shape == "poisson" else f"concurrent-{min(spec.in_flight(), spec.n)}")
 
     # jobs
@@ -483,6 +490,31 @@ class Lab:
         from engine.measure import stats
 
         return stats.peak_in_flight(records)
+
+    @staticmethod
+    def warmup_cost(run):
+        """What the run's warm-up took (engine.measure.stats.WarmupCost: requests, seconds, its TTFT and the
+        measured part's, `said`); None for a run without one."""
+        from engine.measure import stats
+
+        return stats.warmup_cost(run.records)
+
+    @staticmethod
+    def warmth_said(run) -> str | None:
+        """Why the run is cold (the first batch of its size since its server started) or warm; None when
+        unknown (older runs, imports, a server that does not say when it started)."""
+        from engine.measure import warmth
+
+        return warmth.said(run.extra)
+
+    @staticmethod
+    def cost_per_million(run, price_per_gpu_hour: float | None) -> float | None:
+        """What a million of the run's output tokens cost at this price per GPU-hour, over its measured
+        wall time (engine.measure.stats.cost_per_million_output_tokens); None without a price."""
+        from engine.measure import stats
+
+        return stats.cost_per_million_output_tokens(price_per_gpu_hour, run.duration,
+                                                    run.summary.get("total_output_tokens"))
 
     @staticmethod
     def token_check(run):

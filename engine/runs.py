@@ -7,6 +7,7 @@ the chat marks), the CLI and the bench scripts run one in the foreground with a 
 See docs/architecture.md."""
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -14,17 +15,20 @@ from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 import httpx
+import psutil
 
 from engine.errors import ConfigError, LabError, ServerBusy
 from engine.measure import ceiling, loadgen
 from engine.measure.progress import Progress
 from engine.measure.slo import Slo, record_goodput
 from engine.measure.spec import LoadSpec, check_max_tokens
-from engine.measure.stats import client_output_tokens
+from engine.measure.stats import client_output_tokens, peak_in_flight
+from engine.measure.warmth import WarmthLedger
 from engine.messages import mark, say
 from engine.observe import hardware
-from engine.observe.telemetry import read_generation_tokens
+from engine.observe.telemetry import read_generation_tokens, read_process_start
 from engine.results.records import RunResult
+from engine.serving import proctree
 from engine.serving.config import ServerConfig
 from engine.serving.server import READY, VLLMServer
 
@@ -40,6 +44,9 @@ class Target:
     config: ServerConfig | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None  # vLLM's own "maximum concurrency" at startup
+    # Which start of the server this is (engine.measure.warmth): its host, pid and start time for one this
+    # app started, its URL and process start time (from /metrics) for one at a URL; None: it does not say
+    instance: str | None = None
 
     @classmethod
     def of(cls, server: VLLMServer) -> "Target":
@@ -49,7 +56,7 @@ class Target:
         if snap.state != READY or cfg is None:
             raise ServerBusy(say("The vLLM server is not running: start it on the Server page first."))
         return cls(cfg.base_url, cfg.model_name, cfg.api_key, cfg.max_model_len, cfg, snap.kv_cache_tokens,
-                   snap.max_concurrency)
+                   snap.max_concurrency, instance=_instance_of(snap.pid))
 
     @classmethod
     def at(cls, url: str, model: str | None = None, api_key: str | None = None) -> "Target":
@@ -62,7 +69,9 @@ class Target:
         if model not in names:
             raise ConfigError(say("The server at {url} serves no model named '{model}': pass --model-name {first}.",
                                   url=url, model=model, first=names[0]))
-        return cls(url, model, api_key, max_len)
+        started = read_process_start(url, api_key)
+        return cls(url, model, api_key, max_len,
+                   instance=None if started is None else f"{url.rstrip('/')} started {started:.2f}")
 
     def aim(self, spec: LoadSpec) -> LoadSpec:
         """`spec` sent here, checked against what this server accepts (ConfigError)."""
@@ -84,6 +93,16 @@ class Target:
             if size := ceiling.server_model_bytes(result.config):  # what each decode step reads: its ceiling
                 result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
         return result
+
+
+def _instance_of(pid: int | None) -> str | None:
+    """A process this app started, told from a later one with its pid recycled (as proctree does)."""
+    if pid is None:
+        return None
+    try:
+        return f"{socket.gethostname()} pid {pid} started {proctree.since_boot(psutil.Process(pid)):.2f} s after boot"
+    except psutil.Error:
+        return None
 
 
 class ServerCount:
@@ -194,22 +213,37 @@ class Runner:
     """Carries out runs: each reported to `progress`, stamped, passed to `save` (which returns what to
     keep), with `mark` noting when it began and ended (the Monitor's markers). Setting `cancel` stops
     the current run, keeping what finished, and the runs after it. Given an `slo`, each load run keeps
-    its goodput under it (vllm bench serve's --goodput; the app's pages judge by each viewer's own)."""
+    its goodput under it (vllm bench serve's --goodput; the app's pages judge by each viewer's own).
+    `warmth` remembers the batch sizes each server instance has run, to mark a run cold or warm; the
+    app's jobs share one (a Runner of its own starts with an empty memory)."""
 
     def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
                  cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None,
-                 slo: Slo | None = None):
+                 slo: Slo | None = None, warmth: WarmthLedger | None = None):
         self.save = save
         self.progress = progress or Progress()
         self.cancel = cancel or threading.Event()
         self.mark = mark
         self.slo = slo
+        self.warmth = warmth or WarmthLedger()
 
     def _keep(self, result: RunResult, target: Target) -> RunResult:
-        """A load run finished: stamped with its server, its goodput under the SLO, saved."""
+        """A load run finished: stamped with its server, cold or warm, its goodput under the SLO, saved."""
         if self.slo is not None:
             record_goodput(result, self.slo)
-        return self.save(target.stamp(result))
+        return self.save(self._judge_warmth(target.stamp(result), target))
+
+    def _judge_warmth(self, result: RunResult, target: Target) -> RunResult:
+        """Mark the run cold when its measured batch was the first of its size on this server instance
+        (engine.measure.warmth); unknown when the server does not say which start it is."""
+        notes = result.extra
+        notes.batch_size = peak_in_flight(result.records) or None
+        notes.warmup_batch_size = peak_in_flight(result.records, warmup=True) or None
+        if target.instance is not None:
+            notes.server_instance = target.instance
+            if (w := self.warmth.judge(target.instance, notes.batch_size or 0, notes.warmup_batch_size or 0)):
+                notes.cold, notes.cold_why = w.cold, w.why
+        return result
 
     def load(self, spec: LoadSpec, target: Target) -> RunResult:
         """One load test."""

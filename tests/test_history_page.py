@@ -40,6 +40,9 @@ def lab(tmp_path_factory):
         store = lab.store
         store.save(make_run(1_764_500_000.0, "good run"))
         store.save(make_run(1_764_500_100.0, HTML_LABEL))
+        cold = make_run(1_764_499_000.0, "cold run")  # the oldest: tests below rename the newest
+        cold.extra.cold, cold.extra.cold_why, cold.extra.batch_size, cold.extra.server_instance = True, "first", 4, "i"
+        store.save(cold)
         failed = make_run(1_764_500_200.0, "all failed")
         for r in failed.records:
             r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens is too large", None, None, []
@@ -161,3 +164,20 @@ def test_export_leaves_secrets_and_damaged_runs_out(lab):
     objs = json.loads(lab.store.export_json())
     assert {o["serving_lab"]["id"] for o in objs}.isdisjoint({"badjson", "future"})
     assert all("api_key" not in o["serving_lab"]["load"] for o in objs)
+
+
+def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
+    at = page()
+    df = at.dataframe[0].value
+    warmth = dict(zip(df["run"], df["warmth"]))
+    assert warmth["cold run"] == "❄ cold" and warmth["good run"] == ""  # saved before it was recorded: unknown
+    assert "cost / M output tokens" not in df.columns  # blank by default
+    at.number_input(key="gpu_price_history").set_value(3.6).run()
+    df = at.dataframe[0].value
+    # 3.6 an hour over the run's 0.6 s, spread over its 80 output tokens: 7.5 a million
+    assert df.loc[df["run"] == "cold run", "cost / M output tokens"].item() == pytest.approx(7.5)
+    at = select(at, "cold run")
+    said = [w.value.replace("\\", "") for w in at.warning]  # shown as typed: markdown escaped
+    assert any("Cold: the first batch of 4 in flight since the server started" in w for w in said), said
+    assert any("The warm-up (1 request, 0.5 s, TTFT 0.10 s) was not counted" in c.value.replace("\\", "")
+               for c in at.caption)

@@ -399,3 +399,42 @@ def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
         assert said[1].startswith("apptest batch: 17 of 17 decode slot-steps produced a token (100%); 0 were wasted.")
     finally:
         store.delete([static.id, batch.id])
+
+
+def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
+    """The warm-up toggle is on by default; a finished run says what its warm-up cost and that it was cold;
+    the price per GPU-hour is blank (no cost) until this viewer types one, then prices the run and each sweep level."""
+    import ui
+    from engine.jobs import JobManager
+    from engine.results.records import RequestRecord
+
+    from .test_figures import make_slo_sweep
+
+    lab = ui.get_lab()
+    jobs, lab.jobs = lab.jobs, JobManager()
+    try:
+        runs = make_slo_sweep()
+        run = runs[3]  # 8 in flight: 16 answers of 128 tokens in 5.12 s
+        run.records += [RequestRecord(index=i, prompt="w", send_time=-3.0, first_token_time=-1.0, end_time=-0.5,
+                                      chunk_times=[-1.0], output_tokens=16, warmup=True) for i in range(8)]
+        run.extra.cold, run.extra.cold_why, run.extra.batch_size = True, "first", 8
+        shown = [lab.jobs.submit("sweep", "sweep 1…64", lambda job: runs),
+                 lab.jobs.submit("load", "8 in flight", lambda job: run, lane="load")]
+        deadline = time.time() + 30
+        while any(j.active for j in shown) and time.time() < deadline:
+            time.sleep(0.05)
+        at = _page("app_pages/load.py")
+        assert at.toggle(key="load_warmup").value is True
+        text = lambda items: " ".join(m.value.replace("\\", "") for m in items)  # noqa: E731 - ui.plain escapes
+        assert ("The warm-up (8 requests, 2.5 s, TTFT 2.00 s) was not counted; the measured batch's TTFT was"
+                in text(at.caption))
+        assert "Cold: the first batch of 8 in flight since the server started" in text(at.warning)
+        assert at.number_input(key="gpu_price_load").value is None and "per GPU-hour, a million" not in text(at.markdown)
+        at.number_input(key="gpu_price_load").set_value(3.6).run()
+        assert not at.exception
+        # 3.6 an hour over 5.12 s for 2,048 tokens: 2.50 a million
+        said = text(at.markdown).replace("*", "")
+        assert "At 3.60 per GPU-hour, a million output tokens cost 2.50 (2,048 output tokens in 5.1 s)" in said
+        assert "by requests in flight: 1: " in said and " · 8: 2.50 · " in said
+    finally:
+        lab.jobs = jobs

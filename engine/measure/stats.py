@@ -100,14 +100,15 @@ def good_requests(records: Iterable[RequestRecord], slo_ms: dict[str, float]) ->
     return sum(is_good(r, slo_ms) for r in measured(records))
 
 
-def in_flight_series(records: Iterable[RequestRecord]) -> list[tuple[float, int]]:
-    """Step series (t, requests in flight just after t), one point per send or end.
+def in_flight_series(records: Iterable[RequestRecord], warmup: bool = False) -> list[tuple[float, int]]:
+    """Step series (t, requests in flight just after t), one point per send or end, of the measured
+    requests (`warmup`: of the warm-up's instead).
 
     Failed requests count while they were in flight; a request still open (no end) stays in
     flight. At equal times an end is applied before a send, so back-to-back requests do not
     count as overlapping."""
     events: list[tuple[float, int]] = []
-    for r in measured(records):
+    for r in (r for r in records if r.warmup == warmup):
         events.append((r.send_time, +1))
         if r.end_time is not None:
             events.append((r.end_time, -1))
@@ -123,9 +124,9 @@ def in_flight_series(records: Iterable[RequestRecord]) -> list[tuple[float, int]
     return out
 
 
-def peak_in_flight(records: Iterable[RequestRecord]) -> int:
-    """The most requests that were in flight at once."""
-    return max((n for _, n in in_flight_series(records)), default=0)
+def peak_in_flight(records: Iterable[RequestRecord], warmup: bool = False) -> int:
+    """The most measured requests (`warmup`: warm-up requests) that were in flight at once."""
+    return max((n for _, n in in_flight_series(records, warmup)), default=0)
 
 
 def token_arrivals(r: RequestRecord) -> list[tuple[float, float]]:
@@ -450,3 +451,52 @@ def token_check(notes: Notes) -> TokenCheck | None:
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}: the client's token counts, and "
                             "the throughput made from them, are in doubt.", gap=gap, tolerance=TOKEN_TOLERANCE))
     return TokenCheck(server, client, ratio, "warn" if differs else "ok", tuple(said))
+
+
+@dataclass(frozen=True)
+class WarmupCost:
+    """What a run's warm-up took (its requests are kept with the run, not counted): how many, how long
+    from its first send to its last answer, and its mean TTFT against the measured part's."""
+
+    requests: int
+    seconds: float
+    ttft_s: float | None  # mean over the warm-up's answered requests
+    measured_ttft_s: float | None
+    said: str
+
+
+def warmup_cost(records: Sequence[RequestRecord]) -> WarmupCost | None:
+    """The warm-up's cost from its records (warmup=True, on the measured part's clock); None without one."""
+    warm = [r for r in records if r.warmup]
+    if not warm:
+        return None
+    ends = [r.end_time for r in warm if r.end_time is not None]
+    seconds = max(0.0, max(ends, default=0.0) - min(r.send_time for r in warm))
+
+    def mean_ttft(recs: Iterable[RequestRecord]) -> float | None:
+        ttfts = [r.ttft for r in recs if r.ok and r.ttft is not None]
+        return statistics.fmean(ttfts) if ttfts else None
+
+    ttft, measured_ttft = mean_ttft(warm), mean_ttft(measured(records))
+    said = (say_n("The warm-up ({n} request, {seconds:.1f} s, TTFT {ttft:.2f} s) was not counted; the measured "
+                  "batch's TTFT was {measured:.2f} s.",
+                  "The warm-up ({n} requests, {seconds:.1f} s, TTFT {ttft:.2f} s) was not counted; the measured "
+                  "batch's TTFT was {measured:.2f} s.", len(warm), seconds=seconds, ttft=ttft,
+                  measured=measured_ttft)
+            if ttft is not None and measured_ttft is not None else
+            say_n("The warm-up ({n} request, {seconds:.1f} s) was not counted.",
+                  "The warm-up ({n} requests, {seconds:.1f} s) was not counted.", len(warm), seconds=seconds))
+    return WarmupCost(len(warm), seconds, ttft, measured_ttft, said)
+
+
+def cost_per_million_output_tokens(price_per_gpu_hour: float | None, duration_s: float | None,
+                                   output_tokens: int | None) -> float | None:
+    """What a million output tokens cost at this rate: price / 3600 x duration / output tokens x 1e6.
+
+    Assumes the one rate pays for the whole machine the server ran on (several GPUs: give their sum)
+    for the measured part's wall time only, and that nothing else ran on it meanwhile: a warm-up,
+    idle time between runs and the server's start are not charged. None when there is no price (the
+    field left blank), no time or no output tokens to spread it over."""
+    if price_per_gpu_hour is None or not duration_s or not output_tokens or price_per_gpu_hour < 0:
+        return None
+    return price_per_gpu_hour / 3600 * duration_s / output_tokens * 1e6

@@ -158,6 +158,14 @@ class Notes(_Typed):
     # weights, and the KV cache per token of context (a key ending in "token" would be taken for a secret)
     weight_bytes: int | None = None
     kv_token_bytes: int | None = None
+    # Cold or warm (engine.measure.warmth): the server instance it ran on (its pid and start time), the most
+    # requests in flight in its measured part and in its warm-up, and whether the measured batch was the first
+    # of its size there (cold_why: "first" | "warm-up" | "earlier-run"); None: unknown (older runs, imports)
+    server_instance: str = ""
+    batch_size: int | None = None
+    warmup_batch_size: int | None = None
+    cold: bool | None = None
+    cold_why: str = ""
     imported_from: str = ""
     label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
     client: str = ""  # the load generator's transport
