@@ -233,7 +233,8 @@ def _cmd_run(args) -> int:
         srv = VLLMServer(port=cfg.port)
         try:
             if scn.kind == "tuning":
-                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len)
+                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len,
+                                        labels=list(scn.config_labels) or None)
             else:
                 srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
                 target = Target.of(srv)
