@@ -155,3 +155,16 @@ def test_prefix_caching_on_and_off_on_a_real_server(embedded_model):
     assert all(r.cached_tokens == 0 for r in off.records)
     assert on.extra.prefix_cache_hits > 0 and not off.extra.prefix_cache_hits
     assert "prompt tokens came from the cache" in prefix.sentence(on, off)
+
+
+def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
+    from engine.results.store import RunStore
+
+    run = _run(True, [0.9, 0.1, 0.1], [0, 1280, None], hits=1280, queries=3900)
+    store = RunStore(tmp_path / "history.sqlite")
+    store.save(run)
+    assert [r.cached_tokens for r in store.load(run.id).records] == [0, 1280, None]
+    again = RunStore(tmp_path / "again.sqlite")
+    (new_id,) = again.import_text(store.export_json([run.id]), "export.json")
+    assert [r.cached_tokens for r in again.load(new_id).records] == [0, 1280, None]
+    assert again.load(new_id).extra.prefix_cache_hits == 1280
