@@ -225,7 +225,6 @@ def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
     try:
         at = _page("app_pages/tuning.py")
         said = [m.value.replace("\\", "") for m in at.markdown if "came from the cache" in m.value]
-        print([m.value[:80] for m in at.markdown], [i.value[:60] for i in at.info], [s.value for s in at.subheader])
         assert said and "median TTFT fell from 820 ms to 110 ms; 2,560 of 3,900 prompt tokens" in said[0], said
     finally:
         ui.get_lab().store.delete([r.id for r in runs])
