@@ -243,6 +243,11 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r))
+    if scn.name == "prefix-cache":
+        from engine.measure import prefix
+
+        if both := prefix.pair(results):
+            _print(prefix.sentence(*both))
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
 
