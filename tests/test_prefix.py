@@ -168,3 +168,16 @@ def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
     (new_id,) = again.import_text(store.export_json([run.id]), "export.json")
     assert [r.cached_tokens for r in again.load(new_id).records] == [0, 1280, None]
     assert again.load(new_id).extra.prefix_cache_hits == 1280
+
+
+def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
+    """The short openai-SDK code leaves a system prompt out: for a prefix-cache run it is not offered at all."""
+    from engine.measure import snippets
+
+    run = _run(True, [0.9, 0.1], [0, 1280])
+    run.kind, run.model = "vllm", "m"
+    run.load = type(run.load).from_dict({"shape": "sequential", "prompts": ["q"], "base_url": "http://x",
+                                         "system": "Be brief."})
+    assert snippets.spec_of(run) is None
+    run.load.other.pop("system")
+    assert snippets.spec_of(run) is not None
