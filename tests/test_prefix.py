@@ -140,7 +140,8 @@ def test_prefix_caching_on_and_off_on_a_real_server(embedded_model):
 
     scn = scenarios.get("prefix-cache")
     srv = VLLMServer(port=free_port())
-    base = ServerConfig.for_model(embedded_model, "cpu", port=srv.port, cpu_kvcache_gib=1)
+    base = ServerConfig.for_model(embedded_model, "cpu", port=srv.port, cpu_kvcache_gib=1,
+                                  enforce_eager=True)  # no compile: what is measured here is the cache
     configs = [base.with_changes(**c) for c in scn.configs]
     spec = scn.load_spec(prompts=list(scn.prompts[:3]), max_tokens=4)
     try:
