@@ -88,3 +88,41 @@ def results() -> None:
 
 
 results()
+
+
+# -- prefix caching (issue #12 item 3): its own comparison, on vs off, with its own chart ---------------
+st.divider()
+st.subheader(_("Prefix caching"))
+pscn = lab.scenario("prefix-cache")
+st.caption(_("The same {n} short questions after one long shared system prompt (a workshop assistant's "
+             "instructions, about 1,300 tokens), sent one at a time to vLLM restarted with prefix caching on, then "
+             "off. With the cache on, only the first request computes the shared prompt; the others reuse it.",
+             n=len(pscn.prompts)))
+if snap.config is not None and st.button(_("Restart vLLM and compare prefix caching"), icon=":material/cached:",
+                                         disabled=not ui.can_act(lab), key="prefix_run"):
+    ui.act(lab, lab.run_prefix_cache, lab.load_spec("prefix-cache"))
+
+
+@st.fragment(run_every=2)
+def prefix_results() -> None:
+    job = lab.latest_job("prefix-cache")
+    runs = list(job.result or []) if job else []
+    if job:
+        ui.job_panel(lab, job, _("{stage} ({done}/{total} configurations)", stage=job.stage, done=job.done,
+                                 total=job.total), key="prefix_cancel")
+    if not runs and not (job and job.active):  # the last comparison from the history: one run with the cache on, one with it off
+        saved = [r for r in lab.runs(limit=100) if r.scenario == "prefix-cache" and not r.problem]
+        for r in sorted(saved[:2], key=lambda r: r.started_at):
+            try:
+                runs.append(lab.run(r.id))
+            except LabError as e:
+                st.warning(ui.plain(e), icon=":material/warning:")
+    if runs:
+        ui.chart(figures.prefix_cache_compare(runs, lang=i18n.lang()), key="prefix")
+        ui.failure_causes(runs, prefix=True)
+    else:
+        st.info(_("The time to first token of each request, with the cache on and off, appears here."),
+                icon=":material/info:")
+
+
+prefix_results()

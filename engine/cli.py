@@ -256,7 +256,8 @@ def _cmd_run(args) -> int:
         srv = VLLMServer(port=cfg.port)
         try:
             if scn.kind == "tuning":
-                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len)
+                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len,
+                                        labels=list(scn.config_labels) or None)
             else:
                 srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
                 target = Target.of(srv)
@@ -266,6 +267,11 @@ def _cmd_run(args) -> int:
     for r in results:
         _print(summary_table(r, args.price_per_gpu_hour))
         _print(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
+    if scn.name == "prefix-cache":
+        from engine.measure import prefix
+
+        if both := prefix.pair(results):
+            _print(prefix.sentence(*both))
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
 

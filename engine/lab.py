@@ -228,6 +228,21 @@ class Lab:
                                 lambda job: self._runner(job).tuning(self.server, configs, spec))
 
     @presenter_only
+    def run_prefix_cache(self, spec) -> Job:
+        """The prefix-cache scenario (issue #12 item 3): restart vLLM with prefix caching on, then off,
+        each otherwise as the last started server, and send `spec` (the scenario's) to each."""
+        scn = self.scenario("prefix-cache")
+        base = self.server.snapshot().config
+        if base is None:
+            raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
+                                 "settings."))
+        configs = [base.with_changes(**c) for c in scn.configs]
+        check_tuning(configs, spec, known_flags=self._flags)
+        return self.jobs.submit("prefix-cache", say("prefix caching on vs off"),
+                                lambda job: self._runner(job).tuning(self.server, configs, spec,
+                                                                     labels=list(scn.config_labels)))
+
+    @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):

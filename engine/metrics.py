@@ -44,6 +44,7 @@ METRICS: dict[str, Metric] = {
     "mean_latency_s": Metric(mark("Mean latency"), _S, "lower"),
     "total_output_tokens": Metric(mark("Output tokens"), mark("tokens"), "higher"),
     "max_concurrency": Metric(mark("Peak requests in flight"), mark("requests"), "higher"),
+    "mean_cached_tokens": Metric(mark("Cached prompt tokens per request"), mark("tokens"), "higher"),
     # e.g. "Median TTFT": the statistic, then the distribution's name (a translator may swap them)
     **{f"{stat}_{name}_ms": Metric(say("{stat} {name}", stat=stat_label, name=label), _MS, "lower")
        for name, label in DISTRIBUTIONS.items() for stat, stat_label in _STATS.items()},

@@ -26,8 +26,8 @@ from engine.measure.stats import client_output_tokens, peak_in_flight
 from engine.measure.warmth import WarmthLedger
 from engine.messages import mark, say
 from engine.observe import hardware
-from engine.observe.telemetry import read_generation_tokens, read_process_start
-from engine.results.records import RunResult
+from engine.observe.telemetry import read_generation_tokens, read_prefix_cache, read_process_start
+from engine.results.records import Notes, RunResult
 from engine.serving import proctree
 from engine.serving.config import ServerConfig
 from engine.serving.server import READY, VLLMServer
@@ -110,7 +110,8 @@ class ServerCount:
     #12, "numbers you can check"): vllm:generation_tokens_total read when the warm-up is over (`start`,
     the load generator's on_measure) and again after the last request (`finish`), so warm-up answers
     are left out. Chat answers streamed meanwhile count on the server too: the run says so (its
-    chat_requests_beside). A server without /metrics is measured all the same, its run unchecked."""
+    chat_requests_beside). A server without /metrics is measured all the same, its run unchecked.
+    The prefix cache's hit and query counters are read at the same two moments (the run's notes)."""
 
     SETTLE_S = 0.05  # between two reads that must agree: a counter that still moves has not settled
     READS = 10
@@ -119,6 +120,7 @@ class ServerCount:
         self.target = target
         self.started = False
         self.before: float | None = None
+        self.prefix_before: tuple[float, float] | None = None  # (hits, queries): read beside the tokens
 
     def read(self) -> float | None:
         """The counter once it stops moving (vLLM may count a step's tokens a moment after it sent them;
@@ -136,6 +138,8 @@ class ServerCount:
     def start(self) -> None:
         self.started = True
         self.before = self.read()
+        t = self.target
+        self.prefix_before = read_prefix_cache(t.base_url, t.model, t.api_key)
 
     def finish(self, result: RunResult) -> RunResult:
         """`result`'s notes given both counts (or why there is no server count)."""
@@ -150,7 +154,19 @@ class ServerCount:
             notes.server_count_missing = "counter-reset"
         else:
             notes.server_output_tokens = round(after - self.before)
+        self._prefix_cache(notes)
         return result
+
+    def _prefix_cache(self, notes: Notes) -> None:
+        """The prefix cache's hits and queries over the measured part (read after the settled token
+        count: a request's lookup is counted when it is scheduled, long before its last token)."""
+        t = self.target
+        after = read_prefix_cache(t.base_url, t.model, t.api_key) if self.prefix_before is not None else None
+        if self.prefix_before is None or after is None:
+            return
+        hits, queries = (a - b for a, b in zip(after, self.prefix_before))
+        if hits >= 0 and queries >= 0:  # a restarted server's counters start again: no count then
+            notes.prefix_cache_hits, notes.prefix_cache_queries = round(hits), round(queries)
 
 
 def check_url(url: str) -> str:
@@ -277,20 +293,21 @@ class Runner:
         return out
 
     def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
-               model_max_len: int | None = None) -> list[RunResult]:
+               model_max_len: int | None = None, labels: list[str] | None = None) -> list[RunResult]:
         """Restart `server` with each configuration and run the same load on it (notebook step 4);
-        the server is left running with the last one."""
+        the server is left running with the last one. `labels` names the configurations (default:
+        tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
         out: list[RunResult] = []
-        for cfg in configs:
+        for i, cfg in enumerate(configs):
             if self.cancel.is_set():
                 break
-            label = tuning_label(cfg)
+            label = labels[i] if labels else tuning_label(cfg)
             self.progress.on_step(len(out), len(configs), say("{label}: restarting vLLM", label=label))
             server.restart(cfg, model_max_len=model_max_len)
             server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
                 say("{label}: {stage}", label=label, stage=s.stage)))
             self.progress.on_stage(say("{label}: measuring", label=label))
-            out.append(self.load(replace(spec, scenario="tuning", label=label), Target.of(server)))
+            out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), Target.of(server)))
         self.progress.on_step(len(out), len(configs), mark("done"))
         return out
 

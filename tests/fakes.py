@@ -11,8 +11,11 @@ The request's model name picks the behaviour:
   trickle     a chunk every 0.2 s forever (never idle, never done)
   die         after `die_after` complete answers, the next answer stops mid-stream and the whole
               server goes away: open connections are cut and nothing listens any more
+  cached      as ok, its usage saying 4 of its 5 prompt tokens came from the prefix cache
+              (prompt_tokens_details.cached_tokens, as vLLM with --enable-prompt-tokens-details)
 With metrics=True it also serves GET /metrics: vLLM's vllm:generation_tokens_total, every content
-chunk it has sent (labelled model_name "ok"); without, /metrics is a 404, as on a server that is not vLLM.
+chunk it has sent (labelled model_name "ok"), and the prefix cache's hits and queries (5 prompt tokens
+looked up per answer, 4 found for "cached"); without, /metrics is a 404, as on a server that is not vLLM.
 """
 from __future__ import annotations
 
@@ -40,9 +43,12 @@ def _content(text: str, chat: bool, finish: str | None = None) -> dict[str, Any]
     return {"id": "fake", "object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice]}
 
 
-def _usage(prompt: int, completion: int) -> dict[str, Any]:
-    return {"id": "fake", "choices": [],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion,
+                             "total_tokens": prompt + completion}
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return {"id": "fake", "choices": [], "usage": usage}
 
 
 class FakeOpenAIServer:
@@ -54,7 +60,9 @@ class FakeOpenAIServer:
         self.metrics = metrics  # GET /metrics: vLLM's generation-token counter (else 404, as a non-vLLM server)
         self.generated = 0  # output tokens sent, all requests and models together: the counter /metrics shows
         self.completed = 0
+        self.prefix_hits = self.prefix_queries = 0  # prompt tokens found in / looked up in the prefix cache
         self.requests = 0
+        self.last_body: dict[str, Any] = {}  # the last request's JSON
         self.connections = 0  # accepted so far: shows whether a client reuses its warm-up's connections
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -108,6 +116,7 @@ class FakeOpenAIServer:
                         length = int(line.split(b":", 1)[1])
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 self.requests += 1
+                self.last_body = body or self.last_body  # a GET (/metrics) has none
                 await self._answer(head, body, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
@@ -120,7 +129,10 @@ class FakeOpenAIServer:
         if self.metrics and request_line.startswith(b"GET /metrics"):
             text = ("# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
                     "# TYPE vllm:generation_tokens_total counter\n"
-                    f'vllm:generation_tokens_total{{engine="0",model_name="ok"}} {float(self.generated)}\n').encode()
+                    f'vllm:generation_tokens_total{{engine="0",model_name="ok"}} {float(self.generated)}\n'
+                    f'vllm:prefix_cache_hits_total{{engine="0",model_name="ok"}} {float(self.prefix_hits)}\n'
+                    f'vllm:prefix_cache_queries_total{{engine="0",model_name="ok"}} {float(self.prefix_queries)}\n'
+                    ).encode()
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: "
                          + str(len(text)).encode() + b"\r\n\r\n" + text)
             await writer.drain()
@@ -162,8 +174,11 @@ class FakeOpenAIServer:
             finish = "length" if i == len(texts) - 1 else None
             await send(_chunk(_content(text, chat, finish), sep), slices=7 if model == "crlf" else 1)
             await asyncio.sleep(self.chunk_delay_s)
+        cached = 4 if model == "cached" else None
+        self.prefix_queries += 5
+        self.prefix_hits += cached or 0
         if model != "no-usage":
-            await send(_chunk(_usage(5, len(texts)), sep))
+            await send(_chunk(_usage(5, len(texts), cached), sep))
         await send(_chunk("[DONE]", sep))
         writer.write(b"0\r\n\r\n")
         await writer.drain()

@@ -207,6 +207,29 @@ def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
         ui.get_lab().store.delete([r.id for r in runs])
 
 
+def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
+    """The Tuning page draws the newest saved prefix-caching pair (on, off) and says what to notice."""
+    import ui
+    from engine.results.records import RequestRecord, RunResult
+
+    runs = []
+    for k, (on, ttfts, cached) in enumerate(((True, [0.9, 0.1, 0.12], [0, 1280, 1280]),
+                                             (False, [0.9, 0.8, 0.84], [0, 0, 0]))):
+        recs = [RequestRecord(index=i, prompt=f"q{i}", send_time=2.0 * i, first_token_time=2.0 * i + t,
+                              chunk_times=[2.0 * i + t], end_time=2.0 * i + t + 0.3, prompt_tokens=1300,
+                              output_tokens=4, cached_tokens=c) for i, (t, c) in enumerate(zip(ttfts, cached))]
+        runs.append(RunResult(kind="vllm", scenario="prefix-cache", label=f"prefix caching {'on' if on else 'off'}",
+                              records=recs, duration=6, started_at=time.time() + k,
+                              config={"enable_prefix_caching": on}))
+        ui.get_lab().store.save(runs[-1])
+    try:
+        at = _page("app_pages/tuning.py")
+        said = [m.value.replace("\\", "") for m in at.markdown if "came from the cache" in m.value]
+        assert said and "median TTFT fell from 820 ms to 110 ms; 2,560 of 3,900 prompt tokens" in said[0], said
+    finally:
+        ui.get_lab().store.delete([r.id for r in runs])
+
+
 def test_start_on_a_busy_port_keeps_the_error_sentence():
     """Start runs, fails with PortInUse, the page redraws: the sentence survives, nothing was started."""
     import socket as _socket

@@ -302,7 +302,9 @@ def insert_raw(conn: sqlite3.Connection, run: RunResult, **columns) -> None:
     row.update(columns)
     conn.execute(f"INSERT INTO runs ({','.join(row)}) VALUES ({','.join('?' * len(row))})", list(row.values()))
     for seq, r in enumerate(run.records):
-        conn.execute("INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        conn.execute("INSERT INTO requests (run_id, seq, request_index, prompt, send_time, end_time, first_token_time,"
+                     " chunk_times, prompt_tokens, output_tokens, tokens_source, output_text, error, warmup)"
+                     " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                      (row["id"], seq, r.index, r.prompt, r.send_time, r.end_time, r.first_token_time,
                       json.dumps(r.chunk_times), r.prompt_tokens, r.output_tokens, r.tokens_source, r.output_text,
                       r.error, int(r.warmup)))
@@ -336,7 +338,7 @@ def test_v1_database_holding_an_api_key_is_migrated(tmp_path):
 
     store = RunStore(path)
     with sqlite3.connect(path) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 3  # through 2 (no secrets) to 3 (requests.cached_tokens)
         for col in ("load", "config", "extra", "command"):
             assert_no_secret(c.execute(f"SELECT {col} FROM runs").fetchone()[0])
     back = store.load(run.id)
@@ -345,7 +347,7 @@ def test_v1_database_holding_an_api_key_is_migrated(tmp_path):
     # everything that is not a secret stays, tokens counts and tokenizers included
     assert back.load.max_tokens == 20 and back.config["tokenizer"] == "t"
     assert back.extra.to_dict()["client"] == [{"kept": 1}] and back.extra.kv_cache_tokens == 12345
-    assert back.records == run.records
+    assert back.records == run.records and back.records[0].cached_tokens is None  # not reported then
     # and the old bytes are gone from the files, not just from the rows
     del store
     for f in (path, path.with_name(path.name + "-wal")):

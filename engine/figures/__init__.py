@@ -13,8 +13,8 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
 `compare` (runs side by side), `ceiling` (decode speed against the memory-bandwidth limit), `slots` (the
-batch's slots step by step: static against continuous batching), `machine`
-(memory and /metrics over time), `export` (PNG files). The
+batch's slots step by step: static against continuous batching), `machine` (memory and /metrics over
+time), `prefix` (prefix caching on vs off), `export` (PNG files). The
 metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
 streamlit, torch or vllm.
 See docs/architecture.md.
@@ -30,6 +30,7 @@ from engine.figures.compare import (
 )
 from engine.figures.export import to_png, to_pngs
 from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart, time_window
+from engine.figures.prefix import prefix_cache_compare
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
 from engine.figures.slots import slot_chart
 from engine.figures.theme import caption, template
@@ -48,6 +49,7 @@ __all__ = [
     "metric_info",
     "metrics_chart",
     "pareto_chart",
+    "prefix_cache_compare",
     "request_timeline",
     "slot_chart",
     "sweep_chart",

@@ -53,6 +53,15 @@ def http_error(status: int, body: bytes) -> str:
     return f"HTTP {status}: {msg or 'no message'}"
 
 
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """The prompt tokens the server took from its prefix cache, from an OpenAI usage object
+    (prompt_tokens_details.cached_tokens); None when it does not say (vLLM says only when started
+    with --enable-prompt-tokens-details)."""
+    details = usage.get("prompt_tokens_details")
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
 class Requester:
     """Sends the requests of one spec from one event loop and fills their RequestRecords, times in
     seconds from `t0` (perf_counter; the driver sets it at the start of each phase). Use it as an
@@ -85,9 +94,10 @@ class Requester:
         b: dict[str, Any] = {"model": s.model, "temperature": s.temperature, "stream": True,
                              "stream_options": {"include_usage": True}}
         if self.chat:
-            b["messages"] = [{"role": "user", "content": prompt}]
+            system = [{"role": "system", "content": s.system}] if s.system else []
+            b["messages"] = [*system, {"role": "user", "content": prompt}]
         else:
-            b["prompt"] = prompt
+            b["prompt"] = s.system + "\n\n" + prompt if s.system else prompt
         if max_tokens is not None:
             b["max_tokens"] = max_tokens
         if s.ignore_eos:
@@ -138,6 +148,7 @@ class Requester:
             rec.prompt_tokens = int(st.usage.get("prompt_tokens") or 0)
             rec.output_tokens = int(st.usage.get("completion_tokens") or 0)
             rec.tokens_source = "usage"
+            rec.cached_tokens = cached_tokens(st.usage)
         else:
             rec.output_tokens = len(rec.chunk_times)
             rec.tokens_source = "chunks"

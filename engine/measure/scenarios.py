@@ -27,6 +27,8 @@ class Scenario:
     num_requests: int | None = None
     levels: tuple[int, ...] = ()
     configs: tuple[dict[str, Any], ...] = ()  # tuning: ServerConfig changes, one per contender
+    config_labels: tuple[str, ...] = ()  # tuning: how each contender is named (default: runs.tuning_label)
+    system: str = ""  # a system prompt every request starts with
     extra: dict[str, Any] = field(default_factory=dict)
 
     def label(self, max_tokens: int | None = None) -> str:
@@ -38,7 +40,7 @@ class Scenario:
 
     def load_spec(self, base_url: str = "", model: str = "", **over: Any) -> LoadSpec:
         spec = LoadSpec(
-            base_url=base_url, model=model, prompts=list(self.prompts), shape=self.shape,
+            base_url=base_url, model=model, prompts=list(self.prompts), system=self.system, shape=self.shape,
             concurrency=self.concurrency, rate=self.rate, num_requests=self.num_requests,
             max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name,
             label=self.label(over.get("max_tokens")),
@@ -73,6 +75,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "tuning", tuple(prompts.LAB_TUNING), 100, shape="burst", concurrency=10,
              configs=({"max_model_len": 2048, "gpu_memory_utilization": 0.85},
                       {"max_model_len": 512, "gpu_memory_utilization": 0.90})),
+    # Issue #12 item 3: the first request fills the cache, the rest reuse it; one at a time, so each TTFT is
+    # its prefill alone. Both servers report cached tokens in their answers' usage.
+    Scenario("prefix-cache", say("{n} questions after one long shared system prompt, one at a time ({tokens} tokens): "
+                                 "prefix caching on vs off", n=len(prompts.WORKSHOP_QUESTIONS), tokens=32),
+             "tuning", tuple(prompts.WORKSHOP_QUESTIONS), 32, system=prompts.WORKSHOP_SYSTEM,
+             configs=({"enable_prefix_caching": True, "enable_prompt_tokens_details": True},
+                      {"enable_prefix_caching": False, "enable_prompt_tokens_details": True}),
+             config_labels=(say("prefix caching on"), say("prefix caching off"))),
     Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",

@@ -83,6 +83,8 @@ def spec_of(run: Any) -> LoadSpec | None:
     load = run.load
     if run.kind != "vllm" or not load.prompts or load.shape not in SHAPES or not load.base_url or not run.model:
         return None
+    if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
+        return None
     try:
         return LoadSpec(base_url=load.base_url, model=run.model, prompts=[str(p) for p in load.prompts],
                         shape=load.shape, concurrency=load.concurrency or 1, rate=load.rate,

@@ -31,6 +31,7 @@ class LoadSpec:
     base_url: str  # e.g. "http://127.0.0.1:8000" (a trailing /v1 is tolerated)
     model: str  # served model name
     prompts: list[str]
+    system: str = ""  # a system prompt every request starts with (chat; completions: put before the prompt)
     shape: str = "concurrency"  # sequential | concurrency | burst | poisson
     concurrency: int = 1  # in flight at once ("concurrency"); expected peak for poisson's auto workers
     rate: float | None = None  # requests/s ("poisson")

@@ -218,6 +218,8 @@ def summarize(
         "max_concurrency": peak_in_flight(recs),
         "mean_latency_s": statistics.fmean(e2els) if e2els else None,
         "total_latency_s": sum(e2els),
+        "mean_cached_tokens": statistics.fmean(cached) if (cached := [r.cached_tokens for r in done
+                                                                     if r.cached_tokens is not None]) else None,
     }
     for name in DISTRIBUTIONS:
         out.update(_distribution(name, samples[name], percentiles))

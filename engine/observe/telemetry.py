@@ -58,14 +58,20 @@ def generation_tokens(text: str, model: str | None = None) -> float | None:
     """vLLM's count of the output tokens it generated (vllm:generation_tokens_total) from /metrics
     text: summed over engines, for `model` alone when the counter is labelled by model and one label
     is it (a server serving several models), else over all; None when the text holds no such counter."""
-    ours = "\n".join(line for line in text.splitlines() if line.startswith(_GENERATED))
+    return counter(text, _GENERATED[0], model)
+
+
+def counter(text: str, name: str, model: str | None = None) -> float | None:
+    """One counter of /metrics text (its full name, e.g. "vllm:prefix_cache_hits_total"), summed over
+    engines as generation_tokens sums its own; None when the text holds no such counter."""
+    ours = "\n".join(line for line in text.splitlines() if line.startswith(name))
     by_model: dict[str | None, float] = {}
     try:
         for family in text_string_to_metric_families(ours):
             for sample in family.samples:
-                if sample.name == _GENERATED[0]:
-                    name = sample.labels.get("model_name")
-                    by_model[name] = by_model.get(name, 0.0) + sample.value
+                if sample.name == name:
+                    label = sample.labels.get("model_name")
+                    by_model[label] = by_model.get(label, 0.0) + sample.value
     except ValueError:  # not Prometheus text
         return None
     if not by_model:
@@ -73,17 +79,37 @@ def generation_tokens(text: str, model: str | None = None) -> float | None:
     return by_model[model] if model in by_model else sum(by_model.values())
 
 
-def read_generation_tokens(base_url: str, model: str | None = None, api_key: str | None = None,
-                           timeout_s: float = 5.0) -> float | None:
-    """The server's own count of generated output tokens now, from its /metrics (next to /v1 at
-    `base_url`); None when it publishes none (a server other than vLLM, a proxy that hides it, no answer)."""
+def read_metrics_text(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:
+    """The server's /metrics page (next to /v1 at `base_url`); None without one (a server other than
+    vLLM, a proxy that hides it, no answer)."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         r = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=False)
     except httpx.HTTPError:
         return None
-    return generation_tokens(r.text, model) if r.status_code == 200 else None
+    return r.text if r.status_code == 200 else None
+
+
+def read_generation_tokens(base_url: str, model: str | None = None, api_key: str | None = None,
+                           timeout_s: float = 5.0) -> float | None:
+    """The server's own count of generated output tokens now, from its /metrics; None when it publishes none."""
+    text = read_metrics_text(base_url, api_key, timeout_s)
+    return None if text is None else generation_tokens(text, model)
+
+
+PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
+
+
+def read_prefix_cache(base_url: str, model: str | None = None, api_key: str | None = None,
+                      timeout_s: float = 5.0) -> tuple[float, float] | None:
+    """vLLM's prefix-cache counters now, (hits, queries) in prompt tokens (V1's names, vLLM 0.10 on);
+    None when the server publishes neither."""
+    text = read_metrics_text(base_url, api_key, timeout_s)
+    if text is None:
+        return None
+    hits, queries = counter(text, PREFIX_HITS, model), counter(text, PREFIX_QUERIES, model)
+    return None if hits is None or queries is None else (hits, queries)
 
 
 def read_process_start(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> float | None:

@@ -45,6 +45,9 @@ class RequestRecord:
     prompt_tokens: int = 0
     output_tokens: int = 0
     tokens_source: str = "usage"  # "usage" (server-counted) | "tokenizer" (client re-count, a fallback)
+    # prompt tokens the server took from its prefix cache (usage.prompt_tokens_details.cached_tokens);
+    # None: it did not say (vLLM says only with --enable-prompt-tokens-details; runs saved before this field)
+    cached_tokens: int | None = None
     output_text: str = ""
     error: str | None = None
     warmup: bool = False
@@ -151,6 +154,10 @@ class Notes(_Typed):
     server_output_tokens: int | None = None
     client_output_tokens: int | None = None
     server_count_missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
+    # vLLM's prefix cache over the measured part, in prompt tokens: the rise of vllm:prefix_cache_hits_total
+    # (found in the cache) and of vllm:prefix_cache_queries_total (looked up); None: not published or reset
+    prefix_cache_hits: int | None = None
+    prefix_cache_queries: int | None = None
     # the SLO summary.request_goodput was judged by, as vllm bench serve's --goodput takes it ({"ttft": ms, ...});
     # None: no goodput was asked for (engine.measure.slo)
     slo_ms: dict | None = None
@@ -212,6 +219,7 @@ class Summary(_Typed):
     max_concurrency: float | None = None  # the observed peak in flight (vllm: max_concurrent_requests)
     mean_latency_s: float | None = None
     total_latency_s: float | None = None  # the sum of E2E latencies: the same requests one after another
+    mean_cached_tokens: float | None = None  # prompt tokens from the prefix cache per request; None: not reported
     latency_ms: dict[str, float | None] = field(default_factory=dict)  # "median_ttft_ms" -> value, ...
     other: dict[str, Any] = field(default_factory=dict)
 

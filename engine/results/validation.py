@@ -131,6 +131,8 @@ def _record(r: Any, at: str) -> RequestRecord:
         output_text=checked_text(field_of(r, "output_text", pre, ""), f"{at}.output_text", 1_000_000),
         error=checked_text(r.get("error"), f"{at}.error", 20_000, nullable=True),
         warmup=bool(warmup),
+        cached_tokens=checked_number(r.get("cached_tokens"), f"{at}.cached_tokens", 0, COUNT, whole=True,
+                                     nullable=True),
     )
 
 

@@ -35,6 +35,7 @@ class ServerConfig:
     data_parallel_size: int = 1  # whole copies, each taking its share of the requests
     gpus: tuple[int, ...] = ()  # which GPUs (CUDA_VISIBLE_DEVICES); () = all of them
     enable_prefix_caching: bool | None = None  # None: vLLM's default
+    enable_prompt_tokens_details: bool = False  # usage.prompt_tokens_details.cached_tokens in every answer
     load_format: str = "auto"
     api_key: str | None = field(default=None, repr=False)  # reaches vLLM as VLLM_API_KEY, never argv or records
     extra_args: tuple[str, ...] = ()
@@ -107,6 +108,8 @@ class ServerConfig:
             a.append("--enable-prefix-caching")
         elif self.enable_prefix_caching is False:
             a.append("--no-enable-prefix-caching")
+        if self.enable_prompt_tokens_details:
+            a.append("--enable-prompt-tokens-details")
         if self.load_format != "auto":
             a += ["--load-format", self.load_format]
         a += ["--host", self.host, "--port", str(self.port)]

@@ -1,0 +1,92 @@
+"""Prefix caching, on against off: which of two runs had it, what it changed (TTFT of the request
+that filled the cache and of the ones after it, prompt tokens served from the cache, the server's hit
+rate), and the one sentence that says so. Pure arithmetic over stored runs: the pages, the CLI and
+the figures read the same numbers.
+See docs/architecture.md."""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.messages import say
+from engine.results.records import RequestRecord
+
+
+def caching_on(run: Any) -> bool | None:
+    """Whether prefix caching was on in a run's server: its setting, else (vLLM's default) whether
+    the server found anything in its cache; None when neither says."""
+    setting = (run.config or {}).get("enable_prefix_caching")
+    if isinstance(setting, bool):
+        return setting
+    hits = run.extra.prefix_cache_hits
+    return None if hits is None else hits > 0
+
+
+def hit_rate(run: Any) -> float | None:
+    """The share of looked-up prompt tokens the server found in its prefix cache during the measured
+    part (vllm:prefix_cache_hits_total / queries_total); None without its counters or lookups."""
+    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    return hits / queries if hits is not None and queries else None
+
+
+def ok_in_order(run: Any) -> list[RequestRecord]:
+    """The measured requests that succeeded, in the order they were sent."""
+    return sorted((r for r in run.records if not r.warmup and r.ok and r.ttft is not None),
+                  key=lambda r: (r.send_time, r.index))
+
+
+@dataclass(frozen=True)
+class Side:
+    """One run of the comparison, in numbers."""
+
+    first_ms: float | None  # TTFT of the first request (the one that fills the cache)
+    rest_ms: float | None  # median TTFT of the requests after it
+    prompt_tokens: int  # over all its measured, successful requests
+    cached_tokens: int | None  # of those, served from the cache (usage); None: the server did not say
+    hit_rate: float | None  # the server's counters
+
+    @classmethod
+    def of(cls, run: Any) -> "Side":
+        recs = ok_in_order(run)
+        ttfts = [r.ttft * 1000 for r in recs]
+        cached = [r.cached_tokens for r in recs if r.cached_tokens is not None]
+        return cls(first_ms=ttfts[0] if ttfts else None,
+                   rest_ms=statistics.median(ttfts[1:]) if len(ttfts) > 1 else None,
+                   prompt_tokens=sum(r.prompt_tokens for r in recs),
+                   cached_tokens=sum(cached) if cached else None,
+                   hit_rate=hit_rate(run))
+
+
+def pair(runs: Sequence[Any]) -> tuple[Any, Any] | None:
+    """The newest run with prefix caching on and the newest with it off, or None without both."""
+    on = [r for r in runs if caching_on(r) is True]
+    off = [r for r in runs if caching_on(r) is False]
+    if not on or not off:
+        return None
+    newest = max(on, key=lambda r: r.started_at), max(off, key=lambda r: r.started_at)
+    return newest
+
+
+def sentence(on: Any, off: Any) -> str:
+    """What to notice: TTFT after the first request with caching off and on, and how many prompt
+    tokens the cache served (from the answers' usage, else from the server's counters)."""
+    a, b = Side.of(on), Side.of(off)
+    if a.rest_ms is None or b.rest_ms is None:
+        return say("Each run needs at least two successful requests to compare the time to first token after "
+                   "the first one.")
+    if a.cached_tokens is not None:
+        cached, prompt = a.cached_tokens, a.prompt_tokens
+    elif on.extra.prefix_cache_hits is not None and on.extra.prefix_cache_queries:
+        cached, prompt = on.extra.prefix_cache_hits, on.extra.prefix_cache_queries
+    else:
+        return say("After the first request, median TTFT was {on:,.0f} ms with prefix caching and {off:,.0f} ms "
+                   "without; the server reported no cached tokens.", on=a.rest_ms, off=b.rest_ms)
+    if a.rest_ms < b.rest_ms:
+        return say("With prefix caching the shared system prompt was computed once: after the first request, median "
+                   "TTFT fell from {off:,.0f} ms to {on:,.0f} ms; {cached:,} of {prompt:,} prompt tokens came from "
+                   "the cache.", off=b.rest_ms, on=a.rest_ms, cached=cached, prompt=prompt)
+    return say("With prefix caching {cached:,} of {prompt:,} prompt tokens came from the cache, yet median TTFT after "
+               "the first request was {on:,.0f} ms against {off:,.0f} ms without it: here the prefill it saved did "
+               "not show.", cached=cached, prompt=prompt, on=a.rest_ms, off=b.rest_ms)

@@ -1,0 +1,184 @@
+"""Prefix caching (issue #12 item 3): cached prompt tokens read from the answers' usage, the server's
+prefix-cache counters over a run's measured part, the sentence that compares caching on and off, and
+one real comparison on vLLM's CPU build (it restarts its own server: never the shared one)."""
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import FakeOpenAIServer  # noqa: E402
+
+from .conftest import free_port  # noqa: E402
+
+from engine import figures  # noqa: E402
+from engine.measure import prefix, prompts, scenarios  # noqa: E402
+from engine.measure.request import Requester, cached_tokens  # noqa: E402
+from engine.measure.spec import LoadSpec  # noqa: E402
+from engine.measure.sse import StreamParser  # noqa: E402
+from engine.results.records import Notes, RequestRecord, RunResult, Summary  # noqa: E402
+from engine.runs import Runner, ServerCount, Target  # noqa: E402
+
+USAGE = b'{"id":"x","choices":[],"usage":{"prompt_tokens":1300,"completion_tokens":3,"total_tokens":1303%s}}'
+
+
+def _parsed(usage_tail: bytes) -> RequestRecord:
+    """One streamed answer (a content chunk, the usage chunk, [DONE]) read as the load generator reads it."""
+    st = StreamParser(chat=True)
+    st.event(1.0, b'{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}')
+    st.event(1.1, USAGE % usage_tail)
+    st.event(1.2, b"[DONE]")
+    rec = RequestRecord(index=0, prompt="q", send_time=0.5)
+    Requester(LoadSpec(base_url="http://x", model="m", prompts=["q"]))._finish(rec, st, None)
+    return rec
+
+
+def test_cached_tokens_come_from_the_usage_chunk_when_the_server_says_them():
+    rec = _parsed(b',"prompt_tokens_details":{"cached_tokens":1280}')
+    assert rec.ok and rec.prompt_tokens == 1300 and rec.cached_tokens == 1280
+    # vLLM without --enable-prompt-tokens-details says nothing: unknown, not zero
+    assert _parsed(b"").cached_tokens is None
+    assert _parsed(b',"prompt_tokens_details":null').cached_tokens is None
+    assert cached_tokens({"prompt_tokens_details": {"cached_tokens": 0}}) == 0
+    assert cached_tokens({"prompt_tokens_details": {"cached_tokens": True}}) is None
+
+
+def test_runs_saved_before_cached_tokens_read_back():
+    rec = RequestRecord.from_dict({"index": 0, "prompt": "q", "send_time": 0.0, "end_time": 1.0})
+    assert rec.cached_tokens is None
+    notes, summary = Notes.from_dict({"cancelled": False}), Summary.from_dict({"completed": 1})
+    assert notes.prefix_cache_hits is None and notes.prefix_cache_queries is None
+    assert summary.mean_cached_tokens is None and "mean_cached_tokens" not in summary.to_dict()
+
+
+def test_a_run_keeps_cached_tokens_and_the_cache_counters_of_its_measured_part():
+    """The system prompt goes first; each answer's cached tokens are kept and averaged; the server's hits and
+    queries are counted from the end of the warm-up (2 answers) to the end of the run (4 answers)."""
+    with FakeOpenAIServer(metrics=True) as srv:
+        spec = LoadSpec(base_url=srv.base_url, model="cached", prompts=["q1", "q2"], system="Be brief.",
+                        shape="sequential", num_requests=4, warmup=2, max_tokens=3, timeout_s=10)
+        res = Runner(save=lambda r: r).load(spec, Target(srv.base_url, "cached"))
+        assert srv.last_body["messages"][0] == {"role": "system", "content": "Be brief."}
+        assert srv.prefix_hits == 6 * 4 and srv.prefix_queries == 6 * 5  # the warm-up's are on the server too
+        plain = Runner(save=lambda r: r).load(replace(spec, model="ok", warmup=0), Target(srv.base_url, "ok"))
+    assert [r.cached_tokens for r in res.measured] == [4, 4, 4, 4]
+    assert res.summary.mean_cached_tokens == 4
+    assert (res.extra.prefix_cache_hits, res.extra.prefix_cache_queries) == (16, 20)
+    assert prefix.hit_rate(res) == 0.8
+    assert [r.cached_tokens for r in plain.measured] == [None] * 4 and plain.summary.mean_cached_tokens is None
+    assert (plain.extra.prefix_cache_hits, plain.extra.prefix_cache_queries) == (0, 20)
+
+
+def test_counters_that_went_back_give_no_count():
+    """A server restarted between the two reads starts its counters again: no count rather than a negative one."""
+    with FakeOpenAIServer(metrics=True) as srv:
+        srv.prefix_hits, srv.prefix_queries = 500, 900
+        count = ServerCount(Target(srv.base_url, "ok"))
+        count.start()
+        srv.prefix_hits, srv.prefix_queries = 10, 20
+        run = count.finish(RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1, started_at=0))
+    assert run.extra.prefix_cache_hits is None and run.extra.prefix_cache_queries is None
+
+
+def _run(on: bool | None, ttfts_s: list[float], cached: list[int | None], hits=None, queries=None,
+         started: float = 1.7e9) -> RunResult:
+    recs = [RequestRecord(index=i, prompt=f"q{i}", send_time=2.0 * i, first_token_time=2.0 * i + t,
+                          chunk_times=[2.0 * i + t], end_time=2.0 * i + t + 0.5, prompt_tokens=1300, output_tokens=8,
+                          cached_tokens=c) for i, (t, c) in enumerate(zip(ttfts_s, cached))]
+    config = {} if on is None else {"enable_prefix_caching": on}
+    return RunResult(kind="vllm", scenario="prefix-cache", label=f"caching {on}", records=recs, duration=8,
+                     started_at=started, config=config,
+                     extra={"prefix_cache_hits": hits, "prefix_cache_queries": queries})
+
+
+def test_the_sentence_says_what_caching_saved_after_the_first_request():
+    on = _run(True, [0.9, 0.10, 0.14, 0.12], [0, 1280, 1280, 1280], hits=3840, queries=5200)
+    off = _run(False, [0.9, 0.80, 0.84, 0.86], [0, 0, 0, 0], hits=0, queries=0)
+    side = prefix.Side.of(on)
+    assert side.first_ms == pytest.approx(900) and side.rest_ms == pytest.approx(120)
+    assert (side.cached_tokens, side.prompt_tokens) == (3840, 5200)
+    said = prefix.sentence(on, off)
+    assert said == ("With prefix caching the shared system prompt was computed once: after the first request, median "
+                    "TTFT fell from 840 ms to 120 ms; 3,840 of 5,200 prompt tokens came from the cache.")
+    fig = figures.prefix_cache_compare([off, on])  # either order: the runs say which had caching
+    assert figures.caption(fig) == said
+    assert [t.y[0] for t in fig.data if t.type == "scatter"] == [pytest.approx(900)] * 2
+
+
+def test_without_usage_the_counters_say_the_cached_tokens_and_no_gain_is_said_as_such():
+    on = _run(None, [0.9, 0.9, 0.9], [None] * 3, hits=2560, queries=3900)  # vLLM's default, found in its cache
+    off = _run(False, [0.9, 0.5, 0.5], [None] * 3)
+    assert prefix.caching_on(on) is True and prefix.pair([on, off]) == (on, off)
+    assert prefix.sentence(on, off) == (
+        "With prefix caching 2,560 of 3,900 prompt tokens came from the cache, yet median TTFT after the first "
+        "request was 900 ms against 500 ms without it: here the prefill it saved did not show.")
+    assert prefix.pair([on]) is None
+    assert "both on and off" in figures.caption(figures.prefix_cache_compare([on]))
+
+
+def test_the_scenario_shares_one_long_system_prompt_and_asks_for_cached_tokens():
+    scn = scenarios.get("prefix-cache")
+    assert scn.kind == "tuning" and len(prompts.WORKSHOP_SYSTEM.split()) > 900
+    spec = scn.load_spec()
+    assert spec.system == prompts.WORKSHOP_SYSTEM and spec.shape == "sequential" and spec.warmup == 0
+    from engine.serving.config import ServerConfig
+
+    argvs = [ServerConfig(model="m").with_changes(**c).argv() for c in scn.configs]
+    assert all("--enable-prompt-tokens-details" in a for a in argvs)
+    assert "--enable-prefix-caching" in argvs[0] and "--no-enable-prefix-caching" in argvs[1]
+
+
+@pytest.mark.slow
+def test_prefix_caching_on_and_off_on_a_real_server(embedded_model):
+    """vLLM (CPU build) restarted with prefix caching on, then off: with it on, the requests after the first
+    take the shared system prompt from the cache (usage and the server's counters say so); with it off, none."""
+    from engine.serving.config import ServerConfig
+    from engine.serving.server import VLLMServer
+
+    scn = scenarios.get("prefix-cache")
+    srv = VLLMServer(port=free_port())
+    base = ServerConfig.for_model(embedded_model, "cpu", port=srv.port, cpu_kvcache_gib=1,
+                                  enforce_eager=True)  # no compile: what is measured here is the cache
+    configs = [base.with_changes(**c) for c in scn.configs]
+    spec = scn.load_spec(prompts=list(scn.prompts[:3]), max_tokens=4)
+    try:
+        on, off = Runner(save=lambda r: r).tuning(srv, configs, spec, model_max_len=embedded_model.max_len,
+                                                  labels=list(scn.config_labels))
+    finally:
+        srv.stop()
+    assert on.scenario == off.scenario == "prefix-cache" and on.label == "prefix caching on"
+    assert all(r.ok for r in on.records + off.records), [r.error for r in on.records + off.records]
+    first, *rest = prefix.ok_in_order(on)
+    assert first.cached_tokens == 0 and all(r.cached_tokens > 0 for r in rest)
+    assert all(r.cached_tokens == 0 for r in off.records)
+    assert on.extra.prefix_cache_hits > 0 and not off.extra.prefix_cache_hits
+    assert "prompt tokens came from the cache" in prefix.sentence(on, off)
+
+
+def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
+    from engine.results.store import RunStore
+
+    run = _run(True, [0.9, 0.1, 0.1], [0, 1280, None], hits=1280, queries=3900)
+    store = RunStore(tmp_path / "history.sqlite")
+    store.save(run)
+    assert [r.cached_tokens for r in store.load(run.id).records] == [0, 1280, None]
+    again = RunStore(tmp_path / "again.sqlite")
+    (new_id,) = again.import_text(store.export_json([run.id]), "export.json")
+    assert [r.cached_tokens for r in again.load(new_id).records] == [0, 1280, None]
+    assert again.load(new_id).extra.prefix_cache_hits == 1280
+
+
+def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
+    """The short openai-SDK code leaves a system prompt out: for a prefix-cache run it is not offered at all."""
+    from engine.measure import snippets
+
+    run = _run(True, [0.9, 0.1], [0, 1280])
+    run.kind, run.model = "vllm", "m"
+    run.load = type(run.load).from_dict({"shape": "sequential", "prompts": ["q"], "base_url": "http://x",
+                                         "system": "Be brief."})
+    assert snippets.spec_of(run) is None
+    run.load.other.pop("system")
+    assert snippets.spec_of(run) is not None
