@@ -46,7 +46,8 @@ else:
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
         "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
-        "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
+        "hardware": str(r.hardware.get("summary") or ""), "server": r.extra.endpoint,
+        "source": r.source,
     } for r in rows])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
     # widget, so a selection never lands on a run the viewer did not pick.
@@ -70,6 +71,8 @@ else:
             "output tok/s": st.column_config.Column(_("output tok/s")),
             "mean TTFT (ms)": st.column_config.Column(_("mean TTFT (ms)")),
             "hardware": st.column_config.Column(_("hardware")),
+            "server": st.column_config.Column(_("server"), help=_("The address of the server at a URL a run measured; "
+                                                                  "empty for a server this app started.")),
             "source": st.column_config.Column(_("source")),
         })
     chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]
@@ -139,6 +142,10 @@ else:
                 ui.token_check(run)
                 if ceiling := lab.decode_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
+                if run.extra.endpoint:
+                    st.caption(ui.plain(_("Measured on the server at {url}, which this app did not start: its "
+                                          "settings and hardware are its own and are not recorded here.",
+                                          url=run.extra.endpoint)))
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,

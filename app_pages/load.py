@@ -177,7 +177,7 @@ def _draw_charts(job_id: str, status: str, lang: str) -> None:
 def live() -> None:
     job = lab.latest_job("load")
     if job is None:
-        st.info(_("Press **Run load test**.") if snap.state == lab.READY else
+        st.info(_("Press **Run load test**.") if lab.ready() else
                 _("Start the server on the Server page, then press **Run load test**."), icon=":material/info:")
         return
     ui.job_panel(lab, job, _("{label}: {done}/{total} requests done", label=job.label, done=job.done,

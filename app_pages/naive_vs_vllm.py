@@ -62,10 +62,14 @@ if b2.button(_("Static batch (one padded generate)"), width="stretch",
     ui.act(lab, lab.run_naive, lab.naive_spec("static-batch-5", spec_model, max_new_tokens=max_tokens,
                                               temperature=temperature))
 if b3.button(_("2 · vLLM (same prompts, sequential)"), type="primary", width="stretch",
-             disabled=not may or snap.state != lab.READY):
+             disabled=not may or not lab.ready()):
     ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
-if snap.state != lab.READY:
+if not lab.ready():
     st.caption(_("The vLLM button needs a ready server: start it on the Server page."))
+elif remote := lab.attached():  # step 2 goes to the server at a URL; steps 1 and the batch run here
+    st.caption(ui.plain(_("The vLLM button measures the server at {url} ({model}); the naive baseline runs on this "
+                          "machine, so the comparison is fair only when both have the same hardware.",
+                          url=remote.url, model=remote.model)))
 
 
 @st.fragment(run_every=1)
