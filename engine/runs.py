@@ -84,7 +84,7 @@ class Target:
         """Mark a run with what it ran on, so a saved run explains itself anywhere."""
         result.model = self.model
         if self.config is None:  # a server at a URL: its address (no secrets in it, see endpoint.root_url)
-            result.extra.endpoint = self.base_url
+            result.extra.endpoint, result.extra.keyed = self.base_url, bool(self.api_key)
         if self.endpoint is not None:  # its machine is not this one: only what it says of itself
             version = self.endpoint.version
             result.versions = result.versions or ({"vllm": version} if version else {})

@@ -200,6 +200,8 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         assert run.extra.endpoint == url and run.load.base_url == url
         assert run.versions == {"vllm": seen.version} and run.hardware == {}  # its machine is not this one
         assert run.extra.server_output_tokens is not None  # its /metrics, read with the key, checked the count
+        code = lab.code_for_run(run)  # the Python behind it: the server's address, the key from the environment
+        assert f'base_url="{url}/v1"' in code and "set OPENAI_API_KEY" in code and KEY not in code
 
         record = lab.chat_record("Say hi.")
         answer = "".join(lab.chat([{"role": "user", "content": "Say hi."}], record, max_tokens=8))

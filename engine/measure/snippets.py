@@ -98,7 +98,8 @@ def run_code(run: Any, lang: str = "en") -> str | None:
     """load_code for a stored run (its server's key, if it had one, is recorded only as "***"); None
     where spec_of has no spec."""
     spec = spec_of(run)
-    return None if spec is None else load_code(spec, key_needed=bool(run.config.get("api_key")), lang=lang)
+    keyed = bool(run.config.get("api_key")) or run.extra.keyed  # our server's, or one at a URL
+    return None if spec is None else load_code(spec, key_needed=keyed, lang=lang)
 
 
 # -- the parts ---------------------------------------------------------------------------------------
