@@ -42,12 +42,11 @@ if not rows:
 else:
     table = pd.DataFrame([{
         "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "kind": r.kind,
-        "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
+        "model": r.model.split("/")[-1], "server": r.extra.endpoint, "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
         "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
-        "hardware": str(r.hardware.get("summary") or ""), "server": r.extra.endpoint,
-        "source": r.source,
+        "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
     } for r in rows])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
     # widget, so a selection never lands on a run the viewer did not pick.
@@ -65,14 +64,14 @@ else:
             "run": st.column_config.Column(_("run")),
             "kind": st.column_config.Column(_("kind")),
             "model": st.column_config.Column(_("model")),
+            "server": st.column_config.Column(_("server"), help=_("The address of the server at a URL a run measured; "
+                                                                  "empty for a server this app started.")),
             "requests": st.column_config.Column(_("requests")),
             "failed": st.column_config.Column(_("failed")),
             "wall time (s)": st.column_config.Column(_("wall time (s)")),
             "output tok/s": st.column_config.Column(_("output tok/s")),
             "mean TTFT (ms)": st.column_config.Column(_("mean TTFT (ms)")),
             "hardware": st.column_config.Column(_("hardware")),
-            "server": st.column_config.Column(_("server"), help=_("The address of the server at a URL a run measured; "
-                                                                  "empty for a server this app started.")),
             "source": st.column_config.Column(_("source")),
         })
     chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]

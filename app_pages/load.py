@@ -28,6 +28,9 @@ arrival = st.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arri
                    help=_("All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
                           "request as soon as one finishes. Poisson: requests arrive at random at a set rate."))
 shape = ARRIVALS[arrival]
+if remote := lab.attached():  # say where the requests go: a server this app did not start
+    st.caption(ui.plain(_("Requests go to {model} at {url} (connected on the Server page).", model=remote.model,
+                          url=remote.url)))
 
 tokens_hi = min(TOKENS_CAP, server_len) if server_len else TOKENS_CAP
 tokens_help = (

@@ -39,7 +39,7 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
     else:
         st.success(ui.plain(_("Connected to {url}: every page measures this server.", url=remote.url)),
                    icon=":material/link:")
-        r1, r2, r3, r4 = st.columns(4)
+        r1, r2, r3, r4 = st.columns([3, 2, 2, 2])  # a model id is long: its column is wider
         r1.metric(_("Model"), remote.model)
         r2.metric(_("Max model length"), number(remote.max_model_len) if remote.max_model_len else "–",
                   help=_("As the server's model card says (vLLM's max_model_len); the app stops its sliders there."))
@@ -203,7 +203,7 @@ if leftover := lab.leftovers():
         if cleared := ui.act(lab, lab.clear_leftovers):
             st.toast(ui.plain(cleared))
         st.rerun()
-if state not in (STARTING, READY) and (foreign := lab.foreign_holders()):
+if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):
     st.info(ui.plain(foreign), icon=":material/info:")
 b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
 if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",

@@ -123,6 +123,18 @@ def test_an_address_that_cannot_be_measured_is_one_sentence(given, says):
     assert str(e.value).count(". ") == 0 and str(e.value).endswith(".")  # one sentence
 
 
+def test_a_shared_server_counting_more_tokens_says_other_clients_are_the_likely_cause():
+    """Measured on the session's shared server while others used it: 1,316 tokens counted there, 1,157 here."""
+    from engine.measure.stats import token_check
+    from engine.results.records import Notes
+
+    check = token_check(Notes(endpoint="http://gw:8000", server_output_tokens=1316, client_output_tokens=1157))
+    assert check.level == "warn"
+    assert check.sentences[-1] == ("They differ by 13.7%, more than 3%, likely because http://gw:8000 served other "
+                                   "clients meanwhile, whose tokens it counts too: measure it while it is otherwise "
+                                   "idle to check the client's count.")
+
+
 # -- what does not lead to a vLLM server ----------------------------------------------------------
 def test_a_dead_endpoint_is_one_sentence():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
