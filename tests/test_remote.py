@@ -256,3 +256,20 @@ def test_a_server_behind_a_path_prefix_works_without_its_metrics(vllm_server, tm
         assert run.extra.server_count_missing == "no-metrics"  # measured all the same, unchecked
     finally:
         lab.shutdown()
+
+
+def test_the_cli_sends_the_key_from_the_environment_and_a_refusal_is_one_sentence():
+    """`python -m engine run --url` takes the key as `vllm bench serve` does, from OPENAI_API_KEY (never a flag,
+    which `ps` would show); a server that refuses it is one sentence, without a traceback or the key."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    with serve(keyed_vllm()) as url:
+        done = subprocess.run([sys.executable, "-m", "engine", "run", "concurrent-10", "--url", url + "/v1"], cwd=root,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"The server at {url} refused the API key (HTTP 401): enter the key it was started with (vLLM's --api-key).")
+    assert "Traceback" not in done.stderr and KEY not in done.stdout + done.stderr
