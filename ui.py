@@ -189,7 +189,7 @@ def cancelled_note(job) -> None:
 
 def sidebar(lab: Lab) -> None:
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
-    st.session_state["drawn_state"] = lab.server_snapshot().state
+    st.session_state["drawn_state"] = _drawn_for(lab)
     with st.sidebar:
         i18n.switch()
         _server_status()
@@ -215,15 +215,26 @@ def _try_token() -> None:
             st.session_state["token_error"] = i18n.said(e)
 
 
+def _drawn_for(lab: Lab) -> tuple[str, str]:
+    """What a page's buttons depend on: our server's state and the server at a URL attached, if any."""
+    remote = lab.attached()
+    return lab.server_snapshot().state, remote.url if remote else ""
+
+
 @st.fragment(run_every=2)
 def _server_status() -> None:
     lab = get_lab()
     s = lab.server_snapshot()
-    if s.state != st.session_state.get("drawn_state", s.state):
-        st.rerun(scope="app")  # started, ready, failed or stopped meanwhile: enable the right buttons
+    if (now := _drawn_for(lab)) != st.session_state.get("drawn_state", now):
+        st.rerun(scope="app")  # started, ready, failed, stopped, connected elsewhere: enable the right buttons
     title = _("vLLM server")
-    st.markdown(f"**{title}** {badge(s.state)}")
-    if s.config:
+    if remote := lab.attached():  # a server at a URL: measured, never started or stopped here
+        connected = _("connected")
+        st.markdown(f"**{title}** :blue-badge[{connected}]")
+        st.caption(plain(_("{model} · {url}", model=remote.model, url=remote.url)))
+    else:
+        st.markdown(f"**{title}** {badge(s.state)}")
+    if s.config and not remote:
         st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
     if s.state == Lab.STARTING:
         st.caption(plain(f"{i18n.tr(s.stage)} · {fmt_s(s.elapsed)}"))

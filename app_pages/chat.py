@@ -16,7 +16,10 @@ presenter = ui.can_act(lab)
 st.title(_("Chat"))
 st.caption(_("Answers stream token by token. Under each: the time to first token (what a user feels), the tokens "
              "and the speed. The chart shows when each token arrived, as in the lab's step 5."))
-if snap.config and snap.config.load_format == "dummy":
+remote = lab.attached()  # a server at a URL, chatted with instead of our own
+if remote:
+    st.caption(ui.plain(_("Chatting with {model} at {url}.", model=remote.model, url=remote.url)))
+elif snap.config and snap.config.load_format == "dummy":
     st.warning(_("The server runs the {note}.", note=lab.SHAPE_ONLY_NOTE), icon=":material/warning:")
 
 limits = lab.chat_limits
@@ -63,11 +66,11 @@ for m in history:
         if m.get("record"):
             st.caption(_stats_line(m))
 
-if snap.state != lab.READY:
+if not lab.ready():
     st.info(_("Start the server on the Server page to chat."), icon=":material/info:")
 elif lab.access.locked:
     st.info(ui.plain(lab.access.why_not()), icon=":material/lock:")
-can_chat = snap.state == lab.READY and not lab.access.locked
+can_chat = lab.ready() and not lab.access.locked
 prompt = st.chat_input(_("Ask something… (try the lab's: {example})", example=lab.chat_example),
                        disabled=not can_chat)
 

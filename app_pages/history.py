@@ -63,7 +63,7 @@ else:
         # the viewer just typed a price: its column is in sight, not past the table's right edge
         **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
         "kind": r.kind,
-        "model": r.model.split("/")[-1], "requests": r.n_requests, "failed": r.n_failed,
+        "model": r.model.split("/")[-1], "server": r.extra.endpoint, "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
         "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
@@ -91,6 +91,8 @@ else:
                 _("cost / M output tokens"), help=_("At your price per GPU-hour, over the run's measured wall time.")),
             "kind": st.column_config.Column(_("kind")),
             "model": st.column_config.Column(_("model")),
+            "server": st.column_config.Column(_("server"), help=_("The address of the server at a URL a run measured; "
+                                                                  "empty for a server this app started.")),
             "requests": st.column_config.Column(_("requests")),
             "failed": st.column_config.Column(_("failed")),
             "wall time (s)": st.column_config.Column(_("wall time (s)")),
@@ -175,6 +177,10 @@ else:
                 ui.warmth(lab, run)
                 if ceiling := lab.decode_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
+                if run.extra.endpoint:
+                    st.caption(ui.plain(_("Measured on the server at {url}, which this app did not start: its "
+                                          "settings and hardware are its own and are not recorded here.",
+                                          url=run.extra.endpoint)))
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,

@@ -28,6 +28,9 @@ arrival = st.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arri
                    help=_("All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
                           "request as soon as one finishes. Poisson: requests arrive at random at a set rate."))
 shape = ARRIVALS[arrival]
+if remote := lab.attached():  # say where the requests go: a server this app did not start
+    st.caption(ui.plain(_("Requests go to {model} at {url} (connected on the Server page).", model=remote.model,
+                          url=remote.url)))
 
 tokens_hi = min(TOKENS_CAP, server_len) if server_len else TOKENS_CAP
 tokens_help = (
@@ -208,7 +211,7 @@ def _draw_charts(job_id: str, status: str, lang: str) -> None:
 def live() -> None:
     job = lab.latest_job("load")
     if job is None:
-        st.info(_("Press **Run load test**.") if snap.state == lab.READY else
+        st.info(_("Press **Run load test**.") if lab.ready() else
                 _("Start the server on the Server page, then press **Run load test**."), icon=":material/info:")
         return
     ui.job_panel(lab, job, _("{label}: {done}/{total} requests done", label=job.label, done=job.done,

@@ -24,7 +24,7 @@ seconds = WINDOWS.get(window or "5 min", 300)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: str) -> None:
+def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: str, remote_url: str) -> None:
     """Draw both charts for the window ending at redraw tick `tick` (of `step` seconds). Streamlit
     records what a cached function draws and replays those messages on a hit, so every viewer within
     one tick gets the same prebuilt charts: figures are built and serialised once per tick, not once
@@ -34,15 +34,22 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
     # One time axis for both charts: the same x = 0 and span, so a marker sits at the same x on each
     # (the /metrics only begin once the server is ready, memory is sampled all along).
     window = figures.time_window(memory, metrics, events)
-    where = (_("GPU memory (NVML)") if lab.device == "cuda" else
-             _("Memory (no GPU here: system RAM and the vLLM processes)"))
-    ui.chart(figures.memory_chart(memory, events, title=where, window=window, lang=lang), key="mem")
-    if workers := lab.gpu_workers():  # one row per process per GPU: a parallel server's workers side by side
-        st.dataframe([{_("GPU"): i18n.tr(w["gpu"]), _("Process"): w["process"], "PID": w["pid"],
-                       _("Whose"): i18n.tr(w["owner"]), _("Memory (GB)"): round(w["used_gb"], 1)} for w in workers],
-                     hide_index=True, width="stretch")
+    remote = lab.attached() if remote_url else None
+    if remote:  # its memory is on its own machine: this one's would mislead
+        st.info(ui.plain(_("Memory: not available for the server at {url}, which runs on a machine this app does not "
+                           "see; only its /metrics reach here.", url=remote.url)), icon=":material/memory:")
+    else:
+        where = (_("GPU memory (NVML)") if lab.device == "cuda" else
+                 _("Memory (no GPU here: system RAM and the vLLM processes)"))
+        ui.chart(figures.memory_chart(memory, events, title=where, window=window, lang=lang), key="mem")
+        if workers := lab.gpu_workers():  # one row per process per GPU: a parallel server's workers side by side
+            st.dataframe([{_("GPU"): i18n.tr(w["gpu"]), _("Process"): w["process"], "PID": w["pid"],
+                           _("Whose"): i18n.tr(w["owner"]), _("Memory (GB)"): round(w["used_gb"], 1)}
+                          for w in workers], hide_index=True, width="stretch")
     if metrics:
         ui.chart(figures.metrics_chart(metrics, events, window=window, lang=lang), key="metrics")
+    elif remote and not remote.metrics:
+        st.warning(ui.plain(remote.metrics_said), icon=":material/monitoring:")
     else:
         st.info(_("vLLM's /metrics appear here while a server is ready."), icon=":material/info:")
 
@@ -52,7 +59,9 @@ def live() -> None:
     newest = lab.latest_sample()
     events = lab.server_snapshot().events
     step = REDRAW_S if lab.busy() else IDLE_REDRAW_S
-    _draw(seconds, step, int(newest.t // step) if newest else 0, events[-1][0] if events else None, i18n.lang())
+    remote = lab.attached()
+    _draw(seconds, step, int(newest.t // step) if newest else 0, events[-1][0] if events else None, i18n.lang(),
+          remote.url if remote else "")
 
 
 live()

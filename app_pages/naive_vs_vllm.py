@@ -62,13 +62,17 @@ if b2.button(_("Static batch (one padded generate)"), width="stretch",
     ui.act(lab, lab.run_naive, lab.naive_spec("static-batch-5", spec_model, max_new_tokens=max_tokens,
                                               temperature=temperature))
 if b3.button(_("2 · vLLM (same prompts, sequential)"), type="primary", width="stretch",
-             disabled=not may or snap.state != lab.READY):
+             disabled=not may or not lab.ready()):
     ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
 if b4.button(_("vLLM, same prompts at once (continuous batching)"), width="stretch",
-             disabled=not may or snap.state != lab.READY):
+             disabled=not may or not lab.ready()):
     ui.act(lab, lab.run_load, lab.load_spec("vllm-5-batch", max_tokens=max_tokens, temperature=temperature))
-if snap.state != lab.READY:
+if not lab.ready():
     st.caption(_("The vLLM buttons need a ready server: start it on the Server page."))
+elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; the naive ones run here
+    st.caption(ui.plain(_("The vLLM buttons measure the server at {url} ({model}); the naive baseline runs on this "
+                          "machine, so the comparison is fair only when both have the same hardware.",
+                          url=remote.url, model=remote.model)))
 
 
 @st.fragment(run_every=1)

@@ -17,6 +17,52 @@ st.title(_("vLLM server"))
 st.caption(_("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
              "and begin serving. Every setting shows up in the command line below, ready to paste in a terminal."))
 
+# -- a server this app did not start ---------------------------------------------------------
+remote = lab.attached()  # the server at a URL every page measures now, or None: our own
+may = ui.can_act(lab)
+with st.expander(_("Connect to an existing server"), expanded=remote is not None, icon=":material/link:"):
+    if remote is None:
+        st.caption(_("Measure a vLLM (or other OpenAI-compatible) server that is already running, on this machine "
+                     "or elsewhere: the Load test, Chat and Naive vs vLLM pages then send their requests there, for "
+                     "every viewer, until you disconnect. The key stays in this app's memory only: it is never "
+                     "saved, exported or shown."))
+        with st.form("attach", clear_on_submit=True, border=False):
+            a1, a2, a3 = st.columns([3, 2, 2])
+            url = a1.text_input(_("Server URL"), placeholder="http://127.0.0.1:8000",
+                                help=_("The server's address: http://host:8000, its /v1, or a router's path prefix "
+                                       "such as https://gateway/team-a/v1."))
+            key = a2.text_input(_("API key (if it needs one)"), type="password",
+                                help=_("Sent as 'Authorization: Bearer' with every request; kept in memory only."))
+            wanted = a3.text_input(_("Model (if it serves several)"), placeholder=_("the first it lists"))
+            if st.form_submit_button(_("Connect"), icon=":material/link:", disabled=not may):
+                ui.act(lab, lab.attach, url, key or None, wanted or None, rerun=True)
+    else:
+        st.success(ui.plain(_("Connected to {url}: every page measures this server.", url=remote.url)),
+                   icon=":material/link:")
+        r1, r2, r3, r4 = st.columns([3, 2, 2, 2])  # a model id is long: its column is wider
+        r1.metric(_("Model"), remote.model)
+        r2.metric(_("Max model length"), number(remote.max_model_len) if remote.max_model_len else "–",
+                  help=_("As the server's model card says (vLLM's max_model_len); the app stops its sliders there."))
+        r3.metric(_("vLLM version"), remote.version or "–")
+        r4.metric(_("API key"), remote.key or _("none"))
+        if not remote.max_model_len:
+            st.caption(_("The server does not say its max-model-len: a too-long request is refused by the server "
+                         "itself, and its failure says so."))
+        if len(remote.models) > 1:
+            st.caption(ui.plain(_("It serves {models}: disconnect and name another in the Model field to measure it.",
+                                  models=", ".join(remote.models))))
+        if not remote.vllm:
+            st.warning(_("This server does not say it is vLLM: load tests and chat work as on any OpenAI-compatible "
+                         "server, and vLLM's own numbers (its counters, its max-model-len) may be missing."),
+                       icon=":material/warning:")
+        if remote.metrics:
+            st.caption(_("vLLM's /metrics are readable: the Monitor charts its counters, and each run is checked "
+                         "against the server's own count of the tokens it generated."))
+        else:
+            st.warning(ui.plain(remote.metrics_said), icon=":material/monitoring:")
+        if st.button(_("Disconnect"), icon=":material/link_off:", disabled=not may):
+            ui.act(lab, lab.detach, rerun=True)
+
 # -- model -----------------------------------------------------------------------------------
 left, right = st.columns([3, 2], gap="large")
 with left:
@@ -186,24 +232,29 @@ if cfg and spec:
 
 # -- lifecycle -------------------------------------------------------------------------------
 state = lab.server_snapshot().state  # the buttons are drawn for this state; the sidebar redraws on a change
-may = ui.can_act(lab)
+# Connected to a server at a URL: the app neither starts nor stops it, nor its own meanwhile.
+elsewhere = (_("Connected to {url}: the app does not start or stop a server it did not start. Disconnect above to "
+               "run a server here.", url=remote.url) if remote else None)
+if elsewhere:
+    st.info(ui.plain(elsewhere), icon=":material/link:")
 if leftover := lab.leftovers():
     st.warning(ui.plain(leftover), icon=":material/memory:")
     if st.button(_("Clear leftovers"), icon=":material/cleaning_services:", disabled=not may):
         if cleared := ui.act(lab, lab.clear_leftovers):
             st.toast(ui.plain(cleared))
         st.rerun()
-if state not in (STARTING, READY) and (foreign := lab.foreign_holders()):
+if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):
     st.info(ui.plain(foreign), icon=":material/info:")
 b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
 if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
-             disabled=not may or cfg is None or state in (STARTING, READY)):
+             disabled=not may or cfg is None or state in (STARTING, READY) or remote is not None, help=elsewhere):
     ui.act(lab, lab.start_server, cfg, spec, rerun=True)
-if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY)):
+if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY),
+             help=elsewhere):
     with st.spinner(_("Stopping vLLM and every process it started…")):
         ui.act(lab, lab.stop_server, rerun=True)
 if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
-             disabled=not may or cfg is None or state not in (READY, FAILED)):
+             disabled=not may or cfg is None or state not in (READY, FAILED) or remote is not None, help=elsewhere):
     with st.spinner(_("Stopping the old server…")):
         ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
 if not may:
@@ -248,4 +299,5 @@ def live_status() -> None:
         st.code("\n".join(s.log_tail[-40:]) or _("(no output yet)"), language="log")
 
 
-live_status()
+if remote is None:  # our own server's state, stage and log; an attached one shows its own above
+    live_status()

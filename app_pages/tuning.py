@@ -42,7 +42,13 @@ max_tokens = st.slider(_("Max tokens per answer"), 16, max(tokens_hi, 20), min(s
                        if shortest and shortest <= 512 else _("The lab uses 100."))
 
 run = False
-if snap.config is None:
+if remote := lab.attached():  # tuning restarts a server, and the app restarts only its own
+    st.info(ui.plain(_("Tuning restarts the server with each row, and the app restarts only a server it started: "
+                       "disconnect from {url} on the Server page to tune a server here.", url=remote.url)),
+            icon=":material/link:")
+    st.button(_("Restart vLLM and compare"), type="primary", icon=":material/play_arrow:", disabled=True,
+              help=_("Disconnect from the server at a URL first (Server page)."))
+elif snap.config is None:
     st.info(_("Start the server once on the Server page: tuning reuses its model and other settings."),
             icon=":material/info:")
 else:

@@ -220,7 +220,8 @@ def _cmd_run(args) -> int:
     if args.json:
         _check_writable(args.json)
     store = RunStore()
-    target = Target.at(args.url, args.model_name) if args.url else None
+    # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
+    target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
     cfg, spec = (None, None) if args.url else _config(args)
     load = scn.load_spec(num_requests=8 if scn.kind == "sweep" else None, max_tokens=args.max_tokens)
     if target is not None:
@@ -460,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the scenarios").set_defaults(func=_cmd_list)
     r = sub.add_parser("run", help="run a scenario headless and save it to the history")
     r.add_argument("scenario")
-    r.add_argument("--url", help="an already running server (else one is started with the options below)")
+    r.add_argument("--url", help="an already running server, its root, /v1 or a router's prefix (else one is started "
+                                 "with the options below); its API key, if any, from $OPENAI_API_KEY")
     r.add_argument("--model-name", help="served model name at --url (default: asked from /v1/models)")
     r.add_argument("--max-tokens", type=int)
     r.add_argument("--concurrency", type=int)

@@ -29,10 +29,26 @@ from engine.serving import leftovers as orphans
 from engine.serving import models, vllm_log
 from engine.serving import server as server_mod
 from engine.serving.config import ServerConfig
+from engine.serving.endpoint import masked
 from engine.serving.flags import known_flags
 from engine.serving.server import READY, STARTING, VLLMServer
 
 DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
+
+
+@dataclass(frozen=True)
+class Attached:
+    """The server at a URL the app measures instead of its own, as the pages show it: never its key."""
+
+    url: str  # its root (no /v1, no secrets)
+    model: str
+    models: tuple[str, ...]  # every model it serves
+    max_model_len: int | None
+    vllm: bool  # it says it is vLLM (model cards or /metrics)
+    metrics: bool  # vLLM's /metrics readable: the Monitor's counters and each run's server token count
+    metrics_said: str  # why not, when not (a Message)
+    version: str | None
+    key: str  # masked: "" without one
 
 
 @dataclass
@@ -62,11 +78,13 @@ class Lab:
     def __init__(self, port: int = DEFAULT_PORT, store: RunStore | None = None, telemetry_interval_s: float = 1.0,
                  listen_host: str = "127.0.0.1", presenter_token: str | None = None):
         self.server = VLLMServer(port=port)
+        self.remote: Target | None = None  # a server at a URL, measured instead of our own (attach)
         self.jobs = JobManager()
         self.store = store or RunStore()
         self.telemetry = Telemetry(
             server_pid=lambda: self.server.snapshot().pid,
             metrics_url=self._metrics_url,
+            metrics_headers=self._metrics_headers,
             extra_pids=self._worker_pids,
             interval_s=telemetry_interval_s,
         )
@@ -172,10 +190,40 @@ class Lab:
         self._start(cfg, spec)
 
     def _start(self, cfg: ServerConfig, spec: models.ModelSpec | None) -> None:
+        if self.remote is not None:
+            raise ServerBusy(say("The app is connected to {url}: disconnect on the Server page first, then start a "
+                                 "server here.", url=self.remote.base_url))
         if self.device == "cuda" and self._worker_pids():
             raise ServerBusy(say("The naive baseline still holds the GPU: wait for it to finish or cancel it, then "
                                  "start vLLM."))
         self.server.start(cfg, model_max_len=spec.max_len if spec else None, known_flags=self._flags)
+
+    # -- a server this app did not start ---------------------------------------------------------
+    @presenter_only
+    def attach(self, url: str, api_key: str | None = None, model: str | None = None) -> Attached:
+        """Measure the OpenAI-compatible server at `url` instead of our own, for every page and viewer,
+        until detach(). The key stays in this process's memory: sent with each request, never stored,
+        logged or shown. An EndpointError (one sentence) when it cannot be measured."""
+        if self.server.snapshot().state in (READY, STARTING):
+            raise ServerBusy(say("This app's own vLLM server is running: stop it first, then connect (the app "
+                                 "measures one server at a time)."))
+        if (job := self.measuring()) is not None:
+            raise ServerBusy(say("'{label}' is measuring: wait for it to end or cancel it, then connect.",
+                                 label=job.label))
+        self.remote = Target.at(url, model or None, api_key or None)
+        self.server.mark(say("connected to {url}", url=self.remote.base_url))
+        return self.attached()
+
+    @presenter_only
+    def detach(self) -> None:
+        """Forget the attached server (and its key); the app's own server can be started again."""
+        if self.remote is not None:
+            self.server.mark(say("disconnected from {url}", url=self.remote.base_url))
+        self.remote = None
+
+    def _target(self) -> Target:
+        """What runs and chat aim at: the attached server, else our own ready one (ServerBusy)."""
+        return self.remote or Target.of(self.server)
 
     def leftovers(self) -> str | None:
         """The sentence about an earlier server's processes still holding memory, if there are any."""
@@ -195,6 +243,7 @@ class Lab:
         return self._foreign[1]
 
     def server_ready(self) -> ServerConfig:
+        """The settings of our own ready server (ServerBusy when it is not ready)."""
         cfg = Target.of(self.server).config
         assert cfg is not None
         return cfg
@@ -208,14 +257,14 @@ class Lab:
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
         """Submit a load test against the running server (spec: engine.measure.spec.LoadSpec)."""
-        target = Target.of(self.server)
+        target = self._target()
         spec = target.aim(spec)
         return self.jobs.submit("load", label or spec.label or spec.scenario,
                                 lambda job: self._runner(job).load(spec, target))
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
-        target = Target.of(self.server)
+        target = self._target()
         spec = target.aim(spec)
         return self.jobs.submit("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]),
                                 lambda job: self._runner(job).sweep(spec, levels, target))
@@ -223,6 +272,9 @@ class Lab:
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
+        if self.remote is not None:
+            raise ServerBusy(say("Tuning restarts a server this app started, and {url} is not one: disconnect on "
+                                 "the Server page to tune a server here.", url=self.remote.base_url))
         check_tuning(configs, spec, known_flags=self._flags)
         return self.jobs.submit("tuning", say("tuning comparison"),
                                 lambda job: self._runner(job).tuning(self.server, configs, spec))
@@ -293,7 +345,7 @@ class Lab:
             if self.access.locked:
                 raise NotPresenter(self.access.why_not())
             self.chat_rate.admit(caller or "anonymous", messages, max_tokens)
-        cfg = self.server_ready()
+        target = self._target()
         while not presenter and not self.chat_under_load and (job := self.measuring()) is not None:
             if on_wait is not None:
                 on_wait(say("'{label}' is measuring: your message is sent the moment it ends.", label=job.label))
@@ -303,8 +355,8 @@ class Lab:
         with self._chat_lock:
             self._chats.append(span)
         try:
-            yield from stream_chat(cfg.base_url, cfg.model_name, messages, record, max_tokens=max_tokens,
-                                   temperature=temperature, api_key=cfg.api_key, stop=stop)
+            yield from stream_chat(target.base_url, target.model, messages, record, max_tokens=max_tokens,
+                                   temperature=temperature, api_key=target.api_key, stop=stop)
         finally:
             span[1] = time.time()
 
@@ -336,8 +388,14 @@ class Lab:
         return {mark("naive worker"): j.worker_pid for j in self.jobs.active() if j.worker_pid}
 
     def _metrics_url(self) -> str | None:
+        if (remote := self.remote) is not None:
+            return remote.base_url + "/metrics" if remote.endpoint and remote.endpoint.metrics else None
         snap = self.server.snapshot()
         return snap.config.base_url + "/metrics" if snap.state == READY and snap.config else None
+
+    def _metrics_headers(self) -> dict[str, str]:
+        key = self.remote.api_key if self.remote is not None else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _warm_up(self) -> None:
         """While the app starts: the flags this vLLM knows, then the machine's description, whose CPU memory
@@ -368,9 +426,25 @@ class Lab:
         return self.server.port
 
     def serving_max_len(self) -> int | None:
-        """The ready server's max-model-len (it refuses longer answers); None while none is ready."""
+        """The ready server's max-model-len (it refuses longer answers); None while none is ready, or
+        when the attached server does not say."""
+        if self.remote is not None:
+            return self.remote.max_model_len
         snap = self.server.snapshot()
         return snap.config.max_model_len if snap.state == READY and snap.config else None
+
+    def ready(self) -> bool:
+        """A server to measure and chat with: an attached one, or our own once ready."""
+        return self.remote is not None or self.server.snapshot().state == READY
+
+    def attached(self) -> Attached | None:
+        """The server at a URL the app measures now, as the pages show it (its key masked); None: our own."""
+        t = self.remote
+        if t is None or t.endpoint is None:
+            return None
+        e = t.endpoint
+        return Attached(t.base_url, t.model, tuple(e.models), t.max_model_len, e.vllm, e.metrics, e.metrics_said,
+                        e.version, masked(t.api_key))
 
     def startup_fraction(self, stage: str) -> float:
         """How far a starting server has come, by the startup stage its log shows (for a progress bar)."""
@@ -555,10 +629,11 @@ class Lab:
         None while no server is ready."""
         from engine.measure import snippets
 
-        snap = self.server.snapshot()
-        if snap.state != READY or snap.config is None:
+        try:
+            target = self._target()
+        except ServerBusy:
             return None
-        return snippets.chat_code(snap.config, prompt, max_tokens=max_tokens, temperature=temperature,
+        return snippets.chat_code(target.config or target, prompt, max_tokens=max_tokens, temperature=temperature,
                                   earlier_turns=earlier_turns, lang=lang)
 
     # service-level objectives: each viewer's own limits (Slo(ttft_ms=..., tpot_ms=...); DEFAULT_SLO, a chat

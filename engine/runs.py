@@ -11,13 +11,11 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field, replace
 
-import httpx
 import psutil
 
-from engine.errors import ConfigError, LabError, ServerBusy
+from engine.errors import ConfigError, ServerBusy
 from engine.measure import ceiling, loadgen
 from engine.measure.progress import Progress
 from engine.measure.slo import Slo, record_goodput
@@ -28,18 +26,21 @@ from engine.messages import mark, say
 from engine.observe import hardware
 from engine.observe.telemetry import read_generation_tokens, read_prefix_cache, read_process_start
 from engine.results.records import Notes, RunResult
-from engine.serving import proctree
+from engine.serving import endpoint, proctree
 from engine.serving.config import ServerConfig
+from engine.serving.endpoint import Endpoint
 from engine.serving.server import READY, VLLMServer
 
 
 @dataclass(frozen=True)
 class Target:
-    """The server a load goes to: one this app started (`config` set) or one at a URL it did not."""
+    """The server a load goes to: one this app started (`config` set) or one at a URL it did not
+    (`endpoint` set by `at`: what it said about itself). The key is sent with each request and never
+    stored with a run nor shown (repr leaves it out)."""
 
     base_url: str
     model: str
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     max_model_len: int | None = None  # longest prompt + answer it accepts; None when it does not say
     config: ServerConfig | None = None
     kv_cache_tokens: int | None = None
@@ -47,6 +48,12 @@ class Target:
     # Which start of the server this is (engine.measure.warmth): its host, pid and start time for one this
     # app started, its URL and process start time (from /metrics) for one at a URL; None: it does not say
     instance: str | None = None
+    endpoint: Endpoint | None = None
+
+    @property
+    def model_name(self) -> str:
+        """The name requests carry (as ServerConfig calls it)."""
+        return self.model
 
     @classmethod
     def of(cls, server: VLLMServer) -> "Target":
@@ -60,18 +67,21 @@ class Target:
 
     @classmethod
     def at(cls, url: str, model: str | None = None, api_key: str | None = None) -> "Target":
-        """A running OpenAI-compatible server at `url`, serving `model` (default: the first it lists)."""
-        names, max_len = server_info(url, api_key)
+        """A running OpenAI-compatible server at `url` (its root, /v1 or a router's path prefix), serving
+        `model` (default: the first it lists); an EndpointError says why it cannot be measured."""
+        found = endpoint.discover(url, api_key)
+        names = list(found.models)
         model = model or names[0]
         if model not in names and len(names) > 1:
             raise ConfigError(say("The server at {url} serves no model named '{model}': pass --model-name {first} "
-                                  "(it serves {names}).", url=url, model=model, first=names[0], names=", ".join(names)))
+                                  "(it serves {names}).", url=found.base_url, model=model, first=names[0],
+                                  names=", ".join(names)))
         if model not in names:
             raise ConfigError(say("The server at {url} serves no model named '{model}': pass --model-name {first}.",
-                                  url=url, model=model, first=names[0]))
-        started = read_process_start(url, api_key)
-        return cls(url, model, api_key, max_len,
-                   instance=None if started is None else f"{url.rstrip('/')} started {started:.2f}")
+                                  url=found.base_url, model=model, first=names[0]))
+        started = read_process_start(found.base_url, api_key)
+        return cls(found.base_url, model, api_key, found.models[model], endpoint=found,
+                   instance=None if started is None else f"{found.base_url.rstrip('/')} started {started:.2f}")
 
     def aim(self, spec: LoadSpec) -> LoadSpec:
         """`spec` sent here, checked against what this server accepts (ConfigError)."""
@@ -82,8 +92,13 @@ class Target:
     def stamp(self, result: RunResult) -> RunResult:
         """Mark a run with what it ran on, so a saved run explains itself anywhere."""
         result.model = self.model
-        result.hardware = result.hardware or hardware.describe()
-        result.versions = result.versions or hardware.versions()
+        if self.config is None:  # a server at a URL: its address (no secrets in it, see endpoint.root_url)
+            result.extra.endpoint, result.extra.keyed = self.base_url, bool(self.api_key)
+        if self.endpoint is not None:  # its machine is not this one: only what it says of itself
+            version = self.endpoint.version
+            result.versions = result.versions or ({"vllm": version} if version else {})
+        result.hardware = result.hardware or ({} if self.endpoint else hardware.describe())
+        result.versions = result.versions or ({} if self.endpoint else hardware.versions())
         if self.config is not None:
             result.config = self.config.to_dict()
             result.command = self.config.shell_command()
@@ -171,41 +186,15 @@ class ServerCount:
 
 def check_url(url: str) -> str:
     """The URL of a server to measure, or ConfigError with one sentence."""
-    try:
-        parts = urlsplit(url)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ConfigError(say("'{url}' is not a server address: give one like http://127.0.0.1:9000.", url=url))
+    endpoint.root_url(url)
     return url
 
 
 def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | None]:
-    """The model names a running OpenAI-compatible server serves and vLLM's max_model_len (None when
-    it does not say), from GET /v1/models."""
-    check_url(url)
-    why = ""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        resp = httpx.get(url.rstrip("/").removesuffix("/v1") + "/v1/models", headers=headers, timeout=5,
-                         trust_env=False)
-        if resp.status_code != 200:
-            why = f"HTTP {resp.status_code}"
-        else:
-            data = resp.json()["data"]
-            names = [m["id"] for m in data]
-            if names:
-                lens = [m.get("max_model_len") for m in data if isinstance(m.get("max_model_len"), int)]
-                return names, min(lens, default=None)
-            why = say("it serves no model")
-    except httpx.HTTPError as e:
-        why = str(e) or type(e).__name__
-    except (KeyError, TypeError, ValueError) as e:
-        why = say("its /v1/models answer is not OpenAI-style ({kind})", kind=type(e).__name__)
-    raise LabError(say("No OpenAI-compatible server answered at {url} ({why}): check the URL, or leave --url out "
-                       "to let the app start one.", url=url, why=why))
+    """The model names a running OpenAI-compatible server serves and the shortest max_model_len vLLM
+    gives them (None when it does not say), from GET /v1/models."""
+    found = endpoint.discover(url, api_key)
+    return list(found.models), min((n for n in found.models.values() if n is not None), default=None)
 
 
 def tuning_label(cfg: ServerConfig) -> str:

@@ -118,7 +118,7 @@ BAD_ARGV = [
     (["run", "no-such-thing"], "There is no scenario 'no-such-thing'"),
     (["run", "naive-5", "--url", DEAD], "The naive scenario runs transformers itself, with no server"),
     (["run", "tuning", "--url", DEAD], "The tuning scenario restarts the server with each setting"),
-    (["run", "concurrent-10", "--url", DEAD], f"No OpenAI-compatible server answered at {DEAD}"),
+    (["run", "concurrent-10", "--url", DEAD], f"Nothing answers at {DEAD}"),
     (["run", "concurrent-10", "--url", "localhost:9000"], "'localhost:9000' is not a server address"),
     (["run", "concurrent-10", "--url", "http://[::1"], "is not a server address"),
     (["run", "concurrent-10", "--url", "http://127.0.0.1:99999"], "is not a server address"),

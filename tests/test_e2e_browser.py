@@ -324,3 +324,39 @@ def _session_members(sid: int) -> list[int]:
         except (OSError, psutil.Error):
             pass
     return out
+
+
+# -- i. a server this app did not start, connected by URL ------------------------------------------------
+def test_a_server_connected_by_url_is_load_tested_and_never_shows_its_key(browser, vllm_server, tmp_path):
+    """An app with no server of its own connects to the session's vLLM by URL (issue #13) and load-tests it;
+    the key typed in is never sent back to the page."""
+    key = "sk-e2e-NEVER-SHOWN-0b1d"
+    url = vllm_server.base_url.rstrip("/")
+    env = {"SERVING_LAB_VLLM_PORT": str(free_port()), "SERVING_LAB_RUNTIME": str(tmp_path / "runtime"),
+           "SERVING_LAB_DB": str(tmp_path / "history.sqlite")}
+    with StreamlitApp(env, tmp_path / "streamlit.log") as app:
+        ctx = browser.new_context(viewport=VIEWPORT)
+        page = ctx.new_page()
+        try:
+            goto(page, app, "", title="vLLM server")
+            page.get_by_text("Connect to an existing server").first.click()
+            page.get_by_role("textbox", name="Server URL").fill(url + "/v1")
+            page.get_by_role("textbox", name="API key (if it needs one)").fill(key)
+            button(page, "Connect").click()
+            expect(page.get_by_text("every page measures this server")).to_be_visible(timeout=30000)
+            expect(metric(page, "Max model length")).to_have_text("2,048")
+            expect(button(page, "Start")).to_be_disabled()
+            expect(page.locator("[data-testid=stSidebar]").get_by_text("connected")).to_be_visible()
+            shot(page, "remote_server")
+            goto(page, app, "load_test", title="Load test")
+            expect(page.get_by_text(f"Requests go to {vllm_server.model} at")).to_be_visible()
+            page.get_by_role("spinbutton", name="Number of requests").fill("2")
+            button(page, "Run load test").click()
+            expect(metric(page, "OK / failed")).to_have_text("2 / 0", timeout=240000)
+            shot(page, "remote_load_test")
+            goto(page, app, "monitor", title="Monitor")
+            expect(page.get_by_text(f"not available for the server at {url}")).to_be_visible()
+            assert key not in page.content()
+        finally:
+            ctx.close()
+        assert key not in app.log_tail(10_000)

@@ -461,3 +461,82 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         assert "by requests in flight: 1: " in said and " · 8: 2.50 · " in said
     finally:
         lab.jobs = jobs
+
+
+def _drawn(node) -> str:
+    """Everything a page sent to the browser: each element's message, the widgets' values included."""
+    own = str(getattr(node, "proto", "") or "")
+    return own + "".join(_drawn(c) for c in getattr(node, "children", {}).values())
+
+
+def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
+    """Issue #13: the Server page's "Connect to an existing server" attaches the session's real vLLM by URL
+    (with a made-up key: vLLM without --api-key accepts any); then a load test and a chat go there, every page
+    renders, and what cannot work on a server the app did not start is greyed with the reason."""
+    import ui
+
+    key = "sk-apptest-NEVER-SHOWN-91c2"
+    url = vllm_server.base_url.rstrip("/")
+    lab = ui.get_lab()
+    try:
+        at = _page("app_pages/server.py")
+        form = {t.label: t for t in at.text_input}
+        form["Server URL"].set_value(url + "/v1")
+        form["API key (if it needs one)"].set_value(key)
+        next(b for b in at.button if b.label == "Connect").click().run()
+        assert not at.exception and not _errors(at), _errors(at)
+        assert any(f"Connected to {url}" in s.value.replace("\\", "") for s in at.success)
+        shown = {m.label: m.value for m in at.metric}
+        assert shown["Model"] == vllm_server.model and shown["Max model length"] == "2,048"
+        assert shown["API key"] == "••••••••"
+        buttons = {b.label: b for b in at.button}
+        assert buttons["Start"].disabled and buttons["Restart"].disabled and buttons["Stop"].disabled
+        assert "does not start or stop a server it did not start" in buttons["Start"].help
+        assert "connected" in _sidebar_text(at)
+
+        at.switch_page("app_pages/load.py").run()
+        assert not at.exception
+        at.number_input[0].set_value(2)  # requests
+        at.slider[0].set_value(16)  # max tokens per answer
+        next(b for b in at.button if b.label == "Run load test").click().run()
+        assert not _errors(at), _errors(at)
+        job = lab.latest_job("load")
+        deadline = time.time() + 300  # a liveness bound
+        while job.active and time.time() < deadline:
+            time.sleep(0.2)
+        assert job.status == "done", job.error
+        assert job.result.extra.endpoint == url
+        at.run()
+        assert not at.exception and any(m.label == "OK / failed" and m.value == "2 / 0" for m in at.metric)
+
+        at.switch_page("app_pages/chat.py").run()
+        assert not at.chat_input[0].disabled
+        at.chat_input[0].set_value("Say hi.").run()
+        assert not at.exception and not _errors(at), _errors(at)
+        assert any("TTFT" in c.value for c in at.caption)
+
+        at.switch_page("app_pages/monitor.py").run()
+        assert not at.exception
+        assert any(f"not available for the server at {url}" in i.value.replace("\\", "") for i in at.info)
+        at.switch_page("app_pages/tuning.py").run()
+        tune = next(b for b in at.button if b.label == "Restart vLLM and compare")
+        assert tune.disabled and "Disconnect" in tune.help
+        at.switch_page("app_pages/naive_vs_vllm.py").run()
+        assert not at.exception
+        assert not next(b for b in at.button if b.label.startswith("2 · vLLM")).disabled
+        at.switch_page("app_pages/history.py").run()
+        assert not at.exception
+        assert url in at.dataframe[0].value["server"].tolist()
+
+        for page in PAGES:  # nothing anywhere shows the key
+            at.switch_page(page).run()
+            assert not at.exception
+            drawn = _drawn(at._tree)
+            assert "135M" in drawn and key not in drawn  # the sidebar names the model on every page; never the key
+
+        at.switch_page("app_pages/server.py").run()
+        next(b for b in at.button if b.label == "Disconnect").click().run()
+        assert lab.attached() is None
+        assert not {b.label: b for b in at.button}["Start"].disabled
+    finally:
+        lab.detach()

@@ -69,7 +69,7 @@ def stream_chat(base_url: str, model: str, messages: list[dict], record: Request
                 timeout_s: float = 120) -> Iterator[str]:
     """Yield the answer's text as it arrives, filling `record` (send at 0; first token, every chunk and
     the end in seconds after it; tokens from the server's usage). A stop event ends it early."""
-    client = openai.OpenAI(base_url=base_url.rstrip("/") + "/v1", api_key=api_key or "EMPTY",
+    client = openai.OpenAI(base_url=base_url.rstrip("/").removesuffix("/v1") + "/v1", api_key=api_key or "EMPTY",
                            timeout=openai.Timeout(timeout_s, connect=5.0), max_retries=0)
     t0 = time.perf_counter()
     try:

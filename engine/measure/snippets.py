@@ -34,10 +34,11 @@ def v1(base_url: str) -> str:
 
 
 # -- the three snippets -----------------------------------------------------------------------------
-def chat_code(server: ServerConfig, prompt: str, *, max_tokens: int, temperature: float,
+def chat_code(server: "ServerConfig | Any", prompt: str, *, max_tokens: int, temperature: float,
               earlier_turns: bool = False, lang: str = "en") -> str:
     """One streamed answer to `prompt` from `server`, printed as it arrives, then its TTFT and tokens (the
-    lab's step 5). `server.api_key` is never written, only whether there is one."""
+    lab's step 5). `server`: our ServerConfig or a runs.Target (its base_url, model_name, api_key);
+    `server.api_key` is never written, only whether there is one."""
     c = _Comments(lang)
     lines = [c.line(say("One streamed answer and its time to first token, as on the Chat page (the lab's step 5).")),
              "import os, time", "from openai import OpenAI", "",
@@ -99,7 +100,8 @@ def run_code(run: Any, lang: str = "en") -> str | None:
     """load_code for a stored run (its server's key, if it had one, is recorded only as "***"); None
     where spec_of has no spec."""
     spec = spec_of(run)
-    return None if spec is None else load_code(spec, key_needed=bool(run.config.get("api_key")), lang=lang)
+    keyed = bool(run.config.get("api_key")) or run.extra.keyed  # our server's, or one at a URL
+    return None if spec is None else load_code(spec, key_needed=keyed, lang=lang)
 
 
 # -- the parts ---------------------------------------------------------------------------------------

@@ -449,6 +449,10 @@ def token_check(notes: Notes) -> TokenCheck | None:
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}, likely because the run was "
                             "cancelled: the server counts what it generated for answers the client stopped "
                             "reading.", gap=gap, tolerance=TOKEN_TOLERANCE))
+        elif notes.endpoint and server > client:  # a server at a URL is often shared: it counts all its clients
+            said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}, likely because {url} served other "
+                            "clients meanwhile, whose tokens it counts too: measure it while it is otherwise idle to "
+                            "check the client's count.", gap=gap, tolerance=TOKEN_TOLERANCE, url=notes.endpoint))
         else:
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}: the client's token counts, and "
                             "the throughput made from them, are in doubt.", gap=gap, tolerance=TOKEN_TOLERANCE))

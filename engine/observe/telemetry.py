@@ -171,13 +171,16 @@ def process_tree_rss(pid: int | None) -> float:
 
 
 class Telemetry:
-    """Samples every `interval_s` into a ring buffer. `server_pid()` and `metrics_url()` are callables so
-    the sampler follows server restarts; `extra_pids()` adds e.g. the naive worker on CPU."""
+    """Samples every `interval_s` into a ring buffer. `server_pid()`, `metrics_url()` and `metrics_headers()`
+    are callables so the sampler follows server restarts and a server attached by URL; `extra_pids()`
+    adds e.g. the naive worker on CPU."""
 
     def __init__(self, server_pid: Callable[[], int | None], metrics_url: Callable[[], str | None],
-                 extra_pids: Callable[[], dict[str, int]] = dict, interval_s: float = 1.0, keep: int = 3600):
+                 extra_pids: Callable[[], dict[str, int]] = dict, interval_s: float = 1.0, keep: int = 3600,
+                 metrics_headers: Callable[[], dict[str, str]] = dict):
         self.server_pid = server_pid
         self.metrics_url = metrics_url
+        self.metrics_headers = metrics_headers  # a server at a URL may want its API key on /metrics too
         self.extra_pids = extra_pids
         self.interval_s = interval_s
         self._buf: deque[Sample] = deque(maxlen=keep)
@@ -221,7 +224,7 @@ class Telemetry:
         url = self.metrics_url()
         if url:
             try:
-                r = self._client.get(url)
+                r = self._client.get(url, headers=self.metrics_headers())
                 if r.status_code == 200:
                     s.metrics = parse_metrics(r.text)
             except httpx.HTTPError:

@@ -143,6 +143,8 @@ class Notes(_Typed):
     (`RunResult.extra`)."""
 
     cancelled: bool = False
+    endpoint: str = ""  # the address of a server this app did not start (no key, user or query in it)
+    keyed: bool = False  # an API key was sent to it (whether, never which: for the code behind the run)
     placeholder_text: bool = False  # random weights (shape-only model): the text means nothing
     kv_cache_tokens: int | None = None  # the server's KV capacity at startup
     max_concurrency_reported: float | None = None  # vLLM's "maximum concurrency" at startup

@@ -1,0 +1,170 @@
+"""A server this app did not start, found by its URL: the address normalised to the server's root (what
+`/v1/...` and `/metrics` hang off), what it serves discovered (GET /v1/models: the model ids and vLLM's
+`max_model_len`; GET /metrics: whether vLLM's counters are readable there; GET /version), and each way
+that can fail said in one sentence.
+
+The API key is only ever sent, in an `Authorization: Bearer` header, never kept here beyond the call.
+`engine.runs.Target.at` turns a discovered endpoint into the target a run aims at.
+See docs/architecture.md."""
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from engine.errors import ConfigError, LabError
+from engine.messages import say
+from engine.metrics import PROMETHEUS_PREFIX
+
+TIMEOUT_S = 5.0
+
+
+class EndpointError(LabError):
+    """The URL does not lead to an OpenAI-compatible server this app can measure (one sentence why)."""
+
+
+def root_url(url: str) -> str:
+    """The server's root from what a person pastes: `http://host:8000`, `http://host:8000/v1/`, or a
+    router's path prefix `https://gw/team-a/v1` (-> `https://gw/team-a`). ConfigError for an address
+    that is not http(s), or that carries a password or a query (the key has its own field)."""
+    text = (url or "").strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(say("'{url}' is not a server address: give one like http://127.0.0.1:8000 (http or "
+                              "https).", url=text))
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigError(say("Give the address without a user name, password or ?query (for example "
+                              "{plain}): a key goes in the API key field, which is never saved.",
+                              plain=urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
+                                                parts.path, "", ""))))
+    path = parts.path.rstrip("/").removesuffix("/v1").rstrip("/")
+    return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def v1(base_url: str) -> str:
+    """The OpenAI API's base (`…/v1`) of a server's root (tolerates a root already ending in /v1)."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/v1"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """What a server at a URL says about itself."""
+
+    base_url: str  # its root: no /v1, no secrets
+    models: dict[str, int | None]  # model id -> max_model_len (None when the card does not say)
+    vllm: bool  # its model cards or /metrics are vLLM's
+    metrics: bool  # vLLM's counters are readable at base_url/metrics
+    metrics_said: str = field(default="")  # why not, when they are not (a Message)
+    version: str | None = None  # GET /version's, when it answers
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def _why(e: httpx.HTTPError) -> str:
+    return str(e) or type(e).__name__
+
+
+def _unreachable(url: str, e: httpx.HTTPError) -> EndpointError:
+    """A connection that failed, said by what a person checks first."""
+    cause = e.__cause__ or e.__context__
+    if isinstance(cause, ssl.SSLError) or "SSL" in _why(e) or "CERTIFICATE" in _why(e).upper():
+        return EndpointError(say("The TLS handshake with {url} failed ({why}): check http versus https and that the "
+                                 "server's certificate is trusted here.", url=url, why=_why(e)))
+    if isinstance(e, httpx.TimeoutException) and not isinstance(e, httpx.ConnectTimeout):
+        return EndpointError(say("{url} accepted the connection but sent no answer within {s:g} s: check that it is "
+                                 "the server's address, and that the server is not stuck.", url=url, s=TIMEOUT_S))
+    return EndpointError(say("Nothing answers at {url} ({why}): check the address and port, and that the server "
+                             "is running and reachable from this machine.", url=url, why=_why(e)))
+
+
+def discover(url: str, api_key: str | None = None) -> Endpoint:
+    """The server at `url` (see root_url) as it describes itself; EndpointError (one sentence) when it
+    is not there, refuses the key, or is not an OpenAI-compatible server."""
+    base = root_url(url)
+    models_url = v1(base) + "/models"
+    with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=_headers(api_key)) as client:
+        try:
+            resp = client.get(models_url)
+        except httpx.HTTPError as e:
+            raise _unreachable(base, e) from None
+        if resp.status_code in (401, 403):
+            raise EndpointError(
+                say("The server at {url} refused the API key (HTTP {code}): enter the key it was started with "
+                    "(vLLM's --api-key).", url=base, code=resp.status_code) if api_key else
+                say("The server at {url} asks for an API key (HTTP {code}): enter it in the API key field.",
+                    url=base, code=resp.status_code))
+        cards = _model_cards(resp)
+        if cards is None:
+            got = say("HTTP {code}", code=resp.status_code) if resp.status_code != 200 else \
+                say("a {kind} page", kind=resp.headers.get("content-type", "").split(";")[0] or "non-JSON")
+            raise EndpointError(say("{url} answers, but not as an OpenAI-compatible server (GET {models} gave {got}): "
+                                    "give the address of the vLLM server or of its router, like http://host:8000 or "
+                                    "https://gateway/prefix/v1.", url=base, models=models_url, got=got))
+        if not cards:
+            raise EndpointError(say("The server at {url} serves no model yet: wait until it has loaded one, then "
+                                    "connect again.", url=base))
+        models = {str(c["id"]): c.get("max_model_len") if isinstance(c.get("max_model_len"), int) else None
+                  for c in cards}
+        metrics, metrics_said, vllm_metrics = _metrics(client, base)
+        version = _version(client, base)
+    vllm = vllm_metrics or any(c.get("owned_by") == "vllm" for c in cards)
+    return Endpoint(base, models, vllm, metrics, metrics_said, version)
+
+
+def _model_cards(resp: httpx.Response) -> list[dict] | None:
+    """The model cards of an OpenAI-style GET /v1/models answer; None when it is not one."""
+    if resp.status_code != 200:
+        return None
+    try:
+        data = resp.json()["data"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not isinstance(data, list) or not all(isinstance(c, dict) and "id" in c for c in data):
+        return None
+    return data
+
+
+def _metrics(client: httpx.Client, base: str) -> tuple[bool, str, bool]:
+    """(readable, why not, vLLM's names seen) for base/metrics. A router (vLLM production-stack, llm-d) or
+    a gateway often publishes its own metrics or none: the runs still work, without vLLM's counters."""
+    url = base + "/metrics"
+    try:
+        resp = client.get(url)
+    except httpx.HTTPError as e:
+        return False, say("{url} did not answer ({why}): the charts of vLLM's counters and the server's token count "
+                          "are left out.", url=url, why=_why(e)), False
+    if resp.status_code in (401, 403):
+        return False, say("{url} refuses this key (HTTP {code}): the charts of vLLM's counters and the server's token "
+                          "count are left out.", url=url, code=resp.status_code), False
+    if resp.status_code != 200:
+        return False, say("{url} answers HTTP {code} (a router or gateway often hides vLLM's /metrics): the charts "
+                          "of vLLM's counters and the server's token count are left out.",
+                          url=url, code=resp.status_code), False
+    if PROMETHEUS_PREFIX not in resp.text:
+        return False, say("{url} holds none of vLLM's counters (likely a router's or gateway's own metrics): the "
+                          "charts of vLLM's counters and the server's token count are left out.", url=url), False
+    return True, "", True
+
+
+def _version(client: httpx.Client, base: str) -> str | None:
+    """vLLM's GET /version ({"version": "0.11.0"}); None when it does not answer so."""
+    try:
+        resp = client.get(base + "/version")
+        v = resp.json().get("version") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return str(v) if v else None
+
+
+def masked(api_key: str | None) -> str:
+    """How a key is shown: its presence and length class, never a character of it."""
+    return "••••••••" if api_key else ""
