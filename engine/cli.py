@@ -54,7 +54,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype")
     p.add_argument("--max-model-len", type=int, help="default: 2048, or less when the model's limit is lower")
     p.add_argument("--gpu-memory-utilization", type=float, help="GPU only: the fraction vLLM may take (default 0.85)")
-    p.add_argument("--kv-cache-gib", type=int, help="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB, default 2)")
+    p.add_argument("--kv-cache-gib", type=float, help="CPU only: the KV cache in GiB (default 2; a fraction such as 0.01 squeezes it)")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, help="GPU only: GPUs to split the model over (default 1)")
@@ -190,7 +190,7 @@ def _cmd_list(args) -> int:
 def _cmd_run(args) -> int:
     """A scenario through engine.runs, the path the app's jobs take, in the foreground: against --url,
     or a server started here (every option checked before it starts) and stopped at the end."""
-    from engine.measure import scenarios
+    from engine.measure import kvcache, scenarios
     from engine.measure.progress import Console
     from engine.results.store import RunStore
     from engine.runs import Runner, Target, check_tuning
@@ -233,7 +233,7 @@ def _cmd_run(args) -> int:
         srv = VLLMServer(port=cfg.port)
         try:
             if scn.kind == "tuning":
-                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len)
+                results = runner.tuning(srv, configs, load, model_max_len=spec.max_len, scenario=scn.name)
             else:
                 srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
                 target = Target.of(srv)
@@ -242,6 +242,8 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r))
+        if scn.name == "kv-squeeze" and (sentence := kvcache.said(r)):
+            _print(f"  {sentence}")
     if slo is not None and scn.kind == "sweep":
         from engine.measure import slo as slos
 
