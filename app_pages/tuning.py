@@ -94,7 +94,7 @@ results()
 st.subheader(_("The KV cache as the scarce resource"))
 squeeze = lab.scenario("kv-squeeze")
 st.caption(_("The same {n} concurrent answers of {tokens} tokens on a KV cache too small for them, then on one with "
-             "room to spare. Watch the Monitor meanwhile: requests wait, the cache sits at 100% and requests are "
+             "room to spare. Watch the Monitor meanwhile: requests wait, the cache stays full and requests are "
              "preempted (their blocks taken back; they start again).", n=squeeze.concurrency,
              tokens=squeeze.max_tokens))
 if snap.config is not None and st.button(_("Squeeze the KV cache and compare"), icon=":material/compress:",

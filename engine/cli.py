@@ -224,7 +224,7 @@ def _cmd_run(args) -> int:
         from engine.serving.server import VLLMServer
 
         hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
-        configs = [cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [cfg]
+        configs = scenarios.configs_for(scn, cfg) if scn.kind == "tuning" else [cfg]
         if scn.kind == "tuning":
             check_tuning(configs, load, model_max_len=spec.max_len)
         else:
@@ -288,7 +288,10 @@ def _check_run_options(scn, args) -> list[int] | None:
     elif args.model_name:
         raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
                           "model of a server it starts.")
-    if scn.kind == "tuning" and (given := _given(args, tuple(scn.configs[0]))):
+    # the options a comparison sets itself (a squeezed KV cache is --kv-cache-gib on the command line)
+    sets = {{"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}.get(k, k)
+            for c in scn.configs for k in c}
+    if scn.kind == "tuning" and (given := _given(args, tuple(sorted(sets)))):
         raise ConfigError(f"The tuning scenario sets {_flag(given[0])} itself for each configuration it compares: "
                           f"leave {_flag(given[0])} out.")
     if args.max_tokens is not None:
@@ -335,6 +338,12 @@ def summary_table(r) -> str:
         *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
     ]
+    n = r.extra
+    if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.kvcache.KvWatch
+        cap = f"{n.kv_cache_tokens:,} tokens, " if n.kv_cache_tokens else ""
+        peak = f"{n.peak_kv_usage:.0%}" if n.peak_kv_usage is not None else "–"
+        lines.append(f"KV cache               {cap}peak {peak} used, {n.preemptions if n.preemptions is not None else '–'}"
+                     f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
     slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]

@@ -406,7 +406,9 @@ class Lab:
         if base is None:
             raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
                                  "settings."))
-        return [base.with_changes(**c) for c in self.scenario(name).configs]
+        from engine.measure import scenarios
+
+        return scenarios.configs_for(self.scenario(name), base)
 
     @staticmethod
     def kv_rows(runs: list[RunResult]) -> list[dict]:

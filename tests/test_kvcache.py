@@ -103,6 +103,20 @@ def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
     assert str(kvcache.said(roomy)).endswith("need 1,840, which fits: none waited and none was preempted.")
 
 
+def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded_model):
+    """1.5 requests of max-model-len 256 at SmolLM2-135M's 23,040 bytes a token: 8,847,360 bytes, rounded
+    up, which vLLM cuts into 3 blocks of 128 (384 tokens); the room config keeps whole GiB."""
+    from engine.serving.config import ServerConfig
+
+    base = ServerConfig.for_model(embedded_model, "cpu")
+    squeezed, roomy = scenarios.configs_for(scenarios.get("kv-squeeze"), base)
+    assert squeezed.max_model_len == roomy.max_model_len == 256
+    assert squeezed.cpu_kvcache_gib == 0.00824 and roomy.cpu_kvcache_gib == 1
+    assert 8_847_360 <= squeezed.cpu_kvcache_gib * 1024**3 < 8_847_360 + 23_040  # not a token more
+    gpu = scenarios.configs_for(scenarios.get("kv-squeeze"), base.with_changes(device="cuda"))[0]
+    assert gpu.extra_args[-2:] == ("--kv-cache-memory-bytes", "8847360")
+
+
 def test_older_runs_without_the_new_notes_read_back():
     n = Notes.from_dict({"kv_cache_tokens": 46592, "preemptions": "many"})
     assert n.preemptions is None and n.other == {"preemptions": "many"} and n.kv_cache_tokens == 46592
@@ -146,9 +160,10 @@ def test_the_kv_squeeze_scenario_preempts_on_the_squeezed_cache_only(embedded_mo
 
     scn = scenarios.get("kv-squeeze")
     base = ServerConfig.for_model(embedded_model, "cpu", port=free_port(), enforce_eager=True)
-    configs = [base.with_changes(**c) for c in scn.configs]
-    # 3 blocks of 128 hold 3 requests of ~35 prompt tokens; 120 more each outgrow their block
-    spec = scn.load_spec(max_tokens=120)
+    configs = scenarios.configs_for(scn, base)
+    # 3 blocks of 128 hold 3 requests of ~35 prompt tokens; 100 more each outgrow their block, so a
+    # 4th waits and the running ones preempt each other (measured: 6 preemptions with 8 such answers)
+    spec = scn.load_spec(max_tokens=100, prompts=list(scn.prompts[:4]), concurrency=4)
     srv = VLLMServer(port=base.port)
     saved = []
     try:

@@ -128,6 +128,9 @@ def flags(run: RunResult) -> str:
             parts.append(f"--kv-cache-gib {float(cfg['cpu_kvcache_gib']):g}")
     elif cfg.get("gpu_memory_utilization") is not None:
         parts.append(f"--gpu-memory-utilization {float(cfg['gpu_memory_utilization']):g}")
+    extra = [str(a) for a in cfg.get("extra_args") or ()]
+    if "--kv-cache-memory-bytes" in extra[:-1]:  # a GPU's squeezed cache (scenarios.configs_for)
+        parts.append(f"--kv-cache-memory-bytes {extra[extra.index('--kv-cache-memory-bytes') + 1]}")
     if cfg.get("max_model_len"):
         parts.append(f"--max-model-len {cfg['max_model_len']}")
     if cfg.get("max_num_seqs"):
