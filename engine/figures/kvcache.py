@@ -22,7 +22,7 @@ def kv_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     its flags did (kvcache.said), after the one thing to notice."""
     runs = list(runs)
     rows = [kvcache.row(r) for r in runs]
-    cats = [wrap(esc(run_label(r, lang)), 18) for r in runs]
+    cats = [wrap(esc(run_label(r, lang)), 14) for r in runs]
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09,
                         subplot_titles=[translate(t, lang) for t in (say("KV cache (tokens)"),
                                                                      say("Preempted and waiting"),
@@ -43,12 +43,13 @@ def kv_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                 text=["" if v is None else f"{v:.1f} s" for v in ttft], textposition="outside", cliponaxis=False,
                 hovertemplate="%{y:.2f} s<extra></extra>")
     # the capacity can be 100x what was needed: a log axis keeps both bars readable
-    fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(type="log", dtick=1, row=1, col=1)  # 10, 100, 1,000, ...: no minor labels
     for col, vals in ((2, [v for row in rows for v in (row["preemptions"], row["peak_waiting"])]), (3, ttft)):
         top = max((v for v in vals if v is not None), default=0) or 1
         fig.update_yaxes(range=[0, top * 1.25], row=1, col=col)
-    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 3), type="category")
-    fig.update_layout(barmode="group", bargap=0.3, legend=dict(orientation="h", x=0, y=-0.25))
+    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 4), type="category", tickangle=0)
+    fig.update_layout(barmode="group", bargap=0.3, legend=dict(orientation="h", x=0, y=-0.32, yanchor="top"),
+                      margin=dict(b=150))
     sentences = [s for s in (kvcache.said(r) for r in runs) if s]
     cap = [say("Where the answers need more tokens than the cache holds, requests wait for room and are "
                "preempted, and the first token comes later.")] + sentences

@@ -252,8 +252,9 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
     tok = [None if v is None else round(v, 1) for v in tok]
-    # the capacity vLLM allocated (its cache_config_info): the 100% the usage is a share of
-    tokens, blocks, size = (max((v for s in pts if (v := _value(s, k)) is not None), default=None)
+    # the capacity vLLM allocated (its cache_config_info): the 100% the usage is a share of; the newest
+    # sample's, as a restarted server (a tuning comparison) may have another
+    tokens, blocks, size = (next((v for s in reversed(pts) if (v := _value(s, k)) is not None), None)
                             for k in ("kv_capacity_tokens", "kv_blocks", "kv_block_size"))
     kv_title = (say("KV-cache usage, of {tokens:,.0f} tokens ({blocks:,.0f} blocks of {size:.0f})", tokens=tokens,
                     blocks=blocks, size=size) if tokens and blocks and size else
@@ -281,10 +282,9 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     rose = [(k, b - a) for k, (a, b) in enumerate(zip(pre, pre[1:]), start=1)
             if a is not None and b is not None and b > a]
     if rose:
-        traces.append(dict(type="scatter", mode="markers+text", x=[t[k] for k, _n in rose],
+        traces.append(dict(type="scatter", mode="markers", x=[t[k] for k, _n in rose],
                            y=[kv[k] if kv[k] is not None else 100 for k, _n in rose],
-                           text=[f"{n:.0f}" for _k, n in rose], textposition="top center",
-                           textfont=dict(color=VERMILLION, size=BASE_SIZE - 3),
+                           text=[f"{n:.0f}" for _k, n in rose],  # the count, in the hover
                            marker=dict(symbol="x", size=14, color=VERMILLION, line=dict(width=2)),
                            name=translate(say("preempted"), lang), xaxis="x2", yaxis="y2", cliponaxis=False,
                            hovertemplate=translate(say("{x} s: {y} preempted", x="%{x:.0f}", y="%{text}"), lang)
