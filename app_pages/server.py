@@ -284,14 +284,24 @@ def live_status() -> None:
         st.progress(lab.startup_fraction(s.stage), text=f"{i18n.tr(s.stage)}…")
     if s.state == FAILED and s.error:
         st.error(ui.plain(s.error), icon=":material/error:")
-    k1, k2 = st.columns(2)
+    k1, k2, k3 = st.columns(3)
+    # the live /metrics: the blocks vLLM allocated (cache_config_info), how full they are, the preemptions
+    live = (lab.latest_sample().metrics if s.state == READY and lab.latest_sample() else {})
+    blocks, size = live.get("kv_blocks"), live.get("kv_block_size")
     k1.metric(_("KV cache capacity"),
               _("{tokens} tokens", tokens=number(s.kv_cache_tokens)) if s.kv_cache_tokens else "–",
+              delta=_("{blocks} blocks of {size}", blocks=number(blocks), size=number(size)) if blocks and size
+              else None, delta_color="off",
               help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
     mml = s.config.max_model_len if s.config else None
     k2.metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
               f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
               help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
+    k3.metric(_("KV cache in use"), f"{live['kv_usage']:.0%}" if "kv_usage" in live else "–",
+              delta=_("{n} preempted since start", n=number(live["preemptions_total"]))
+              if "preemptions_total" in live else None, delta_color="off",
+              help=_("The share of the cache's blocks requests hold now (vLLM's /metrics); a preempted request "
+                     "lost its blocks to make room and started again."))
     if s.command and s.state != "stopped":
         with st.expander(_("Command of the running server")):
             st.code(s.command, language="bash")

@@ -96,6 +96,47 @@ def results() -> None:
 results()
 
 
+# -- the KV cache as the scarce resource (issue #12) ------------------------------------------------
+st.subheader(_("The KV cache as the scarce resource"))
+squeeze = lab.scenario("kv-squeeze")
+st.caption(_("The same {n} concurrent answers of {tokens} tokens on a KV cache too small for them, then on one with "
+             "room to spare. Watch the Monitor meanwhile: requests wait, the cache stays full and requests are "
+             "preempted (their blocks taken back; they start again).", n=squeeze.concurrency,
+             tokens=squeeze.max_tokens))
+if snap.config is not None and st.button(_("Squeeze the KV cache and compare"), icon=":material/compress:",
+                                         disabled=not ui.can_act(lab)):
+    try:
+        ui.act(lab, lab.run_tuning, lab.scenario_configs("kv-squeeze"), lab.load_spec("kv-squeeze"))
+    except LabError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+
+
+@st.fragment(run_every=2)
+def kv_results() -> None:
+    """The latest comparison's configurations (a kv-squeeze or any tuning job), else the last saved squeeze."""
+    job = lab.latest_job("tuning")
+    runs = list(job.result or []) if job else []
+    if not runs:
+        saved = [r for r in lab.runs(limit=50) if r.scenario == "kv-squeeze" and not r.problem][:2]
+        try:
+            runs = [lab.run(r.id) for r in reversed(saved)]
+        except LabError as e:  # a damaged stored run: History shows why and deletes it
+            st.warning(ui.plain(e), icon=":material/warning:")
+    if not runs:
+        st.info(_("The KV cache of each configuration appears here after a comparison."), icon=":material/info:")
+        return
+    ui.chart(figures.kv_compare(runs, lang=i18n.lang()), key="kv")
+    table = pd.DataFrame(lab.kv_rows(runs)).rename(columns={
+        "config": _("Flags"), "capacity_tokens": _("KV capacity (tokens)"), "blocks": _("Blocks"),
+        "block_size": _("Block size"), "need_tokens": _("Needed at once (tokens)"),
+        "peak_kv_percent": _("Peak KV use (%)"), "preemptions": _("Preemptions"), "peak_waiting": _("Peak waiting"),
+        "median_ttft_ms": _("Median TTFT (ms)"), "output_throughput": _("Throughput (tok/s)")})
+    st.dataframe(table, hide_index=True, width="stretch")
+
+
+kv_results()
+
+
 # -- prefix caching (issue #12 item 3): its own comparison, on vs off, with its own chart ---------------
 st.divider()
 st.subheader(_("Prefix caching"))

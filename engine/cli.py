@@ -60,7 +60,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype")
     p.add_argument("--max-model-len", type=int, help="default: 2048, or less when the model's limit is lower")
     p.add_argument("--gpu-memory-utilization", type=float, help="GPU only: the fraction vLLM may take (default 0.85)")
-    p.add_argument("--kv-cache-gib", type=int, help="CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB, default 2)")
+    p.add_argument("--kv-cache-gib", type=float, help="CPU only: the KV cache in GiB (default 2; a fraction such as 0.01 squeezes it)")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, help="GPU only: GPUs to split the model over (default 1)")
@@ -209,7 +209,7 @@ def _cmd_list(args) -> int:
 def _cmd_run(args) -> int:
     """A scenario through engine.runs, the path the app's jobs take, in the foreground: against --url,
     or a server started here (every option checked before it starts) and stopped at the end."""
-    from engine.measure import scenarios
+    from engine.measure import kvcache, scenarios
     from engine.measure.progress import Console
     from engine.results.store import RunStore
     from engine.runs import Runner, Target, check_tuning
@@ -248,7 +248,7 @@ def _cmd_run(args) -> int:
         from engine.serving.server import VLLMServer
 
         hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
-        configs = [cfg.with_changes(**c) for c in scn.configs] if scn.kind == "tuning" else [cfg]
+        configs = scenarios.configs_for(scn, cfg) if scn.kind == "tuning" else [cfg]
         if scn.kind == "tuning":
             check_tuning(configs, load, model_max_len=spec.max_len)
         else:
@@ -267,6 +267,8 @@ def _cmd_run(args) -> int:
             srv.stop()
     for r in results:
         _print(summary_table(r, args.price_per_gpu_hour))
+        if scn.name == "kv-squeeze" and (sentence := kvcache.said(r)):
+            _print(f"  {sentence}")
         _print(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
     if scn.name == "prefix-cache":
         from engine.measure import prefix
@@ -317,7 +319,10 @@ def _check_run_options(scn, args) -> list[int] | None:
     elif args.model_name:
         raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
                           "model of a server it starts.")
-    if scn.kind == "tuning" and (given := _given(args, tuple(scn.configs[0]))):
+    # the options a comparison sets itself (a squeezed KV cache is --kv-cache-gib on the command line)
+    sets = {{"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}.get(k, k)
+            for c in scn.configs for k in c}
+    if scn.kind == "tuning" and (given := _given(args, tuple(sorted(sets)))):
         raise ConfigError(f"The tuning scenario sets {_flag(given[0])} itself for each configuration it compares: "
                           f"leave {_flag(given[0])} out.")
     if args.max_tokens is not None:
@@ -367,6 +372,12 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
     ]
+    n = r.extra
+    if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.kvcache.KvWatch
+        cap = f"{n.kv_cache_tokens:,} tokens, " if n.kv_cache_tokens else ""
+        peak = f"{n.peak_kv_usage:.0%}" if n.peak_kv_usage is not None else "–"
+        lines.append(f"KV cache               {cap}peak {peak} used, {n.preemptions if n.preemptions is not None else '–'}"
+                     f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
     if (cost := stats.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
                                                      s.get("total_output_tokens"))) is not None:
         lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")

@@ -509,10 +509,29 @@ class Lab:
             raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
                                  "settings."))
         cpu = self.device == "cpu"
-        return [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": int(mem)} if cpu else
+        return [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": float(mem)} if cpu else
                                                            {"gpu_memory_utilization": mem})) for n, mem in rows]
 
     # workloads
+    def scenario_configs(self, name: str) -> list[ServerConfig]:
+        """A comparison scenario's configurations (kv-squeeze: a squeezed cache, then room to spare) as
+        the last started server's settings with its changes."""
+        base = self.server.snapshot().config
+        if base is None:
+            raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
+                                 "settings."))
+        from engine.measure import scenarios
+
+        return scenarios.configs_for(self.scenario(name), base)
+
+    @staticmethod
+    def kv_rows(runs: list[RunResult]) -> list[dict]:
+        """Per configuration: KV capacity, tokens needed, peak use, preemptions, peak waiting, median
+        TTFT, throughput (engine.measure.kvcache.row: numbers, keyed by data names)."""
+        from engine.measure import kvcache
+
+        return [kvcache.row(r) for r in runs]
+
     def scenario(self, name: str):
         """A named workload of the catalogue (engine.measure.scenarios.Scenario)."""
         from engine.measure import scenarios

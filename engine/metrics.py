@@ -68,6 +68,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc"),
     "generation_tokens_total": ("vllm:generation_tokens_total",),
     "prompt_tokens_total": ("vllm:prompt_tokens_total",),
+    # requests whose KV blocks were taken back to make room (they start again): a squeezed cache's mark
+    "preemptions_total": ("vllm:num_preemptions_total",),
 }
 PROMETHEUS_PREFIX = "vllm:"
 

@@ -17,6 +17,7 @@ import psutil
 
 from engine.errors import ConfigError, ServerBusy
 from engine.measure import ceiling, loadgen
+from engine.measure.kvcache import KvWatch
 from engine.measure.progress import Progress
 from engine.measure.slo import Slo, record_goodput
 from engine.measure.spec import LoadSpec, check_max_tokens
@@ -199,7 +200,8 @@ def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | 
 
 def tuning_label(cfg: ServerConfig) -> str:
     """How a tuning comparison names a configuration, in the app, the CLI and History alike."""
-    return f"max-model-len {cfg.max_model_len}" + ("" if cfg.device == "cpu" else f" / {cfg.gpu_memory_utilization:g}")
+    memory = f"KV {cfg.cpu_kvcache_gib:g} GiB" if cfg.device == "cpu" else f"{cfg.gpu_memory_utilization:g}"
+    return f"max-model-len {cfg.max_model_len} / {memory}"
 
 
 def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int | None = None,
@@ -256,11 +258,14 @@ class Runner:
         self.progress.on_stage(say("sending requests"))
         self.mark(say("{scenario} start", scenario=spec.scenario))
         count = ServerCount(target)
+        kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
         try:
-            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel, on_measure=count.start)
+            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel,
+                                      on_measure=lambda: (count.start(), kv.start()))
         finally:
+            kv.stop()
             self.mark(say("{scenario} end", scenario=spec.scenario))
-        return self._keep(count.finish(result), target)
+        return self._keep(kv.finish(count.finish(result)), target)
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes."""

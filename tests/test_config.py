@@ -30,6 +30,15 @@ def test_cpu_uses_kv_cache_space_instead_of_memory_fraction():
     assert cfg.shell_command().startswith("VLLM_CPU_KVCACHE_SPACE=3 python -m")
 
 
+def test_a_fraction_of_a_gib_on_cpu_is_passed_as_bytes_without_the_variable():
+    """VLLM_CPU_KVCACHE_SPACE is an integer and overrides the flag: a squeezed cache goes as bytes alone."""
+    cfg = ServerConfig(model="m", device="cpu", cpu_kvcache_gib=0.01)
+    cfg.validate()
+    argv = cfg.argv()
+    assert argv[argv.index("--kv-cache-memory-bytes") + 1] == "10737418"
+    assert cfg.env() == {}
+
+
 def test_optional_flags_render_and_api_key_is_hidden_in_the_shell_command():
     cfg = ServerConfig(model="m", max_num_seqs=64, enforce_eager=True, tensor_parallel_size=2,
                        enable_prefix_caching=False, load_format="dummy", api_key="s3cret",
@@ -52,7 +61,7 @@ def test_optional_flags_render_and_api_key_is_hidden_in_the_shell_command():
     ({"max_model_len": 4}, "too small"),
     ({"model": " "}, "No model"),
     ({"tensor_parallel_size": 0}, "tensor-parallel-size"),
-    ({"cpu_kvcache_gib": 0.5}, "whole number"),
+    ({"cpu_kvcache_gib": 0}, "between 0.001 and 512"),
 ])
 def test_bad_settings_are_refused_with_a_sentence(changes, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")

@@ -540,3 +540,35 @@ def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
         assert not {b.label: b for b in at.button}["Start"].disabled
     finally:
         lab.detach()
+
+
+def test_tuning_shows_what_squeezing_the_kv_cache_did():
+    """Two saved kv-squeeze runs (a squeezed cache, then room): the Tuning page's KV section compares
+    them per configuration, with the sentence that says what the flags did."""
+    import ui
+    from engine.measure import stats
+    from engine.results.records import RequestRecord, RunResult
+
+    def run(gib: float, capacity: int, preempted: int, waiting: int) -> RunResult:
+        recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i,
+                              chunk_times=[1.0 + i, 2.0 + i], end_time=3.0 + i, prompt_tokens=30, output_tokens=100)
+                for i in range(8)]
+        return RunResult(kind="vllm", scenario="kv-squeeze", label=f"max-model-len 256 / KV {gib:g} GiB",
+                         records=recs, duration=11.0, started_at=time.time(), model="/m/SmolLM2",
+                         summary=stats.summarize(recs, 11.0), load={"concurrency": 8, "max_tokens": 100},
+                         config={"device": "cpu", "cpu_kvcache_gib": gib, "max_model_len": 256},
+                         extra={"kv_cache_tokens": capacity, "kv_blocks": capacity // 128, "kv_block_size": 128,
+                                "preemptions": preempted, "peak_waiting": waiting, "peak_kv_usage": 1.0})
+
+    runs = [run(0.01, 384, 6, 7), run(1, 46_592, 0, 0)]
+    for r in runs:
+        ui.get_lab().store.save(r)
+    try:
+        at = _page("app_pages/tuning.py")
+        said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
+        assert "With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: 8 answers of 130 tokens " \
+               "need 1,040, so requests waited (up to 7 at once) and 6 were preempted." in said
+        table = at.dataframe[-1].value  # after the tuning table's editor
+        assert list(table["Preemptions"]) == [6, 0] and list(table["KV capacity (tokens)"]) == [384, 46_592]
+    finally:
+        ui.get_lab().store.delete([r.id for r in runs])

@@ -12,9 +12,10 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 (the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`compare` (runs side by side), `ceiling` (decode speed against the memory-bandwidth limit), `slots` (the
-batch's slots step by step: static against continuous batching), `machine` (memory and /metrics over
-time), `prefix` (prefix caching on vs off), `export` (PNG files). The
+`compare` (runs side by side), `kvcache` (the KV cache per server configuration), `ceiling` (decode speed
+against the memory-bandwidth limit), `slots` (the batch's slots step by step: static against continuous
+batching), `machine` (memory and /metrics over time), `prefix` (prefix caching on vs off), `export` (PNG
+files). The
 metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
 streamlit, torch or vllm.
 See docs/architecture.md.
@@ -29,6 +30,7 @@ from engine.figures.compare import (
     tuning_compare,
 )
 from engine.figures.export import to_png, to_pngs
+from engine.figures.kvcache import kv_compare
 from engine.figures.machine import PLOT_PX, memory_chart, metrics_chart, time_window
 from engine.figures.prefix import prefix_cache_compare
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
@@ -44,6 +46,7 @@ __all__ = [
     "ceiling_bars",
     "concurrent_latency_bars",
     "history_compare",
+    "kv_compare",
     "latency_bars",
     "memory_chart",
     "metric_info",

@@ -146,6 +146,8 @@ def _kv_label(run: RunResult) -> str:
     kv = run.extra.kv_cache_tokens
     if not kv:
         return ""
+    if kv < 1e3:  # a squeezed cache (engine.measure.kvcache): its tokens, not "0 k"
+        return say("KV cache {tokens:,} tok", tokens=kv)
     return say("KV cache {m:.2f} M tok", m=kv / 1e6) if kv >= 1e6 else say("KV cache {k:.0f} k tok", k=kv / 1e3)
 
 

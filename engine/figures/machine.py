@@ -252,7 +252,14 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
     tok = [None if v is None else round(v, 1) for v in tok]
-    layout = _panels([translate(m, lang) for m in (say("Requests in the server"), say("KV-cache usage"),
+    # the capacity vLLM allocated (its cache_config_info): the 100% the usage is a share of; the newest
+    # sample's, as a restarted server (a tuning comparison) may have another
+    tokens, blocks, size = (next((v for s in reversed(pts) if (v := _value(s, k)) is not None), None)
+                            for k in ("kv_capacity_tokens", "kv_blocks", "kv_block_size"))
+    kv_title = (say("KV-cache usage, of {tokens:,.0f} tokens ({blocks:,.0f} blocks of {size:.0f})", tokens=tokens,
+                    blocks=blocks, size=size) if tokens and blocks and size else
+                say("KV-cache usage, of {tokens:,.0f} tokens", tokens=tokens) if tokens else say("KV-cache usage"))
+    layout = _panels([translate(m, lang) for m in (say("Requests in the server"), kv_title,
                                                     say("Generation speed"))], 0.1)
     line = dict(width=3, shape="hv")
     at = dict(x="%{x:.0f}", y="%{y:.0f}")  # plotly's placeholders, kept out of the templates
@@ -269,6 +276,19 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     ]
     for tr in traces:
         tr.update(type="scatter", mode="lines")
+    # A preemption (vLLM took a request's KV blocks back to make room; it starts again) marked on the KV
+    # panel where the counter rose: a squeezed cache shows them where its usage hits the top.
+    pre = [_value(s, "preemptions_total") for s in pts]
+    rose = [(k, b - a) for k, (a, b) in enumerate(zip(pre, pre[1:]), start=1)
+            if a is not None and b is not None and b > a]
+    if rose:
+        traces.append(dict(type="scatter", mode="markers", x=[t[k] for k, _n in rose],
+                           y=[kv[k] if kv[k] is not None else 100 for k, _n in rose],
+                           text=[f"{n:.0f}" for _k, n in rose],  # the count, in the hover
+                           marker=dict(symbol="x", size=14, color=VERMILLION, line=dict(width=2)),
+                           name=translate(say("preempted"), lang), xaxis="x2", yaxis="y2", cliponaxis=False,
+                           hovertemplate=translate(say("{x} s: {y} preempted", x="%{x:.0f}", y="%{text}"), lang)
+                           + "<extra></extra>"))
     layout["yaxis"].update(title={"text": translate(say("Requests"), lang)}, rangemode="tozero")
     layout["yaxis2"].update(title={"text": translate(say("Used (%)"), lang)}, range=[0, 105])
     layout["yaxis3"].update(title={"text": translate(say("Tokens / s"), lang)}, rangemode="tozero")
@@ -296,4 +316,8 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
                   requests=busy, percent=peak_kv / 100)
     else:
         cap = say("{requests}; the KV cache peaked at {percent:.0%} full.", requests=busy, percent=peak_kv / 100)
-    return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), cap, height=720, lang=lang)
+    caps = [cap]
+    if preempted := sum(n for _k, n in rose):
+        caps.append(say("{n:.0f} preemptions (the crosses): requests lost their KV blocks to make room and started "
+                        "again.", n=preempted))
+    return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), caps, height=720, lang=lang)

@@ -2,14 +2,16 @@
 test — one definition used by the pages, the CLI and the bench scripts (engine.runs carries them out)."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.errors import LabError
-from engine.measure import prompts
+from engine.errors import ConfigError, LabError
+from engine.measure import ceiling, prompts
 from engine.measure.spec import LoadSpec
 from engine.messages import Message, say
+from engine.serving.config import ServerConfig
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,7 @@ class Scenario:
     configs: tuple[dict[str, Any], ...] = ()  # tuning: ServerConfig changes, one per contender
     config_labels: tuple[str, ...] = ()  # tuning: how each contender is named (default: runs.tuning_label)
     system: str = ""  # a system prompt every request starts with
+    read_timeout_s: float | None = None  # None: LoadSpec's; longer where requests queue by design (kv-squeeze)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def label(self, max_tokens: int | None = None) -> str:
@@ -45,6 +48,8 @@ class Scenario:
             max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name,
             label=self.label(over.get("max_tokens")),
         )
+        if self.read_timeout_s is not None:
+            spec = replace(spec, read_timeout_s=self.read_timeout_s)
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
     def naive_spec(self, model_path: str, random_weights: bool = False, **over: Any):
@@ -54,6 +59,37 @@ class Scenario:
                          mode=self.naive_mode, random_weights=random_weights, scenario=self.name,
                          label=self.label(over.get("max_new_tokens")))
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
+
+
+# A scenario's config key: size the KV cache to hold this many requests of the full max-model-len.
+SQUEEZE = "kv_cache_requests"
+GIB = 1024**3
+
+
+def configs_for(scn: Scenario, base: ServerConfig) -> list[ServerConfig]:
+    """A comparison scenario's configurations as `base` with each one's changes. A SQUEEZE change becomes
+    a KV cache of that many full-length requests, from the model's KV bytes per token (ceiling.model_bytes):
+    on the CPU build the KV cache in GiB (a fraction: --kv-cache-memory-bytes), on a GPU vLLM's
+    --kv-cache-memory-bytes among the extra flags (a memory fraction cannot make a small cache on a big
+    GPU: it sizes weights, activations and cache together). ConfigError when the model's size is unknown."""
+    out = []
+    for changes in scn.configs:
+        changes = dict(changes)
+        if (requests := changes.pop(SQUEEZE, None)) is not None:
+            cfg = base.with_changes(**changes)
+            size = ceiling.model_bytes(cfg.model, cfg.dtype)
+            if size is None:
+                raise ConfigError(say("The {name} scenario sizes the KV cache from the model's shape, and {model} "
+                                      "has no readable config.json: pick a model folder that has one.",
+                                      name=scn.name, model=cfg.model))
+            wanted = requests * (cfg.max_model_len or 2048) * size.kv_per_token
+            # rounded up (to 1e-6 GiB, ~1 KB): a byte short of a block would leave vLLM a block short
+            changes = ({"cpu_kvcache_gib": math.ceil(wanted / GIB * 1e6) / 1e6} if cfg.device == "cpu" else
+                       {"extra_args": (*cfg.extra_args, "--kv-cache-memory-bytes", str(math.ceil(wanted)))})
+            out.append(cfg.with_changes(**changes))
+        else:
+            out.append(base.with_changes(**changes))
+    return out
 
 
 _SWEEP_WORDS = 24
@@ -83,6 +119,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              configs=({"enable_prefix_caching": True, "enable_prompt_tokens_details": True},
                       {"enable_prefix_caching": False, "enable_prompt_tokens_details": True}),
              config_labels=(say("prefix caching on"), say("prefix caching off"))),
+    # The KV cache as the scarce resource: the same 8 long answers (ignore_eos: every one runs to its
+    # budget) on a cache too small for them, then on one with room. The squeezed cache holds 1.5
+    # full-length requests (SQUEEZE_REQUESTS, sized from the model's KV bytes per token: configs_for), the
+    # least vLLM starts with; for SmolLM2-135M on the CPU build (23,040 bytes a token) that is 3 blocks
+    # of 128 tokens: 3 requests fit, each outgrows its block within ~100 tokens, so the rest wait and the
+    # running ones preempt each other.
+    Scenario("kv-squeeze", say("KV cache squeezed vs room to spare: 8 concurrent answers of {tokens} tokens",
+                               tokens=200), "tuning",
+             tuple(prompts.LAB_TUNING[:8]), 200, shape="burst", concurrency=8, ignore_eos=True,
+             read_timeout_s=600,  # a request waits for room without a byte sent: minutes on 2 CPU cores
+             configs=({"max_model_len": 256, SQUEEZE: 1.5},
+                      {"max_model_len": 256, "cpu_kvcache_gib": 1, "gpu_memory_utilization": 0.85})),
     Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",

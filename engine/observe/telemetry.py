@@ -26,13 +26,18 @@ GIB = 1024**3
 # vLLM's /metrics name -> our key, from the one alias table (several vLLM versions' names per key)
 _WANTED = {name: key for key, names in ALIASES.items() for name in names if name.startswith(PROMETHEUS_PREFIX)}
 _WANTED_LINES = tuple(_WANTED)
+# vLLM's CacheConfig as a gauge whose labels carry the values (vllm:cache_config_info{block_size="128",...} 1):
+# the KV cache's capacity as the engine allocated it. label -> our key; GPU and CPU builds both say num_gpu_blocks.
+CACHE_INFO = "vllm:cache_config_info"
+_CAPACITY = {"kv_cache_size_tokens": "kv_capacity_tokens", "num_gpu_blocks": "kv_blocks", "block_size": "kv_block_size"}
 
 
 def parse_metrics(text: str) -> dict[str, float]:
     """vLLM's /metrics text (Prometheus exposition format) -> {running, waiting, kv_usage (0-1),
-    generation_tokens_total, prompt_tokens_total}, each summed over its label sets (engines, models);
-    a key takes its newest vLLM name present. Missing ones are absent; text that is not in the format
-    gives what was read before it."""
+    generation_tokens_total, prompt_tokens_total, preemptions_total}, each summed over its label sets
+    (engines, models), and the KV cache's capacity (kv_capacity_tokens, kv_blocks, kv_block_size: see
+    capacity); a key takes its newest vLLM name present. Missing ones are absent; text that is not in
+    the format gives what was read before it."""
     # Only the sample lines of the metrics we keep go to the parser: vLLM's page is mostly histogram
     # buckets (660 lines for these 5 values), and parsing them all cost ~40x as much a scrape.
     ours = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED_LINES))
@@ -48,6 +53,27 @@ def parse_metrics(text: str) -> dict[str, float]:
     for name, key in _WANTED.items():  # in ALIASES order: the newest name first
         if name in raw and key not in out:
             out[key] = raw[name]
+    return {**out, **capacity(text)}
+
+
+def capacity(text: str) -> dict[str, float]:
+    """The KV cache's capacity from vLLM's cache_config_info gauge in /metrics text: {kv_capacity_tokens,
+    kv_blocks, kv_block_size}, those it states (summed over engines, a block's size from the first);
+    {} when the text has no such gauge (an older vLLM: the startup log's "KV cache size" still says the
+    tokens)."""
+    out: dict[str, float] = {}
+    lines = "\n".join(line for line in text.splitlines() if line.startswith(CACHE_INFO))
+    try:
+        for family in text_string_to_metric_families(lines):
+            for sample in family.samples:
+                for label, key in _CAPACITY.items():
+                    try:
+                        v = float(sample.labels.get(label, ""))
+                    except ValueError:  # "None": not known
+                        continue
+                    out[key] = v if key == "kv_block_size" else out.get(key, 0.0) + v
+    except ValueError:
+        pass
     return out
 
 
@@ -250,7 +276,7 @@ class Telemetry:
 
 
 # How a bucket of samples is shown as one point: peaks stay visible (the most requests in flight, the
-# fullest KV cache, the most memory), a rate is averaged.
+# fullest KV cache, the most memory; a counter's last value), a rate is averaged.
 _MEAN_METRICS = {"gen_tok_s"}
 
 

@@ -148,6 +148,13 @@ class Notes(_Typed):
     placeholder_text: bool = False  # random weights (shape-only model): the text means nothing
     kv_cache_tokens: int | None = None  # the server's KV capacity at startup
     max_concurrency_reported: float | None = None  # vLLM's "maximum concurrency" at startup
+    # The KV cache over the measured part (engine.measure.kvcache.KvWatch): its blocks, the preemptions
+    # (vllm:num_preemptions_total's rise), the most requests waiting and the fullest it got (0-1)
+    kv_blocks: int | None = None
+    kv_block_size: int | None = None
+    preemptions: int | None = None
+    peak_waiting: int | None = None
+    peak_kv_usage: float | None = None
     sweep_level: int | None = None
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured

@@ -25,7 +25,9 @@ class ServerConfig:
     dtype: str = "auto"
     max_model_len: int | None = 2048
     gpu_memory_utilization: float = 0.85  # GPU only: the fraction of GPU memory vLLM may take
-    cpu_kvcache_gib: int = 2  # CPU only: VLLM_CPU_KVCACHE_SPACE (whole GiB), the CPU's stand-in for the fraction
+    # CPU only: the KV cache's size, the CPU's stand-in for the fraction. Whole GiB reach vLLM as
+    # VLLM_CPU_KVCACHE_SPACE (an integer); a fraction (0.01: a squeezed cache) as --kv-cache-memory-bytes.
+    cpu_kvcache_gib: float = 2
     port: int = 9000
     host: str = "127.0.0.1"
     max_num_seqs: int | None = None
@@ -96,6 +98,8 @@ class ServerConfig:
             a += ["--gpu-memory-utilization", f"{self.gpu_memory_utilization:g}"]
         if self.max_num_seqs:
             a += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.device == "cpu" and not self._whole_gib:
+            a += ["--kv-cache-memory-bytes", str(int(self.cpu_kvcache_gib * 1024**3))]
         if self.enforce_eager:
             a.append("--enforce-eager")
         if self.tensor_parallel_size != 1:
@@ -118,12 +122,17 @@ class ServerConfig:
     def env(self) -> dict[str, str]:
         """Environment additions for the server process. The API key travels here (vLLM reads
         VLLM_API_KEY), never on the command line, which every user of the machine can read."""
-        env = {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if self.device == "cpu" else {}
+        # the variable would override the flag (vLLM's CPU platform reads it last): only for whole GiB
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if self.device == "cpu" and self._whole_gib else {}
         if self.device == "cuda" and self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
         if self.api_key:
             env["VLLM_API_KEY"] = self.api_key
         return env
+
+    @property
+    def _whole_gib(self) -> bool:
+        return float(self.cpu_kvcache_gib).is_integer()
 
     def shell_command(self) -> str:
         """What a user could paste into a terminal (with `python` as the interpreter, like the lab); the API
@@ -155,9 +164,9 @@ class ServerConfig:
             raise ConfigError(say(
                 "GPU memory utilization {value:g} is outside (0, 1]: it is the fraction of GPU memory vLLM may use, "
                 "e.g. 0.85.", value=self.gpu_memory_utilization))
-        if self.device == "cpu" and not (float(self.cpu_kvcache_gib).is_integer() and 1 <= self.cpu_kvcache_gib <= 512):
-            raise ConfigError(say("CPU KV cache of {gib:g} GiB is not usable: vLLM takes a whole number of GiB "
-                                  "(VLLM_CPU_KVCACHE_SPACE), e.g. 2.", gib=self.cpu_kvcache_gib))
+        if self.device == "cpu" and not 0.001 <= self.cpu_kvcache_gib <= 512:
+            raise ConfigError(say("CPU KV cache of {gib:g} GiB is not usable: give between 0.001 and 512 GiB, e.g. 2 "
+                                  "(a fraction such as 0.01 squeezes the cache on purpose).", gib=self.cpu_kvcache_gib))
         if self.dtype not in DTYPES:
             raise ConfigError(say("dtype '{dtype}' is not one of {choices}.", dtype=self.dtype,
                                   choices=", ".join(DTYPES)))

