@@ -83,7 +83,8 @@ def sentence(on: Any, off: Any) -> str:
     else:
         return say("After the first request, median TTFT was {on:,.0f} ms with prefix caching and {off:,.0f} ms "
                    "without; the server reported no cached tokens.", on=a.rest_ms, off=b.rest_ms)
-    if a.rest_ms < b.rest_ms:
+    if a.rest_ms < 0.9 * b.rest_ms:  # a clear gain: smaller is within a run's swing (on an H200 a 1,300-token
+        # prefill takes milliseconds, and both sides measured 55 ms)
         return say("With prefix caching the shared system prompt was computed once: after the first request, median "
                    "TTFT fell from {off:,.0f} ms to {on:,.0f} ms; {cached:,} of {prompt:,} prompt tokens came from "
                    "the cache.", off=b.rest_ms, on=a.rest_ms, cached=cached, prompt=prompt)
