@@ -95,11 +95,14 @@ class Target:
         result.model = self.model
         if self.config is None:  # a server at a URL: its address (no secrets in it, see endpoint.root_url)
             result.extra.endpoint, result.extra.keyed = self.base_url, bool(self.api_key)
-        if self.endpoint is not None:  # its machine is not this one: only what it says of itself
+        # A server at a URL on another machine: only what it says of itself (a loopback one shares this
+        # machine, whose hardware is then its own: what the ceiling and the report need)
+        elsewhere = self.endpoint is not None and not self.endpoint.on_this_machine
+        if self.endpoint is not None:
             version = self.endpoint.version
             result.versions = result.versions or ({"vllm": version} if version else {})
-        result.hardware = result.hardware or ({} if self.endpoint else hardware.describe())
-        result.versions = result.versions or ({} if self.endpoint else hardware.versions())
+        result.hardware = result.hardware or ({} if elsewhere else hardware.describe())
+        result.versions = result.versions or ({} if elsewhere else hardware.versions())
         if self.config is not None:
             result.config = self.config.to_dict()
             result.command = self.config.shell_command()

@@ -210,7 +210,8 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         run = _wait(lab.run_load(lab.load_test_spec("burst", 3, 16)))
         assert run.summary.completed == 3
         assert run.extra.endpoint == url and run.load.base_url == url
-        assert run.versions == {"vllm": seen.version} and run.hardware == {}  # its machine is not this one
+        # a loopback address shares this machine: its hardware is recorded (the ceiling needs it)
+        assert run.versions == {"vllm": seen.version} and run.hardware.get("cpu")
         assert run.extra.server_output_tokens is not None  # its /metrics, read with the key, checked the count
         code = lab.code_for_run(run)  # the Python behind it: the server's address, the key from the environment
         assert f'base_url="{url}/v1"' in code and "set OPENAI_API_KEY" in code and KEY not in code
@@ -273,3 +274,13 @@ def test_the_cli_sends_the_key_from_the_environment_and_a_refusal_is_one_sentenc
     assert done.stderr.strip().splitlines()[-1].endswith(
         f"The server at {url} refused the API key (HTTP 401): enter the key it was started with (vLLM's --api-key).")
     assert "Traceback" not in done.stderr and KEY not in done.stdout + done.stderr
+
+
+def test_only_a_server_on_another_machine_goes_without_this_machines_hardware():
+    from engine.serving.endpoint import Endpoint
+
+    def where(url: str) -> bool:
+        return Endpoint(url, {"m": None}, True, True).on_this_machine
+
+    assert where("http://127.0.0.1:8000") and where("http://localhost:8000") and where("http://[::1]:8000")
+    assert not where("http://10.0.0.5:8000") and not where("https://gateway.example.com/team-a")

@@ -10,14 +10,15 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.figures.theme import BASE_SIZE, DECODE_COLOR, INK, MUTED, VERMILLION, WAIT_COLOR, finish, is_placeholder
+from engine.figures.theme import BASE_SIZE, DECODE_COLOR, INK, MUTED, WAIT_COLOR, finish, is_placeholder
 from engine.figures.theme import run_label
 from engine.measure.slots import FINISHED, GENERATING, IDLE, PROMPT, SlotGrid, occupancy
 from engine.messages import mark, say, translate
 from engine.results.records import RunResult
 
 IDLE_COLOR = "#ececec"
-STATE_COLORS = {PROMPT: WAIT_COLOR, GENERATING: DECODE_COLOR, FINISHED: VERMILLION, IDLE: IDLE_COLOR}
+WASTE_COLOR = "#b2182b"  # a deep red, far from the prompt's orange on a washed-out projector
+STATE_COLORS = {PROMPT: WAIT_COLOR, GENERATING: DECODE_COLOR, FINISHED: WASTE_COLOR, IDLE: IDLE_COLOR}
 STATE_NAMES = {PROMPT: mark("prompt: prefill or queue"), GENERATING: mark("generating"),
                FINISHED: mark("finished, waiting for the batch"), IDLE: mark("idle")}
 
@@ -66,10 +67,13 @@ def slot_chart(runs: Sequence[RunResult | None], *, lang: str = "en") -> go.Figu
     fig.update_annotations(font=dict(size=BASE_SIZE, color=INK), selector=dict(xref="paper"))
     slots = max((g.slots for g in grids if isinstance(g, SlotGrid)), default=3)
     height = 320 + 34 * slots
-    # the legend between the title and the panels' titles, a fixed distance from the top whatever the height
-    fig.update_layout(showlegend=True, legend=dict(yref="container", y=1 - 58 / height, yanchor="top"))
-    fig = finish(fig, say("Batch slots, step by step"), _caption(runs, grids),
-                 placeholder=any(is_placeholder(r) for r in runs), height=height, lang=lang)
+    # the legend between the title (and the placeholder model's note under it) and the panels' titles, a
+    # fixed distance from the top whatever the height
+    placeholder = any(is_placeholder(r) for r in runs)
+    below = 58 + (30 if placeholder else 0)
+    fig.update_layout(showlegend=True, legend=dict(yref="container", y=1 - below / height, yanchor="top"))
+    fig = finish(fig, say("Batch slots, step by step"), _caption(runs, grids), placeholder=placeholder,
+                 height=height, lang=lang)
     return fig.update_layout(margin=dict(t=fig.layout.margin.t + 24))
 
 

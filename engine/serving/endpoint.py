@@ -8,6 +8,7 @@ The API key is only ever sent, in an `Authorization: Bearer` header, never kept 
 See docs/architecture.md."""
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
@@ -63,6 +64,17 @@ class Endpoint:
     metrics: bool  # vLLM's counters are readable at base_url/metrics
     metrics_said: str = field(default="")  # why not, when they are not (a Message)
     version: str | None = None  # GET /version's, when it answers
+
+    @property
+    def on_this_machine(self) -> bool:
+        """A loopback address: the server shares this machine, so its hardware is this one's."""
+        host = (urlsplit(self.base_url).hostname or "").lower()
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
