@@ -264,7 +264,10 @@ def test_shipped_h200_runs_load_into_history(store):
     rows = store.list()
     assert {r.scenario for r in rows} >= {"naive-5", "static-batch-5", "vllm-5-sequential", "concurrent-10",
                                          "stream-300", "tuning", "sweep"}
-    assert all("H200" in r.hardware.get("summary", "") for r in rows)
+    # each run says its H200, but one sent to a server by URL from the GPU box: that records the server's address
+    # (runs made before a loopback address was taken for this machine carry no hardware)
+    assert all("H200" in r.hardware.get("summary", "") or (not r.hardware and r.extra.endpoint) for r in rows)
+    assert sum("H200" in r.hardware.get("summary", "") for r in rows) >= 10
     conc = store.load(next(r.id for r in rows if r.scenario == "concurrent-10"))
     assert len(conc.measured) == 10 and conc.summary.get("completed") == 10
     assert store.import_examples() == []  # already there: nothing duplicated

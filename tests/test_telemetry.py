@@ -41,7 +41,9 @@ def test_parse_metrics_reads_a_captured_vllm_page():
     that only begin like ours (num_requests_waiting_by_reason, prompt_tokens_by_source_total)."""
     text = (DATA / "vllm-0.32.0-metrics.txt").read_text()
     assert parse_metrics(text) == {"running": 0.0, "waiting": 0.0, "kv_usage": 0.0,
-                                   "generation_tokens_total": 9700.0, "prompt_tokens_total": 10963.0}
+                                   "generation_tokens_total": 9700.0, "prompt_tokens_total": 10963.0,
+                                   "preemptions_total": 0.0,  # and the cache's size, from cache_config_info's labels
+                                   "kv_capacity_tokens": 46592.0, "kv_blocks": 364.0, "kv_block_size": 128.0}
 
 
 def test_parse_metrics_sums_engines_and_reads_older_names():
