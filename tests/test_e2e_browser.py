@@ -170,16 +170,21 @@ def test_history_lists_the_run_and_exports_json(page, app):
     shot(page, "history")
 
 
+def _max_new_tokens_48(page) -> None:
+    """Naive vs vLLM's token slider from its lowest (16, steps of 8) to 48, as a person's keys would."""
+    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max new tokens").locator("input")
+    slider.focus()
+    page.keyboard.press("Home")
+    for _ in range(4):
+        page.keyboard.press("ArrowRight")
+    expect(slider).to_have_value("48")
+
+
 def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     """Step 2 of the lab (the naive transformers step loads a model in a worker: test_naive covers it)."""
     goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
     expect(page.get_by_text("Run step 1 and step 2")).to_be_visible(timeout=30000)
-    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max new tokens").locator("input")
-    slider.focus()
-    page.keyboard.press("Home")  # 16; step 8
-    for _ in range(4):
-        page.keyboard.press("ArrowRight")
-    expect(slider).to_have_value("48")
+    _max_new_tokens_48(page)
     step2 = button(page, "2 · vLLM (same prompts, sequential)")
     expect(step2).to_be_enabled(timeout=30000)
     step2.click()
@@ -193,12 +198,7 @@ def test_naive_vs_vllm_draws_vllm_slot_by_slot(page, app):
     """The static batch's prompts through vLLM at once, drawn slot by slot from the run's own token times
     (the static batch beside it loads a model in a worker: tests/test_slots.py counts its slots)."""
     goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
-    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max new tokens").locator("input")
-    slider.focus()
-    page.keyboard.press("Home")  # 16; step 8
-    for _ in range(4):
-        page.keyboard.press("ArrowRight")
-    expect(slider).to_have_value("48")
+    _max_new_tokens_48(page)
     at_once = button(page, "vLLM, same prompts at once (continuous batching)")
     expect(at_once).to_be_enabled(timeout=30000)
     at_once.click()

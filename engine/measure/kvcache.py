@@ -13,22 +13,16 @@ import math
 import threading
 from dataclasses import dataclass
 
-import httpx
 
 from engine.messages import Message, say
-from engine.observe.telemetry import parse_metrics
+from engine.observe.telemetry import parse_metrics, read_metrics_text
 from engine.results.records import RunResult
 
 
 def read_metrics(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> dict[str, float] | None:
     """The server's /metrics now (telemetry.parse_metrics), None without an answer."""
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=False)
-    except httpx.HTTPError:
-        return None
-    return parse_metrics(r.text) if r.status_code == 200 else None
+    text = read_metrics_text(base_url, api_key, timeout_s)
+    return None if text is None else parse_metrics(text)
 
 
 class KvWatch:

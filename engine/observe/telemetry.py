@@ -142,15 +142,8 @@ def read_process_start(base_url: str, api_key: str | None = None, timeout_s: flo
     """When the server process at `base_url` started (epoch s), from the process_start_time_seconds its
     /metrics publishes (prometheus_client's process collector, as vLLM's API server has it): what tells
     one start of a server at a URL from the next. None when it publishes none."""
-    url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        r = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=False)
-    except httpx.HTTPError:
-        return None
-    if r.status_code != 200:
-        return None
-    for line in r.text.splitlines():
+    text = read_metrics_text(base_url, api_key, timeout_s)
+    for line in (text or "").splitlines():
         if line.startswith("process_start_time_seconds "):
             try:
                 return float(line.split()[1])
