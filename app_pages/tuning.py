@@ -117,9 +117,8 @@ def kv_results() -> None:
     job = lab.latest_job("tuning")
     runs = list(job.result or []) if job else []
     if not runs:
-        saved = [r for r in lab.runs(limit=50) if r.scenario == "kv-squeeze" and not r.problem][:2]
         try:
-            runs = [lab.run(r.id) for r in reversed(saved)]
+            runs = lab.latest_pair("kv-squeeze")
         except LabError as e:  # a damaged stored run: History shows why and deletes it
             st.warning(ui.plain(e), icon=":material/warning:")
     if not runs:
@@ -158,12 +157,10 @@ def prefix_results() -> None:
         ui.job_panel(lab, job, _("{stage} ({done}/{total} configurations)", stage=job.stage, done=job.done,
                                  total=job.total), key="prefix_cancel")
     if not runs and not (job and job.active):  # the last comparison from the history: one run with the cache on, one with it off
-        saved = [r for r in lab.runs(limit=100) if r.scenario == "prefix-cache" and not r.problem]
-        for r in sorted(saved[:2], key=lambda r: r.started_at):
-            try:
-                runs.append(lab.run(r.id))
-            except LabError as e:
-                st.warning(ui.plain(e), icon=":material/warning:")
+        try:
+            runs = lab.latest_pair("prefix-cache")
+        except LabError as e:  # a damaged stored run: History shows why and deletes it
+            st.warning(ui.plain(e), icon=":material/warning:")
     if runs:
         ui.chart(figures.prefix_cache_compare(runs, lang=i18n.lang()), key="prefix")
         ui.failure_causes(runs, prefix=True)

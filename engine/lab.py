@@ -694,6 +694,12 @@ class Lab:
         """One saved run with its requests, shared like runs(); a LabError says why a stored one is damaged."""
         return self.store.load_cached(run_id)
 
+    def latest_pair(self, scenario: str) -> list[RunResult]:
+        """The newest two readable saved runs of a two-configuration scenario (kv-squeeze, prefix-cache),
+        oldest first, as the comparison ran them; a LabError says why a stored one cannot be read."""
+        saved = [r for r in self.runs(limit=100) if r.scenario == scenario and not r.problem][:2]
+        return [self.run(r.id) for r in sorted(saved, key=lambda r: r.started_at)]
+
     def latest_run(self, kind: str, scenario_prefix: str = "") -> RunResult | None:
         """The newest readable run of `kind` whose scenario starts so, among the latest 50 (a damaged one
         is passed over: History shows why)."""
