@@ -204,6 +204,9 @@ def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | 
 def tuning_label(cfg: ServerConfig) -> str:
     """How a tuning comparison names a configuration, in the app, the CLI and History alike."""
     memory = f"KV {cfg.cpu_kvcache_gib:g} GiB" if cfg.device == "cpu" else f"{cfg.gpu_memory_utilization:g}"
+    extra = [str(a) for a in cfg.extra_args]
+    if "--kv-cache-memory-bytes" in extra[:-1]:  # a GPU's cache set in bytes outranks the memory fraction
+        memory = f"KV {int(extra[extra.index('--kv-cache-memory-bytes') + 1]) / 2**20:,.0f} MiB"
     return f"max-model-len {cfg.max_model_len} / {memory}"
 
 

@@ -97,7 +97,7 @@ def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
     need = kvcache.need(run)
     assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
     assert str(kvcache.said(run)) == ("With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: "
-                                      "8 answers of 230 tokens need 1,840, so requests waited (up to 5 at once) "
+                                      "8 requests of 230 tokens (prompt and answer) need 1,840, so requests waited (up to 5 at once) "
                                       "and 12 were preempted.")
     roomy = _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0)
     assert str(kvcache.said(roomy)).endswith("need 1,840, which fits: none waited and none was preempted.")
@@ -115,6 +115,10 @@ def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded
     assert 8_847_360 <= squeezed.cpu_kvcache_gib * 1024**3 < 8_847_360 + 23_040  # not a token more
     gpu = scenarios.configs_for(scenarios.get("kv-squeeze"), base.with_changes(device="cuda"))[0]
     assert gpu.extra_args[-2:] == ("--kv-cache-memory-bytes", "8847360")
+    from engine.runs import tuning_label  # a GPU's two contenders differ by the cache's size, not the fraction
+    assert tuning_label(gpu) == "max-model-len 256 / KV 8 MiB"
+    assert [str(x) for x in scenarios.get("kv-squeeze").config_labels] == [
+        "KV cache squeezed (1.5 full-length requests)", "KV cache with room to spare"]
 
 
 def test_older_runs_without_the_new_notes_read_back():

@@ -134,7 +134,7 @@ def flags(run: RunResult) -> str:
 
 def said(run: RunResult) -> Message | None:
     """What the flags did to this run's cache, in one sentence, e.g. "With --kv-cache-gib 0.01
-    --max-model-len 256 the cache holds 384 tokens: 8 answers of 230 tokens need 1,840, so requests
+    --max-model-len 256 the cache holds 384 tokens: 8 requests of 230 tokens (prompt and answer) need 1,840, so requests
     waited (up to 5) and 12 were preempted." None when the capacity or the answers are unknown."""
     n = run.extra
     cap, wanted = n.kv_cache_tokens, need(run)
@@ -143,12 +143,12 @@ def said(run: RunResult) -> Message | None:
     values = dict(flags=flags(run) or "—", capacity=cap, answers=wanted.answers, tokens=wanted.tokens,
                   need=wanted.total, waiting=n.peak_waiting or 0, preempted=n.preemptions or 0)
     if n.preemptions:
-        return say("With {flags} the cache holds {capacity:,} tokens: {answers} answers of {tokens:,} tokens need "
+        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
                    "{need:,}, so requests waited (up to {waiting} at once) and {preempted} were preempted.", **values)
     if wanted.total > cap or n.peak_waiting:
-        return say("With {flags} the cache holds {capacity:,} tokens: {answers} answers of {tokens:,} tokens need "
+        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
                    "{need:,}, so requests waited (up to {waiting} at once), none preempted.", **values)
-    return say("With {flags} the cache holds {capacity:,} tokens: {answers} answers of {tokens:,} tokens need "
+    return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
                "{need:,}, which fits: none waited and none was preempted.", **values)
 
 
