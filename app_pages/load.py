@@ -298,9 +298,10 @@ def _pair_table(runs) -> None:
             (_("OK / failed"), lambda r: f"{r.summary.completed or 0} / {r.summary.failed or 0}")]
     st.table({"": [name for name, _f in rows],
               **{i18n.tr(r.label): [f(r) for _n, f in rows] for r in runs}})
-    for r in runs:
-        ui.failure_causes([r], prefix=True)
-        ui.token_check(r)
+    for col, r in zip(st.columns(len(runs), gap="large"), runs):
+        with col:  # under its own column of the table: which server each sentence is about
+            ui.failure_causes([r], prefix=True)
+            ui.token_check(r)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -61,6 +61,7 @@ class Job(Progress):
         if not self.steps:
             self.total, self.done = plan.total or self.total, 0
         if self.parent is not None:
+            self.label = plan.label or self.label  # the side's server, as its run will be named
             self.parent._count_sides()
 
     def side(self, name: str) -> "Job":

@@ -503,7 +503,7 @@ class Lab:
         runs = []
         for name, side in sorted(job.sides.items()) if job else ():
             runs.append(side.result if isinstance(side.result, RunResult) else
-                        RunResult(kind="vllm", scenario="live", label=name, records=side.live_records(),
+                        RunResult(kind="vllm", scenario="live", label=side.label, records=side.live_records(),
                                   duration=0, started_at=side.run_start or job.started_at))
         start = min((s.run_start for s in job.sides.values() if s.run_start), default=None) if job else None
         return runs, max(0.0, time.time() - start) if start else 0.0

@@ -420,7 +420,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     """Two servers that ran the same load at once, on ONE time axis (seconds since both started):
     each server's request timeline (a row per request: pale while waiting for the first token, solid
     while generating, grey when failed), then both servers' output tokens per second and each request's
-    TTFT by when it was sent. Works on a live pair (records still in flight are drawn up to `now`,
+    TTFT at the moment its first token arrived. Works on a live pair (records still in flight are drawn up to `now`,
     default: the latest time seen) and on saved runs. Traces: per side, in order A then B: wait,
     decode, failed bars, throughput line, TTFT markers."""
     runs = [run_a, run_b]
@@ -433,7 +433,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.07,
                         row_heights=[0.27, 0.27, 0.23, 0.23],
                         subplot_titles=(names[0], names[1], translate(say("Output tokens per second"), lang),
-                                        translate(say("Time to first token, by when each request was sent"), lang)))
+                                        translate(say("Time to first token, drawn when each first token arrived"), lang)))
     bar = dict(orientation="h", hoverinfo="text", width=0.8, showlegend=False)
     avgs, ttfts, in_flight, failed = [], [], 0, 0
     for k, (run, rs, color, name) in enumerate(zip(runs, recs, PAIR_COLORS, names)):
@@ -479,13 +479,14 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
                         name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
                         legendgroup=name, hovertemplate=f"{name}<br>%{{x:.0f}} s: %{{y:,.0f}} tok/s<extra></extra>",
                         row=3, col=1)
-        got = [(r.send_time, r.ttft * 1000) for r in rs if r.ttft is not None]
+        got = [(r.first_token_time, r.ttft * 1000) for r in rs if r.ttft is not None]
         ttfts.append(sorted(v for _, v in got))
         fig.add_scatter(x=[t for t, _ in got], y=[v for _, v in got], mode="markers", name=name, legendgroup=name,
                         showlegend=False, marker=dict(color=color, size=11, symbol="circle" if k == 0 else "diamond",
                                                       line=dict(width=1, color="white")),
-                        hovertemplate=f"{name}<br>" + translate(say("sent at {time}", time="%{x:.2f} s"), lang)
-                        + "<br>TTFT %{y:,.0f} ms<extra></extra>", row=4, col=1)
+                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}", time="%{x:.2f} s"),
+                                                                lang) + "<br>TTFT %{y:,.0f} ms<extra></extra>",
+                        row=4, col=1)
     fig.update_yaxes(title_text=translate(say("tok/s"), lang), rangemode="tozero", row=3, col=1)
     fig.update_yaxes(title_text=translate(say("TTFT (ms)"), lang), rangemode="tozero", row=4, col=1)
     fig.update_xaxes(range=[0, span * 1.02], showgrid=True)
@@ -493,7 +494,8 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     if in_flight:
         fig.add_vline(x=now, line=dict(color=MUTED, dash="dot", width=2))
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
-    fig.update_layout(barmode="overlay", showlegend=True, legend=dict(y=1.02))
+    # the legend under the time axis: above, it would sit on the first timeline's title
+    fig.update_layout(barmode="overlay", showlegend=True, legend=dict(y=-0.07, yanchor="top"))
 
     def median(xs: list[float]) -> float | None:
         return xs[len(xs) // 2] if xs else None
@@ -511,5 +513,6 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         cap.append(say("{count} still in flight, drawn up to now.", count=in_flight))
     if failed:
         cap.append(say("{count} failed (grey; hover a bar for why).", count=failed))
-    return finish(fig, say("Two servers, one workload, one clock"), cap,
-                  placeholder=any(is_placeholder(r) for r in runs), height=1080, lang=lang)
+    fig = finish(fig, say("Two servers, one workload, one clock"), cap,
+                 placeholder=any(is_placeholder(r) for r in runs), height=1140, lang=lang)
+    return fig.update_layout(margin=dict(b=150))
