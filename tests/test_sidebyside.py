@@ -298,3 +298,57 @@ def test_the_cli_refuses_versus_without_two_servers_in_one_sentence(tmp_path):
         out = subprocess.run([sys.executable, "-m", "engine", "run", *argv], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+# -- the pages (AppTest, no server) --------------------------------------------------------------------
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    """The app's pages through AppTest, on a history of their own (the Lab is rebuilt for it)."""
+    import ui
+
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "pages.sqlite"))
+    ui.get_lab.clear()
+    yield ui.get_lab()
+    ui.get_lab().shutdown()
+    ui.get_lab.clear()
+
+
+def _page(path: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_load_test_page_offers_two_servers_and_says_why_not_here(app, lab):
+    at = _page("app_pages/load.py")
+    assert any(e.label == "Against two servers at once" for e in at.expander)
+    if lab.device == "cpu":
+        assert any(i.value.replace("\\", "") == lab.side_by_side_here() for i in at.info)  # markdown-escaped
+        assert any("Tuning" in link.proto.label for link in at.get("page_link"))
+    run = next(b for b in at.button if b.label == "Run on both servers")
+    run.click().run()
+    assert not at.exception and "Give the second server's address first." in [e.value for e in at.error]
+    at.text_input(key="pair_url").set_value("http://127.0.0.1:1")  # in a form: sent with the button
+    next(b for b in at.button if b.label == "Run on both servers").click().run()
+    errors = [e.value for e in at.error]  # no server A here: one sentence, nothing runs
+    assert not at.exception and len(errors) == 1 and "Server page" in errors[0], errors
+
+
+def test_history_marks_a_pairs_two_runs(app):
+    store = app.store
+    runs = [_run(f"{side}: server", [_rec(0, 0.0, 0.2, 1.0)], 1.0) for side in "AB"]
+    for side, run in zip("AB", runs):
+        run.extra.pair, run.extra.pair_side = "beef00112233", side
+        store.save(run)
+    try:
+        at = _page("app_pages/history.py")
+        table = at.dataframe[0].value
+        pairs = dict(zip(table["run"], table["pair"]))
+        assert pairs["A: server"] == "A · beef" and pairs["B: server"] == "B · beef"
+    finally:
+        store.delete([r.id for r in runs])
