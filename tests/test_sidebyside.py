@@ -192,6 +192,27 @@ def test_on_cpu_the_lab_says_why_two_servers_here_are_not_fair(lab):
     assert lab.second_server_command() is None
 
 
+def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monkeypatch):
+    """No GPU here: NVML's answer and the running server's settings are given, the rest is the Lab's own."""
+    from types import SimpleNamespace
+
+    from engine.observe import nvml
+    from engine.serving import models
+    from engine.serving.config import ServerConfig
+
+    cfg = ServerConfig(model=str(models.embedded_dir()), device="cuda", port=9000, max_model_len=2048,
+                       gpu_memory_utilization=0.85, gpus=(0,))
+    monkeypatch.setattr(lab, "device", "cuda")
+    monkeypatch.setattr(lab.server, "snapshot", lambda: SimpleNamespace(config=cfg))
+    monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}])
+    assert lab.side_by_side_here().startswith("With one GPU a second server would share it")
+    assert lab.second_server_command() is None
+    monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}, {"index": 1}])
+    assert lab.side_by_side_here() is None
+    assert lab.second_server_command() == ("python -m engine serve --model embedded --port 9001 --gpus 1 "
+                                           "--max-model-len 2048 --gpu-memory-utilization 0.85 --detach")
+
+
 def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_runs(lab):
     import socket
 
