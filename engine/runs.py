@@ -304,8 +304,10 @@ class Runner:
         the same started_at), each side in its own thread through run_load, reported to
         `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
         side that fails does not stop the other: its measured requests are saved, then the failure is
-        raised (a LabError naming the side). Returns [A's run, B's run]."""
+        raised (a LabError naming the side). A spec without a warm-up gets one batch of it: a cold server
+        beside a warm one would be compared on its start-up work. Returns [A's run, B's run]."""
         sides = [("A", a), ("B", b)]
+        spec = replace(spec, warmup=spec.warmup or min(spec.in_flight(), spec.n))
         specs = {name: t.aim(replace(spec, label=side_label(name, t))) for name, t in sides}
         pair = uuid.uuid4().hex[:12]
         origin: dict[str, float] = {}
@@ -355,8 +357,7 @@ class Runner:
         real = {n: e for n, e in failures.items() if not isinstance(e, threading.BrokenBarrierError)}
         if real:
             name, e = next(iter(real.items()))
-            why = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e) or type(e).__name__
-            url, why = dict(sides)[name].base_url, str(why).rstrip(".")
+            url, why = dict(sides)[name].base_url, (str(e) or type(e).__name__).rstrip(".")
             raise LabError(say("Server {side} ({url}) failed: {why}. The other server's run is saved.", side=name,
                                url=url, why=why) if results else
                            say("Server {side} ({url}) failed: {why}.", side=name, url=url, why=why)) from e
