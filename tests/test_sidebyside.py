@@ -266,6 +266,8 @@ def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_serve
     from engine.errors import ServerBusy
 
     spec = lab.load_test_spec("burst", 4, 24, ignore_eos=True)
+    with pytest.raises(LabError, match="is the server the app already measures"):  # A again, by another name
+        lab.run_side_by_side(vllm_server.base_url.replace("127.0.0.1", "localhost"), spec, shared_ok=True)
     with pytest.raises(ServerBusy) as refused:  # both on this CPU: refused with the sentence unless asked
         lab.run_side_by_side(second_server, spec)
     assert str(refused.value) == lab.side_by_side_here()
