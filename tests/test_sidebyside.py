@@ -301,7 +301,7 @@ def test_the_cli_runs_a_scenario_against_two_servers_and_saves_both(vllm_server,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert any(line.startswith("A | done in") for line in lines) and any(line.startswith("B | done in") for line in lines)
+    assert all(any(line.startswith(f"{side} | done in") for line in lines) for side in "AB")
     from engine.observe import hardware
 
     if hardware.default_device() == "cpu":  # both servers share this machine's cores: the run says so

@@ -12,7 +12,8 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 (the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`compare` (runs compared, and two servers measured at once on one clock), `kvcache` (the KV cache per server configuration), `ceiling` (decode speed
+`compare` (runs compared; two servers measured at once on one clock),
+`kvcache` (the KV cache per server configuration), `ceiling` (decode speed
 against the memory-bandwidth limit), `slots` (the batch's slots step by step: static against continuous
 batching), `machine` (memory and /metrics over time), `prefix` (prefix caching on vs off), `export` (PNG
 files). The

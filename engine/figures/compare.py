@@ -430,10 +430,10 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         now = max(seen, default=0.0)
     span = max([now, *seen, *(r.duration for r in runs)], default=0.0) or 1.0
     names = [esc(run_label(r, lang)) for r in runs]
+    titles = (*names, translate(say("Output tokens per second"), lang),
+              translate(say("Time to first token, drawn when each first token arrived"), lang))
     fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        row_heights=[0.27, 0.27, 0.23, 0.23],
-                        subplot_titles=(names[0], names[1], translate(say("Output tokens per second"), lang),
-                                        translate(say("Time to first token, drawn when each first token arrived"), lang)))
+                        row_heights=[0.27, 0.27, 0.23, 0.23], subplot_titles=titles)
     bar = dict(orientation="h", hoverinfo="text", width=0.8, showlegend=False)
     avgs, ttfts, in_flight, failed = [], [], 0, 0
     for k, (run, rs, color, name) in enumerate(zip(runs, recs, PAIR_COLORS, names)):
