@@ -378,3 +378,15 @@ def test_history_marks_a_pairs_two_runs(app):
         assert pairs["A: server"] == "A · beef" and pairs["B: server"] == "B · beef"
     finally:
         store.delete([r.id for r in runs])
+
+
+def test_one_server_by_two_names_is_not_a_pair():
+    from engine.lab import _same_server
+    from engine.serving.endpoint import Endpoint
+
+    def at(url: str) -> Target:
+        return Target(url, "m", endpoint=Endpoint(url, {"m": None}, vllm=True, metrics=True))
+
+    assert _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8000"))
+    assert not _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8001"))
+    assert not _same_server(at("http://127.0.0.1:8000"), at("http://gpu-box:8000"))  # another machine's port 8000
