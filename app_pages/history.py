@@ -46,7 +46,21 @@ def number(v, digits: int):
     return None if v is None else round(v, digits)
 
 
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_pair(run_id: str, lang: str) -> None:
+    """A saved pair's chart, built once for every viewer of a language."""
+    try:
+        pair = lab.pair_of(run_id)
+    except LabError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+        return
+    if len(pair) == 2:
+        ui.chart(figures.side_by_side(*pair, lang=lang), key="pair")
+
+
 rows = lab.runs()  # read once per change of the history, shared by every viewer
+# a pair's two runs share their start: A above B (the store lists the later saved first); otherwise as listed
+rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.pair_side))
 price = None
 if rows:
     price_cols = st.columns([1, 3], gap="large", vertical_alignment="center")
@@ -59,7 +73,8 @@ if not rows:
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario, "warmth": warmth(r),
+        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario,
+        "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
         # the viewer just typed a price: its column is in sight, not past the table's right edge
         **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
         "kind": r.kind,
@@ -83,6 +98,10 @@ else:
             # The table's columns keep their English names (read back by name); only the titles shown change.
             "started": st.column_config.Column(_("started")),
             "run": st.column_config.Column(_("run")),
+            "pair": st.column_config.Column(
+                _("pair"), help=_("Two servers measured at once on one clock (Load test): the two runs of a pair share "
+                                  "its four letters, A the app's server, B the one at a URL. Select both to see them "
+                                  "side by side.")),
             "warmth": st.column_config.Column(
                 _("cold / warm"),
                 help=_("cold: the first batch of its size since its server started, so its numbers include one-off "
@@ -121,6 +140,8 @@ else:
                   "chart' to draw them anyway.") if chosen else
                 _("Every run failed: there is nothing to compare. Switch on 'Include failed runs in the chart' to "
                   "draw them anyway."), icon=":material/info:")
+    if len(chosen) == 2 and chosen[0].extra.pair and chosen[0].extra.pair == chosen[1].extra.pair:
+        _draw_pair(chosen[0].id, i18n.lang())  # a pair: its two servers on one clock, as the Load test drew them
     if shown and failed_here and not include_failed:
         st.caption(_("{n} failed run(s) are left out of the chart (every request failed); they stay in the table "
                      "and in exports.", n=failed_here))

@@ -227,6 +227,108 @@ def live() -> None:
 
 live()
 
+
+# -- two servers at once (issue #13 item 2) -------------------------------------------------------------
+with st.expander(_("Against two servers at once"), icon=":material/view_column_2:"):
+    st.caption(_("The same workload sent to this app's server (A) and a second one at a URL (B) at the same moment: "
+                 "each warms up first, then both are measured on one clock and drawn on shared axes as they run. "
+                 "Each run is saved, the two as a pair."))
+    shared_ok = False
+    if why := lab.side_by_side_here():
+        st.info(ui.plain(why), icon=":material/info:")
+        st.page_link("app_pages/tuning.py", label=_("Compare configurations on Tuning"), icon=":material/tune:")
+        shared_ok = st.toggle(_("Both on this machine anyway"), key="pair_shared",
+                              help=_("Runs two servers on this machine's one device: they slow each other down, so "
+                                     "the numbers show the sharing as much as the settings. For trying it out."))
+    elif cmd := lab.second_server_command():
+        st.markdown(_("Start the second server on another GPU with this command (change its max-model-len or "
+                      "memory to the setting you want to compare), then give its address below:"))
+        st.code(cmd, language="bash")
+    with st.form("pair"):
+        u1, u2 = st.columns([2, 1], gap="large")
+        url_b = u1.text_input(_("Second server's address (B)"), placeholder="http://127.0.0.1:8001", key="pair_url",
+                              help=_("Its root, /v1 or a router's path prefix; the app finds the model it serves."))
+        key_b = u2.text_input(_("Its API key (optional)"), type="password", key="pair_key",
+                              help=_("Sent to server B only; never saved or shown."))
+        p1, p2, p3 = st.columns(3, gap="large")
+        pair_n = p1.number_input(_("Number of requests"), 1, 1024, 10, key="pair_n")
+        pair_in_flight, pair_rate = 1, None
+        if shape == "concurrency":
+            pair_in_flight = p2.slider(_("Requests in flight"), 1, 64 if cpu else 256, 4, key="pair_in_flight")
+        elif shape == "poisson":
+            pair_rate = p2.number_input(_("Rate (requests/s)"), 0.1, 100.0, 2.0, 0.5, key="pair_rate")
+        else:
+            p2.caption(_("Every request is sent at once: as many in flight as there are requests."))
+        pair_tokens = p3.slider(_("Max tokens per answer"), 16, max(tokens_hi, 17), min(64 if cpu else 150, tokens_hi),
+                                2, key="pair_tokens", help=tokens_help)
+        st.caption(_("Arrival as chosen above: {arrival}. Answers always run to max tokens on both, so the two get the "
+                     "same work.", arrival=_(arrival)))
+        run_pair = st.form_submit_button(_("Run on both servers"), type="primary", icon=":material/play_arrow:",
+                                   disabled=not ui.can_act(lab))
+    if run_pair:
+        if not url_b.strip():
+            st.error(_("Give the second server's address first."), icon=":material/error:")
+        else:
+            try:
+                pair_spec = lab.load_test_spec(shape, int(pair_n), int(pair_tokens), ignore_eos=True, rate=pair_rate,
+                                               concurrency=int(pair_in_flight))
+            except LabError as e:
+                st.error(ui.plain(e), icon=":material/error:")
+            else:
+                ui.act(lab, lab.run_side_by_side, url_b.strip(), pair_spec, key_b or None, shared_ok=shared_ok)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_pair_live(job_id: str, tick: int, lang: str) -> None:
+    """A running pair at one-second `tick`, built once for every viewer of a language (as _draw_live)."""
+    runs, now = lab.live_pair(job_id)
+    if len(runs) == 2:
+        ui.chart(figures.side_by_side(*runs, now=now, lang=lang), key="pair-live")
+
+
+def _pair_table(runs) -> None:
+    """The pair's numbers, one column a server."""
+    def ms(run, key):
+        v = run.summary.get(key)
+        return "–" if v is None else f"{v:,.0f} ms"
+
+    rows = [(_("Output throughput"), lambda r: f"{r.summary.get('output_throughput') or 0:,.1f} tok/s"),
+            (_("Mean TTFT"), lambda r: ms(r, "mean_ttft_ms")), (_("p99 TTFT"), lambda r: ms(r, "p99_ttft_ms")),
+            (_("Mean TPOT"), lambda r: ms(r, "mean_tpot_ms")), (_("Wall time"), lambda r: ui.fmt_s(r.duration)),
+            (_("OK / failed"), lambda r: f"{r.summary.completed or 0} / {r.summary.failed or 0}")]
+    st.table({"": [name for name, _f in rows],
+              **{i18n.tr(r.label): [f(r) for _n, f in rows] for r in runs}})
+    for col, r in zip(st.columns(len(runs), gap="large"), runs):
+        with col:  # under its own column of the table: which server each sentence is about
+            ui.failure_causes([r], prefix=True)
+            ui.token_check(r)
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_pair(job_id: str, status: str, lang: str) -> None:
+    """A finished pair: its numbers side by side and its chart, built once for every viewer of a language."""
+    runs, _now = lab.live_pair(job_id)
+    ui.cancelled_note(lab.job(job_id))
+    if len(runs) == 2:
+        _pair_table(runs)
+        ui.chart(figures.side_by_side(*runs, lang=lang), key="pair")
+
+
+@st.fragment(run_every=1)
+def pair_live() -> None:
+    job = lab.latest_job("side-by-side")
+    if job is None:
+        return
+    ui.job_panel(lab, job, _("{stage}: {done}/{total} requests done on both", stage=job.stage, done=job.done,
+                             total=job.total or "?"), key="pair_cancel")
+    if job.active:
+        _draw_pair_live(job.id, int(time.time()), i18n.lang())
+    else:
+        _draw_pair(job.id, job.status, i18n.lang())
+
+
+pair_live()
+
 st.divider()
 st.subheader(_("Concurrency sweep"))
 st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput climbs "

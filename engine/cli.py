@@ -5,6 +5,7 @@
   python -m engine status | stop [--port P]
   python -m engine run SCENARIO [--url URL | --model ...] [--slo-ttft-ms MS --slo-tpot-ms MS] [--json OUT]
                                 [--price-per-gpu-hour PRICE]
+  python -m engine run SCENARIO --url A --versus B [--versus-api-key-env VAR]   (two servers at once)
                                                                           (scenarios: python -m engine list)
   python -m engine cluster --head ADDRESS --nodes N --gpus-per-node G [--model ...]   (Ray, several machines)
   python -m engine export [--format json|csv] [--out FILE] [RUN_ID ...]
@@ -224,8 +225,15 @@ def _cmd_run(args) -> int:
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
     cfg, spec = (None, None) if args.url else _config(args)
     load = scn.load_spec(num_requests=8 if scn.kind == "sweep" else None, max_tokens=args.max_tokens)
-    if target is not None:
-        target.aim(load)  # what the running server accepts, before a request is sent
+    versus = None
+    if args.versus:  # the second server's key from the variable named, as the first's from OPENAI_API_KEY
+        versus = Target.at(args.versus, None, os.environ.get(args.versus_api_key_env) if args.versus_api_key_env
+                           else None)
+        if versus.base_url == target.base_url:
+            raise ConfigError(f"--versus {args.versus} is the --url server itself: give a second server's address.")
+    for t in (target, versus):
+        if t is not None:
+            t.aim(load)  # what the running server accepts, before a request is sent
     def save(run):
         store.save(run)
         return run
@@ -241,6 +249,14 @@ def _cmd_run(args) -> int:
             check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
         results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
                                                max_new_tokens=args.max_tokens))]
+    elif versus is not None:
+        results = runner.side_by_side(target, versus, load)
+        if all(t.endpoint is not None and t.endpoint.on_this_machine for t in (target, versus)):
+            from engine.observe import hardware, nvml
+            from engine.runs import sharing_said
+
+            if why := sharing_said(hardware.default_device(), len(nvml.devices())):
+                _print(f"note: both servers run on this machine. {why}")
     elif target is not None:
         results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
     else:
@@ -306,6 +322,16 @@ def _check_run_options(scn, args) -> list[int] | None:
     from engine.measure.spec import check_in_flight, parse_levels
     from engine.runs import check_url
 
+    if args.versus is not None or args.versus_api_key_env is not None:
+        if args.url is None or args.versus is None:
+            raise ConfigError("--versus compares two running servers: give both --url A and --versus B.")
+        if scn.kind != "vllm":
+            raise ConfigError(f"--versus sends one load test to two servers at once, and {scn.name} is not one: pick "
+                              "a load scenario (python -m engine list).")
+        check_url(args.versus)
+        if args.versus_api_key_env and os.environ.get(args.versus_api_key_env) is None:
+            raise ConfigError(f"--versus-api-key-env names {args.versus_api_key_env}, which is not set: export it "
+                              "first.")
     if args.url is not None:
         if scn.kind == "naive":
             raise ConfigError("The naive scenario runs transformers itself, with no server: leave --url out.")
@@ -475,6 +501,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--url", help="an already running server, its root, /v1 or a router's prefix (else one is started "
                                  "with the options below); its API key, if any, from $OPENAI_API_KEY")
     r.add_argument("--model-name", help="served model name at --url (default: asked from /v1/models)")
+    r.add_argument("--versus", metavar="URL_B",
+                   help="a second running server: the same load goes to --url and to it at once, on one clock, "
+                        "and both runs are saved as a pair")
+    r.add_argument("--versus-api-key-env", metavar="VAR",
+                   help="the environment variable holding the --versus server's API key (default: none sent)")
     r.add_argument("--max-tokens", type=int)
     r.add_argument("--concurrency", type=int)
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")

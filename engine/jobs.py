@@ -41,6 +41,9 @@ class Job(Progress):
     worker_pid: int | None = None  # the naive baseline's worker while it lives (memory charts)
     steps: bool = False  # a run of several: done/total count levels or configurations (on_step)
     cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    # two runs measured at once (Runner.side_by_side): each side's own live records, by name ("A", "B")
+    sides: dict = field(default_factory=dict)
+    parent: "Job | None" = field(default=None, repr=False)
 
     @property
     def active(self) -> bool:
@@ -57,6 +60,26 @@ class Job(Progress):
         self.run_start = time.time()
         if not self.steps:
             self.total, self.done = plan.total or self.total, 0
+        if self.parent is not None:
+            self.label = plan.label or self.label  # the side's server, as its run will be named
+            self.parent._count_sides()
+
+    def side(self, name: str) -> "Job":
+        """One side of a pair: a Job of its own (records, in flight, result) kept in `sides`, whose
+        requests count in this job's done/total."""
+        self.sides[name] = Job(kind=self.kind, label=name, cancel=self.cancel, parent=self)
+        return self.sides[name]
+
+    def _count_sides(self) -> None:
+        sides = list(self.sides.values())
+        self.done, self.total = sum(s.done for s in sides), sum(s.total for s in sides)
+
+    def on_complete(self, result) -> None:
+        if self.parent is not None:
+            self.result = result  # a side's run, readable while the other side still measures
+
+    def on_clock(self, started_at: float) -> None:
+        self.run_start = started_at
 
     def on_step(self, done: int, total: int, text: str) -> None:
         self.steps = True  # progress now counts runs (levels, configurations), not requests
@@ -79,6 +102,8 @@ class Job(Progress):
         self.records.append(record)
         if not self.steps:
             self.done = len(self.records)
+        if self.parent is not None:
+            self.parent._count_sides()
 
     def live_records(self) -> list[RequestRecord]:
         """Finished and in-flight requests, for a timeline drawn while the run goes on."""

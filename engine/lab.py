@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
+from urllib.parse import urlsplit
 
 from engine.access import Access
-from engine.errors import LabError, NotPresenter, ServerBusy
+from engine.errors import ConfigError, LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.chat import ChatRate, stream_chat
 from engine.measure.warmth import WarmthLedger, recall_from
@@ -60,6 +62,16 @@ class FitReport:
     weights_gb: float | None = None
     kv_gb: float | None = None
     available_gb: float | None = None
+
+
+def _same_server(a: Target, b: Target) -> bool:
+    """Two addresses of one server (localhost and 127.0.0.1 are the same machine)."""
+    if a.base_url.rstrip("/") == b.base_url.rstrip("/"):
+        return True
+    ua, ub = urlsplit(a.base_url), urlsplit(b.base_url)
+    here = a.config is not None or (a.endpoint is not None and a.endpoint.on_this_machine)
+    return (here and b.endpoint is not None and b.endpoint.on_this_machine and ua.port == ub.port
+            and ua.path.rstrip("/") == ub.path.rstrip("/"))
 
 
 def presenter_only(fn):
@@ -295,6 +307,25 @@ class Lab:
                                                                      labels=list(scn.config_labels)))
 
     @presenter_only
+    def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:
+        """The same load against the server the app measures (A: its own or the attached one) and the one at
+        `url_b` (B) at once, on one clock (Runner.side_by_side; issue #13 item 2). B is discovered first: a
+        dead address, an answer that is not an OpenAI-style server or a refused key is one sentence and
+        nothing runs. Two servers sharing this machine's CPU or its one GPU are refused with
+        side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""
+        a = self._target()
+        b = Target.at(url_b, None, api_key_b or None)
+        if _same_server(a, b):
+            raise ConfigError(say("{url} is the server the app already measures: give the address of a second "
+                                  "one.", url=b.base_url))
+        if not shared_ok and (why := self._sharing(a, b)):
+            raise ServerBusy(why)
+        a.aim(spec)
+        b.aim(spec)
+        return self.jobs.submit("side-by-side", say("two servers side by side"),
+                                lambda job: self._runner(job).side_by_side(a, b, spec))
+
+    @presenter_only
     def run_naive(self, spec) -> Job:
         """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
@@ -436,6 +467,54 @@ class Lab:
     def ready(self) -> bool:
         """A server to measure and chat with: an attached one, or our own once ready."""
         return self.remote is not None or self.server.snapshot().state == READY
+
+    def side_by_side_here(self) -> str | None:
+        """Why two servers on this machine cannot be compared fairly side by side (its CPU, or its one GPU,
+        would be shared), with what to do instead; None with two GPUs or more."""
+        from engine.runs import sharing_said
+
+        return sharing_said(self.device, len(nvml.devices()))
+
+    def _sharing(self, a: Target, b: Target) -> str | None:
+        """side_by_side_here()'s sentence when both servers run on this machine, else None."""
+        here = lambda t: t.config is not None or (t.endpoint is not None and t.endpoint.on_this_machine)  # noqa: E731
+        return self.side_by_side_here() if here(a) and here(b) else None
+
+    def second_server_command(self, port: int | None = None) -> str | None:
+        """The command that starts a second server like the running one on another GPU (then connected
+        side by side by URL; the app itself runs one server), None without two GPUs or a started server."""
+        cfg = self.server.snapshot().config
+        gpus = sorted(nvml.devices(), key=lambda g: g["index"])
+        if cfg is None or self.device != "cuda" or len(gpus) < 2:
+            return None
+        used = set(cfg.gpus) or set(range(cfg.gpus_needed))
+        free = [g["index"] for g in gpus if g["index"] not in used] or [gpus[-1]["index"]]
+        model = ("embedded" if cfg.model == str(models.embedded_dir()) else
+                 cfg.model if os.path.isdir(cfg.model) else f"hub:{cfg.model}")
+        argv = ["python", "-m", "engine", "serve", "--model", model, "--port", str(port or cfg.port + 1),
+                "--gpus", str(free[0]), "--max-model-len", str(cfg.max_model_len),
+                "--gpu-memory-utilization", f"{cfg.gpu_memory_utilization:g}", "--detach"]
+        return " ".join(shlex.quote(x) for x in argv)
+
+    def live_pair(self, job_id: str) -> tuple[list[RunResult], float]:
+        """A side-by-side job's two sides so far (finished and in-flight requests, or each side's run once
+        it ended) as runs for the charts, A first, and the seconds since their shared clock started."""
+        job = self.jobs.get(job_id)
+        runs = []
+        for name, side in sorted(job.sides.items()) if job else ():
+            runs.append(side.result if isinstance(side.result, RunResult) else
+                        RunResult(kind="vllm", scenario="live", label=side.label, records=side.live_records(),
+                                  duration=0, started_at=side.run_start or job.started_at))
+        start = min((s.run_start for s in job.sides.values() if s.run_start), default=None) if job else None
+        return runs, max(0.0, time.time() - start) if start else 0.0
+
+    def pair_of(self, run_id: str) -> list[RunResult]:
+        """A saved side-by-side run and its partner, A first ([] for a run not measured in a pair)."""
+        run = self.run(run_id)
+        if not run.extra.pair:
+            return []
+        rows = [r for r in self.runs() if r.extra.pair == run.extra.pair and not r.problem]
+        return [self.run(r.id) for r in sorted(rows, key=lambda r: r.extra.pair_side)]
 
     def attached(self) -> Attached | None:
         """The server at a URL the app measures now, as the pages show it (its key masked); None: our own."""

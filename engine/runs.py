@@ -10,15 +10,17 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import psutil
 
-from engine.errors import ConfigError, ServerBusy
+from engine.errors import ConfigError, LabError, ServerBusy
 from engine.measure import ceiling, loadgen
 from engine.measure.kvcache import KvWatch
 from engine.measure.progress import Progress
+from engine.measure.request import clock
 from engine.measure.slo import Slo, record_goodput
 from engine.measure.spec import LoadSpec, check_max_tokens
 from engine.measure.stats import client_output_tokens, peak_in_flight
@@ -210,6 +212,29 @@ def tuning_label(cfg: ServerConfig) -> str:
     return f"max-model-len {cfg.max_model_len} / {memory}"
 
 
+def side_label(side: str, target: Target) -> str:
+    """How a side-by-side run names its server: the side, then its flags (one this app started) or its
+    address (one at a URL), so a legend and History tell the two apart."""
+    if target.config is not None:
+        return f"{side}: {tuning_label(target.config)}"
+    where = target.base_url.split("://", 1)[-1]
+    return f"{side}: {where}" + (f" (max-model-len {target.max_model_len})" if target.max_model_len else "")
+
+
+def sharing_said(device: str, gpus: int) -> str | None:
+    """Why two servers on one machine with this `device` and this many GPUs would not be compared fairly
+    side by side (they would share its CPU or its one GPU), and what to do instead; None: they need not."""
+    if device == "cpu":
+        return say("On CPU a second server would share this machine's cores with the first, so neither would be "
+                   "measured fairly: compare configurations one after another on the Tuning page, or give the "
+                   "address of a server on another machine.")
+    if gpus < 2:
+        return say("With one GPU a second server would share it with the first, so neither would be measured "
+                   "fairly: compare configurations one after another on the Tuning page, or give the address "
+                   "of a server on another machine.")
+    return None
+
+
 def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int | None = None,
                  known_flags: set[str] | None = None) -> None:
     """Every configuration checked before the first restart: a ConfigError says which one is wrong."""
@@ -272,6 +297,74 @@ class Runner:
             kv.stop()
             self.mark(say("{scenario} end", scenario=spec.scenario))
         return self._keep(kv.finish(count.finish(result)), target)
+
+    # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
+    PAIR_LEAD_S = 0.05
+
+    def side_by_side(self, a: Target, b: Target, spec: LoadSpec) -> list[RunResult]:
+        """The same load against two servers at once (issue #13 item 2): each side warms up on its own
+        (not counted), then both measured parts start together on ONE clock (the same perf_counter origin,
+        the same started_at), each side in its own thread through run_load, reported to
+        `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
+        side that fails does not stop the other: its measured requests are saved, then the failure is
+        raised (a LabError naming the side). A spec without a warm-up gets one batch of it: a cold server
+        beside a warm one would be compared on its start-up work. Returns [A's run, B's run]."""
+        sides = [("A", a), ("B", b)]
+        spec = replace(spec, warmup=spec.warmup or min(spec.in_flight(), spec.n))
+        specs = {name: t.aim(replace(spec, label=side_label(name, t))) for name, t in sides}
+        pair = uuid.uuid4().hex[:12]
+        origin: dict[str, float] = {}
+
+        def start_together() -> None:  # the barrier's action: once, the moment both have warmed up
+            origin["clock"] = clock() + self.PAIR_LEAD_S
+            origin["epoch"] = time.time() + self.PAIR_LEAD_S
+            self.progress.on_stage(say("measuring both servers"))
+
+        barrier = threading.Barrier(len(sides), action=start_together)
+        results: dict[str, RunResult] = {}
+        failures: dict[str, BaseException] = {}
+
+        def one(name: str, target: Target) -> None:
+            count = ServerCount(target)
+            kv = KvWatch(target.base_url, target.api_key)
+
+            def on_measure() -> float:
+                count.start()
+                kv.start()
+                barrier.wait()  # BrokenBarrierError when the other side failed before measuring
+                return origin["clock"]
+
+            try:
+                try:
+                    result = loadgen.run_load(specs[name], observer=self.progress.side(name), cancel=self.cancel,
+                                              on_measure=on_measure)
+                finally:
+                    kv.stop()
+                result.started_at = origin.get("epoch", result.started_at)
+                result.extra.pair, result.extra.pair_side = pair, name
+                results[name] = self._keep(kv.finish(count.finish(result)), target)
+            except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
+                barrier.abort()
+                failures[name] = e
+
+        self.progress.on_stage(say("warming up both servers"))
+        self.mark(say("side by side start"))
+        threads = [threading.Thread(target=one, args=side, name=f"side-{side[0]}", daemon=True) for side in sides]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            self.mark(say("side by side end"))
+        real = {n: e for n, e in failures.items() if not isinstance(e, threading.BrokenBarrierError)}
+        if real:
+            name, e = next(iter(real.items()))
+            url, why = dict(sides)[name].base_url, (str(e) or type(e).__name__).rstrip(".")
+            raise LabError(say("Server {side} ({url}) failed: {why}. The other server's run is saved.", side=name,
+                               url=url, why=why) if results else
+                           say("Server {side} ({url}) failed: {why}.", side=name, url=url, why=why)) from e
+        return [results[name] for name, _ in sides]
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes."""

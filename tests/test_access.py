@@ -89,6 +89,7 @@ ACTIONS = {  # every state-changing or compute-costing action, with arguments it
     "run_naive": (None,), "cancel_job": ("x",), "import_runs": (b"[]", "f.json"), "delete_runs": (["x"],),
     "import_examples": (), "allow_chat_under_load": (True,), "prepare_model": ("shape-only",),
     "attach": ("http://127.0.0.1:1",), "detach": (), "run_prefix_cache": (None,),
+    "run_side_by_side": ("http://127.0.0.1:1", None),
 }
 
 

@@ -12,7 +12,8 @@ Every figure function takes `lang` (default "en"): its text, caption included, s
 (the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
 
 One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`compare` (runs side by side), `kvcache` (the KV cache per server configuration), `ceiling` (decode speed
+`compare` (runs compared; two servers measured at once on one clock),
+`kvcache` (the KV cache per server configuration), `ceiling` (decode speed
 against the memory-bandwidth limit), `slots` (the batch's slots step by step: static against continuous
 batching), `machine` (memory and /metrics over time), `prefix` (prefix caching on vs off), `export` (PNG
 files). The
@@ -26,6 +27,7 @@ from engine.figures.compare import (
     history_compare,
     latency_bars,
     pareto_chart,
+    side_by_side,
     sweep_chart,
     tuning_compare,
 )
@@ -54,6 +56,7 @@ __all__ = [
     "pareto_chart",
     "prefix_cache_compare",
     "request_timeline",
+    "side_by_side",
     "slot_chart",
     "sweep_chart",
     "template",

@@ -16,11 +16,14 @@ from plotly.subplots import make_subplots
 
 from engine.figures.theme import (
     BASE_SIZE,
+    BLUE,
+    DASHES,
     FAILED_COLOR,
     INK,
     KIND_COLORS,
     MUTED,
     PALETTE,
+    VERMILLION,
     esc,
     finish,
     is_placeholder,
@@ -33,6 +36,7 @@ from engine.figures.theme import (
     wrap,
 )
 from engine.measure import slo as slos
+from engine.measure import stats
 from engine.messages import say, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
@@ -399,3 +403,116 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     if missing:
         cap.append(say("{count} run(s) without this metric are left out.", count=missing))
     return finish(fig, say("{metric} by run", metric=label), cap, height=520, lang=lang)
+
+
+# -- two servers at once ----------------------------------------------------------------------------
+
+PAIR_COLORS = (BLUE, VERMILLION)  # side A, side B: one colour each in every panel
+
+
+def _tint(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, bucket_s: float = 1.0, *,
+                 lang: str = "en") -> go.Figure:
+    """Two servers that ran the same load at once, on ONE time axis (seconds since both started):
+    each server's request timeline (a row per request: pale while waiting for the first token, solid
+    while generating, grey when failed), then both servers' output tokens per second and each request's
+    TTFT at the moment its first token arrived. Works on a live pair (records still in flight are drawn up to `now`,
+    default: the latest time seen) and on saved runs. Traces: per side, in order A then B: wait,
+    decode, failed bars, throughput line, TTFT markers."""
+    runs = [run_a, run_b]
+    recs = [sorted(r.measured, key=lambda x: x.index) for r in runs]
+    seen = [t for rs in recs for x in rs for t in (x.send_time, x.end_time, *x.chunk_times[-1:]) if t is not None]
+    if now is None:
+        now = max(seen, default=0.0)
+    span = max([now, *seen, *(r.duration for r in runs)], default=0.0) or 1.0
+    names = [esc(run_label(r, lang)) for r in runs]
+    titles = (*names, translate(say("Output tokens per second"), lang),
+              translate(say("Time to first token, drawn when each first token arrived"), lang))
+    fig = make_subplots(rows=4, cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        row_heights=[0.27, 0.27, 0.23, 0.23], subplot_titles=titles)
+    bar = dict(orientation="h", hoverinfo="text", width=0.8, showlegend=False)
+    avgs, ttfts, in_flight, failed = [], [], 0, 0
+    for k, (run, rs, color, name) in enumerate(zip(runs, recs, PAIR_COLORS, names)):
+        row = k + 1
+        wait: tuple[list, list, list, list] = ([], [], [], [])
+        dec: tuple[list, list, list, list] = ([], [], [], [])
+        fail: tuple[list, list, list, list] = ([], [], [], [])
+        for r in rs:
+            end = r.end_time if r.end_time is not None else now
+            in_flight += r.end_time is None
+            first = r.first_token_time
+            head = f"<b>{name} #{r.index + 1}</b>"
+            if r.error is not None:
+                failed += 1
+                seg, hover = fail, f"{head}<br>{why_failed(r, lang)}"
+                seg[0].append(r.index + 1), seg[1].append(r.send_time), seg[2].append(max(end - r.send_time, 0.0))
+                seg[3].append(hover)
+                continue
+            stop = first if first is not None else end
+            wait[0].append(r.index + 1), wait[1].append(r.send_time), wait[2].append(max(stop - r.send_time, 0.0))
+            wait[3].append(f"{head}<br>" + translate(say("waiting for first token: {time}",
+                                                         time=f"{stop - r.send_time:.2f} s"), lang))
+            if first is not None:
+                dec[0].append(r.index + 1), dec[1].append(first), dec[2].append(max(end - first, 0.0))
+                dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
+                                                            time=f"{end - first:.2f} s",
+                                                            tokens=r.output_tokens or len(r.chunk_times)), lang))
+        for seg, fill in ((wait, _tint(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
+            fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
+                        row=row, col=1, **bar)
+        fig.update_yaxes(title_text=translate(say("Request"), lang), autorange="reversed", showgrid=False,
+                         row=row, col=1)
+        # throughput: a step line from 0 to the last bucket, the average (tokens so far / time) in the legend
+        series = stats.tokens_per_second_series(rs, bucket_s)
+        xs = [t for t, _ in series] + ([series[-1][0] + bucket_s] if series else [])
+        ys = [v for _, v in series] + ([series[-1][1]] if series else [])
+        tokens = sum(r.output_tokens for r in rs if r.ok) or sum(len(r.chunk_times) for r in rs)
+        took = run.duration or now
+        avg = tokens / took if took else 0.0
+        avgs.append(avg)
+        fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color,
+                                                            dash=DASHES[k % len(DASHES)]),
+                        name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
+                        legendgroup=name, hovertemplate=f"{name}<br>%{{x:.0f}} s: %{{y:,.0f}} tok/s<extra></extra>",
+                        row=3, col=1)
+        got = [(r.first_token_time, r.ttft * 1000) for r in rs if r.ttft is not None]
+        ttfts.append(sorted(v for _, v in got))
+        fig.add_scatter(x=[t for t, _ in got], y=[v for _, v in got], mode="markers", name=name, legendgroup=name,
+                        showlegend=False, marker=dict(color=color, size=11, symbol="circle" if k == 0 else "diamond",
+                                                      line=dict(width=1, color="white")),
+                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}", time="%{x:.2f} s"),
+                                                                lang) + "<br>TTFT %{y:,.0f} ms<extra></extra>",
+                        row=4, col=1)
+    fig.update_yaxes(title_text=translate(say("tok/s"), lang), rangemode="tozero", row=3, col=1)
+    fig.update_yaxes(title_text=translate(say("TTFT (ms)"), lang), rangemode="tozero", row=4, col=1)
+    fig.update_xaxes(range=[0, span * 1.02], showgrid=True)
+    fig.update_xaxes(title_text=translate(say("Time since both servers started (s)"), lang), row=4, col=1)
+    if in_flight:
+        fig.add_vline(x=now, line=dict(color=MUTED, dash="dot", width=2))
+    fig.update_annotations(font=dict(size=BASE_SIZE + 1))
+    # the legend under the time axis: above, it would sit on the first timeline's title
+    fig.update_layout(barmode="overlay", showlegend=True, legend=dict(y=-0.07, yanchor="top"))
+
+    def median(xs: list[float]) -> float | None:
+        return xs[len(xs) // 2] if xs else None
+
+    meds = [median(t) for t in ttfts]
+    labels = [run_label(r, lang) for r in runs]
+    cap = [say("Both servers got the same requests at the same moments; {a} sustained {avg_a:,.0f} tok/s and "
+               "{b} {avg_b:,.0f} tok/s on average.", a=labels[0], b=labels[1], avg_a=avgs[0], avg_b=avgs[1])]
+    if None not in meds:
+        cap.append(say("Median TTFT: {ttft_a:,.0f} ms on {a}, {ttft_b:,.0f} ms on {b}.", a=labels[0], b=labels[1],
+                       ttft_a=meds[0], ttft_b=meds[1]))
+    cap.append(say("In each timeline a bar is one request: pale while it waits for its first token, solid while "
+                   "it generates."))
+    if in_flight:
+        cap.append(say("{count} still in flight, drawn up to now.", count=in_flight))
+    if failed:
+        cap.append(say("{count} failed (grey; hover a bar for why).", count=failed))
+    fig = finish(fig, say("Two servers, one workload, one clock"), cap,
+                 placeholder=any(is_placeholder(r) for r in runs), height=1140, lang=lang)
+    return fig.update_layout(margin=dict(b=150))

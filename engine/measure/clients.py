@@ -13,6 +13,7 @@ import multiprocessing as mp
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -110,9 +111,10 @@ class _ShardSync:
 
 
 def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threading.Event,
-                totals: Totals, on_measure: Callable[[], None] | None = None) -> Outcome:
+                totals: Totals, on_measure: Callable[[], float | None] | None = None) -> Outcome:
     """Warm-up and measured part spread over `shards` spawned processes, each on its own connections;
-    `on_measure` runs between them (every process done warming up, none measuring yet)."""
+    `on_measure` runs between them (every process done warming up, none measuring yet) and may return
+    the measured part's clock origin (see loadgen.run_load)."""
     ctx = mp.get_context("spawn")  # fork is unsafe from a threaded host such as Streamlit
     sync = _ShardSync(out_q=ctx.Queue(), warm=ctx.Event(), go=ctx.Event(), stop=ctx.Event(),
                       tw=ctx.Value("d", 0.0), t0=ctx.Value("d", 0.0), warm_counter=ctx.Value("q", 0),
@@ -130,9 +132,9 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
         sync.tw.value = tw
         sync.warm.set()
         warm, _, failed = _collect(spec, sync, procs, observer, cancel, totals, tw, True, {})
-        if on_measure is not None:
-            on_measure()
-        t0 = clock() + 0.02
+        origin = on_measure() if on_measure is not None else None
+        t0 = origin if isinstance(origin, float) else clock() + 0.02
+        notify(observer.on_clock, time.time() + (t0 - clock()))
         sync.t0.value = t0
         sync.go.set()
         recs, end, failed = _collect(spec, sync, procs, observer, cancel, totals, t0, False, failed)

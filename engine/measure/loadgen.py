@@ -65,7 +65,7 @@ def client_name() -> str:
 
 
 def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, totals: Totals,
-                on_measure: Callable[[], None] | None = None) -> Outcome:
+                on_measure: Callable[[], float | None] | None = None) -> Outcome:
     """Warm-up and measured part in one event loop on this thread, on the same connections; `on_measure`
     runs between them."""
     sent = lambda r: notify(observer.on_request_sent, r)  # noqa: E731
@@ -84,9 +84,11 @@ def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, tot
             if spec.warmup > 0:
                 job = Job(workers=min(spec.in_flight(), spec.warmup), take=counter(spec.warmup))
                 await drive(req, job, True, sink, cancel.is_set, sent)
-            if on_measure is not None:
-                await asyncio.to_thread(on_measure)
-            t0 = req.t0 = clock()
+            origin = await asyncio.to_thread(on_measure) if on_measure is not None else None
+            t0 = req.t0 = origin if isinstance(origin, float) else clock()
+            notify(observer.on_clock, time.time() + (t0 - clock()))
+            while (wait := t0 - clock()) > 0:  # a shared origin a moment ahead (uvloop may wake early)
+                await asyncio.sleep(wait)
             shift(recs, tw - t0)
             job = measured_job(spec, counter(spec.n), min(spec.in_flight(), spec.n))
             await drive(req, job, False, sink, cancel.is_set, sent)
@@ -107,10 +109,12 @@ def _count_fallback(records: Iterable[RequestRecord], count_tokens: Callable[[st
 
 
 def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading.Event | None = None,
-             on_measure: Callable[[], None] | None = None) -> RunResult:
+             on_measure: Callable[[], float | None] | None = None) -> RunResult:
     """Run one load test and return its RunResult (kind "vllm", summary from stats.summarize).
     `on_measure` is called once the warm-up is over, right before the measured part starts (nothing in
-    flight then): where engine.runs reads the server's own token counter.
+    flight then): where engine.runs reads the server's own token counter. It may return the moment
+    (perf_counter, a little ahead) the measured part starts: two runs given the same one share one
+    clock (engine.runs.Runner.side_by_side).
 
     Blocking; call it from a worker thread to keep a UI responsive. Setting `cancel` stops sending,
     cancels the requests in flight (recorded with error "cancelled") and returns what completed.

@@ -63,6 +63,10 @@ class Progress:
     def on_stage(self, text: str) -> None:
         """What is happening now: "loading model", "concurrency 8", "request 3/5", ..."""
 
+    def on_clock(self, started_at: float) -> None:
+        """The measured part's clock starts at this epoch second (after the warm-up): records' times count
+        from it."""
+
     def on_step(self, done: int, total: int, text: str) -> None:
         """A run of several (a sweep's levels, a tuning comparison's configurations): `done` of `total`
         finished, `text` is what comes next (or "done")."""
@@ -79,16 +83,26 @@ class Progress:
     def on_complete(self, result: RunResult) -> None:
         """The run is over (also after a cancel); a sweep reports each level."""
 
+    def side(self, name: str) -> "Progress":
+        """The progress of one side ("A", "B") of two runs measured at once (Runner.side_by_side): each
+        side's calls arrive on its own thread. This base ignores them."""
+        return Progress()
+
 
 class Console(Progress):
     """Progress on the terminal: stages, one line per request, a summary per run (the CLI)."""
 
-    def __init__(self, out: TextIO | None = None, every: int = 1) -> None:
+    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "") -> None:
         self.out = out or sys.stdout
         self.every = max(1, every)
+        self.prefix = prefix
 
     def _print(self, text: str) -> None:
-        print(text, file=self.out, flush=True)
+        print(self.prefix + text, file=self.out, flush=True)
+
+    def side(self, name: str) -> "Console":
+        """The same terminal, each line led by the side's name (two sides print between each other)."""
+        return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ")
 
     def on_start(self, plan: RunPlan) -> None:
         self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "

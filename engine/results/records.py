@@ -156,6 +156,10 @@ class Notes(_Typed):
     peak_waiting: int | None = None
     peak_kv_usage: float | None = None
     sweep_level: int | None = None
+    # Two servers measured at once on one clock (engine.runs.Runner.side_by_side): the pair's shared id and
+    # this run's side, "A" (the app's server) or "B" (the one given by URL); "" for a run on its own
+    pair: str = ""
+    pair_side: str = ""
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured

