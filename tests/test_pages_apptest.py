@@ -566,7 +566,7 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
     try:
         at = _page("app_pages/tuning.py")
         said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
-        assert "With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: 8 answers of 130 tokens " \
+        assert "With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: 8 requests of 130 tokens (prompt and answer) " \
                "need 1,040, so requests waited (up to 7 at once) and 6 were preempted." in said
         table = at.dataframe[-1].value  # after the tuning table's editor
         assert list(table["Preemptions"]) == [6, 0] and list(table["KV capacity (tokens)"]) == [384, 46_592]
