@@ -490,7 +490,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     fig.update_yaxes(title_text=translate(say("tok/s"), lang), rangemode="tozero", row=3, col=1)
     fig.update_yaxes(title_text=translate(say("TTFT (ms)"), lang), rangemode="tozero", row=4, col=1)
     fig.update_xaxes(range=[0, span * 1.02], showgrid=True)
-    fig.update_xaxes(title_text=translate(say("Time since both servers started (s)"), lang), row=4, col=1)
+    fig.update_xaxes(title_text=translate(say("Time since both measurements started (s)"), lang), row=4, col=1)
     if in_flight:
         fig.add_vline(x=now, line=dict(color=MUTED, dash="dot", width=2))
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
