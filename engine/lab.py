@@ -657,8 +657,7 @@ class Lab:
             return LoadDefaults(64 if cpu else 256, (1, 2, 4, 8, 16) if cpu else FULL_LEVELS, min(64 if cpu else 128,
                                                                                                 limit))
         tokens = min(128, limit)
-        capacity = remote.kv_cache_tokens or (self.telemetry.latest().metrics.get("kv_capacity_tokens")
-                                              if self.telemetry.latest() else None)
+        capacity = remote.kv_cache_tokens  # its /metrics' cache_config_info, read when it was discovered
         if not capacity:
             return LoadDefaults(256, NEUTRAL_LEVELS, tokens, say(
                 "{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers {levels} requests in "

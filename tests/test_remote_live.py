@@ -123,6 +123,11 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
                  "app_pages/monitor.py", "app_pages/naive_vs_vllm.py"):
         at = _page(page)
         drawn += _drawn(at._tree)
+        if page == "app_pages/load.py":  # the sweep's levels follow its KV cache, not this machine's 2 cores
+            defaults = lab.load_defaults()
+            assert at.multiselect[0].value == list(defaults.sweep_levels) and defaults.said.startswith(
+                f"The sweep's levels follow {url}'s KV cache: ")
+            assert defaults.said in [_unescaped(c.value) for c in at.caption]
     assert url in drawn and "••••••••" in drawn
 
     # The key lives in the attached Target only: not in a run, an export, the history file, a log, a page.
@@ -199,12 +204,18 @@ def _fake_vllm(state: dict):
     async def models(request):
         if not state["up"]:
             return web.Response(status=503, text="upstream gone")
-        return web.json_response({"data": [{"id": state["model"], "owned_by": "vllm", "max_model_len": 256}]})
+        return web.json_response({"data": [{"id": state["model"], "owned_by": "vllm",
+                                             "max_model_len": state.get("max_model_len", 256)}]})
 
     async def metrics(request):
         if not state["up"]:
             return web.Response(status=503, text="upstream gone")
-        return web.Response(text=f"process_start_time_seconds {state['start']}\nvllm:num_requests_running 0.0\n")
+        if not state.get("metrics", True):
+            return web.Response(status=404, text="not found")
+        cache = (f'vllm:cache_config_info{{block_size="16",kv_cache_size_tokens="{state["kv"]}",num_gpu_blocks='
+                 f'"{state["kv"] // 16}"}} 1.0\n' if state.get("kv") else "")
+        return web.Response(text=f"process_start_time_seconds {state['start']}\nvllm:num_requests_running 0.0\n"
+                                 + cache)
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
@@ -248,5 +259,47 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
                                and s, "the new process not seen", 30)
             assert restarted.endswith("(serving model-b): the first batch of each size is cold again.")
             assert lab.remote.started == 1_700_000_200.0
+    finally:
+        lab.shutdown()
+
+
+def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp_path):
+    """This machine has 2 CPU cores and no GPU: its own server's sweep stops at 16 in flight with 64-token answers.
+    A server at a URL sets them by what it said: its max-model-len and its KV cache's capacity (vLLM's
+    cache_config_info), else neutral levels, said in a sentence."""
+    from engine.lab import NEUTRAL_LEVELS, Lab
+    from engine.results.store import RunStore
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    try:
+        assert lab.device == "cpu"
+        own = lab.load_defaults()
+        assert (own.in_flight_max, own.sweep_levels, own.sweep_max_tokens, own.said) == (64, (1, 2, 4, 8, 16), 64, "")
+
+        state = {"up": True, "model": "m", "start": 1.0, "kv": 2000, "max_model_len": 4096}
+        with _fake_vllm(state) as url:
+            lab.attach(url)
+            d = lab.load_defaults()
+            per = 128 + lab.scenario("sweep").prompt_tokens_guess  # a sweep request's tokens, about
+            assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and lab.sweep_spec().max_tokens == 128
+            assert 2000 // per == 9 and d.sweep_levels == (1, 4, 16)  # all that fit at once, and the next up
+            assert d.said == (f"The sweep's levels follow {url}'s KV cache: 2,000 tokens hold about 9 of its requests "
+                              f"({per} tokens each) at once, so it goes to 16 in flight.")
+            lab.detach()
+
+            state.update(kv=400_000, max_model_len=100)  # room for far more than 256; answers of 100 at most
+            lab.attach(url)
+            d = lab.load_defaults()
+            assert d.sweep_levels == (1, 4, 16, 64, 128, 256) and d.sweep_max_tokens == 100
+            lab.detach()
+
+            state.update(metrics=False)  # behind a gateway that hides /metrics: nothing said, neutral
+            lab.attach(url)
+            d = lab.load_defaults()
+            assert d.sweep_levels == NEUTRAL_LEVELS and d.in_flight_max == 256
+            assert d.said == (f"{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers 1, 4, "
+                              "16, 64 requests in flight; add levels to go further.")
+            lab.detach()
+        assert lab.load_defaults() == own
     finally:
         lab.shutdown()
