@@ -274,14 +274,15 @@ class Lab:
             if old is None:
                 return
             try:
-                new, said = old.again(watch.last_down if event == "back" else None)
+                new, said = old.again(watch.down_since if event == "back" else None)
             except LabError as e:  # it answers, but cannot be measured (yet): still down, in its words
-                watch.failed(e)
+                watch.failed(e.args[0] if e.args else str(e))
                 return
             with self._remote_lock:
                 if self._watch is not watch:
                     return  # disconnected (or connected elsewhere) meanwhile
                 self.remote, self._back = new, (time.time(), said)
+                watch.recovered(new.started)
             self.server.mark(say("{url} answers again", url=watch.base_url))
 
     def _watched(self, work: Callable[[Job], object]) -> Callable[[Job], object]:

@@ -204,6 +204,8 @@ def _fake_vllm(state: dict):
     async def models(request):
         if not state["up"]:
             return web.Response(status=503, text="upstream gone")
+        if state.get("refuse"):  # restarted with an API key this app was not given
+            return web.json_response({"error": "Unauthorized"}, status=401)
         return web.json_response({"data": [{"id": state["model"], "owned_by": "vllm",
                                              "max_model_len": state.get("max_model_len", 256)}]})
 
@@ -259,6 +261,17 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
                                and s, "the new process not seen", 30)
             assert restarted.endswith("(serving model-b): the first batch of each size is cold again.")
             assert lab.remote.started == 1_700_000_200.0
+
+            state["up"] = False
+            _until(lambda: not lab.attached().answering, "not seen down again", 30)
+            state.update(up=True, refuse=True)  # back with a key: it answers, but cannot be measured
+            refused = f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
+            _until(lambda: lab.attached().said == refused, "the refusal not said", 30)
+            seen = set()
+            for _ in range(10):  # its /metrics answer each tick: it stays down in those words, never flickers
+                seen.add((lab.attached().answering, lab.attached().said))
+                time.sleep(0.2)
+            assert seen == {(False, refused)}
     finally:
         lab.shutdown()
 

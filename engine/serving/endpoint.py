@@ -213,11 +213,11 @@ class Watch:
         self._key = api_key  # sent with each check, never shown
         self.started = started
         self.down_since: float | None = None  # when it stopped answering (the first failed check)
-        self.last_down: float | None = None  # when it last stopped answering, kept once it answers again
         self.why = ""  # what the failed checks saw
         self._whole: object = None  # or a whole sentence that says it better (see failed)
         self._failing: tuple[float, bool] | None = None  # (first failure, all of them timeouts)
         self._last_probe = 0.0
+        self._tried = 0.0  # the last discovery tried while it was down
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never the key
@@ -237,18 +237,21 @@ class Watch:
                    "disconnect on the Server page.", url=self.base_url, time=clock(self.down_since), why=self.why)
 
     def heard(self, t: float, resp: httpx.Response | None, error: httpx.HTTPError | None) -> str | None:
-        """One check's outcome at epoch `t`: "down" when the server has just stopped answering, "back" when it
-        answers again after that, "restarted" when it answers as a new process without a pause seen; else None."""
+        """One check's outcome at epoch `t`: "down" when the server has just stopped answering; "back" when it
+        answers while down (at most every CHECK_S: the caller discovers it anew, then calls `recovered` or
+        `failed`); "restarted" when it answers as a new process without a pause seen; else None."""
         with self._lock:
             if resp is not None and resp.status_code == 200:
                 self._failing = None
-                was_down = self.down_since is not None
-                self.last_down = self.down_since if was_down else self.last_down
-                self.down_since, self.why, self._whole = None, "", None
+                if self.down_since is not None:
+                    if t - self._tried < CHECK_S:
+                        return None
+                    self._tried = t
+                    return "back"
                 new = process_start(resp.text) if resp.url.path.endswith("/metrics") else None
                 restarted = new is not None and self.started is not None and new != self.started
                 self.started = new if new is not None else self.started
-                return "back" if was_down else "restarted" if restarted else None
+                return "restarted" if restarted else None
             silent = error is not None and isinstance(error, httpx.TimeoutException) and not isinstance(
                 error, httpx.ConnectTimeout)
             why = say("HTTP {code}", code=resp.status_code) if resp is not None else _why(error) if error else ""
@@ -259,14 +262,20 @@ class Watch:
             if self.down_since is None and t - first >= (SILENT_AFTER_S if all_silent else DOWN_AFTER_S):
                 self.down_since, self.why = first, why
                 return "down"
-            if self.down_since is not None:
-                self.why = why
+            if self.down_since is not None:  # no answer at all again: said as such, not as a failed discovery
+                self.why, self._whole = why, None
             return None
 
-    def failed(self, why: object) -> None:
-        """It answers, but cannot be measured yet (no model loaded, the key refused now): down still, said so."""
+    def recovered(self, started: float | None) -> None:
+        """It answers again and was discovered anew (its process start, when it says): up from now."""
         with self._lock:
-            self.down_since, self.why, self._whole = self.last_down or time.time(), str(why), why
+            self.down_since, self.why, self._whole = None, "", None
+            self.started = started if started is not None else self.started
+
+    def failed(self, why: object) -> None:
+        """It answers, but cannot be measured (no model loaded yet, the key refused now): down still, said so."""
+        with self._lock:
+            self.down_since, self.why, self._whole = self.down_since or time.time(), str(why), why
             self._failing = (self.down_since, False)
 
     def refused(self, error: httpx.HTTPError) -> bool:
