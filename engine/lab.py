@@ -667,10 +667,10 @@ class Lab:
         per_request = tokens + self.scenario("sweep").prompt_tokens_guess
         fits = max(1, int(capacity // per_request))
         # every level that fits in its KV cache at once, and the next one up: where requests start to wait
-        levels = tuple(n for i, n in enumerate(FULL_LEVELS) if i == 0 or FULL_LEVELS[i - 1] < fits)
+        levels = tuple(n for i, n in enumerate(FULL_LEVELS) if i == 0 or FULL_LEVELS[i - 1] <= fits)
         return LoadDefaults(256, levels, tokens, say(
-            "The sweep's levels follow {url}'s KV cache: {capacity} tokens hold about {fits} of its requests ({per} "
-            "tokens each) at once, so it goes to {top} in flight.", url=remote.base_url, capacity=f"{capacity:,.0f}",
+            "The sweep's levels follow {url}'s KV cache: {capacity:,} tokens hold about {fits:,} of its requests "
+            "({per} tokens each) at once, so it goes to {top} in flight.", url=remote.base_url, capacity=int(capacity),
             fits=fits, per=per_request, top=levels[-1]))
 
     def sweep_spec(self):

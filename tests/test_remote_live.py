@@ -300,6 +300,11 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
                               f"({per} tokens each) at once, so it goes to 16 in flight.")
             lab.detach()
 
+            state.update(kv=per)  # room for one at a time: 1, and 4 to see them wait
+            lab.attach(url)
+            assert lab.load_defaults().sweep_levels == (1, 4)
+            lab.detach()
+
             state.update(kv=400_000, max_model_len=100)  # room for far more than 256; answers of 100 at most
             lab.attach(url)
             d = lab.load_defaults()
