@@ -669,8 +669,8 @@ class Lab:
         # every level that fits in its KV cache at once, and the next one up: where requests start to wait
         levels = tuple(n for i, n in enumerate(FULL_LEVELS) if i == 0 or FULL_LEVELS[i - 1] <= fits)
         return LoadDefaults(256, levels, tokens, say(
-            "The sweep's levels follow {url}'s KV cache: {capacity:,} tokens hold about {fits:,} of its requests "
-            "({per} tokens each) at once, so it goes to {top} in flight.", url=remote.base_url, capacity=int(capacity),
+            "The sweep's levels follow the KV cache of {url}: its {capacity:,} tokens hold about {fits:,} of the "
+            "sweep's requests ({per} tokens each) at once, so the sweep goes to {top} in flight.", url=remote.base_url, capacity=int(capacity),
             fits=fits, per=per_request, top=levels[-1]))
 
     def sweep_spec(self):

@@ -126,7 +126,7 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
         if page == "app_pages/load.py":  # the sweep's levels follow its KV cache, not this machine's 2 cores
             defaults = lab.load_defaults()
             assert at.multiselect[0].value == list(defaults.sweep_levels) and defaults.said.startswith(
-                f"The sweep's levels follow {url}'s KV cache: ")
+                f"The sweep's levels follow the KV cache of {url}: ")
             assert defaults.said in [_unescaped(c.value) for c in at.caption]
     assert url in drawn and "••••••••" in drawn
 
@@ -296,8 +296,8 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
             per = 128 + lab.scenario("sweep").prompt_tokens_guess  # a sweep request's tokens, about
             assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and lab.sweep_spec().max_tokens == 128
             assert 2000 // per == 9 and d.sweep_levels == (1, 4, 16)  # all that fit at once, and the next up
-            assert d.said == (f"The sweep's levels follow {url}'s KV cache: 2,000 tokens hold about 9 of its requests "
-                              f"({per} tokens each) at once, so it goes to 16 in flight.")
+            assert d.said == (f"The sweep's levels follow the KV cache of {url}: its 2,000 tokens hold about 9 of the "
+                              f"sweep's requests ({per} tokens each) at once, so the sweep goes to 16 in flight.")
             lab.detach()
 
             state.update(kv=per)  # room for one at a time: 1, and 4 to see them wait

@@ -9,6 +9,7 @@ See docs/architecture.md."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import ssl
 import threading
 import time
@@ -88,7 +89,8 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def _why(e: httpx.HTTPError) -> str:
-    return str(e) or type(e).__name__
+    """The error's own words, without the errno ("[Errno 111] Connection refused" -> "Connection refused")."""
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", str(e)) or type(e).__name__
 
 
 def _unreachable(url: str, e: httpx.HTTPError) -> EndpointError:
