@@ -229,14 +229,13 @@ def _server_status() -> None:
         st.rerun(scope="app")  # started, ready, failed, stopped, connected elsewhere: enable the right buttons
     title = _("vLLM server")
     if remote := lab.attached():  # a server at a URL: measured, never started or stopped here
-        if remote.answering:
-            st.markdown(f"**{title}** :blue-badge[{_('connected')}]")
-        else:
-            st.markdown(f"**{title}** :red-badge[{_('not answering')}]")
+        connected, gone = _("connected"), _("not answering")
+        st.markdown(f"**{title}** :blue-badge[{connected}]" if remote.answering else f"**{title}** :red-badge[{gone}]")
         st.caption(plain(_("{model} · {url}", model=remote.model, url=remote.url)))
-        if remote.said:  # it stopped answering, or answers again
-            (st.info if remote.answering else st.error)(plain(remote.said), icon=":material/link:"
-                                                        if remote.answering else ":material/link_off:")
+        if remote.said and remote.answering:  # it answers again: restarted or not, another model or not
+            st.info(plain(remote.said), icon=":material/link:")
+        elif remote.said:  # since when it stopped answering, and what to do
+            st.error(plain(remote.said), icon=":material/link_off:")
     else:
         st.markdown(f"**{title}** {badge(s.state)}")
     if s.config and not remote:
