@@ -218,7 +218,7 @@ def _try_token() -> None:
 def _drawn_for(lab: Lab) -> tuple[str, str]:
     """What a page's buttons depend on: our server's state and the server at a URL attached, if any."""
     remote = lab.attached()
-    return lab.server_snapshot().state, remote.url if remote else ""
+    return lab.server_snapshot().state, f"{remote.url} {remote.answering} {remote.said}" if remote else ""
 
 
 @st.fragment(run_every=2)
@@ -229,9 +229,13 @@ def _server_status() -> None:
         st.rerun(scope="app")  # started, ready, failed, stopped, connected elsewhere: enable the right buttons
     title = _("vLLM server")
     if remote := lab.attached():  # a server at a URL: measured, never started or stopped here
-        connected = _("connected")
-        st.markdown(f"**{title}** :blue-badge[{connected}]")
+        connected, gone = _("connected"), _("not answering")
+        st.markdown(f"**{title}** :blue-badge[{connected}]" if remote.answering else f"**{title}** :red-badge[{gone}]")
         st.caption(plain(_("{model} · {url}", model=remote.model, url=remote.url)))
+        if remote.said and remote.answering:  # it answers again: restarted or not, another model or not
+            st.info(plain(remote.said), icon=":material/link:")
+        elif remote.said:  # since when it stopped answering, and what to do
+            st.error(plain(remote.said), icon=":material/link_off:")
     else:
         st.markdown(f"**{title}** {badge(s.state)}")
     if s.config and not remote:

@@ -25,7 +25,9 @@ elif snap.config and snap.config.load_format == "dummy":
 limits = lab.chat_limits
 with st.sidebar:
     st.subheader(_("Chat settings"))
-    max_tokens = st.slider(_("Max tokens"), 16, 2048 if presenter else limits.max_tokens, 300, 16,
+    # the server refuses an answer longer than its max-model-len: the slider stops there
+    tokens_hi = min(2048 if presenter else limits.max_tokens, lab.serving_max_len() or 2048)
+    max_tokens = st.slider(_("Max tokens"), 16, max(tokens_hi, 32), min(300, tokens_hi), 16,
                            help=_("The lab streams a 300-token answer.") if presenter else
                            _("The lab streams a 300-token answer; viewers may ask for up to {max_tokens}.",
                              max_tokens=limits.max_tokens))

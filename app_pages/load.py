@@ -10,8 +10,9 @@ from engine.lab import LabError
 from i18n import N_, _, ngettext
 
 lab = ui.get_lab()
-cpu = lab.device == "cpu"
 snap = lab.server_snapshot()
+# What this machine runs in reasonable time for our own server; what a server at a URL says of itself
+defaults = lab.load_defaults()
 # Answers longer than the running server's max-model-len are refused, so no control offers them.
 server_len = lab.serving_max_len()
 TOKENS_CAP = 1024  # longer answers make a CPU run crawl; the lab uses 150
@@ -50,7 +51,7 @@ with st.form("load"):
                                             "prompts."))
         concurrency, rate = 1, None
         if shape == "concurrency":
-            concurrency = st.slider(_("Requests in flight"), 1, 64 if cpu else 256, 4,
+            concurrency = st.slider(_("Requests in flight"), 1, defaults.in_flight_max, 4,
                                     help=_("How many requests are kept in flight: a new one goes out as soon as one "
                                            "finishes."))
         elif shape == "poisson":
@@ -333,9 +334,10 @@ st.divider()
 st.subheader(_("Concurrency sweep"))
 st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput climbs "
              "while each request gets only a little slower — until the server is full."))
-default_levels = [1, 2, 4, 8, 16] if cpu else [1, 4, 16, 64, 128, 256]
 all_levels = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-levels = st.multiselect(_("Levels"), all_levels, default=default_levels)
+levels = st.multiselect(_("Levels"), all_levels, default=list(defaults.sweep_levels))
+if defaults.said:  # a server at a URL: why these levels
+    st.caption(ui.plain(defaults.said))
 if st.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
     ui.act(lab, lab.run_sweep, lab.sweep_spec(), sorted(levels))
 

@@ -24,7 +24,9 @@ with c1:
     choices = lab.models()
     labels = [m.label for m in choices]
     default = 0
-    if snap.config:
+    if remote := lab.attached():  # the model the server at a URL serves, when this machine has it too
+        default = next((i for i, m in enumerate(choices) if remote.model in (m.served_name, m.path)), 0)
+    elif snap.config:
         default = next((i for i, m in enumerate(choices) if m.path == snap.config.model), 0)
     pick = st.selectbox(_("Model for the naive baseline"), labels, index=default, format_func=i18n.shown(labels, i18n.tr),
                         help=_("Use the same model vLLM serves, so the comparison is fair."))

@@ -37,8 +37,13 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
             if st.form_submit_button(_("Connect"), icon=":material/link:", disabled=not may):
                 ui.act(lab, lab.attach, url, key or None, wanted or None, rerun=True)
     else:
-        st.success(ui.plain(_("Connected to {url}: every page measures this server.", url=remote.url)),
-                   icon=":material/link:")
+        if not remote.answering:  # the one sentence: since when, what the checks saw, what to do
+            st.error(ui.plain(remote.said), icon=":material/link_off:")
+        else:
+            st.success(ui.plain(_("Connected to {url}: every page measures this server.", url=remote.url)),
+                       icon=":material/link:")
+            if remote.said:  # it answers again: restarted or not, the same model or another
+                st.info(ui.plain(remote.said), icon=":material/restart_alt:")
         r1, r2, r3, r4 = st.columns([3, 2, 2, 2])  # a model id is long: its column is wider
         r1.metric(_("Model"), remote.model)
         r2.metric(_("Max model length"), number(remote.max_model_len) if remote.max_model_len else "–",
@@ -58,6 +63,9 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
         if remote.metrics:
             st.caption(_("vLLM's /metrics are readable: the Monitor charts its counters, and each run is checked "
                          "against the server's own count of the tokens it generated."))
+        if remote.kv_capacity_tokens:
+            st.caption(_("Its KV cache holds {tokens} tokens (its /metrics say so): the Load test's sweep offers as "
+                         "many requests in flight as fit in it.", tokens=number(remote.kv_capacity_tokens)))
         else:
             st.warning(ui.plain(remote.metrics_said), icon=":material/monitoring:")
         if st.button(_("Disconnect"), icon=":material/link_off:", disabled=not may):

@@ -31,7 +31,7 @@ from engine.serving import leftovers as orphans
 from engine.serving import models, vllm_log
 from engine.serving import server as server_mod
 from engine.serving.config import ServerConfig
-from engine.serving.endpoint import masked
+from engine.serving.endpoint import Watch, masked
 from engine.serving.flags import known_flags
 from engine.serving.server import READY, STARTING, VLLMServer
 
@@ -51,6 +51,23 @@ class Attached:
     metrics_said: str  # why not, when not (a Message)
     version: str | None
     key: str  # masked: "" without one
+    kv_capacity_tokens: int | None = None  # its KV cache, as its /metrics state it
+    answering: bool = True  # it answered the last checks (engine.serving.endpoint.Watch)
+    said: str = ""  # the sentence about it: why it stopped answering, or (for a while) that it answers again
+
+
+FULL_LEVELS = (1, 4, 16, 64, 128, 256)  # a GPU's sweep: up to where its batch fills
+NEUTRAL_LEVELS = (1, 4, 16, 64)  # a server that does not say what it holds
+
+
+@dataclass(frozen=True)
+class LoadDefaults:
+    """What the Load test page offers first, following the server it measures."""
+
+    in_flight_max: int  # the end of the "requests in flight" slider
+    sweep_levels: tuple[int, ...]  # the sweep's levels, selected at first
+    sweep_max_tokens: int  # tokens a sweep request asks for
+    said: str = ""  # why these, for a server at a URL (a Message)
 
 
 @dataclass
@@ -91,6 +108,9 @@ class Lab:
                  listen_host: str = "127.0.0.1", presenter_token: str | None = None):
         self.server = VLLMServer(port=port)
         self.remote: Target | None = None  # a server at a URL, measured instead of our own (attach)
+        self._watch: Watch | None = None  # whether it still answers, checked for every viewer at once
+        self._back: tuple[float, str] | None = None  # when it answered again, and the sentence that says so
+        self._remote_lock = threading.Lock()  # attach/detach against the watch's re-discovery
         self.jobs = JobManager()
         self.store = store or RunStore()
         self.telemetry = Telemetry(
@@ -99,6 +119,7 @@ class Lab:
             metrics_headers=self._metrics_headers,
             extra_pids=self._worker_pids,
             interval_s=telemetry_interval_s,
+            on_scrape=self._scraped,
         )
         self.device = self.telemetry.device
         self.access = Access(presenter_token or os.environ.get("SERVING_LAB_PRESENTER_TOKEN"), listen_host)
@@ -222,20 +243,92 @@ class Lab:
         if (job := self.measuring()) is not None:
             raise ServerBusy(say("'{label}' is measuring: wait for it to end or cancel it, then connect.",
                                  label=job.label))
-        self.remote = Target.at(url, model or None, api_key or None)
-        self.server.mark(say("connected to {url}", url=self.remote.base_url))
+        target = Target.at(url, model or None, api_key or None)
+        with self._remote_lock:
+            self.remote, self._back = target, None
+            self._watch = Watch(target.base_url, target.api_key, target.started)
+        self.server.mark(say("connected to {url}", url=target.base_url))
         return self.attached()
 
     @presenter_only
     def detach(self) -> None:
         """Forget the attached server (and its key); the app's own server can be started again."""
-        if self.remote is not None:
-            self.server.mark(say("disconnected from {url}", url=self.remote.base_url))
-        self.remote = None
+        with self._remote_lock:
+            if self.remote is not None:
+                self.server.mark(say("disconnected from {url}", url=self.remote.base_url))
+            self.remote, self._watch, self._back = None, None, None
+
+    # Is the attached server still there: the telemetry's /metrics scrape (or, without /metrics, a GET
+    # /v1/models every few seconds) tells the Watch each tick; an action checks once more before it starts.
+    BACK_SHOWN_S = 120.0  # how long "it answers again" stays on the pages
+
+    def _scraped(self, url: str | None, resp, error) -> None:
+        """The telemetry's tick: what the attached server's /metrics answered, or a check of our own."""
+        watch, target = self._watch, self.remote
+        if watch is None or target is None:
+            return
+        if url is not None and url.startswith(target.base_url + "/"):
+            self._heard(watch, watch.heard(time.time(), resp, error))
+        else:
+            self._heard(watch, watch.probe(time.time(), metrics=False))
+
+    def _heard(self, watch: Watch, event: str | None) -> None:
+        """Act on what the watch saw: stop the runs a dead server would only fail, or discover the server
+        anew once it answers again (it may have restarted with another model)."""
+        if event == "down":
+            self.server.mark(say("{url} stopped answering", url=watch.base_url))
+            for job in self.jobs.active():
+                if job.kind in ("load", "sweep"):  # what finished is kept; the rest could only fail
+                    job.error = watch.said()
+                    job.cancel.set()
+        elif event in ("back", "restarted"):
+            old = self.remote
+            if old is None:
+                return
+            try:
+                new, said = old.again(watch.down_since if event == "back" else None)
+            except LabError as e:  # it answers, but cannot be measured (yet): still down, in its words
+                watch.failed(e.args[0] if e.args else str(e))
+                return
+            with self._remote_lock:
+                if self._watch is not watch:
+                    return  # disconnected (or connected elsewhere) meanwhile
+                self.remote, self._back = new, (time.time(), said)
+                watch.recovered(new.started)
+            self.server.mark(say("{url} answers again", url=watch.base_url))
+
+    def _watched(self, work: Callable[[Job], object]) -> Callable[[Job], object]:
+        """A run at a server at a URL whose requests failed because it went away ends in the one sentence
+        (what finished before is saved as ever), even before the watch's next tick has seen it go."""
+        def run(job: Job):
+            result = work(job)
+            runs = result if isinstance(result, list) else [result]
+            if self._watch is not None and job.error is None and any(
+                    r.error for run in runs for r in run.measured):
+                try:
+                    self._answering()
+                except ServerBusy as e:
+                    job.error = e.args[0]
+            return result
+        return run
+
+    def _answering(self) -> None:
+        """Before an action aimed at the attached server: ServerBusy with the one sentence when it does not
+        answer, checked now (one request per action, never per page drawn)."""
+        if (watch := self._watch) is None:
+            return
+        self._heard(watch, watch.probe(time.time(), metrics=False, force=True))
+        if not watch.answering:
+            raise ServerBusy(watch.said())
 
     def _target(self) -> Target:
         """What runs and chat aim at: the attached server, else our own ready one (ServerBusy)."""
         return self.remote or Target.of(self.server)
+
+    def _aim(self) -> Target:
+        """What a run aims at, checked to answer when it is a server at a URL (ServerBusy: the sentence)."""
+        self._answering()
+        return self._target()
 
     def leftovers(self) -> str | None:
         """The sentence about an earlier server's processes still holding memory, if there are any."""
@@ -269,17 +362,17 @@ class Lab:
     @presenter_only
     def run_load(self, spec, label: str | None = None) -> Job:
         """Submit a load test against the running server (spec: engine.measure.spec.LoadSpec)."""
-        target = self._target()
+        target = self._aim()
         spec = target.aim(spec)
         return self.jobs.submit("load", label or spec.label or spec.scenario,
-                                lambda job: self._runner(job).load(spec, target))
+                                self._watched(lambda job: self._runner(job).load(spec, target)))
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
-        target = self._target()
+        target = self._aim()
         spec = target.aim(spec)
         return self.jobs.submit("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]),
-                                lambda job: self._runner(job).sweep(spec, levels, target))
+                                self._watched(lambda job: self._runner(job).sweep(spec, levels, target)))
 
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec) -> Job:
@@ -377,6 +470,8 @@ class Lab:
                 raise NotPresenter(self.access.why_not())
             self.chat_rate.admit(caller or "anonymous", messages, max_tokens)
         target = self._target()
+        if (watch := self._watch) is not None and not watch.answering:
+            raise ServerBusy(watch.said())
         while not presenter and not self.chat_under_load and (job := self.measuring()) is not None:
             if on_wait is not None:
                 on_wait(say("'{label}' is measuring: your message is sent the moment it ends.", label=job.label))
@@ -388,6 +483,10 @@ class Lab:
         try:
             yield from stream_chat(target.base_url, target.model, messages, record, max_tokens=max_tokens,
                                    temperature=temperature, api_key=target.api_key, stop=stop)
+        except LabError:
+            if watch is not None:  # a server at a URL that went away says so in the one sentence
+                self._answering()
+            raise
         finally:
             span[1] = time.time()
 
@@ -521,9 +620,11 @@ class Lab:
         t = self.remote
         if t is None or t.endpoint is None:
             return None
-        e = t.endpoint
+        e, watch, back = t.endpoint, self._watch, self._back
+        answering = watch is None or watch.answering
+        said = watch.said() if not answering else back[1] if back and time.time() - back[0] < self.BACK_SHOWN_S else ""
         return Attached(t.base_url, t.model, tuple(e.models), t.max_model_len, e.vllm, e.metrics, e.metrics_said,
-                        e.version, masked(t.api_key))
+                        e.version, masked(t.api_key), t.kv_cache_tokens, answering, said)
 
     def startup_fraction(self, stage: str) -> float:
         """How far a starting server has come, by the startup stage its log shows (for a progress bar)."""
@@ -625,11 +726,35 @@ class Lab:
         """The naive baseline's spec of a named workload on `model`."""
         return self.scenario(scenario).naive_spec(model.path, model.placeholder_text, **over)
 
+    def load_defaults(self) -> LoadDefaults:
+        """What the Load test page offers first: for our own server, what this machine's device runs in
+        reasonable time; for a server at a URL, what it said about itself (its max-model-len, its KV
+        cache's capacity from /metrics), since this machine's cores or GPUs say nothing about it."""
+        limit = self.serving_max_len() or 128
+        remote = self.remote
+        if remote is None:
+            cpu = self.device == "cpu"
+            return LoadDefaults(64 if cpu else 256, (1, 2, 4, 8, 16) if cpu else FULL_LEVELS, min(64 if cpu else 128,
+                                                                                                limit))
+        tokens = min(128, limit)
+        capacity = remote.kv_cache_tokens  # its /metrics' cache_config_info, read when it was discovered
+        if not capacity:
+            return LoadDefaults(256, NEUTRAL_LEVELS, tokens, say(
+                "{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers {levels} requests in "
+                "flight; add levels to go further.", url=remote.base_url,
+                levels=", ".join(map(str, NEUTRAL_LEVELS))))
+        per_request = tokens + self.scenario("sweep").prompt_tokens_guess
+        fits = max(1, int(capacity // per_request))
+        # every level that fits in its KV cache at once, and the next one up: where requests start to wait
+        levels = tuple(n for i, n in enumerate(FULL_LEVELS) if i == 0 or FULL_LEVELS[i - 1] <= fits)
+        return LoadDefaults(256, levels, tokens, say(
+            "The sweep's levels follow the KV cache of {url}: its {capacity:,} tokens hold about {fits:,} of the "
+            "sweep's requests ({per} tokens each) at once, so the sweep goes to {top} in flight.", url=remote.base_url, capacity=int(capacity),
+            fits=fits, per=per_request, top=levels[-1]))
+
     def sweep_spec(self):
-        """The sweep's workload: 64 tokens a request on CPU, 128 on a GPU, fewer when the ready server's
-        max-model-len is shorter."""
-        return self.load_spec("sweep", max_tokens=min(64 if self.device == "cpu" else 128,
-                                                      self.serving_max_len() or 128))
+        """The sweep's workload (load_defaults: its tokens per request follow the server)."""
+        return self.load_spec("sweep", max_tokens=self.load_defaults().sweep_max_tokens)
 
     def load_test_spec(self, shape: str, num_requests: int, max_tokens: int, *, ignore_eos: bool = False,
                        rate: float | None = None, concurrency: int | None = None, synthetic: bool = False,

@@ -52,6 +52,7 @@ class Target:
     # app started, its URL and process start time (from /metrics) for one at a URL; None: it does not say
     instance: str | None = None
     endpoint: Endpoint | None = None
+    started: float | None = None  # a server at a URL: its process start (epoch s, /metrics), if it says
 
     @property
     def model_name(self) -> str:
@@ -84,7 +85,37 @@ class Target:
                                   url=found.base_url, model=model, first=names[0]))
         started = read_process_start(found.base_url, api_key)
         return cls(found.base_url, model, api_key, found.models[model], endpoint=found,
+                   kv_cache_tokens=found.kv_capacity_tokens, started=started,
                    instance=None if started is None else f"{found.base_url.rstrip('/')} started {started:.2f}")
+
+    def again(self, since: float | None) -> tuple["Target", str]:
+        """A server at a URL that answers again after it stopped at `since` (None: it answered throughout, as a
+        new process): discovered anew, since it may have restarted with another model or max-model-len, and
+        the sentence that says what changed. Its model when it still serves it, else the first it lists; an
+        EndpointError or ConfigError when it cannot be measured."""
+        try:
+            new = Target.at(self.base_url, self.model, self.api_key)
+        except ConfigError:  # it serves other models now
+            new = Target.at(self.base_url, None, self.api_key)
+        url = self.base_url
+        if since is None:
+            return new, say("The server at {url} restarted at {start} (serving {model}): the first batch of each "
+                            "size is cold again.", url=url, start=endpoint.clock(new.started or time.time()),
+                            model=new.model)
+        at = endpoint.clock(since)
+        if new.model != self.model:
+            return new, say("The server at {url} answers again (it stopped at {time}), now serving {model} instead "
+                            "of {old}: every page measures {model} from now on.", url=url, time=at, model=new.model,
+                            old=self.model)
+        if new.started is None or self.started is None:
+            return new, say("The server at {url} answers again (it stopped at {time}); whether it restarted is "
+                            "unknown, since its /metrics do not say when its process started.", url=url, time=at)
+        if new.started != self.started:
+            return new, say("The server at {url} answers again: it restarted at {start} (it stopped answering at "
+                            "{time}), so the first batch of each size is cold again.", url=url,
+                            start=endpoint.clock(new.started), time=at)
+        return new, say("The server at {url} answers again, as the same process: it was out of reach from {time}, "
+                        "not restarted.", url=url, time=at)
 
     def aim(self, spec: LoadSpec) -> LoadSpec:
         """`spec` sent here, checked against what this server accepts (ConfigError)."""

@@ -41,6 +41,12 @@ class Scenario:
             return Message(d.template, values={**d.values, "tokens": tokens}) if "tokens" in d.values else d
         return re.sub(r"\(\d+ tokens\)", f"({tokens} tokens)", d)
 
+    @property
+    def prompt_tokens_guess(self) -> int:
+        """About how many tokens its longest prompt takes, chat template included (about 4 characters a token
+        in English): for sizing defaults before any request has said the real count."""
+        return (max(len(p) for p in self.prompts) + len(self.system)) // 4 + 16 if self.prompts else 16
+
     def load_spec(self, base_url: str = "", model: str = "", **over: Any) -> LoadSpec:
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts), system=self.system, shape=self.shape,

@@ -142,8 +142,12 @@ def read_process_start(base_url: str, api_key: str | None = None, timeout_s: flo
     """When the server process at `base_url` started (epoch s), from the process_start_time_seconds its
     /metrics publishes (prometheus_client's process collector, as vLLM's API server has it): what tells
     one start of a server at a URL from the next. None when it publishes none."""
-    text = read_metrics_text(base_url, api_key, timeout_s)
-    for line in (text or "").splitlines():
+    return process_start(read_metrics_text(base_url, api_key, timeout_s) or "")
+
+
+def process_start(text: str) -> float | None:
+    """process_start_time_seconds (epoch s) from /metrics text; None when it holds none."""
+    for line in text.splitlines():
         if line.startswith("process_start_time_seconds "):
             try:
                 return float(line.split()[1])
@@ -196,8 +200,12 @@ class Telemetry:
 
     def __init__(self, server_pid: Callable[[], int | None], metrics_url: Callable[[], str | None],
                  extra_pids: Callable[[], dict[str, int]] = dict, interval_s: float = 1.0, keep: int = 3600,
-                 metrics_headers: Callable[[], dict[str, str]] = dict):
+                 metrics_headers: Callable[[], dict[str, str]] = dict,
+                 on_scrape: Callable[[str | None, httpx.Response | None, httpx.HTTPError | None], None] | None = None):
         self.server_pid = server_pid
+        # told each tick what /metrics answered (url None: none to read), so a server at a URL is watched
+        # for free by the scrape that already runs (engine.serving.endpoint.Watch)
+        self.on_scrape = on_scrape
         self.metrics_url = metrics_url
         self.metrics_headers = metrics_headers  # a server at a URL may want its API key on /metrics too
         self.extra_pids = extra_pids
@@ -208,6 +216,7 @@ class Telemetry:
         self._thread: threading.Thread | None = None
         self.device = hardware.default_device()  # "cuda" | "cpu": what the memory series come from
         self._prev_gen: tuple[float, float] | None = None
+        self.last_scrape: tuple[str | None, httpx.Response | None, httpx.HTTPError | None] = (None, None, None)
         self._client = httpx.Client(timeout=1.0)
 
     def start(self) -> None:
@@ -241,13 +250,15 @@ class Telemetry:
             for name, pid in self.extra_pids().items():
                 s.memory.append({"series": name, "used_gb": process_tree_rss(pid), "total_gb": vm.total / GIB})
         url = self.metrics_url()
+        r, error = None, None
         if url:
             try:
                 r = self._client.get(url, headers=self.metrics_headers())
                 if r.status_code == 200:
                     s.metrics = parse_metrics(r.text)
-            except httpx.HTTPError:
-                pass
+            except httpx.HTTPError as e:
+                error = e
+        self.last_scrape = (url, r, error)
         gen = s.metrics.get("generation_tokens_total")
         if gen is not None:
             if self._prev_gen and s.t > self._prev_gen[0] and gen >= self._prev_gen[1]:
@@ -263,6 +274,8 @@ class Telemetry:
                 s = self.sample_once()
                 with self._lock:
                     self._buf.append(s)
+                if self.on_scrape is not None:
+                    self.on_scrape(*self.last_scrape)
             except Exception:  # a sampler must never die; the next tick tries again
                 pass
             self._stop.wait(self.interval_s)

@@ -9,7 +9,10 @@ See docs/architecture.md."""
 from __future__ import annotations
 
 import ipaddress
+import re
 import ssl
+import threading
+import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +21,7 @@ import httpx
 from engine.errors import ConfigError, LabError
 from engine.messages import say
 from engine.metrics import PROMETHEUS_PREFIX
+from engine.observe.telemetry import capacity, process_start
 
 TIMEOUT_S = 5.0
 
@@ -64,6 +68,9 @@ class Endpoint:
     metrics: bool  # vLLM's counters are readable at base_url/metrics
     metrics_said: str = field(default="")  # why not, when they are not (a Message)
     version: str | None = None  # GET /version's, when it answers
+    # The KV cache's capacity as vLLM's /metrics states it (cache_config_info): what the pages' defaults
+    # follow, since this machine's cores or GPUs say nothing about that server's
+    kv_capacity_tokens: int | None = None
 
     @property
     def on_this_machine(self) -> bool:
@@ -82,7 +89,8 @@ def _headers(api_key: str | None) -> dict[str, str]:
 
 
 def _why(e: httpx.HTTPError) -> str:
-    return str(e) or type(e).__name__
+    """The error's own words, without the errno ("[Errno 111] Connection refused" -> "Connection refused")."""
+    return re.sub(r"^\[Errno -?\d+\]\s*", "", str(e)) or type(e).__name__
 
 
 def _unreachable(url: str, e: httpx.HTTPError) -> EndpointError:
@@ -126,10 +134,11 @@ def discover(url: str, api_key: str | None = None) -> Endpoint:
                                     "connect again.", url=base))
         models = {str(c["id"]): c.get("max_model_len") if isinstance(c.get("max_model_len"), int) else None
                   for c in cards}
-        metrics, metrics_said, vllm_metrics = _metrics(client, base)
+        metrics, metrics_said, text = _metrics(client, base)
         version = _version(client, base)
-    vllm = vllm_metrics or any(c.get("owned_by") == "vllm" for c in cards)
-    return Endpoint(base, models, vllm, metrics, metrics_said, version)
+    vllm = metrics or any(c.get("owned_by") == "vllm" for c in cards)
+    tokens = capacity(text).get("kv_capacity_tokens") if text else None
+    return Endpoint(base, models, vllm, metrics, metrics_said, version, round(tokens) if tokens else None)
 
 
 def _model_cards(resp: httpx.Response) -> list[dict] | None:
@@ -145,26 +154,26 @@ def _model_cards(resp: httpx.Response) -> list[dict] | None:
     return data
 
 
-def _metrics(client: httpx.Client, base: str) -> tuple[bool, str, bool]:
-    """(readable, why not, vLLM's names seen) for base/metrics. A router (vLLM production-stack, llm-d) or
+def _metrics(client: httpx.Client, base: str) -> tuple[bool, str, str]:
+    """(readable, why not, the text when readable) for base/metrics. A router (vLLM production-stack, llm-d) or
     a gateway often publishes its own metrics or none: the runs still work, without vLLM's counters."""
     url = base + "/metrics"
     try:
         resp = client.get(url)
     except httpx.HTTPError as e:
         return False, say("{url} did not answer ({why}): the charts of vLLM's counters and the server's token count "
-                          "are left out.", url=url, why=_why(e)), False
+                          "are left out.", url=url, why=_why(e)), ""
     if resp.status_code in (401, 403):
         return False, say("{url} refuses this key (HTTP {code}): the charts of vLLM's counters and the server's token "
-                          "count are left out.", url=url, code=resp.status_code), False
+                          "count are left out.", url=url, code=resp.status_code), ""
     if resp.status_code != 200:
         return False, say("{url} answers HTTP {code} (a router or gateway often hides vLLM's /metrics): the charts "
                           "of vLLM's counters and the server's token count are left out.",
-                          url=url, code=resp.status_code), False
+                          url=url, code=resp.status_code), ""
     if PROMETHEUS_PREFIX not in resp.text:
         return False, say("{url} holds none of vLLM's counters (likely a router's or gateway's own metrics): the "
-                          "charts of vLLM's counters and the server's token count are left out.", url=url), False
-    return True, "", True
+                          "charts of vLLM's counters and the server's token count are left out.", url=url), ""
+    return True, "", resp.text
 
 
 def _version(client: httpx.Client, base: str) -> str | None:
@@ -180,3 +189,120 @@ def _version(client: httpx.Client, base: str) -> str | None:
 def masked(api_key: str | None) -> str:
     """How a key is shown: its presence and length class, never a character of it."""
     return "••••••••" if api_key else ""
+
+
+# -- is it still there -------------------------------------------------------------------------------
+CHECK_S = 3.0  # a server without readable /metrics: GET /v1/models at most this often, for every viewer
+DOWN_AFTER_S = 3.0  # refused, reset or an error page for this long: it stopped answering
+SILENT_AFTER_S = 20.0  # no answer in time: a busy server can be slow to answer /metrics, so only this long
+
+
+def clock(t: float) -> str:
+    """A moment as people read it off a wall clock (HH:MM:SS, this machine's time zone)."""
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+class Watch:
+    """Whether a server at a URL still answers, judged once for every viewer: from the telemetry's /metrics
+    scrape that already runs each tick (`heard`), or, for a server without readable /metrics, from a
+    GET /v1/models at most every CHECK_S (`probe`). A failure must last DOWN_AFTER_S (SILENT_AFTER_S for a
+    timeout) before the server counts as down, so one slow scrape under load is not an outage; an action
+    that finds it refusing connections (`refused`) says so at once. `started` follows /metrics'
+    process_start_time_seconds: a new value means the server restarted. Thread-safe."""
+
+    def __init__(self, base_url: str, api_key: str | None, started: float | None):
+        self.base_url = base_url
+        self._key = api_key  # sent with each check, never shown
+        self.started = started
+        self.down_since: float | None = None  # when it stopped answering (the first failed check)
+        self.why = ""  # what the failed checks saw
+        self._whole: object = None  # or a whole sentence that says it better (see failed)
+        self._failing: tuple[float, bool] | None = None  # (first failure, all of them timeouts)
+        self._last_probe = 0.0
+        self._tried = 0.0  # the last discovery tried while it was down
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never the key
+        return f"Watch({self.base_url!r}, down_since={self.down_since})"
+
+    @property
+    def answering(self) -> bool:
+        return self.down_since is None
+
+    def said(self) -> str:
+        """The one sentence while it does not answer ("" while it does)."""
+        if self.down_since is None:
+            return ""
+        if self._whole is not None:  # its own sentence says what happened and what to do
+            return self._whole
+        return say("The server at {url} stopped answering at {time} ({why}): check that it still runs, or "
+                   "disconnect on the Server page.", url=self.base_url, time=clock(self.down_since), why=self.why)
+
+    def heard(self, t: float, resp: httpx.Response | None, error: httpx.HTTPError | None) -> str | None:
+        """One check's outcome at epoch `t`: "down" when the server has just stopped answering; "back" when it
+        answers while down (at most every CHECK_S: the caller discovers it anew, then calls `recovered` or
+        `failed`); "restarted" when it answers as a new process without a pause seen; else None."""
+        with self._lock:
+            if resp is not None and resp.status_code == 200:
+                self._failing = None
+                if self.down_since is not None:
+                    if t - self._tried < CHECK_S:
+                        return None
+                    self._tried = t
+                    return "back"
+                new = process_start(resp.text) if resp.url.path.endswith("/metrics") else None
+                restarted = new is not None and self.started is not None and new != self.started
+                self.started = new if new is not None else self.started
+                return "restarted" if restarted else None
+            silent = error is not None and isinstance(error, httpx.TimeoutException) and not isinstance(
+                error, httpx.ConnectTimeout)
+            why = say("HTTP {code}", code=resp.status_code) if resp is not None else _why(error) if error else ""
+            if self._failing is None:
+                self._failing = (t, silent)
+            first, all_silent = self._failing[0], self._failing[1] and silent
+            self._failing = (first, all_silent)
+            if self.down_since is None and t - first >= (SILENT_AFTER_S if all_silent else DOWN_AFTER_S):
+                self.down_since, self.why = first, why
+                return "down"
+            if self.down_since is not None:  # no answer at all again: said as such, not as a failed discovery
+                self.why, self._whole = why, None
+            return None
+
+    def recovered(self, started: float | None) -> None:
+        """It answers again and was discovered anew (its process start, when it says): up from now."""
+        with self._lock:
+            self.down_since, self.why, self._whole = None, "", None
+            self.started = started if started is not None else self.started
+
+    def failed(self, why: object) -> None:
+        """It answers, but cannot be measured (no model loaded yet, the key refused now): down still, said so."""
+        with self._lock:
+            self.down_since, self.why, self._whole = self.down_since or time.time(), str(why), why
+            self._failing = (self.down_since, False)
+
+    def refused(self, error: httpx.HTTPError) -> bool:
+        """An action just failed to connect: nothing listens there, so it is down from now (True) without
+        waiting out DOWN_AFTER_S; a timeout proves less, and changes nothing (False)."""
+        if not isinstance(error, (httpx.ConnectError, httpx.RemoteProtocolError)):
+            return False
+        with self._lock:
+            if self.down_since is None:
+                self.down_since, self.why = time.time(), _why(error)
+                self._failing = (self.down_since, False)
+            return True
+
+    def probe(self, now: float, metrics: bool, force: bool = False) -> str | None:
+        """Check it ourselves (the scrape does not): GET /metrics or /v1/models, at most every CHECK_S
+        unless `force`; what `heard` returns."""
+        if not force and now - self._last_probe < CHECK_S:
+            return None
+        self._last_probe = now
+        url = self.base_url + "/metrics" if metrics else v1(self.base_url) + "/models"
+        try:
+            with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=_headers(self._key)) as client:
+                resp = client.get(url)
+        except httpx.HTTPError as e:
+            if force and self.refused(e):
+                return "down"
+            return self.heard(now, None, e)
+        return self.heard(now, resp, None)

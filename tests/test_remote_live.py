@@ -1,0 +1,323 @@
+"""A server at a URL that needs a real API key, and one that stops answering and comes back (issue #13 item 1).
+
+The real part is a vLLM CPU server this module starts the product's way (`VLLMServer` with the Server page's API
+key, which reaches vLLM as VLLM_API_KEY), then attaches to by URL as if it ran elsewhere; it is stopped and
+started again in the middle, as a person restarting their deployment would. One server serves the whole module
+(a start costs about a minute). A small aiohttp app stands in only where a real vLLM cannot be made to do it on
+demand: come back serving another model, or restart between two checks without a pause."""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import stat
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from aiohttp import web
+from streamlit.testing.v1 import AppTest
+
+from engine.errors import ServerBusy
+from engine.serving.endpoint import EndpointError
+from tests.test_remote import free_port
+
+KEY = "sk-live-key-NEVER-STORED-4d1e9b"
+WRONG = "sk-wrong-key-5c2a"
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+STOPPED = re.compile(r"The server at (\S+) stopped answering at (\d\d:\d\d:\d\d) \((.+)\): check that it still runs, "
+                     r"or disconnect on the Server page\.")
+
+
+def _until(check, what: str, limit_s: float = 120):
+    """Wait for `check()` to hold (a liveness bound, not a timing claim)."""
+    deadline = time.time() + limit_s
+    while time.time() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"{what} within {limit_s:.0f} s")
+
+
+def _done(job, limit_s: float = 300):
+    _until(lambda: not job.active, f"the job '{job.label}' did not end", limit_s)
+    return job
+
+
+@pytest.fixture(scope="module")
+def keyed(isolated_home, tmp_path_factory):
+    """The embedded model served on a free port with --api-key (as VLLM_API_KEY), started as the app starts it."""
+    from engine.serving import models
+    from engine.serving.config import ServerConfig
+    from engine.serving.server import VLLMServer
+
+    port = free_port()
+    srv = VLLMServer(port=port)
+    cfg = ServerConfig.for_model(models.embedded(), "cpu", port=port, cpu_kvcache_gib=1, max_model_len=1024,
+                                 api_key=KEY)
+    srv.start_and_wait(cfg)
+    try:
+        yield SimpleNamespace(server=srv, cfg=cfg, url=cfg.base_url, model=cfg.model_name)
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def app_lab(tmp_path_factory, keyed):
+    """The app's own Lab (ui.get_lab, as every page gets it), its history in this module's file."""
+    d = tmp_path_factory.mktemp("remote-live")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
+        import ui
+
+        ui.get_lab.clear()
+        lab = ui.get_lab()
+        yield SimpleNamespace(lab=lab, dir=d)
+        lab.shutdown()
+        ui.get_lab.clear()
+
+
+def _page(path: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    if path != "app_pages/server.py":
+        at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _drawn(node) -> str:
+    own = str(getattr(node, "proto", "") or "")
+    return own + "".join(_drawn(c) for c in getattr(node, "children", {}).values())
+
+
+def _unescaped(text: str) -> str:
+    return text.replace("\\", "")
+
+
+def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_key_shows_nowhere(
+        keyed, app_lab, isolated_home, capfd):
+    lab, url = app_lab.lab, keyed.url
+    with pytest.raises(EndpointError) as wrong:
+        lab.attach(url + "/v1", WRONG)
+    with pytest.raises(EndpointError) as missing:
+        lab.attach(url)
+    assert str(wrong.value) == (f"The server at {url} refused the API key (HTTP 401): enter the key it was started "
+                                "with (vLLM's --api-key).")
+    assert str(missing.value) == f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
+    assert lab.attached() is None and WRONG not in str(wrong.value)
+
+    seen = lab.attach(url + "/v1", KEY)
+    assert (seen.url, seen.model, seen.max_model_len, seen.key, seen.answering) == (
+        url, keyed.model, 1024, "••••••••", True)
+    run = _done(lab.run_load(lab.load_test_spec("burst", 3, 16))).result
+    assert run.summary.completed == 3 and run.extra.endpoint == url and run.extra.keyed
+    record = lab.chat_record("Say hi.")
+    assert "".join(lab.chat([{"role": "user", "content": "Say hi."}], record, max_tokens=8)) and record.ttft
+
+    drawn = ""
+    for page in ("app_pages/server.py", "app_pages/load.py", "app_pages/chat.py", "app_pages/history.py",
+                 "app_pages/monitor.py", "app_pages/naive_vs_vllm.py"):
+        at = _page(page)
+        drawn += _drawn(at._tree)
+        if page == "app_pages/load.py":  # the sweep's levels follow its KV cache, not this machine's 2 cores
+            defaults = lab.load_defaults()
+            assert at.multiselect[0].value == list(defaults.sweep_levels) and defaults.said.startswith(
+                f"The sweep's levels follow the KV cache of {url}: ")
+            assert defaults.said in [_unescaped(c.value) for c in at.caption]
+    assert url in drawn and "••••••••" in drawn
+
+    # The key lives in the attached Target only: not in a run, an export, the history file, a log, a page.
+    # The server record of the server this module started keeps it by design (the app must talk to a server
+    # it adopts after a crash): readable by its owner only.
+    record_file = keyed.server.record_path
+    assert stat.S_IMODE(os.stat(record_file).st_mode) == 0o600
+    files = [p for p in [*isolated_home.rglob("*"), *app_lab.dir.rglob("*")] if p.is_file() and p != record_file]
+    log = keyed.server.snapshot().log_tail
+    out, err = capfd.readouterr()
+    everything = (lab.export_json() + lab.export_csv() + repr(lab.run(run.id).to_dict()) + repr(lab.attached())
+                  + repr(lab.remote) + "\n".join(log) + out + err + drawn)
+    assert KEY not in everything and WRONG not in everything
+    assert not [p for p in files if KEY.encode() in p.read_bytes()]
+    assert any(p.suffix == ".log" for p in files)  # the server's own log was among them
+
+
+def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeback_is_said(keyed, app_lab):
+    lab, url = app_lab.lab, keyed.url
+    if lab.attached() is None:
+        lab.attach(url, KEY)
+    first = _done(lab.run_load(lab.load_test_spec("burst", 2, 16))).result
+    saved = len(lab.runs())
+
+    # A load test running when the server goes: what finished is kept, the job ends in the sentence
+    job = lab.run_load(lab.load_test_spec("concurrency", 12, 48, concurrency=1, warmup=False))
+    _until(lambda: job.done >= 1, "the long load test finished no request")
+    keyed.server.stop()
+    _done(job)
+    said = _until(lambda: lab.attached().said if not lab.attached().answering else None,
+                  "the watch did not see the server stop")
+    m = STOPPED.fullmatch(said)
+    assert m and m.group(1) == url, said
+    assert job.error == said
+    kept = lab.run(lab.runs()[0].id)
+    assert len(lab.runs()) == saved + 1 and kept.summary.completed >= 1  # the finished requests, saved
+
+    # Started against it now: the same sentence, nothing sent and nothing saved
+    with pytest.raises(ServerBusy) as load:
+        lab.run_load(lab.load_test_spec("burst", 2, 16))
+    with pytest.raises(ServerBusy) as chat:
+        list(lab.chat([{"role": "user", "content": "Hello?"}], lab.chat_record("Hello?"), max_tokens=8))
+    assert str(load.value) == str(chat.value) == said
+    assert len(lab.runs()) == saved + 1
+
+    at = _page("app_pages/server.py")
+    assert said in [_unescaped(e.value) for e in at.error]
+    sidebar = " ".join(_unescaped(m.value) for m in at.sidebar.markdown)
+    assert "not answering" in sidebar and said in [_unescaped(e.value) for e in at.sidebar.error]
+    at.switch_page("app_pages/chat.py").run()
+    at.chat_input[0].set_value("Are you there?").run()
+    assert not at.exception and said in [_unescaped(e.value) for e in at.error]
+    assert at.session_state["chat"][-1] == {"role": "user", "content": "Are you there?"}  # the question is kept
+
+    # It comes back, restarted with a shorter context: said, and measured as what it is now
+    keyed.server.start_and_wait(keyed.cfg.with_changes(max_model_len=512))
+    back = _until(lambda: lab.attached().said if lab.attached().answering else None,
+                  "the watch did not see the server answer again")
+    assert re.fullmatch(rf"The server at {re.escape(url)} answers again: it restarted at \d\d:\d\d:\d\d \(it stopped "
+                        rf"answering at {m.group(2)}\), so the first batch of each size is cold again\.", back), back
+    assert lab.attached().max_model_len == 512 and lab.serving_max_len() == 512
+    again = _done(lab.run_load(lab.load_test_spec("burst", 2, 16, warmup=False))).result
+    assert again.summary.completed == 2 and again.extra.server_instance != first.extra.server_instance
+    assert again.extra.cold  # a new process: its first batch of this size
+    at = _page("app_pages/server.py")
+    assert back in [_unescaped(i.value) for i in at.info] and not at.error
+    lab.detach()
+
+
+# -- what a real vLLM does not do on demand ------------------------------------------------------------------
+@contextlib.contextmanager
+def _fake_vllm(state: dict):
+    """An OpenAI-style server whose models, process start and health follow `state` as the test changes it."""
+    async def models(request):
+        if not state["up"]:
+            return web.Response(status=503, text="upstream gone")
+        if state.get("refuse"):  # restarted with an API key this app was not given
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        return web.json_response({"data": [{"id": state["model"], "owned_by": "vllm",
+                                             "max_model_len": state.get("max_model_len", 256)}]})
+
+    async def metrics(request):
+        if not state["up"]:
+            return web.Response(status=503, text="upstream gone")
+        if not state.get("metrics", True):
+            return web.Response(status=404, text="not found")
+        cache = (f'vllm:cache_config_info{{block_size="16",kv_cache_size_tokens="{state["kv"]}",num_gpu_blocks='
+                 f'"{state["kv"] // 16}"}} 1.0\n' if state.get("kv") else "")
+        return web.Response(text=f"process_start_time_seconds {state['start']}\nvllm:num_requests_running 0.0\n"
+                                 + cache)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/metrics", metrics)
+    loop, runner, port = asyncio.new_event_loop(), web.AppRunner(app), free_port()
+
+    async def start():
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path):
+    from engine.lab import Lab
+    from engine.results.store import RunStore
+
+    state = {"up": True, "model": "model-a", "start": 1_700_000_000.0}
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.2)
+    try:
+        with _fake_vllm(state) as url:
+            assert lab.attach(url).model == "model-a"
+            state["up"] = False  # a router in front whose server went away: 503
+            said = _until(lambda: lab.attached().said if not lab.attached().answering else None, "not seen down", 30)
+            assert STOPPED.fullmatch(said) and "(HTTP 503)" in said
+            state.update(up=True, model="model-b", start=1_700_000_100.0)
+            back = _until(lambda: lab.attached().said if lab.attached().answering else None, "not seen back", 30)
+            assert back.startswith(f"The server at {url} answers again (it stopped at ")
+            assert back.endswith("now serving model-b instead of model-a: every page measures model-b from now on.")
+            assert lab.attached().model == "model-b" and lab.remote.model == "model-b"
+
+            state["start"] = 1_700_000_200.0  # restarted between two scrapes: never seen down
+            restarted = _until(lambda: (s := lab.attached().said).startswith(f"The server at {url} restarted")
+                               and s, "the new process not seen", 30)
+            assert restarted.endswith("(serving model-b): the first batch of each size is cold again.")
+            assert lab.remote.started == 1_700_000_200.0
+
+            state["up"] = False
+            _until(lambda: not lab.attached().answering, "not seen down again", 30)
+            state.update(up=True, refuse=True)  # back with a key: it answers, but cannot be measured
+            refused = f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
+            _until(lambda: lab.attached().said == refused, "the refusal not said", 30)
+            seen = set()
+            for _ in range(10):  # its /metrics answer each tick: it stays down in those words, never flickers
+                seen.add((lab.attached().answering, lab.attached().said))
+                time.sleep(0.2)
+            assert seen == {(False, refused)}
+    finally:
+        lab.shutdown()
+
+
+def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp_path):
+    """This machine has 2 CPU cores and no GPU: its own server's sweep stops at 16 in flight with 64-token answers.
+    A server at a URL sets them by what it said: its max-model-len and its KV cache's capacity (vLLM's
+    cache_config_info), else neutral levels, said in a sentence."""
+    from engine.lab import NEUTRAL_LEVELS, Lab
+    from engine.results.store import RunStore
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    try:
+        assert lab.device == "cpu"
+        own = lab.load_defaults()
+        assert (own.in_flight_max, own.sweep_levels, own.sweep_max_tokens, own.said) == (64, (1, 2, 4, 8, 16), 64, "")
+
+        state = {"up": True, "model": "m", "start": 1.0, "kv": 2000, "max_model_len": 4096}
+        with _fake_vllm(state) as url:
+            lab.attach(url)
+            d = lab.load_defaults()
+            per = 128 + lab.scenario("sweep").prompt_tokens_guess  # a sweep request's tokens, about
+            assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and lab.sweep_spec().max_tokens == 128
+            assert 2000 // per == 9 and d.sweep_levels == (1, 4, 16)  # all that fit at once, and the next up
+            assert d.said == (f"The sweep's levels follow the KV cache of {url}: its 2,000 tokens hold about 9 of the "
+                              f"sweep's requests ({per} tokens each) at once, so the sweep goes to 16 in flight.")
+            lab.detach()
+
+            state.update(kv=per)  # room for one at a time: 1, and 4 to see them wait
+            lab.attach(url)
+            assert lab.load_defaults().sweep_levels == (1, 4)
+            lab.detach()
+
+            state.update(kv=400_000, max_model_len=100)  # room for far more than 256; answers of 100 at most
+            lab.attach(url)
+            d = lab.load_defaults()
+            assert d.sweep_levels == (1, 4, 16, 64, 128, 256) and d.sweep_max_tokens == 100
+            lab.detach()
+
+            state.update(metrics=False)  # behind a gateway that hides /metrics: nothing said, neutral
+            lab.attach(url)
+            d = lab.load_defaults()
+            assert d.sweep_levels == NEUTRAL_LEVELS and d.in_flight_max == 256
+            assert d.said == (f"{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers 1, 4, "
+                              "16, 64 requests in flight; add levels to go further.")
+            lab.detach()
+        assert lab.load_defaults() == own
+    finally:
+        lab.shutdown()
