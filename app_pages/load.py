@@ -255,12 +255,12 @@ with st.expander(_("Against two servers at once"), icon=":material/view_column_2
         pair_n = p1.number_input(_("Number of requests"), 1, 1024, 10, key="pair_n")
         pair_in_flight, pair_rate = 1, None
         if shape == "concurrency":
-            pair_in_flight = p2.slider(_("Requests in flight"), 1, 64 if cpu else 256, 4, key="pair_in_flight")
+            pair_in_flight = p2.slider(_("Requests in flight"), 1, defaults.in_flight_max, 4, key="pair_in_flight")
         elif shape == "poisson":
             pair_rate = p2.number_input(_("Rate (requests/s)"), 0.1, 100.0, 2.0, 0.5, key="pair_rate")
         else:
             p2.caption(_("Every request is sent at once: as many in flight as there are requests."))
-        pair_tokens = p3.slider(_("Max tokens per answer"), 16, max(tokens_hi, 17), min(64 if cpu else 150, tokens_hi),
+        pair_tokens = p3.slider(_("Max tokens per answer"), 16, max(tokens_hi, 17), min(defaults.sweep_max_tokens, tokens_hi),
                                 2, key="pair_tokens", help=tokens_help)
         st.caption(_("Arrival as chosen above: {arrival}. Answers always run to max tokens on both, so the two get the "
                      "same work.", arrival=_(arrival)))
