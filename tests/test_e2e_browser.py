@@ -414,7 +414,7 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
 
     def saved(scenario: str) -> list:
         rows = [r for r in store.list() if r.scenario == scenario]
-        return [store.get(r.id) for r in sorted(rows, key=lambda r: r.started_at)]
+        return [store.load(r.id) for r in sorted(rows, key=lambda r: r.started_at)]
 
     try:
         t0 = time.time()
@@ -494,7 +494,7 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
 
     # The Monitor's KV panel on the live server: its capacity, its use, and the preemptions of the squeezed run.
     goto(pg, app, "monitor", title="Monitor")
-    pg.get_by_role("button", name="15 min").click()
+    pg.get_by_text("15 min", exact=True).click()  # the squeezed run, two restarts ago, inside the window
     metrics_chart = pg.locator(".js-plotly-plot").nth(1)
     cap, blocks = roomy.extra.kv_cache_tokens, roomy.extra.kv_blocks
     expect(metrics_chart).to_contain_text(f"KV-cache usage, of {cap:,} tokens ({blocks:,} blocks of "

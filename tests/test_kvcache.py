@@ -1,6 +1,6 @@
 """The KV cache as the scarce resource (issue #12): its capacity and preemptions read from vLLM's
-/metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts; and the
-kv-squeeze scenario once for real (two servers this test starts: a squeezed cache, then room)."""
+/metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts. The kv-squeeze scenario
+runs for real from the browser (tests/test_e2e_browser.py), which checks its runs and its views."""
 from __future__ import annotations
 
 import os
@@ -142,42 +142,3 @@ def test_the_monitor_marks_preemptions_where_the_counter_rose():
     assert list(marks.x) == [2.0, 4.0] and list(marks.text) == ["2", "3"]
     assert "5 preemptions" in figures.caption(fig)
     assert any("384 tokens (3 blocks of 128)" in (a.text or "") for a in fig.layout.annotations)
-
-
-# -- for real ---------------------------------------------------------------------------------------
-@pytest.mark.server
-@pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("SERVING_LAB_TEST_URL")) and not os.environ.get("SERVING_LAB_KV_REAL"),
-                    reason="restarts servers of its own (set SERVING_LAB_KV_REAL=1 to run it beside a shared one)")
-def test_the_kv_squeeze_scenario_preempts_on_the_squeezed_cache_only(embedded_model):
-    """The scenario through the Tuning path on the CPU build: two servers started here, one after the
-    other, --enforce-eager so each starts in under a minute; 40-token answers keep it short."""
-    from engine.runs import Runner
-    from engine.serving.config import ServerConfig
-    from engine.serving.server import VLLMServer
-
-    from .conftest import free_port
-
-    scn = scenarios.get("kv-squeeze")
-    base = ServerConfig.for_model(embedded_model, "cpu", port=free_port(), enforce_eager=True)
-    configs = scenarios.configs_for(scn, base)
-    # 3 blocks of 128 hold 3 requests of ~35 prompt tokens; 100 more each outgrow their block, so a
-    # 4th waits and the running ones preempt each other (measured: 6 preemptions with 8 such answers)
-    spec = scn.load_spec(max_tokens=100, prompts=list(scn.prompts[:4]), concurrency=4)
-    srv = VLLMServer(port=base.port)
-    saved = []
-    try:
-        runs = Runner(lambda r: saved.append(r) or r).tuning(srv, configs, spec, model_max_len=embedded_model.max_len)
-    finally:
-        srv.stop()
-    squeezed, roomy = runs
-    assert [r.scenario for r in saved] == ["kv-squeeze", "kv-squeeze"]
-    assert squeezed.extra.kv_cache_tokens == 384 and squeezed.extra.kv_block_size == 128  # 0.01 GiB / 23,040 B
-    need = kvcache.need(squeezed)
-    assert need.total > squeezed.extra.kv_cache_tokens  # the load cannot fit at once ...
-    assert squeezed.extra.peak_waiting > 0  # ... so requests waited
-    assert squeezed.extra.preemptions > 0  # ... and outgrew their blocks
-    assert roomy.extra.kv_cache_tokens > need.total
-    assert roomy.extra.preemptions == 0
-    assert all(r.ok for run in runs for r in run.measured)  # preempted requests still finish
-    assert "were preempted" in str(kvcache.said(squeezed))
