@@ -3,10 +3,6 @@
 runs for real from the browser (tests/test_e2e_browser.py), which checks its runs and its views."""
 from __future__ import annotations
 
-import os
-
-import pytest
-
 from engine import figures
 from engine.measure import kvcache, scenarios
 from engine.measure.kvcache import KvWatch

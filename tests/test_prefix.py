@@ -13,7 +13,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import FakeOpenAIServer  # noqa: E402
 
-from .conftest import free_port  # noqa: E402
 
 from engine import figures  # noqa: E402
 from engine.measure import prefix, prompts, scenarios  # noqa: E402
