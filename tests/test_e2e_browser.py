@@ -466,10 +466,10 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
 
     # View 2 from the browser: the squeezed cache, then one with room, on the server the CLI left; answers of
     # 100 tokens (the least the page offers) halve the time of 200 and still outgrow the squeezed cache.
-    slider = pg.locator(".st-key-kv_max_tokens [role=slider]")
+    slider = pg.locator("[data-testid=stSlider]").filter(has_text="Max tokens per answer").last.locator("input")
     slider.focus()
     pg.keyboard.press("Home")
-    expect(slider).to_have_attribute("aria-valuenow", "100")
+    expect(slider).to_have_value("100")
     expect(pg.get_by_text("The same 8 concurrent answers of 100 tokens")).to_be_visible()
     button(pg, "Squeeze the KV cache and compare").click()
     deadline = time.time() + 900
