@@ -485,7 +485,8 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     assert roomy.extra.kv_cache_tokens > kvcache.need(roomy).total and roomy.extra.preemptions == 0
     chart = _chart_under(pg, "The KV cache as the scarce resource")
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)
-    expect(chart).to_contain_text("KV cache with room to spare", timeout=30000)  # the fragment drew the second run
+    # the fragment redraws every 2 s: wait until it has drawn the second configuration
+    pg.wait_for_function("el => el.data && el.data[0].x.length === 2", arg=chart.element_handle(), timeout=30000)
     for title in ("KV cache (tokens)", "Preempted and waiting", "Median TTFT (s)"):
         expect(chart).to_contain_text(title)
     rows = [kvcache.row(r) for r in (squeezed, roomy)]
