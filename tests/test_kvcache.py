@@ -138,3 +138,10 @@ def test_the_monitor_marks_preemptions_where_the_counter_rose():
     assert list(marks.x) == [2.0, 4.0] and list(marks.text) == ["2", "3"]
     assert "5 preemptions" in figures.caption(fig)
     assert any("384 tokens (3 blocks of 128)" in (a.text or "") for a in fig.layout.annotations)
+
+
+def test_preemptions_a_restarted_server_counted_before_its_first_sample_are_marked():
+    """A comparison restarts the server: the samples pause, then the new one's counter starts again from 0."""
+    rows = [{"t": 1_764_500_000.0 + k, "preemptions_total": v} for k, v in enumerate([0, 4, None, None, 1, 3, 0])]
+    marks = next(t for t in figures.metrics_chart(rows).data if t.name == "preempted")
+    assert list(marks.x) == [1.0, 4.0, 5.0] and list(marks.text) == ["4", "1", "2"]

@@ -278,9 +278,15 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
         tr.update(type="scatter", mode="lines")
     # A preemption (vLLM took a request's KV blocks back to make room; it starts again) marked on the KV
     # panel where the counter rose: a squeezed cache shows them where its usage hits the top.
-    pre = [_value(s, "preemptions_total") for s in pts]
-    rose = [(k, b - a) for k, (a, b) in enumerate(zip(pre, pre[1:]), start=1)
-            if a is not None and b is not None and b > a]
+    # Across a restart (a comparison: the samples pause, then a new server's counter starts at 0) what the
+    # new server counts before its first sample is a rise too; a lower count means a restart.
+    rose, last = [], None
+    for k, v in enumerate(_value(s, "preemptions_total") for s in pts):
+        if v is None:
+            continue
+        if last is not None and (n := v - last if v >= last else v) > 0:
+            rose.append((k, n))
+        last = v
     if rose:
         traces.append(dict(type="scatter", mode="markers", x=[t[k] for k, _n in rose],
                            y=[kv[k] if kv[k] is not None else 100 for k, _n in rose],
