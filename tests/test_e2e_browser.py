@@ -486,7 +486,9 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     chart = _chart_under(pg, "The KV cache as the scarce resource")
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)
     # the fragment redraws every 2 s: wait until it has drawn the second configuration
-    pg.wait_for_function("el => el.data && el.data[0].x.length === 2", arg=chart.element_handle(), timeout=30000)
+    deadline = time.time() + 60
+    while len(_plotly(chart)[0]["x"]) < 2 and time.time() < deadline:
+        pg.wait_for_timeout(1000)
     for title in ("KV cache (tokens)", "Preempted and waiting", "Median TTFT (s)"):
         expect(chart).to_contain_text(title)
     rows = [kvcache.row(r) for r in (squeezed, roomy)]
