@@ -378,9 +378,15 @@ SHOT = {"width": 1600, "height": 1000}  # the size a presenter's projector gets
 
 
 def _plotly(locator) -> list[dict]:
-    """The traces a drawn plotly chart holds (names, x, y, text), read from the page itself."""
-    return locator.evaluate("""el => el.data.map(t => ({name: t.name || '', x: Array.from(t.x || []),
-        y: Array.from(t.y || []), text: Array.from(t.text || [])}))""")
+    """The traces a drawn plotly chart holds (names, x, y, text), read from the page itself (again while a
+    fragment's redraw has it without data)."""
+    for _ in range(20):
+        traces = locator.evaluate("""el => (el.data || []).map(t => ({name: t.name || '', x: Array.from(t.x || []),
+            y: Array.from(t.y || []), text: Array.from(t.text || [])}))""")
+        if traces:
+            return traces
+        locator.page.wait_for_timeout(500)
+    return []
 
 
 def _chart_under(page, heading: str):
@@ -487,7 +493,7 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)
     # the fragment redraws every 2 s: wait until it has drawn the second configuration
     deadline = time.time() + 60
-    while len(_plotly(chart)[0]["x"]) < 2 and time.time() < deadline:
+    while len((_plotly(chart) or [{"x": []}])[0]["x"]) < 2 and time.time() < deadline:
         pg.wait_for_timeout(1000)
     for title in ("KV cache (tokens)", "Preempted and waiting", "Median TTFT (s)"):
         expect(chart).to_contain_text(title)
