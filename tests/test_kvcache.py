@@ -145,3 +145,14 @@ def test_preemptions_a_restarted_server_counted_before_its_first_sample_are_mark
     rows = [{"t": 1_764_500_000.0 + k, "preemptions_total": v} for k, v in enumerate([0, 4, None, None, 1, 3, 0])]
     marks = next(t for t in figures.metrics_chart(rows).data if t.name == "preempted")
     assert list(marks.x) == [1.0, 4.0, 5.0] and list(marks.text) == ["4", "1", "2"]
+
+
+def test_a_pause_in_the_metrics_breaks_the_lines_and_the_crosses_sit_at_the_peak():
+    """No slope drawn across a restart's silence; a preemption marked at the cache's use before its blocks were freed."""
+    rows = [{"t": 1_764_500_000.0 + t, "kv_usage": u, "preemptions_total": p}
+            for t, u, p in [(0, 0.0, 0), (1, 0.0, 0), (2, 0.0, 0), (40, 1.0, 0), (41, 0.0, 2), (42, 1.0, 2)]]
+    fig = figures.metrics_chart(rows)
+    used = next(t for t in fig.data if t.name == "KV cache used")
+    assert list(used.y) == [0, 0, 0, None, 100, 0, 100]  # the pause between 2 s and 40 s left empty
+    marks = next(t for t in fig.data if t.name == "preempted")
+    assert list(marks.y) == [100] and list(marks.text) == ["2"]
