@@ -284,8 +284,9 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
              hovertemplate=translate(say("{x} s: {y} running", **at), lang) + "<extra></extra>"),
         dict(x=t, y=wait, name=translate(say("waiting"), lang), line=dict(color=VERMILLION, dash="dash", **line),
              xaxis="x", yaxis="y", hovertemplate=translate(say("{x} s: {y} waiting", **at), lang) + "<extra></extra>"),
-        dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3), fill="tozeroy",
-             fillcolor="rgba(204,121,167,0.2)", showlegend=False, xaxis="x2", yaxis="y2",
+        # no fill: plotly fills across a gap (a restart's pause) and would draw a slope nothing measured
+        dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3),
+             showlegend=False, xaxis="x2", yaxis="y2",
              hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>"),
         dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
              showlegend=False, xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
