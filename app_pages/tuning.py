@@ -102,11 +102,17 @@ squeeze = lab.scenario("kv-squeeze")
 st.caption(_("The same {n} concurrent answers of {tokens} tokens on a KV cache too small for them, then on one with "
              "room to spare. Watch the Monitor meanwhile: requests wait, the cache stays full and requests are "
              "preempted (their blocks taken back; they start again).", n=squeeze.concurrency,
-             tokens=squeeze.max_tokens))
+             tokens=st.session_state.get("kv_max_tokens", squeeze.max_tokens)))
+# Shorter answers make the squeeze quicker (each half takes minutes on a CPU). Below 100 the answers (~37 prompt
+# tokens each) could fit in one of the CPU build's 128-token blocks, and nothing would be preempted.
+kv_tokens = st.slider(_("Max tokens per answer"), 100, squeeze.max_tokens, squeeze.max_tokens, 20, key="kv_max_tokens",
+                      help=_("Shorter answers make the comparison quicker (minutes on a CPU); from 100 tokens up they "
+                             "still outgrow the squeezed cache."))
 if snap.config is not None and st.button(_("Squeeze the KV cache and compare"), icon=":material/compress:",
                                          disabled=not ui.can_act(lab)):
     try:
-        ui.act(lab, lab.run_tuning, lab.scenario_configs("kv-squeeze"), lab.load_spec("kv-squeeze"))
+        ui.act(lab, lab.run_tuning, lab.scenario_configs("kv-squeeze"),
+               lab.load_spec("kv-squeeze", max_tokens=kv_tokens), list(squeeze.config_labels))
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
 
@@ -125,12 +131,17 @@ def kv_results() -> None:
         st.info(_("The KV cache of each configuration appears here after a comparison."), icon=":material/info:")
         return
     ui.chart(figures.kv_compare(runs, lang=i18n.lang()), key="kv")
-    table = pd.DataFrame(lab.kv_rows(runs)).rename(columns={
-        "config": _("Flags"), "capacity_tokens": _("KV capacity (tokens)"), "blocks": _("Blocks"),
-        "block_size": _("Block size"), "need_tokens": _("Needed at once (tokens)"),
-        "peak_kv_percent": _("Peak KV use (%)"), "preemptions": _("Preemptions"), "peak_waiting": _("Peak waiting"),
-        "median_ttft_ms": _("Median TTFT (ms)"), "output_throughput": _("Throughput (tok/s)")})
-    st.dataframe(table, hide_index=True, width="stretch")
+    # Whole numbers with thousands separators: a projector shows "16,298", not "16297.5772".
+    whole, tenths = st.column_config.NumberColumn(format="localized"), st.column_config.NumberColumn(format="%.1f")
+    columns = {"config": (_("Flags"), st.column_config.TextColumn()),
+               "capacity_tokens": (_("KV capacity (tokens)"), whole), "blocks": (_("Blocks"), whole),
+               "block_size": (_("Block size"), whole), "need_tokens": (_("Needed at once (tokens)"), whole),
+               "peak_kv_percent": (_("Peak KV use (%)"), tenths), "preemptions": (_("Preemptions"), whole),
+               "peak_waiting": (_("Peak waiting"), whole), "median_ttft_ms": (_("Median TTFT (ms)"), whole),
+               "output_throughput": (_("Throughput (tok/s)"), tenths)}
+    table = pd.DataFrame(lab.kv_rows(runs)).round({"median_ttft_ms": 0, "peak_waiting": 0})
+    st.dataframe(table.rename(columns={k: name for k, (name, _c) in columns.items()}), hide_index=True,
+                 width="stretch", column_config={name: c for name, c in columns.values()})
 
 
 kv_results()

@@ -3,8 +3,8 @@
   python -m engine model prepare [--shape-only]
   python -m engine serve  [--model embedded|shape-only|PATH|hub:ID] [--max-model-len N] ... [--detach]
   python -m engine status | stop [--port P]
-  python -m engine run SCENARIO [--url URL | --model ...] [--slo-ttft-ms MS --slo-tpot-ms MS] [--json OUT]
-                                [--price-per-gpu-hour PRICE]
+  python -m engine run SCENARIO [--url URL | --model ... [--detach]] [--slo-ttft-ms MS --slo-tpot-ms MS]
+                                [--json OUT] [--price-per-gpu-hour PRICE]
   python -m engine run SCENARIO --url A --versus B [--versus-api-key-env VAR]   (two servers at once)
                                                                           (scenarios: python -m engine list)
   python -m engine cluster --head ADDRESS --nodes N --gpus-per-node G [--model ...]   (Ray, several machines)
@@ -271,6 +271,7 @@ def _cmd_run(args) -> int:
             check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
                              of="the max-model-len the server starts with", fix=", or give a longer --max-model-len")
         srv = VLLMServer(port=cfg.port)
+        done = False
         try:
             if scn.kind == "tuning":
                 results = runner.tuning(srv, configs, load, model_max_len=spec.max_len,
@@ -279,8 +280,13 @@ def _cmd_run(args) -> int:
                 srv.start_and_wait(cfg, model_max_len=spec.max_len, log=_print)
                 target = Target.of(srv)
                 results = runner.sweep(load, levels, target) if scn.kind == "sweep" else [runner.load(load, target)]
+            done = True
         finally:
-            srv.stop()
+            if not (done and args.detach):  # a failed run never leaves a server behind
+                srv.stop()
+        if args.detach:  # as `serve --detach`: its record lets the app (or `stop`) take it over
+            _print(f"left running (pid {srv.snapshot().pid}) with the last settings; the app adopts it, or stop it "
+                   f"with: python -m engine stop --port {cfg.port}")
     for r in results:
         _print(summary_table(r, args.price_per_gpu_hour))
         if scn.name == "kv-squeeze" and (sentence := kvcache.said(r)):
@@ -338,6 +344,9 @@ def _check_run_options(scn, args) -> list[int] | None:
         if scn.kind == "tuning":
             raise ConfigError("The tuning scenario restarts the server with each setting: leave --url out.")
         check_url(args.url)
+        if args.detach:
+            raise ConfigError("--detach leaves running a server this command starts, and with --url it starts none: "
+                              "leave --detach out.")
         if given := _given(args):  # the server is already running: its own settings hold
             raise ConfigError(f"{_flag(given[0])} sets up a server the app starts, but --url points at one already "
                               f"running, which keeps its own settings: leave {_flag(given[0])} out, or leave --url "
@@ -345,6 +354,8 @@ def _check_run_options(scn, args) -> list[int] | None:
     elif args.model_name:
         raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
                           "model of a server it starts.")
+    if args.detach and scn.kind == "naive":
+        raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
     # the options a comparison sets itself (a squeezed KV cache is --kv-cache-gib on the command line)
     sets = {{"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}.get(k, k)
             for c in scn.configs for k in c}
@@ -507,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--versus-api-key-env", metavar="VAR",
                    help="the environment variable holding the --versus server's API key (default: none sent)")
     r.add_argument("--max-tokens", type=int)
+    r.add_argument("--detach", action="store_true",
+                   help="leave the server running at the end, with the last settings (the app adopts it)")
     r.add_argument("--concurrency", type=int)
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
     r.add_argument("--json", help="also write the runs as JSON here")

@@ -375,14 +375,15 @@ class Lab:
                                 self._watched(lambda job: self._runner(job).sweep(spec, levels, target)))
 
     @presenter_only
-    def run_tuning(self, configs: list[ServerConfig], spec) -> Job:
-        """Restart vLLM with each config, run the same workload, keep each run (notebook step 4)."""
+    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None) -> Job:
+        """Restart vLLM with each config, run the same workload, keep each run (notebook step 4); `labels`
+        names the configurations (a scenario's config_labels; default: their flags)."""
         if self.remote is not None:
             raise ServerBusy(say("Tuning restarts a server this app started, and {url} is not one: disconnect on "
                                  "the Server page to tune a server here.", url=self.remote.base_url))
         check_tuning(configs, spec, known_flags=self._flags)
         return self.jobs.submit("tuning", say("tuning comparison"),
-                                lambda job: self._runner(job).tuning(self.server, configs, spec))
+                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels))
 
     @presenter_only
     def run_prefix_cache(self, spec) -> Job:

@@ -152,6 +152,8 @@ BAD_ARGV = [
     (["run", "concurrent-10", "--extra=--port 5"], "The extra flag --port is not accepted here"),
     (["run", "concurrent-10", '--extra="unclosed'], "The extra flags could not be read"),
     (["run", "concurrent-10", "--model", "/no/such/model"], "Model folder /no/such/model does not exist"),
+    (["run", "concurrent-10", "--url", DEAD, "--detach"], "with --url it starts none: leave --detach out"),
+    (["run", "naive-5", "--detach"], "The naive scenario starts no server to leave running"),
     (["serve", "--port", "-1"], "Port -1 is not a valid port"),
     (["serve", "--max-model-len", "0"], "max-model-len 0 is too small"),
     (["serve", "--model", "/no/such/model"], "does not exist"),

@@ -1,11 +1,7 @@
 """The KV cache as the scarce resource (issue #12): its capacity and preemptions read from vLLM's
-/metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts; and the
-kv-squeeze scenario once for real (two servers this test starts: a squeezed cache, then room)."""
+/metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts. The kv-squeeze scenario
+runs for real from the browser (tests/test_e2e_browser.py), which checks its runs and its views."""
 from __future__ import annotations
-
-import os
-
-import pytest
 
 from engine import figures
 from engine.measure import kvcache, scenarios
@@ -118,7 +114,7 @@ def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded
     from engine.runs import tuning_label  # a GPU's two contenders differ by the cache's size, not the fraction
     assert tuning_label(gpu) == "max-model-len 256 / KV 8 MiB"
     assert [str(x) for x in scenarios.get("kv-squeeze").config_labels] == [
-        "KV cache squeezed (1.5 full-length requests)", "KV cache with room to spare"]
+        "KV cache squeezed", "KV cache with room to spare"]
 
 
 def test_older_runs_without_the_new_notes_read_back():
@@ -148,40 +144,19 @@ def test_the_monitor_marks_preemptions_where_the_counter_rose():
     assert any("384 tokens (3 blocks of 128)" in (a.text or "") for a in fig.layout.annotations)
 
 
-# -- for real ---------------------------------------------------------------------------------------
-@pytest.mark.server
-@pytest.mark.slow
-@pytest.mark.skipif(bool(os.environ.get("SERVING_LAB_TEST_URL")) and not os.environ.get("SERVING_LAB_KV_REAL"),
-                    reason="restarts servers of its own (set SERVING_LAB_KV_REAL=1 to run it beside a shared one)")
-def test_the_kv_squeeze_scenario_preempts_on_the_squeezed_cache_only(embedded_model):
-    """The scenario through the Tuning path on the CPU build: two servers started here, one after the
-    other, --enforce-eager so each starts in under a minute; 40-token answers keep it short."""
-    from engine.runs import Runner
-    from engine.serving.config import ServerConfig
-    from engine.serving.server import VLLMServer
+def test_preemptions_a_restarted_server_counted_before_its_first_sample_are_marked():
+    """A comparison restarts the server: the samples pause, then the new one's counter starts again from 0."""
+    rows = [{"t": 1_764_500_000.0 + k, "preemptions_total": v} for k, v in enumerate([0, 4, None, None, 1, 3, 0])]
+    marks = next(t for t in figures.metrics_chart(rows).data if t.name == "preempted")
+    assert list(marks.x) == [1.0, 4.0, 5.0] and list(marks.text) == ["4", "1", "2"]
 
-    from .conftest import free_port
 
-    scn = scenarios.get("kv-squeeze")
-    base = ServerConfig.for_model(embedded_model, "cpu", port=free_port(), enforce_eager=True)
-    configs = scenarios.configs_for(scn, base)
-    # 3 blocks of 128 hold 3 requests of ~35 prompt tokens; 100 more each outgrow their block, so a
-    # 4th waits and the running ones preempt each other (measured: 6 preemptions with 8 such answers)
-    spec = scn.load_spec(max_tokens=100, prompts=list(scn.prompts[:4]), concurrency=4)
-    srv = VLLMServer(port=base.port)
-    saved = []
-    try:
-        runs = Runner(lambda r: saved.append(r) or r).tuning(srv, configs, spec, model_max_len=embedded_model.max_len)
-    finally:
-        srv.stop()
-    squeezed, roomy = runs
-    assert [r.scenario for r in saved] == ["kv-squeeze", "kv-squeeze"]
-    assert squeezed.extra.kv_cache_tokens == 384 and squeezed.extra.kv_block_size == 128  # 0.01 GiB / 23,040 B
-    need = kvcache.need(squeezed)
-    assert need.total > squeezed.extra.kv_cache_tokens  # the load cannot fit at once ...
-    assert squeezed.extra.peak_waiting > 0  # ... so requests waited
-    assert squeezed.extra.preemptions > 0  # ... and outgrew their blocks
-    assert roomy.extra.kv_cache_tokens > need.total
-    assert roomy.extra.preemptions == 0
-    assert all(r.ok for run in runs for r in run.measured)  # preempted requests still finish
-    assert "were preempted" in str(kvcache.said(squeezed))
+def test_a_pause_in_the_metrics_breaks_the_lines_and_the_crosses_sit_at_the_peak():
+    """No slope drawn across a restart's silence; a preemption marked at the cache's use before its blocks were freed."""
+    rows = [{"t": 1_764_500_000.0 + t, "kv_usage": u, "preemptions_total": p}
+            for t, u, p in [(0, 0.0, 0), (1, 0.0, 0), (2, 0.0, 0), (40, 1.0, 0), (41, 0.0, 2), (42, 1.0, 2)]]
+    fig = figures.metrics_chart(rows)
+    used = next(t for t in fig.data if t.name == "KV cache used")
+    assert list(used.y) == [0, 0, 0, None, 100, 0, 100]  # the pause between 2 s and 40 s left empty
+    marks = next(t for t in fig.data if t.name == "preempted")
+    assert list(marks.y) == [100] and list(marks.text) == ["2"]

@@ -43,7 +43,7 @@ def kv_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                 text=["" if v is None else f"{v:.1f} s" for v in ttft], textposition="outside", cliponaxis=False,
                 hovertemplate="%{y:.2f} s<extra></extra>")
     # the capacity can be 100x what was needed: a log axis keeps both bars readable
-    fig.update_yaxes(type="log", dtick=1, row=1, col=1)  # 10, 100, 1,000, ...: no minor labels
+    fig.update_yaxes(type="log", dtick=1, tickformat=",d", row=1, col=1)  # 100, 1,000, 10,000: no "10k" beside "1000"
     for col, vals in ((2, [v for row in rows for v in (row["preemptions"], row["peak_waiting"])]), (3, ttft)):
         top = max((v for v in vals if v is not None), default=0) or 1
         fig.update_yaxes(range=[0, top * 1.25], row=1, col=col)

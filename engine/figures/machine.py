@@ -226,6 +226,22 @@ def _value(sample: Mapping[str, Any], key: str) -> float | None:
     return None if v is None else float(v)
 
 
+def _break_gaps(pts: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The samples with an empty one inside each pause in /metrics (a server restarting): the lines stop
+    there instead of drawing a slope across time nothing was measured. A pause is over 5 s and over three
+    times the usual step (a long window's samples are merged into wider steps)."""
+    steps = sorted(float(b["t"]) - float(a["t"]) for a, b in zip(pts, pts[1:]))
+    if not steps:
+        return pts
+    gap = max(5.0, 3 * steps[len(steps) // 2])
+    out = [pts[0]]
+    for a, b in zip(pts, pts[1:]):
+        if float(b["t"]) - float(a["t"]) > gap:
+            out.append({"t": (float(a["t"]) + float(b["t"])) / 2})
+        out.append(b)
+    return out
+
+
 def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]] = (), *,
                   window: Window | None = None, lang: str = "en") -> go.Figure:
     """vLLM /metrics over time, three stacked panels sharing the time axis: requests running and
@@ -233,7 +249,7 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     counter). Samples are dicts with a "t" and any of the usual metric names. Times as memory_chart's,
     `window` too (the Monitor passes both charts the same one)."""
     offset, lo, hi = _time_axis(samples, events, window)
-    pts = sorted((s for s in samples if s.get("t") is not None), key=lambda s: s["t"])
+    pts = _break_gaps(sorted((s for s in samples if s.get("t") is not None), key=lambda s: s["t"]))
     t = [round(float(s["t"]) - offset, 2) for s in pts]
     run = [_value(s, "running") for s in pts]
     wait = [_value(s, "waiting") for s in pts]
@@ -268,8 +284,9 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
              hovertemplate=translate(say("{x} s: {y} running", **at), lang) + "<extra></extra>"),
         dict(x=t, y=wait, name=translate(say("waiting"), lang), line=dict(color=VERMILLION, dash="dash", **line),
              xaxis="x", yaxis="y", hovertemplate=translate(say("{x} s: {y} waiting", **at), lang) + "<extra></extra>"),
-        dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3), fill="tozeroy",
-             fillcolor="rgba(204,121,167,0.2)", showlegend=False, xaxis="x2", yaxis="y2",
+        # no fill: plotly fills across a gap (a restart's pause) and would draw a slope nothing measured
+        dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3),
+             showlegend=False, xaxis="x2", yaxis="y2",
              hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>"),
         dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
              showlegend=False, xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
@@ -278,13 +295,21 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
         tr.update(type="scatter", mode="lines")
     # A preemption (vLLM took a request's KV blocks back to make room; it starts again) marked on the KV
     # panel where the counter rose: a squeezed cache shows them where its usage hits the top.
-    pre = [_value(s, "preemptions_total") for s in pts]
-    rose = [(k, b - a) for k, (a, b) in enumerate(zip(pre, pre[1:]), start=1)
-            if a is not None and b is not None and b > a]
+    # Across a restart (a comparison: the samples pause, then a new server's counter starts at 0) what the
+    # new server counts before its first sample is a rise too; a lower count means a restart.
+    rose, last, last_k = [], None, 0
+    for k, v in enumerate(_value(s, "preemptions_total") for s in pts):
+        if v is None:
+            continue
+        if last is not None and (n := v - last if v >= last else v) > 0:
+            rose.append((k, n, last_k))
+        last, last_k = v, k
     if rose:
-        traces.append(dict(type="scatter", mode="markers", x=[t[k] for k, _n in rose],
-                           y=[kv[k] if kv[k] is not None else 100 for k, _n in rose],
-                           text=[f"{n:.0f}" for _k, n in rose],  # the count, in the hover
+        # at the highest use since the sample before: a request is preempted when the cache is full, and
+        # by the next sample its blocks may be free again (a cross at 0% would read as an empty cache)
+        top = [max((v for v in kv[j:k + 1] if v is not None), default=100) for k, _n, j in rose]
+        traces.append(dict(type="scatter", mode="markers", x=[t[k] for k, _n, _j in rose], y=top,
+                           text=[f"{n:.0f}" for _k, n, _j in rose],  # the count, in the hover
                            marker=dict(symbol="x", size=14, color=VERMILLION, line=dict(width=2)),
                            name=translate(say("preempted"), lang), xaxis="x2", yaxis="y2", cliponaxis=False,
                            hovertemplate=translate(say("{x} s: {y} preempted", x="%{x:.0f}", y="%{text}"), lang)
@@ -317,7 +342,7 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     else:
         cap = say("{requests}; the KV cache peaked at {percent:.0%} full.", requests=busy, percent=peak_kv / 100)
     caps = [cap]
-    if preempted := sum(n for _k, n in rose):
+    if preempted := sum(n for _k, n, _j in rose):
         caps.append(say("{n:.0f} preemptions (the crosses): requests lost their KV blocks to make room and started "
                         "again.", n=preempted))
     return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), caps, height=720, lang=lang)

@@ -137,7 +137,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              read_timeout_s=600,  # a request waits for room without a byte sent: minutes on 2 CPU cores
              configs=({"max_model_len": 256, SQUEEZE: 1.5},
                       {"max_model_len": 256, "cpu_kvcache_gib": 1, "gpu_memory_utilization": 0.85}),
-             config_labels=(say("KV cache squeezed (1.5 full-length requests)"), say("KV cache with room to spare"))),
+             # named by what they are, not by a size such as "KV 0.00824 GiB" (the flags are in the caption)
+             config_labels=(say("KV cache squeezed"), say("KV cache with room to spare"))),
     Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",

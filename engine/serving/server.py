@@ -72,6 +72,9 @@ class Snapshot:
         return (self.ready_at or time.time()) - self.started_at
 
 
+MAX_EVENTS = 200  # lifecycle and benchmark markers kept across restarts
+
+
 class VLLMServer:
     """One vLLM server on one port, and every process of its tree. Thread-safe; every public method
     but stop() returns quickly."""
@@ -136,7 +139,9 @@ class VLLMServer:
             self._tail.clear()
             self._snap = Snapshot(
                 state=STARTING, stage=mark("launching"), started_at=now, stage_at=now, pid=self._pid, config=cfg,
-                command=cfg.shell_command(), events=[(now, mark("server start"))],
+                # the earlier starts' markers stay (a restart within a comparison): the Monitor still names
+                # the runs whose load it draws before this start
+                command=cfg.shell_command(), events=[*self._snap.events[-MAX_EVENTS:], (now, mark("server start"))],
             )
             self._write_record(cfg, argv, now)
             self._spawn_watcher()
