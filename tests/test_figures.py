@@ -285,6 +285,16 @@ def test_throughput_over_time():
     assert len(fig2.data) == 2
 
 
+def test_throughput_over_a_run_of_just_over_one_bucket_keeps_its_short_tail():
+    """A 1.1-s run: two buckets, the second too short to stand alone, so it joins the first (a real
+    8-token run once made this index past the end of the list: the report and History failed)."""
+    recs = [streamed(0, "q", 0.0, 0.05, 40, 40 / 1.0)]  # last token at ~1.03 s
+    run = _run("vllm", "vllm-5-sequential", "short", recs, 1.1)
+    (line,) = figures.throughput_over_time(run).data
+    assert len(line.x) == 2 and line.x[-1] == pytest.approx(1.1)  # one bucket, up to the run's end
+    assert line.y[0] * 1.1 == pytest.approx(40)  # every token counted once
+
+
 def test_tuning_compare():
     a, b = make_concurrent(2048, 150), make_concurrent(512, 100, kv_tokens=None)
     fig = figures.tuning_compare([a, b])

@@ -258,7 +258,8 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
         last_tok = max((t for r in run.measured for t in r.chunk_times[-1:] + [r.end_time or 0.0]), default=0.0)
         stop = max(min(starts[-1] + bucket_s, max(run.duration, last_tok)), starts[-1] + 1e-9)
         if stop - starts[-1] < 0.3 * bucket_s and len(starts) > 1:
-            tokens[-2] += tokens.pop()
+            tail = tokens.pop()  # popped first: `tokens[-2] += tokens.pop()` indexes a list one shorter
+            tokens[-1] += tail
             starts.pop()
         edges = starts + [stop]
         rates = [tok / (edges[k + 1] - edges[k]) for k, tok in enumerate(tokens)]
