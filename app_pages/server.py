@@ -253,6 +253,8 @@ if leftover := lab.leftovers():
         st.rerun()
 if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):
     st.info(ui.plain(foreign), icon=":material/info:")
+if state not in (STARTING, READY) and not remote and (other := lab.servers_on_other_ports()):
+    st.info(ui.plain(other), icon=":material/dns:")
 b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
 if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
              disabled=not may or cfg is None or state in (STARTING, READY) or remote is not None, help=elsewhere):

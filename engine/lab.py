@@ -130,6 +130,7 @@ class Lab:
         self.warmth = WarmthLedger(lambda instance: recall_from((r.extra for r in self.store.list(kind="vllm")),
                                                                instance))
         self._foreign: tuple[float, str | None] = (-1e9, None)
+        self._other_ports: tuple[float, str | None] = (-1e9, None)
         self.chat_under_load = False
         self._chats: deque[list] = deque(maxlen=1000)  # [start, end or None] epoch s of recent chat answers
         self._chat_lock = threading.Lock()
@@ -338,6 +339,14 @@ class Lab:
     @presenter_only
     def clear_leftovers(self) -> str | None:
         return orphans.clear_leftovers()
+
+    def servers_on_other_ports(self) -> str | None:
+        """The sentence about this app's servers still running on another port (not managed here), if any;
+        looked up at most every few seconds, like the foreign holders."""
+        now = time.monotonic()
+        if now - self._other_ports[0] > 5:
+            self._other_ports = (now, orphans.on_other_ports(self.server.port))
+        return self._other_ports[1]
 
     def foreign_holders(self) -> str | None:
         """Processes this app did not start that hold the memory vLLM needs (named, never touched);

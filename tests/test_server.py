@@ -39,6 +39,18 @@ def test_server_is_adopted_after_the_app_was_killed(vllm_server):
     assert "KV cache allocated" in stages and {"loading weights", "weights loaded"} & set(stages)
 
 
+def test_a_server_of_this_app_on_another_port_is_named_not_adopted(vllm_server):
+    """The session server runs on a port of its own: a page managing another port names it (how to measure
+    it, how to stop it) instead of saying nothing; on its own port there is nothing to say."""
+    _needs_own_server(vllm_server)
+    from engine.serving.leftovers import on_other_ports
+
+    other = str(on_other_ports(vllm_server.port + 1))
+    assert f"port {vllm_server.port}, not this page's {vllm_server.port + 1}" in other
+    assert f"http://127.0.0.1:{vllm_server.port}" in other and f"stop --port {vllm_server.port}" in other
+    assert on_other_ports(vllm_server.port) is None
+
+
 def test_kv_capacity_is_read_from_the_log(vllm_server):
     _needs_own_server(vllm_server)
     snap = vllm_server.server.snapshot()

@@ -50,6 +50,26 @@ def clear_leftovers() -> Message | None:
     return sentence
 
 
+def on_other_ports(port: int) -> Message | None:
+    """One sentence naming the API servers this app started on ports other than `port` that still run
+    (`python -m engine serve --port P --detach`): the app manages one port, so it neither adopts nor
+    counts them as foreign, and would otherwise say nothing of them. None when there are none."""
+    ports = sorted({tag.port for p, tag in proctree.tagged(home()) if tag.port != port
+                    and API_SERVER_MODULE in " ".join(_cmdline(p))})
+    if not ports:
+        return None
+    return say("A server this app started is still running on port {ports}, not this page's {port}: to measure it, "
+               "connect to http://127.0.0.1:{first} above; to stop it, run: python -m engine stop --port {first}",
+               ports=", ".join(map(str, ports)), port=port, first=ports[0])
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def foreign_holders() -> Message | None:
     """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
     are vLLM servers eating RAM; they are never touched. None when there are none."""
