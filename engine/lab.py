@@ -416,7 +416,7 @@ class Lab:
         dead address, an answer that is not an OpenAI-style server or a refused key is one sentence and
         nothing runs. Two servers sharing this machine's CPU or its one GPU are refused with
         side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""
-        a = self._target()
+        a = self._aim()  # an attached server that stopped answering: its sentence, before B is asked
         b = Target.at(url_b, None, api_key_b or None)
         if _same_server(a, b):
             raise ConfigError(say("{url} is the server the app already measures: give the address of a second "
