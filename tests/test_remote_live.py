@@ -7,12 +7,10 @@ started again in the middle, as a person restarting their deployment would. One 
 demand: come back serving another model, or restart between two checks without a pause."""
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
 import stat
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -23,7 +21,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.errors import ServerBusy
 from engine.serving.endpoint import EndpointError
-from tests.test_remote import free_port
+from tests.test_remote import free_port, serve
 
 KEY = "sk-live-key-NEVER-STORED-4d1e9b"
 WRONG = "sk-wrong-key-5c2a"
@@ -222,20 +220,8 @@ def _fake_vllm(state: dict):
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)
-    loop, runner, port = asyncio.new_event_loop(), web.AppRunner(app), free_port()
-
-    async def start():
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(start(), loop).result(10)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
+    with serve(app) as url:
+        yield url
 
 
 def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path):
