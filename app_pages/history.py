@@ -60,7 +60,7 @@ def _draw_pair(run_id: str, lang: str) -> None:
 
 rows = lab.runs()  # read once per change of the history, shared by every viewer
 # a pair's two runs share their start: A above B (the store lists the later saved first); otherwise as listed
-rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.pair_side))
+rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.pair_side or ""))
 price = None
 if rows:
     price_cols = st.columns([1, 3], gap="large", vertical_alignment="center")

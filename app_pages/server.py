@@ -63,9 +63,9 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
         if remote.metrics:
             st.caption(_("vLLM's /metrics are readable: the Monitor charts its counters, and each run is checked "
                          "against the server's own count of the tokens it generated."))
-        if remote.kv_capacity_tokens:
-            st.caption(_("Its KV cache holds {tokens} tokens (its /metrics say so): the Load test's sweep offers as "
-                         "many requests in flight as fit in it.", tokens=number(remote.kv_capacity_tokens)))
+            if remote.kv_capacity_tokens:
+                st.caption(_("Its KV cache holds {tokens} tokens (its /metrics say so): the Load test's sweep offers "
+                             "as many requests in flight as fit in it.", tokens=number(remote.kv_capacity_tokens)))
         else:
             st.warning(ui.plain(remote.metrics_said), icon=":material/monitoring:")
         if st.button(_("Disconnect"), icon=":material/link_off:", disabled=not may):
