@@ -229,7 +229,7 @@ def _cmd_run(args) -> int:
     if args.versus:  # the second server's key from the variable named, as the first's from OPENAI_API_KEY
         versus = Target.at(args.versus, None, os.environ.get(args.versus_api_key_env) if args.versus_api_key_env
                            else None)
-        if versus.base_url == target.base_url:
+        if versus.same_server(target):
             raise ConfigError(f"--versus {args.versus} is the --url server itself: give a second server's address.")
     for t in (target, versus):
         if t is not None:
@@ -251,7 +251,7 @@ def _cmd_run(args) -> int:
                                                max_new_tokens=args.max_tokens))]
     elif versus is not None:
         results = runner.side_by_side(target, versus, load)
-        if all(t.endpoint is not None and t.endpoint.on_this_machine for t in (target, versus)):
+        if target.on_this_machine and versus.on_this_machine:
             from engine.observe import hardware, nvml
             from engine.runs import sharing_said
 

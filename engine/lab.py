@@ -14,7 +14,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
-from urllib.parse import urlsplit
 
 from engine.access import Access
 from engine.errors import ConfigError, LabError, NotPresenter, ServerBusy
@@ -79,16 +78,6 @@ class FitReport:
     weights_gb: float | None = None
     kv_gb: float | None = None
     available_gb: float | None = None
-
-
-def _same_server(a: Target, b: Target) -> bool:
-    """Two addresses of one server (localhost and 127.0.0.1 are the same machine)."""
-    if a.base_url.rstrip("/") == b.base_url.rstrip("/"):
-        return True
-    ua, ub = urlsplit(a.base_url), urlsplit(b.base_url)
-    here = a.config is not None or (a.endpoint is not None and a.endpoint.on_this_machine)
-    return (here and b.endpoint is not None and b.endpoint.on_this_machine and ua.port == ub.port
-            and ua.path.rstrip("/") == ub.path.rstrip("/"))
 
 
 def presenter_only(fn):
@@ -418,7 +407,7 @@ class Lab:
         side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""
         a = self._aim()  # an attached server that stopped answering: its sentence, before B is asked
         b = Target.at(url_b, None, api_key_b or None)
-        if _same_server(a, b):
+        if a.same_server(b):
             raise ConfigError(say("{url} is the server the app already measures: give the address of a second "
                                   "one.", url=b.base_url))
         if not shared_ok and (why := self._sharing(a, b)):
@@ -586,8 +575,7 @@ class Lab:
 
     def _sharing(self, a: Target, b: Target) -> str | None:
         """side_by_side_here()'s sentence when both servers run on this machine, else None."""
-        here = lambda t: t.config is not None or (t.endpoint is not None and t.endpoint.on_this_machine)  # noqa: E731
-        return self.side_by_side_here() if here(a) and here(b) else None
+        return self.side_by_side_here() if a.on_this_machine and b.on_this_machine else None
 
     def second_server_command(self, port: int | None = None) -> str | None:
         """The command that starts a second server like the running one on another GPU (then connected

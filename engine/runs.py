@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from urllib.parse import urlsplit
 
 import psutil
 
@@ -53,6 +54,19 @@ class Target:
     instance: str | None = None
     endpoint: Endpoint | None = None
     started: float | None = None  # a server at a URL: its process start (epoch s, /metrics), if it says
+
+    @property
+    def on_this_machine(self) -> bool:
+        """A server this app started, or one at a loopback address: it shares this machine's CPU and GPUs."""
+        return self.config is not None or (self.endpoint is not None and self.endpoint.on_this_machine)
+
+    def same_server(self, other: "Target") -> bool:
+        """Two addresses of one server (localhost and 127.0.0.1 are the same machine)."""
+        if self.base_url.rstrip("/") == other.base_url.rstrip("/"):
+            return True
+        a, b = urlsplit(self.base_url), urlsplit(other.base_url)
+        return (self.on_this_machine and other.on_this_machine and a.port == b.port
+                and a.path.rstrip("/") == b.path.rstrip("/"))
 
     @property
     def model_name(self) -> str:
@@ -130,7 +144,7 @@ class Target:
             result.extra.endpoint, result.extra.keyed = self.base_url, bool(self.api_key)
         # A server at a URL on another machine: only what it says of itself (a loopback one shares this
         # machine, whose hardware is then its own: what the ceiling and the report need)
-        elsewhere = self.endpoint is not None and not self.endpoint.on_this_machine
+        elsewhere = not self.on_this_machine
         if self.endpoint is not None:
             version = self.endpoint.version
             result.versions = result.versions or ({"vllm": version} if version else {})

@@ -381,12 +381,11 @@ def test_history_marks_a_pairs_two_runs(app):
 
 
 def test_one_server_by_two_names_is_not_a_pair():
-    from engine.lab import _same_server
     from engine.serving.endpoint import Endpoint
 
     def at(url: str) -> Target:
         return Target(url, "m", endpoint=Endpoint(url, {"m": None}, vllm=True, metrics=True))
 
-    assert _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8000"))
-    assert not _same_server(at("http://127.0.0.1:8000"), at("http://localhost:8001"))
-    assert not _same_server(at("http://127.0.0.1:8000"), at("http://gpu-box:8000"))  # another machine's port 8000
+    assert at("http://127.0.0.1:8000").same_server(at("http://localhost:8000"))
+    assert not at("http://127.0.0.1:8000").same_server(at("http://localhost:8001"))
+    assert not at("http://127.0.0.1:8000").same_server(at("http://gpu-box:8000"))  # another machine's port 8000
