@@ -27,6 +27,7 @@ from engine.figures.theme import (
     esc,
     finish,
     is_placeholder,
+    rgba,
     measured,
     run_colors,
     run_label,
@@ -410,11 +411,6 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
 PAIR_COLORS = (BLUE, VERMILLION)  # side A, side B: one colour each in every panel
 
 
-def _tint(hex_color: str, alpha: float) -> str:
-    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
-
-
 def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, bucket_s: float = 1.0, *,
                  lang: str = "en") -> go.Figure:
     """Two servers that ran the same load at once, on ONE time axis (seconds since both started):
@@ -461,7 +457,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
                 dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
                                                             time=f"{end - first:.2f} s",
                                                             tokens=r.output_tokens or len(r.chunk_times)), lang))
-        for seg, fill in ((wait, _tint(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
+        for seg, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
             fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
                         row=row, col=1, **bar)
         fig.update_yaxes(title_text=translate(say("Request"), lang), autorange="reversed", showgrid=False,

@@ -15,7 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.figures.theme import BASE_SIZE, BLUE, CONFIG_PALETTE, GREEN, PURPLE, VERMILLION, esc, finish
+from engine.figures.theme import BASE_SIZE, BLUE, CONFIG_PALETTE, GREEN, PURPLE, VERMILLION, esc, finish, rgba
 from engine.messages import mark, say, translate
 from engine.metrics import lookup
 
@@ -177,7 +177,7 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
         ys = [round(float(p.get("used_gb") or 0.0), 3) for p in pts]
         traces.append(dict(type="scatter", x=xs, y=ys, mode="lines",
                            name=translate(say("{series} used", series=shown[name]), lang),
-                           line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=_rgba(color, 0.12),
+                           line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=rgba(color, 0.12),
                            showlegend=False,
                            hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>", **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
@@ -213,11 +213,6 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
         cap = [say("No memory samples yet.")]
     fig = go.Figure(dict(data=traces, layout=layout))
     return finish(fig, title, cap, height=300 + 230 * nrows if nrows > 1 else 480, lang=lang)
-
-
-def _rgba(hex_color: str, alpha: float) -> str:
-    h = hex_color.lstrip("#")
-    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
 def _value(sample: Mapping[str, Any], key: str) -> float | None:

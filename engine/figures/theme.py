@@ -46,6 +46,12 @@ PLACEHOLDER_NOTE = mark("Shape-only Llama 3 8B: random weights, so any text show
 TEMPLATE_NAME = "serving_lab"
 
 
+def rgba(hex_color: str, alpha: float) -> str:
+    """A palette colour ("#RRGGBB") made see-through: fills and pale bars."""
+    h = hex_color.lstrip("#")
+    return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
+
+
 def template(base_size: int = BASE_SIZE) -> go.layout.Template:
     """The shared look: large type, white background, light value-axis grid only, legend on top."""
     axis = dict(
