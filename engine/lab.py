@@ -732,8 +732,8 @@ class Lab:
         remote = self.remote
         if remote is None:
             cpu = self.device == "cpu"
-            return LoadDefaults(64 if cpu else 256, (1, 2, 4, 8, 16) if cpu else FULL_LEVELS, min(64 if cpu else 128,
-                                                                                                limit))
+            return LoadDefaults(64 if cpu else 256, (1, 2, 4, 8, 16) if cpu else FULL_LEVELS,
+                                min(64 if cpu else 128, limit))
         tokens = min(128, limit)
         capacity = remote.kv_cache_tokens  # its /metrics' cache_config_info, read when it was discovered
         if not capacity:
@@ -747,8 +747,8 @@ class Lab:
         levels = tuple(n for i, n in enumerate(FULL_LEVELS) if i == 0 or FULL_LEVELS[i - 1] <= fits)
         return LoadDefaults(256, levels, tokens, say(
             "The sweep's levels follow the KV cache of {url}: its {capacity:,} tokens hold about {fits:,} of the "
-            "sweep's requests ({per} tokens each) at once, so the sweep goes to {top} in flight.", url=remote.base_url, capacity=int(capacity),
-            fits=fits, per=per_request, top=levels[-1]))
+            "sweep's requests ({per} tokens each) at once, so the sweep goes to {top} in flight.",
+            url=remote.base_url, capacity=int(capacity), fits=fits, per=per_request, top=levels[-1]))
 
     def sweep_spec(self):
         """The sweep's workload (load_defaults: its tokens per request follow the server)."""
