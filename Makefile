@@ -2,14 +2,23 @@
 PORT ?= 8501
 HOST ?= 127.0.0.1
 
-.PHONY: run test setup bench catalogue
+.PHONY: run test test-quick setup bench catalogue
 run:
 	scripts/setup.sh run
 	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
 
+# Two workers, each test file on one of them (its module fixtures, servers and browsers stay together): most of
+# a real test's time is vLLM starting, a page drawing or a run waiting on its answers, which the other worker
+# fills. WORKERS=0 runs them in this one process.
+WORKERS ?= 2
 test:
 	scripts/setup.sh test
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py).
+test-quick:
+	scripts/setup.sh run
+	SERVING_LAB_QUICK=1 .venv/bin/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not server and not e2e and not slow" $(PYTEST_ARGS)
 
 setup:
 	scripts/setup.sh test

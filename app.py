@@ -16,7 +16,8 @@ except LabError as e:  # e.g. a history file written by a newer Serving Lab: a s
     st.error(ui.plain(e), icon=":material/error:")
     st.stop()
 nav = st.navigation([
-    st.Page("app_pages/server.py", title=_("Server"), icon=":material/dns:", default=True),
+    st.Page("app_pages/guide.py", title=_("Guided lab"), icon=":material/school:", default=True),
+    st.Page("app_pages/server.py", title=_("Server"), icon=":material/dns:"),
     st.Page("app_pages/monitor.py", title=_("Monitor"), icon=":material/monitor_heart:"),
     st.Page("app_pages/naive_vs_vllm.py", title=_("Naive vs vLLM"), icon=":material/compare_arrows:"),
     # load.py, not load_test.py (pytest's test-file pattern); the address stays /load_test.
@@ -26,5 +27,6 @@ nav = st.navigation([
     st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
 ui.sidebar(lab)
-ui.pending_error()
+with st.container():  # one slot, shown or not: the page's elements (and its fragments) keep their places
+    ui.pending_error()
 nav.run()

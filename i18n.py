@@ -1,12 +1,5 @@
-"""The app's two languages (issue #11), per viewer: English and Korean.
-
-Strings shown in the UI are wrapped in `_()` (or `ngettext`) where they are shown; the engine's
-sentences (errors, stages, causes, notices, chart text) are Messages made with engine.messages.say,
-English where made (the CLI speaks English) and said again here with `tr()`; figures take the
-viewer's language (`lang()`). `pybabel extract` collects both into locales/messages.pot, translators
-review locales/ko/LC_MESSAGES/messages.po as text, and scripts/setup.sh compiles it. Each viewer's
-language lives in their session: the sidebar's switch, else SERVING_LAB_LANG (a room's fixed choice),
-else the browser's language (st.context.locale). Numbers and dates are formatted with Babel."""
+"""The app's two languages, English and Korean, per viewer: `_()`, `tr()` and the viewer's choice.
+See docs/internals.md#messages-and-i18n."""
 from __future__ import annotations
 
 import os
@@ -18,6 +11,7 @@ import streamlit as st
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
+from engine import messages
 from engine.messages import Message, catalog, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
@@ -33,10 +27,10 @@ def default_lang() -> str:
 
 
 def lang() -> str:
-    """This viewer's language: set once per browser session, changed by the sidebar's switch."""
-    if st.session_state.get("lang") not in LANGS:
-        st.session_state["lang"] = default_lang()
-    return st.session_state["lang"]
+    """This viewer's language: the switch's value (the sidebar draws it after the navigation's titles, so on
+    a first run only the address has it yet), else the default."""
+    chosen = st.session_state.get("lang") or st.query_params.get("lang")
+    return chosen if chosen in LANGS else default_lang()
 
 
 def _(message: str, /, **values) -> str:
@@ -82,6 +76,16 @@ def number(x: float, digits: int = 0) -> str:
     return format_decimal(round(x, digits), format=f"#,##0{'.' + '0' * digits if digits else ''}", locale=lang())
 
 
+def seconds(x: float, digits: int = 1) -> str:
+    """A time in seconds in this viewer's unit: 4.1 s, 4.1초 (engine.messages.seconds, which charts use too)."""
+    return messages.seconds(x, lang(), digits)
+
+
+def duration(x: float) -> str:
+    """A short time: 850 ms, else 4.1 s / 4.1초."""
+    return messages.duration(x, lang())
+
+
 def when(t: float, fmt: str = "medium") -> str:
     """An epoch time as this viewer's locale writes a date and time (e.g. 2026. 12. 1. 오후 3:04:05)."""
     return format_datetime(datetime.fromtimestamp(t), format=fmt, locale=lang())
@@ -89,7 +93,24 @@ def when(t: float, fmt: str = "medium") -> str:
 
 def switch() -> None:
     """The sidebar's language control; the choice is this viewer's only (running jobs, chat and
-    selections live in the engine or in session state, so a switch loses nothing)."""
-    lang()
-    st.segmented_control("Language / 언어", list(LANGS), format_func=LANGS.get, key="lang",
-                         selection_mode="single", label_visibility="collapsed")
+    selections live in the engine or in session state, so a switch loses nothing). The address carries a
+    choice other than the default as ?lang=, set again on every run since a page switch drops it."""
+    st.session_state.setdefault("lang", lang())
+    st.segmented_control("Language / 언어", list(LANGS), format_func=LANGS.get, key="lang", required=True,
+                         on_change=_relabel, label_visibility="collapsed")
+    if (chosen := lang()) != default_lang():
+        st.query_params["lang"] = chosen
+    else:
+        st.query_params.pop("lang", None)
+
+
+def _relabel() -> None:
+    """Streamlit keeps a choice widget's value in the browser as its option's label: after a switch of
+    language the old label matches none of the new ones, and the radio shows no selection (the selectbox
+    the old label). Setting each choice again makes Streamlit send it under its new label. The options
+    that have labels are strings (keys, msgids); booleans, numbers, uploads and buttons are left alone
+    (a button's value may not be set)."""
+    for key, value in list(st.session_state.items()):
+        if key != "lang" and (isinstance(value, str) or isinstance(value, (list, tuple)) and value
+                              and all(isinstance(v, str) for v in value)):
+            st.session_state[key] = value

@@ -1,8 +1,10 @@
 """Small shared helpers for the pages: the process-wide Lab, the sidebar, actions with clear errors,
 the panel of a background job, and charts with their one-line caption. Layout only; the work is in
-engine/. Like the pages, this imports nothing from engine but the Lab facade and the figures."""
+engine/. Like the pages, this imports from engine only the Lab facade, the figures and the read-only
+concept modules tests/test_layering.py names."""
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -14,14 +16,20 @@ import streamlit as st
 import i18n
 from engine import figures
 from engine.lab import Lab, LabError
+from engine.measure.judge import cost as pricing
+from engine.measure.judge import failures, speculation, utilization
+from engine.measure.judge import token_check as token_counts
+from engine.measure.judge.warmth import said as warmth_said
+from engine.measure.judge.warmth import warmup_cost
+from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING
 from i18n import N_, _, ngettext
 
 STATE_BADGE = {
-    Lab.STOPPED: ("gray", N_("stopped")),
-    Lab.STARTING: ("orange", N_("starting")),
-    Lab.READY: ("green", N_("ready")),
-    Lab.STOPPING: ("orange", N_("stopping")),
-    Lab.FAILED: ("red", N_("failed")),
+    STOPPED: ("gray", N_("stopped")),
+    STARTING: ("orange", N_("starting")),
+    READY: ("green", N_("ready")),
+    STOPPING: ("orange", N_("stopping")),
+    FAILED: ("red", N_("failed")),
 }
 
 
@@ -88,7 +96,26 @@ def started(run) -> str:
 def fmt_s(seconds: float | None) -> str:
     if seconds is None:
         return "–"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+    return i18n.duration(seconds)
+
+
+def file_uploader(label: str, types: list[str], key: str):
+    """st.file_uploader in this viewer's language. Streamlit writes its button ("Upload") and its limit line
+    itself and offers no parameter for either (streamlit/streamlit#13500): outside English the two are
+    hidden and the translation drawn in their place by CSS."""
+    up = st.file_uploader(label, type=types, key=key)
+    if i18n.lang() != "en":
+        limit = _("{mb} MB per file · {types}", mb=st.get_option("server.maxUploadSize"),
+                  types=", ".join(t.upper() for t in types))
+        zone = "[data-testid=stFileUploaderDropzone]"
+        texts = ((f"{zone} button [data-testid=stMarkdownContainer] p", "1rem", _("Choose a file")),
+                 (f"{zone} [data-testid=stFileUploaderDropzoneInstructions] span", "0.875rem", limit))
+        rules = [f"{sel} {{ visibility: hidden; font-size: 0; }} "
+                 f"{sel}::after {{ visibility: visible; font-size: {size}; "
+                 f"content: {json.dumps(text, ensure_ascii=False)}; }}"
+                 for sel, size, text in texts]
+        st.html("<style>" + "\n".join(rules) + "</style>")
+    return up
 
 
 def chart(fig, key: str | None = None) -> None:
@@ -116,7 +143,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
     OK / failed counts or a run's bars are shown."""
     for run in runs:
-        for _cause, sentence in Lab.failure_causes(run.records):
+        for _cause, sentence in failures.failure_causes(run.records):
             st.warning(plain(_("{label}: {sentence}", label=run.label, sentence=sentence) if prefix else sentence),
                        icon=":material/error:")
 
@@ -124,7 +151,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
 def token_check(run) -> None:
     """The server's count of a run's output tokens against the client's: a caption when they agree or
     could not be compared, a warning when they differ by more than a few percent."""
-    check = Lab.token_check(run)
+    check = token_counts.token_check(run.extra)
     if check is None:
         return
     text = " ".join(plain(sentence) for sentence in check.sentences)
@@ -135,7 +162,7 @@ def token_check(run) -> None:
 
 
 def code_behind(code: str | None, label: str | None = None) -> None:
-    """The short openai-SDK Python behind what the page just ran (Lab.code_for_run / code_for_chat), folded
+    """The short openai-SDK Python behind what the page just ran (snippets.run_code / Lab.code_for_chat), folded
     away and ready to copy (st.code's button) into an attendee's notebook; nothing when there is none."""
     if not code:
         return
@@ -146,42 +173,85 @@ def code_behind(code: str | None, label: str | None = None) -> None:
         st.code(code, language="python")
 
 
-def gpu_price(where: str) -> float | None:
-    """This viewer's price per GPU-hour, blank by default: one number input per page, the value kept for
-    the viewer across pages (a widget's own state is dropped on a page that does not draw it)."""
-    key = f"gpu_price_{where}"
-    if key not in st.session_state and st.session_state.get("gpu_price") is not None:
-        st.session_state[key] = st.session_state["gpu_price"]
-    price = st.number_input(_("Price per GPU-hour"), min_value=0.0, max_value=1_000_000.0, value=None, step=0.5,
-                            format="%.2f", key=key, placeholder=_("no price"),
-                            help=_("What an hour of the machine costs you, in any currency: the cost of a "
-                                   "million output tokens is worked out from each run's measured wall time. "
-                                   "Only you see it."))
-    st.session_state["gpu_price"] = price
+def _viewer_price(name: str, where: str, label: str, help: str, check: Callable, step: float, fmt: str):
+    """One viewer's price (`name`), blank by default: one number input per page, the value kept for the viewer
+    across pages (a widget's own state is dropped on a page that does not draw it). No hard bounds of
+    Streamlit's (a value past them turns the field red and is dropped without a word): the engine's `check`
+    refuses what it cannot use, in the sentence the CLI prints for it."""
+    key = f"{name}_{where}"
+    if key not in st.session_state and st.session_state.get(name) is not None:
+        st.session_state[key] = st.session_state[name]
+    price = st.number_input(label, value=None, step=step, format=fmt, key=key, placeholder=_("no price"), help=help)
+    if refused := refusal(check, price):
+        st.error(plain(refused), icon=":material/error:")
+        price = None
+    st.session_state[name] = price
     return price
+
+
+def gpu_price(where: str) -> float | None:
+    """This viewer's price per GPU-hour (blank: None)."""
+    return _viewer_price("gpu_price", where, _("Price per GPU-hour"),
+                         _("What an hour of the machine costs you, in any currency: the cost of a million output "
+                           "tokens is worked out from each run's measured wall time. Only you see it."),
+                         pricing.check_price, 0.5, "%.2f")
+
+
+def kwh_price(where: str) -> float | None:
+    """This viewer's price per kWh of electricity (blank: None)."""
+    return _viewer_price("kwh_price", where, _("Price per kWh"),
+                         _("What a kWh of electricity costs you, in any currency: a run whose energy was measured (an "
+                           "NVIDIA GPU, or RAPL) then says what its tokens cost in energy. Only you see it."),
+                         pricing.check_kwh_price, 0.05, "%.3f")
+
+
+def refusal(check: Callable[..., Any], *values) -> str | None:
+    """The engine's sentence for values its `check` refuses (ConfigError), else None: what a bounded
+    control shows under itself instead of Streamlit's red field that says nothing."""
+    try:
+        check(*values)
+    except LabError as e:
+        return e.args[0] if e.args else str(e)
+    return None
 
 
 def cost_text(lab: Lab, run, price: float | None) -> str | None:
     """A run's cost per million output tokens at `price`, in the viewer's digits; None without a price."""
-    cost = lab.cost_per_million(run, price)
+    cost = pricing.run_cost_per_million(run, price)
     return None if cost is None else i18n.number(cost, 2 if cost >= 0.1 else 4)
 
 
 def warmth(lab: Lab, run) -> None:
     """What the run's warm-up cost, and whether the measured batch was cold (a warning) or warm (a caption)."""
-    if warm := lab.warmup_cost(run):
+    if warm := warmup_cost(run.records):
         st.caption(plain(warm.said))
-    if said := lab.warmth_said(run):
+    if said := warmth_said(run.extra):
         if run.extra.cold:
             st.warning(plain(said), icon=":material/ac_unit:")
         else:
             st.caption(plain(said))
 
 
+def server_view(run, key: str, lang: str | None = None) -> None:
+    """Where the run's time went inside the server against the client's clock (a chart, or the sentence that
+    says why there is none), then the run's energy line (or why it has none); said in `lang` (the viewer's)."""
+    lang = lang or i18n.lang()
+    fig = figures.server_view_chart(run, lang=lang)
+    if isinstance(fig, str):  # no /metrics histograms: a sentence, never an empty chart
+        st.caption(plain(fig))
+    else:
+        chart(fig, key=key)
+    if line := figures.energy_line(run, lang=lang):
+        st.markdown(f":material/bolt: {plain(line)}")
+    for line in (speculation.said(run), utilization.said(run)):  # only where the server counted them
+        if line:
+            st.caption(plain(i18n.tr(line)))
+
+
 def cancelled_note(job) -> None:
-    """What a cancelled load test kept."""
+    """What a cancelled load test (or its repeats) kept."""
     if job.status == "cancelled":
-        ok = sum(r.ok for r in job.result.measured)
+        ok = sum(r.ok for run in (job.result if isinstance(job.result, list) else [job.result]) for r in run.measured)
         st.warning(ngettext("Cancelled: the {n} request that finished was kept and saved.",
                             "Cancelled: the {n} requests that finished were kept and saved.", ok),
                    icon=":material/cancel:")
@@ -203,6 +273,27 @@ def sidebar(lab: Lab) -> None:
                 st.error(plain(err), icon=":material/key_off:")
             elif not can_act(lab):
                 st.caption(_("Viewing only: the presenter drives the server and the benchmarks."))
+        if not can_act(lab):
+            _follow()
+
+
+def _follow() -> None:
+    """A viewer's choice to follow the presenter through the guided lab: when the presenter changes step, a
+    follower is taken to it (from any page); the viewer's language stays their own."""
+    st.toggle(_("Follow the presenter"), key="follow_presenter",
+              help=_("Your screen shows the presenter's step of the guided lab and moves when they move."))
+    if st.session_state.get("follow_presenter"):
+        _follow_tick()
+
+
+@st.fragment(run_every=1.5)
+def _follow_tick() -> None:
+    s = get_lab().guide.state()
+    now, seen = (s.current, s.moved_at), st.session_state.get("guide_seen")
+    if now != seen:
+        st.session_state["guide_seen"] = now
+        # switch_page drops the query string unless given it (a viewer's ?lang= among it)
+        st.switch_page("app_pages/guide.py", query_params=st.query_params.to_dict())
 
 
 def _try_token() -> None:
@@ -240,7 +331,7 @@ def _server_status() -> None:
         st.markdown(f"**{title}** {badge(s.state)}")
     if s.config and not remote:
         st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
-    if s.state == Lab.STARTING:
+    if s.state == STARTING:
         st.caption(plain(f"{i18n.tr(s.stage)} · {fmt_s(s.elapsed)}"))
     if job := lab.measuring():
         st.caption(plain(_("Running: {label} ({stage})", label=job.label, stage=job.stage)))

@@ -7,6 +7,7 @@ import i18n
 import ui
 from engine import figures
 from engine.lab import LabError
+from engine.serving.models import SHAPE_ONLY_NOTE
 from i18n import _
 
 lab = ui.get_lab()
@@ -20,17 +21,24 @@ remote = lab.attached()  # a server at a URL, chatted with instead of our own
 if remote:
     st.caption(ui.plain(_("Chatting with {model} at {url}.", model=remote.model, url=remote.url)))
 elif snap.config and snap.config.load_format == "dummy":
-    st.warning(_("The server runs the {note}.", note=lab.SHAPE_ONLY_NOTE), icon=":material/warning:")
+    st.warning(_("The server runs the {note}.", note=SHAPE_ONLY_NOTE), icon=":material/warning:")
 
 limits = lab.chat_limits
+LAB_TOKENS = 300  # the lab's streamed answer
 with st.sidebar:
     st.subheader(_("Chat settings"))
-    # the server refuses an answer longer than its max-model-len: the slider stops there
-    tokens_hi = min(2048 if presenter else limits.max_tokens, lab.serving_max_len() or 2048)
-    max_tokens = st.slider(_("Max tokens"), 16, max(tokens_hi, 32), min(300, tokens_hi), 16,
+    # The server holds prompt and answer within its max-model-len: the slider stops there, to the token (step
+    # 1: a cap such as 300 is reachable), and says so when that is below the lab's 300.
+    server_len = lab.serving_max_len()
+    tokens_hi = min(2048 if presenter else limits.max_tokens, server_len or 2048)
+    max_tokens = st.slider(_("Max tokens"), 16, max(tokens_hi, 17), min(LAB_TOKENS, tokens_hi), 1,
                            help=_("The lab streams a 300-token answer.") if presenter else
                            _("The lab streams a 300-token answer; viewers may ask for up to {max_tokens}.",
                              max_tokens=limits.max_tokens))
+    if server_len and server_len < LAB_TOKENS:
+        st.caption(_("At most {len} tokens, below the lab's 300: the server runs with --max-model-len {len} (a "
+                     "Tuning comparison leaves its last configuration running), which holds the prompt and the "
+                     "answer together. Restart it on the Server page for longer answers.", len=server_len))
     temperature = st.slider(_("Temperature"), 0.0, 1.5, 0.7, 0.1)
     if st.button(_("Clear conversation"), icon=":material/delete:"):
         st.session_state.chat = []

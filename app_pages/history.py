@@ -7,7 +7,12 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.figures.report import report_html
 from engine.lab import LabError
+from engine.measure.judge import cost as pricing
+from engine.measure.judge import failures, repeats
+from engine.measure.judge.ceiling import run_ceiling
+from engine.measure.workloads.base import named as workload_named
 from i18n import _
 
 lab = ui.get_lab()
@@ -38,7 +43,7 @@ def warmth(r) -> str:
 
 def cost(r, price: float):
     """The run's cost per million output tokens at `price`: cents, or four decimals below 0.1."""
-    c = lab.cost_per_million(r, price)
+    c = pricing.run_cost_per_million(r, price)
     return None if c is None else round(c, 2 if c >= 0.1 else 4)
 
 
@@ -50,7 +55,7 @@ def number(v, digits: int):
 def _draw_pair(run_id: str, lang: str) -> None:
     """A saved pair's chart, built once for every viewer of a language."""
     try:
-        pair = lab.pair_of(run_id)
+        pair = lab.history.pair_of(run_id)
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
         return
@@ -58,16 +63,27 @@ def _draw_pair(run_id: str, lang: str) -> None:
         ui.chart(figures.side_by_side(*pair, lang=lang), key="pair")
 
 
-rows = lab.runs()  # read once per change of the history, shared by every viewer
+def compare_table(shown) -> None:
+    """The compared runs side by side: one column per run (figures.compare_table, from the per-run CSV's rows)."""
+    runs = []
+    for r in shown[:8]:
+        try:
+            runs.append(lab.history.run(r.id))
+        except LabError:  # a damaged stored run: the details below say why
+            continue
+    if not runs:
+        return
+    columns, table = figures.compare_table(runs, lang=i18n.lang())
+    # st.table wraps what is long (flags, hardware) instead of cutting it off as a grid's cell does
+    st.table(pd.DataFrame(table, columns=columns).set_index(columns[0]))
+
+
+rows = lab.history.runs()  # read once per change of the history, shared by every viewer
 # a pair's two runs share their start: A above B (the store lists the later saved first); otherwise as listed
 rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.pair_side or ""))
-price = None
-if rows:
-    price_cols = st.columns([1, 3], gap="large", vertical_alignment="center")
-    with price_cols[0]:
-        price = ui.gpu_price("history")
-    price_cols[1].caption(_("With a price, the table shows what a million output tokens cost in each run: the rate "
-                            "pays for the whole machine over the run's measured wall time."))
+# The price input sits beside "Compare by" (the chart in sight at 1920x1080); the table above it reads the
+# value the viewer typed, kept in the input's session state.
+price = st.session_state.get("gpu_price_history", st.session_state.get("gpu_price")) if rows else None
 if not rows:
     st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
             icon=":material/info:")
@@ -77,48 +93,57 @@ else:
         "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
         # the viewer just typed a price: its column is in sight, not past the table's right edge
         **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
-        "kind": r.kind,
+        "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
         "model": r.model.split("/")[-1], "server": r.extra.endpoint, "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
         "output tok/s": number(r.summary.get("output_throughput"), 1),
         "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
+        "J / output token": number(figures.j_per_token(r), 4),
         "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
     } for r in rows])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
     # widget, so a selection never lands on a run the viewer did not pick.
     drawn = hashlib.sha1("\n".join(r.id for r in rows).encode()).hexdigest()[:12]
     picked = st.dataframe(
-        table, width="stretch", hide_index=True, on_select="rerun", selection_mode="multi-row",
+        table, width="stretch", height=255, hide_index=True, on_select="rerun", selection_mode="multi-row",
         key=f"history_table_{drawn}",
+        # Widths from what each column holds (a label, a date, a number): Streamlit's default squeezed the
+        # labels and the hardware to a few letters.
         column_config={
             "status": st.column_config.TextColumn(
-                _("status"),
+                _("status"), width=120,
                 help=_("failed: every request failed (kept for the record, left out of the chart unless included); "
                        "damaged: the stored row cannot be read back whole (select it to see why, or delete it)")),
             # The table's columns keep their English names (read back by name); only the titles shown change.
-            "started": st.column_config.Column(_("started")),
-            "run": st.column_config.Column(_("run")),
+            "started": st.column_config.Column(_("started"), width=170),
+            "run": st.column_config.Column(_("run"), width=340),
             "pair": st.column_config.Column(
                 _("pair"), help=_("Two servers measured at once on one clock (Load test): the two runs of a pair share "
                                   "its four letters, A the app's server, B the one at a URL. Select both to see them "
                                   "side by side.")),
             "warmth": st.column_config.Column(
-                _("cold / warm"),
+                _("cold / warm"), width=110,
                 help=_("cold: the first batch of its size since its server started, so its numbers include one-off "
                        "start-up work; blank: not known (runs saved before this was recorded, imports)")),
             "cost / M output tokens": st.column_config.Column(
                 _("cost / M output tokens"), help=_("At your price per GPU-hour, over the run's measured wall time.")),
-            "kind": st.column_config.Column(_("kind")),
-            "model": st.column_config.Column(_("model")),
-            "server": st.column_config.Column(_("server"), help=_("The address of the server at a URL a run measured; "
+            "kind": st.column_config.Column(_("kind"), width=100),
+            "workload": st.column_config.Column(_("workload"), width=220,
+                                                help=_("What the run sent besides the lab's prompts: a dataset, "
+                                                       "lengths, multi-turn chats or a trace (blank: prompts).")),
+            "model": st.column_config.Column(_("model"), width=190),
+            "server": st.column_config.Column(_("server"), width=200, help=_("The address of the server at a URL a run measured; "
                                                                   "empty for a server this app started.")),
             "requests": st.column_config.Column(_("requests")),
             "failed": st.column_config.Column(_("failed")),
             "wall time (s)": st.column_config.Column(_("wall time (s)")),
             "output tok/s": st.column_config.Column(_("output tok/s")),
             "mean TTFT (ms)": st.column_config.Column(_("mean TTFT (ms)")),
-            "hardware": st.column_config.Column(_("hardware")),
-            "source": st.column_config.Column(_("source")),
+            "J / output token": st.column_config.Column(
+                _("J / output token"), help=_("The energy the run's measured part used per output token (NVML or "
+                                              "RAPL, where this machine could read one); blank: not measured.")),
+            "hardware": st.column_config.Column(_("hardware"), width=320),
+            "source": st.column_config.Column(_("source"), width=160),
         })
     chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]
     if not chosen:
@@ -131,10 +156,27 @@ else:
         help=_("A run where every request failed has no latency or throughput to compare; it is kept for the record."))
     shown = [r for r in pool if include_failed or not failed(r)][: len(pool) if chosen else 8]
     metrics = list(figures.METRICS)
-    metric = st.selectbox(_("Compare by"), metrics, format_func=i18n.shown(metrics, lambda k: i18n.tr(figures.metric_info(k).label)),
-                          index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
+    chart_col, table_col = st.columns([1, 1], gap="large")
+    with chart_col:
+        pick, price_col = st.columns([3, 2])
+        metric = pick.selectbox(_("Compare by"), metrics,
+                                format_func=i18n.shown(metrics, lambda k: i18n.tr(figures.metric_info(k).label)),
+                                index=metrics.index("output_throughput") if "output_throughput" in metrics else 0)
+        with price_col:
+            ui.gpu_price("history")  # with a price, the table shows a million output tokens' cost per run
     if shown:
-        ui.chart(figures.history_compare(shown, metric, lang=i18n.lang()), key="compare")
+        with chart_col:
+            fig = figures.history_compare(shown, metric, lang=i18n.lang())
+            ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
+            # two sets of repeats among them: is their difference beyond the noise of the repeats?
+            if said := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
+                st.caption(ui.plain(i18n.tr(said)))
+        with table_col:  # every number, flag and fact of the selected runs, side by side
+            if chosen:
+                compare_table(shown)
+            else:
+                st.info(_("Select runs in the table to see their numbers, flags, cold or warm, hardware and where "
+                          "they ran side by side here."), icon=":material/table_view:")
     else:
         st.info(_("Every selected run failed: there is nothing to compare. Switch on 'Include failed runs in the "
                   "chart' to draw them anyway.") if chosen else
@@ -148,17 +190,23 @@ else:
 
     ids = [r.id for r in chosen] or None
     readable = [r.id for r in chosen if not r.problem]  # a damaged run cannot be read back whole: not in a report
-    c1, c2, c3, c4 = st.columns(4)
+    c1, c2, c2r, c3, c4 = st.columns(5)
     # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
     c1.download_button(_("Export JSON ({n} selected)", n=len(chosen)) if chosen else _("Export JSON (all)"),
-                       lambda: lab.export_json(ids), "serving-lab-runs.json",
+                       lambda: lab.history.export_json(ids), "serving-lab-runs.json",
                        "application/json", icon=":material/download:", width="stretch")
     c2.download_button(_("Export CSV ({n} selected)", n=len(chosen)) if chosen else _("Export CSV (all)"),
-                       lambda: lab.export_csv(ids), "serving-lab-requests.csv",
-                       "text/csv", icon=":material/download:", width="stretch")
+                       lambda: lab.history.export_csv(ids), "serving-lab-requests.csv",
+                       "text/csv", icon=":material/download:", width="stretch",
+                       help=_("One row per request, with its run's id and label."))
+    c2r.download_button(_("Export CSV per run ({n} selected)", n=len(chosen)) if chosen else _("Export CSV per run (all)"),
+                        lambda: lab.history.export_csv(ids, per="run"), "serving-lab-runs.csv",
+                        "text/csv", icon=":material/download:", width="stretch", key="history_csv_runs",
+                        help=_("One row per run: its summary under `vllm bench serve`'s names (throughput, TTFT, TPOT, "
+                               "E2E latency), cold or warm, where it ran, the hardware and the server's command."))
     lang = i18n.lang()  # said while the page is drawn: the report is built later, when clicked
     c3.download_button(_("HTML report ({n} selected)", n=len(readable)) if readable else _("HTML report (select runs)"),
-                       lambda: lab.report_html(readable, lang), "serving-lab-report.html", "text/html",
+                       lambda: report_html(lab.history, readable, lang), "serving-lab-report.html", "text/html",
                        icon=":material/download:", width="stretch",
                        disabled=not readable, key="history_report",
                        help=_("One file with the selected runs' machine, server flags, numbers and interactive "
@@ -179,13 +227,13 @@ else:
             damaged = _("This run is stored damaged: {problem}. It is kept until you delete it, and left out of "
                         "exports.", problem=row.problem) if row.problem else None
             try:
-                run = lab.run(row.id)
+                run = lab.history.run(row.id)
             except LabError as e:
                 st.warning(damaged or ui.plain(e), icon=":material/warning:")
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
-                if causes := lab.failure_causes(run.records):
+                if causes := failures.failure_causes(run.records):
                     n_failed, n_total = sum(c[0] for c in causes), len(run.measured)
                     st.markdown(_("**{failed} of {total} requests failed**, so this run is left out of comparisons "
                                   "unless included.", failed=n_failed, total=n_total) if failed(row) else
@@ -196,7 +244,7 @@ else:
                               "traffic.", n=n), icon=":material/forum:")
                 ui.token_check(run)
                 ui.warmth(lab, run)
-                if ceiling := lab.decode_ceiling(run):  # against its hardware's memory bandwidth, as stored
+                if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
                 if run.extra.endpoint:
                     st.caption(ui.plain(_("Measured on the server at {url}, which this app did not start: its "
@@ -208,14 +256,16 @@ else:
                          "versions": run.versions}, expanded=False)
                 if run.kind == "vllm" and run.records:
                     ui.chart(figures.request_timeline(run, lang=i18n.lang()), key="detail-tl")
+                if run.kind == "vllm":  # inside the server against the client's clock, and the run's energy
+                    ui.server_view(run, key="detail-server-view")
 
 st.divider()
 st.subheader(_("Bring runs from another machine"))
 c1, c2 = st.columns(2)
 with c1:
     # A new key after each import empties the uploader, so the same file is not offered twice.
-    up = st.file_uploader(_("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)"),
-                          type="json", key=f"history_upload_{st.session_state.get('history_uploads', 0)}")
+    up = ui.file_uploader(_("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)"),
+                          ["json"], key=f"history_upload_{st.session_state.get('history_uploads', 0)}")
     if up is not None and st.button(_("Import"), icon=":material/upload:", disabled=not ui.can_act(lab)):
         imported = ui.act(lab, lab.import_runs, up.getvalue(), up.name)
         if imported is not None:

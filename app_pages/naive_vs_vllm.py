@@ -5,6 +5,14 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.measure.judge import warmth
+from engine.measure.judge.ceiling import run_ceiling
+from engine.measure.judge.slots import occupancy
+from engine.measure.load.snippets import run_code
+from engine.measure.workloads import scenarios
+from engine.serving import models
+from engine.serving.models import SHAPE_ONLY_NOTE
+from engine.serving.states import READY, STARTING
 from i18n import _
 
 lab = ui.get_lab()
@@ -14,14 +22,13 @@ server_len = lab.serving_max_len()
 TOKENS_CAP = 512
 
 st.title(_("Naive vs vLLM"))
-st.caption(_("Step 1 runs the lab's 5 prompts one at a time through plain transformers `model.generate()`. "
-             "Step 2 sends the same prompts, with the same token budget, to vLLM. Static batching (one padded "
-             "`generate()` over all 5) is the third contender: it is fast only when all answers have the same "
-             "length."))
+st.caption(_("The lab's 5 prompts with one token budget, four ways: through transformers `model.generate()` one at a "
+             "time (the lab's step 1) and as one padded static batch, then through vLLM one at a time (step 2) and all "
+             "at once."))
 
 c1, c2, c3 = st.columns(3, gap="large")
 with c1:
-    choices = lab.models()
+    choices = models.catalogue()
     labels = [m.label for m in choices]
     default = 0
     if remote := lab.attached():  # the model the server at a URL serves, when this machine has it too
@@ -45,30 +52,32 @@ with c3:
                             help=_("The lab samples at 0.7."))
 if spec_model and spec_model.placeholder_text:
     st.info(_("{note}: transformers builds it with random weights in memory (no download).",
-              note=lab.SHAPE_ONLY_NOTE), icon=":material/info:")
+              note=SHAPE_ONLY_NOTE), icon=":material/info:")
 
-gpu_busy = lab.device == "cuda" and snap.state in (lab.READY, lab.STARTING)
+gpu_busy = lab.device == "cuda" and snap.state in (READY, STARTING)
 if gpu_busy:
     st.warning(_("vLLM holds the GPU now. As in the lab, stop the server first (Server page), run the naive "
                  "baseline, then start vLLM again — the app says when the naive worker's memory is returned."),
                icon=":material/memory:")
 
 may = ui.can_act(lab)
+# Numbered as the charts number their bars (figures.CONTENDERS): one order from the buttons to the numbers.
+names = [figures.contender_name(k, i18n.lang()) for k in range(len(figures.CONTENDERS))]
 b1, b2, b3, b4 = st.columns(4)
-if b1.button(_("1 · Naive transformers (sequential)"), type="primary", width="stretch",
-             disabled=not may or gpu_busy or spec_model is None):
-    ui.act(lab, lab.run_naive, lab.naive_spec("naive-5", spec_model, max_new_tokens=max_tokens,
-                                              temperature=temperature))
-if b2.button(_("Static batch (one padded generate)"), width="stretch",
-             disabled=not may or gpu_busy or spec_model is None):
-    ui.act(lab, lab.run_naive, lab.naive_spec("static-batch-5", spec_model, max_new_tokens=max_tokens,
-                                              temperature=temperature))
-if b3.button(_("2 · vLLM (same prompts, sequential)"), type="primary", width="stretch",
-             disabled=not may or not lab.ready()):
-    ui.act(lab, lab.run_load, lab.load_spec("vllm-5-sequential", max_tokens=max_tokens, temperature=temperature))
-if b4.button(_("vLLM, same prompts at once (continuous batching)"), width="stretch",
-             disabled=not may or not lab.ready()):
-    ui.act(lab, lab.run_load, lab.load_spec("vllm-5-batch", max_tokens=max_tokens, temperature=temperature))
+if b1.button(names[0], type="primary", width="stretch", disabled=not may or gpu_busy or spec_model is None):
+    ui.act(lab, lab.run_naive, scenarios.get("naive-5").naive_spec(spec_model.path, spec_model.placeholder_text,
+                                                             max_new_tokens=max_tokens, temperature=temperature))
+if b2.button(names[1], width="stretch", disabled=not may or gpu_busy or spec_model is None,
+             help=_("One padded `generate()` over all 5 prompts: every answer waits for the longest.")):
+    ui.act(lab, lab.run_naive, scenarios.get("static-batch-5").naive_spec(spec_model.path, spec_model.placeholder_text,
+                                                             max_new_tokens=max_tokens, temperature=temperature))
+if b3.button(names[2], type="primary", width="stretch", disabled=not may or not lab.ready()):
+    ui.act(lab, lab.run_load, scenarios.get("vllm-5-sequential").load_spec(max_tokens=max_tokens,
+                                                                         temperature=temperature))
+if b4.button(names[3], width="stretch", disabled=not may or not lab.ready(),
+             help=_("The same 5 prompts sent together: vLLM decodes them in one running batch (continuous "
+                    "batching).")):
+    ui.act(lab, lab.run_load, scenarios.get("vllm-5-batch").load_spec(max_tokens=max_tokens, temperature=temperature))
 if not lab.ready():
     st.caption(_("The vLLM buttons need a ready server: start it on the Server page."))
 elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; the naive ones run here
@@ -79,46 +88,58 @@ elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; th
 
 @st.fragment(run_every=1)
 def results() -> None:
-    for kind in ("naive", "load"):
-        if job := lab.latest_job(kind):  # an error stays for two minutes after the job ended
-            ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})", key=f"cancel-{kind}",
-                         error_for_s=120)
+    # this page's jobs only: the Load test's runs are load tests too
+    for kind, scenario in (("naive", ""), ("load", "vllm-5")):
+        if job := lab.latest_job(kind, scenario):  # an error stays for two minutes after the job ended
+            ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
+                         key=f"cancel-{kind}", error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
-    naive, static = lab.latest_run("naive"), lab.latest_run("static-batch")
-    vllm, batch = lab.latest_run("vllm", "vllm-5-sequential"), lab.latest_run("vllm", "vllm-5-batch")
-    if not (naive or vllm or static):
-        st.info(_("Run step 1 and step 2 to see them side by side."), icon=":material/info:")
-        slots(None, batch)
+    naive, static = lab.history.latest_run("naive"), lab.history.latest_run("static-batch")
+    vllm, batch = lab.history.latest_run("vllm", "vllm-5-sequential"), lab.history.latest_run("vllm", "vllm-5-batch")
+    contenders = [naive, static, vllm, batch]
+    if not any(contenders):
+        st.info(_("Press the four buttons in order to see them side by side."), icon=":material/info:")
         return
-    extra = [static] if static else []
-    ui.chart(figures.latency_bars(naive, vllm, extra, lang=i18n.lang()), key="latency")
-    cols = st.columns(4)
-    avg = lambda r: (r.summary.mean_latency_s if r else None)  # noqa: E731
-    cols[0].metric(_("Naive: mean latency"), ui.fmt_s(avg(naive)))
-    cols[1].metric(_("Static batch: mean latency"), ui.fmt_s(avg(static)))
-    cols[2].metric(_("vLLM: mean latency"), ui.fmt_s(avg(vllm)))
-    if avg(naive) and avg(vllm):
-        cols[3].metric(_("Speed-up (naive ÷ vLLM)"), f"{avg(naive) / avg(vllm):.1f}×")
-    ui.failure_causes([r for r in (naive, static, vllm) if r], prefix=True)  # a failed request's bar is empty
-    # The physical limit: each run's decode speed against what its hardware's memory bandwidth allows.
-    ceilings = [(r, c) for r in (naive, static, vllm) if r and (c := lab.decode_ceiling(r))]
-    if ceilings:
-        for r, c in ceilings:
-            st.markdown(ui.plain(_("{label}: {sentence}", label=r.label, sentence=c.sentence)))
-        ui.chart(figures.ceiling_bars([r for r, _ in ceilings], lang=i18n.lang()), key="ceiling")
+    lang = i18n.lang()
+    # The headline numbers: each contender's whole job, in the buttons' order.
+    for k, (col, run) in enumerate(zip(st.columns(4), contenders)):
+        if run is None:
+            col.metric(names[k], "–", help=_("Not run yet."))
+            continue
+        mean = run.summary.mean_latency_s
+        col.metric(names[k], ui.fmt_s(run.duration),
+                   help=_("Wall time: from the first prompt sent to the last answer."))
+        col.caption(_("wall time for all {n} · {tput} tok/s · {mean} per request",
+                      n=len(run.measured), tput=i18n.number(run.summary.output_throughput or 0, 0),
+                      mean=ui.fmt_s(mean)))
+    left, right = st.columns(2, gap="large")
+    with left:
+        ui.chart(figures.contenders_chart(contenders, lang=lang), key="totals")
+    with right:
+        ui.chart(figures.latency_bars(naive, vllm, [r for r in (static, batch) if r], lang=lang), key="latency")
+    ran = [r for r in contenders if r]
+    for run in (vllm, batch):  # a cold vLLM run says so where its numbers are shown
+        if run is not None and run.extra.cold and (said := warmth.said(run.extra)):
+            st.warning(ui.plain(_("{label}: {sentence}", label=names[figures.contender(run)], sentence=said)),
+                       icon=":material/ac_unit:")
+    ui.failure_causes(ran, prefix=True)  # a failed request's bar is empty
+    # The physical limit, said once: the chart's caption gives each run's share of its ceiling.
+    if ceilings := [r for r in ran if run_ceiling(r)]:
+        with st.expander(_("Decode speed against the memory-bandwidth ceiling"), icon=":material/speed:"):
+            ui.chart(figures.ceiling_bars(ceilings, lang=lang), key="ceiling")
     slots(static, batch)
     if vllm:
-        ui.code_behind(lab.code_for_run(vllm, i18n.lang()), _("The Python behind the vLLM run"))
+        ui.code_behind(run_code(vllm, lang), _("The Python behind the vLLM run"))
     if naive and (mem := naive.extra.memory):
         with st.expander(_("Naive worker: memory before, during and after (it runs in its own process)")):
             st.json(mem)
-    terms = [r for r in (naive, static, vllm) if r]
     compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
-        f"{i18n.tr(r.label)}: " + ", ".join(str(x) for x in (
+        f"{names[figures.contender(r)]}: " + ", ".join(str(x) for x in (
             r.model.split('/')[-1], r.config.get('dtype'),
-            _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in terms)
+            _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in ran)
     st.caption(_("Compared: {runs}", runs=compared))
-    warm = [f"{i18n.tr(r.label)}: {r.extra.warmup_s:.1f} s" for r in (naive, static) if r and r.extra.warmup_s]
+    warm = [f"{names[figures.contender(r)]}: {i18n.seconds(r.extra.warmup_s)}" for r in (naive, static)
+            if r and r.extra.warmup_s]
     if warm:
         st.caption(_("Not counted above: each naive run first generated over every sequence length it would meet "
                      "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "
@@ -134,11 +155,11 @@ def slots(static, batch) -> None:
     for run in (static, batch):
         if run is None:
             continue
-        grid = lab.slots(run)  # a sentence when the run cannot be drawn
+        grid = occupancy(run)  # a sentence when the run cannot be drawn
         said = i18n.tr(grid) if isinstance(grid, str) else f"{i18n.tr(grid.said)} {i18n.tr(grid.how)}"
-        st.caption(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)))
+        st.caption(ui.plain(_("{label}: {sentence}", label=names[figures.contender(run)], sentence=said)))
     if not (static and batch):
-        st.caption(_("Run the static batch and vLLM on the same prompts at once to see both side by side."))
+        st.caption(_("Run the static batch (2) and vLLM all at once (4) to see both side by side."))
 
 
 results()

@@ -7,17 +7,49 @@ import streamlit as st
 import i18n
 import ui
 from engine.lab import LabError
+from engine.metrics import ANSWER_DEADLINE_S
+from engine.serving import models
+from engine.serving.cluster import ray_commands
+from engine.serving.config import PRESETS, checked, fit_check, gpu_choices
+from engine.serving.models import ModelNotPrepared
+from engine.serving.states import FAILED, READY, STARTING, startup_fraction
 from i18n import N_, _, number
 
 lab = ui.get_lab()
 cpu = lab.device == "cpu"
-READY, STARTING, FAILED = lab.READY, lab.STARTING, lab.FAILED
 
 st.title(_("vLLM server"))
 st.caption(_("Choose a model and settings, press **Start**, and watch vLLM load the weights, size its KV cache "
              "and begin serving. Every setting shows up in the command line below, ready to paste in a terminal."))
+# The first screen (a projector's 1920×1080): the server's state, headline numbers and buttons, filled in below
+# once the settings they start with are known.
+first_screen = st.container()
 
 # -- a server this app did not start ---------------------------------------------------------
+@st.fragment(run_every=0.5)
+def connecting(job_id: str) -> None:
+    """Discovery runs as a job (each answer it waits for has a deadline): a spinner and a way to give up
+    here, while the rest of the page stays usable; the whole page redraws once it has ended."""
+    job = lab.job(job_id)
+    if job is None:
+        st.session_state.pop("connect_job", None)
+        return
+    if job.active:
+        c1, c2 = st.columns([5, 1], vertical_alignment="center")
+        c1.status(ui.plain(_("{what}… (each answer it owes has {s} s)", what=job.label, s=number(ANSWER_DEADLINE_S))),
+                  state="running")
+        if c2.button(_("Give up"), icon=":material/close:", key=f"give_up_{job.id}"):
+            ui.act(lab, lab.cancel_job, job.id)
+            st.session_state.pop("connect_job", None)
+            st.session_state["action_error"] = _("Gave up connecting: nothing was changed.")
+            st.rerun(scope="app")
+        return
+    st.session_state.pop("connect_job", None)
+    if job.error:
+        st.session_state["action_error"] = i18n.said(job.error)
+    st.rerun(scope="app")
+
+
 remote = lab.attached()  # the server at a URL every page measures now, or None: our own
 may = ui.can_act(lab)
 with st.expander(_("Connect to an existing server"), expanded=remote is not None, icon=":material/link:"):
@@ -35,7 +67,10 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
                                 help=_("Sent as 'Authorization: Bearer' with every request; kept in memory only."))
             wanted = a3.text_input(_("Model (if it serves several)"), placeholder=_("the first it lists"))
             if st.form_submit_button(_("Connect"), icon=":material/link:", disabled=not may):
-                ui.act(lab, lab.attach, url, key or None, wanted or None, rerun=True)
+                if (job := ui.act(lab, lab.connect, url, key or None, wanted or None)) is not None:
+                    st.session_state["connect_job"] = job.id
+        if job_id := st.session_state.get("connect_job"):
+            connecting(job_id)
     else:
         if not remote.answering:  # the one sentence: since when, what the checks saw, what to do
             st.error(ui.plain(remote.said), icon=":material/link_off:")
@@ -91,12 +126,12 @@ with left:
         where = st.text_input(_("Hub id"), value="meta-llama/Meta-Llama-3-8B-Instruct")
     spec, model_error = None, None
     try:
-        spec = lab.model(kind, where)
+        spec = models.pick(kind, where)
         if kind == "shape-only":
             st.info(_("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
                       "`--load-format dummy`. Same compute and memory as the real model; its answers are noise."),
                     icon=":material/info:")
-    except lab.ModelNotPrepared as e:
+    except ModelNotPrepared as e:
         model_error = e
         st.warning(ui.plain(model_error), icon=":material/download:")
         preparing = lab.latest_job("prepare")
@@ -113,7 +148,7 @@ with left:
 
 with right:
     st.subheader(_("Presets from the lab"))
-    for p in lab.presets:
+    for p in PRESETS:
         if st.button(i18n.tr(p.name), help=i18n.tr(p.description), key=f"preset-{p.name}", width="stretch"):
             for k, v in p.changes.items():
                 st.session_state[f"cfg_{k}"] = v
@@ -151,7 +186,8 @@ with c2:
     dtype = st.selectbox(_("Data type"), dtypes, index=1 if not cpu else 0, key="cfg_dtype",
                          help=_("Number format of weights and activations. float16 halves memory vs float32; "
                                 "'auto' uses the model's own."))
-    max_seqs = st.number_input(_("Max requests in a batch (max-num-seqs)"), 0, lab.max_num_seqs_limit, 0,
+    # no hard bounds of Streamlit's: the engine's check refuses in its sentence (under the settings)
+    max_seqs = st.number_input(_("Max requests in a batch (max-num-seqs)"), value=0, step=1,
                                key="cfg_max_num_seqs",
                                help=_("Upper limit on requests decoded together. 0 keeps vLLM's default."))
     port = st.number_input(_("Port"), 1024, 65535, lab.server_port, disabled=True,
@@ -164,7 +200,7 @@ with c3:
     prefix = st.selectbox(_("Prefix caching"), prefixes, key="cfg_prefix", format_func=i18n.shown(prefixes),
                           help=_("Reuse the KV cache of a shared prompt prefix across requests."))
 
-gpu_names = lab.gpu_choices()
+gpu_names = gpu_choices()
 with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded=len(gpu_names) > 1):
     if cpu:
         st.caption(_("No NVIDIA GPU here: vLLM's CPU build runs on one machine's cores, so these stay at 1."))
@@ -174,13 +210,13 @@ with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded
                             help=_("Leave empty to let vLLM see every GPU; pick some to keep others free."))
     most = max(1, len(picked) or len(gpu_names))
     g1, g2, g3 = st.columns(3)
-    tp = g1.number_input(_("Tensor parallel size"), 1, most, 1, key="cfg_tp", disabled=cpu or most == 1,
+    tp = g1.number_input(_("Tensor parallel size"), value=1, step=1, key="cfg_tp", disabled=cpu or most == 1,
                          help=_("Split every layer of the model over this many GPUs (fast links inside one "
                                 "machine): more memory for the KV cache, each step a little slower to sync."))
-    pp = g2.number_input(_("Pipeline parallel size"), 1, most, 1, key="cfg_pp", disabled=cpu or most == 1,
+    pp = g2.number_input(_("Pipeline parallel size"), value=1, step=1, key="cfg_pp", disabled=cpu or most == 1,
                          help=_("Split the model by groups of layers over this many GPUs (vLLM's way across "
                                 "machines)."))
-    dp = g3.number_input(_("Data parallel size"), 1, most, 1, key="cfg_dp", disabled=cpu or most == 1,
+    dp = g3.number_input(_("Data parallel size"), value=1, step=1, key="cfg_dp", disabled=cpu or most == 1,
                          help=_("Whole copies of the model, each serving its share of the requests: more "
                                 "throughput, the same latency per request."))
     if not cpu:
@@ -194,8 +230,8 @@ with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded
                       "then connect to the head's server by URL."))
         head = st.text_input(_("Head machine's address"), key="cluster_head", placeholder="10.0.0.1")
         n1, n2 = st.columns(2)
-        nodes = n1.number_input(_("Machines"), 1, 64, 2, key="cluster_nodes")
-        per_node = n2.number_input(_("GPUs per machine"), 1, 16, len(gpu_names) or 8, key="cluster_gpus")
+        nodes = n1.number_input(_("Machines"), value=2, step=1, key="cluster_nodes")
+        per_node = n2.number_input(_("GPUs per machine"), value=len(gpu_names) or 8, step=1, key="cluster_gpus")
 
 with st.expander(_("Advanced: API key, served name, extra flags")):
     api_key = st.text_input(_("API key (clients must send it)"), type="password", key="cfg_api_key")
@@ -207,8 +243,8 @@ with st.expander(_("Advanced: API key, served name, extra flags")):
 cfg, cfg_error = None, model_error
 if spec:
     try:
-        cfg = lab.server_config(
-            spec, extra_text,
+        cfg = checked(
+            lab.default_config(spec), extra_text, spec.max_len,
             max_model_len=int(max_len), gpu_memory_utilization=float(mem_frac), cpu_kvcache_gib=int(kv_gib),
             dtype=dtype, max_num_seqs=int(max_seqs) or None, enforce_eager=eager,
             enable_prefix_caching={"on": True, "off": False}.get(prefix), tensor_parallel_size=int(tp),
@@ -220,7 +256,7 @@ if spec:
         st.error(ui.plain(cfg_error), icon=":material/error:")
 
 if cfg and spec:
-    fit = lab.fit_check(cfg, spec)
+    fit = fit_check(cfg, spec, lab.device)
     show = {"ok": st.success, "warn": st.warning, "error": st.error}[fit.level]
     show(ui.plain(_("Fit check: {result}", result=fit.message)), icon=":material/memory:")
     if lab.server_snapshot().state in (STARTING, READY):
@@ -231,7 +267,7 @@ if cfg and spec:
     if head:
         with cluster_box:  # drawn here, where the settings are known
             try:
-                for node in lab.cluster_commands(cfg, head, int(nodes), int(per_node)):
+                for node in ray_commands(cfg, head, int(nodes), int(per_node)):
                     st.markdown(_("**On {where}:**", where=i18n.tr(node.where)))
                     st.code(node.command, language="bash")
             except LabError as e:
@@ -243,39 +279,41 @@ state = lab.server_snapshot().state  # the buttons are drawn for this state; the
 # Connected to a server at a URL: the app neither starts nor stops it, nor its own meanwhile.
 elsewhere = (_("Connected to {url}: the app does not start or stop a server it did not start. Disconnect above to "
                "run a server here.", url=remote.url) if remote else None)
-if elsewhere:
-    st.info(ui.plain(elsewhere), icon=":material/link:")
-if leftover := lab.leftovers():
-    st.warning(ui.plain(leftover), icon=":material/memory:")
-    if st.button(_("Clear leftovers"), icon=":material/cleaning_services:", disabled=not may):
-        if cleared := ui.act(lab, lab.clear_leftovers):
-            st.toast(ui.plain(cleared))
-        st.rerun()
-if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):
-    st.info(ui.plain(foreign), icon=":material/info:")
-if state not in (STARTING, READY) and not remote and (other := lab.servers_on_other_ports()):
-    st.info(ui.plain(other), icon=":material/dns:")
-b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
-if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
-             disabled=not may or cfg is None or state in (STARTING, READY) or remote is not None, help=elsewhere):
-    ui.act(lab, lab.start_server, cfg, spec, rerun=True)
-if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY),
-             help=elsewhere):
-    with st.spinner(_("Stopping vLLM and every process it started…")):
-        ui.act(lab, lab.stop_server, rerun=True)
-if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
-             disabled=not may or cfg is None or state not in (READY, FAILED) or remote is not None, help=elsewhere):
-    with st.spinner(_("Stopping the old server…")):
-        ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
-if not may:
-    st.caption(ui.plain(lab.access.why_not()))
+with first_screen:
+    status_slot = st.container()  # the state and headline numbers, above the buttons
+    b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
+    if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
+                 disabled=not may or cfg is None or state in (STARTING, READY) or remote is not None, help=elsewhere):
+        ui.act(lab, lab.start_server, cfg, spec, rerun=True)
+    if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY),
+                 help=elsewhere):
+        with st.spinner(_("Stopping vLLM and every process it started…")):
+            ui.act(lab, lab.stop_server, rerun=True)
+    if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
+                 disabled=not may or cfg is None or state not in (READY, FAILED) or remote is not None, help=elsewhere):
+        with st.spinner(_("Stopping the old server…")):
+            ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
+    if not may:
+        st.caption(ui.plain(lab.access.why_not()))
+    if elsewhere:
+        st.info(ui.plain(elsewhere), icon=":material/link:")
+    if leftover := lab.leftovers():
+        st.warning(ui.plain(leftover), icon=":material/memory:")
+        if st.button(_("Clear leftovers"), icon=":material/cleaning_services:", disabled=not may):
+            if cleared := ui.act(lab, lab.clear_leftovers):
+                st.toast(ui.plain(cleared))
+            st.rerun()
+    if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):
+        st.info(ui.plain(foreign), icon=":material/info:")
+    if state not in (STARTING, READY) and not remote and (other := lab.servers_on_other_ports()):
+        st.info(ui.plain(other), icon=":material/dns:")
 
 
 @st.fragment(run_every=1)
 def live_status() -> None:
+    """The first screen's line: state, stage, time, and the KV cache's capacity and use."""
     s = lab.server_snapshot()
-    st.subheader(_("Status"))
-    cols = st.columns(4)
+    cols = st.columns([1, 1.3, 1, 1.4, 1.4, 1.2])
     state_label = ui.STATE_BADGE.get(s.state, (None, s.state))[1]  # msgids of ui.py
     cols[0].metric(_("State"), _(state_label) if state_label else "–")
     cols[1].metric(_("Stage"), i18n.tr(s.stage) or "–")
@@ -285,33 +323,39 @@ def live_status() -> None:
                        ui.fmt_s(up) if up is None or up < 120 else _("{minutes} min", minutes=number(up / 60)))
     else:
         cols[2].metric(_("Start → ready") if s.ready_at else _("Elapsed"), ui.fmt_s(s.elapsed))
-    cols[3].metric(_("PID"), s.pid or "–")
-    if s.adopted:
-        st.caption(_("This server was started before the app restarted; the app found it and took it over."))
-    if s.notice:
-        st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
+    # the live /metrics: the blocks vLLM allocated (cache_config_info), how full they are, the preemptions
+    live = (lab.monitor.latest_sample().metrics if s.state == READY and lab.monitor.latest_sample() else {})
+    blocks, size = live.get("kv_blocks"), live.get("kv_block_size")
+    cols[3].metric(_("KV cache capacity"),
+                   _("{tokens} tokens", tokens=number(s.kv_cache_tokens)) if s.kv_cache_tokens else "–",
+                   delta=_("{blocks} blocks of {size}", blocks=number(blocks), size=number(size)) if blocks and size
+                   else None, delta_color="off",
+                   help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
+    mml = s.config.max_model_len if s.config else None
+    cols[4].metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
+                   f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
+                   help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
+    cols[5].metric(_("KV cache in use"), f"{live['kv_usage']:.0%}" if "kv_usage" in live else "–",
+                   delta=_("{n} preempted since start", n=number(live["preemptions_total"]))
+                   if "preemptions_total" in live else None, delta_color="off",
+                   help=_("The share of the cache's blocks requests hold now (vLLM's /metrics); a preempted request "
+                          "lost its blocks to make room and started again."))
     if s.state == STARTING:
-        st.progress(lab.startup_fraction(s.stage), text=f"{i18n.tr(s.stage)}…")
+        st.progress(startup_fraction(s.stage), text=f"{i18n.tr(s.stage)}…")
     if s.state == FAILED and s.error:
         st.error(ui.plain(s.error), icon=":material/error:")
-    k1, k2, k3 = st.columns(3)
-    # the live /metrics: the blocks vLLM allocated (cache_config_info), how full they are, the preemptions
-    live = (lab.latest_sample().metrics if s.state == READY and lab.latest_sample() else {})
-    blocks, size = live.get("kv_blocks"), live.get("kv_block_size")
-    k1.metric(_("KV cache capacity"),
-              _("{tokens} tokens", tokens=number(s.kv_cache_tokens)) if s.kv_cache_tokens else "–",
-              delta=_("{blocks} blocks of {size}", blocks=number(blocks), size=number(size)) if blocks and size
-              else None, delta_color="off",
-              help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
-    mml = s.config.max_model_len if s.config else None
-    k2.metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
-              f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
-              help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
-    k3.metric(_("KV cache in use"), f"{live['kv_usage']:.0%}" if "kv_usage" in live else "–",
-              delta=_("{n} preempted since start", n=number(live["preemptions_total"]))
-              if "preemptions_total" in live else None, delta_color="off",
-              help=_("The share of the cache's blocks requests hold now (vLLM's /metrics); a preempted request "
-                     "lost its blocks to make room and started again."))
+    if s.notice:
+        st.warning(ui.plain(s.notice), icon=":material/cleaning_services:")
+    if s.adopted and s.started_by:  # who started it: this app before a restart, another app, the CLI
+        st.caption(ui.plain(s.started_by))
+
+
+@st.fragment(run_every=1)
+def live_log() -> None:
+    """Below the settings: the running server's own command, its PID and the tail of its log."""
+    s = lab.server_snapshot()
+    st.subheader(_("Status"))
+    st.metric(_("PID"), s.pid or "–")
     if s.command and s.state != "stopped":
         with st.expander(_("Command of the running server")):
             st.code(s.command, language="bash")
@@ -320,4 +364,6 @@ def live_status() -> None:
 
 
 if remote is None:  # our own server's state, stage and log; an attached one shows its own above
-    live_status()
+    with status_slot:
+        live_status()
+    live_log()

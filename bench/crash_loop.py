@@ -38,9 +38,9 @@ APP = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {root!r})
     from engine.serving import models
-    from engine.measure import prompts
+    from engine.measure.workloads import prompts
     from engine.lab import Lab
-    from engine.measure.spec import LoadSpec
+    from engine.measure.load.spec import LoadSpec
     lab = Lab(port={port})
     snap = lab.server.snapshot()
     print(json.dumps({{"state": snap.state, "notice": snap.notice, "adopted": snap.adopted}}), flush=True)

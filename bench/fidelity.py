@@ -1,4 +1,4 @@
-"""Fidelity: does engine.measure.loadgen measure what `vllm bench serve` measures, on the same server and
+"""Fidelity: does engine.measure.load.loadgen measure what `vllm bench serve` measures, on the same server and
 workload? Runs both at each concurrency and tabulates output throughput and TTFT side by side.
 
 Workload (vLLM's usual serving benchmark): the `random` dataset, 32 input and 256 output tokens,
@@ -12,6 +12,19 @@ and level so that neither run hits prefix-cache blocks the other left behind.
     python bench/fidelity.py --base-url http://127.0.0.1:8011 --concurrency 1 8 32 \
         --out bench/results/fidelity-cpu.md
 
+With --dataset FILE (issue #20) both sides send the same prompts from a dataset file instead, over
+/v1/chat/completions (the server applies the chat template for both), ignore_eos and --output-len tokens each:
+our side through engine.measure.workloads.datasets (parse, then plan), `vllm bench serve` through its `custom`
+dataset (`--dataset-name custom --skip-chat-template --disable-shuffle --custom-output-len`). vLLM reads
+only JSONL with a "prompt" field, so its side gets a temp JSONL of exactly the rows ours sends, in the same
+order (any file our parser reads works: JSONL, JSON, CSV, ShareGPT). Each (level, repeat) takes its own
+slice of the file (a seeded shuffle, then consecutive slices); both sides send that slice, who goes first
+alternates, and the server's prefix-cache hits per run are recorded (a second sender may hit blocks the
+first left).
+
+    python bench/fidelity.py --base-url http://127.0.0.1:18500 --dataset examples/workloads/chat-prompts.jsonl \
+        --concurrency 1 8 --repeats 2 --output-len 64 --min-prompts 16 --out bench/results/fidelity-dataset-cpu.md
+
 With --synthetic both clients instead face tests/fakes.py in its own process: a server that streams
 every answer at a fixed pace (--chunk-delay) and never slows down, so any shortfall is the
 client's. That probes high concurrency on a small machine; the tokenizer still comes from
@@ -21,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import random
 import resource
 import statistics
 import subprocess
@@ -38,8 +53,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.measure.loadgen import client_name, run_load  # noqa: E402
-from engine.measure.spec import LoadSpec  # noqa: E402
+from engine.measure.load.loadgen import client_name, run_load  # noqa: E402
+from engine.measure.load.spec import LoadSpec  # noqa: E402
+from engine.measure.workloads import datasets  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 
 VLLM_BENCH = ("import sys\n"
@@ -76,6 +92,42 @@ def bench_argv(a: argparse.Namespace, model: str, tokenizer: str, c: int, n: int
             "--num-prompts", str(n), "--max-concurrency", str(c), "--request-rate", "inf",
             "--ignore-eos", "--temperature", str(a.temperature), "--seed", str(seed),
             "--num-warmups", str(warmups(a, c)), "--disable-tqdm"]
+
+
+def dataset_argv(a: argparse.Namespace, model: str, tokenizer: str, c: int, n: int, path: Path) -> list[str]:
+    """`vllm bench serve` arguments for one level of --dataset: its custom dataset, the file's rows as given."""
+    return ["--backend", "openai-chat", "--base-url", a.base_url, "--endpoint", "/v1/chat/completions",
+            "--model", model, "--tokenizer", tokenizer, "--dataset-name", "custom", "--dataset-path", str(path),
+            "--custom-output-len", str(a.output_len), "--skip-chat-template", "--disable-shuffle",
+            "--num-prompts", str(n), "--max-concurrency", str(c), "--request-rate", "inf",
+            "--ignore-eos", "--temperature", str(a.temperature), "--seed", str(a.seed),
+            "--num-warmups", str(warmups(a, c)), "--disable-tqdm"]
+
+
+def dataset_slice(ds: datasets.Dataset, k: int, n: int, seed: int) -> datasets.Dataset:
+    """Slice k (n rows) of the file after a seeded shuffle; wraps around when the file runs out."""
+    order = list(range(len(ds.rows)))
+    random.Random(seed).shuffle(order)
+    rows = tuple(ds.rows[order[(k * n + j) % len(order)]] for j in range(n))
+    return dataclasses.replace(ds, rows=rows)
+
+
+def vllm_custom_file(plan_prompts: list[str], d: Path, tag: str) -> Path:
+    """The rows our side sends, as the JSONL with a "prompt" field that vLLM's custom dataset reads."""
+    path = d / f"{tag}.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in plan_prompts))
+    return path
+
+
+def prefix_hits(base_url: str) -> float | None:
+    """The server's prefix-cache hit tokens so far (vLLM's /metrics), None when it has no such counter."""
+    try:
+        text = httpx.get(f"{base_url}/metrics", timeout=10, trust_env=False).text
+    except httpx.HTTPError:
+        return None
+    vals = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("vllm:prefix_cache_hits_total")]
+    return sum(vals) if vals else None
 
 
 def warmups(a: argparse.Namespace, c: int) -> int:
@@ -118,11 +170,14 @@ def run_vllm_bench(argv: list[str], log: Path) -> dict[str, Any]:
         return json.loads((Path(d) / "r.json").read_text())
 
 
-def run_ours(a: argparse.Namespace, model: str, prompts: list[str], c: int) -> dict[str, Any]:
+def run_ours(a: argparse.Namespace, model: str, prompts: list[str], c: int,
+             plan: Any = None) -> dict[str, Any]:
     spec = LoadSpec(base_url=a.base_url, model=model, prompts=prompts, shape="concurrency", concurrency=c,
                     num_requests=len(prompts), max_tokens=a.output_len, ignore_eos=True,
-                    temperature=a.temperature, warmup=warmups(a, c), endpoint="completions",
-                    workers=a.workers, label=f"loadgen c={c}")
+                    temperature=a.temperature, warmup=warmups(a, c),
+                    endpoint="chat" if plan is not None else "completions",
+                    workers=a.workers, label=f"loadgen c={c}",
+                    workload=plan.summary if plan is not None else None)
     before = _cpu_s()
     res = run_load(spec)
     s = res.summary.to_dict()
@@ -138,7 +193,8 @@ def _cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log: Path) -> dict[str, Any]:
+def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log: Path,
+          ds: datasets.Dataset | None = None, tmp: Path | None = None) -> dict[str, Any]:
     """Both clients at one concurrency, `repeats` times each, interleaved (who goes first alternates)
     so that drift on a shared machine hits both alike. Every run draws fresh prompts: no run can
     hit prefix-cache blocks another left behind."""
@@ -149,14 +205,24 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
         seed = a.seed + 100 * i + 2 * r
         order = ("ours", "vllm") if (i + r) % 2 == 0 else ("vllm", "ours")
         orders.append(order[0])
+        if ds is not None and tmp is not None:  # one slice of the file for both sides of this repeat
+            plan = datasets.plan(dataset_slice(ds, i * a.repeats + r, n, a.seed), max_tokens=a.output_len)
+            vfile = vllm_custom_file(plan.prompts, tmp, f"c{c}-r{r}")
         for who in order:
             print(f"  concurrency {c}, run {r + 1}/{a.repeats}: {who} ({n} prompts)...", flush=True)
-            if who == "ours":
+            hits = prefix_hits(a.base_url) if ds is not None else None
+            if ds is not None and who == "ours":
+                runs["ours"].append(_pick(run_ours(a, model, plan.prompts, c, plan)))
+            elif ds is not None:
+                runs["vllm"].append(_pick(run_vllm_bench(dataset_argv(a, model, tokenizer, c, n, vfile), log)))
+            elif who == "ours":
                 prompts = random_prompts(bench_argv(a, model, tokenizer, c, n, seed + 1))
                 runs["ours"].append(_pick(run_ours(a, model, prompts, c)))
             else:
                 runs["vllm"].append(_pick(run_vllm_bench(bench_argv(a, model, tokenizer, c, n, seed), log)))
             got = runs[who][-1]
+            if hits is not None and (after := prefix_hits(a.base_url)) is not None:
+                got["prefix_cache_hit_tokens"] = after - hits
             print(f"    {_f(got.get('output_throughput'))} tok/s, TTFT mean {_f(got.get('mean_ttft_ms'))} ms",
                   flush=True)
     ours, vb = _median(runs["ours"]), _median(runs["vllm"])
@@ -166,7 +232,7 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
             "client_us_per_token": ours.get("client_us_per_token"), "client_workers": ours.get("client_workers")}
 
 
-_KEYS = ("completed", "failed", "duration", "total_output_tokens", "output_throughput", "mean_ttft_ms",
+_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "output_throughput", "mean_ttft_ms",
          "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "client_cpu_s",
          "client_us_per_token", "client_workers")
 
@@ -196,16 +262,23 @@ def _f(x: Any, fmt: str = ".1f") -> str:
 def markdown(report: dict[str, Any]) -> str:
     hw = report["hardware"]
     lines = [
-        f"# Fidelity: engine.measure.loadgen vs `vllm bench serve` ({report['date']})", "",
+        f"# Fidelity: engine.measure.load.loadgen vs `vllm bench serve` ({report['date']})", "",
         f"- Hardware: {hw['summary']} (CPU: {hw['cpu'].get('model')}, {hw['cpu'].get('cores_logical')} logical cores)",
         (f"- Server: tests/fakes.py, one chunk every {report['synthetic_chunk_delay_s'] * 1000:g} ms per answer "
          "(never slows down: a shortfall is the client's); client and server share the machine"
          if report.get("synthetic_chunk_delay_s") else
          f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
          f"model `{report['model']}` at {report['base_url']}; client and server share the machine"),
-        f"- Workload: random dataset, {report['input_len']} input / {report['output_len']} output tokens, "
-        f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency",
-        f"- Client: {report['client']}", "",
+        (f"- Workload: dataset file `{report['dataset']['file']}` ({report['dataset']['rows']} rows, sha256 "
+         f"{report['dataset']['sha256'][:12]}), the same prompts on both sides: ours through "
+         "engine.measure.workloads.datasets, vllm bench through `--dataset-name custom` (a temp JSONL of the same "
+         f"rows, `--skip-chat-template --disable-shuffle`); {report['output_len']} output tokens, ignore_eos, "
+         f"/v1/chat/completions, temperature {report['temperature']}, all queued, capped at the concurrency"
+         if report.get("dataset") else
+         f"- Workload: random dataset, {report['input_len']} input / {report['output_len']} output tokens, "
+         f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency"),
+        f"- Client: {report['client']}",
+        f"- Command: `{report.get('command', 'python bench/fidelity.py')}`", "",
         "| concurrency | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | "
         "loadgen TTFT mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | loadgen CPU µs/token | "
         "loadgen processes |",
@@ -219,6 +292,21 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_f(o.get('mean_ttft_ms'))} | {_f(r['ttft_ratio'], '.3f')} | {_f(v.get('mean_tpot_ms'))} | "
             f"{_f(o.get('mean_tpot_ms'))} | {_f(r['client_us_per_token'], '.0f')} | {_f(r['client_workers'], '.0f')} |")
     worst = min((r["throughput_ratio"] for r in report["levels"] if r["throughput_ratio"]), default=None)
+    if report.get("dataset"):
+        lines += ["", "Per run (prefix-cache hit tokens: the server's counter over that run; the side that "
+                  "went second in a repeat sends prompts the first already sent):", "",
+                  "| concurrency | repeat | side | first? | tok/s | TTFT mean ms | input tokens | prefix-cache hit tokens |",
+                  "|---:|---:|---|---|---:|---:|---:|---:|"]
+        for r in report["levels"]:
+            for who in ("vllm", "ours"):
+                for k, run in enumerate(r["runs"][who]):
+                    lines.append(f"| {r['concurrency']} | {k + 1} | {'vllm bench' if who == 'vllm' else 'loadgen'} | "
+                                 f"{'yes' if r['first'][k] == who else 'no'} | {_f(run.get('output_throughput'))} | "
+                                 f"{_f(run.get('mean_ttft_ms'))} | {_f(run.get('total_input_tokens'), '.0f')} | "
+                                 f"{_f(run.get('prefix_cache_hit_tokens'), '.0f')} |")
+        worst_ttft = max((r["ttft_ratio"] for r in report["levels"] if r["ttft_ratio"]), default=None)
+        lines += ["", f"Highest TTFT ratio (loadgen / vllm bench; above 1 means ours saw slower first tokens): "
+                  f"{_f(worst_ttft, '.3f')}."]
     lines += ["", f"Medians over {report['repeats']} interleaved run(s) per side and level (who went first "
               "alternates); ratio = loadgen / vllm bench (TTFT: lower is better). "
               f"Lowest throughput ratio: {_f(worst, '.3f')} (target >= {TARGET_RATIO})."]
@@ -246,6 +334,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--seed", type=int, default=1000)
     p.add_argument("--tokenizer", default=None, help="tokenizer for the random prompts (default: the server's model)")
+    p.add_argument("--dataset", type=Path, default=None,
+                   help="send this dataset file's prompts on both sides (JSONL/JSON/CSV/ShareGPT) instead of random")
     p.add_argument("--synthetic", action="store_true", help="measure against a paced fake server (client keep-up)")
     p.add_argument("--chunk-delay", type=float, default=0.02, help="--synthetic: seconds between chunks of an answer")
     p.add_argument("--log", type=Path, default=None, help="where vllm bench's own output goes (default: a temp file)")
@@ -269,13 +359,22 @@ def main(argv: list[str] | None = None) -> int:
             model, root = served_model(a.base_url)
             tokenizer = a.tokenizer or root
             print(f"fidelity against {a.base_url} [{model}], vllm bench output -> {log}", flush=True)
+        ds = None
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fidelity-dataset-")))
+        if a.dataset:
+            ds = datasets.parse(a.dataset.read_bytes(), a.dataset.name)
+            print(f"dataset {a.dataset}: {len(ds.rows)} rows ({ds.layout}); vLLM's side reads temp JSONL copies "
+                  f"of the same rows in {tmp}", flush=True)
         report = {"date": time.strftime("%Y-%m-%d %H:%M"), "base_url": a.base_url, "model": model,
                   "synthetic_chunk_delay_s": a.chunk_delay if a.synthetic else None,
                   "input_len": a.input_len, "output_len": a.output_len, "repeats": a.repeats,
                   "temperature": a.temperature, "hardware": hardware.describe(), "versions": hardware.versions(),
-                  "client": client_name(), "levels": []}
+                  "client": client_name(), "levels": [],
+                  "dataset": {"file": str(a.dataset), "rows": len(ds.rows), "layout": ds.layout, "sha256": ds.sha256}
+                  if ds is not None else None,
+                  "command": "python bench/fidelity.py " + " ".join(sys.argv[1:] if argv is None else argv)}
         for i, c in enumerate(a.concurrency):
-            report["levels"].append(level(a, model, tokenizer, c, i, log))
+            report["levels"].append(level(a, model, tokenizer, c, i, log, ds, tmp))
             save(report, a.out)  # after every level: a run cut short keeps what it measured
     print(markdown(report))
     return 0

@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.measure import prompts as lab_prompts  # noqa: E402
+from engine.measure.workloads import prompts as lab_prompts  # noqa: E402
 
 
 def sh(cmd: str) -> str:
@@ -42,8 +42,8 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
 
     if a.worker:
-        from engine.measure.naive import run_naive
-        from engine.measure.scenarios import SCENARIOS
+        from engine.measure.baseline.naive import run_naive
+        from engine.measure.workloads.scenarios import SCENARIOS
 
         t = time.perf_counter()
         r = run_naive(SCENARIOS["naive-5"].naive_spec(a.model, random_weights=True, dtype=a.dtype, device=a.device))
@@ -56,7 +56,7 @@ def main() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.generation.streamers import BaseStreamer
 
-    from engine.measure.naive_worker import make_clock
+    from engine.measure.baseline.naive_worker import make_clock
 
     report: dict = {"host": {
         "cpu": sh("lscpu | grep -E 'Model name|^CPU\\(s\\)|MHz'"), "affinity": len(os.sched_getaffinity(0)),

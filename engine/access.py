@@ -1,13 +1,5 @@
-"""Who may act. Watching is open to every viewer; anything that changes state or costs compute is
-checked here, inside the engine, against the presenter token (the pages' disabled buttons are a
-courtesy, not the guard).
-
-- A token set (SERVING_LAB_PRESENTER_TOKEN): only a caller who presents it may act. Tokens are
-  compared in constant time, and wrong ones are throttled per caller and across all callers, so a
-  room cannot guess it by brute force.
-- No token, app on loopback (a laptop): everyone may act.
-- No token, app reachable from the network: nobody may act until a token is set.
-"""
+"""Who may act: every state-changing action is checked here against the presenter token.
+See docs/internals.md#access."""
 from __future__ import annotations
 
 import hmac

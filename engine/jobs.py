@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.errors import LabError, ServerBusy
-from engine.measure.progress import Progress, RunPlan, Totals
+from engine.measure.load.progress import Progress, RunPlan, Totals
 from engine.messages import Message, mark, say
-from engine.results.records import RequestRecord
+from engine.results.records import RequestRecord, RunResult
 
 # A job's status, also its last stage when it ends: phrases a page shows (mark), equal to their English.
 RUNNING, DONE, FAILED, CANCELLED = mark("running"), mark("done"), mark("failed"), mark("cancelled")
@@ -44,6 +44,12 @@ class Job(Progress):
     # two runs measured at once (Runner.side_by_side): each side's own live records, by name ("A", "B")
     sides: dict = field(default_factory=dict)
     parent: "Job | None" = field(default=None, repr=False)
+    scenario: str = ""  # the run's scenario (a load test's): which page's job it is
+    # A load test's warm-up (not counted): its requests and those finished so far; `warming` until the measured
+    # part's clock starts, so a live view can tell the warm-up from the run it measures
+    warmup_total: int = 0
+    warmup_done: int = 0
+    warming: bool = False
 
     @property
     def active(self) -> bool:
@@ -53,11 +59,13 @@ class Job(Progress):
     def progress(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
 
-    # -- the progress protocol (engine.measure.progress.Progress) ------------------------------
+    # -- the progress protocol (engine.measure.load.progress.Progress) ------------------------------
     def on_start(self, plan: RunPlan) -> None:
         """A measured run begins: the live view starts afresh (a sweep's next level)."""
         self.records, self.in_flight = [], {}
         self.run_start = time.time()
+        self.warmup_total, self.warmup_done = plan.warmup or 0, 0
+        self.warming = self.warmup_total > 0  # until on_clock: the measured part begins
         if not self.steps:
             self.total, self.done = plan.total or self.total, 0
         if self.parent is not None:
@@ -80,6 +88,7 @@ class Job(Progress):
 
     def on_clock(self, started_at: float) -> None:
         self.run_start = started_at
+        self.warming = False
 
     def on_step(self, done: int, total: int, text: str) -> None:
         self.steps = True  # progress now counts runs (levels, configurations), not requests
@@ -96,9 +105,10 @@ class Job(Progress):
             self.in_flight[record.index] = record
 
     def on_request_done(self, record: RequestRecord, totals: Totals | None = None) -> None:
-        self.in_flight.pop(record.index, None)
-        if record.warmup:
+        if record.warmup:  # its index is the warm-up's own: never a measured request's
+            self.warmup_done += 1
             return
+        self.in_flight.pop(record.index, None)
         self.records.append(record)
         if not self.steps:
             self.done = len(self.records)
@@ -108,6 +118,23 @@ class Job(Progress):
     def live_records(self) -> list[RequestRecord]:
         """Finished and in-flight requests, for a timeline drawn while the run goes on."""
         return list(self.records) + list(self.in_flight.values())
+
+    def live_run(self) -> tuple[RunResult, float]:
+        """A running load test's requests so far (finished and in flight) as a run for the charts, and
+        the seconds since it began sending (where the timeline's in-flight bars end)."""
+        partial = RunResult(kind="vllm", scenario="live", label=self.label, records=self.live_records(),
+                            duration=0, started_at=self.started_at)
+        return partial, time.time() - (self.run_start or self.started_at)
+
+    def live_pair(self) -> tuple[list[RunResult], float]:
+        """A side-by-side job's two sides so far (finished and in-flight requests, or each side's run once
+        it ended) as runs for the charts, A first, and the seconds since their shared clock started."""
+        runs = [side.result if isinstance(side.result, RunResult) else
+                RunResult(kind="vllm", scenario="live", label=side.label, records=side.live_records(),
+                          duration=0, started_at=side.run_start or self.started_at)
+                for _, side in sorted(self.sides.items())]
+        start = min((s.run_start for s in self.sides.values() if s.run_start), default=None)
+        return runs, max(0.0, time.time() - start) if start else 0.0
 
 
 class JobManager:
@@ -119,13 +146,13 @@ class JobManager:
         self._lanes: dict[str, Job] = {}
         self._lock = threading.Lock()
 
-    def submit(self, kind: str, label: str, fn: Callable[[Job], Any], lane: str = "gpu") -> Job:
+    def submit(self, kind: str, label: str, fn: Callable[[Job], Any], lane: str = "gpu", scenario: str = "") -> Job:
         with self._lock:
             busy = self._lanes.get(lane)
             if busy is not None and busy.active:
                 raise ServerBusy(say("'{label}' is still running: wait for it to finish or cancel it first.",
                                      label=busy.label))
-            job = Job(kind=kind, label=label)
+            job = Job(kind=kind, label=label, scenario=scenario)
             self._jobs.append(job)
             self._lanes[lane] = job
         threading.Thread(target=self._run, args=(job, fn), daemon=True, name=f"job-{kind}-{job.id}").start()
@@ -149,10 +176,11 @@ class JobManager:
         with self._lock:
             return next((j for j in self._jobs if j.id == job_id), None)
 
-    def latest(self, kind: str | None = None) -> Job | None:
+    def latest(self, kind: str | None = None, scenario: str | tuple[str, ...] = "") -> Job | None:
+        """The newest job of `kind` whose scenario starts with `scenario` (one prefix or several)."""
         with self._lock:
             for j in reversed(self._jobs):
-                if kind is None or j.kind == kind:
+                if (kind is None or j.kind == kind) and j.scenario.startswith(scenario):
                     return j
         return None
 

@@ -1,11 +1,5 @@
-"""Sentences the engine says to a person, in English where they are made and in the viewer's language
-where they are shown (issue #11; see i18n.py for the UI's side).
-
-The engine writes `say("Port {port} is already in use…", port=port)`: a Message, which is a str (the
-English sentence: what the CLI prints, logs and records keep, and what comparisons see) that also
-remembers its template and values. `translate(text, lang)` looks the template up in the gettext
-catalogue of `lang` and fills in the same values, translating values that are Messages themselves.
-`pybabel extract` finds the templates by the keywords `say` and `say_n` (babel.cfg)."""
+"""Sentences the engine says to a person: `say()` Messages, English where made, translated where shown.
+See docs/internals.md#messages-and-i18n."""
 from __future__ import annotations
 
 import functools
@@ -19,6 +13,19 @@ LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
 
 
+# Placeholders that quote what a person typed (an address, a model id): said shortened when long, so a
+# 5,000-character URL does not become a 5,000-character sentence.
+QUOTED = frozenset({"url", "plain", "model", "first"})
+QUOTE_LIMIT = 120
+
+
+def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """`text` as a sentence quotes it: whole when short, else its start and its end around an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit * 2 // 3]}…{text[-(limit // 4):]}"
+
+
 class Message(str):
     """An English sentence that can be said again in another language."""
 
@@ -28,7 +35,7 @@ class Message(str):
     values: dict
 
     def __new__(cls, template: str, plural: str | None = None, n: int | None = None, values: dict | None = None):
-        values = values or {}
+        values = {k: quoted(v) if k in QUOTED and type(v) is str else v for k, v in (values or {}).items()}
         chosen = plural if plural is not None and n != 1 else template
         if n is not None:
             values = {"n": n, **values}
@@ -53,6 +60,17 @@ def say_n(singular: str, plural: str, n: int, /, **values) -> Message:
 def mark(template: str) -> Message:
     """A fixed phrase defined in a table (a stage name, a preset); compares equal to its English."""
     return Message(template)
+
+
+def seconds(x: float | str, lang: str, digits: int = 1) -> str:
+    """A time in seconds as `lang` writes its unit, one convention per language (4.1 s; 4.1초): a number,
+    or a plotly hover field such as "%{x:.2f}"."""
+    return translate(say("{seconds} s", seconds=x if isinstance(x, str) else f"{x:.{digits}f}"), lang)
+
+
+def duration(x: float, lang: str) -> str:
+    """A short time: milliseconds under a second (a name-like unit in both languages), else seconds."""
+    return f"{x * 1000:.0f} ms" if x < 1 else seconds(x, lang)
 
 
 @functools.cache

@@ -1,18 +1,5 @@
-"""The names of what Serving Lab measures, in one place.
-
-- `METRICS`, the catalogue of a run's summary metrics: each key as `vllm bench serve` writes it in its
-  result file (`output_throughput`, `median_ttft_ms`, ...), with the label a chart shows, its unit and
-  which way is better. `engine.measure.stats` computes these keys, the figures and the History page
-  read them through `metric_info`. Labels and units are Messages (English, said again in the viewer's
-  language with `engine.messages.translate` or the UI's `i18n.tr`).
-- `ALIASES`, the one table of other names a value is found under: vLLM's /metrics (Prometheus) names
-  across versions, which telemetry parses and the metrics chart reads. Read a value with
-  `lookup(mapping, key)`. (A run's own settings have one name each: engine.results.records.Load.)
-
-A leaf: it imports nothing from the rest of engine but engine.messages (itself a leaf), so every layer
-may use it.
-See docs/architecture.md.
-"""
+"""The names of what Serving Lab measures, in one place (a leaf: imports only engine.messages).
+See docs/measuring.md#metrics."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -72,6 +59,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "preemptions_total": ("vllm:num_preemptions_total",),
 }
 PROMETHEUS_PREFIX = "vllm:"
+ANSWER_DEADLINE_S = 10.0  # a GET of /metrics, /v1/models or /version: the whole answer, not each wait
 
 
 def lookup(values: Mapping[str, Any], key: str) -> Any:

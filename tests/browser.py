@@ -12,7 +12,10 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
+from urllib.parse import urlparse
 
 import httpx
 import psutil
@@ -92,12 +95,55 @@ class StreamlitApp:
             return "(no log)"
 
 
+@contextmanager
+def adopting_app(vllm_server, folder: Path, **env: str) -> Iterator[StreamlitApp]:
+    """An app that adopts the session's vLLM server (conftest's vllm_server) from the record VLLMServer wrote in
+    $SERVING_LAB_RUNTIME, as after an app restart; its history in `folder`, `env` on top. With
+    SERVING_LAB_TEST_URL (a server started by hand, no record) a record is written for the local process
+    listening there, and removed afterwards; the test is skipped when no local process listens."""
+    import pytest
+
+    port = urlparse(vllm_server.base_url).port
+    runtime = Path(os.environ["SERVING_LAB_RUNTIME"])
+    written = None
+    if vllm_server.server is None:
+        written = write_adoption_record(runtime, port)
+        if written is None:
+            pytest.skip(f"no local vLLM process listens on port {port} ({vllm_server.base_url}), so the app "
+                        "cannot adopt it: unset SERVING_LAB_TEST_URL to let the fixture start one")
+    else:
+        assert vllm_server.server.record_path.exists(), "the fixture's server left no record to adopt"
+    env = {"SERVING_LAB_VLLM_PORT": str(port), "SERVING_LAB_RUNTIME": str(runtime),
+           "SERVING_LAB_DB": str(folder / "history.sqlite"), **env}
+    try:
+        with StreamlitApp(env, folder / "streamlit.log") as a:
+            yield a
+            print(f"--- streamlit log ---\n{a.log_tail()}")
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)
+
+
 def goto(page, app: StreamlitApp, path: str = "", title: str | None = None, timeout_ms: int = 30000) -> None:
     """Open a page of the app (url path as st.navigation derives it from the file name) and wait for its title."""
     page.goto(f"{app.url}/{path}")
     page.wait_for_selector("[data-testid=stApp]", timeout=timeout_ms)
     if title:
         page.get_by_role("heading", name=title).first.wait_for(timeout=timeout_ms)
+
+
+def settle(page) -> None:
+    """Until Streamlit has finished the run and the page stops growing: charts are drawn after the script
+    ends, and a page's timed fragments keep redrawing (no idle moment to wait for)."""
+    page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=60000)
+    shape = "() => [document.querySelectorAll('.js-plotly-plot .main-svg').length, " \
+            "document.querySelector('[data-testid=stMainBlockContainer]').scrollHeight]"
+    last = None
+    for _ in range(30):
+        page.wait_for_timeout(1000)
+        if (now := page.evaluate(shape)) == last:
+            return
+        last = now
 
 
 def metric(page, label: str):
@@ -109,7 +155,8 @@ def metric(page, label: str):
 
 def button(page, label: str):
     """The button whose label is exactly `label` (its accessible name may start with a material icon's name)."""
-    return page.get_by_role("button", name=re.compile(rf"(^|\s){re.escape(label)}$"))
+    # an optional icon name first ("play_arrow Start"), never other words ("Help for Start": a metric's help)
+    return page.get_by_role("button", name=re.compile(rf"^([a-z_]+\s)?{re.escape(label)}$"))
 
 
 def screenshot(page, name: str) -> Path:

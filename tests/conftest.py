@@ -1,12 +1,21 @@
 """Shared fixtures. One real vLLM (CPU build) server on the embedded model per test session.
 
-The session server is started the way a user's app would start it — by `python -m engine serve` —
+The session server is started the way a user's app would start it — by `python -m engine serve` (with
+--enforce-eager: no test of it is about compilation, and eager starts in ~40 s where compiling takes ~110 s) —
 and then that process is killed with SIGKILL, like an app that crashed. The fixture's VLLMServer
 must find the orphaned server from its record on disk and adopt it: every server test therefore
 also proves the kill-the-app-and-restart path. At the end, stop() must leave no process behind.
 
 Set SERVING_LAB_TEST_URL (and SERVING_LAB_TEST_MODEL) to reuse a server you already run while
-iterating; CI always starts its own."""
+iterating; CI always starts its own.
+
+A vLLM start is what the full suite pays most for (on 2 cores ~40 s eager, ~110 s compiling): a test that
+needs *a* ready server takes `vllm_server`; one that must start its own (crash, adoption, stop, a flag under
+test) starts it --enforce-eager (in the UI: the "Enforce eager" toggle), unless compiling is what it tests.
+
+The quick tier (`make test-quick`, SERVING_LAB_QUICK=1) leaves out every test marked server, e2e or slow
+and every test that asks for the real server or a browser even unmarked (so a missing mark cannot make
+the inner loop slow); the full suite (`make test`, what CI runs) keeps them all."""
 from __future__ import annotations
 
 import os
@@ -29,6 +38,36 @@ from engine.paths import models_dir  # noqa: E402
 os.environ.setdefault("SERVING_LAB_MODELS", str(models_dir()))
 
 
+QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
+NEEDS_REAL_PARTS = {"vllm_server", "browser", "app", "page", "keyed"}  # fixtures that start vLLM or Chromium
+
+
+def _weight(item) -> int:
+    """0: drives a browser; 1: starts or uses a real vLLM server; 2: neither (seconds at most)."""
+    if item.get_closest_marker("e2e"):
+        return 0
+    heavy = any(item.get_closest_marker(m) for m in ("server", "slow"))
+    return 1 if heavy or NEEDS_REAL_PARTS & set(getattr(item, "fixturenames", ())) else 2
+
+
+def pytest_collection_modifyitems(config, items):
+    if not QUICK:
+        # The heaviest files first (a file's tests kept together, in their order): two workers taking a file each
+        # then finish with the quick ones, instead of one worker ending alone on a 5-minute browser test.
+        rank: dict[str, int] = {}
+        for item in items:
+            rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 2), _weight(item))
+        items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable
+        return
+    keep, drop = [], []
+    for item in items:
+        heavy = any(item.get_closest_marker(m) for m in ("server", "e2e", "slow"))
+        heavy = heavy or NEEDS_REAL_PARTS & set(getattr(item, "fixturenames", ()))
+        (drop if heavy else keep).append(item)
+    items[:] = keep
+    config.hook.pytest_deselected(items=drop)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,6 +82,33 @@ def isolated_home(tmp_path_factory):
     return home
 
 
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """The app's own Lab (ui.get_lab, as every page gets it) on a history of this module's, its vLLM port a free
+    one (no server there), for AppTest pages; a module that needs another Lab defines its own `lab`."""
+    d = tmp_path_factory.mktemp("app-lab")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
+        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+        import ui
+
+        ui.get_lab.clear()
+        yield ui.get_lab()
+        ui.get_lab().shutdown()
+        ui.get_lab.clear()
+
+
+def app_page(path: str):
+    """The app through AppTest, switched to the page at `path` (app_pages/...), drawn without an exception."""
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    at.switch_page(path).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 @pytest.fixture(scope="session")
 def embedded_model():
     from engine.serving import models
@@ -53,7 +119,7 @@ def embedded_model():
 def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
     """Start a server through the CLI, wait for 'ready', then SIGKILL the CLI (the 'app')."""
     argv = [sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
-            "--kv-cache-gib", "1", "--max-model-len", "2048"]
+            "--kv-cache-gib", "1", "--max-model-len", "2048", "--enforce-eager"]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.time() + timeout_s
@@ -75,6 +141,8 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
 @pytest.fixture(scope="session")
 def vllm_server(isolated_home):
     """A ready server: SimpleNamespace(base_url, model, port, server (VLLMServer or None), cli_output)."""
+    if QUICK:  # reached through a fixture the collection hook could not see: mark the test instead
+        pytest.fail("the quick tier reached the real vLLM server: mark this test `server`")
     url = os.environ.get("SERVING_LAB_TEST_URL")
     if url:
         yield SimpleNamespace(base_url=url, model=os.environ.get("SERVING_LAB_TEST_MODEL", "smol"), server=None,
@@ -102,6 +170,21 @@ def vllm_server(isolated_home):
         assert not left, f"stop() left processes behind: {left}"
 
 
+@pytest.fixture(scope="module")
+def browser():
+    """One headless Chromium per test module (tests/browser.py); each test opens contexts of its own."""
+    from playwright.sync_api import sync_playwright
+
+    from .browser import CHROMIUM, launch_chromium
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's chromium (or set SERVING_LAB_CHROMIUM)")
+    with sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
 def _family(pid: int | None) -> list[psutil.Process]:
     if not pid:
         return []
@@ -110,3 +193,26 @@ def _family(pid: int | None) -> list[psutil.Process]:
         return [p] + p.children(recursive=True)
     except psutil.Error:
         return []
+
+
+def cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m engine ARGS` run in this process (engine.cli.main, what __main__ calls), as a finished process:
+    its exit code and what it printed. For the many bad-argument cases, each refused before anything starts: a
+    process apiece would spend seconds importing what this one has. An exception main() lets through reads as
+    the traceback a user would see."""
+    import contextlib
+    import io
+    import traceback
+
+    from engine.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as e:  # argparse's usage errors and --help
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        except BaseException:  # noqa: BLE001 - what a user would see as a traceback
+            traceback.print_exc()
+            code = 1
+    return subprocess.CompletedProcess(["python", "-m", "engine", *args], code or 0, out.getvalue(), err.getvalue())

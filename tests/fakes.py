@@ -13,6 +13,14 @@ The request's model name picks the behaviour:
               server goes away: open connections are cut and nothing listens any more
   cached      as ok, its usage saying 4 of its 5 prompt tokens came from the prefix cache
               (prompt_tokens_details.cached_tokens, as vLLM with --enable-prompt-tokens-details)
+  numbered    as ok, each answer's chunks naming the request's serial number (" r3 t0", " r3 t1", ...), so
+              a test can tell which answer a later request carries (multi-turn history)
+Every request's JSON is kept in `bodies`, in arrival order.
+With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
+--max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
+are in flight.
+With endless=True it is a server that answers GET /v1/models (one model, "endless") and then never ends
+any other answer: GET /metrics, GET /version and every completion stream a chunk every 0.2 s forever.
 With metrics=True it also serves GET /metrics: vLLM's vllm:generation_tokens_total, every content
 chunk it has sent (labelled model_name "ok"), and the prefix cache's hits and queries (5 prompt tokens
 looked up per answer, 4 found for "cached"); without, /metrics is a 404, as on a server that is not vLLM.
@@ -54,7 +62,11 @@ def _usage(prompt: int, completion: int, cached: int | None = None) -> dict[str,
 class FakeOpenAIServer:
     """Use as a context manager: `with FakeOpenAIServer() as srv: srv.base_url`."""
 
-    def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002, metrics: bool = False) -> None:
+    def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002, metrics: bool = False,
+                 endless: bool = False, slots: int | None = None) -> None:
+        self.endless = endless
+        self.slots = slots
+        self._slots: asyncio.Semaphore | None = None
         self.die_after = die_after
         self.chunk_delay_s = chunk_delay_s
         self.metrics = metrics  # GET /metrics: vLLM's generation-token counter (else 404, as a non-vLLM server)
@@ -63,6 +75,7 @@ class FakeOpenAIServer:
         self.prefix_hits = self.prefix_queries = 0  # prompt tokens found in / looked up in the prefix cache
         self.requests = 0
         self.last_body: dict[str, Any] = {}  # the last request's JSON
+        self.bodies: list[dict[str, Any]] = []  # every POST's JSON, in arrival order
         self.connections = 0  # accepted so far: shows whether a client reuses its warm-up's connections
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
@@ -91,6 +104,7 @@ class FakeOpenAIServer:
     async def _start(self) -> None:
         # A listen backlog as deep as uvicorn's (vLLM's server): with the default 100, a client opening a few
         # hundred connections at once sees SYNs dropped and 1 s retransmits that a real server would not cause.
+        self._slots = asyncio.Semaphore(self.slots) if self.slots else None
         self._server = await asyncio.start_server(self._handle, sock=self._sock, backlog=2048)
 
     async def _die(self) -> None:
@@ -117,6 +131,8 @@ class FakeOpenAIServer:
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 self.requests += 1
                 self.last_body = body or self.last_body  # a GET (/metrics) has none
+                if body:
+                    self.bodies.append(body)
                 await self._answer(head, body, writer)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
@@ -126,6 +142,9 @@ class FakeOpenAIServer:
 
     async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
         request_line = head.split(b"\r\n", 1)[0]
+        if self.endless:
+            await self._endless(request_line, writer)
+            return
         if self.metrics and request_line.startswith(b"GET /metrics"):
             text = ("# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
                     "# TYPE vllm:generation_tokens_total counter\n"
@@ -167,8 +186,17 @@ class FakeOpenAIServer:
             while True:
                 await asyncio.sleep(0.2 if model == "trickle" else 3600)
                 await send(_chunk(_content(".", chat)))
+        if self._slots is not None:
+            async with self._slots:
+                await self._stream(model, n, chat, send, writer)
+        else:
+            await self._stream(model, n, chat, send, writer)
+
+    async def _stream(self, model: str, n: int, chat: bool, send, writer: asyncio.StreamWriter) -> None:
         sep = b"\r\n\r\n" if model == "crlf" else b"\n\n"
-        texts = [U2028_TEXT] if model == "u2028" else [f" t{i}" for i in range(n)]
+        serial = len(self.bodies)
+        texts = ([U2028_TEXT] if model == "u2028" else [f" r{serial} t{i}" for i in range(n)] if model == "numbered"
+                 else [f" t{i}" for i in range(n)])
         for i, text in enumerate(texts):
             self.generated += 1
             finish = "length" if i == len(texts) - 1 else None
@@ -185,6 +213,25 @@ class FakeOpenAIServer:
         self.completed += 1
 
 
+    async def _endless(self, request_line: bytes, writer: asyncio.StreamWriter) -> None:
+        if request_line.startswith(b"GET /v1/models"):
+            card = json.dumps({"object": "list", "data": [{"id": "endless", "object": "model", "owned_by": "vllm",
+                                                           "max_model_len": 2048}]}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(card)).encode() + b"\r\n\r\n" + card)
+            await writer.drain()
+            return
+        sse = b"completions" in request_line
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + (b"text/event-stream" if sse else b"text/plain")
+                     + b"\r\ntransfer-encoding: chunked\r\n\r\n")
+        while True:  # never idle for a read timeout, never done
+            part = _chunk(_content(" more", b"/chat/" in request_line)) if sse else b"# still sending\n"
+            writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            await writer.drain()
+            self.generated += 1
+            await asyncio.sleep(0.2)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Serve standalone (bench/fidelity.py --synthetic): prints the port, runs until killed.
     A paced "ok" stream is a server that never slows down, to see whether a client keeps up."""
@@ -193,6 +240,7 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description="fake OpenAI SSE server")
     p.add_argument("--chunk-delay", type=float, default=0.02, help="seconds between content chunks")
+    p.add_argument("--endless", action="store_true", help="answer /v1/models, then never end any other answer")
     a = p.parse_args(argv)
     try:
         import uvloop  # type: ignore[import-not-found]
@@ -200,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
-    srv = FakeOpenAIServer(chunk_delay_s=a.chunk_delay)
+    srv = FakeOpenAIServer(chunk_delay_s=a.chunk_delay, endless=a.endless)
     srv._loop = asyncio.new_event_loop()  # after the policy, so it is uvloop's
     srv._thread = threading.Thread(target=srv._loop.run_forever, name="fake-openai", daemon=True)
     with srv:

@@ -10,7 +10,7 @@ import pytest
 from engine import lab as lab_module
 from engine.access import CALLER_FAILURES, ROOM_FAILURES, Access
 from engine.errors import ConfigError, NotPresenter, Throttled
-from engine.measure.chat import ChatLimits, ChatRefused
+from engine.measure.load.chat import ChatLimits, ChatRefused
 from engine.results.store import RunStore
 from engine.serving.config import REFUSED_EXTRA_FLAGS, ServerConfig, refuse_extra_flags
 
@@ -89,7 +89,8 @@ ACTIONS = {  # every state-changing or compute-costing action, with arguments it
     "run_naive": (None,), "cancel_job": ("x",), "import_runs": (b"[]", "f.json"), "delete_runs": (["x"],),
     "import_examples": (), "allow_chat_under_load": (True,), "prepare_model": ("shape-only",),
     "attach": ("http://127.0.0.1:1",), "detach": (), "run_prefix_cache": (None,),
-    "run_side_by_side": ("http://127.0.0.1:1", None),
+    "run_side_by_side": ("http://127.0.0.1:1", None), "connect": ("http://127.0.0.1:1",),
+    "run_slo_search": (None, None, 1, 4),
 }
 
 

@@ -13,9 +13,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import figures
-from engine.cli import summary_table
-from engine.measure import ceiling
-from engine.measure.stats import summarize
+from engine.cli.summary import summary_table
+from engine.measure.judge import ceiling
+from engine.measure.judge.stats import summarize
+from engine.measure.workloads import scenarios
 from engine.messages import translate
 from engine.observe import bandwidth
 from engine.results.records import RequestRecord, RunResult
@@ -208,16 +209,16 @@ def test_a_load_test_on_the_real_server_is_stamped_with_its_ceiling(vllm_server)
         pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
     lab = Lab(port=vllm_server.port)
     try:
-        job = lab.run_load(lab.load_spec("vllm-5-sequential", max_tokens=48))
+        job = lab.run_load(scenarios.get("vllm-5-sequential").load_spec(max_tokens=48))
         deadline = time.time() + 240
         while job.active and time.time() < deadline:
             time.sleep(0.2)
         assert job.status == "done", job.error
-        run = lab.run(job.result.id)
+        run = lab.history.run(job.result.id)
     finally:
         lab.shutdown()
     assert run.extra.weight_bytes == 134_515_008 * 2  # SmolLM2-135M in bf16, its embedding tied to the head
     assert run.hardware["cpu"]["memory_bandwidth"]["source"] == "measured"
-    c = Lab.decode_ceiling(run)
+    c = ceiling.run_ceiling(run)
     assert c is not None and c.measured > 0 and f"{c.bandwidth.gb_s:,.0f} GB/s, measured: copy benchmark" in c.sentence
     print(f"\n{c.sentence}\n{c.why}")  # for the record: pytest -s shows what this machine reached

@@ -4,7 +4,8 @@ import socket
 import pytest
 
 from engine.errors import ConfigError
-from engine.serving.config import PRESETS, ServerConfig, parse_extra_args, port_is_free, preset
+from engine.serving.config import PRESETS, ServerConfig, parse_extra_args, preset
+from engine.serving.server import port_is_free
 
 LAB_MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 

@@ -17,8 +17,8 @@ import pytest
 
 from engine.errors import ServerFailed
 from engine.lab import Lab
-from engine.measure import prompts
-from engine.measure.spec import LoadSpec
+from engine.measure.workloads import prompts
+from engine.measure.load.spec import LoadSpec
 from engine.results.store import RunStore
 from engine.serving import models, proctree
 from engine.serving.config import ServerConfig
@@ -140,8 +140,8 @@ def test_client_processes_die_with_their_app(vllm_server, tmp_path):
     script.write_text(textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from engine.measure.loadgen import run_load
-        from engine.measure.spec import LoadSpec
+        from engine.measure.load.loadgen import run_load
+        from engine.measure.load.spec import LoadSpec
         run_load(LoadSpec(base_url={vllm_server.base_url!r}, model={vllm_server.model!r}, prompts=["Count to 500."],
                           num_requests=400, concurrency=4, workers=2, max_tokens=256, ignore_eos=True))
     """))

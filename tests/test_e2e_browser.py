@@ -19,25 +19,23 @@ import os
 import re
 import time
 from pathlib import Path
-from urllib.parse import urlparse
 
 import psutil
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from .browser import (
     ROOT,
     SCREENSHOTS,
     VIEWPORT,
     StreamlitApp,
+    adopting_app,
     button,
     free_port,
     goto,
     kill_recorded_server,
-    launch_chromium,
     metric,
     screenshot,
-    write_adoption_record,
 )
 
 pytestmark = pytest.mark.e2e
@@ -46,38 +44,10 @@ MAX_TOKENS = 64  # the load test's default is 150; fewer keeps CI quick on a CPU
 
 
 @pytest.fixture(scope="module")
-def browser():
-    if not Path(os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")).exists():
-        pytest.fail("no Chromium at /usr/bin/chromium: `make test` installs Debian's chromium (or set SERVING_LAB_CHROMIUM)")
-    with sync_playwright() as p:
-        b = launch_chromium(p)
-        yield b
-        b.close()
-
-
-@pytest.fixture(scope="module")
 def app(vllm_server, tmp_path_factory):
     """The app, adopting the session's vLLM server; its run history in a temporary file."""
-    port = urlparse(vllm_server.base_url).port
-    runtime = Path(os.environ["SERVING_LAB_RUNTIME"])
-    written = None
-    if vllm_server.server is None:  # SERVING_LAB_TEST_URL: a server started by hand, no record
-        written = write_adoption_record(runtime, port)
-        if written is None:
-            pytest.skip(f"no local vLLM process listens on port {port} ({vllm_server.base_url}), so the app "
-                        "cannot adopt it: unset SERVING_LAB_TEST_URL to let the fixture start one")
-    else:
-        assert vllm_server.server.record_path.exists(), "the fixture's server left no record to adopt"
-    d = tmp_path_factory.mktemp("e2e-app")
-    env = {"SERVING_LAB_VLLM_PORT": str(port), "SERVING_LAB_RUNTIME": str(runtime),
-           "SERVING_LAB_DB": str(d / "history.sqlite")}
-    try:
-        with StreamlitApp(env, d / "streamlit.log") as a:
-            yield a
-            print(f"--- streamlit log ---\n{a.log_tail()}")
-    finally:
-        if written is not None:
-            written.unlink(missing_ok=True)
+    with adopting_app(vllm_server, tmp_path_factory.mktemp("e2e-app")) as a:
+        yield a
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +71,7 @@ def _wait_ready(page, timeout_ms: int = 60000) -> None:
 
 # -- a. server ---------------------------------------------------------------------------------
 def test_server_page_shows_the_adopted_server_ready(page, app):
-    goto(page, app, "", title="vLLM server")
+    goto(page, app, "server", title="vLLM server")
     _wait_ready(page)
     expect(metric(page, "KV cache capacity")).to_have_text(re.compile(r"^[\d,]+ tokens$"), timeout=30000)
     expect(page.get_by_text("took it over")).to_be_visible()
@@ -127,9 +97,12 @@ def test_load_test_draws_charts_and_summary(page, app):
     expect(metric(page, "OK / failed")).to_have_text("10 / 0")
     expect(page.get_by_text("that is continuous batching")).to_be_visible()
     # Decode speed against the memory-bandwidth ceiling, the request timeline, the per-request latency bars and
-    # throughput over time, the batch's slots step by step.
-    expect(page.get_by_text(re.compile(r"of the ceiling"))).to_be_visible()
-    expect(page.locator(".js-plotly-plot")).to_have_count(5, timeout=30000)
+    # throughput over time, the batch's slots step by step, and where a request's time went inside vLLM.
+    # (the ceiling and the slots are folded away below the first screen: opened as a viewer would)
+    page.locator("summary").filter(has_text="Decode speed against the memory-bandwidth ceiling").click()
+    page.locator("summary").filter(has_text="Batch slots step by step").click()
+    expect(page.get_by_text(re.compile(r"of the ceiling")).first).to_be_visible()
+    expect(page.locator(".js-plotly-plot")).to_have_count(6, timeout=30000)
     expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
     # Cold or warm (the warm-up is on by default), the SLO's verdict with goodput, the server's own token count.
     expect(page.get_by_text("Warm: the warm-up put a batch of 10 through the server first.")).to_be_visible()
@@ -194,14 +167,15 @@ def _max_new_tokens_48(page) -> None:
 def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     """Step 2 of the lab (the naive transformers step loads a model in a worker: test_naive covers it)."""
     goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
-    expect(page.get_by_text("Run step 1 and step 2")).to_be_visible(timeout=30000)
+    expect(page.get_by_text("Press the four buttons in order")).to_be_visible(timeout=30000)
     _max_new_tokens_48(page)
-    step2 = button(page, "2 · vLLM (same prompts, sequential)")
-    expect(step2).to_be_enabled(timeout=30000)
-    step2.click()
-    expect(metric(page, "vLLM: mean latency")).not_to_have_text("–", timeout=180000)
+    step3 = button(page, "3 · vLLM, one at a time")  # numbered as its bars and its headline number
+    expect(step3).to_be_enabled(timeout=30000)
+    step3.click()
+    expect(metric(page, "3 · vLLM, one at a time")).not_to_have_text("–", timeout=180000)  # its wall time
     expect(button(page, "Cancel")).to_have_count(0, timeout=30000)  # the job has finished, not only saved
-    expect(page.locator(".js-plotly-plot")).to_have_count(2, timeout=30000)  # latency bars, the ceiling's bar
+    # the whole job per contender, the per-request latency bars and the ceiling's bar (folded away)
+    expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=30000)
     shot(page, "naive_vs_vllm")
 
 
@@ -210,11 +184,11 @@ def test_naive_vs_vllm_draws_vllm_slot_by_slot(page, app):
     (the static batch beside it loads a model in a worker: tests/test_slots.py counts its slots)."""
     goto(page, app, "naive_vs_vllm", title="Naive vs vLLM")
     _max_new_tokens_48(page)
-    at_once = button(page, "vLLM, same prompts at once (continuous batching)")
+    at_once = button(page, "4 · vLLM, all at once")
     expect(at_once).to_be_enabled(timeout=30000)
     at_once.click()
     expect(page.get_by_text("Static vs continuous batching, slot by slot")).to_be_visible(timeout=180000)
-    expect(page.get_by_text(re.compile(r"^vLLM, the same 5 prompts at once \(48 tokens\): \d+ of \d+ decode "
+    expect(page.get_by_text(re.compile(r"^4 · vLLM, all at once: \d+ of \d+ decode "
                                        r"slot-steps produced a token \(100%\); 0 were wasted\."))).to_be_visible()
     expect(page.get_by_text(re.compile(r"No slot held a finished answer"))).to_be_visible()
     shot(page, "naive_vs_vllm_slots")
@@ -232,7 +206,7 @@ def test_monitor_and_tuning_pages(page, app):
 
 
 # -- f. the same pages in Korean --------------------------------------------------------------
-KO_PAGES = [("", "vLLM server"), ("load_test", "Load test"), ("naive_vs_vllm", "Naive vs vLLM"), ("chat", "Chat"),
+KO_PAGES = [("", "Guided lab"), ("server", "vLLM server"), ("load_test", "Load test"), ("naive_vs_vllm", "Naive vs vLLM"), ("chat", "Chat"),
             ("monitor", "Monitor"), ("tuning", "Tuning"), ("history", "History")]
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 LATIN_WORD = re.compile(r"\b[A-Za-z]{4,}\b")
@@ -253,7 +227,7 @@ def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
         for path, title in KO_PAGES:
             goto(pg, app, path, title=ko.gettext(title))
             pg.wait_for_timeout(1500)  # fragments and charts settle
-            name = f"ko_{path or 'server'}"
+            name = f"ko_{path or 'guide'}"
             shot(pg, name)
             text = pg.evaluate(MAIN_TEXT)
             # Mostly Korean: technical names (vLLM, KV cache, TTFT, flags) stay Latin, as Korean engineers write them.
@@ -278,8 +252,9 @@ def test_start_shows_a_stage_and_stop_leaves_no_process(browser, tmp_path):
     try:
         with StreamlitApp(env, tmp_path / "streamlit.log") as app2:
             pg = ctx.new_page()
-            goto(pg, app2, "", title="vLLM server")
+            goto(pg, app2, "server", title="vLLM server")
             expect(metric(pg, "State")).to_have_text("stopped", timeout=30000)
+            pg.get_by_text("Enforce eager (no graphs)").click()  # what is checked comes before any compilation
             start = button(pg, "Start")
             expect(start).to_be_enabled()
             t0 = time.time()
@@ -349,7 +324,7 @@ def test_a_server_connected_by_url_is_load_tested_and_never_shows_its_key(browse
         ctx = browser.new_context(viewport=VIEWPORT)
         page = ctx.new_page()
         try:
-            goto(page, app, "", title="vLLM server")
+            goto(page, app, "server", title="vLLM server")
             page.get_by_text("Connect to an existing server").first.click()
             page.get_by_role("textbox", name="Server URL").fill(url + "/v1")
             page.get_by_role("textbox", name="API key (if it needs one)").fill(key)
@@ -410,7 +385,7 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
     import subprocess
     import sys
 
-    from engine.measure import prefix
+    from engine.measure.judge import prefix
     from engine.results.store import RunStore
 
     port = free_port()
@@ -451,7 +426,7 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
 
 
 def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
-    from engine.measure import kvcache, prefix
+    from engine.measure.judge import kvcache, prefix
 
     goto(pg, app, "tuning", title="Tuning")
     # View 3 from the saved pair: TTFT per request and the cached tokens, the legend with the server's hit rate.

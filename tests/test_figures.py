@@ -15,8 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import figures
-from engine.measure import prompts  # noqa: E402
-from engine.measure.stats import summarize  # noqa: E402
+from engine.measure.workloads import prompts  # noqa: E402
+from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.records import RequestRecord, RunResult, Summary  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
@@ -229,6 +229,16 @@ def test_a_run_served_one_after_another_claims_no_batching():
     assert "at once" in figures.concurrent_latency_bars(make_concurrent()).layout.title.text
 
 
+def test_a_run_with_fewer_in_flight_than_requests_says_up_to_how_many_at_once():
+    """Kept to 4 in flight (or a chat's turns), 10 requests were not all at once: the title and caption say how
+    many were."""
+    recs = [streamed(i, f"p{i}", (i // 4) * 2.0, 0.08, 40, 40.0) for i in range(10)]  # 4, 4, then 2 at a time
+    run = _run("vllm", "concurrent-4", "4 in flight", recs, max(r.end_time for r in recs) + 0.01)
+    fig = figures.concurrent_latency_bars(run)
+    assert fig.layout.title.text.startswith("10 requests, up to 4 at once: all done in")
+    assert figures.caption(fig).startswith("Up to 4 of the 10 requests were in flight together")
+
+
 def test_request_timeline_segments_match_records():
     run = make_timeline_run()
     fig = figures.request_timeline(run, show_tokens=False)
@@ -332,7 +342,7 @@ def test_sweep_chart():
 def test_pareto_chart_marks_the_knee_of_the_slo():
     """vLLM's Pareto view: per-user (x) against total (y) output tok/s, one point per level; filled where at
     least 90 % of requests met the SLO, hollow where fewer did, the knee ringed and named."""
-    from engine.measure import slo
+    from engine.measure.judge import slo
 
     runs = make_slo_sweep()
     fig = figures.pareto_chart(runs)
@@ -362,7 +372,7 @@ def test_memory_chart():
     assert {t.name for t in fig.data} >= {"GPU 0 used", "CPU RAM used"}  # one panel each
     lines = [s for s in fig.layout.shapes]
     assert len(lines) == 2 * len(events) and lines[0].x0 == 0  # epoch times shown relative
-    labels = [a.text for a in fig.layout.annotations if a.yref == "y domain"]
+    labels = [a.hovertext for a in fig.layout.annotations if a.yref == "y domain"]
     assert labels == [e["label"] for e in events]
     assert "GPU 0 peaks at 121.5 GB of 144 GB" in figures.caption(fig)
     one = figures.memory_chart([s for s in samples if s["series"] == "GPU 0"], events)
@@ -370,18 +380,25 @@ def test_memory_chart():
 
 
 def test_crowded_event_labels_never_overlap():
-    """Ten events within a few seconds of a 300 s chart (the lab's quick vLLM steps): every line is
-    drawn, and the labels that are printed do not cover each other or run off the right edge."""
+    """Ten events within a few seconds of a 300 s chart (the lab's quick vLLM steps): every line is drawn and
+    every one numbered (whole labels piled up, or were left out), the numbers do not cover each other or run
+    off the right edge, and the list under the chart names each number's event."""
     samples = [{"t": 1.7e9 + i, "used_gb": 10.0, "total_gb": 140.0, "series": "GPU 0"} for i in range(301)]
     events = [{"t": 1.7e9 + 250 + i, "label": f"step {i} of the lab, a long label"} for i in range(10)]
     events.append({"t": 1.7e9 + 299, "label": "vLLM stop"})
     fig = figures.memory_chart(samples, events)
     assert len(fig.layout.shapes) == len(events)
     notes = [a for a in fig.layout.annotations if a.yref == "y domain"]
-    assert 0 < len(notes) < len(events)
-    spans = []
+    numbered = []  # a badge is one number or a range of them ("4–7") where no level had room
     for a in notes:
-        w = (len(a.text) * 8.5 + 14) / figures.PLOT_PX * 300
+        first, _dash, last = a.text.strip("<b/>").partition("–")
+        numbered += range(int(first), int(last or first) + 1)
+        assert a.hovertext.split("<br>") == [label for n, _t, label in figures.event_list(events)
+                                             if int(first) <= n <= int(last or first)]
+    assert numbered == list(range(1, len(events) + 1))
+    spans = []
+    for a in notes[:-1]:  # the last badge may have grown into a range after it was placed
+        w = (len(a.text.strip("<b/>")) * 11 + 14) / figures.PLOT_PX * 300
         lo, hi = (a.x - w, a.x) if a.xanchor == "right" else (a.x, a.x + w)
         assert 0 <= lo and hi <= 300
         spans.append((a.y, lo, hi))
@@ -423,9 +440,10 @@ def test_live_charts_share_one_time_axis():
     assert marker_xs(mem) == marker_xs(met) == [50, ready, 100]
     assert mem.layout.xaxis.range == met.layout.xaxis.range == met.layout.xaxis3.range
     assert met.data[0].x[0] == ready and mem.data[0].x[0] == 0  # each series where it was sampled
-    labels = {a.text: a.x for a in mem.layout.annotations if a.yref == "y domain"}
-    assert labels == {a.text: a.x for a in met.layout.annotations if a.yref == "y domain"}
-    assert labels["vLLM start"] == 50
+    labels = {a.hovertext: (a.text, a.x) for a in mem.layout.annotations if a.yref == "y domain"}
+    assert labels == {a.hovertext: (a.text, a.x) for a in met.layout.annotations if a.yref == "y domain"}
+    assert labels["vLLM start"] == ("<b>1</b>", 50)  # numbered as the list under the charts numbers it
+    assert [n for n, _t, _l in figures.event_list(events)] == [1, 2, 3]
     assert figures.time_window([], []) is None
 
 
@@ -516,3 +534,4 @@ def render_all(folder: str | Path) -> list[Path]:
 if __name__ == "__main__":
     for p in render_all(sys.argv[1] if len(sys.argv) > 1 else "/tmp/figs"):
         print(p)
+

@@ -127,23 +127,27 @@ def test_exports_are_built_only_when_asked(lab, monkeypatch):
     at = page()
     select(at, "good run")
     assert [b.label for b in at.get("download_button")] == ["Export JSON (1 selected)", "Export CSV (1 selected)",
+                                                             "Export CSV per run (1 selected)",
                                                              "HTML report (1 selected)"]
     assert calls == []
 
 
 def test_the_selected_runs_download_as_one_html_report(lab, monkeypatch):
-    """Built when clicked (through Lab, in the viewer's language), of the readable runs selected only."""
+    """Built when clicked (report.report_html, in the viewer's language), of the readable runs selected only."""
     at = page()
     report = next(b for b in at.get("download_button") if b.proto.id.endswith("history_report"))
     assert report.label == "HTML report (select runs)" and report.proto.disabled
     asked = []
-    real = type(lab).report_html
-    monkeypatch.setattr(lab, "report_html", lambda ids, lang="en": asked.append((ids, lang)) or real(lab, ids, lang))
+    from engine.figures import report as report_mod
+
+    real = report_mod.report_html
+    monkeypatch.setattr(report_mod, "report_html",
+                        lambda history, ids, lang="en": asked.append((ids, lang)) or real(history, ids, lang))
     select(at, "good run", HTML_LABEL, "unreadable summary")
     report = next(b for b in at.get("download_button") if b.proto.id.endswith("history_report"))
     assert report.label == "HTML report (2 selected)" and not report.proto.disabled and asked == []
-    ids = {r.label: r.id for r in lab.runs()}
-    text = lab.report_html([ids["good run"], ids[HTML_LABEL]])
+    ids = {r.label: r.id for r in lab.history.runs()}
+    text = report_mod.report_html(lab.history, [ids["good run"], ids[HTML_LABEL]])
     assert "good run" in text and "&lt;b&gt;bold&lt;/b&gt;" in text and "<b>bold</b>" not in text
 
 

@@ -4,9 +4,10 @@ runs for real from the browser (tests/test_e2e_browser.py), which checks its run
 from __future__ import annotations
 
 from engine import figures
-from engine.measure import kvcache, scenarios
-from engine.measure.kvcache import KvWatch
-from engine.measure.stats import summarize
+from engine.measure.judge import kvcache
+from engine.measure.workloads import scenarios
+from engine.observe.kvwatch import KvWatch
+from engine.measure.judge.stats import summarize
 from engine.observe.telemetry import parse_metrics
 from engine.results.records import Notes, RequestRecord, RunResult
 
@@ -92,7 +93,7 @@ def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
     run = _run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5)
     need = kvcache.need(run)
     assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
-    assert str(kvcache.said(run)) == ("With --kv-cache-gib 0.01 --max-model-len 256 the cache holds 384 tokens: "
+    assert str(kvcache.said(run)) == ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: "
                                       "8 requests of 230 tokens (prompt and answer) need 1,840, so requests waited (up to 5 at once) "
                                       "and 12 were preempted.")
     roomy = _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0)

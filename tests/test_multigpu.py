@@ -66,18 +66,16 @@ def test_on_cpu_the_gpu_settings_are_refused():
 def test_fit_check_sizes_each_gpu(two_gpus, monkeypatch):
     """Llama 3 8B in fp16 (16.1 GB of weights, 128 KiB of KV per token): split 2 ways, each GPU holds half
     the weights and half of every sequence's KV, so twice the sequences fit; DP=2 holds two whole copies."""
-    from engine.lab import Lab
     from engine.serving import models
+    from engine.serving.config import fit_check
 
-    monkeypatch.setattr("engine.lab.nvml.devices", lambda: two_gpus)
-    lab = Lab.__new__(Lab)  # only the fit check's arithmetic: no server, no history
-    lab.device = "cuda"
+    monkeypatch.setattr("engine.serving.config.nvml.devices", lambda: two_gpus)
     llama = models.ModelShape(params=8_030_261_248, layers=32, kv_heads=8, head_dim=128, max_len=8192)
     spec = models.ModelSpec(kind="local", path="m", label="Llama 3 8B", shape=llama)
     base = ServerConfig(model="m", device="cuda", dtype="float16", max_model_len=2048, gpu_memory_utilization=0.9)
-    one = lab.fit_check(base, spec)
-    tp = lab.fit_check(base.with_changes(tensor_parallel_size=2), spec)
-    dp = lab.fit_check(base.with_changes(data_parallel_size=2), spec)
+    one = fit_check(base, spec, "cuda")
+    tp = fit_check(base.with_changes(tensor_parallel_size=2), spec, "cuda")
+    dp = fit_check(base.with_changes(data_parallel_size=2), spec, "cuda")
     assert tp.weights_gb == pytest.approx(one.weights_gb / 2)
     assert tp.kv_gb == pytest.approx(one.kv_gb / 2)
     assert "per GPU" in tp.message and "on each of 2 GPUs" in tp.message
@@ -130,20 +128,17 @@ def test_monitor_names_each_gpus_processes_and_whose_they_are():
     import os
     from types import SimpleNamespace
 
-    from engine.lab import Lab
+    from engine.observe.monitor import Monitor
     from engine.observe.telemetry import Sample
 
     me, child = os.getpid(), subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        lab = Lab.__new__(Lab)
         sample = Sample(t=0.0, memory=[
             {"series": "GPU 0", "used_gb": 40, "total_gb": 140, "processes": [{"pid": child.pid, "used_gb": 38.5}]},
             {"series": "GPU 1", "used_gb": 60, "total_gb": 140, "processes": [{"pid": child.pid, "used_gb": 38.5},
                                                                                {"pid": 1, "used_gb": 20.0}]}])
-        lab.telemetry = SimpleNamespace(latest=lambda: sample)
-        lab.server = SimpleNamespace(snapshot=lambda: SimpleNamespace(pid=me))
-        lab.jobs = SimpleNamespace(active=lambda: [])
-        rows = lab.gpu_workers()
+        monitor = Monitor(SimpleNamespace(latest=lambda: sample), lambda: SimpleNamespace(pid=me), lambda: {})
+        rows = monitor.gpu_workers()
     finally:
         child.kill()
         child.wait()

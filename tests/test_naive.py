@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from engine.errors import LabError
-from engine.measure.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
-from engine.measure.progress import Progress
+from engine.measure.baseline.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
+from engine.measure.load.progress import Progress
+from engine.observe import hardware
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [
@@ -201,7 +202,7 @@ def test_random_weights_tiny_config(tiny_random_dir):
 
 def test_warmup_plan_meets_every_shape_of_the_run():
     """Every prefill length and every decode length the measured run reaches is met in the warm-up."""
-    from engine.measure.naive_worker import warmup_plan
+    from engine.measure.baseline.naive_worker import warmup_plan
 
     for lengths, max_new, max_len in (([17, 22, 19, 19, 20], 200, 8192), ([5, 40], 16, 0), ([12], 8, 64)):
         plan = warmup_plan(lengths, max_new, max_len, "sequential")
@@ -246,8 +247,8 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
     """Kill the process that called run_naive mid-generation: the worker notices (stdin EOF) and exits."""
     script = (
         "import sys\n"
-        "from engine.measure.naive import NaiveSpec, run_naive\n"
-        "from engine.measure.progress import Progress\n"
+        "from engine.measure.baseline.naive import NaiveSpec, run_naive\n"
+        "from engine.measure.load.progress import Progress\n"
         "class O(Progress):\n"
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
@@ -271,17 +272,8 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
             parent.kill()
 
 
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not _cuda(), reason="needs an NVIDIA GPU")
+@pytest.mark.slow  # NVML, as the product picks its device: importing torch to ask costs every collection seconds
+@pytest.mark.skipif(hardware.default_device() != "cuda", reason="needs an NVIDIA GPU")
 def test_cuda_memory_report(tiny_random_dir):
     """On a GPU: torch.cuda numbers inside the worker, NVML numbers outside it, and the memory is back
     once the worker has exited."""

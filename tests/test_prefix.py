@@ -15,10 +15,11 @@ from fakes import FakeOpenAIServer  # noqa: E402
 
 
 from engine import figures  # noqa: E402
-from engine.measure import prefix, prompts, scenarios  # noqa: E402
-from engine.measure.request import Requester, cached_tokens  # noqa: E402
-from engine.measure.spec import LoadSpec  # noqa: E402
-from engine.measure.sse import StreamParser  # noqa: E402
+from engine.measure.judge import prefix
+from engine.measure.workloads import prompts, scenarios  # noqa: E402
+from engine.measure.load.request import Requester, cached_tokens  # noqa: E402
+from engine.measure.load.spec import LoadSpec  # noqa: E402
+from engine.measure.load.sse import StreamParser  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, Summary  # noqa: E402
 from engine.runs import Runner, ServerCount, Target  # noqa: E402
 
@@ -154,7 +155,7 @@ def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
 
 def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
     """The short openai-SDK code leaves a system prompt out: for a prefix-cache run it is not offered at all."""
-    from engine.measure import snippets
+    from engine.measure.load import snippets
 
     run = _run(True, [0.9, 0.1], [0, 1280])
     run.kind, run.model = "vllm", "m"

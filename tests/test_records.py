@@ -3,7 +3,7 @@ written back in that shape, a value of the wrong type kept aside rather than tru
 import json
 import math
 
-from engine.measure import stats
+from engine.measure.judge import stats, token_check
 from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary
 
 
@@ -57,40 +57,40 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
     """The ratio and the sentences from a run's notes, with answers worked out by hand: agreeing counts are
     said with their ratio; a difference beyond 3 % is a warning, explained by chat answers when the
     server counted more and chat ran beside the run; a server without /metrics is said to be unchecked."""
-    check = stats.token_check(Notes(server_output_tokens=1500, client_output_tokens=1500))
+    check = token_check.token_check(Notes(server_output_tokens=1500, client_output_tokens=1500))
     assert (check.ratio, check.level) == (1.0, "ok")
     assert check.sentences == ("The server counted 1,500 output tokens, the client 1,500 (ratio 1.00).",)
 
-    edge = stats.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))  # 3.0 %: not more than 3 %
+    edge = token_check.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))  # 3.0 %: not more than 3 %
     assert edge.level == "ok" and edge.sentences[0].endswith("(ratio 1.03).")
 
-    low = stats.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500))
+    low = token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500))
     assert low.level == "warn" and low.ratio == 1400 / 1500
     assert low.sentences == ("The server counted 1,400 output tokens, the client 1,500 (ratio 0.93).",
                              "They differ by 6.7%, more than 3%: the client's token counts, and the throughput made "
                              "from them, are in doubt.")
 
-    chat = stats.token_check(Notes(server_output_tokens=1800, client_output_tokens=1500, chat_requests_beside=2))
+    chat = token_check.token_check(Notes(server_output_tokens=1800, client_output_tokens=1500, chat_requests_beside=2))
     assert chat.level == "warn" and chat.sentences[1:] == (
         "The server's count includes the 2 chat answers streamed during the run.",
         "They differ by 20.0%, more than 3%, likely because of the chat answers, which the server counts too.")
-    one_chat = stats.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500, chat_requests_beside=1))
+    one_chat = token_check.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500, chat_requests_beside=1))
     assert one_chat.level == "ok" and one_chat.sentences[1] == \
         "The server's count includes the 1 chat answer streamed during the run."
 
-    cancelled = stats.token_check(Notes(server_output_tokens=130, client_output_tokens=100, cancelled=True))
+    cancelled = token_check.token_check(Notes(server_output_tokens=130, client_output_tokens=100, cancelled=True))
     assert cancelled.level == "warn" and "because the run was cancelled" in cancelled.sentences[1]
 
-    none = stats.token_check(Notes(server_output_tokens=0, client_output_tokens=0))
+    none = token_check.token_check(Notes(server_output_tokens=0, client_output_tokens=0))
     assert none.level == "ok" and none.ratio is None
-    assert stats.token_check(Notes(server_output_tokens=12, client_output_tokens=0)).level == "warn"
+    assert token_check.token_check(Notes(server_output_tokens=12, client_output_tokens=0)).level == "warn"
 
-    missing = stats.token_check(Notes(server_count_missing="no-metrics", client_output_tokens=80))
+    missing = token_check.token_check(Notes(server_count_missing="no-metrics", client_output_tokens=80))
     assert (missing.level, missing.server, missing.ratio) == ("unchecked", None, None)
     assert missing.sentences == ("The server publishes no vLLM /metrics, so the client's count of output tokens "
                                  "could not be checked against the server's own.",)
-    assert stats.token_check(Notes(server_count_missing="counter-reset")).level == "unchecked"
-    assert stats.token_check(Notes()) is None  # an older run, the naive baseline, an import: never tried
+    assert token_check.token_check(Notes(server_count_missing="counter-reset")).level == "unchecked"
+    assert token_check.token_check(Notes()) is None  # an older run, the naive baseline, an import: never tried
 
 
 def test_the_token_counts_are_stored_under_their_own_keys():
@@ -108,7 +108,7 @@ def test_the_client_count_covers_every_measured_request_and_no_warmup():
     recs = [RequestRecord(index=0, prompt="p", send_time=0.0, end_time=1.0, output_tokens=16),
             RequestRecord(index=1, prompt="p", send_time=0.0, end_time=1.0, output_tokens=5, error="cut off"),
             RequestRecord(index=0, prompt="w", send_time=-1.0, end_time=-0.5, output_tokens=16, warmup=True)]
-    assert stats.client_output_tokens(recs) == 21
+    assert token_check.client_output_tokens(recs) == 21
 
 
 def test_a_stored_label_wording_is_rebuilt_only_when_sound():

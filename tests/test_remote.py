@@ -20,6 +20,10 @@ import pytest
 from aiohttp import web
 
 from engine.errors import ConfigError, ServerBusy
+from engine.measure.load.snippets import run_code
+from engine.measure.workloads import scenarios
+from engine.measure.workloads.defaults import load_test_spec
+from engine.serving import models
 from engine.serving.endpoint import EndpointError, discover, root_url
 
 KEY = "sk-serving-lab-test-NEVER-STORED-7f3a"
@@ -125,7 +129,7 @@ def test_an_address_that_cannot_be_measured_is_one_sentence(given, says):
 
 def test_a_shared_server_counting_more_tokens_says_other_clients_are_the_likely_cause():
     """Measured on the session's shared server while others used it: 1,316 tokens counted there, 1,157 here."""
-    from engine.measure.stats import token_check
+    from engine.measure.judge.token_check import token_check
     from engine.results.records import Notes
 
     check = token_check(Notes(endpoint="http://gw:8000", server_output_tokens=1316, client_output_tokens=1157))
@@ -207,13 +211,13 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         assert KEY not in repr(lab.remote)  # a Target's repr leaves its key out
         assert lab.ready() and lab.serving_max_len() == 2048
 
-        run = _wait(lab.run_load(lab.load_test_spec("burst", 3, 16)))
+        run = _wait(lab.run_load(load_test_spec("burst", 3, 16, max_len=lab.serving_max_len())))
         assert run.summary.completed == 3
         assert run.extra.endpoint == url and run.load.base_url == url
         # a loopback address shares this machine: its hardware is recorded (the ceiling needs it)
         assert run.versions == {"vllm": seen.version} and run.hardware.get("cpu")
         assert run.extra.server_output_tokens is not None  # its /metrics, read with the key, checked the count
-        code = lab.code_for_run(run)  # the Python behind it: the server's address, the key from the environment
+        code = run_code(run)  # the Python behind it: the server's address, the key from the environment
         assert f'base_url="{url}/v1"' in code and "set OPENAI_API_KEY" in code and KEY not in code
 
         record = lab.chat_record("Say hi.")
@@ -222,15 +226,15 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         assert lab.code_for_chat("Say hi.", max_tokens=8, temperature=0.7) is not None
 
         with pytest.raises(ServerBusy, match="disconnect on the Server page first, then start a server here"):
-            lab.start_server(lab.default_config(lab.model("embedded")))
+            lab.start_server(lab.default_config(models.pick("embedded")))
         with pytest.raises(ServerBusy, match="Tuning restarts a server this app started"):
-            lab.run_tuning([], lab.load_spec("tuning"))
+            lab.run_tuning([], scenarios.get("tuning").load_spec())
 
-        stored = lab.run(run.id)
+        stored = lab.history.run(run.id)
         assert stored.extra.endpoint == url
-        exported = lab.export_json()
+        exported = lab.history.export_json()
         assert f'"endpoint": "{url}"' in exported
-        assert KEY not in exported + lab.export_csv()
+        assert KEY not in exported + lab.history.export_csv()
         out, err = capfd.readouterr()
         assert KEY not in out + err
         assert KEY.encode() not in _bytes_under(tmp_path) + _bytes_under(isolated_home)
@@ -250,7 +254,7 @@ def test_a_server_behind_a_path_prefix_works_without_its_metrics(vllm_server, tm
             seen = lab.attach(proxy + "/team-a/v1", KEY)
             assert seen.url == proxy + "/team-a" and seen.model == vllm_server.model
             assert not seen.metrics and "HTTP 404" in seen.metrics_said and "left out" in seen.metrics_said
-            run = _wait(lab.run_load(lab.load_test_spec("burst", 2, 8)))
+            run = _wait(lab.run_load(load_test_spec("burst", 2, 8, max_len=lab.serving_max_len())))
             record = lab.chat_record("Hello")
             assert "".join(lab.chat([{"role": "user", "content": "Hello"}], record, max_tokens=4))
         assert run.summary.completed == 2 and run.extra.endpoint == proxy + "/team-a"

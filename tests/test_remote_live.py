@@ -3,7 +3,7 @@
 The real part is a vLLM CPU server this module starts the product's way (`VLLMServer` with the Server page's API
 key, which reaches vLLM as VLLM_API_KEY), then attaches to by URL as if it ran elsewhere; it is stopped and
 started again in the middle, as a person restarting their deployment would. One server serves the whole module
-(a start costs about a minute). A small aiohttp app stands in only where a real vLLM cannot be made to do it on
+(an eager start costs about 40 s). A small aiohttp app stands in only where a real vLLM cannot be made to do it on
 demand: come back serving another model, or restart between two checks without a pause."""
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ from types import SimpleNamespace
 
 import pytest
 from aiohttp import web
+from google.protobuf import text_format
 from streamlit.testing.v1 import AppTest
 
 from engine.errors import ServerBusy
+from engine.measure.workloads import scenarios
+from engine.measure.workloads.defaults import load_defaults, load_test_spec, sweep_spec
 from engine.serving.endpoint import EndpointError
 from tests.test_remote import free_port, serve
 
@@ -28,6 +31,11 @@ WRONG = "sk-wrong-key-5c2a"
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 STOPPED = re.compile(r"The server at (\S+) stopped answering at (\d\d:\d\d:\d\d) \((.+)\): check that it still runs, "
                      r"or disconnect on the Server page\.")
+
+
+def _defaults(lab):
+    """What the Load test page offers first, as the page asks for it."""
+    return load_defaults(lab.device, lab.serving_max_len(), lab.attached())
 
 
 def _until(check, what: str, limit_s: float = 120):
@@ -55,7 +63,7 @@ def keyed(isolated_home, tmp_path_factory):
     port = free_port()
     srv = VLLMServer(port=port)
     cfg = ServerConfig.for_model(models.embedded(), "cpu", port=port, cpu_kvcache_gib=1, max_model_len=1024,
-                                 api_key=KEY)
+                                 api_key=KEY, enforce_eager=True)  # eager: starts in ~40 s, not ~110 s
     srv.start_and_wait(cfg)
     try:
         yield SimpleNamespace(server=srv, cfg=cfg, url=cfg.base_url, model=cfg.model_name)
@@ -81,14 +89,16 @@ def app_lab(tmp_path_factory, keyed):
 def _page(path: str) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
-    if path != "app_pages/server.py":
-        at.switch_page(path).run()
+    at.switch_page(path).run()  # the guided lab is the default page
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
 def _drawn(node) -> str:
-    own = str(getattr(node, "proto", "") or "")
+    """Every text the page drew, as a viewer reads it: UTF-8 (not octal escapes) and without Markdown's
+    backslashes (a key escaped as "sk\\-…" must still be found)."""
+    proto = getattr(node, "proto", None)
+    own = _unescaped(text_format.MessageToString(proto, as_utf8=True)) if proto is not None else ""
     return own + "".join(_drawn(c) for c in getattr(node, "children", {}).values())
 
 
@@ -96,6 +106,7 @@ def _unescaped(text: str) -> str:
     return text.replace("\\", "")
 
 
+@pytest.mark.server  # `keyed` starts a real vLLM
 def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_key_shows_nowhere(
         keyed, app_lab, isolated_home, capfd):
     lab, url = app_lab.lab, keyed.url
@@ -111,7 +122,7 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
     seen = lab.attach(url + "/v1", KEY)
     assert (seen.url, seen.model, seen.max_model_len, seen.key, seen.answering) == (
         url, keyed.model, 1024, "••••••••", True)
-    run = _done(lab.run_load(lab.load_test_spec("burst", 3, 16))).result
+    run = _done(lab.run_load(load_test_spec("burst", 3, 16, max_len=lab.serving_max_len()))).result
     assert run.summary.completed == 3 and run.extra.endpoint == url and run.extra.keyed
     record = lab.chat_record("Say hi.")
     assert "".join(lab.chat([{"role": "user", "content": "Say hi."}], record, max_tokens=8)) and record.ttft
@@ -122,7 +133,7 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
         at = _page(page)
         drawn += _drawn(at._tree)
         if page == "app_pages/load.py":  # the sweep's levels follow its KV cache, not this machine's 2 cores
-            defaults = lab.load_defaults()
+            defaults = _defaults(lab)
             assert at.multiselect[0].value == list(defaults.sweep_levels) and defaults.said.startswith(
                 f"The sweep's levels follow the KV cache of {url}: ")
             assert defaults.said in [_unescaped(c.value) for c in at.caption]
@@ -136,22 +147,25 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
     files = [p for p in [*isolated_home.rglob("*"), *app_lab.dir.rglob("*")] if p.is_file() and p != record_file]
     log = keyed.server.snapshot().log_tail
     out, err = capfd.readouterr()
-    everything = (lab.export_json() + lab.export_csv() + repr(lab.run(run.id).to_dict()) + repr(lab.attached())
+    everything = (lab.history.export_json() + lab.history.export_csv() + repr(lab.history.run(run.id).to_dict())
+                  + repr(lab.attached())
                   + repr(lab.remote) + "\n".join(log) + out + err + drawn)
     assert KEY not in everything and WRONG not in everything
     assert not [p for p in files if KEY.encode() in p.read_bytes()]
     assert any(p.suffix == ".log" for p in files)  # the server's own log was among them
 
 
+@pytest.mark.server
 def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeback_is_said(keyed, app_lab):
     lab, url = app_lab.lab, keyed.url
     if lab.attached() is None:
         lab.attach(url, KEY)
-    first = _done(lab.run_load(lab.load_test_spec("burst", 2, 16))).result
-    saved = len(lab.runs())
+    first = _done(lab.run_load(load_test_spec("burst", 2, 16, max_len=lab.serving_max_len()))).result
+    saved = len(lab.history.runs())
 
     # A load test running when the server goes: what finished is kept, the job ends in the sentence
-    job = lab.run_load(lab.load_test_spec("concurrency", 12, 48, concurrency=1, warmup=False))
+    job = lab.run_load(load_test_spec("concurrency", 12, 48, concurrency=1, warmup=False,
+                                      max_len=lab.serving_max_len()))
     _until(lambda: job.done >= 1, "the long load test finished no request")
     keyed.server.stop()
     _done(job)
@@ -160,16 +174,16 @@ def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeba
     m = STOPPED.fullmatch(said)
     assert m and m.group(1) == url, said
     assert job.error == said
-    kept = lab.run(lab.runs()[0].id)
-    assert len(lab.runs()) == saved + 1 and kept.summary.completed >= 1  # the finished requests, saved
+    kept = lab.history.run(lab.history.runs()[0].id)
+    assert len(lab.history.runs()) == saved + 1 and kept.summary.completed >= 1  # the finished requests, saved
 
     # Started against it now: the same sentence, nothing sent and nothing saved
     with pytest.raises(ServerBusy) as load:
-        lab.run_load(lab.load_test_spec("burst", 2, 16))
+        lab.run_load(load_test_spec("burst", 2, 16, max_len=lab.serving_max_len()))
     with pytest.raises(ServerBusy) as chat:
         list(lab.chat([{"role": "user", "content": "Hello?"}], lab.chat_record("Hello?"), max_tokens=8))
     assert str(load.value) == str(chat.value) == said
-    assert len(lab.runs()) == saved + 1
+    assert len(lab.history.runs()) == saved + 1
 
     at = _page("app_pages/server.py")
     assert said in [_unescaped(e.value) for e in at.error]
@@ -187,7 +201,7 @@ def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeba
     assert re.fullmatch(rf"The server at {re.escape(url)} answers again: it restarted at \d\d:\d\d:\d\d \(it stopped "
                         rf"answering at {m.group(2)}\), so the first batch of each size is cold again\.", back), back
     assert lab.attached().max_model_len == 512 and lab.serving_max_len() == 512
-    again = _done(lab.run_load(lab.load_test_spec("burst", 2, 16, warmup=False))).result
+    again = _done(lab.run_load(load_test_spec("burst", 2, 16, warmup=False, max_len=lab.serving_max_len()))).result
     assert again.summary.completed == 2 and again.extra.server_instance != first.extra.server_instance
     assert again.extra.cold  # a new process: its first batch of this size
     at = _page("app_pages/server.py")
@@ -266,21 +280,22 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
     """This machine has 2 CPU cores and no GPU: its own server's sweep stops at 16 in flight with 64-token answers.
     A server at a URL sets them by what it said: its max-model-len and its KV cache's capacity (vLLM's
     cache_config_info), else neutral levels, said in a sentence."""
-    from engine.lab import NEUTRAL_LEVELS, Lab
+    from engine.lab import Lab
+    from engine.measure.workloads.defaults import NEUTRAL_LEVELS
     from engine.results.store import RunStore
 
     lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         assert lab.device == "cpu"
-        own = lab.load_defaults()
+        own = _defaults(lab)
         assert (own.in_flight_max, own.sweep_levels, own.sweep_max_tokens, own.said) == (64, (1, 2, 4, 8, 16), 64, "")
 
         state = {"up": True, "model": "m", "start": 1.0, "kv": 2000, "max_model_len": 4096}
         with _fake_vllm(state) as url:
             lab.attach(url)
-            d = lab.load_defaults()
-            per = 128 + lab.scenario("sweep").prompt_tokens_guess  # a sweep request's tokens, about
-            assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and lab.sweep_spec().max_tokens == 128
+            d = _defaults(lab)
+            per = 128 + scenarios.get("sweep").prompt_tokens_guess  # a sweep request's tokens, about
+            assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and sweep_spec(d).max_tokens == 128
             assert 2000 // per == 9 and d.sweep_levels == (1, 4, 16)  # all that fit at once, and the next up
             assert d.said == (f"The sweep's levels follow the KV cache of {url}: its 2,000 tokens hold about 9 of the "
                               f"sweep's requests ({per} tokens each) at once, so the sweep goes to 16 in flight.")
@@ -288,22 +303,22 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
 
             state.update(kv=per)  # room for one at a time: 1, and 4 to see them wait
             lab.attach(url)
-            assert lab.load_defaults().sweep_levels == (1, 4)
+            assert _defaults(lab).sweep_levels == (1, 4)
             lab.detach()
 
             state.update(kv=400_000, max_model_len=100)  # room for far more than 256; answers of 100 at most
             lab.attach(url)
-            d = lab.load_defaults()
+            d = _defaults(lab)
             assert d.sweep_levels == (1, 4, 16, 64, 128, 256) and d.sweep_max_tokens == 100
             lab.detach()
 
             state.update(metrics=False)  # behind a gateway that hides /metrics: nothing said, neutral
             lab.attach(url)
-            d = lab.load_defaults()
+            d = _defaults(lab)
             assert d.sweep_levels == NEUTRAL_LEVELS and d.in_flight_max == 256
             assert d.said == (f"{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers 1, 4, "
                               "16, 64 requests in flight; add levels to go further.")
             lab.detach()
-        assert lab.load_defaults() == own
+        assert _defaults(lab) == own
     finally:
         lab.shutdown()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.figures.report import build_report
+from engine.figures.report import build_report, report_html
 from engine.messages import mark, translate
 from engine.results.store import RunStore
 
@@ -167,13 +167,11 @@ def test_the_cli_refuses_an_unknown_run_in_one_sentence(store, tmp_path, capsys)
 def test_a_run_deleted_after_it_was_picked_is_named_not_a_failed_download(store):
     """History builds the report when the button is pressed: a run deleted since the page was drawn is
     said in the report, and the others are in it."""
-    from engine.lab import Lab
+    from engine.results.history import History
 
     keep, gone = [r.id for r in store.list()][:2]
     store.delete([gone])
-    lab = Lab.__new__(Lab)  # only the history: no server, no telemetry
-    lab.store = store
-    text = lab.report_html([keep, gone])
+    text = report_html(History(store), [keep, gone])
     import html
 
     assert f"so not in it: {gone}." in text

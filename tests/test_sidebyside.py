@@ -16,13 +16,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import app_page
 from engine.errors import LabError
 from engine.figures import caption, side_by_side
 from engine.jobs import Job
-from engine.measure.progress import Console, RunPlan
-from engine.measure.spec import LoadSpec
+from engine.measure.judge import failures
+from engine.measure.load.progress import Console, RunPlan
+from engine.measure.load.spec import LoadSpec
+from engine.measure.workloads.defaults import load_test_spec
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.runs import Runner, Target
+from engine.serving.cluster import second_server_command, side_by_side_here
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -190,9 +194,9 @@ def lab(tmp_path):
 def test_on_cpu_the_lab_says_why_two_servers_here_are_not_fair(lab):
     if lab.device != "cpu":
         pytest.skip("a CPU machine's sentence")
-    why = lab.side_by_side_here()
+    why = side_by_side_here(lab.device)
     assert why.startswith("On CPU a second server would share this machine's cores") and "Tuning" in why
-    assert lab.second_server_command() is None
+    assert second_server_command(lab.server_snapshot().config, lab.device) is None
 
 
 def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monkeypatch):
@@ -208,12 +212,13 @@ def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monk
     monkeypatch.setattr(lab, "device", "cuda")
     monkeypatch.setattr(lab.server, "snapshot", lambda: SimpleNamespace(config=cfg))
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}])
-    assert lab.side_by_side_here().startswith("With one GPU a second server would share it")
-    assert lab.second_server_command() is None
+    assert side_by_side_here(lab.device).startswith("With one GPU a second server would share it")
+    assert second_server_command(lab.server_snapshot().config, lab.device) is None
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}, {"index": 1}])
-    assert lab.side_by_side_here() is None
-    assert lab.second_server_command() == ("python -m engine serve --model embedded --port 9001 --gpus 1 "
-                                           "--max-model-len 2048 --gpu-memory-utilization 0.85 --detach")
+    assert side_by_side_here(lab.device) is None
+    assert second_server_command(lab.server_snapshot().config, lab.device) == (
+        "python -m engine serve --model embedded --port 9001 --gpus 1 "
+        "--max-model-len 2048 --gpu-memory-utilization 0.85 --detach")
 
 
 def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_runs(lab):
@@ -222,7 +227,7 @@ def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_
     from engine.errors import ServerBusy
 
     with FakeOpenAIServer() as fake:  # an answer, but no /v1/models: not an OpenAI-style server
-        lab.remote = Target(fake.base_url, "ok")
+        lab.connection.target = Target(fake.base_url, "ok")
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             dead = f"http://127.0.0.1:{s.getsockname()[1]}"
@@ -231,7 +236,7 @@ def test_a_second_server_that_is_dead_or_not_openai_is_one_sentence_and_nothing_
                 lab.run_side_by_side(url, _spec())
             assert "\n" not in str(e.value) and "Traceback" not in str(e.value)
         assert lab.latest_job("side-by-side") is None and fake.requests <= 2
-    lab.remote = None
+    lab.connection.target = None
     with pytest.raises(ServerBusy):  # no server A: the Server page first
         lab.run_side_by_side(dead, _spec())
 
@@ -253,7 +258,7 @@ def second_server(vllm_server, tmp_path_factory):
     env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
-                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--detach"], cwd=ROOT, env=env,
+                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--enforce-eager", "--detach"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     try:
@@ -265,15 +270,15 @@ def second_server(vllm_server, tmp_path_factory):
 
 @pytest.mark.server
 def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_server, lab):
-    lab.remote = Target.at(vllm_server.base_url)  # A: the session's server, as the Server page connects it
+    lab.connection.target = Target.at(vllm_server.base_url)  # A: the session's server, as the Server page connects it
     from engine.errors import ServerBusy
 
-    spec = lab.load_test_spec("burst", 4, 24, ignore_eos=True)
+    spec = load_test_spec("burst", 4, 24, ignore_eos=True, max_len=lab.serving_max_len())
     with pytest.raises(LabError, match="is the server the app already measures"):  # A again, by another name
         lab.run_side_by_side(vllm_server.base_url.replace("127.0.0.1", "localhost"), spec, shared_ok=True)
     with pytest.raises(ServerBusy) as refused:  # both on this CPU: refused with the sentence unless asked
         lab.run_side_by_side(second_server, spec)
-    assert str(refused.value) == lab.side_by_side_here()
+    assert str(refused.value) == side_by_side_here(lab.device)
     job = lab.run_side_by_side(second_server, spec, shared_ok=True)
     while job.active:
         time.sleep(0.5)
@@ -284,13 +289,13 @@ def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_serve
     assert a.extra.endpoint == vllm_server.base_url.rstrip("/") and b.extra.endpoint == second_server
     assert "max-model-len 1024" in b.label
     for run in (a, b):
-        assert len(run.measured) == 4 and all(r.ok for r in run.measured), lab.failure_causes(run.records)
+        assert len(run.measured) == 4 and all(r.ok for r in run.measured), failures.failure_causes(run.records)
         assert max(r.end_time for r in run.records if r.warmup) < 0 <= min(r.send_time for r in run.measured)
         # each side's tokens cross-checked by its own server's counter
         assert run.extra.server_output_tokens == run.extra.client_output_tokens == 4 * 24
-    saved = lab.pair_of(a.id)
+    saved = lab.history.pair_of(a.id)
     assert [r.id for r in saved] == [a.id, b.id]
-    runs, _now = lab.live_pair(job.id)
+    runs, _now = job.live_pair()
     assert [r.id for r in runs] == [a.id, b.id]
     fig = side_by_side(*saved)
     assert len(fig.data) == 10 and "Median TTFT" in caption(fig)
@@ -340,21 +345,11 @@ def app(tmp_path, monkeypatch):
     ui.get_lab.clear()
 
 
-def _page(path: str):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.run()
-    at.switch_page(path).run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
 def test_the_load_test_page_offers_two_servers_and_says_why_not_here(app, lab):
-    at = _page("app_pages/load.py")
+    at = app_page("app_pages/load.py")
     assert any(e.label == "Against two servers at once" for e in at.expander)
     if lab.device == "cpu":
-        assert any(i.value.replace("\\", "") == lab.side_by_side_here() for i in at.info)  # markdown-escaped
+        assert any(i.value.replace("\\", "") == side_by_side_here(lab.device) for i in at.info)  # markdown-escaped
         assert any("Tuning" in link.proto.label for link in at.get("page_link"))
     run = next(b for b in at.button if b.label == "Run on both servers")
     run.click().run()
@@ -372,7 +367,7 @@ def test_history_marks_a_pairs_two_runs(app):
         run.extra.pair, run.extra.pair_side = "beef00112233", side
         store.save(run)
     try:
-        at = _page("app_pages/history.py")
+        at = app_page("app_pages/history.py")
         table = at.dataframe[0].value
         pairs = dict(zip(table["run"], table["pair"]))
         assert pairs["A: server"] == "A · beef" and pairs["B: server"] == "B · beef"

@@ -1,4 +1,4 @@
-"""engine.measure.slo: goodput, SLO attainment and a sweep's knee from hand-made records with known answers,
+"""engine.measure.judge.slo: goodput, SLO attainment and a sweep's knee from hand-made records with known answers,
 goodput against vLLM's own calculate_metrics, and where it is kept (the summary, the export, the CLI)."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.errors import ConfigError  # noqa: E402
-from engine.measure import slo, stats  # noqa: E402
-from engine.measure.slo import DEFAULT_SLO, Slo, Verdict  # noqa: E402
+from engine.measure.judge import slo, stats  # noqa: E402
+from engine.measure.judge.slo import DEFAULT_SLO, Slo, Verdict  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, RunRow, Summary  # noqa: E402
 
 
@@ -133,7 +133,7 @@ def test_goodput_is_kept_under_vllms_key_with_its_slo_and_exported():
 
 
 def test_the_cli_summary_says_goodput_when_an_slo_was_given():
-    from engine.cli import summary_table
+    from engine.cli.summary import summary_table
 
     run = run_of(handcrafted(), 4.0)
     assert "goodput" not in summary_table(run)
@@ -148,7 +148,7 @@ def test_the_runner_keeps_each_runs_goodput_under_the_slo_it_was_given():
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from fakes import FakeOpenAIServer
 
-    from engine.measure.spec import LoadSpec
+    from engine.measure.load.spec import LoadSpec
     from engine.runs import Runner, Target
 
     saved = []

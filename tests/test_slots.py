@@ -1,11 +1,11 @@
-"""Batch slots step by step (engine.measure.slots, engine.figures.slots) from hand-built records whose
+"""Batch slots step by step (engine.measure.judge.slots, engine.figures.slots) from hand-built records whose
 answers are known: which state each slot is in at each step, and how many slot-steps were wasted."""
 from __future__ import annotations
 
 import pytest
 
 from engine import figures
-from engine.measure.slots import FINISHED, GENERATING, IDLE, MAX_COLUMNS, PROMPT, SlotGrid, occupancy
+from engine.measure.judge.slots import FINISHED, GENERATING, IDLE, MAX_COLUMNS, PROMPT, SlotGrid, occupancy
 from engine.results.records import RequestRecord, RunResult
 
 P, G, F, I = PROMPT, GENERATING, FINISHED, IDLE

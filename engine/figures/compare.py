@@ -1,13 +1,9 @@
-"""Charts that compare runs: naive vs vLLM latency per request, tuning configs side by side, a
-concurrency sweep (and its Pareto view with the SLO's knee), and any summary metric across saved runs
-(named by the catalogue in engine.metrics). Each takes `lang`, the language its text is said in
-(English by default).
-See docs/architecture.md.
-"""
+"""Charts that compare saved runs: tuning configurations side by side, any summary metric across runs (named
+by engine.metrics' catalogue), two servers measured at once on one clock. Each takes `lang`."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,50 +15,25 @@ from engine.figures.theme import (
     BLUE,
     DASHES,
     FAILED_COLOR,
-    INK,
     KIND_COLORS,
     MUTED,
     PALETTE,
     VERMILLION,
     esc,
     finish,
+    fmt_num,
     is_placeholder,
     rgba,
-    measured,
     run_colors,
     run_label,
-    short,
     summary_of,
     why_failed,
     wrap,
 )
-from engine.measure import slo as slos
-from engine.measure import stats
-from engine.messages import say, translate
+from engine.measure.judge import stats
+from engine.messages import say, seconds, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
-
-
-def _fmt_num(v: float) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    a = abs(v)
-    if a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.0f}"
-    if a >= 1:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
-def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
-    if not slow or not fast:
-        return ""
-    s = slow / fast
-    if abs(s - 1) < 0.05:
-        return say("{who} about as fast", who=who)
-    return say("{who} {x:.1f}× faster", who=who, x=s) if s > 1 else say("{who} {x:.1f}× slower", who=who, x=1 / s)
 
 
 def _when(t: float, lang: str) -> str:
@@ -83,75 +54,13 @@ def _color(run: Any, i: int) -> str:
     return KIND_COLORS.get(getattr(run, "kind", ""), PALETTE[i % len(PALETTE)])
 
 
-# -- step 1-2: naive vs vLLM per request ------------------------------------------------------------
-
-def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
-                 extra_runs: Iterable[RunResult] = (), *, lang: str = "en") -> go.Figure:
-    """Grouped per-request latency bars: naive vs vLLM (+ e.g. static batching); averages in the
-    legend, the speed-up in the title. Either of the two main runs may be None."""
-    runs = [r for r in (naive_run, vllm_run, *extra_runs) if r is not None]
-    fig = go.Figure()
-    indices = sorted({r.index for run in runs for r in run.measured})
-    xcat = {idx: f"#{k + 1}" for k, idx in enumerate(indices)}
-    n_bars = sum(len(run.measured) for run in runs)
-    avgs: dict[str, float] = {}
-    placeholder = any(is_placeholder(r) for r in runs)
-    colors = run_colors(runs)
-    failed = translate(say("failed"), lang)
-    for i, run in enumerate(runs):
-        recs = measured(run)
-        lat = [r.e2e if r.ok else None for r in recs]
-        ok = [v for v in lat if v is not None]
-        avg = sum(ok) / len(ok) if ok else float("nan")
-        avgs[run.kind if run in (naive_run, vllm_run) else run.id] = avg
-        label = esc(run_label(run, lang))
-        hover = [
-            f"<b>{label}</b><br>{esc(short(r.prompt, 60))}<br>"
-            + (translate(say("latency {latency:.2f} s · {tokens} tokens · {rate:.0f} tok/s", latency=r.e2e,
-                             tokens=r.output_tokens, rate=r.output_tokens / r.e2e) if r.e2e else
-                         say("latency {latency:.2f} s · {tokens} tokens", latency=r.e2e, tokens=r.output_tokens),
-                         lang)
-               if r.ok else f"{failed}<br>{why_failed(r, lang)}")
-            for r in recs
-        ]
-        fig.add_bar(
-            x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
-            name=translate(say("{run} (all failed)", run=label) if math.isnan(avg) else
-                           say("{run} (avg {avg:.1f} s)", run=label, avg=avg), lang),
-            marker_color=colors[i],
-            text=[f"{v:.1f}" if v is not None else failed for v in lat] if n_bars <= 30 else None,
-            textposition="outside", textfont=dict(size=BASE_SIZE - 2),
-            hovertext=hover, hoverinfo="text", cliponaxis=False,
-        )
-    fig.update_layout(barmode="group", xaxis_title=translate(say("Request"), lang),
-                      yaxis=dict(title=translate(say("Latency (s)"), lang), rangemode="tozero"),
-                      xaxis=dict(type="category", categoryorder="array",
-                                 categoryarray=[xcat[i] for i in indices]))
-    na = avgs.get("naive") if naive_run is not None else None
-    va = avgs.get("vllm") if vllm_run is not None else None
-    if na and va and not (math.isnan(na) or math.isnan(va)):
-        title = say("Latency per request: {speedup}", speedup=_speedup_phrase(na, va))
-        cap = say("Each group of bars is the same prompt: vLLM answers in {vllm:.1f} s on average, the "
-                  "naive transformers loop in {naive:.1f} s, a {speedup:.1f}× speed-up from the engine "
-                  "alone, before any batching.", vllm=va, naive=na, speedup=na / va)
-    else:
-        title = say("Latency per request")
-        said = []
-        for run, avg in zip(runs, avgs.values()):
-            who = run_label(run, lang)
-            said.append(translate(say("{run} failed on every request (hover a 'failed' label for why)", run=who)
-                                  if math.isnan(avg) else say("{run} averages {avg:.1f} s", run=who, avg=avg), lang))
-        cap = say("Each bar is one request; {runs}.", runs="; ".join(said)) if runs else say("No runs to show yet.")
-    return finish(fig, title, cap, placeholder=placeholder, height=520, lang=lang)
-
-
 # -- step 4: tuning ---------------------------------------------------------------------------------
 
 def _kv_label(run: RunResult) -> str:
     kv = run.extra.kv_cache_tokens
     if not kv:
         return ""
-    if kv < 1e3:  # a squeezed cache (engine.measure.kvcache): its tokens, not "0 k"
+    if kv < 1e3:  # a squeezed cache (engine.measure.judge.kvcache): its tokens, not "0 k"
         return say("KV cache {tokens:,} tok", tokens=kv)
     return say("KV cache {m:.2f} M tok", m=kv / 1e6) if kv >= 1e6 else say("KV cache {k:.0f} k tok", k=kv / 1e3)
 
@@ -166,7 +75,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     for run in runs:
         lab = wrap(esc(run_label(run, lang)), 20)
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
-                                     if getattr(run.load, k) is not None]
+                                     if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
         notes = [x for x in notes if x]
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
@@ -186,9 +95,9 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     fig.add_bar(x=cats, y=tput, marker_color=colors, text=[f"<b>{v:,.0f}</b>" for v in tput],
                 textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
-    fig.add_bar(x=cats, y=wall, marker_color=colors, text=[f"<b>{v:.1f} s</b>" for v in wall],
+    fig.add_bar(x=cats, y=wall, marker_color=colors, text=[f"<b>{seconds(v, lang)}</b>" for v in wall],
                 textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("wall time"), lang),
-                hovertemplate="%{y:.2f} s<extra></extra>", row=1, col=2)
+                hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>", row=1, col=2)
     fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), range=[0, max(tput or [1]) * 1.2 or 1],
                      row=1, col=1)
     fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang), range=[0, max(wall or [1]) * 1.2 or 1],
@@ -216,145 +125,17 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     if differ:
         cap.append(say("Careful: the runs also differ in {what}, not only in the server config.",
                        what=", ".join(differ)))
+    if any(r.extra.cold for r in runs):
+        cap.append(say("Cold runs (❄) measured a server's first batch of their size: their numbers include one-off "
+                       "start-up work."))
     return finish(fig, say("Tuning: throughput and wall time per config"), cap, height=540, lang=lang)
 
 
-# -- sweeps -----------------------------------------------------------------------------------------
-
-def _concurrency(run: RunResult) -> float | None:
-    """The concurrency limit the run was given, else the most requests it had in flight."""
-    v = run.load.concurrency or summary_of(run).max_concurrency
-    return float(v) if v else None
-
-
-def _label_sides(ys: Sequence[float | None]) -> list[str]:
-    """Value labels above each point, on the side the line does not come from: top left where the
-    curve rises into the point, top right where it falls into it (the label would sit on the line)."""
-    out = []
-    for k, y in enumerate(ys):
-        prev = ys[k - 1] if k else None
-        out.append("top right" if prev is not None and y is not None and prev > y else "top left")
-    return out
-
-
-def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
-    """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
-    into lines by run.extra.series (default: run.scenario)."""
-    groups: dict[str, list[tuple[float, RunResult]]] = {}
-    for run in runs:
-        c = _concurrency(run)
-        if c is None:
-            continue
-        groups.setdefault(run.extra.series or run.scenario, []).append((c, run))
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
-                        subplot_titles=(translate(say("Throughput (higher is better)"), lang),
-                                        translate(say("Median TTFT (lower is better)"), lang)))
-    at_tok_s = translate(say("concurrency {x}: {y} tok/s", x="%{x:.0f}", y="%{y:,.0f}"), lang)
-    at_ms = translate(say("concurrency {x}: {y} ms", x="%{x:.0f}", y="%{y:,.0f}"), lang)
-    allc: list[float] = []
-    first_last = None
-    for i, (name, pts) in enumerate(groups.items()):
-        pts.sort(key=lambda p: p[0])
-        cs = [c for c, _ in pts]
-        allc += cs
-        tp = [summary_of(r).get("output_throughput") for _, r in pts]
-        ttft = [summary_of(r).get("median_ttft_ms") for _, r in pts]
-        color = PALETTE[i % len(PALETTE)]
-        show = len(groups) > 1
-        common = dict(mode="lines+markers+text", line=dict(color=color, width=3.5),
-                      marker=dict(size=11, color=color),
-                      textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
-        shown = esc(translate(name, lang))
-        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[_fmt_num(v) for v in tp],
-                        hovertemplate=at_tok_s + "<extra>" + shown + "</extra>",
-                        textposition=_label_sides(tp), row=1, col=1, **common)
-        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[_fmt_num(v) for v in ttft],
-                        hovertemplate=at_ms + "<extra>" + shown + "</extra>",
-                        textposition=_label_sides(ttft), row=1, col=2, **common)
-        if first_last is None and len(pts) >= 2:
-            first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
-    xaxis = dict(title_text=translate(say("Concurrent requests"), lang))
-    if allc and min(allc) > 0 and max(allc) / min(allc) >= 8:
-        ticks = sorted(set(allc))
-        xaxis.update(type="log", tickvals=ticks, ticktext=[f"{c:g}" for c in ticks])
-    fig.update_xaxes(**xaxis)
-    fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text=translate(say("Median TTFT (ms)"), lang), rangemode="tozero", row=1, col=2)
-    fig.update_annotations(font=dict(size=BASE_SIZE + 1))
-    if first_last and None not in first_last:
-        c0, c1, t0, t1, f0, f1 = first_last
-        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
-                  "{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
-                  "{f1:,.0f} ms: more users per GPU, each waiting a little longer.",
-                  c0=c0, c1=c1, t0=t0, t1=t1, f0=f0, f1=f1)
-    else:
-        cap = say("Throughput and median time to first token for each concurrency level.")
-    return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
-
-
-def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *, lang: str = "en") -> go.Figure:
-    """A concurrency sweep as `vllm bench sweep plot_pareto` draws it: output tok/s per user (x: the total
-    shared by the requests in flight) against output tok/s in total (y), one point per level numbered by
-    its requests in flight. A level where at least 90 % of requests met `slo` (engine.measure.slo) is
-    filled, one where fewer did hollow, one with no requests to judge grey; the knee, the most requests
-    in flight that still met it, is ringed. Lines by run.extra.series, as in sweep_chart."""
-    groups: dict[str, list[RunResult]] = {}
-    for run in runs:
-        groups.setdefault(run.extra.series or run.scenario, []).append(run)
-    fig = go.Figure()
-    show = len(groups) > 1
-    hover_meets = translate(say("{users} in flight: {total} tok/s in total, {per_user} tok/s per user; {share} of "
-                                "requests met the SLO", users="%{text}", total="%{y:,.0f}", per_user="%{x:,.1f}",
-                                share="%{customdata}"), lang)
-    hover_unjudged = translate(say("{users} in flight: {total} tok/s in total, {per_user} tok/s per user",
-                                   users="%{text}", total="%{y:,.0f}", per_user="%{x:,.1f}"), lang)
-    caps, knees = [], []
-    for i, (name, group) in enumerate(groups.items()):
-        pts = slos.levels(group, slo)
-        if not pts:
-            continue
-        color = PALETTE[i % len(PALETTE)]
-        fill = [FAILED_COLOR if p.verdict is None else color if p.verdict.meets else "white" for p in pts]
-        shown = esc(translate(name, lang))
-        k = slos.knee(pts)
-        fig.add_scatter(  # the knee's number set off to clear its ring
-            x=[p.per_user for p in pts], y=[p.total for p in pts],
-            text=[("\u2003" if p is k else "") + f"{p.users:g}" for p in pts],
-            customdata=["–" if p.verdict is None or p.verdict.attainment is None else
-                        f"{slos.whole_percent(p.verdict.attainment):.0%}" for p in pts],
-            mode="lines+markers+text", textposition="middle right", name=shown, showlegend=show,
-            line=dict(color=color, width=3), marker=dict(size=16, color=fill, line=dict(color=color, width=3)),
-            textfont=dict(size=BASE_SIZE - 2, color=color), cliponaxis=False,
-            hovertemplate=(hover_meets if any(p.verdict for p in pts) else hover_unjudged)
-            + "<extra>" + shown + "</extra>")
-        if k is not None:
-            knees.append(k)
-            # named below left, off the curve (which rises to the left), unless it is the lowest point
-            fig.add_annotation(x=k.per_user, y=k.total, showarrow=True, arrowhead=2, arrowwidth=2,
-                               ax=-90, ay=-60 if k is pts[0] else 60,
-                               text=translate(say("knee: {users:g} in flight", users=k.users), lang),
-                               font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
-        said = slos.knee_said(pts, slo)
-        caps.append(say("{series}: {sentence}", series=name, sentence=said) if show else said)
-    # what filled and hollow mean, in the legend
-    for label, face in ((say("at least {target:.0%} met the SLO", target=slos.ATTAINMENT), MUTED),
-                        (say("fewer met it"), "white")):
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=translate(label, lang), hoverinfo="skip",
-                        marker=dict(size=16, color=face, line=dict(color=MUTED, width=3)))
-    if knees:
-        fig.add_scatter(x=[k.per_user for k in knees], y=[k.total for k in knees], mode="markers", hoverinfo="skip",
-                        name=translate(say("knee"), lang),
-                        marker=dict(symbol="circle-open", size=34, color=INK, line=dict(width=3)))
-    fig.update_layout(showlegend=bool(caps),
-                      xaxis=dict(title=translate(say("Output tokens / s per user"), lang), rangemode="tozero"),
-                      yaxis=dict(title=translate(say("Output tokens / s in total"), lang), rangemode="tozero"))
-    if caps:
-        cap = [say("Each point is a sweep level, numbered by its requests in flight: further right each user's text "
-                   "streams faster, higher up the server makes more in total."), *caps]
-    else:
-        cap = say("No sweep levels to show yet.")
-    return finish(fig, say("Per-user against total throughput"), cap,
-                  placeholder=any(is_placeholder(r) for r in runs), height=560, lang=lang)
+def _warmth_label(run: RunResult) -> str:
+    """Under a bar: cold (its server's first batch of that size), warm (after a warm-up), or nothing when unknown."""
+    if run.extra.cold is None:
+        return ""
+    return say("❄ cold") if run.extra.cold else say("warm")
 
 
 # -- history ----------------------------------------------------------------------------------------
@@ -384,7 +165,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
     fig = go.Figure(go.Bar(
-        x=cats, y=vals, marker_color=colors, text=[f"<b>{_fmt_num(v)}</b>" for v in vals],
+        x=cats, y=vals, marker_color=colors, text=[f"<b>{fmt_num(v)}</b>" for v in vals],
         textposition="outside", cliponaxis=False, showlegend=False, name=name,
         hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
@@ -396,7 +177,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     )
     if have:
         best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
-        best = dict(run=run_label(best_r, lang), value=_fmt_num(best_v), unit=unit)
+        best = dict(run=run_label(best_r, lang), value=fmt_num(best_v), unit=unit)
         cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
                say("{run} is best at {value} {unit} (lower is better).", **best)]
     else:
@@ -451,11 +232,11 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
             stop = first if first is not None else end
             wait[0].append(r.index + 1), wait[1].append(r.send_time), wait[2].append(max(stop - r.send_time, 0.0))
             wait[3].append(f"{head}<br>" + translate(say("waiting for first token: {time}",
-                                                         time=f"{stop - r.send_time:.2f} s"), lang))
+                                                         time=seconds(stop - r.send_time, lang, 2)), lang))
             if first is not None:
                 dec[0].append(r.index + 1), dec[1].append(first), dec[2].append(max(end - first, 0.0))
                 dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
-                                                            time=f"{end - first:.2f} s",
+                                                            time=seconds(end - first, lang, 2),
                                                             tokens=r.output_tokens or len(r.chunk_times)), lang))
         for seg, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
             fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
@@ -473,14 +254,14 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color,
                                                             dash=DASHES[k % len(DASHES)]),
                         name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
-                        legendgroup=name, hovertemplate=f"{name}<br>%{{x:.0f}} s: %{{y:,.0f}} tok/s<extra></extra>",
+                        legendgroup=name, hovertemplate=f"{name}<br>{seconds('%{x:.0f}', lang)}: %{{y:,.0f}} tok/s<extra></extra>",
                         row=3, col=1)
         got = [(r.first_token_time, r.ttft * 1000) for r in rs if r.ttft is not None]
         ttfts.append(sorted(v for _, v in got))
         fig.add_scatter(x=[t for t, _ in got], y=[v for _, v in got], mode="markers", name=name, legendgroup=name,
                         showlegend=False, marker=dict(color=color, size=11, symbol="circle" if k == 0 else "diamond",
                                                       line=dict(width=1, color="white")),
-                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}", time="%{x:.2f} s"),
+                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}", time=seconds("%{x:.2f}", lang)),
                                                                 lang) + "<br>TTFT %{y:,.0f} ms<extra></extra>",
                         row=4, col=1)
     fig.update_yaxes(title_text=translate(say("tok/s"), lang), rangemode="tozero", row=3, col=1)

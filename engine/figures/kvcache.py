@@ -1,6 +1,6 @@
 """The KV cache compared across server configurations (the kv-squeeze scenario, a tuning comparison):
 per config, the capacity against what the answers needed at once, the preemptions and the queue it
-caused, and what a user felt (time to first token). Numbers from engine.measure.kvcache.
+caused, and what a user felt (time to first token). Numbers from engine.measure.judge.kvcache.
 See docs/architecture.md.
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, MUTED, ORANGE, PURPLE, VERMILLION, esc, finish, run_colors, run_label, wrap
-from engine.measure import kvcache
-from engine.messages import say, translate
+from engine.measure.judge import kvcache
+from engine.messages import say, seconds, translate
 from engine.results.records import RunResult
 
 
@@ -40,8 +40,8 @@ def kv_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     bars("peak_waiting", say("most waiting"), ORANGE, 2, "{:,.0f}")
     ttft = [None if row["median_ttft_ms"] is None else row["median_ttft_ms"] / 1000 for row in rows]
     fig.add_bar(x=cats, y=ttft, marker_color=run_colors(runs), showlegend=False, row=1, col=3,
-                text=["" if v is None else f"{v:.1f} s" for v in ttft], textposition="outside", cliponaxis=False,
-                hovertemplate="%{y:.2f} s<extra></extra>")
+                text=["" if v is None else seconds(v, lang) for v in ttft], textposition="outside", cliponaxis=False,
+                hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>")
     # the capacity can be 100x what was needed: a log axis keeps both bars readable
     fig.update_yaxes(type="log", dtick=1, tickformat=",d", row=1, col=1)  # 100, 1,000, 10,000: no "10k" beside "1000"
     for col, vals in ((2, [v for row in rows for v in (row["preemptions"], row["peak_waiting"])]), (3, ttft)):

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, BLUE, CONFIG_PALETTE, GREEN, PURPLE, VERMILLION, esc, finish, rgba
-from engine.messages import mark, say, translate
+from engine.messages import mark, say, seconds, translate
 from engine.metrics import lookup
 
 # The Monitor redraws these two charts every 2 s while a benchmark runs, so they are built as plain
@@ -109,23 +109,29 @@ def _ref(kind: str, row: int) -> str:
     return kind + ("" if row == 1 else str(row))
 
 
+def event_list(events: Sequence[Mapping[str, Any]], lang: str = "en") -> list[tuple[int, float, str]]:
+    """The events with a time, in time order, numbered from 1 as the charts number their markers:
+    (number, time, label said in `lang`). One computation for the markers and the list beside them."""
+    evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
+    return [(i, float(e["t"]), translate(e.get("label", ""), lang)) for i, e in enumerate(evs, 1)]
+
+
 def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tuple[float, float],
                  rows: int = 1, level_step: float = 0.1,
                  lang: str = "en") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Dotted vertical lines at each event across all `rows` panels, labelled inside the top one:
-    (shapes, annotations). Labels (said in `lang`) are placed greedily on up to 4 levels so that none
-    overlaps another; a label near the right edge is drawn to the left of its line, and one with no free
-    level is left out (its line stays) rather than printed over its neighbours."""
-    evs = sorted((e for e in events if e.get("t") is not None), key=lambda e: e["t"])
+    """Dotted vertical lines at each event across all `rows` panels, each numbered inside the top one
+    (event_list's numbers; the label on hover): (shapes, annotations). Whole labels piled on each other
+    where events come close (a run's start and end seconds apart in a 15-minute window); a number is a
+    few pixels wide, so numbers rarely collide: they are placed greedily on up to 4 levels so that none
+    overlaps another, and one with no free level joins the badge before it as a range ("4–7")."""
     placed: list[list[tuple[float, float]]] = [[] for _ in range(4)]
     lo, hi = x_range
     span = (hi - lo) or 1.0
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
-    for e in evs:
-        t = float(e["t"]) - offset
-        label = _clip(translate(e.get("label", ""), lang), 42)
-        width = (_width(label) * 8.5 + 14) / PLOT_PX * span  # label width in x units
+    for n, t, label in event_list(events, lang):
+        t -= offset
+        width = (len(str(n)) * 11 + 14) / PLOT_PX * span  # the number's badge in x units
         right = t + width > hi
         a, b = (t - width, t) if right else (t, t + width)
         lvl = next((k for k, spans in enumerate(placed) if all(a >= y or b <= x for x, y in spans)), None)
@@ -133,11 +139,17 @@ def _event_marks(events: Sequence[Mapping[str, Any]], offset: float, x_range: tu
             shapes.append(dict(type="line", x0=t, x1=t, xref=_ref("x", row), y0=0, y1=1,
                                yref=_ref("y", row) + " domain", line=dict(color="#555", dash="dot", width=1.5)))
         if lvl is None:
+            if notes:  # no room: the badge just before takes this number too ("4–7"), the list names each
+                last = notes[-1]
+                last["text"] = f"<b>{last['name']}–{n}</b>"
+                last["hovertext"] += "<br>" + esc(_clip(label, 60))
             continue
         placed[lvl].append((a, b))
-        notes.append(dict(x=t, y=1 - level_step * lvl, xref="x", yref="y domain", text=esc(label), showarrow=False,
+        notes.append(dict(x=t, y=1 - level_step * lvl, xref="x", yref="y domain", text=f"<b>{n}</b>", name=str(n),
+                          hovertext=esc(_clip(label, 60)), showarrow=False,
                           xanchor="right" if right else "left", yanchor="top", xshift=-3 if right else 3,
-                          font=dict(size=BASE_SIZE - 3, color="#333"), bgcolor="rgba(255,255,255,0.85)"))
+                          font=dict(size=BASE_SIZE - 1, color="#222"), bgcolor="rgba(255,255,255,0.9)",
+                          bordercolor="#555", borderwidth=1, borderpad=2))
     return shapes, notes
 
 
@@ -179,7 +191,7 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
                            name=translate(say("{series} used", series=shown[name]), lang),
                            line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=rgba(color, 0.12),
                            showlegend=False,
-                           hovertemplate="%{x:.0f} s: %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>", **where))
+                           hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>", **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
         peak = max(ys)
         top = peak * 1.35 or 1.0
@@ -282,9 +294,9 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
         # no fill: plotly fills across a gap (a restart's pause) and would draw a slope nothing measured
         dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3),
              showlegend=False, xaxis="x2", yaxis="y2",
-             hovertemplate="%{x:.0f} s: %{y:.0f}%<extra></extra>"),
+             hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:.0f}%<extra></extra>"),
         dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
-             showlegend=False, xaxis="x3", yaxis="y3", hovertemplate="%{x:.0f} s: %{y:,.0f} tok/s<extra></extra>"),
+             showlegend=False, xaxis="x3", yaxis="y3", hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:,.0f} tok/s<extra></extra>"),
     ]
     for tr in traces:
         tr.update(type="scatter", mode="lines")
@@ -341,3 +353,24 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
         caps.append(say("{n:.0f} preemptions (the crosses): requests lost their KV blocks to make room and started "
                         "again.", n=preempted))
     return finish(go.Figure(dict(data=traces, layout=layout)), say("vLLM server metrics"), caps, height=720, lang=lang)
+
+
+def power_chart(samples: Sequence[Mapping[str, Any]], *, window: Window | None = None,
+                lang: str = "en") -> go.Figure | None:
+    """The GPUs' power draw over time ({t, power_w}, NVML, summed over GPUs), on the Monitor's time axis; None
+    without samples (no GPU: the page draws nothing)."""
+    pts = sorted((s for s in samples if s.get("power_w") is not None and s.get("t") is not None),
+                 key=lambda s: s["t"])
+    if not pts:
+        return None
+    offset, lo, hi = _time_axis(pts, (), window)
+    ws = [float(s["power_w"]) for s in pts]
+    fig = go.Figure(go.Scatter(x=[round(float(s["t"]) - offset, 2) for s in pts], y=ws, mode="lines",
+                               line=dict(width=3, color=VERMILLION), name=translate(say("GPU power"), lang),
+                               hovertemplate=translate(say("{x} s: {y} W", x="%{x:.0f}", y="%{y:,.0f}"), lang)
+                               + "<extra></extra>"))
+    fig.update_layout(xaxis=dict(title=translate(say("Time (s)"), lang), range=_x_range(lo, hi)),
+                      yaxis=dict(title=translate(say("Power (W)"), lang), rangemode="tozero"), showlegend=False)
+    cap = say("The GPUs' power draw as NVML reports it, summed over the GPUs: {now:,.0f} W now, {peak:,.0f} W at "
+              "the peak of this window.", now=ws[-1], peak=max(ws))
+    return finish(fig, say("GPU power"), cap, height=300, lang=lang)

@@ -1,6 +1,6 @@
 """Prefix caching on against off: each request's time to first token (the first one, which fills the
 cache, marked) above the prompt tokens it was served from the cache. The numbers and the sentence
-come from engine.measure.prefix.
+come from engine.measure.judge.prefix.
 See docs/architecture.md."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, BLUE, GREEN, MUTED, PALETTE, VERMILLION, esc, finish, run_label, short
-from engine.measure import prefix
+from engine.measure.judge import prefix
 from engine.messages import say, translate
 from engine.results.records import RunResult
 

@@ -1,17 +1,5 @@
-"""One self-contained HTML file of chosen runs: what an attendee mails to a colleague (issue #12).
-
-Per run: its name, scenario and start, the machine it ran on (with the memory bandwidth and where that
-figure came from), the server flags it ran with, the numbers the Load test and History pages show, the
-sentences they say about it (failures, token check, ceiling, SLO) and its charts, drawn by the same
-figure functions the pages use; for several runs, History's comparison first.
-
-The file opens anywhere with no network: plotly.js is inlined once, each chart is a div and a call to
-it, and nothing points outside the file (no CDN, web font or MathJax). Every run is scrubbed as the
-exports are (engine.results.credentials) before a word of it is written, and every text goes through
-html.escape: a run's label is whatever someone typed. `Lab.report_html` (History's download) and
-`python -m engine report` both write it.
-See docs/architecture.md.
-"""
+"""One self-contained HTML file of chosen runs, opened anywhere with no network.
+See docs/internals.md#report."""
 from __future__ import annotations
 
 import html
@@ -25,12 +13,13 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from engine.figures.ceiling import ceiling_bars
-from engine.figures.compare import history_compare, sweep_chart
+from engine.figures.compare import history_compare
+from engine.figures.sweep import sweep_chart
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
-from engine.measure import ceiling, stats
-from engine.measure.slo import Slo, judge
-from engine.messages import mark, say, translate
+from engine.measure.judge import ceiling, failures, token_check, warmth
+from engine.measure.judge.slo import Slo, judge
+from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
 from engine.observe.bandwidth import Bandwidth, from_table
 from engine.observe.hardware import summary_line
@@ -49,10 +38,18 @@ _FLAGS = (("max_model_len", "--max-model-len"), ("gpu_memory_utilization", "--gp
           ("load_format", "--load-format"))
 
 
+def report_html(history, ids: Sequence[str], lang: str = "en") -> str:
+    """build_report of the saved runs `ids` read from `history` (engine.results.history.History): a run
+    deleted since the page was drawn is named in it, not a failed download."""
+    runs, gone = history.readable(list(ids))
+    return build_report(runs, lang, gone=gone)
+
+
 def build_report(runs: Sequence[RunResult], lang: str = "en", *, made_at: float | None = None,
-                 gone: Sequence[str] = ()) -> str:
+                 gone: Sequence[str] = (), findings: Sequence[tuple[object, object]] = ()) -> str:
     """The runs as one HTML document (a str), its text in `lang`; `gone`: ids picked for it that were
-    deleted before it was made (said, so the reader knows the report is short of them)."""
+    deleted before it was made (said, so the reader knows the report is short of them); `findings`:
+    (title, sentence) pairs put first as the summary (the guided lab's 실험 결과, engine.guide)."""
     runs = [_scrubbed(r) for r in runs]
     r = _Writer(lang)
     title = r.t(mark("Serving Lab report"))
@@ -61,6 +58,9 @@ def build_report(runs: Sequence[RunResult], lang: str = "en", *, made_at: float 
     if gone:
         body.append("<p class='muted'>" + r.t(say("Deleted from the history before this report was made, so not in "
                                                   "it: {ids}.", ids=", ".join(gone))) + "</p>")
+    if findings:
+        body.append("<section>" + r.tag("h2", mark("Summary")) + "<ol class='findings'>" + "".join(
+            f"<li><b>{r.t(title)}</b> {r.t(text)}</li>" for title, text in findings) + "</ol></section>")
     if len(runs) > 1:
         body.append(r.comparison(runs))
     body += [r.run_section(run, i) for i, run in enumerate(runs, 1)]
@@ -96,6 +96,9 @@ class _Writer:
         found by `pybabel extract`: say it outside, pass it here)."""
         return f"<{name}{f' class={cls!r}' if cls else ''}>{self.t(text)}</{name}>"
 
+    def seconds(self, v: float | None) -> str:
+        return "–" if v is None else html.escape(seconds(v, self.lang, 2))
+
     def when(self, t: float) -> str:
         if not is_sane_time(t):
             return translate(mark("unknown"), self.lang)
@@ -121,10 +124,12 @@ class _Writer:
     def comparison(self, runs: list[RunResult]) -> str:
         """History's view of the runs: one line each, then the metrics side by side."""
         keys = ("output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_e2el_ms")
-        head = [self.t(mark("run")), self.t(mark("started")), self.t(mark("OK / failed")), self.t(mark("Wall time"))]
+        head = [self.t(mark("run")), self.t(mark("started")), self.t(mark("cold / warm")), self.t(mark("OK / failed")),
+                self.t(mark("Wall time"))]
         head += [self.t(say("{metric} ({unit})", metric=metric_info(k).label, unit=metric_info(k).unit)) for k in keys]
         rows = [[f"<a href='#run-{i}'>{i}. {self.t(run.label or run.scenario)}</a>",
-                 html.escape(self.when(run.started_at)), self.ok_failed(run), _num(run.duration, 2) + " s",
+                 html.escape(self.when(run.started_at)), self.cold_warm(run), self.ok_failed(run),
+                 self.seconds(run.duration),
                  *(_num(run.summary.get(k), 1 if k == "output_throughput" else 0) for k in keys)]
                 for i, run in enumerate(runs, 1)]
         parts = ["<section>" + self.tag("h2", mark("Runs compared")), self.table(head, rows, "numbers")]
@@ -137,6 +142,10 @@ class _Writer:
             parts.append(self.figure(ceiling_bars(runs, lang=self.lang)))
         return "\n".join(parts) + "</section>"
 
+    def cold_warm(self, run: RunResult) -> str:
+        """As History's column: cold (its server's first batch of that size), warm, or blank when unknown."""
+        return "" if run.extra.cold is None else self.t(mark("❄ cold") if run.extra.cold else mark("warm"))
+
     def ok_failed(self, run: RunResult) -> str:
         s = run.summary
         return f"{s.completed or 0} / {s.failed or 0}"
@@ -148,6 +157,7 @@ class _Writer:
                  (mark("Started"), html.escape(self.when(run.started_at))),
                  (mark("Model"), html.escape(run.model or "–")),
                  (mark("Load"), self.t(_load_said(run))),
+                 *([(mark("Workload"), self.workload(run.load.workload))] if run.load.workload else []),
                  (mark("Versions"), html.escape(", ".join(f"{k} {v}" for k, v in run.versions.items()) or "–"))]
         parts = [f"<section class='run' id='run-{i}'><h2>{i}. {name}</h2>",
                  "<div class='cols'><div>" + self.pairs(about) + "</div><div>"
@@ -158,6 +168,10 @@ class _Writer:
             parts.append("<ul class='notes'>" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
         parts += [self.figure(f) for f in _run_figures(run, self.lang)]
         return "\n".join(parts) + "</section>"
+
+    def workload(self, w: dict) -> str:
+        """What a workload run sent, as it recorded it (never the file): its kind and file, its rows, its lengths."""
+        return "<br>".join(self.t(part) for part in _workload_said(w))
 
     def pairs(self, items) -> str:
         return "<dl>" + "".join(f"<dt>{self.t(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
@@ -215,7 +229,7 @@ class _Writer:
     def results(self, run: RunResult) -> str:
         """The headline numbers, then the latency distributions as vllm bench serve reports them."""
         s = run.summary
-        head = [(mark("OK / failed"), self.ok_failed(run)), (mark("Wall time"), _num(run.duration, 2) + " s"),
+        head = [(mark("OK / failed"), self.ok_failed(run)), (mark("Wall time"), self.seconds(run.duration)),
                 (mark("Output throughput"), _num(s.get("output_throughput"), 1) + " tok/s"),
                 (mark("Request throughput"), _num(s.get("request_throughput"), 2) + " req/s"),
                 (mark("Output tokens"), _num(s.get("total_output_tokens"), 0))]
@@ -229,11 +243,13 @@ class _Writer:
 
     def notes(self, run: RunResult) -> list[str]:
         """What the pages say about the run in words, each sentence escaped."""
-        out = [self.t(sentence) for _, sentence in stats.failure_causes(run.records)]
+        out = [self.t(sentence) for _, sentence in failures.failure_causes(run.records)]
+        if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm
+            out.append(self.t(cold))
         if n := run.extra.chat_requests_beside:
             out.append(self.t(say("{n} chat answer(s) were streamed while this run measured: its numbers include "
                                   "that traffic.", n=n)))
-        if check := stats.token_check(run.extra):
+        if check := token_check.token_check(run.extra):
             out.append(self.t(" ".join(translate(x, self.lang) for x in check.sentences)))
         if limit := ceiling.run_ceiling(run):
             out.append(self.t(limit.sentence))
@@ -254,6 +270,33 @@ def _load_said(run: RunResult):
                   tokens=ld.max_tokens if ld.max_tokens is not None else "–",
                   in_flight=ld.concurrency if ld.concurrency is not None else "–")
     return say("{n} requests, {how}; up to {in_flight} in flight; at most {tokens} output tokens each.", **values)
+
+
+def _workload_said(w: dict) -> list:
+    """A recorded workload in a few lines: kind and name, what of it was sent, its lengths, the file's hash."""
+    from engine.measure.workloads.base import named
+    from engine.measure.workloads.tokens import CHARS_PER_TOKEN
+
+    out = [named(w)]
+    if w.get("kind") == "multi-turn":
+        out.append(say("{convs} conversations × {turns} turns ({n} requests)", convs=w.get("conversations"),
+                       turns=w.get("turns"), n=w.get("sent")))
+    elif w.get("rows") is not None:
+        out.append(say("{sent:,} of its {rows:,} rows sent", sent=w.get("sent") or 0, rows=w["rows"]))
+    else:
+        out.append(say("{sent:,} requests", sent=w.get("sent") or 0))
+    for key, said in (("input_tokens", say("prompts") if w.get("kind") != "multi-turn" else say("first turns")),
+                      ("output_tokens", say("answers held to"))):
+        if isinstance(v := w.get(key), dict) and v:
+            out.append(say("{what}: median {median:,.0f} tokens, 99th percentile {p99:,.0f}, longest {max:,.0f}",
+                           what=said, median=v.get("median", 0), p99=v.get("p99", 0), max=v.get("max", 0)))
+    if w.get("tokenizer"):  # how the lengths were counted, said again in the report's language
+        out.append(say("counted with the tokenizer of {model}", model=w["tokenizer"]))
+    elif w.get("counted"):
+        out.append(say("estimated at {n} characters a token (no tokenizer given)", n=CHARS_PER_TOKEN))
+    if w.get("sha256"):
+        out.append(say("file sha256 {sha}", sha=w["sha256"]))
+    return out
 
 
 def _run_figures(run: RunResult, lang: str) -> list[go.Figure]:
@@ -304,6 +347,7 @@ pre{{background:#f3f3f1;border-radius:6px;padding:10px 14px;font-size:13px;overf
 .tile b{{font-size:21px;font-variant-numeric:tabular-nums}}
 .notes{{padding-left:20px}}
 .notes li{{margin:4px 0}}
+.findings li{{margin:8px 0;font-size:17px}}
 figure{{margin:24px 0 8px}}
 figcaption{{color:#333;font-size:15px;margin-top:4px;padding-left:10px;border-left:3px solid #0072B2}}
 a{{color:#0072B2}}

@@ -35,13 +35,9 @@ from engine.figures.theme import (
     summary_of,
     why_failed,
 )
-from engine.measure import stats
-from engine.messages import say, translate
+from engine.measure.judge import stats
+from engine.messages import duration, say, translate
 from engine.results.records import RequestRecord, RunResult
-
-
-def _fmt_s(x: float) -> str:
-    return f"{x * 1000:.0f} ms" if x < 1 else f"{x:.1f} s"
 
 
 # -- step 3: concurrent requests --------------------------------------------------------------------
@@ -60,7 +56,7 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
             if r.ok else failed for v, r in zip(lat, recs)]
     hover = [f"<b>{esc(r.prompt)}</b><br>" + (
         translate(say("latency {latency:.2f} s · first token after {ttft} · {tokens} tokens",
-                      latency=r.e2e, ttft=_fmt_s(r.ttft or 0), tokens=r.output_tokens), lang)
+                      latency=r.e2e, ttft=duration(r.ttft or 0, lang), tokens=r.output_tokens), lang)
         if r.ok else f"{failed}<br>{why_failed(r, lang)}") + preview(r, placeholder, lang=lang)
         for r in recs]
     fig = go.Figure(go.Bar(
@@ -104,6 +100,12 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
         cap = [say("Each request waited for the one before it, so the wall time ({wall:.1f} s) is the sum of their "
                    "latencies (average {avg:.1f} s): nothing was batched. Send them at once to see continuous "
                    "batching.", wall=wall, avg=avg)]
+    elif (peak := stats.peak_in_flight(recs)) < n:  # a limit on requests in flight, or turns of conversations
+        title = say("{count} requests, up to {peak} at once: all done in {wall:.1f} s", count=n, peak=peak, wall=wall)
+        cap = [say("Up to {peak} of the {done} requests were in flight together, and all finished within {wall:.1f} s "
+                   "of wall time (average latency {avg:.1f} s); served one after another they would have taken about "
+                   "{serial:.0f} s, the serial sum of their latencies.", peak=peak, done=n, wall=wall, avg=avg,
+                   serial=serial)]
     else:
         title = say("{count} requests at once: all done in {wall:.1f} s", count=n, wall=wall)
         cap = [say("All {done} requests were in flight together and finished within {wall:.1f} s of wall time "
@@ -148,30 +150,30 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
         in_flight += running
         head = f"<b>{row}</b> {esc(short(r.prompt, 50))}"
         if r.error is not None:
-            failed = translate(say("failed after {time}", time=_fmt_s(end - r.send_time)), lang)
+            failed = translate(say("failed after {time}", time=duration(end - r.send_time, lang)), lang)
             add("fail", row, r.send_time, end, f"{head}<br>{failed}<br>{why_failed(r, lang)}")
             continue
         first = r.first_token_time
         if first is None and (not running or not streaming):
-            took = (say("running for {time} (no per-token timing)", time=_fmt_s(end - r.send_time)) if running else
-                    say("took {time}, {tokens} tokens (no per-token timing)", time=_fmt_s(end - r.send_time),
+            took = (say("running for {time} (no per-token timing)", time=duration(end - r.send_time, lang)) if running else
+                    say("took {time}, {tokens} tokens (no per-token timing)", time=duration(end - r.send_time, lang),
                         tokens=r.output_tokens))
             add("whole", row, r.send_time, end,
                 f"{head}<br>{translate(took, lang)}" + preview(r, placeholder, lang=lang))
             continue
         wait_end = first if first is not None else end
-        waited = (say("waiting for first token: {time}", time=_fmt_s(wait_end - r.send_time)) if first is not None
-                  else say("waiting for first token: {time} (still waiting)", time=_fmt_s(wait_end - r.send_time)))
+        waited = (say("waiting for first token: {time}", time=duration(wait_end - r.send_time, lang)) if first is not None
+                  else say("waiting for first token: {time} (still waiting)", time=duration(wait_end - r.send_time, lang)))
         add("wait", row, r.send_time, wait_end, f"{head}<br>{translate(waited, lang)}")
         if first is not None:
             tokens = r.output_tokens or len(r.chunk_times)
             if running:
-                gen = translate(say("generating: {time}, {tokens} tokens (in flight)", time=_fmt_s(end - first),
+                gen = translate(say("generating: {time}, {tokens} tokens (in flight)", time=duration(end - first, lang),
                                     tokens=tokens), lang)
             else:
-                gen = (translate(say("generating: {time}, {tokens} tokens", time=_fmt_s(end - first), tokens=tokens),
+                gen = (translate(say("generating: {time}, {tokens} tokens", time=duration(end - first, lang), tokens=tokens),
                                  lang)
-                       + "<br>" + translate(say("total {time}", time=_fmt_s(end - r.send_time)), lang))
+                       + "<br>" + translate(say("total {time}", time=duration(end - r.send_time, lang)), lang))
             add("dec", row, first, end, f"{head}<br>{gen}" + preview(r, placeholder, lang=lang))
         tick_x += r.chunk_times
         tick_y += [row] * len(r.chunk_times)
@@ -274,12 +276,13 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
             fill="tozeroy" if len(runs) == 1 else None,
             fillcolor="rgba(0,114,178,0.15)" if len(runs) == 1 else None,
             name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=esc(run_label(run, lang)), avg=avg), lang),
-            hovertemplate="%{x:.1f}-%{customdata:.1f} s: %{y:,.0f} tok/s<extra></extra>",
+            hovertemplate=translate(say("{x}-{end} s: {y} tok/s", x="%{x:.1f}", end="%{customdata:.1f}",
+                                        y="%{y:,.0f}"), lang) + "<extra></extra>",
             customdata=xs[1:] + [xs[-1]],
         )
     fig.update_layout(xaxis=dict(title=translate(say("Time since the run started (s)"), lang), rangemode="tozero"),
                       yaxis=dict(title=translate(say("Output tokens / s"), lang), rangemode="tozero"), showlegend=True)
-    unit = "1 s" if bucket_s == 1 else f"{bucket_s:g} s"
+    unit = say("{seconds} s", seconds=f"{bucket_s:g}")
     if len(avgs) == 1:
         run, avg, peak = avgs[0]
         cap = say("Tokens generated per second, in {bucket} buckets: {peak:,.0f} tok/s at the peak, "
@@ -346,11 +349,11 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
                     hovertemplate=translate(say("{x} s: {y} tokens", x="%{x:.2f}", y="%{y:.0f}"), lang)
                     + "<extra></extra>")
     fig.add_vline(x=ttft, line=dict(color=ORANGE, dash="dash", width=3),
-                  annotation=dict(text=translate(say("first token {time}", time=_fmt_s(ttft)), lang),
+                  annotation=dict(text=translate(say("first token {time}", time=duration(ttft, lang)), lang),
                                   font=dict(color="#a66f00"),
                                   xanchor="left", yanchor="top"), annotation_position="top right")
     fig.add_vline(x=total, line=dict(color=BLUE, dash="dash", width=2), layer="below",
-                  annotation=dict(text=translate(say("done {time}", time=_fmt_s(total)), lang), font=dict(color=BLUE),
+                  annotation=dict(text=translate(say("done {time}", time=duration(total, lang)), lang), font=dict(color=BLUE),
                                   xanchor="right", yanchor="top"), annotation_position="top left")
     fig.update_layout(
         xaxis=dict(title=translate(say("Time since the request was sent (s)"), lang), range=[0, total * 1.04 or 1]),
@@ -359,13 +362,13 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
         legend=dict(traceorder="reversed"),
     )
     if r.chunk_times:
-        title = say("Streaming: text after {ttft}, not {total}", ttft=_fmt_s(ttft), total=_fmt_s(total))
+        title = say("Streaming: text after {ttft}, not {total}", ttft=duration(ttft, lang), total=duration(total, lang))
         cap = say("With streaming the first words appear after {ttft} and the rest flows in at "
                   "about {rate:.0f} tokens/s; without it the user would see nothing for {total} and then all "
-                  "{tokens:.0f} tokens at once.", ttft=_fmt_s(ttft), rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
-                  total=_fmt_s(total), tokens=ntok)
+                  "{tokens:.0f} tokens at once.", ttft=duration(ttft, lang), rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
+                  total=duration(total, lang), tokens=ntok)
     else:
         title = say("No streaming: all text arrives at the end")
         cap = say("This request was not streamed, so all {tokens:.0f} tokens arrive together after {total}.",
-                  tokens=ntok, total=_fmt_s(total))
+                  tokens=ntok, total=duration(total, lang))
     return finish(fig, title, cap, placeholder=placeholder, height=480, lang=lang)

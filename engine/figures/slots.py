@@ -1,4 +1,4 @@
-"""The batch's slots step by step (engine.measure.slots): the classic picture of static against continuous
+"""The batch's slots step by step (engine.measure.judge.slots): the classic picture of static against continuous
 batching, drawn from measured runs. One panel a run, side by side on one step axis; rows are slots, each
 cell coloured by its state. Takes `lang`, the language its text is said in (English by default).
 See docs/architecture.md.
@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, DECODE_COLOR, INK, MUTED, WAIT_COLOR, finish, is_placeholder
 from engine.figures.theme import run_label
-from engine.measure.slots import FINISHED, GENERATING, IDLE, PROMPT, SlotGrid, occupancy
+from engine.measure.judge.slots import FINISHED, GENERATING, IDLE, PROMPT, SlotGrid, occupancy
 from engine.messages import mark, say, translate
 from engine.results.records import RunResult
 

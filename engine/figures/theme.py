@@ -1,23 +1,16 @@
-"""How every chart looks and reads: projector-sized fonts, Okabe-Ito colours, the plotly template,
-`finish` (title, the placeholder-model note, and the one-sentence caption kept in
-`fig.layout.meta["caption"]`, read back with `caption`), and the words charts put on runs and
-requests (escaped, wrapped and shortened labels, a failed request's why).
-
-Chart text is written as Messages (engine.messages.say / mark: English where made) and said in the
-viewer's language with `translate(text, lang)` where it is put into the figure: every figure function
-takes `lang` ("en" by default: the CLI, the docs and the bench draw English).
-See docs/architecture.md.
-"""
+"""How every chart looks and reads: fonts, colours, the plotly template, `finish` and chart labels.
+See docs/internals.md#theme."""
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from engine.measure import stats
+from engine.measure.judge import failures, stats
 from engine.messages import mark, say, translate
 from engine.results.records import RequestRecord, RunResult, RunRow, Summary
 
@@ -162,8 +155,13 @@ def wrap(text: str, width: int = 18) -> str:
 
 
 def short(text: str, n: int) -> str:
+    """`text` on one line, at most `n` characters, cut at a word's end where one is near."""
     text = " ".join((text or "").split())
-    return text if len(text) <= n else text[: n - 1].rstrip() + "…"
+    if len(text) <= n:
+        return text
+    cut = text[: n - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip() + "…"
 
 
 def esc(text: str) -> str:
@@ -174,7 +172,7 @@ def why_failed(r: RequestRecord, lang: str = "en") -> str:
     """Why a request failed, for its hover: the cause sentence (what happened, what to do), wrapped."""
     if not r.error:
         return translate(say("unfinished"), lang)
-    return wrap(esc(translate(stats.failure_cause(r.error), lang)), 64)
+    return wrap(esc(translate(failures.failure_cause(r.error), lang)), 64)
 
 
 def preview(r: RequestRecord, placeholder: bool, n: int = 90, lang: str = "en") -> str:
@@ -185,3 +183,16 @@ def preview(r: RequestRecord, placeholder: bool, n: int = 90, lang: str = "en") 
     if placeholder:
         text = say("[meaningless text, random-weight model] {text}", text=text)
     return "<br>" + translate(say("answer: {text}", text=text), lang)
+
+
+def fmt_num(v: float) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "–"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.0f}"
+    if a >= 1:
+        return f"{v:.1f}"
+    return f"{v:.2f}"

@@ -1,13 +1,5 @@
-"""Memory bandwidth: how many bytes a second the chip a model runs on can read from its memory, which
-bounds how fast that model can decode (engine.measure.ceiling does the arithmetic; issue #12).
-
-A GPU's comes from a table of the vendor's datasheet figures, matched by its NVML name ("table"), or,
-for a GPU the table lacks, from NVML's memory bus width × highest memory clock ("nvml"). A CPU's is
-measured once per process by a short copy benchmark ("measured"). engine.observe.hardware.describe
-records each with a run's hardware as {"gb_s", "source", "reference"}: History shows it, and a run's
-ceiling is said from what was stored, not from the machine that reads it back.
-See docs/architecture.md.
-"""
+"""Memory bandwidth: how many bytes a second the chip a model runs on can read from its memory.
+See docs/measuring.md#bandwidth."""
 from __future__ import annotations
 
 import functools

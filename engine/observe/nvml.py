@@ -82,3 +82,39 @@ def driver() -> str | None:
         return _s(nv.nvmlSystemGetDriverVersion()) if nv is not None else None
     except Exception:
         return None
+
+
+def total_energy_mj(nv: Any = None) -> float | None:
+    """Every GPU's energy counter since its driver loaded, summed, in millijoules
+    (nvmlDeviceGetTotalEnergyConsumption, Volta and later); None without a GPU or where one lacks it.
+    `nv`: the pynvml to ask (default: this process's)."""
+    nv = nv if nv is not None else _lib()
+    if nv is None:
+        return None
+    try:
+        n = nv.nvmlDeviceGetCount()
+        return float(sum(nv.nvmlDeviceGetTotalEnergyConsumption(nv.nvmlDeviceGetHandleByIndex(i))
+                         for i in range(n))) if n else None
+    except Exception:  # NVML_ERROR_NOT_SUPPORTED on older GPUs, a device gone
+        return None
+
+
+def power_mw(nv: Any = None) -> float | None:
+    """Every GPU's power draw now, summed, in milliwatts (nvmlDeviceGetPowerUsage); None without a GPU or
+    where one does not say."""
+    nv = nv if nv is not None else _lib()
+    if nv is None:
+        return None
+    try:
+        n = nv.nvmlDeviceGetCount()
+        return float(sum(nv.nvmlDeviceGetPowerUsage(nv.nvmlDeviceGetHandleByIndex(i)) for i in range(n))) if n else None
+    except Exception:
+        return None
+
+
+def count(nv: Any = None) -> int:
+    nv = nv if nv is not None else _lib()
+    try:
+        return int(nv.nvmlDeviceGetCount()) if nv is not None else 0
+    except Exception:
+        return 0

@@ -18,7 +18,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine.messages import mark, say
-from engine.metrics import ALIASES, PROMETHEUS_PREFIX
+from engine.metrics import ALIASES, ANSWER_DEADLINE_S, PROMETHEUS_PREFIX
 from engine.observe import hardware, nvml
 
 GIB = 1024**3
@@ -105,13 +105,41 @@ def counter(text: str, name: str, model: str | None = None) -> float | None:
     return by_model[model] if model in by_model else sum(by_model.values())
 
 
+ANSWER_MAX_BYTES = 16 * 1024**2  # vLLM's /metrics is ~100 kB; an answer that grows past this never ends
+
+
+class EndlessAnswer(httpx.ReadTimeout):
+    """A server kept sending one answer past its deadline (or its size limit) without finishing it."""
+
+    def __init__(self, url: str, seconds: float) -> None:
+        super().__init__(f"still sending after {seconds:g} s")
+        self.url, self.seconds = url, seconds
+
+
+def get_within(client: httpx.Client, url: str, deadline_s: float = ANSWER_DEADLINE_S, **kw) -> httpx.Response:
+    """GET `url` with one deadline for the whole answer. httpx's timeouts bound each wait for bytes, so a
+    server that sends a byte every second would hold the caller forever; this reads the body as it comes
+    and raises EndlessAnswer (an httpx.HTTPError) once `deadline_s` has passed."""
+    end = time.monotonic() + deadline_s
+    body = bytearray()
+    with client.stream("GET", url, **kw) as resp:
+        for chunk in resp.iter_bytes():
+            body += chunk
+            if time.monotonic() > end or len(body) > ANSWER_MAX_BYTES:
+                raise EndlessAnswer(url, deadline_s)
+        headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in ("content-encoding", "content-length",
+                                                                                  "transfer-encoding")]
+        return httpx.Response(resp.status_code, headers=headers, content=bytes(body), request=resp.request)
+
+
 def read_metrics_text(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> str | None:
     """The server's /metrics page (next to /v1 at `base_url`); None without one (a server other than
     vLLM, a proxy that hides it, no answer)."""
     url = base_url.rstrip("/").removesuffix("/v1") + "/metrics"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        r = httpx.get(url, headers=headers, timeout=timeout_s, trust_env=False)
+        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+            r = get_within(client, url, timeout_s, headers=headers)  # the whole answer within timeout_s
     except httpx.HTTPError:
         return None
     return r.text if r.status_code == 200 else None
@@ -122,6 +150,23 @@ def read_generation_tokens(base_url: str, model: str | None = None, api_key: str
     """The server's own count of generated output tokens now, from its /metrics; None when it publishes none."""
     text = read_metrics_text(base_url, api_key, timeout_s)
     return None if text is None else generation_tokens(text, model)
+
+
+SERVED = "vllm:request_success_total"  # requests finished since the server started, by finish reason
+
+
+def requests_served(text: str, model: str | None = None) -> int | None:
+    """vLLM's count of the requests it served since it started, from /metrics text (summed over finish
+    reasons and engines, for `model` when labelled so); None when the text holds no such counter."""
+    v = counter(text, SERVED, model)
+    return None if v is None else round(v)
+
+
+def read_requests_served(base_url: str, model: str | None = None, api_key: str | None = None,
+                         timeout_s: float = 5.0) -> int | None:
+    """requests_served from the server's /metrics now; None when it publishes none."""
+    text = read_metrics_text(base_url, api_key, timeout_s)
+    return None if text is None else requests_served(text, model)
 
 
 PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
@@ -161,6 +206,7 @@ class Sample:
     t: float  # epoch s
     memory: list[dict] = field(default_factory=list)  # [{series, used_gb, total_gb}]
     metrics: dict[str, float] = field(default_factory=dict)  # running, waiting, kv_usage (0-1), gen_tok_s
+    power_w: float | None = None  # every GPU's power draw, summed (NVML); None without a GPU
 
 
 def gpu_memory() -> list[dict]:
@@ -241,6 +287,8 @@ class Telemetry:
         s = Sample(t=time.time())
         if self.device == "cuda":
             s.memory = gpu_memory()
+            mw = nvml.power_mw()
+            s.power_w = None if mw is None else mw / 1000
         else:
             vm = psutil.virtual_memory()
             s.memory = [{"series": mark("system (all processes)"), "used_gb": (vm.total - vm.available) / GIB,
@@ -253,7 +301,7 @@ class Telemetry:
         r, error = None, None
         if url:
             try:
-                r = self._client.get(url, headers=self.metrics_headers())
+                r = get_within(self._client, url, headers=self.metrics_headers())
                 if r.status_code == 200:
                     s.metrics = parse_metrics(r.text)
             except httpx.HTTPError as e:
@@ -306,13 +354,20 @@ def downsample(samples: list[Sample], max_points: int) -> list[Sample]:
         for key in {k for b in bucket for k in b.metrics}:
             vals = [b.metrics[key] for b in bucket if key in b.metrics]
             metrics[key] = sum(vals) / len(vals) if key in _MEAN_METRICS else max(vals)
-        out.append(Sample(t=last.t, memory=memory, metrics=metrics))
+        power = [b.power_w for b in bucket if b.power_w is not None]
+        out.append(Sample(t=last.t, memory=memory, metrics=metrics,
+                          power_w=sum(power) / len(power) if power else None))  # power: the bucket's mean
     return out
 
 
 def memory_rows(samples: list[Sample]) -> list[dict]:
     """Flatten samples into the rows figures.memory_chart draws (one per series per tick)."""
     return [{"t": s.t, **{k: v for k, v in m.items() if k != "processes"}} for s in samples for m in s.memory]
+
+
+def power_rows(samples: list[Sample]) -> list[dict]:
+    """The GPUs' power over time, for figures.power_chart (no rows without a GPU)."""
+    return [{"t": s.t, "power_w": s.power_w} for s in samples if s.power_w is not None]
 
 
 def metric_rows(samples: list[Sample]) -> list[dict]:

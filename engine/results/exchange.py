@@ -1,5 +1,5 @@
 """Runs in and out of files: the JSON export (one `vllm bench serve`-shaped object per run, see
-vllm_bench.py), the CSV export (one row per request), and reading a file given to import, an export
+vllm_bench.py), the CSV exports (one row per request, or one per run), and reading a file given to import, an export
 or a plain `vllm bench serve` result, into checked runs. Nothing here touches the history; RunStore
 calls it on the way out and writes what it returns on the way in.
 See docs/architecture.md.
@@ -11,7 +11,7 @@ import io
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Sequence
 
 from engine.messages import say
 from engine.results.credentials import scrub_run
@@ -31,6 +31,17 @@ CSV_COLUMNS = [
 ]
 
 
+# One row per run: vllm bench serve's keys (as the JSON export writes them) where it has one, then what only
+# this app records about the run (cold or warm, where it ran, the machine, the server's command line).
+RUN_CSV_COLUMNS = [
+    "run_id", "date", "label", "scenario", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency",
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+    "output_throughput", "total_token_throughput", "max_concurrent_requests",
+    *(f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")),
+    "warmth", "server", "hardware", "command",
+]
+
+
 # -- out --------------------------------------------------------------------------------------------
 
 def export_json(runs: Iterable[RunResult], indent: int | None = 1) -> str:
@@ -42,24 +53,49 @@ def _num(x: float | None) -> str:
     return "" if x is None else repr(float(x))
 
 
-def export_csv(runs: Iterable[RunResult]) -> str:
-    """CSV, one row per request, each carrying its run's columns, without credentials."""
+def _csv(columns: Sequence[str], rows: Iterable[list]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
+    w.writerow(columns)
+    w.writerows(rows)
+    return buf.getvalue()
+
+
+def _request_rows(runs: Iterable[RunResult]) -> Iterator[list]:
     for run in runs:
         run = scrub_run(run)
         started = datetime.fromtimestamp(run.started_at).isoformat(timespec="seconds")
         for r in run.records:
-            w.writerow([
-                run.id, run.kind, run.scenario, run.label, run.model, started,
-                _num(run.duration), run.load.concurrency,
-                r.index, int(r.warmup), r.prompt, _num(r.send_time), _num(r.first_token_time),
-                _num(r.end_time), _num(r.ttft), _num(r.e2e), r.prompt_tokens, r.output_tokens,
-                r.tokens_source, len(r.chunk_times), r.error or "", r.output_text,
-                json.dumps(r.chunk_times),
-            ])
-    return buf.getvalue()
+            yield [run.id, run.kind, run.scenario, run.label, run.model, started,
+                   _num(run.duration), run.load.concurrency,
+                   r.index, int(r.warmup), r.prompt, _num(r.send_time), _num(r.first_token_time),
+                   _num(r.end_time), _num(r.ttft), _num(r.e2e), r.prompt_tokens, r.output_tokens,
+                   r.tokens_source, len(r.chunk_times), r.error or "", r.output_text,
+                   json.dumps(r.chunk_times)]
+
+
+def export_csv(runs: Iterable[RunResult]) -> str:
+    """CSV, one row per request, each carrying its run's columns, without credentials."""
+    return _csv(CSV_COLUMNS, _request_rows(runs))
+
+
+def run_row(run: RunResult) -> dict[str, Any]:
+    """One run's summary under RUN_CSV_COLUMNS (None where it has no value), without credentials: the
+    per-run CSV's row and what History's compare table shows."""
+    bench = to_bench_json(run)
+    run = scrub_run(run)
+    cold = run.extra.cold
+    ours = {"run_id": run.id, "scenario": run.scenario,
+            "warmth": "" if cold is None else "cold" if cold else "warm",
+            "server": run.extra.endpoint or ("imported" if run.extra.imported_from else "this app's server"),
+            "hardware": str(run.hardware.get("summary") or ""), "command": run.command}
+    return {k: ours[k] if k in ours else bench.get(k) for k in RUN_CSV_COLUMNS}
+
+
+def export_runs_csv(runs: Iterable[RunResult]) -> str:
+    """CSV, one row per run (run_row), without credentials."""
+    cell = lambda v: "" if v is None else _num(v) if isinstance(v, float) else v  # noqa: E731
+    return _csv(RUN_CSV_COLUMNS, ([cell(row[k]) for k in RUN_CSV_COLUMNS] for row in map(run_row, runs)))
 
 
 # -- in ---------------------------------------------------------------------------------------------

@@ -1,17 +1,5 @@
-"""Typed records shared by the load generator, the naive baseline, stats, figures and the store:
-one request (`RequestRecord`), one measured run (`RunResult`) with its typed metadata (`Load`: what
-was sent; `Notes`: what surrounded it; `Summary`: the metrics), and one line of the history list
-(`RunRow`, a run without its requests).
-
-The metadata is stored and exported as plain JSON objects under the keys it always had (`load`,
-`extra`, `summary`), so older histories and exports read back: `from_dict` takes the known keys under
-any name they were saved with (a naive run's `mode`, `vllm bench serve`'s `max_concurrency`) and keeps
-the rest, and any value of the wrong type, in `other`.
-
-Times inside a run are seconds from the run's start (`time.perf_counter()` based), so records from
-different machines compare; `RunResult.started_at` anchors the run on the wall clock (epoch seconds).
-See docs/architecture.md.
-"""
+"""Typed records of requests and runs, shared by every layer, with older shapes read back.
+See docs/internals.md#records."""
 from __future__ import annotations
 
 import math
@@ -51,6 +39,13 @@ class RequestRecord:
     output_text: str = ""
     error: str | None = None
     warmup: bool = False
+    # A multi-turn chat's request (engine.measure.workloads.conversations): which conversation and which of its
+    # turns (0 = the first); None: a single-turn request (and every run saved before these fields)
+    conversation: int | None = None
+    turn: int | None = None
+    # A rate-based arrival's planned send time (s from run start: Poisson, gamma, a trace); send_time minus it is
+    # how late the client sent it (engine.measure.judge.lateness); None: sent when a slot freed (closed loop)
+    planned_time: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -132,8 +127,10 @@ class Load(_Typed):
     endpoint: str = ""  # chat | completions
     base_url: str = ""
     backend: str = ""  # a vllm bench serve file's
-    burstiness: float | None = None  # a vllm bench serve file's
+    burstiness: float | None = None  # gamma arrivals' shape (1: Poisson), as vllm bench serve's --burstiness
     prompts: list = field(default_factory=list)
+    # what a workload of engine.measure.workloads sent, never its file: kind, file name, rows, sha256, lengths
+    workload: dict | None = None
     other: dict[str, Any] = field(default_factory=dict)  # timeouts, seed, client processes, ...
 
 
@@ -148,7 +145,7 @@ class Notes(_Typed):
     placeholder_text: bool = False  # random weights (shape-only model): the text means nothing
     kv_cache_tokens: int | None = None  # the server's KV capacity at startup
     max_concurrency_reported: float | None = None  # vLLM's "maximum concurrency" at startup
-    # The KV cache over the measured part (engine.measure.kvcache.KvWatch): its blocks, the preemptions
+    # The KV cache over the measured part (engine.measure.judge.kvcache.KvWatch): its blocks, the preemptions
     # (vllm:num_preemptions_total's rise), the most requests waiting and the fullest it got (0-1)
     kv_blocks: int | None = None
     kv_block_size: int | None = None
@@ -156,6 +153,11 @@ class Notes(_Typed):
     peak_waiting: int | None = None
     peak_kv_usage: float | None = None
     sweep_level: int | None = None
+    # A rate-based run's sends against its schedule (engine.measure.judge.lateness): how many had a planned time,
+    # how many went out more than LATE_S after it, and the 99th percentile of the lateness (ms)
+    planned_sends: int | None = None
+    late_sends: int | None = None
+    send_lateness_p99_ms: float | None = None
     # Two servers measured at once on one clock (engine.runs.Runner.side_by_side): the pair's shared id and
     # this run's side, "A" (the app's server) or "B" (the one given by URL); "" for a run on its own
     pair: str = ""
@@ -163,7 +165,7 @@ class Notes(_Typed):
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
-    # part's start to its end) and the client's over the same requests (engine.measure.stats.token_check)
+    # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)
     server_output_tokens: int | None = None
     client_output_tokens: int | None = None
     server_count_missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
@@ -171,21 +173,47 @@ class Notes(_Typed):
     # (found in the cache) and of vllm:prefix_cache_queries_total (looked up); None: not published or reset
     prefix_cache_hits: int | None = None
     prefix_cache_queries: int | None = None
+    # The server's own view of the measured part (engine.observe.histograms.view, issue #21): vLLM's queue /
+    # prefill / decode / inference / TTFT / ITL / TPOT / E2E histograms' deltas (exact means, bucket-estimated
+    # percentiles), its engine steps' tokens and mean batch, and the histograms it did not export; None: no
+    # /metrics (or a run saved before this field)
+    server_view: dict | None = None
+    # The energy the measured part used (engine.observe.energy.EnergyMeter: NVML's counter, NVML power samples
+    # or RAPL, with the method and the idle power before the run); energy_missing: why there is none
+    energy: dict | None = None
+    energy_missing: str = ""  # "no-meter" (neither NVML energy nor readable RAPL here)
+    # One of N repeats of the same spec (engine.runs.Runner.repeat): the group's id, this run's 1-based index and
+    # N, and whether the prefix cache was reset before it (None: not asked, or the first; False: the server refused)
+    repeat_group: str = ""
+    repeat_index: int | None = None
+    repeats: int | None = None
+    prefix_cache_reset: bool | None = None
+    # A level of an SLO search (engine.runs.Runner.slo_search): the search's id, and whether the level was
+    # stopped early as past saturation (requests in flight and TTFT both still growing)
+    slo_search: str = ""
+    oversaturated: bool = False
     # the SLO summary.request_goodput was judged by, as vllm bench serve's --goodput takes it ({"ttft": ms, ...});
-    # None: no goodput was asked for (engine.measure.slo)
+    # None: no goodput was asked for (engine.measure.judge.slo)
     slo_ms: dict | None = None
-    # What one decode step of the model reads (engine.measure.ceiling.model_bytes), for its ceiling: the
+    # What one decode step of the model reads (engine.measure.judge.ceiling.model_bytes), for its ceiling: the
     # weights, and the KV cache per token of context (a key ending in "token" would be taken for a secret)
     weight_bytes: int | None = None
     kv_token_bytes: int | None = None
-    # Cold or warm (engine.measure.warmth): the server instance it ran on (its pid and start time), the most
+    # Cold or warm (engine.measure.judge.warmth): the server instance it ran on (its pid and start time), the most
     # requests in flight in its measured part and in its warm-up, and whether the measured batch was the first
-    # of its size there (cold_why: "first" | "warm-up" | "earlier-run"); None: unknown (older runs, imports)
+    # of its size there (cold_why: "first" | "warm-up" | "earlier-run" | "served"); None: unknown (older runs, imports)
     server_instance: str = ""
     batch_size: int | None = None
     warmup_batch_size: int | None = None
     cold: bool | None = None
     cold_why: str = ""
+    # a tuning row whose server already ran its settings: measured on it as it was, not restarted
+    not_restarted: bool = False
+    # The server's own count of requests served since it started (vllm:request_success_total) before the run
+    # and after it, and how many of those before it this app's runs had not sent (cold_why "served"); None: unknown
+    served_before: int | None = None
+    served_after: int | None = None
+    served_elsewhere: int | None = None
     imported_from: str = ""
     label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
     client: str = ""  # the load generator's transport
@@ -215,7 +243,7 @@ _DIST_KEY = re.compile(r"^(?:mean|median|std|p\d+(?:\.\d+)?)_(?:ttft|tpot|itl|e2
 
 @dataclass
 class Summary(_Typed):
-    """A run's metrics under `vllm bench serve`'s names (engine.measure.stats.summarize fills it;
+    """A run's metrics under `vllm bench serve`'s names (engine.measure.judge.stats.summarize fills it;
     engine.metrics names them). None: not measured. `get(key)` reads any of them by name."""
 
     duration: float | None = None

@@ -1,13 +1,5 @@
-"""RunStore, the run history as the app uses it: save, delete, list and load runs, export them and
-import files, with a change token and cached reads so that many browser tabs redrawing every second
-cost one read per change. Every completed run lands here the moment it completes.
-
-The file itself (tables, 0600, WAL, migrations, tolerant reading) is database.py; credentials are
-taken out by credentials.py on every write and export; files in and out are exchange.py. Every call
-opens its own connection and writes are serialized by a per-file lock, so the Streamlit app may call
-one RunStore from many threads; a second process sees a save the moment it returns.
-See docs/architecture.md.
-"""
+"""RunStore, the run history as the app uses it: save, delete, list, load, export and import runs.
+See docs/internals.md#store."""
 from __future__ import annotations
 
 import sqlite3
@@ -22,7 +14,7 @@ from engine.messages import say
 from engine.results import database as db
 from engine.results import exchange
 from engine.results.records import RunResult, RunRow
-from engine.results.validation import RunDamaged
+from engine.results.validation import ImportFailed, RunDamaged
 
 # Where the repository ships example runs (e.g. made headless on an H200).
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
@@ -177,9 +169,11 @@ class RunStore:
         Damaged runs (see load) and runs deleted meanwhile are left out."""
         return exchange.export_json(self._runs(ids), indent=indent)
 
-    def export_csv(self, ids: str | Iterable[str] | None = None) -> str:
-        """CSV, one row per request, each carrying its run's columns; None = all runs."""
-        return exchange.export_csv(self._runs(ids))
+    def export_csv(self, ids: str | Iterable[str] | None = None, per: str = "request") -> str:
+        """CSV of the runs (None = all): one row per request, each carrying its run's columns, or with
+        per="run" one row per run (its summary, vllm bench serve's keys)."""
+        runs = self._runs(ids)
+        return exchange.export_runs_csv(runs) if per == "run" else exchange.export_csv(runs)
 
     def _runs(self, ids: str | Iterable[str] | None) -> list[RunResult]:
         if ids is None:
@@ -209,6 +203,15 @@ class RunStore:
                 if not db.has_run(conn, run.id):
                     db.insert_run(conn, run, source)
         return [r.id for r in runs]
+
+    def import_upload(self, data: bytes, name: str) -> list[str]:
+        """Import an uploaded file's bytes (see import_text); ImportFailed when they are not UTF-8 text."""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ImportFailed(say("'{name}' is not a text file (not UTF-8): pick the JSON file Serving "
+                                            "Lab or vllm bench serve wrote.", name=name)) from None
+        return self.import_text(text, source=f"import:{name}")
 
     def import_file(self, path: str | Path, source: str | None = None) -> list[str]:
         """Import the runs of a file on this machine (the CLI, the shipped examples); see import_text."""

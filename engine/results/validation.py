@@ -133,6 +133,9 @@ def _record(r: Any, at: str) -> RequestRecord:
         warmup=bool(warmup),
         cached_tokens=checked_number(r.get("cached_tokens"), f"{at}.cached_tokens", 0, COUNT, whole=True,
                                      nullable=True),
+        conversation=checked_number(r.get("conversation"), f"{at}.conversation", 0, COUNT, whole=True, nullable=True),
+        turn=checked_number(r.get("turn"), f"{at}.turn", 0, COUNT, whole=True, nullable=True),
+        planned_time=checked_number(r.get("planned_time"), f"{at}.planned_time", -REL_S, REL_S, nullable=True),
     )
 
 

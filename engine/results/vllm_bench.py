@@ -32,24 +32,22 @@ _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "tr
 
 
 def _summary_for(run: RunResult) -> dict[str, Any]:
+    """The run's own summary (the Runner summarises every run it saves, imports bring theirs); for a run
+    that has none, the basic totals only: the vllm-named percentiles are measure's to compute (results/ sits
+    below it and does not reach up)."""
     if not run.summary.empty:
         return run.summary.to_dict()
-    try:  # stats.py computes the vllm-named metrics; fall back to the basics without it
-        from engine.measure.stats import summarize
-
-        return summarize(run.measured, run.duration).to_dict()
-    except Exception:
-        m = run.measured
-        ok = [r for r in m if r.ok]
-        out_tok = sum(r.output_tokens for r in ok)
-        in_tok = sum(r.prompt_tokens for r in ok)
-        d = run.duration or float("nan")
-        return {
-            "duration": run.duration, "completed": len(ok), "failed": len(m) - len(ok),
-            "total_input_tokens": in_tok, "total_output_tokens": out_tok,
-            "request_throughput": len(ok) / d, "output_throughput": out_tok / d,
-            "total_token_throughput": (in_tok + out_tok) / d,
-        }
+    m = run.measured
+    ok = [r for r in m if r.ok]
+    out_tok = sum(r.output_tokens for r in ok)
+    in_tok = sum(r.prompt_tokens for r in ok)
+    d = run.duration or float("nan")
+    return {
+        "duration": run.duration, "completed": len(ok), "failed": len(m) - len(ok),
+        "total_input_tokens": in_tok, "total_output_tokens": out_tok,
+        "request_throughput": len(ok) / d, "output_throughput": out_tok / d,
+        "total_token_throughput": (in_tok + out_tok) / d,
+    }
 
 
 def to_bench_json(run: RunResult) -> dict[str, Any]:

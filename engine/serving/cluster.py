@@ -7,12 +7,15 @@ by URL like any existing server."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import shlex
 from dataclasses import dataclass
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ServerBusy
 from engine.messages import Message, say
-from engine.serving.config import ServerConfig
+from engine.observe import nvml
+from engine.serving import models
+from engine.serving.config import ServerConfig, check_port
 
 RAY_PORT = 6379
 MAX_NODES = 64
@@ -57,5 +60,53 @@ def _check(head: str, nodes: int, gpus_per_node: int, port: int) -> None:
         raise ConfigError(say("{nodes} machines is outside 1 to {most}.", nodes=nodes, most=MAX_NODES))
     if not 1 <= gpus_per_node <= 16:
         raise ConfigError(say("{gpus} GPUs per machine is outside 1 to 16.", gpus=gpus_per_node))
-    if not 1 <= port <= 65535:
-        raise ConfigError(say("Port {port} is not a valid port: pick a number between 1024 and 65535.", port=port))
+    check_port(port)
+
+
+# -- two servers on one machine ------------------------------------------------------------------
+def sharing_said(device: str, gpus: int) -> str | None:
+    """Why two servers on one machine with this `device` and this many GPUs would not be compared fairly
+    side by side (they would share its CPU or its one GPU), and what to do instead; None: they need not."""
+    if device == "cpu":
+        return say("On CPU a second server would share this machine's cores with the first, so neither would be "
+                   "measured fairly: compare configurations one after another on the Tuning page, or give the "
+                   "address of a server on another machine.")
+    if gpus < 2:
+        return say("With one GPU a second server would share it with the first, so neither would be measured "
+                   "fairly: compare configurations one after another on the Tuning page, or give the address "
+                   "of a server on another machine.")
+    return None
+
+
+def side_by_side_here(device: str) -> str | None:
+    """Why two servers on this machine cannot be compared fairly side by side (its CPU, or its one GPU,
+    would be shared), with what to do instead; None with two GPUs or more."""
+    return sharing_said(device, len(nvml.devices()))
+
+
+def check_pair(a, b, device: str, shared_ok: bool) -> None:
+    """Two servers (engine.runs.Target) fit to be measured side by side: not one server twice (ConfigError),
+    and not sharing this machine's CPU or its one GPU (ServerBusy) unless `shared_ok`."""
+    if a.same_server(b):
+        raise ConfigError(say("{url} is the server the app already measures: give the address of a second "
+                              "one.", url=b.base_url))
+    shared = a.on_this_machine and b.on_this_machine  # one CPU or one GPU would serve both
+    if not shared_ok and shared and (why := side_by_side_here(device)):
+        raise ServerBusy(why)
+
+
+def second_server_command(started: ServerConfig | None, device: str, port: int | None = None) -> str | None:
+    """The command that starts a second server like the running one on another GPU (then connected side
+    by side by URL; the app itself runs one server), None without two GPUs or a started server."""
+    gpus = sorted(nvml.devices(), key=lambda g: g["index"])
+    if started is None or device != "cuda" or len(gpus) < 2:
+        return None
+    cfg = started
+    used = set(cfg.gpus) or set(range(cfg.gpus_needed))
+    free = [g["index"] for g in gpus if g["index"] not in used] or [gpus[-1]["index"]]
+    model = ("embedded" if cfg.model == str(models.embedded_dir()) else
+             cfg.model if os.path.isdir(cfg.model) else f"hub:{cfg.model}")
+    argv = ["python", "-m", "engine", "serve", "--model", model, "--port", str(port or cfg.port + 1),
+            "--gpus", str(free[0]), "--max-model-len", str(cfg.max_model_len),
+            "--gpu-memory-utilization", f"{cfg.gpu_memory_utilization:g}", "--detach"]
+    return " ".join(shlex.quote(x) for x in argv)

@@ -3,12 +3,11 @@ launch and rendered to an argv list, an environment, and the exact shell command
 from __future__ import annotations
 
 import shlex
-import socket
 import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, ServerBusy
 from engine.messages import mark, say, say_n
 from engine.observe import nvml
 
@@ -16,6 +15,13 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 MAX_NUM_SEQS = 4096  # beyond this a typo would make vLLM allocate for millions of sequences
 DTYPES = ("auto", "float16", "bfloat16", "float32")
 LOAD_FORMATS = ("auto", "safetensors", "pt", "dummy")
+
+
+def cpu_kv_flag(gib: float) -> str:
+    """How the CPU build is told its KV cache's size, as a command line writes it: whole GiB as the variable
+    VLLM_CPU_KVCACHE_SPACE (an integer), a fraction (a squeezed cache) as --kv-cache-memory-bytes."""
+    gib = float(gib)
+    return f"VLLM_CPU_KVCACHE_SPACE={int(gib)}" if gib.is_integer() else f"--kv-cache-memory-bytes {int(gib * 1024**3)}"
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,7 @@ class ServerConfig:
         if self.max_num_seqs:
             a += ["--max-num-seqs", str(self.max_num_seqs)]
         if self.device == "cpu" and not self._whole_gib:
-            a += ["--kv-cache-memory-bytes", str(int(self.cpu_kvcache_gib * 1024**3))]
+            a += cpu_kv_flag(self.cpu_kvcache_gib).split()
         if self.enforce_eager:
             a.append("--enforce-eager")
         if self.tensor_parallel_size != 1:
@@ -123,7 +129,7 @@ class ServerConfig:
         """Environment additions for the server process. The API key travels here (vLLM reads
         VLLM_API_KEY), never on the command line, which every user of the machine can read."""
         # the variable would override the flag (vLLM's CPU platform reads it last): only for whole GiB
-        env = {"VLLM_CPU_KVCACHE_SPACE": str(int(self.cpu_kvcache_gib))} if self.device == "cpu" and self._whole_gib else {}
+        env = dict([cpu_kv_flag(self.cpu_kvcache_gib).split("=")]) if self.device == "cpu" and self._whole_gib else {}
         if self.device == "cuda" and self.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
         if self.api_key:
@@ -157,9 +163,7 @@ class ServerConfig:
         """Raise ConfigError with one sentence for the first problem found; nothing is started."""
         if not self.model.strip():
             raise ConfigError(say("No model is selected: pick the embedded default, a local folder or a hub id."))
-        if not 1 <= self.port <= 65535:
-            raise ConfigError(say("Port {port} is not a valid port: pick a number between 1024 and 65535.",
-                                  port=self.port))
+        check_port(self.port)
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(say(
                 "GPU memory utilization {value:g} is outside (0, 1]: it is the fraction of GPU memory vLLM may use, "
@@ -285,14 +289,10 @@ def parse_extra_args(text: str) -> tuple[str, ...]:
         raise ConfigError(say("The extra flags could not be read ({error}): check the quotes.", error=str(e))) from e
 
 
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1" if host in ("0.0.0.0", "") else host, port))
-        except OSError:
-            return False
-    return True
+def check_port(port: int) -> None:
+    """A port a server can listen on (the Server page's, the CLI's --port, a cluster's serve port), or its sentence."""
+    if not 1 <= port <= 65535:
+        raise ConfigError(say("Port {port} is not a valid port: pick a number between 1024 and 65535.", port=port))
 
 
 @dataclass(frozen=True)
@@ -326,3 +326,100 @@ def preset(name: str) -> Preset:
             return p
     raise ConfigError(say("There is no preset called '{name}': pick one of {choices}.", name=name,
                           choices=", ".join(p.name for p in PRESETS)))
+
+
+def checked(base: ServerConfig, extra_flags: str = "", model_max_len: int | None = None,
+            **settings: Any) -> ServerConfig:
+    """`base` (a model's defaults: Lab.default_config) with a page's `settings` and the extra flags as
+    typed, checked: a ConfigError says what is wrong."""
+    cfg = base.with_changes(extra_args=parse_extra_args(extra_flags), **settings)
+    cfg.validate(model_max_len=model_max_len)
+    return cfg
+
+
+def tuning_base(started: ServerConfig | None) -> ServerConfig:
+    """The last started server's settings, which tuning changes (ServerBusy before any server started)."""
+    if started is None:
+        raise ServerBusy(say("Start the server once on the Server page: tuning reuses its model and other "
+                             "settings."))
+    return started
+
+
+def tuning_configs(started: ServerConfig | None, device: str, rows: list[tuple[int, float]]) -> list[ServerConfig]:
+    """The Tuning table's rows, (max-model-len, GPU memory fraction; on CPU the KV cache GiB), as the last
+    started server's settings with those changes."""
+    base = tuning_base(started)
+    cpu = device == "cpu"
+    return [base.with_changes(max_model_len=int(n), **({"cpu_kvcache_gib": float(mem)} if cpu else
+                                                       {"gpu_memory_utilization": mem})) for n, mem in rows]
+
+
+def gpu_choices() -> dict[int, str]:
+    """{index: "0 · NVIDIA H200, 141 GB"} for the GPU picker; {} without an NVIDIA GPU."""
+    return {g["index"]: f"{g['index']} · {g['name']}, {g['total'] / 1e9:,.0f} GB" for g in nvml.devices()}
+
+
+@dataclass
+class FitReport:
+    """Weights + KV cache at these settings against the memory there is."""
+
+    level: str  # "ok" | "warn" | "error"
+    message: str
+    weights_gb: float | None = None
+    kv_gb: float | None = None
+    available_gb: float | None = None
+
+
+def fit_check(cfg: ServerConfig, spec: Any, device: str) -> FitReport:
+    """Whether `spec`'s model (an engine.serving.models.ModelSpec) fits at `cfg`'s settings on `device`: its
+    weights and one full sequence's KV cache against the GPU's (each GPU's) or the free RAM's room."""
+    shape = spec.shape
+    if shape is None:
+        return FitReport("ok", say("The model's size is unknown here; vLLM will report what fits when it starts."))
+    dtype_bytes = 4 if cfg.dtype == "float32" else 2
+    weights = shape.weight_bytes(dtype_bytes) / 1024**3
+    per_seq = shape.kv_bytes_per_token(dtype_bytes) * (cfg.max_model_len or shape.max_len) / 1024**3
+    if device == "cuda":
+        # Per GPU: a copy of the model is split tensor x pipeline ways (weights and KV cache alike), and
+        # the smallest GPU picked sets the room every slice gets. Data-parallel copies each hold the lot.
+        split = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+        gpus = [g for g in nvml.devices() if not cfg.gpus or g["index"] in cfg.gpus]
+        total = min(g["total"] for g in gpus) / 1024**3 if gpus else 0
+        budget = total * cfg.gpu_memory_utilization
+        weights, per_seq = weights / split, per_seq / split
+        kv_room = budget - weights - 1.0  # ~1 GiB for activations and CUDA graphs
+        where = say("{fraction:.0%} of {total:.0f} GiB GPU memory", fraction=cfg.gpu_memory_utilization,
+                    total=total) if split * cfg.data_parallel_size == 1 else \
+            say("{fraction:.0%} of {total:.0f} GiB on each of {gpus} GPUs", fraction=cfg.gpu_memory_utilization,
+                total=total, gpus=cfg.gpus_needed)
+    else:
+        import psutil
+
+        total = psutil.virtual_memory().available / 1024**3
+        budget = total
+        kv_room = cfg.cpu_kvcache_gib
+        where = say("{kv:g} GiB CPU KV cache ({total:.0f} GiB RAM free)", kv=cfg.cpu_kvcache_gib, total=total)
+        if weights + kv_room + 1 > total:
+            return FitReport("error", say("Weights ({weights:.1f} GiB) plus the KV cache ({kv:g} GiB) exceed the "
+                                          "{total:.0f} GiB of free RAM: lower the KV cache size or pick a smaller "
+                                          "model.", weights=weights, kv=kv_room, total=total),
+                             weights, per_seq, total)
+    if kv_room <= 0:
+        return FitReport("error", say("The weights alone ({weights:.1f} GiB) do not fit in {where}: raise "
+                                      "gpu-memory-utilization, use more GPUs, or pick a smaller model.",
+                                      weights=weights, where=where), weights, per_seq, budget)
+    seqs = kv_room / per_seq * (cfg.data_parallel_size if device == "cuda" else 1) if per_seq else float("inf")
+    if seqs < 1:
+        return FitReport("error", say("One full {max_len}-token sequence needs {per_seq:.2f} GiB of KV cache "
+                                      "but only {kv:.2f} GiB is left in {where}: lower max-model-len or give vLLM "
+                                      "more memory.", max_len=cfg.max_model_len, per_seq=per_seq, kv=kv_room,
+                                      where=where),
+                         weights, per_seq, budget)
+    level = "warn" if seqs < 4 else "ok"
+    if device == "cuda" and cfg.gpus_needed > 1:
+        return FitReport(level, say("Weights {weights:.1f} GiB per GPU; KV cache room for about {seqs:,.0f} full "
+                                    "{max_len}-token sequences in all, in {where}.", weights=weights, seqs=seqs,
+                                    max_len=cfg.max_model_len, where=where), weights, per_seq, budget)
+    return FitReport(level, say("Weights {weights:.1f} GiB; KV cache room for about {seqs:,.0f} full "
+                                "{max_len}-token sequences in {where}.", weights=weights, seqs=seqs,
+                                max_len=cfg.max_model_len, where=where), weights, per_seq, budget)

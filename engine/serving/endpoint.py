@@ -1,11 +1,5 @@
-"""A server this app did not start, found by its URL: the address normalised to the server's root (what
-`/v1/...` and `/metrics` hang off), what it serves discovered (GET /v1/models: the model ids and vLLM's
-`max_model_len`; GET /metrics: whether vLLM's counters are readable there; GET /version), and each way
-that can fail said in one sentence.
-
-The API key is only ever sent, in an `Authorization: Bearer` header, never kept here beyond the call.
-`engine.runs.Target.at` turns a discovered endpoint into the target a run aims at.
-See docs/architecture.md."""
+"""A server this app did not start, found by its URL: what it serves, discovered, or why not.
+See docs/internals.md#endpoint."""
 from __future__ import annotations
 
 import ipaddress
@@ -21,7 +15,7 @@ import httpx
 from engine.errors import ConfigError, LabError
 from engine.messages import say
 from engine.metrics import PROMETHEUS_PREFIX
-from engine.observe.telemetry import capacity, process_start
+from engine.observe.telemetry import EndlessAnswer, capacity, get_within, process_start
 
 TIMEOUT_S = 5.0
 
@@ -96,6 +90,10 @@ def _why(e: httpx.HTTPError) -> str:
 def _unreachable(url: str, e: httpx.HTTPError) -> EndpointError:
     """A connection that failed, said by what a person checks first."""
     cause = e.__cause__ or e.__context__
+    if isinstance(e, EndlessAnswer):
+        return EndpointError(say("{url} kept sending its answer to GET {path} for {s:g} s without finishing it, so the "
+                                 "app stopped waiting: check that this is the server's address and that the server "
+                                 "is not stuck.", url=url, path=urlsplit(e.url).path, s=e.seconds))
     if isinstance(cause, ssl.SSLError) or "SSL" in _why(e) or "CERTIFICATE" in _why(e).upper():
         return EndpointError(say("The TLS handshake with {url} failed ({why}): check http versus https and that the "
                                  "server's certificate is trusted here.", url=url, why=_why(e)))
@@ -113,7 +111,7 @@ def discover(url: str, api_key: str | None = None) -> Endpoint:
     models_url = v1(base) + "/models"
     with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=_headers(api_key)) as client:
         try:
-            resp = client.get(models_url)
+            resp = get_within(client, models_url)
         except httpx.HTTPError as e:
             raise _unreachable(base, e) from None
         if resp.status_code in (401, 403):
@@ -159,7 +157,10 @@ def _metrics(client: httpx.Client, base: str) -> tuple[bool, str, str]:
     a gateway often publishes its own metrics or none: the runs still work, without vLLM's counters."""
     url = base + "/metrics"
     try:
-        resp = client.get(url)
+        resp = get_within(client, url)
+    except EndlessAnswer as e:
+        return False, say("{url} kept sending for {s:g} s without finishing its answer: the charts of vLLM's counters "
+                          "and the server's token count are left out.", url=url, s=e.seconds), ""
     except httpx.HTTPError as e:
         return False, say("{url} did not answer ({why}): the charts of vLLM's counters and the server's token count "
                           "are left out.", url=url, why=_why(e)), ""
@@ -179,7 +180,7 @@ def _metrics(client: httpx.Client, base: str) -> tuple[bool, str, str]:
 def _version(client: httpx.Client, base: str) -> str | None:
     """vLLM's GET /version ({"version": "0.11.0"}); None when it does not answer so."""
     try:
-        resp = client.get(base + "/version")
+        resp = get_within(client, base + "/version")
         v = resp.json().get("version") if resp.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
@@ -300,9 +301,21 @@ class Watch:
         url = self.base_url + "/metrics" if metrics else v1(self.base_url) + "/models"
         try:
             with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=_headers(self._key)) as client:
-                resp = client.get(url)
+                resp = get_within(client, url)
         except httpx.HTTPError as e:
             if force and self.refused(e):
                 return "down"
             return self.heard(now, None, e)
         return self.heard(now, resp, None)
+
+
+def reset_prefix_cache(base_url: str, api_key: str | None = None) -> bool:
+    """Empty the server's prefix cache (POST /reset_prefix_cache, so repeats each start from a cold cache):
+    True when it did. vLLM serves that route only with VLLM_SERVER_DEV_MODE=1 (0.32.0's
+    entrypoints/serve/dev): elsewhere it is a 404, and False says the cache was left as it was."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/reset_prefix_cache"
+    try:
+        with httpx.Client(timeout=TIMEOUT_S, trust_env=False, headers=_headers(api_key)) as client:
+            return client.post(url).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -3,8 +3,12 @@ vLLM needs: found (by tag, session and the records in the runtime folder), stopp
 only named when they are not. See engine/serving/proctree.py and docs/architecture.md."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import time
+from typing import Callable
 
 import psutil
 
@@ -17,6 +21,25 @@ from engine.serving.config import API_SERVER_MODULE
 
 def home() -> str:
     return str(runtime_dir().resolve())
+
+
+@contextlib.contextmanager
+def port_lock(port: int, wait: bool = True):
+    """The lock every process of this app (the app, a second app on the same data folder, the CLI) takes
+    to decide about the server on `port`: check the record, launch, write the record; or tell leftovers
+    from a server being started. An OS lock (flock) on a file in the runtime folder, so it is released
+    when its holder dies, however it dies. Yields False, holding nothing, when `wait` is False and
+    another holds it."""
+    fd = os.open(runtime_dir() / f"server-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def live_start_ids() -> set[str]:
@@ -34,13 +57,29 @@ def live_start_ids() -> set[str]:
 
 def leftovers() -> list[psutil.Process]:
     """Processes of a server this app started whose API server is gone (on any port)."""
+    return [p for p, _ in _leftover_tags()]
+
+
+def leftovers_said() -> Message | None:
+    """The sentence about an earlier server's processes still holding memory, if there are any."""
+    left = leftovers()
+    return leftovers_sentence(left) if left else None
+
+
+def _leftover_tags() -> list[tuple[psutil.Process, proctree.Tag]]:
     live = live_start_ids()
-    return [p for p, tag in proctree.tagged(home()) if tag.start_id not in live]
+    return [(p, tag) for p, tag in proctree.tagged(home()) if tag.start_id not in live]
 
 
 def clear_leftovers() -> Message | None:
-    """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none."""
-    left = leftovers()
+    """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none.
+    Decided under the locks of their ports: a server another process is launching this moment (tagged,
+    its record not yet written) is not a leftover."""
+    ports = sorted({tag.port for p, tag in _leftover_tags()})
+    with contextlib.ExitStack() as locks:
+        for port in ports:  # in order: two cleaners never wait on each other
+            locks.enter_context(port_lock(port))
+        left = leftovers()
     if not left:
         return None
     sentence = say_n("Stopped {n} leftover process of an earlier server ({names}); {freed} returned.",
@@ -94,6 +133,21 @@ def foreign_holders() -> Message | None:
                      for p, where in list(held.values())[:5]])
     return say("Processes this app did not start hold memory and were left alone: {named}. If they are yours and "
                "idle, stop them (kill PID) before starting; otherwise lower the memory settings.", named=named)
+
+
+class Every:
+    """A look-up made at most every `seconds`, its answer shared meanwhile: every viewer's Server page asks
+    (others' memory holders, this app's servers on other ports)."""
+
+    def __init__(self, look: Callable[[], Message | None], seconds: float = 5.0) -> None:
+        self._look, self._seconds = look, seconds
+        self._seen: tuple[float, Message | None] = (-1e9, None)  # one tuple: a reader never sees half an update
+
+    def __call__(self) -> Message | None:
+        now = time.monotonic()
+        if now - self._seen[0] > self._seconds:
+            self._seen = (now, self._look())
+        return self._seen[1]
 
 
 def leftovers_sentence(left: list[psutil.Process]) -> Message:

@@ -1,13 +1,5 @@
 """The processes of one vLLM server, found and stopped as a whole.
-
-vLLM runs as a tree: API server -> EngineCore -> workers. When the API server dies (kill -9, the OOM
-killer), its children are re-parented to init and keep their memory (GBs of weights and KV cache, on
-the GPU too) unless someone stops them. So every process of a server the app starts carries a tag in
-its environment (children inherit it): the app's runtime folder, the port and the start's id; and they all
-stay in the session the API server starts. With the tag, the session and the descendants recorded as
-they appear, a server's leftovers are found whatever happened to the app or to the API server; a
-process that is none of these is never touched: it is only named.
-"""
+See docs/internals.md#proctree."""
 from __future__ import annotations
 
 import os

@@ -1,18 +1,12 @@
-"""VLLMServer: owns one vLLM server — its whole process tree — on one port: start, startup stages read
-from its log, health, stop (really stopped), and adoption after the app itself was killed.
-
-The API server runs in its own session (process group) and every process of the tree carries a tag
-(proctree.py), and the descendants are recorded as they appear. So when the API server dies for any
-reason the rest of its tree is stopped at once, and what the app started is found again after the
-app itself died: a new VLLMServer on the same port adopts a live server from its record
-(runtime_dir()/server-<port>.json), or stops what is left of a dead one. A start has a deadline. A
-process the app did not start is reported, never killed.
-"""
+"""VLLMServer: one vLLM server and its whole process tree on one port: start, health, stop, adoption.
+See docs/internals.md#server."""
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,8 +22,8 @@ from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
 from engine.messages import Message, mark, say, say_n
 from engine.paths import runtime_dir
 from engine.serving import proctree
-from engine.serving.config import API_SERVER_MODULE, ServerConfig, port_is_free
-from engine.serving.leftovers import home, leftovers, leftovers_sentence
+from engine.serving.config import API_SERVER_MODULE, ServerConfig
+from engine.serving.leftovers import home, leftovers, leftovers_sentence, port_lock
 from engine.serving.vllm_log import (
     KV_TOKENS,
     MAX_CONCURRENCY,
@@ -40,10 +34,7 @@ from engine.serving.vllm_log import (
     describe_failure,
 )
 
-# A server's states; each compares equal to its English word, and a sentence that names one says it in
-# the viewer's language. Stages and the events on the memory charts are such phrases too (mark()).
-STOPPED, STARTING, READY = mark("stopped"), mark("starting"), mark("ready")
-STOPPING, FAILED = mark("stopping"), mark("failed")
+from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING  # noqa: F401 (also read from here)
 
 @dataclass
 class Snapshot:
@@ -63,7 +54,8 @@ class Snapshot:
     log_tail: list[str] = field(default_factory=list)
     events: list[tuple[float, str]] = field(default_factory=list)  # (epoch s, label) for charts
     adopted: bool = False
-    notice: str | None = None  # what the app cleaned up on its own (a dead server's leftovers)
+    started_by: str | None = None  # an adopted server's starter, in words (starter_said)
+    notice: str | None = None  # what the app cleaned up on its own, or who started the server it follows
 
     @property
     def elapsed(self) -> float | None:
@@ -80,8 +72,12 @@ class VLLMServer:
     but stop() returns quickly."""
 
     def __init__(self, port: int = 9000, python: str | None = None, poll_s: float = 0.5,
-                 start_timeout_s: float | None = None, serving_grace_s: float = 30.0):
+                 start_timeout_s: float | None = None, serving_grace_s: float = 30.0, starter: str = "app",
+                 clean: bool = True):
         self.port = port
+        # who starts servers through this object ("app" or "cli"): written in the record, so whoever
+        # finds the server later can say who started it
+        self.starter = starter
         self.python = python
         self.poll_s = poll_s
         # A start that never reaches "serving" ends as failed (CPU compile ~100 s, 8B on a GPU ~2 min).
@@ -98,27 +94,53 @@ class VLLMServer:
         self._tail: deque[str] = deque(maxlen=400)
         self._watcher: threading.Thread | None = None
         self._stop_watch = threading.Event()
-        self.adopt_or_clean()
+        self._record_seen: int | None = None  # the record's mtime when last looked at (follow())
+        self._starter: dict = {}  # who started the server this object follows (the record's "starter")
+        self._argv: list[str] = []
+        self.adopt_or_clean(clean=clean)
 
     # -- public --------------------------------------------------------------------------------
     @property
     def record_path(self) -> Path:
         return runtime_dir() / f"server-{self.port}.json"
 
+    def record(self) -> dict | None:
+        """The record of the live server this object follows (whoever started it), else None."""
+        with self._lock, port_lock(self.port):
+            return self._live_record() if self._pid is not None else None
+
     def snapshot(self) -> Snapshot:
+        self.follow()
         with self._lock:
             s = self._snap
             return Snapshot(**{**s.__dict__, "log_tail": list(self._tail)[-60:], "events": list(s.events)})
 
-    def start(self, cfg: ServerConfig, model_max_len: int | None = None, known_flags: set[str] | None = None) -> None:
-        """Validate, check the port and leftovers, launch. Returns at once; watch snapshot() for stages."""
+    def start(self, cfg: ServerConfig, model_max_len: int | None = None, known_flags: set[str] | None = None,
+              adopt: bool = False) -> None:
+        """Validate, check the port and leftovers, launch. Returns at once; watch snapshot() for stages.
+        The checks, the launch and the record happen under the port's lock, which every process of this
+        app takes (a second app on the same data folder, the CLI): whoever comes second finds the first
+        one's record and, with `adopt` (the app), follows that server, else (the CLI, a comparison that
+        restarts with its own settings) is told in one sentence who holds the port (ServerBusy)."""
         if cfg.port != self.port:
             cfg = cfg.with_changes(port=self.port)
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
-        with self._lock:
+        with self._lock, port_lock(self.port):
             if self._snap.state in (STARTING, READY, STOPPING):
+                if self._snap.adopted:  # another process started it and this one follows it: say who
+                    raise ServerBusy(say("A vLLM server is already {state} on port {port}, started by {who}: this app "
+                                         "follows it; stop it first, or use Restart to apply your settings.",
+                                         state=self._snap.state, port=self.port, who=starter_said(self._starter)))
                 raise ServerBusy(say("A vLLM server is already {state} on port {port}: stop it first, or use Restart.",
                                      state=self._snap.state, port=self.port))
+            if (rec := self._live_record()) is not None:
+                if not adopt:
+                    raise ServerBusy(holder_said(rec, self.port))
+                self._adopt(rec, notice=say(
+                    "A vLLM server on port {port} was already started by {who}, so this app follows it instead of "
+                    "starting a second one; Restart applies your settings.", who=starter_said(rec.get("starter")),
+                    port=self.port))
+                return
             if left := leftovers():
                 raise LeftoversHold(leftovers_sentence(left))
             if not port_is_free(cfg.port, cfg.host):
@@ -143,23 +165,28 @@ class VLLMServer:
                 # the runs whose load it draws before this start
                 command=cfg.shell_command(), events=[*self._snap.events[-MAX_EVENTS:], (now, mark("server start"))],
             )
-            self._write_record(cfg, argv, now)
+            self._starter = {"kind": self.starter, "pid": os.getpid(), "command": _command()}
+            self._argv = argv
+            self._write_record()
             self._spawn_watcher()
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the whole tree (process group, recorded descendants, tagged processes), SIGKILL
-        after the grace period. Blocks until every process is gone."""
+        after the grace period. Blocks until every process is gone. A server another process of this app
+        started is stopped as well (this one follows it); that process is told who stopped it."""
+        self.follow(wait=True)
         with self._lock:
             if self._pid is None:
                 self._set(state=STOPPED, stage="")
-                self._remove_record()
+                self._remove_record(None)
                 return
             self._set(state=STOPPING, stage=mark("stopping"))
+            self._write_stopped()
         self._stop_watch.set()
         self._stop_tree(grace_s)
         with self._lock:
+            self._remove_record(self._pid)
             self._proc, self._pid = None, None
-            self._remove_record()
             snap = self._snap
             self._snap = Snapshot(
                 state=STOPPED, config=snap.config, command=snap.command,
@@ -215,32 +242,68 @@ class VLLMServer:
             self._snap.events.append((time.time(), label))
 
     # -- adoption and leftovers ---------------------------------------------------------------
-    def adopt_or_clean(self) -> None:
-        """After the app (or the CLI) was restarted: adopt the server this app started on this port if
-        its API server lives; else stop whatever is left of it, and say so in the snapshot's notice."""
+    def follow(self, wait: bool = False) -> None:
+        """While nothing runs here: adopt the server another process of this app (a second app on the same
+        data folder, the CLI) has started on this port since, so every process shows the one server.
+        A stat of the record unless it changed; never waits for the port's lock (a page draws meanwhile)."""
+        if self._snap.state not in (STOPPED, FAILED):
+            return
+        try:
+            seen = self.record_path.stat().st_mtime_ns
+        except OSError:
+            return
+        if seen == self._record_seen:
+            return
+        with self._lock, port_lock(self.port, wait=wait) as held:
+            if not held:
+                return  # someone is deciding this moment: look again at the next snapshot
+            self._record_seen = seen
+            if self._snap.state in (STOPPED, FAILED) and (rec := self._live_record()) is not None:
+                self._adopt(rec)
+
+    def _live_record(self) -> dict | None:
+        """The record of this port when its API server lives (read under the port's lock), else None."""
         try:
             rec = json.loads(self.record_path.read_text())
         except (OSError, ValueError):
-            rec = {}
+            return None
         api = proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) if isinstance(rec.get("pid"), int) else None
-        if api is not None and API_SERVER_MODULE in " ".join(_cmdline(api)):
-            self._adopt(rec)
-        else:
-            self._remove_record()
-        # Anything else of this app on this port is a leftover: the tree of a server whose API server
-        # died, or a start interrupted before its record was written.
-        keep = self._tag.start_id if self._tag else None
-        found = {p.pid: p for p, tag in proctree.tagged(home(), self.port) if tag.start_id != keep}
-        if api is None and isinstance(rec.get("pid"), int):
-            # The dead API server's session (its renamed children carry no readable tag), unless its pid
-            # now leads someone else's session, and the descendants recorded before it died.
-            if not psutil.pid_exists(rec["pid"]):
-                for p in proctree.session(rec["pid"]):
-                    found.setdefault(p.pid, p)
-            for pid, ct in (rec.get("family") or {}).items():
-                if p := proctree.same_process(int(pid), ct):
-                    found.setdefault(p.pid, p)
-        if left := list(found.values()):
+        return rec if api is not None and API_SERVER_MODULE in " ".join(_cmdline(api)) else None
+
+    def adopt_or_clean(self, clean: bool = True) -> None:
+        """After the app (or the CLI) was restarted: adopt the server this app started on this port if
+        its API server lives; else stop whatever is left of it (`clean`; `status` only reports), and say
+        so in the snapshot's notice. A process that answers on this port is never stopped here: a server,
+        not a leftover (the Server page's 'Clear leftovers' and `stop` say what they stop)."""
+        with self._lock, port_lock(self.port):
+            try:
+                rec = json.loads(self.record_path.read_text())
+            except (OSError, ValueError):
+                rec = {}
+            api = self._live_record()
+            if api is not None:
+                self._adopt(api)
+            elif clean:
+                self._remove_record()
+            # Anything else of this app on this port is a leftover: the tree of a server whose API server
+            # died, or a start interrupted before its record was written (decided under the lock: a start
+            # of another process writes its record before letting go).
+            keep = self._tag.start_id if self._tag else None
+            found = {p.pid: p for p, tag in proctree.tagged(home(), self.port) if tag.start_id != keep}
+            if api is None and isinstance(rec.get("pid"), int):
+                # The dead API server's session (its renamed children carry no readable tag), unless its pid
+                # now leads someone else's session, and the descendants recorded before it died.
+                if not psutil.pid_exists(rec["pid"]):
+                    for p in proctree.session(rec["pid"]):
+                        found.setdefault(p.pid, p)
+                for pid, ct in (rec.get("family") or {}).items():
+                    if p := proctree.same_process(int(pid), ct):
+                        found.setdefault(p.pid, p)
+        if not clean:
+            return
+        # a tree one of whose processes listens on this port is a server answering there, whatever its record
+        serving = {_sid(p) for p in found.values() if _listens(p, self.port)} - {None}
+        if left := [p for p in found.values() if _sid(p) not in serving]:
             names, freed = [proctree.name(p) for p in left], proctree.held(left)
             proctree.stop(left, grace_s=10)
             with self._lock:
@@ -251,21 +314,32 @@ class VLLMServer:
                     "processes ({names}) were stopped and {freed} returned.",
                     len(left), port=self.port, names=", ".join(names), freed=freed)
 
-    def _adopt(self, rec: dict) -> None:
+    def _adopt(self, rec: dict, notice: str | None = None) -> None:
         cfg = ServerConfig.from_dict(rec["config"])
         self._pid = rec["pid"]
         self._tag = proctree.Tag.parse(rec.get("tag"))
         self._family = {int(k): v for k, v in (rec.get("family") or {}).items()}
         self._log_path = Path(rec["log"])
-        started = rec.get("started_at", time.time())
+        self._starter = rec.get("starter") or {}
+        self._argv = rec.get("argv") or []
+        self._tail.clear()
+        # Ages from the API server's own start (psutil: the kernel's), not from this adoption.
+        try:
+            started = psutil.Process(self._pid).create_time()
+        except psutil.Error:
+            started = rec.get("started_at", time.time())
+        now = time.time()
         self._snap = Snapshot(
-            state=STARTING, stage=mark("adopting"), started_at=started, stage_at=time.time(), pid=self._pid,
-            config=cfg, command=cfg.shell_command(), adopted=True,
-            events=[(started, mark("server start")), (time.time(), mark("adopted after app restart"))],
+            state=STARTING, stage=mark("adopting"), started_at=started, stage_at=now, pid=self._pid,
+            config=cfg, command=cfg.shell_command(), adopted=True, notice=notice,
+            started_by=say("This server was started by {who}; the app found it running and took it over.",
+                           who=starter_said(self._starter)),
+            events=[*self._snap.events[-MAX_EVENTS:], (started, mark("server start")),
+                    (now, mark("adopted after app restart"))],
         )
         if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
-            now = time.time()
-            self._set(state=READY, stage=mark("serving"), ready_at=now, stage_at=now)
+            # ready since its record says (written when it became ready), else since its start
+            self._set(state=READY, stage=mark("serving"), ready_at=rec.get("ready_at") or started, stage_at=now)
         self._spawn_watcher()
 
     # -- internals ----------------------------------------------------------------------------
@@ -274,25 +348,69 @@ class VLLMServer:
             for k, v in kw.items():
                 setattr(self._snap, k, v)
 
-    def _write_record(self, cfg: ServerConfig, argv: list[str], started_at: float) -> None:
-        """What a restarted app needs to adopt or clean up this server. Holds the API key (the app must
-        keep talking to an adopted server), so it is created 0600, never world-readable for a moment."""
+    def _write_record(self) -> None:
+        """What a restarted app (or another process of it) needs to adopt or clean up this server, and who
+        started it. Holds the API key (the app must keep talking to an adopted server), so it is created
+        0600, never world-readable for a moment. Called under the port's lock, or by the watcher of the
+        server the record already names (a new descendant, the moment it became ready)."""
+        snap, cfg = self._snap, self._snap.config
+        assert cfg is not None and self._pid is not None
         rec = {
             "pid": self._pid, "since_boot": proctree.since_boot(psutil.Process(self._pid)), "tag": str(self._tag),
-            "port": self.port, "argv": argv, "config": cfg.to_dict() | {"api_key": cfg.api_key},
-            "started_at": started_at, "log": str(self._log_path), "family": self._family,
+            "port": self.port, "argv": self._argv, "config": cfg.to_dict() | {"api_key": cfg.api_key},
+            "started_at": snap.started_at, "ready_at": snap.ready_at, "log": str(self._log_path),
+            "family": self._family, "starter": self._starter,
         }
-        tmp = self.record_path.with_suffix(f".tmp{os.getpid()}")
+        tmp = self.record_path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(rec, f, indent=2)
         tmp.replace(self.record_path)
 
-    def _remove_record(self) -> None:
+    @property
+    def _stopped_path(self) -> Path:
+        return runtime_dir() / f"server-{self.port}.stopped.json"
+
+    def _write_stopped(self) -> None:
+        """Before stopping the tree: who stops it, so another process following it says 'stopped by',
+        not 'died'."""
         try:
-            self.record_path.unlink()
-        except FileNotFoundError:
-            pass
+            since = proctree.since_boot(psutil.Process(self._pid))
+        except psutil.Error:
+            return
+        text = json.dumps({"pid": self._pid, "since_boot": since,
+                           "by": {"kind": self.starter, "pid": os.getpid(), "command": _command()}})
+        tmp = self._stopped_path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(text)
+        tmp.replace(self._stopped_path)
+
+    def _stopped_by(self, since_boot: float | None) -> dict | None:
+        """Who stopped the server this object follows, when another process did (its note names our pid)."""
+        try:
+            note = json.loads(self._stopped_path.read_text())
+        except (OSError, ValueError):
+            return None
+        if note.get("pid") == self._pid and since_boot is not None and abs(note.get("since_boot", -1) - since_boot) < 0.05:
+            return note.get("by") or {}
+        return None
+
+    def _remove_record(self, pid: int | None = -1) -> None:
+        """Remove this port's record: always (-1: cleaning a dead one's under the lock already held), only
+        while it names `pid` (the server this object ran), or only while its server is not alive (None).
+        Under the port's lock: a record another process writes this moment for its new server stays."""
+        if pid == -1:
+            try:
+                self.record_path.unlink()
+            except FileNotFoundError:
+                pass
+            return
+        with port_lock(self.port):
+            try:
+                rec = json.loads(self.record_path.read_text())
+            except (OSError, ValueError):
+                rec = {}
+            if (rec.get("pid") == pid) if pid is not None else self._live_record() is None:
+                self.record_path.unlink(missing_ok=True)
 
     def _tree(self) -> list[psutil.Process]:
         """Every live process of this server: the API server and its descendants now, its session (the
@@ -339,7 +457,7 @@ class VLLMServer:
                     self._family[p.pid] = proctree.since_boot(p)
                 except psutil.Error:
                     pass
-            self._write_record(self._snap.config, _cmdline_of(self._pid), self._snap.started_at or time.time())
+            self._write_record()
 
     def _port_owner_sentence(self, port: int) -> Message:
         for c in psutil.net_connections(kind="inet"):
@@ -364,6 +482,10 @@ class VLLMServer:
         pos = 0
         stage_idx = -1
         silent_since: float | None = None
+        try:
+            api_since = proctree.since_boot(psutil.Process(self._pid))
+        except psutil.Error:
+            api_since = None
         while not stop.is_set():
             pos = self._read_log(pos)
             with self._lock:
@@ -373,7 +495,10 @@ class VLLMServer:
             if not _pid_alive(self._pid):
                 if state in (STARTING, READY):
                     self._read_log(pos)
-                    self._died(state)
+                    if (by := self._stopped_by(api_since)) is not None:
+                        self._stopped_elsewhere(by)
+                    else:
+                        self._died(state)
                 return
             self._track_family()
             if state == STARTING:
@@ -382,6 +507,8 @@ class VLLMServer:
                     with self._lock:
                         self._snap.events.append((now, mark("ready")))
                         self._set(state=READY, stage=mark("serving"), ready_at=now, stage_at=now)
+                        if not self._snap.adopted:  # when it became ready, for whoever adopts it later
+                            self._write_record()
                 elif time.time() - (self._snap.started_at or time.time()) > self.start_timeout_s:
                     self._give_up(say("vLLM was not ready {after} after Start (it was at '{stage}'), so it was "
                                       "stopped: see the log below, then start again with smaller settings.",
@@ -405,26 +532,41 @@ class VLLMServer:
             except subprocess.TimeoutExpired:
                 pass
         api_pid = self._pid
+        died_at = time.time()
+        t0 = time.monotonic()
         names, freed = self._stop_tree(grace_s=10)
+        took = time.monotonic() - t0  # what "stopped" took, measured: the sentence says it
         with self._lock:
             lines = list(self._tail)
             if state == STARTING:
                 msg = describe_failure(lines, rc)
             else:
-                msg = describe_death(api_pid, rc, time.time() - (self._snap.ready_at or time.time()), names, freed,
-                                     after_ready(lines))
+                msg = describe_death(api_pid, rc, died_at - (self._snap.ready_at or died_at), names, freed,
+                                     after_ready(lines), took_s=took)
             self._snap.events.append((time.time(), mark("server died")))
             self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
+            self._remove_record(self._pid)
             self._pid, self._proc = None, None
-            self._remove_record()
+
+    def _stopped_elsewhere(self, by: dict) -> None:
+        """Another process of this app stopped the server this one followed: it stops the tree and removes
+        the record; here the page says who, instead of a death."""
+        with self._lock:
+            snap = self._snap
+            self._pid, self._proc = None, None
+            self._snap = Snapshot(
+                state=STOPPED, config=snap.config, command=snap.command,
+                events=snap.events + [(time.time(), mark("server stop"))],
+                notice=say("This server was stopped by {who}.", who=starter_said(by)),
+            )
 
     def _give_up(self, msg: Message) -> None:
         self._stop_tree(grace_s=10)
         with self._lock:
             self._snap.events.append((time.time(), mark("start failed")))
             self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
+            self._remove_record(self._pid)
             self._pid, self._proc = None, None
-            self._remove_record()
 
     def _read_log(self, pos: int) -> int:
         if not self._log_path:
@@ -473,6 +615,62 @@ class VLLMServer:
         return new_idx
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1" if host in ("0.0.0.0", "") else host, port))
+        except OSError:
+            return False
+    return True
+
+
+def starter_said(starter: dict | None) -> Message:
+    """Who started a server, from its record: the app (this one, another one still running, or one that
+    was restarted since) or a command of the CLI, with its pid."""
+    starter = starter or {}
+    pid = starter.get("pid")
+    if starter.get("kind") == "cli":
+        return say("`python -m engine {command}` (pid {pid})", command=starter.get("command") or "serve", pid=pid)
+    if starter.get("kind") == "app" and isinstance(pid, int):
+        if pid == os.getpid():
+            return say("this app (pid {pid})", pid=pid)
+        if proctree.same_process(pid, None) is not None:
+            return say("another app process on this data folder (pid {pid})", pid=pid)
+        return say("an earlier run of the app (pid {pid}), before it restarted", pid=pid)
+    return say("an earlier run of the app or the command line")
+
+
+def holder_said(rec: dict, port: int) -> Message:
+    """One sentence for whoever comes second to a port: who holds it and what to do."""
+    return say("Port {port} is held by a vLLM server that {who} started (API server pid {pid}): use that one (the "
+               "app follows it; `python -m engine run SCENARIO --url http://127.0.0.1:{port}` measures it), or stop it "
+               "first with `python -m engine stop --port {port}`.", port=port, who=starter_said(rec.get("starter")),
+               pid=rec.get("pid"))
+
+
+def _command() -> str:
+    """This process's CLI subcommand (serve, run …), for the record's starter."""
+    return sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
+
+
+def _listens(p: psutil.Process, port: int) -> bool:
+    """Whether `p` listens on `port`: a server answering there, never a leftover to stop on its own (a dead
+    server's workers listen elsewhere, torch's TCP store, and are leftovers)."""
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in p.net_connections(kind="inet"))
+    except psutil.Error:
+        return False
+
+
+def _sid(p: psutil.Process) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
+
+
 def _pid_alive(pid: int | None) -> bool:
     return bool(pid) and proctree.same_process(pid, None) is not None
 
@@ -480,13 +678,6 @@ def _pid_alive(pid: int | None) -> bool:
 def _cmdline(p: psutil.Process) -> list[str]:
     try:
         return p.cmdline()
-    except psutil.Error:
-        return []
-
-
-def _cmdline_of(pid: int | None) -> list[str]:
-    try:
-        return psutil.Process(pid).cmdline() if pid else []
     except psutil.Error:
         return []
 

@@ -15,7 +15,8 @@ STAGES: tuple[tuple[str, re.Pattern], ...] = (
     (mark("starting engine"), re.compile(r"Initializing a V1 LLM engine|Initializing an LLM engine")),
     (mark("loading weights"), re.compile(r"Starting to load model|Loading safetensors|Loading weights")),
     (mark("weights loaded"), re.compile(r"Loading weights took|Model loading took")),
-    (mark("compiling"), re.compile(r"torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
+    # (not "Enforce eager set, disabling torch.compile": an eager start's first lines, before its weights load)
+    (mark("compiling"), re.compile(r"(?<!disabling )torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
     (mark("KV cache allocated"), re.compile(r"KV cache size:|Maximum concurrency for")),
     (mark("capturing graphs"), re.compile(r"Capturing CUDA graph|Capturing cudagraph|Graph capturing")),
     (mark("starting HTTP server"), re.compile(r"Starting vLLM API server|Available routes|Started server process")),
@@ -89,24 +90,26 @@ def _ends_sentence(text):
 
 
 def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, stopped: list[str],
-                   freed: str, log_after_ready: list[str]) -> Message:
-    """One sentence for a server that died while serving: which process, at which point, what was
-    cleaned up, and a cause only when a log line after 'ready' gives one."""
+                   freed: str, log_after_ready: list[str], took_s: float = 0.0) -> Message:
+    """One sentence for a server that died while serving: which process, at which point (counted from
+    when it became ready), what was cleaned up and how long that took (measured), and a cause only when
+    a log line after 'ready' gives one."""
     cause = _known_cause(log_after_ready) or _explaining_line(log_after_ready)
     values = {"pid": api_pid, "how": _exit(returncode, died=True), "served": ago(ready_for_s)}
+    took = say("{seconds:.1f} s", seconds=took_s)
     cause = _ends_sentence(cause) if cause else cause
     if stopped and cause:
         return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
-                     "({names}) was stopped and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     "({names}) was stopped in {took} and {freed} returned. Its log says: {cause} Start it again to serve.",
                      "The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other processes "
-                     "({names}) were stopped and {freed} returned. Its log says: {cause} Start it again to serve.",
-                     len(stopped), names=", ".join(stopped), freed=freed, cause=cause, **values)
+                     "({names}) were stopped in {took} and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     len(stopped), names=", ".join(stopped), freed=freed, cause=cause, took=took, **values)
     if stopped:
         return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
-                     "({names}) was stopped and {freed} returned. Start it again to serve.",
+                     "({names}) was stopped in {took} and {freed} returned. Start it again to serve.",
                      "The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other processes "
-                     "({names}) were stopped and {freed} returned. Start it again to serve.",
-                     len(stopped), names=", ".join(stopped), freed=freed, **values)
+                     "({names}) were stopped in {took} and {freed} returned. Start it again to serve.",
+                     len(stopped), names=", ".join(stopped), freed=freed, took=took, **values)
     if cause:
         return say("The vLLM API server (pid {pid}) {how} after serving for {served}; nothing of it is left "
                    "running. Its log says: {cause} Start it again to serve.", cause=cause, **values)

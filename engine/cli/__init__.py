@@ -1,0 +1,52 @@
+"""`python -m engine ...`: the headless commands; here the parser and main's one sentence per user error.
+See docs/internals.md#cli."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine.cli import cluster, history, run, server
+from engine.errors import LabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m engine", description="Serving Lab, headless.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for commands in (server, run, cluster, history):  # in this order in --help
+        commands.register(sub)
+    return p
+
+
+def _joined_extra(argv: list[str]) -> list[str]:
+    """`--extra "--seed=0"` or `--extra --enforce-eager` as `--extra=...`: argparse would take a value that
+    looks like a flag for an option of its own and stop with 'expected one argument'."""
+    out = []
+    it = iter(argv)
+    for a in it:
+        if a == "--extra":
+            value = next(it, None)
+            out.append(a if value is None else f"--extra={value}")
+        else:
+            out.append(a)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Every command: a user-caused error is one sentence on stderr ("error: ..."), exit 2."""
+    args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
+    try:
+        if getattr(args, "port", None) is not None:
+            from engine.serving.config import check_port
+
+            check_port(args.port)
+        return args.func(args)
+    except LabError as e:
+        print(f"error: {e}", file=sys.stderr)
+    except OSError as e:  # a file or folder named on the command line, or the history's own folder
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}: check the path and that you may read and write there.",
+              file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 2

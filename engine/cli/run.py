@@ -1,0 +1,221 @@
+"""`list` and `run`: a scenario of the catalogue (measure/workloads/scenarios.py) through engine.runs, the
+path the app's jobs take, in the foreground; each run printed (summary.py) and saved to the history."""
+from __future__ import annotations
+
+import os
+
+from engine.cli.output import check_writable, say_line, write
+from engine.cli.run_options import check_run_options, slo_of
+from engine.cli.server import add_server_options, config, own_server
+from engine.cli.summary import repeats_table, summary_table
+from engine.cli.workload_options import add_workload_options, workload_of
+from engine.errors import ConfigError
+from engine.measure.load.spec import check_max_tokens
+
+
+def register(sub) -> None:
+    sub.add_parser("list", help="list the scenarios").set_defaults(func=_list)
+    r = sub.add_parser("run", help="run a scenario headless and save it to the history")
+    r.add_argument("scenario")
+    r.add_argument("--url", help="an already running server, its root, /v1 or a router's prefix (else one is started "
+                                 "with the options below); its API key, if any, from $OPENAI_API_KEY")
+    r.add_argument("--model-name", help="served model name at --url (default: asked from /v1/models)")
+    r.add_argument("--versus", metavar="URL_B",
+                   help="a second running server: the same load goes to --url and to it at once, on one clock, "
+                        "and both runs are saved as a pair")
+    r.add_argument("--versus-api-key-env", metavar="VAR",
+                   help="the environment variable holding the --versus server's API key (default: none sent)")
+    r.add_argument("--max-tokens", type=int)
+    r.add_argument("--detach", action="store_true",
+                   help="leave the server running at the end, with the last settings (the app adopts it)")
+    r.add_argument("--concurrency", type=int,
+                   help="the sweep's top level, or the requests in flight of a scenario that keeps some in flight")
+    r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
+    r.add_argument("--repeats", type=int, metavar="N",
+                   help="run the load test N times and print the median and 95 %% interval of its throughput and "
+                        "TTFT (the prefix cache emptied between repeats where the server allows it)")
+    r.add_argument("--json", help="also write the runs as JSON here")
+    r.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
+                   help="print what a million output tokens cost at this price per GPU-hour (the whole machine, "
+                        "over the measured wall time)")
+    r.add_argument("--slo-ttft-ms", type=float, metavar="MS",
+                   help="judge each run by this TTFT limit and report its goodput (vllm bench serve --goodput ttft:MS)")
+    r.add_argument("--slo-tpot-ms", type=float, metavar="MS",
+                   help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
+    add_workload_options(r)
+    add_server_options(r)
+    r.set_defaults(func=_run)
+
+
+def _list(args) -> int:
+    from engine.measure.workloads.scenarios import SCENARIOS
+
+    for s in SCENARIOS.values():
+        say_line(f"{s.name:24} {s.description}")
+    return 0
+
+
+def _run(args) -> int:
+    """Against --url (and --versus), or a server started here (every option checked before it starts)
+    and stopped at the end."""
+    from engine.measure.load.ledger import WarmthLedger
+    from engine.measure.load.progress import Console
+    from engine.measure.workloads import scenarios
+    from engine.results.store import RunStore
+    from engine.runs import Runner, Target
+
+    scn = scenarios.get(args.scenario)
+    levels = check_run_options(scn, args)
+    slo = slo_of(args)
+    if args.json:
+        check_writable(args.json)
+    load = _load(scn, args)  # its file read and its workload built before any server is asked
+    store = RunStore()
+    # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
+    target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
+    cfg, spec = (None, None) if args.url else config(args)
+    versus = None
+    if args.versus:  # the second server's key from the variable named, as the first's from OPENAI_API_KEY
+        versus = Target.at(args.versus, None, os.environ.get(args.versus_api_key_env) if args.versus_api_key_env
+                           else None)
+        if versus.same_server(target):
+            raise ConfigError(f"--versus {args.versus} is the --url server itself: give a second server's address.")
+    for t in (target, versus):
+        if t is not None:
+            t.aim(load)  # what the running server accepts, before a request is sent
+
+    def save(run):
+        store.save(run)
+        return run
+
+    # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
+    warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
+    runner = Runner(save, progress=Console(), slo=slo, warmth=warmth)
+    if scn.kind == "naive":
+        if args.max_tokens is not None:
+            check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
+        results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
+                                               max_new_tokens=args.max_tokens))]
+    elif versus is not None:
+        _deadline(load)
+        results = runner.side_by_side(target, versus, load)
+        _sharing(target, versus)
+    elif target is not None:
+        _deadline(load)
+        results = _measure(runner, scn, load, levels, target, args.repeats)
+    else:
+        results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats)
+    _said(results, scn, slo, args.price_per_gpu_hour)
+    if args.json:
+        write(args.json, store.export_json([r.id for r in results]),
+              after="; the runs are saved in the history (python -m engine export --out FILE)")
+    return 0
+
+
+def _load(scn, args):
+    """What the scenario sends, with the workload and arrival the options ask for (workload_options): named by
+    what it sends when they changed it, checked as a page's load is (one sentence)."""
+    from dataclasses import replace
+
+    sends, data, over = workload_of(scn, args)
+    levelled = scn.kind in ("sweep", "slo-search")  # --concurrency is their top level, not each run's limit
+    if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
+        over["concurrency"] = args.concurrency
+    load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens, **over)
+    if sends is not scn or over:
+        load = replace(load, label=load.describe()).validate()
+    return load
+
+
+def _deadline(load) -> None:
+    """Every wait has an end: said once the options passed and before the first wait."""
+    from engine.measure.load.spec import deadline_said
+
+    say_line(deadline_said(load.max_tokens, load.deadline_s))
+
+
+class Runs(list):
+    """The runs a command made, and what they found together (an SLO search's answer)."""
+
+    search = None
+
+
+def _measure(runner, scn, load, levels, target, repeats: int | None = None) -> list:
+    if scn.kind == "sweep":
+        return runner.sweep(load, levels, target)
+    if scn.kind == "slo-search":  # bisection between the lowest and the highest level (run_options._levels)
+        search = runner.slo_search(load, target, runner.slo, low=levels[0], high=levels[-1])
+        out = Runs(search.runs)
+        out.search = search
+        return out
+    if repeats:
+        return runner.repeat(load, target, repeats)
+    return [runner.load(load, target)]
+
+
+def _sharing(a, b) -> None:
+    """Two servers on this machine share its CPU or its one GPU: said after their numbers."""
+    if a.on_this_machine and b.on_this_machine:
+        from engine.observe import hardware, nvml
+        from engine.serving.cluster import sharing_said
+
+        if why := sharing_said(hardware.default_device(), len(nvml.devices())):
+            say_line(f"note: both servers run on this machine. {why}")
+
+
+def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None) -> list:
+    """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
+    unless --detach; a failed run never leaves a server behind."""
+    from engine.measure.workloads import scenarios
+    from engine.observe import hardware
+    from engine.runs import Target, check_tuning
+
+    hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
+    configs = scenarios.configs_for(scn, cfg) if scn.kind == "tuning" else [cfg]
+    if scn.kind == "tuning":
+        check_tuning(configs, load, model_max_len=spec.max_len)
+    else:
+        check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
+                         of="the max-model-len the server starts with", fix=", or give a longer --max-model-len")
+    srv = own_server(cfg.port)  # a run starts and stops its own, never one found running
+    _deadline(load)
+    done = False
+    try:
+        if scn.kind == "tuning":
+            results = runner.tuning(srv, configs, load, model_max_len=spec.max_len,
+                                    labels=list(scn.config_labels) or None)
+        else:
+            srv.start_and_wait(cfg, model_max_len=spec.max_len, log=say_line)
+            results = _measure(runner, scn, load, levels, Target.of(srv), repeats)
+        done = True
+    finally:
+        if not (done and detach):
+            srv.stop()
+    if detach:  # as `serve --detach`: its record lets the app (or `stop`) take it over
+        say_line(f"left running (pid {srv.snapshot().pid}) with the last settings; the app adopts it, or stop it "
+                 f"with: python -m engine stop --port {cfg.port}")
+    return results
+
+
+def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
+    """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee)."""
+    from engine.measure.judge import kvcache
+
+    for r in results:
+        say_line(summary_table(r, price_per_gpu_hour))
+        if scn.name == "kv-squeeze" and (sentence := kvcache.said(r)):
+            say_line(f"  {sentence}")
+        say_line(f"saved as run {r.id} (python -m engine report {r.id} -o report.html)")
+    if scn.name == "prefix-cache":
+        from engine.measure.judge import prefix
+
+        if both := prefix.pair(results):
+            say_line(prefix.sentence(*both))
+    if slo is not None and scn.kind == "sweep":
+        from engine.measure.judge import slo as slos
+
+        say_line(slos.knee_said(slos.levels(results, slo), slo))
+    if getattr(results, "search", None) is not None:
+        say_line(results.search.said)
+    if len(results) > 1 and results[0].extra.repeats:
+        say_line(repeats_table(results))

@@ -1,0 +1,134 @@
+"""`run`'s options checked against the scenario before any server starts or request is sent: one
+sentence for an option out of bounds or one the scenario would ignore."""
+from __future__ import annotations
+
+import os
+
+from engine.cli.server import flag, given
+from engine.errors import ConfigError
+from engine.measure.load.spec import check_max_tokens
+
+_HOW = {"sequential": "sends its requests one after another", "burst": "sends all its requests at once",
+        "poisson": "sends its requests at random times at a set rate",
+        "concurrency": "keeps a number of requests in flight", "trace": "replays a trace on its own clock"}
+# The ServerConfig fields a comparison's configurations set, as the options that would set them here (a
+# squeezed KV cache is --kv-cache-gib on the command line).
+_OPTION_OF = {"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}
+
+
+def slo_of(args):
+    """The SLO --slo-ttft-ms / --slo-tpot-ms give (vllm bench serve's --goodput ttft:X tpot:Y), checked;
+    None when neither is given."""
+    from engine.measure.judge.slo import Slo
+
+    if args.slo_ttft_ms is None and args.slo_tpot_ms is None:
+        return None
+    return Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
+
+
+def check_run_options(scn, args) -> list[int] | None:
+    """Refuse, with one sentence, an option out of bounds or one the scenario would ignore (before any
+    server starts or request is sent); return the sweep's levels (None for other scenarios)."""
+    from engine.measure.judge.cost import check_price
+
+    from engine.cli.workload_options import check_workload_options
+
+    _check_servers(scn, args)
+    check_workload_options(scn, args, _HOW)
+    if args.detach and scn.kind == "naive":
+        raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
+    sets = tuple(sorted({_OPTION_OF.get(k, k) for c in scn.configs for k in c}))
+    if scn.kind == "tuning" and (named := given(args, sets)):
+        raise ConfigError(f"The tuning scenario sets {flag(named[0])} itself for each configuration it compares: "
+                          f"leave {flag(named[0])} out.")
+    if args.max_tokens is not None:
+        check_max_tokens(args.max_tokens)
+    check_price(args.price_per_gpu_hour)
+    _check_repeats(scn, args)
+    if scn.kind == "slo-search" and args.slo_ttft_ms is None and args.slo_tpot_ms is None:
+        raise ConfigError("The slo-search scenario looks for the most requests in flight that meet an SLO: give "
+                          "--slo-ttft-ms and/or --slo-tpot-ms.")
+    return _levels(scn, args)
+
+
+def _check_repeats(scn, args) -> None:
+    """--repeats: a whole number of at least 1, for one load test on one server."""
+    if args.repeats is None:
+        return
+    if args.repeats < 1:
+        raise ConfigError(f"--repeats must be a whole number of at least 1, not {args.repeats}.")
+    if scn.kind != "vllm":
+        raise ConfigError(f"--repeats repeats one load test, and {scn.name} is not one: pick a load scenario "
+                          "(python -m engine list), or leave --repeats out.")
+    if args.versus is not None:
+        raise ConfigError("--repeats and --versus cannot be combined: repeat the load test on one server.")
+
+
+def _check_servers(scn, args) -> None:
+    """--url, --versus and the options that only a server this command starts takes."""
+    from engine.runs import check_url
+
+    if args.versus is not None or args.versus_api_key_env is not None:
+        if args.url is None or args.versus is None:
+            raise ConfigError("--versus compares two running servers: give both --url A and --versus B.")
+        if scn.kind != "vllm":
+            raise ConfigError(f"--versus sends one load test to two servers at once, and {scn.name} is not one: pick "
+                              "a load scenario (python -m engine list).")
+        check_url(args.versus)
+        if args.versus_api_key_env and os.environ.get(args.versus_api_key_env) is None:
+            raise ConfigError(f"--versus-api-key-env names {args.versus_api_key_env}, which is not set: export it "
+                              "first.")
+    if args.url is not None:
+        if scn.kind == "naive":
+            raise ConfigError("The naive scenario runs transformers itself, with no server: leave --url out.")
+        if scn.kind == "tuning":
+            raise ConfigError("The tuning scenario restarts the server with each setting: leave --url out.")
+        check_url(args.url)
+        if args.detach:
+            raise ConfigError("--detach leaves running a server this command starts, and with --url it starts none: "
+                              "leave --detach out.")
+        if named := given(args):  # the server is already running: its own settings hold
+            raise ConfigError(f"{flag(named[0])} sets up a server the app starts, but --url points at one already "
+                              f"running, which keeps its own settings: leave {flag(named[0])} out, or leave --url "
+                              "out to start a server.")
+    elif args.model_name:
+        raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
+                          "model of a server it starts.")
+
+
+def _without(args, option: str):
+    """`args` with `option` taken as used (a copy: the command still reads the option itself)."""
+    import argparse
+
+    return argparse.Namespace(**{**vars(args), option: None})
+
+
+def _levels(scn, args) -> list[int] | None:
+    """A sweep's levels from --levels or --concurrency (its top level); both refused for other scenarios."""
+    from engine.measure.load.spec import check_in_flight, parse_levels
+    from engine.measure.workloads.scenarios import sweep_levels
+
+    if scn.kind == "slo-search":  # its lowest and highest level: --concurrency sets the highest
+        if args.levels is not None:
+            raise ConfigError("The slo-search scenario finds its levels by bisection, so --levels does not apply: "
+                              "give its highest level with --concurrency.")
+        if args.concurrency is not None:
+            check_in_flight(args.concurrency, "The search's highest level (requests in flight)")
+        return [scn.levels[0], args.concurrency or scn.levels[-1]]
+    if scn.kind != "sweep":
+        how = "runs transformers itself, with no server" if scn.kind == "naive" else _HOW.get(scn.shape, "")
+        if scn.kind != "naive" and scn.shape == "concurrency" and args.concurrency is not None:
+            check_in_flight(args.concurrency)  # its requests in flight: the scenario's own limit, changed
+            args = _without(args, "concurrency")
+        for option, value in (("--concurrency", args.concurrency), ("--levels", args.levels)):
+            if value is not None:
+                raise ConfigError(f"The {scn.name} scenario {how}, so {option} does not apply: leave it out, or "
+                                  "run the sweep scenario to choose the requests in flight.")
+        return None
+    if args.concurrency is not None and args.levels is not None:
+        raise ConfigError("--levels and --concurrency both choose the sweep's levels: give only one of them.")
+    if args.levels is not None:
+        return parse_levels(args.levels)
+    if args.concurrency is not None:
+        check_in_flight(args.concurrency, "The sweep's top level (requests in flight)")
+    return sweep_levels(scn, args.concurrency)

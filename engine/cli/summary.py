@@ -1,0 +1,95 @@
+"""A finished run as `run` prints it (and bench/h200.py): its counts, latencies and what judge/ says of it."""
+from __future__ import annotations
+
+
+def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
+    """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
+    from engine.measure.judge import ceiling, cost, failures, token_check, warmth
+    from engine.measure.judge.slo import Slo, judge
+
+    s = r.summary
+    check = token_check.token_check(r.extra)  # the server's count of the output tokens against the client's
+    limit = ceiling.run_ceiling(r)  # its decode speed against what the memory bandwidth allows
+
+    def ms(key: str) -> str:
+        v = s.get(key)
+        return "–" if v is None else f"{v:,.0f} ms"
+
+    lines = [
+        f"== {r.label or r.scenario} [{r.kind}] ==",
+        f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
+        *(f"  {sentence}" for _, sentence in failures.failure_causes(r.records)),
+        f"wall time              {r.duration:.2f} s",
+        f"output tokens          {s.get('total_output_tokens', 0)}",
+        *(f"  {sentence}" for sentence in (check.sentences if check else ())),
+        f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
+        f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
+        f"TPOT mean              {ms('mean_tpot_ms')}",
+        *((f"  {limit.sentence}",) if limit else ()),
+        f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
+    ]
+    n = r.extra
+    if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
+        cap = f"{n.kv_cache_tokens:,} tokens, " if n.kv_cache_tokens else ""
+        peak = f"{n.peak_kv_usage:.0%}" if n.peak_kv_usage is not None else "–"
+        lines.append(f"KV cache               {cap}peak {peak} used, {n.preemptions if n.preemptions is not None else '–'}"
+                     f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
+    if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
+                                                     s.get("total_output_tokens"))) is not None:
+        lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
+    if warm := warmth.warmup_cost(r.records):
+        lines.append(f"  {warm.said}")
+    if cold := warmth.said(r.extra):
+        lines.append(f"  {cold}")
+    lines += _server_and_energy(r)
+    slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
+    if slo is not None and (verdict := judge(r, slo)) is not None:
+        lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
+    return "\n".join(lines)
+
+
+def _server_and_energy(r) -> list[str]:
+    """Where vLLM says a request's time went (its histograms' medians, bucket estimates, and exact means) and the
+    energy per output token, where the run recorded them."""
+    from engine.measure.judge import server_time
+    from engine.observe import energy
+
+    lines = []
+    view = r.extra.server_view or {}
+    hist = view.get("histograms") or {}
+
+    def ms(key: str, stat: str) -> str:
+        v = (hist.get(key) or {}).get(stat)
+        return "–" if v is None else f"{v * 1000:,.0f}"
+
+    if any(k in hist for k in ("queue", "prefill", "decode")):
+        phases = ("queue", "prefill", "decode")
+        lines.append(f"server queue / prefill / decode  p50 {' / '.join(ms(k, 'p50') for k in phases)} ms (bucket "
+                     f"estimates), mean {' / '.join(ms(k, 'mean') for k in phases)} ms")
+        if (t := server_time.of(r)) is not None and t.queue_dominates:
+            lines += [f"  {m}" for m in server_time.said(r) if "--max-num-seqs" in m]
+    use = energy.use(r.extra.energy, r.summary.get("total_output_tokens"))
+    if use is not None and use.j_per_token is not None:
+        lines.append(f"energy                 {use.j_per_token:.4f} J / output token, {use.tokens_per_j or 0:.2f} "
+                     f"output tokens / J, {use.joules:,.1f} J ({energy.METHODS.get(use.method, use.method)})")
+    elif r.extra.energy_missing:
+        lines.append(f"energy                 – ({energy.missing_said(r.extra.energy_missing)})")
+    from engine.measure.judge import speculation, utilization
+
+    lines += [str(m) for m in (speculation.said(r), utilization.said(r)) if m]
+    return lines
+
+
+def repeats_table(runs) -> str:
+    """N repeats of one load test: the median and 95 % interval of its throughput and TTFT, and whether the
+    prefix cache was emptied between them."""
+    from engine.measure.judge import repeats
+
+    lines = [f"== {len(runs)} repeats =="]
+    for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),
+                      ("p99_ttft_ms", "p99 TTFT (ms)")):
+        if (spread := repeats.of_runs(runs, key)) is not None:
+            lines.append(f"{name:26} {spread.said}")
+    if said := repeats.reset_said(runs):
+        lines.append(f"  {said}")
+    return "\n".join(lines)

@@ -1,0 +1,171 @@
+"""`run`'s "what to send" options (issue #20): --dataset, --input-len / --output-len, --turns, --trace with
+--time-scale, --num-prompts and --sample, and the arrival's --ramp-up and --burstiness. They make the same
+workload description the Load test page makes (engine.measure.workloads.kinds.plan_of's keys) and hand it to
+the scenario, which builds its Plan as every workload scenario of the catalogue does; a file named here is
+read on this machine and checked as an upload is (engine.measure.workloads.datasets / traces), and the run
+records the workload (kind, name, rows, sha256, lengths), never the file. A flag out of place, or two that
+conflict, is one sentence before any file is read or server started."""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from engine.errors import ConfigError
+from engine.messages import say
+
+# The options in the order a sentence names them (argparse's dest)
+OPTIONS = ("dataset", "trace", "turns", "input_len", "output_len", "time_scale", "num_prompts", "sample", "ramp_up",
+           "burstiness")
+# Two options that cannot go together, and why (the first named is the one that says what to send)
+_CONFLICTS = (
+    ("dataset", "trace", say("both say what to send")),
+    ("trace", "turns", say("a trace replays single requests, not conversations")),
+    ("trace", "input_len", say("a trace gives each request's lengths itself")),
+    ("trace", "output_len", say("a trace gives each request's lengths itself")),
+    ("trace", "ramp_up", say("a trace brings its own clock")),
+    ("trace", "burstiness", say("a trace brings its own clock")),
+    ("dataset", "input_len", say("--input-len makes synthetic prompts, and the dataset brings its own")),
+    ("turns", "input_len", say("--input-len makes synthetic prompts, and a multi-turn chat sends a file's turns")),
+    ("turns", "output_len", say("a multi-turn chat's answers end naturally, up to --max-tokens")),
+)
+
+
+def add_workload_options(r) -> None:
+    g = r.add_argument_group("what to send (instead of the scenario's own prompts; the arrival stays the scenario's)")
+    g.add_argument("--dataset", metavar="FILE",
+                   help="your own prompts: JSONL, JSON or CSV with a prompt column (prompt, text, input or question), "
+                        "ShareGPT conversations or OpenAI messages; an output_tokens column holds each answer to its "
+                        "length. Checked as an upload is (64 MB, UTF-8, the first bad row named); the run records "
+                        "its name, rows, sha256 and lengths, not the file")
+    g.add_argument("--input-len", metavar="LEN",
+                   help="synthetic prompts of this many tokens: N (exactly 200), LOW-HIGH (uniform, 100-300), "
+                        "MEAN:STDEV (normal, 200:50, clipped to 1 and mean + 4 stdev) or chat-like (the shipped "
+                        "long-tailed shape); made and counted with the embedded model's tokenizer, seeded")
+    g.add_argument("--output-len", metavar="LEN",
+                   help="each answer held to this many tokens (max_tokens + ignore_eos), in --input-len's forms; "
+                        "with --dataset one number N for the rows that give no length of their own")
+    g.add_argument("--turns", type=int, metavar="K",
+                   help="multi-turn chats of K turns, each turn sent with the whole history so far (the user turns "
+                        "from --dataset's conversations, else the shipped chat prompts)")
+    g.add_argument("--trace", metavar="FILE",
+                   help="replay a trace on its own clock: JSONL rows of timestamp (ms), input_length, output_length"
+                        "[, hash_ids] (Mooncake) or Azure's CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
+    g.add_argument("--time-scale", type=float, metavar="X",
+                   help="the trace's gaps times X: 0.5 replays twice as fast, 2 half as fast (default 1)")
+    g.add_argument("--num-prompts", type=int, metavar="N",
+                   help="how many: dataset rows (default all), synthetic prompts (default 32), trace rows (default "
+                        "all) or conversations with --turns (default 8)")
+    g.add_argument("--sample", choices=("first", "random"),
+                   help="which dataset rows --num-prompts takes: the first ones (default) or at random (seed 0)")
+    g.add_argument("--ramp-up", type=float, metavar="SECONDS",
+                   help="raise the requests in flight from 1 (a Poisson rate from a tenth of it) linearly to the "
+                        "scenario's over this many seconds")
+    g.add_argument("--burstiness", type=float, metavar="B",
+                   help="gamma arrivals of shape B for a Poisson scenario, as vllm bench serve --burstiness: 1 is "
+                        "Poisson, below 1 burstier, above 1 steadier")
+
+
+def _flag(option: str) -> str:
+    return "--" + option.replace("_", "-")
+
+
+def kind_asked(scn, args) -> str | None:
+    """The workload kind the options ask for: the file's or the lengths' flag first, else the scenario's own
+    workload when an option changes it (--num-prompts on dataset-chat); None: the scenario as it is."""
+    if args.trace is not None:
+        return "trace"
+    if args.turns is not None:
+        return "multi-turn"
+    if args.dataset is not None:
+        return "dataset"
+    if args.input_len is not None:
+        return "lengths"
+    own = scn.workload.get("kind")
+    if own and any(getattr(args, o) is not None for o in ("output_len", "time_scale", "num_prompts", "sample")):
+        return own
+    return None
+
+
+def check_workload_options(scn, args, how: dict[str, str]) -> None:
+    """One sentence for a workload option out of place or two that conflict (ConfigError). `how`: what each
+    arrival pattern does, in the words of run_options."""
+    named = [o for o in OPTIONS if getattr(args, o) is not None]
+    if not named:
+        return
+    if scn.kind == "naive":
+        raise ConfigError(say("The naive scenario sends the lab's prompts through transformers itself: leave {flag} "
+                              "out, or pick a load scenario (python -m engine list).", flag=_flag(named[0])))
+    for a, b, why in _CONFLICTS:
+        if getattr(args, a) is not None and getattr(args, b) is not None:
+            raise ConfigError(say("{a} and {b} cannot go together: {why}. Give only one of them.", a=_flag(a),
+                                  b=_flag(b), why=why))
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise ConfigError(say("--num-prompts is how many to send: give a whole number from 1 on, not {n}.",
+                              n=args.num_prompts))
+    kind = kind_asked(scn, args)
+    if scn.kind == "sweep":
+        for o in ("turns", "trace", "ramp_up", "burstiness"):
+            if getattr(args, o) is not None:
+                raise ConfigError(say("The sweep sets the requests in flight itself, level by level: leave {flag} "
+                                      "out, or run a load scenario with it.", flag=_flag(o)))
+    if args.time_scale is not None and kind != "trace":
+        raise ConfigError(say("--time-scale scales a trace's clock: give --trace FILE with it, or run trace-tiny."))
+    if args.sample is not None and kind != "dataset":
+        raise ConfigError(say("--sample picks the rows of a dataset: give --dataset FILE with it."))
+    if args.num_prompts is not None and kind is None:
+        raise ConfigError(say("--num-prompts counts a workload's requests: give --dataset, --input-len, --turns or "
+                              "--trace with it."))
+    if args.output_len is not None:
+        if kind is None:
+            raise ConfigError(say("--output-len holds a workload's answers to lengths: give --input-len or --dataset "
+                                  "with it; for the scenario's own prompts, --max-tokens sets their length."))
+        if kind in ("multi-turn", "trace"):
+            raise ConfigError(say("The {name} scenario sends a {kind} workload, which --output-len does not apply to: "
+                                  "leave it out.", name=scn.name, kind=kind))
+        if kind == "dataset" and not re.fullmatch(r"\s*\d+\s*", args.output_len):
+            raise ConfigError(say("With --dataset, --output-len is one number of tokens for every answer, not "
+                                  "'{v}'.", v=args.output_len[:40]))
+    shape = "trace" if kind == "trace" else scn.shape
+    if args.burstiness is not None and shape != "poisson":
+        raise ConfigError(say("--burstiness shapes Poisson arrivals, and the {name} scenario {how}: run sustained or "
+                              "bursty with it.", name=scn.name, how=how.get(shape, shape)))
+    if args.ramp_up is not None and shape not in ("concurrency", "poisson"):
+        raise ConfigError(say("--ramp-up raises the requests in flight or a Poisson rate, and the {name} scenario "
+                              "{how}: run one that keeps requests in flight (dataset-chat, ramp-up) or arrives at a "
+                              "rate (sustained).", name=scn.name, how=how.get(shape, shape)))
+
+
+def workload_of(scn, args):
+    """(the scenario sending what the options ask, an uploaded file's bytes or None, the LoadSpec fields they
+    set): the options' workload description replaces the scenario's (what it keeps of its own: the settings a
+    new file does not change, such as a multi-turn chat's turns). WorkloadError for a file that cannot be read."""
+    from engine.measure.workloads.base import read_file
+    from engine.measure.workloads.lengths import from_text
+
+    over = {k: v for k, v in (("ramp_up_s", args.ramp_up), ("burstiness", args.burstiness)) if v is not None}
+    kind = kind_asked(scn, args)
+    if kind is None:
+        return scn, None, over
+    path = args.trace if kind == "trace" else args.dataset
+    data, name = read_file(path) if path is not None else (None, None)
+    desc = dict(scn.workload) if scn.workload.get("kind") == kind else {"kind": kind}
+    if name is not None:  # a file of one's own: the scenario's sampling of its shipped file does not carry over
+        desc = {"kind": kind, "file": name, **({k: v for k, v in desc.items() if k in ("conversations", "turns",
+                                                                                    "think_time_s")})}
+    n = args.num_prompts
+    if kind == "dataset":
+        desc.update({k: v for k, v in (("n", n), ("how", args.sample)) if v is not None})
+        if args.output_len is not None:
+            desc["max_tokens"] = int(args.output_len)
+    elif kind == "lengths":
+        desc["n"] = n or desc.get("n") or scn.num_requests or 32
+        if args.input_len is not None:
+            desc["input"] = from_text(args.input_len, "input", "--input-len").as_dict()
+        if args.output_len is not None:
+            desc["output"] = from_text(args.output_len, "output", "--output-len").as_dict()
+    elif kind == "multi-turn":
+        desc["conversations"] = n or desc.get("conversations", 8)
+        desc["turns"] = args.turns if args.turns is not None else desc.get("turns", 3)
+    else:
+        desc.update({k: v for k, v in (("n", n), ("time_scale", args.time_scale)) if v is not None})
+    return replace(scn, workload=desc), data, over

@@ -1,0 +1,225 @@
+"""The Naive page's four contenders compared (the lab's steps 1-2): per-request latency and each one's whole
+job, numbered as the page's buttons (`CONTENDERS`). Each takes `lang`."""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from engine.figures.theme import (
+    BASE_SIZE,
+    BLUE,
+    GREEN,
+    SKY,
+    VERMILLION,
+    esc,
+    finish,
+    is_placeholder,
+    measured,
+    run_colors,
+    run_label,
+    short,
+    summary_of,
+    why_failed,
+    wrap,
+)
+from engine.messages import mark, say, seconds, translate
+from engine.results.records import RunResult
+
+
+def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
+    if not slow or not fast:
+        return ""
+    s = slow / fast
+    if abs(s - 1) < 0.05:
+        return say("{who} about as fast", who=who)
+    return say("{who} {x:.1f}× faster", who=who, x=s) if s > 1 else say("{who} {x:.1f}× slower", who=who, x=1 / s)
+
+
+# -- step 1-2: naive vs vLLM ------------------------------------------------------------------------
+
+# The Naive page's four contenders, in the order its buttons and bars number them: the same prompts one at
+# a time through transformers, as one padded static batch, one at a time through vLLM, all at once through
+# vLLM (continuous batching). Names without their numbers (contender_name adds them).
+CONTENDERS = (mark("Naive, one at a time"), mark("Static batch"), mark("vLLM, one at a time"),
+              mark("vLLM, all at once"))
+
+
+def contender(run: Any) -> int | None:
+    """Which of CONTENDERS a run is (0-3), None for another kind of run: naive by its kind, vLLM by its
+    scenario (the Naive page's "vllm-5-sequential" / "vllm-5-batch")."""
+    kind, scenario = getattr(run, "kind", ""), getattr(run, "scenario", "") or ""
+    if kind == "naive":
+        return 0
+    if kind == "static-batch":
+        return 1
+    if kind == "vllm" and scenario.endswith("-sequential"):
+        return 2
+    if kind == "vllm" and scenario.startswith("vllm-5"):
+        return 3
+    return None
+
+
+def contender_name(k: int, lang: str = "en") -> str:
+    """ "3 · vLLM, one at a time": the number the page's button and the chart's bar share."""
+    return f"{k + 1} · {translate(CONTENDERS[k], lang)}"
+
+
+def _name(run: Any, lang: str) -> str:
+    k = contender(run)
+    return contender_name(k, lang) if k is not None else run_label(run, lang)
+
+
+def _in_order(runs: Iterable[Any]) -> list[Any]:
+    """Runs in the contenders' order (others after them, as given)."""
+    runs = list(runs)
+    return sorted(runs, key=lambda r: (c if (c := contender(r)) is not None else len(CONTENDERS), runs.index(r)))
+
+
+def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
+                 extra_runs: Iterable[RunResult] = (), *, lang: str = "en") -> go.Figure:
+    """Grouped per-request latency bars: naive vs vLLM (+ e.g. static batching, vLLM all at once), in the
+    contenders' order (CONTENDERS); averages in the legend (under the chart, clear of the title), the
+    speed-up in the title. Either of the two main runs may be None."""
+    runs = _in_order(r for r in (naive_run, vllm_run, *extra_runs) if r is not None)
+    fig = go.Figure()
+    indices = sorted({r.index for run in runs for r in run.measured})
+    xcat = {idx: f"#{k + 1}" for k, idx in enumerate(indices)}
+    n_bars = sum(len(run.measured) for run in runs)
+    avgs: dict[int, float] = {}
+    placeholder = any(is_placeholder(r) for r in runs)
+    colors = _contender_colors(runs)
+    failed = translate(say("failed"), lang)
+    for i, run in enumerate(runs):
+        recs = measured(run)
+        lat = [r.e2e if r.ok else None for r in recs]
+        ok = [v for v in lat if v is not None]
+        avg = sum(ok) / len(ok) if ok else float("nan")
+        avgs[id(run)] = avg
+        label = esc(_name(run, lang))
+        hover = [
+            f"<b>{label}</b><br>{esc(short(r.prompt, 60))}<br>"
+            + (translate(say("latency {latency:.2f} s · {tokens} tokens · {rate:.0f} tok/s", latency=r.e2e,
+                             tokens=r.output_tokens, rate=r.output_tokens / r.e2e) if r.e2e else
+                         say("latency {latency:.2f} s · {tokens} tokens", latency=r.e2e, tokens=r.output_tokens),
+                         lang)
+               if r.ok else f"{failed}<br>{why_failed(r, lang)}")
+            for r in recs
+        ]
+        fig.add_bar(
+            x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
+            name=translate(say("{run} (all failed)", run=label) if math.isnan(avg) else
+                           say("{run} (avg {avg:.1f} s)", run=label, avg=avg), lang),
+            marker_color=colors[i],
+            text=[f"{v:.1f}" if v is not None else failed for v in lat] if n_bars <= 30 else None,
+            textposition="outside", textfont=dict(size=BASE_SIZE - 2),
+            hovertext=hover, hoverinfo="text", cliponaxis=False,
+        )
+    fig.update_layout(barmode="group", xaxis_title=translate(say("Request"), lang),
+                      yaxis=dict(title=translate(say("Latency (s)"), lang), rangemode="tozero"),
+                      xaxis=dict(type="category", categoryorder="array",
+                                 categoryarray=[xcat[i] for i in indices]),
+                      # under the plot: on top, a legend of four long names wraps into the title
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top"))
+    na = avgs.get(id(naive_run)) if naive_run is not None else None
+    va = avgs.get(id(vllm_run)) if vllm_run is not None else None
+    if na and va and not (math.isnan(na) or math.isnan(va)):
+        title = say("Latency per request: {speedup}", speedup=_speedup_phrase(na, va))
+        cap = say("Each group of bars is the same prompt: vLLM answers in {vllm:.1f} s on average, the "
+                  "naive transformers loop in {naive:.1f} s, a {speedup:.1f}× speed-up from the engine "
+                  "alone, before any batching.", vllm=va, naive=na, speedup=na / va)
+    else:
+        title = say("Latency per request")
+        said = []
+        for run in runs:
+            who, avg = _name(run, lang), avgs[id(run)]
+            said.append(translate(say("{run} failed on every request (hover a 'failed' label for why)", run=who)
+                                  if math.isnan(avg) else say("{run} averages {avg:.1f} s", run=who, avg=avg), lang))
+        cap = say("Each bar is one request; {runs}.", runs="; ".join(said)) if runs else say("No runs to show yet.")
+    fig = finish(fig, title, cap, placeholder=placeholder, height=520, lang=lang)
+    return fig.update_layout(margin=dict(t=80 + (34 if placeholder else 0)))  # no legend on top
+
+
+def _contender_colors(runs: Sequence[Any]) -> list[str]:
+    """One colour per contender wherever it is drawn (naive vermillion, static green, vLLM one at a time blue,
+    vLLM at once sky); other runs as run_colors gives them."""
+    fixed = (VERMILLION, GREEN, BLUE, SKY)
+    others = run_colors(runs)
+    return [fixed[c] if (c := contender(r)) is not None else others[i] for i, r in enumerate(runs)]
+
+
+def _prompts(run: Any) -> int:
+    return len(run.measured)
+
+
+def _throughput(run: Any) -> float | None:
+    """Output tokens per second over the run's wall time (its summary's, else counted from its requests)."""
+    v = summary_of(run).get("output_throughput")
+    if v is None and run.duration:
+        v = sum(r.output_tokens for r in run.measured if r.ok) / run.duration
+    return v
+
+
+def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> go.Figure:
+    """The whole job per contender, in CONTENDERS' order: the wall time to answer all the prompts (left,
+    lower is better) and the output tokens per second over it (right, higher is better). The lesson the
+    per-request bars hide: a batch's answers each wait for the longest, yet the batch finishes the whole
+    job sooner. A contender not run yet keeps its place, marked so; a cold run (the first batch of its size
+    on its server) is marked on its bar."""
+    by = {contender(r): r for r in runs if r is not None and contender(r) is not None}
+    cats = [contender_name(k, lang) for k in range(len(CONTENDERS))]
+    wrapped = [wrap(esc(c), 16) for c in cats]
+    present = [by.get(k) for k in range(len(CONTENDERS))]
+    wall = [float(r.duration) if r is not None and r.duration else None for r in present]
+    tput = [_throughput(r) if r is not None else None for r in present]
+    not_run = translate(say("not run yet"), lang)
+
+    def tag(r: Any) -> str:  # short: a word would run past the panel (the caption says what it means)
+        return " ❄" if r is not None and r.extra.cold else ""
+
+    # Short panel titles (two long ones ran into each other over a half-width column); which way is better
+    # is said on each axis.
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
+                        subplot_titles=(translate(say("Wall time"), lang), translate(say("Throughput"), lang)))
+    colors = [(VERMILLION, GREEN, BLUE, SKY)[k] for k in range(len(CONTENDERS))]
+    for col, values, fmt in ((1, wall, lambda v: seconds(v, lang)), (2, tput, lambda v: f"{v:,.0f}")):
+        fig.add_bar(y=wrapped, x=[v or 0 for v in values], orientation="h", marker_color=colors, width=0.7,
+                    # the cold mark once, on the time (a long mark would run off the throughput panel)
+                    text=[f"<b>{fmt(v)}</b>{tag(r) if col == 1 else ''}" if v is not None else not_run
+                          for v, r in zip(values, present)],
+                    textposition="outside", cliponaxis=False, showlegend=False, hoverinfo="skip", row=1, col=col)
+        top = max((v for v in values if v), default=1.0)
+        fig.update_xaxes(range=[0, top * 1.7], showgrid=True, row=1, col=col)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=BASE_SIZE - 1))
+    fig.update_yaxes(showticklabels=False, row=1, col=2)
+    fig.update_xaxes(title_text=translate(say("seconds, lower is better"), lang), row=1, col=1)
+    fig.update_xaxes(title_text=translate(say("tok/s, higher is better"), lang), row=1, col=2)
+    fig.update_annotations(font=dict(size=BASE_SIZE + 1))
+    ran = [(k, r) for k, r in enumerate(present) if r is not None and r.duration]
+    counts = {_prompts(r) for _k, r in ran}
+    n = counts.pop() if len(counts) == 1 else None
+    if len(ran) >= 2 and n:
+        (kf, fast), (ks, slow) = min(ran, key=lambda p: p[1].duration), max(ran, key=lambda p: p[1].duration)
+        cap = [say("{fast} answered all {n} prompts in {t_fast:.1f} s, {x:.1f}× sooner than {slow} ({t_slow:.1f} s).",
+                   fast=contender_name(kf, lang), slow=contender_name(ks, lang), n=n, t_fast=fast.duration,
+                   t_slow=slow.duration, x=slow.duration / fast.duration)]
+        if by.get(0) is not None and by.get(1) is not None and by[1].duration < by[0].duration:
+            cap.append(say("The static batch's answers each waited for its longest, yet it finished the whole job "
+                           "in {batch:.1f} s against {naive:.1f} s one at a time: batching pays in total time, not "
+                           "in each request's latency.", batch=by[1].duration, naive=by[0].duration))
+    elif ran:
+        k, r = ran[0]
+        cap = [say("{run} answered all {n} prompts in {time:.1f} s; run the others to compare.",
+                   run=contender_name(k, lang), n=_prompts(r), time=r.duration)]
+    else:
+        cap = [say("No runs to show yet.")]
+    if len(ran) >= 2 and n is None:
+        cap.append(say("Careful: these runs answered different numbers of prompts."))
+    if any(r.extra.cold for _k, r in ran):
+        cap.append(say("A run marked ❄ (cold) was the first batch of its size on its server: it can include start-up "
+                       "work."))
+    return finish(fig, say("The whole job: all prompts answered"), cap,
+                  placeholder=any(is_placeholder(r) for _k, r in ran), height=440, lang=lang)

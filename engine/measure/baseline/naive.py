@@ -1,0 +1,523 @@
+"""The naive transformers baseline (sequential or static batch), run in its own worker process.
+See docs/measuring.md#naive-baseline."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, LabError
+from engine.measure.judge.ceiling import model_bytes
+from engine.measure.load.progress import Progress, RunPlan, Totals, notify
+from engine.messages import Message, mark, say
+from engine.observe import nvml
+from engine.results.records import RequestRecord, RunResult
+from engine.serving import models
+
+MODES = ("sequential", "static-batch")
+DTYPES = ("auto", "float16", "bfloat16", "float32")
+# dtype "auto" on CPU (measured on the dev machine: 2-core AMD EPYC with avx512_bf16, no AMX, torch 2.13,
+# SmolLM2-135M-Instruct, 32 greedy tokens after a warm-up, three alternating rounds on an idle machine):
+#   one prompt:        bfloat16 24.4-25.7 tok/s  vs  float32 16.4-16.6 tok/s  (~1.5x)
+#   batch of 3 prompts: bfloat16 62.6-63.9 tok/s vs  float32 22.5-23.6 tok/s  (~2.7x)
+# float16 on CPU was no faster than bf16 and erratic. bf16 only pays where the CPU has native bf16
+# (avx512_bf16 or AMX); elsewhere torch emulates it and float32 is the fast one. The worker applies this
+# rule and records the reason in RunResult.extra.dtype_reason.
+CPU_DTYPE_BF16_REASON = ("bfloat16: this CPU has native bf16 (avx512_bf16/AMX), where bf16 measured ~1.5x "
+                         "(1 prompt) to ~2.7x (batch of 3) faster than float32")
+CPU_DTYPE_FP32_REASON = "float32: this CPU has no native bf16 (avx512_bf16/AMX), so bf16 would be emulated and slower"
+CUDA_AUTO_DTYPE = "float16"  # the lab's choice (dtype=torch.float16)
+
+TERMINATE_GRACE_S = 5.0
+WORKER_MODULE = "engine.measure.baseline.naive_worker"
+
+
+# -- errors a user can cause -------------------------------------------------------------------
+class NaiveError(LabError):
+    """A naive-baseline run failed. ``result`` holds what completed before the failure (or None)."""
+
+    result: RunResult | None = None
+
+
+class ModelNotFound(NaiveError):
+    """The model folder is missing or is not a Hugging Face model folder."""
+
+
+class OutOfMemory(NaiveError):
+    """The model or its KV cache did not fit in GPU memory (or RAM on CPU)."""
+
+
+class PromptTooLong(NaiveError):
+    """A prompt plus the token budget exceeds what the model allows."""
+
+
+class WorkerFailed(NaiveError):
+    """The worker process crashed or could not start (message carries the cause from its log)."""
+
+
+_ERROR_KINDS: dict[str, type[NaiveError]] = {
+    "model": ModelNotFound,
+    "oom": OutOfMemory,
+    "too_long": PromptTooLong,
+    "setup": WorkerFailed,
+    "other": WorkerFailed,
+}
+
+
+# -- sentences across the pipe ------------------------------------------------------------------
+# The worker's stages and errors are Messages; JSON carries their English as text and, beside it, what
+# `wire` makes of them, from which `heard` makes the same Message again in this process (so a page can
+# say a stage or a failure in the viewer's language).
+def wire(text: object) -> dict | None:
+    """A Message as JSON-able data (template, plural, n, values; values that are Messages nested)."""
+    if not isinstance(text, Message):
+        return None
+    values = {k: wire(v) if isinstance(v, Message) else v for k, v in text.values.items()}
+    return {"say": [text.template, text.plural, text.n, values]}
+
+
+def _unwire(data: dict) -> Message:
+    template, plural, n, values = data["say"]
+    return Message(template, plural, n, {k: _unwire(v) if isinstance(v, dict) and "say" in v else v
+                                         for k, v in values.items()})
+
+
+def heard(text: str | None, said: object) -> str | None:
+    """`text` from the worker as the Message it was made as, when `said` rebuilds exactly that text."""
+    if isinstance(said, dict) and text is not None:
+        try:
+            again = _unwire(said)
+        except Exception:  # noqa: BLE001 - a garbled line is shown as the text it carried
+            return text
+        if again == text:
+            return again
+    return text
+
+
+# -- what to run -------------------------------------------------------------------------------
+@dataclass
+class NaiveSpec:
+    model_path: str
+    prompts: list[str]
+    max_new_tokens: int = 200  # the lab's value
+    temperature: float = 0.7  # the lab's value; > 0 means do_sample=True, 0 means greedy
+    mode: str = "sequential"  # "sequential" | "static-batch"
+    device: str = "auto"  # "auto" (cuda if available, else cpu) | "cuda" | "cuda:1" | "cpu"
+    # "auto" (float16 on CUDA; on CPU bfloat16 where the CPU has native bf16, else float32) | "float16" |
+    # "bfloat16" | "float32"
+    dtype: str = "auto"
+    seed: int = 0
+    random_weights: bool = False  # shape-only: from_config + random init on the device; tokenizer from the folder
+    scenario: str = ""
+    label: str = ""
+    warmup: bool = True  # generate() over every shape of the run first (not recorded; see warmup_plan); False = the lab as written
+    model_name: str = ""  # what charts call the model; defaults to the folder's name
+
+    @property
+    def kind(self) -> str:
+        return "naive" if self.mode == "sequential" else "static-batch"
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(say("Unknown naive mode '{mode}': choose one of {modes}.", mode=self.mode,
+                                  modes=", ".join(MODES)))
+        if self.dtype not in DTYPES:
+            raise ConfigError(say("Unknown dtype '{dtype}': choose one of {dtypes}.", dtype=self.dtype,
+                                  dtypes=", ".join(DTYPES)))
+        if not self.prompts or any(not isinstance(p, str) or not p.strip() for p in self.prompts):
+            raise ConfigError(say("The naive baseline needs at least one prompt, and no empty ones: add a prompt."))
+        if int(self.max_new_tokens) < 1:
+            raise ConfigError(say("max_new_tokens must be at least 1 (got {n}): raise it.", n=self.max_new_tokens))
+        if self.temperature < 0:
+            raise ConfigError(say("temperature must be 0 or more (got {t}): 0 means greedy.", t=self.temperature))
+        dev = self.device
+        if not (dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit())):
+            raise ConfigError(say("Unknown device '{device}': use auto, cpu, cuda or cuda:N.", device=dev))
+
+    def display_name(self) -> str:
+        return self.model_name or Path(self.model_path).name or self.model_path
+
+    def default_scenario(self) -> str:
+        n = len(self.prompts)
+        return self.scenario or (f"naive-{n}-sequential" if self.mode == "sequential" else f"static-batch-{n}")
+
+    def default_label(self) -> str:
+        if self.label:
+            return self.label
+        return (say("Naive transformers (sequential)") if self.mode == "sequential"
+                else say("Static batch (transformers, {n} at once)", n=len(self.prompts)))
+
+
+# -- checks that need no torch -----------------------------------------------------------------
+def check_model_folder(spec: NaiveSpec) -> Path:
+    """Fail fast, before a process starts, when the folder cannot be what the worker needs."""
+    try:
+        return models.check_folder(spec.model_path, weights=not spec.random_weights, tokenizer=True)[0]
+    except models.ModelFolderError as e:
+        text = str(e)  # kept as the Message it was raised with, where it was one
+        raise ModelNotFound(e.args[0] if len(e.args) == 1 and e.args[0] == text else text) from e
+
+
+# -- memory as seen from outside the worker ----------------------------------------------------
+def _ram_used() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().used)
+    except Exception:
+        return None
+
+
+def _pick_gpu(gpus: list[dict], device: dict) -> dict | None:
+    """The NVML entry for the worker's CUDA device: by UUID, else by index."""
+    if not gpus:
+        return None
+    uuid = (device.get("uuid") or "").lower().removeprefix("gpu-")
+    if uuid:
+        for g in gpus:
+            if g["uuid"].lower().removeprefix("gpu-") == uuid:
+                return g
+    idx = device.get("nvml_index", device.get("index"))
+    return next((g for g in gpus if g["index"] == idx), None)
+
+
+# -- the run ------------------------------------------------------------------------------------
+@dataclass
+class _State:
+    records: list[RequestRecord] = field(default_factory=list)
+    started_at: float | None = None
+    loaded: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    done: dict[str, Any] | None = None
+    warmup_s: float | None = None
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[3])  # the repository root: engine/measure/baseline/naive.py
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")  # a local folder: never reach for the network
+    env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    return env
+
+
+def _stop(proc: subprocess.Popen, grace_s: float = TERMINATE_GRACE_S) -> None:
+    """terminate (SIGTERM), then kill after the grace period; always reaps the child."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.terminate()
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def run_naive(spec: NaiveSpec, observer: Progress | None = None, cancel: threading.Event | None = None,
+              python: str | None = None) -> RunResult:
+    """Run the naive baseline in a worker process and return its RunResult (blocking; call it from a
+    background thread). ``cancel`` stops the worker (terminate, then kill) and returns the requests
+    finished so far, with ``extra["cancelled"] = True``. Errors a user can cause raise a NaiveError
+    (a LabError) whose ``result`` keeps the completed requests. ``python`` is the interpreter that
+    has torch and transformers (default: this one)."""
+    spec.validate()
+    folder = check_model_folder(spec)
+    observer = observer or Progress()
+    cancel = cancel or threading.Event()
+    n = len(spec.prompts)
+    t_begin = time.time()
+
+    before = {"gpus": nvml.devices(), "ram_used": _ram_used()}
+    notify(observer.on_stage, say("starting worker"))
+    payload = asdict(spec)
+    payload["model_path"] = str(folder)
+    try:
+        proc = subprocess.Popen(
+            [python or sys.executable, "-m", WORKER_MODULE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=_worker_env(), close_fds=True,
+        )
+    except OSError as e:
+        raise WorkerFailed(say("Could not start the naive worker ({error}): check that Python at {python} exists.",
+                               error=str(e), python=python or sys.executable)) from e
+    notify(observer.on_worker, proc.pid)
+    # The spec goes in as one line; stdin then stays open: its EOF tells the worker that we are gone.
+    assert proc.stdin and proc.stdout and proc.stderr
+    try:
+        proc.stdin.write((json.dumps(payload) + "\n").encode())
+        proc.stdin.flush()
+    except OSError:
+        pass
+
+    events: queue.Queue = queue.Queue()
+    log_tail: collections.deque[str] = collections.deque(maxlen=200)
+
+    def read_events() -> None:
+        for raw in proc.stdout:  # type: ignore[union-attr]
+            try:
+                events.put(json.loads(raw))
+            except ValueError:
+                log_tail.append(raw.decode(errors="replace").rstrip())
+        events.put(None)
+
+    def read_log() -> None:
+        for raw in proc.stderr:  # type: ignore[union-attr]
+            log_tail.append(raw.decode(errors="replace").rstrip())
+
+    readers = [threading.Thread(target=read_events, daemon=True, name="naive-events"),
+               threading.Thread(target=read_log, daemon=True, name="naive-log")]
+    for t in readers:
+        t.start()
+
+    st = _State()
+    peak = {"rss": 0, "device": 0}
+    cancelled = False
+    last_sample = 0.0
+
+    def sample() -> None:
+        try:
+            import psutil
+
+            peak["rss"] = max(peak["rss"], psutil.Process(proc.pid).memory_info().rss)
+        except Exception:
+            pass
+        if st.loaded.get("device", {}).get("type") == "cuda":
+            for g in nvml.devices():
+                if proc.pid in g["procs"]:
+                    peak["device"] = max(peak["device"], g["procs"][proc.pid])
+
+    def handle(ev: dict) -> None:
+        kind = ev.get("ev")
+        if kind == "stage":
+            if not cancelled:  # stages still in the pipe after a cancel would read as progress
+                notify(observer.on_stage, heard(ev["text"], ev.get("said")))
+        elif kind == "device":
+            st.loaded.setdefault("device", ev["device"])
+            st.loaded.setdefault("dtype", ev.get("dtype"))
+        elif kind == "loaded":
+            st.loaded.update(ev)
+        elif kind == "memory":
+            st.memory[ev["point"]] = ev["value"]
+        elif kind == "warmup":
+            st.warmup_s = ev.get("seconds")
+        elif kind == "started":
+            st.started_at = ev["started_at"]
+            notify(observer.on_start, RunPlan(
+                label=spec.default_label(), shape=spec.mode, num_requests=n, warmup=0, workers=1, url="",
+                concurrency=n if spec.mode != "sequential" else 1, model=spec.display_name()))
+        elif kind == "record":
+            rec = RequestRecord.from_dict(ev["record"])
+            st.records.append(rec)
+            notify(observer.on_request_done, rec, _totals(st.records, n, ev.get("elapsed")))
+        elif kind == "error":
+            st.error = ev
+        elif kind == "done":
+            st.done = ev
+
+    try:
+        while True:
+            if cancel.is_set() and not cancelled:
+                cancelled = True
+                notify(observer.on_stage, say("cancelling: stopping the worker"))
+                _stop(proc)
+            try:
+                ev = events.get(timeout=0.1)
+            except queue.Empty:
+                if time.monotonic() - last_sample > 0.5:
+                    last_sample = time.monotonic()
+                    sample()
+                continue
+            if ev is None:
+                break
+            handle(ev)
+        # stdout closed: the worker is exiting (or gone). Give it a moment, then make sure.
+        try:
+            proc.wait(timeout=TERMINATE_GRACE_S * 2)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+    except BaseException:
+        _stop(proc, grace_s=1.0)
+        raise
+    finally:
+        for s in (proc.stdin, proc.stdout):
+            try:
+                s.close()  # type: ignore[union-attr]
+            except Exception:
+                pass
+        for t in readers:
+            t.join(timeout=2.0)
+
+    after = _after_exit(before, st.loaded.get("device", {}))
+    result = _build_result(spec, st, before, after, peak, proc, cancelled, t_begin, list(log_tail))
+
+    if st.error and not cancelled:
+        err_cls = _ERROR_KINDS.get(st.error.get("kind", "other"), WorkerFailed)
+        err = err_cls(heard(st.error.get("message"), st.error.get("said"))
+                      or say("The naive worker failed: see its log."))
+        err.result = result
+        raise err
+    if not cancelled and (proc.returncode != 0 or st.done is None):
+        err = WorkerFailed(_crash_sentence(proc.returncode, list(log_tail)))
+        err.result = result
+        raise err
+    notify(observer.on_stage, mark("cancelled") if cancelled else mark("done"))
+    notify(observer.on_complete, result)
+    return result
+
+
+def _totals(records: list[RequestRecord], total: int, elapsed: float | None) -> Totals:
+    ok = [r for r in records if r.ok]
+    return Totals(total=total, done=len(records), ok=len(ok), failed=len(records) - len(ok),
+                  output_tokens=sum(r.output_tokens for r in ok), elapsed_s=elapsed or 0.0)
+
+
+def _crash_sentence(rc: int | None, tail: list[str]) -> str:
+    last = next((ln.strip() for ln in reversed(tail) if ln.strip()), "")
+    if rc is not None and rc < 0:
+        sig = -rc
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        if sig == signal.SIGKILL:
+            return say("The naive worker was killed ({signal}), most likely because the machine ran out of RAM: "
+                       "use a smaller model, fewer prompts or fewer new tokens.", signal=name)
+        return say("The naive worker died from {signal}: see the log line '{line}' and run it again.", signal=name,
+                   line=last[-200:])
+    return say("The naive worker exited unexpectedly (exit code {rc}): {line}; fix the cause and run it again.",
+               rc=rc, line=last[-300:] or say("no log output"))
+
+
+def _after_exit(before: dict, device: dict) -> dict[str, Any]:
+    """Device / RAM use once the worker is gone. NVML can lag the process exit by a moment, so on a
+    GPU poll briefly until the used memory stops falling."""
+    gpus = nvml.devices()
+    if device.get("type") == "cuda" and gpus:
+        g_before = _pick_gpu(before["gpus"], device)
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            g = _pick_gpu(gpus, device)
+            if g is None or g_before is None or g["used"] <= g_before["used"] + (64 << 20):
+                break
+            time.sleep(0.25)
+            gpus = nvml.devices()
+    return {"gpus": gpus, "ram_used": _ram_used()}
+
+
+def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: dict, proc: subprocess.Popen,
+                  cancelled: bool, t_begin: float, log_tail: list[str]) -> RunResult:
+    records = sorted(st.records, key=lambda r: r.index)
+    ends = [r.end_time for r in records if r.end_time is not None]
+    duration = max(ends) if ends else 0.0
+    dev = st.loaded.get("device", {})
+    on_cuda = dev.get("type") == "cuda"
+
+    memory: dict[str, Any] = {
+        "unit": "bytes",
+        "device": dev.get("name"),
+        "inside": "torch.cuda.memory_allocated/reserved + mem_get_info" if on_cuda else "worker RSS (psutil)",
+        "outside": "NVML device used memory" if on_cuda else "system RAM used (psutil)",
+    }
+    for point in ("after_load", "after_run", "after_cleanup"):
+        if point in st.memory:
+            memory[point] = st.memory[point]
+    g_before, g_after = _pick_gpu(before["gpus"], dev), _pick_gpu(after["gpus"], dev)
+    memory["before"] = {"ram_used": before["ram_used"]}
+    memory["after_exit"] = {"ram_used": after["ram_used"]}
+    if g_before:
+        memory["before"].update(device_used=g_before["used"], device_total=g_before["total"])
+    if g_after:
+        memory["after_exit"].update(device_used=g_after["used"], device_total=g_after["total"])
+    if g_before and g_after:
+        memory["left_after_exit"] = g_after["used"] - g_before["used"]  # ~0: the memory really came back
+    memory["worker_peak_rss"] = peak["rss"] or None
+    memory["worker_peak_device"] = peak["device"] or None  # NVML per-process; None where NVML can't see pids
+
+    extra: dict[str, Any] = {
+        "memory": memory,
+        "load_s": st.loaded.get("load_s"),
+        "params": st.loaded.get("params"),
+        "dtype": st.loaded.get("dtype") or spec.dtype,
+        "dtype_reason": st.loaded.get("dtype_reason"),
+        "device": dev.get("name") or spec.device,
+        "device_name": dev.get("description"),
+        "warmup_s": st.warmup_s,
+        "worker_pid": proc.pid,
+        "worker_exit_code": proc.returncode,
+        "cancelled": cancelled,
+        "placeholder_text": bool(spec.random_weights),
+        "timing": ("sequential: each request's clock starts when its own generate() starts (the lab's "
+                   "measure); requests ran one after another" if spec.mode == "sequential" else
+                   "static batch: every request is sent at 0 and answered when the whole batch ends; "
+                   "TTFT is the batch's first decoding step; chunk_times stop where each answer ended"),
+    }
+    notes = []
+    if cancelled:
+        notes.append(f"cancelled after {len(records)} of {len(spec.prompts)} requests")
+    if spec.random_weights:
+        notes.append("random weights: the text is meaningless, only speed and memory count")
+    if st.error:
+        extra["error"] = st.error.get("message")
+        extra["log_tail"] = log_tail[-40:]
+    extra["notes"] = notes
+
+    config = {
+        "model": spec.display_name(),
+        "model_path": str(spec.model_path),
+        "mode": spec.mode,
+        "dtype": extra["dtype"],
+        "device": extra["device"],
+        "max_new_tokens": spec.max_new_tokens,
+        "temperature": spec.temperature,
+        "do_sample": spec.temperature > 0,
+        "sampling": st.loaded.get("sampling"),
+        "seed": spec.seed,
+        "random_weights": spec.random_weights,
+        "warmup": spec.warmup,
+        "prompts": len(spec.prompts),
+        "chat_template": True,
+    }
+    load = {"mode": spec.mode, "requests": len(spec.prompts), "max_tokens": spec.max_new_tokens,
+            "concurrency": 1 if spec.mode == "sequential" else len(spec.prompts)}
+
+    result = RunResult(
+        kind=spec.kind, scenario=spec.default_scenario(), label=spec.default_label(), records=records,
+        duration=duration, started_at=st.started_at or t_begin, model=spec.display_name(), config=config,
+        load=load, extra=extra,
+    )
+    try:
+        from engine.observe import hardware
+
+        result.hardware = dict(hardware.describe())
+        result.versions = dict(hardware.versions())
+    except Exception:
+        pass
+    if st.loaded.get("versions"):
+        result.versions.update(st.loaded["versions"])  # what the worker actually imported
+    if dev:
+        result.hardware["naive_device"] = dev
+    try:  # what each decode step read, for the run's ceiling (engine.measure.judge.ceiling)
+        size = model_bytes(str(spec.model_path), extra["dtype"], params=extra["params"])
+    except Exception:  # noqa: BLE001 - the run is kept without a ceiling rather than lost
+        size = None
+    if size:
+        result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
+    try:
+        from engine.measure.judge.stats import summarize
+    except ImportError:  # stats not there yet: the store can fill it later
+        summarize = None
+    if summarize is not None:
+        result.summary = summarize(records, duration)
+    return result

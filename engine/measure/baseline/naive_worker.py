@@ -1,0 +1,521 @@
+"""The naive baseline's worker process: ``python -m engine.measure.baseline.naive_worker``.
+
+Reads one JSON line (a NaiveSpec as a dict) from stdin, loads the model with plain transformers, runs
+the prompts sequentially or as one static batch, and writes JSON-line events to its stdout (anything
+else that prints to stdout is moved to stderr, the log). It exits when the run ends, when it is
+terminated, or when stdin reaches EOF / its parent changes (the app is gone): it never outlives the
+run that started it. Only this process imports torch.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from engine.measure.load.lifeline import die_with_parent
+from engine.measure.baseline.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE, wire
+from engine.messages import say
+from engine.results.records import RequestRecord
+
+ORPHAN_EXIT_CODE = 70
+
+
+class Fail(Exception):
+    """A failure the parent turns into a LabError subclass (kind: model | oom | too_long | setup | other)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+class Emitter:
+    """JSON lines on the real stdout; fd 1 itself now points at stderr, so stray prints can't corrupt it."""
+
+    def __init__(self) -> None:
+        sys.stdout.flush()
+        self._out = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self._lock = threading.Lock()
+        self._last_stage = 0.0
+
+    def __call__(self, ev: str, **data: Any) -> None:
+        line = json.dumps({"ev": ev, **data}, default=str)
+        with self._lock:
+            try:
+                self._out.write(line + "\n")
+                self._out.flush()
+            except (BrokenPipeError, OSError):  # the parent is gone
+                os._exit(ORPHAN_EXIT_CODE)
+
+    def stage(self, text: str, throttle_s: float = 0.0) -> None:
+        now = time.monotonic()
+        if throttle_s and now - self._last_stage < throttle_s:
+            return
+        self._last_stage = now
+        self("stage", text=text, said=wire(text))
+
+
+def _watch_parent(ppid: int) -> None:
+    """Exit when stdin hits EOF (the parent closed it or died) or the parent pid changes (re-parented)."""
+
+    def loop() -> None:
+        fd = sys.stdin.fileno()
+        while True:
+            try:
+                ready, _, _ = select.select([fd], [], [], 1.0)
+                if ready and not os.read(fd, 4096):
+                    os._exit(ORPHAN_EXIT_CODE)
+            except OSError:
+                os._exit(ORPHAN_EXIT_CODE)
+            if os.getppid() != ppid:
+                os._exit(ORPHAN_EXIT_CODE)
+
+    threading.Thread(target=loop, daemon=True, name="parent-watch").start()
+
+
+def _read_spec() -> dict:
+    buf = b""
+    fd = sys.stdin.fileno()
+    while not buf.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+    if not buf.strip():
+        sys.exit(ORPHAN_EXIT_CODE)
+    return json.loads(buf)
+
+
+# -- torch helpers -----------------------------------------------------------------------------
+def resolve_device(torch: Any, want: str) -> Any:
+    if want == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    dev = torch.device(want)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise Fail("setup", say("Device '{device}' was asked for but this torch sees no CUDA GPU: "
+                                    "choose device auto or cpu, or install the CUDA build of torch.", device=want))
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise Fail("setup", say("There is no {device} (this machine has {n} GPU(s)): pick another device.",
+                                    device=str(dev), n=torch.cuda.device_count()))
+    return dev
+
+
+def cpu_has_native_bf16(torch: Any) -> bool:
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        fn = getattr(torch.cpu, probe, None)
+        try:
+            if fn is not None and fn():
+                return True
+        except Exception:
+            pass
+    return False
+
+
+def resolve_dtype(torch: Any, want: str, device: Any) -> tuple[Any, str]:
+    if want == "auto":
+        if device.type == "cuda":
+            return getattr(torch, CUDA_AUTO_DTYPE), f"{CUDA_AUTO_DTYPE}: the lab's choice on CUDA (dtype=torch.float16)"
+        if cpu_has_native_bf16(torch):
+            return torch.bfloat16, CPU_DTYPE_BF16_REASON
+        return torch.float32, CPU_DTYPE_FP32_REASON
+    return getattr(torch, want), f"{want}: chosen by the user"
+
+
+def memory_snapshot(torch: Any, device: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        import psutil
+
+        out["rss"] = int(psutil.Process().memory_info().rss)
+    except Exception:
+        pass
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        out["allocated"] = int(torch.cuda.memory_allocated(device))
+        out["reserved"] = int(torch.cuda.memory_reserved(device))
+        out["max_allocated"] = int(torch.cuda.max_memory_allocated(device))
+        out["max_reserved"] = int(torch.cuda.max_memory_reserved(device))
+        free, total = torch.cuda.mem_get_info(device)  # device-wide, includes this process's CUDA context
+        out["device_used"] = int(total - free)
+        out["device_total"] = int(total)
+    return out
+
+
+def describe_device(torch: Any, device: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"type": device.type, "name": str(device)}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        d.update(index=device.index, description=props.name, total_memory=int(props.total_memory))
+        uuid = getattr(props, "uuid", None)
+        if uuid is not None:
+            d["uuid"] = str(uuid)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+        if not visible:
+            d["nvml_index"] = device.index
+        else:
+            parts = [p.strip() for p in visible.split(",")]
+            if device.index < len(parts) and parts[device.index].isdigit():
+                d["nvml_index"] = int(parts[device.index])
+    else:
+        d.update(description=f"CPU ({torch.get_num_threads()} threads)", threads=torch.get_num_threads())
+    return d
+
+
+def is_oom(torch: Any, e: BaseException) -> bool:
+    if isinstance(e, (MemoryError, getattr(torch.cuda, "OutOfMemoryError", MemoryError))):
+        return True
+    msg = str(e)
+    return isinstance(e, RuntimeError) and ("out of memory" in msg.lower() or "can't allocate memory" in msg
+                                           or "DefaultCPUAllocator" in msg)
+
+
+def oom_sentence(device: Any, where: str, spec: dict) -> str:
+    if device.type == "cuda":
+        what = {"dtype": spec["dtype"], "prompts": len(spec["prompts"]), "new_tokens": spec["max_new_tokens"]}
+        if where == "generate":
+            return say("The GPU ran out of memory while generating ({dtype}, {prompts} prompts, {new_tokens} new "
+                       "tokens): stop vLLM or anything else on the GPU, use fewer prompts in the batch or fewer new "
+                       "tokens, or a smaller model.", **what)
+        return say("The GPU ran out of memory while loading the model ({dtype}, {prompts} prompts, {new_tokens} new "
+                   "tokens): stop vLLM or anything else holding the GPU, or pick a smaller model.", **what)
+    if where == "generate":
+        return say("The machine ran out of RAM while generating: close other programs, or use a smaller model, "
+                   "fewer prompts or fewer new tokens.")
+    return say("The machine ran out of RAM while loading the model: close other programs, or use a smaller model, "
+               "fewer prompts or fewer new tokens.")
+
+
+def make_clock(torch: Any, t0: float, batch: int, eos: set[int], on_step: Callable[[int], None] | None):
+    """A generate() streamer that timestamps every decoding step per sequence.
+
+    generate() calls put() first with the prompt ids, then once per step with the new token of each
+    row ((batch,) on the CPU). A row's token times stop after it emits an EOS token; later puts for
+    that row are padding and are not counted."""
+    from transformers.generation.streamers import BaseStreamer
+
+    class Clock(BaseStreamer):
+        def __init__(self) -> None:
+            self.prompt_seen = False
+            self.times: list[list[float]] = [[] for _ in range(batch)]
+            self.finished = [False] * batch
+            self.steps = 0
+
+        def put(self, value: Any) -> None:
+            now = time.perf_counter() - t0
+            if not self.prompt_seen:
+                self.prompt_seen = True
+                return
+            toks = value.reshape(-1).tolist()
+            self.steps += 1
+            for i, tok in enumerate(toks[:batch]):
+                if self.finished[i]:
+                    continue
+                self.times[i].append(now)
+                if tok in eos:
+                    self.finished[i] = True
+            if on_step:
+                on_step(self.steps)
+
+        def end(self) -> None:
+            pass
+
+    return Clock()
+
+
+def warmup_plan(lengths: list[int], max_new: int, max_len: int, mode: str) -> list[tuple[list[int], int]]:
+    """The warm-up generate() calls, as (prompt indices, tokens): together they meet every shape the
+    measured run will. The first call at a new sequence length is slow on CUDA (cuDNN attention builds
+    a plan per length; on an H200 the first 200-token request took 13.6 s after a 2-token warm-up and
+    5.2 s once every length had been seen), so anything shorter bills that cost to request 1.
+
+    Static batch: the same padded batch, full length. Sequential: one token at each prompt length (the
+    prefill shapes), then the shortest prompt long enough to reach the longest prompt's last token."""
+    if mode == "static-batch":
+        return [(list(range(len(lengths))), max_new)]
+    plan: list[tuple[list[int], int]] = []
+    seen: set[int] = set()
+    for i, L in enumerate(lengths):
+        if L not in seen:
+            seen.add(L)
+            plan.append(([i], 1))
+    short = min(range(len(lengths)), key=lengths.__getitem__)
+    n = max_new + max(lengths) - lengths[short]
+    if max_len:
+        n = min(n, max_len - lengths[short])
+    plan.append(([short], n))
+    return plan
+
+
+def count_generated(ids: list[int], eos: set[int]) -> int:
+    """Generated tokens up to and including the first EOS (what vLLM's usage counts); padding after it isn't."""
+    for i, t in enumerate(ids):
+        if t in eos:
+            return i + 1
+    return len(ids)
+
+
+# -- the run -----------------------------------------------------------------------------------
+def run(spec: dict, emit: Emitter) -> None:
+    emit.stage(say("importing torch and transformers"))
+    try:
+        import torch
+        import transformers
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    except Exception as e:  # the interpreter lacks the stack
+        raise Fail("setup", say("This Python cannot import torch/transformers ({kind}: {why}): run `make setup` "
+                                "or point the lab at the environment that has them.", kind=type(e).__name__,
+                                why=str(e))) from e
+
+    device = resolve_device(torch, spec["device"])
+    dtype, dtype_reason = resolve_dtype(torch, spec["dtype"], device)
+    dtype_name = str(dtype).removeprefix("torch.")
+    spec = {**spec, "dtype": dtype_name}
+    emit("device", device=describe_device(torch, device), dtype=dtype_name)  # before anything can fail on it
+    torch.manual_seed(int(spec["seed"]))
+    if device.type == "cuda":
+        torch.cuda.manual_seed_all(int(spec["seed"]))
+    path = spec["model_path"]
+    prompts: list[str] = spec["prompts"]
+    max_new = int(spec["max_new_tokens"])
+    n = len(prompts)
+
+    # Tokenizer first: the length check costs nothing and needs no model.
+    emit.stage(say("loading tokenizer"))
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise Fail("model", say("transformers could not read the model folder {path} ({why}): check that it is a "
+                                "complete Hugging Face model folder.", path=path,
+                                why=str(e).splitlines()[0][:200])) from e
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token  # as the lab does
+    if getattr(tok, "chat_template", None) is None:
+        raise Fail("model", say("The tokenizer in {path} has no chat template: use an instruct/chat model, "
+                                "or add chat_template.jinja to the folder.", path=path))
+    texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+             for p in prompts]
+    lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    max_len = int(getattr(config, "max_position_embeddings", 0) or 0)
+    if max_len:
+        for i, L in enumerate(lengths):
+            if L + max_new > max_len:
+                raise Fail("too_long", say("Prompt {i} is {length} tokens and with {new} new tokens needs "
+                                           "{needs}, but the model allows {max_len}: shorten the prompt or "
+                                           "lower max new tokens.", i=i + 1, length=L, new=max_new,
+                                           needs=L + max_new, max_len=max_len))
+
+    # The model.
+    t_load = time.perf_counter()
+    try:
+        if spec["random_weights"]:
+            emit.stage(say("building the model with random weights ({dtype} on {device})", dtype=dtype_name,
+                           device=str(device)))
+            with torch.device(device):
+                model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        else:
+            emit.stage(say("loading model ({dtype} on {device})", dtype=dtype_name, device=str(device)))
+            kwargs: dict[str, Any] = {"dtype": dtype}
+            if device.type == "cuda":
+                kwargs["device_map"] = {"": str(device)}  # straight onto the GPU, no CPU copy
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            if device.type != "cuda":
+                model.to(device)
+        model.eval()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except Fail:
+        raise
+    except Exception as e:
+        if is_oom(torch, e):
+            raise Fail("oom", oom_sentence(device, "load", spec)) from e
+        if isinstance(e, (OSError, ValueError)):
+            raise Fail("model", say("transformers could not load the weights in {path} ({why}): check that the "
+                                    "folder is complete.", path=path, why=str(e).splitlines()[0][:200])) from e
+        raise
+    load_s = time.perf_counter() - t_load
+    params = sum(p.numel() for p in model.parameters())
+
+    eos: set[int] = set()
+    for src in (model.generation_config.eos_token_id, tok.eos_token_id):
+        if src is None:
+            continue
+        eos.update(src if isinstance(src, (list, tuple)) else [src])
+    gen_kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new,
+        "pad_token_id": tok.pad_token_id,
+        "do_sample": float(spec["temperature"]) > 0,
+    }
+    if gen_kwargs["do_sample"]:
+        gen_kwargs["temperature"] = float(spec["temperature"])
+    if spec["random_weights"]:
+        gen_kwargs["remove_invalid_values"] = True  # random fp16 weights may produce inf/nan logits
+    gc_cfg = model.generation_config
+    sampling = {"do_sample": gen_kwargs["do_sample"], "temperature": gen_kwargs.get("temperature"),
+                "top_k": getattr(gc_cfg, "top_k", None), "top_p": getattr(gc_cfg, "top_p", None)}
+    emit("loaded", load_s=load_s, params=params, dtype=dtype_name, dtype_reason=dtype_reason,
+         device=describe_device(torch, device), sampling=sampling,
+         versions={"torch": torch.__version__, "transformers": transformers.__version__})
+    emit("memory", point="after_load", value=memory_snapshot(torch, device))
+
+    def encode(batch_texts: list[str]) -> Any:
+        enc = tok(batch_texts, return_tensors="pt", padding=len(batch_texts) > 1, add_special_tokens=False)
+        return {k: v.to(device) for k, v in enc.items()}
+
+    if spec["mode"] == "static-batch":
+        tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
+    if spec.get("warmup", True):
+        t_w = time.perf_counter()
+        plan = warmup_plan(lengths, max_new, max_len, spec["mode"])
+        emit.stage(say("warming up, not measured: every sequence length the run will meet"))
+        try:
+            # `steps`, not `n`: `n` is the number of prompts, which the run's progress says after this
+            for k, (rows, steps) in enumerate(plan):
+                clock = make_clock(torch, t_w, len(rows), set(), lambda s, k=k, steps=steps: emit.stage(
+                    say("warming up, not measured ({k}/{of}): {s}/{n} tokens", k=k + 1, of=len(plan), s=s, n=steps),
+                    throttle_s=0.5))
+                with torch.no_grad():
+                    model.generate(**encode([texts[i] for i in rows]),
+                                   **{**gen_kwargs, "max_new_tokens": steps, "min_new_tokens": steps}, streamer=clock)
+        except Exception as e:
+            if is_oom(torch, e):
+                raise Fail("oom", oom_sentence(device, "generate", spec)) from e
+            raise
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        emit("warmup", seconds=time.perf_counter() - t_w)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+    t0 = time.perf_counter()
+    emit("started", started_at=time.time())
+    done = 0
+
+    def send_record(rec: RequestRecord) -> None:
+        nonlocal done
+        done += 1
+        emit("record", record=rec.__dict__, elapsed=time.perf_counter() - t0)
+
+    def generate(enc: Any, clock: Any) -> Any:
+        with torch.no_grad():
+            out = model.generate(**enc, **gen_kwargs, streamer=clock)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return out
+
+    failure: Fail | None = None
+    if spec["mode"] == "sequential":
+        for i, (prompt, text) in enumerate(zip(prompts, texts)):
+            emit.stage(say("request {i}/{n}", i=i + 1, n=n))
+            send = time.perf_counter() - t0
+            rec = RequestRecord(index=i, prompt=prompt, send_time=send, tokens_source="generated")
+            try:
+                enc = encode([text])
+                plen = int(enc["input_ids"].shape[1])
+                clock = make_clock(torch, t0, 1, eos, lambda s, i=i: emit.stage(
+                    say("request {i}/{n}: {s}/{max_new} tokens", i=i + 1, n=n, s=s, max_new=max_new),
+                    throttle_s=0.5))
+                out = generate(enc, clock)
+                end = time.perf_counter() - t0
+                gen_ids = out[0, plen:].tolist()
+                k = count_generated(gen_ids, eos)
+                rec.end_time = end
+                rec.prompt_tokens = plen
+                rec.output_tokens = k
+                rec.chunk_times = clock.times[0][:k]
+                rec.first_token_time = rec.chunk_times[0] if rec.chunk_times else None
+                rec.output_text = tok.decode(gen_ids[:k], skip_special_tokens=True)
+                del out, enc
+            except Exception as e:
+                if not is_oom(torch, e):
+                    raise
+                failure = Fail("oom", oom_sentence(device, "generate", spec))
+                rec.error = failure.message
+                rec.prompt_tokens = lengths[i]
+            send_record(rec)
+            if failure:
+                break
+    else:
+        emit.stage(say("static batch of {n}: padding and generating", n=n))
+        try:
+            enc = encode(texts)
+            plen = int(enc["input_ids"].shape[1])
+            clock = make_clock(torch, t0, n, eos, lambda s: emit.stage(
+                say("static batch of {n}: step {s}/{max_new}", n=n, s=s, max_new=max_new), throttle_s=0.5))
+            out = generate(enc, clock)
+            end = time.perf_counter() - t0
+            prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
+            for i, prompt in enumerate(prompts):
+                gen_ids = out[i, plen:].tolist()
+                k = count_generated(gen_ids, eos)
+                times = clock.times[i][:k]
+                send_record(RequestRecord(
+                    index=i, prompt=prompt, send_time=0.0, end_time=end,
+                    first_token_time=times[0] if times else None, chunk_times=times,
+                    prompt_tokens=int(prompt_lens[i]), output_tokens=k, tokens_source="generated",
+                    output_text=tok.decode(gen_ids[:k], skip_special_tokens=True),
+                ))
+            del out, enc
+        except Exception as e:
+            if not is_oom(torch, e):
+                raise
+            failure = Fail("oom", oom_sentence(device, "generate", spec))
+            for i, prompt in enumerate(prompts):
+                send_record(RequestRecord(index=i, prompt=prompt, send_time=0.0, prompt_tokens=lengths[i],
+                                          tokens_source="generated", error=failure.message))
+
+    emit("memory", point="after_run", value=memory_snapshot(torch, device))
+
+    # The lab's cleanup cell, inside the worker: what is left after del + gc + empty_cache. The real
+    # return of the memory is the process exit, which the parent measures from outside.
+    emit.stage(say("cleaning up"))
+    del model
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize(device)
+    emit("memory", point="after_cleanup", value=memory_snapshot(torch, device))
+    if failure:
+        raise failure
+
+
+def main() -> int:
+    emit = Emitter()
+    ppid = os.getppid()
+    die_with_parent(ppid)  # a SIGKILLed app takes its worker (and the GPU memory it holds) with it
+    try:
+        spec = _read_spec()
+    except ValueError as e:
+        why = say("The naive worker got an unreadable spec ({error}): this is a bug, report it.", error=str(e))
+        emit("error", kind="setup", message=why, said=wire(why))
+        return 2
+    _watch_parent(ppid)
+    try:
+        run(spec, emit)
+    except Fail as f:
+        emit("error", kind=f.kind, message=f.message, said=wire(f.message))
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:
+        traceback.print_exc()
+        why = say("The naive worker failed: {kind}: {why}; see the log.", kind=type(e).__name__,
+                  why=str(e).splitlines()[0][:300] if str(e) else "")
+        emit("error", kind="other", message=why, said=wire(why))
+        return 1
+    emit("done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

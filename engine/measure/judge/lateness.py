@@ -1,0 +1,58 @@
+"""Coordinated omission: did the client send each rate-based request when its schedule said? Every
+arrival on a schedule (Poisson or gamma, a replayed trace) records its planned send time beside the
+actual one (RequestRecord.planned_time, send_time); a client that falls behind sends later than planned,
+so the server sees less load than the run claims, and a run whose sends were late says so (the problem
+GuideLLM #1048 and vLLM #21104 report in their own clients). See docs/architecture.md."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.measure.judge.stats import percentile
+from engine.messages import Message, say, say_n
+from engine.results.records import Notes, RequestRecord
+
+# A send more than this after its planned time counts as late: an event loop's timer wakes within about a
+# millisecond, so 10 ms behind means the client itself was busy (or blocked) when the request was due.
+LATE_S = 0.010
+
+
+@dataclass(frozen=True)
+class Lateness:
+    planned: int  # measured requests that had a planned send time
+    late: int  # ... sent more than LATE_S after it
+    p99_s: float  # the 99th percentile of send - planned (s; 0 for a send that was early or on time)
+    worst_s: float
+
+
+def of(records: Iterable[RequestRecord]) -> Lateness | None:
+    """The measured requests' sends against their plan; None when none had a planned time (a closed loop)."""
+    gaps = [max(0.0, r.send_time - r.planned_time) for r in records
+            if not r.warmup and r.planned_time is not None]
+    if not gaps:
+        return None
+    return Lateness(planned=len(gaps), late=sum(g > LATE_S for g in gaps), p99_s=percentile(gaps, 99) or 0.0,
+                    worst_s=max(gaps))
+
+
+def notes(records: Iterable[RequestRecord]) -> dict[str, Any]:
+    """The Notes fields of a run's lateness (none for a closed loop)."""
+    late = of(records)
+    if late is None:
+        return {}
+    return {"planned_sends": late.planned, "late_sends": late.late, "send_lateness_p99_ms": late.p99_s * 1000}
+
+
+def said(n: Notes) -> Message | None:
+    """One sentence on whether the client kept to its schedule; None for a run without one."""
+    if n.planned_sends is None or n.late_sends is None or n.send_lateness_p99_ms is None:
+        return None
+    if n.late_sends == 0:
+        return say_n("The client sent its {n} scheduled request on time (99th percentile {p99:.1f} ms behind its "
+                     "plan).", "The client sent all {n} scheduled requests on time (99th percentile {p99:.1f} ms "
+                     "behind their plan).", n.planned_sends, p99=n.send_lateness_p99_ms)
+    return say("The client fell behind its schedule: {late} of {n} requests went out more than {limit:.0f} ms late "
+               "(99th percentile {p99:.0f} ms), so the server saw less load than planned and the latencies may look "
+               "better than that load would give: send fewer requests per second, or use more client processes.",
+               late=n.late_sends, n=n.planned_sends, limit=LATE_S * 1000, p99=n.send_lateness_p99_ms)

@@ -1,0 +1,142 @@
+"""How a measurement reports progress: the plan it announces, running totals, and the one protocol
+(`Progress`) that a job, the console and the bench scripts implement. A failing hook is logged, never
+allowed to break a measurement.
+See docs/architecture.md."""
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from engine.measure.judge import failures, lateness
+from engine.results.records import RequestRecord, RunResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunPlan:
+    label: str
+    shape: str
+    num_requests: int
+    warmup: int
+    concurrency: int
+    workers: int
+    url: str
+    model: str
+
+    @property
+    def total(self) -> int:
+        return self.num_requests
+
+
+@dataclass
+class Totals:
+    """Progress of the measured part, handed to observers after every request."""
+
+    total: int
+    done: int = 0
+    ok: int = 0
+    failed: int = 0
+    output_tokens: int = 0
+    elapsed_s: float = 0.0
+
+    def add(self, rec: RequestRecord, elapsed_s: float) -> None:
+        self.done += 1
+        self.ok += rec.ok
+        self.failed += not rec.ok
+        self.output_tokens += rec.output_tokens
+        self.elapsed_s = elapsed_s
+
+
+class Progress:
+    """The one progress protocol of every measurement (a load test, a sweep, the naive baseline).
+    Implemented once each: the app's Job, the CLI's Console, the bench scripts. This base does nothing;
+    subclass it and override what you need. Calls arrive on the thread that runs the measurement
+    (warm-up records too, with record.warmup set, before the measured ones): keep them short."""
+
+    def on_start(self, plan: RunPlan) -> None:
+        """The measured part begins."""
+
+    def on_stage(self, text: str) -> None:
+        """What is happening now: "loading model", "concurrency 8", "request 3/5", ..."""
+
+    def on_clock(self, started_at: float) -> None:
+        """The measured part's clock starts at this epoch second (after the warm-up): records' times count
+        from it."""
+
+    def on_step(self, done: int, total: int, text: str) -> None:
+        """A run of several (a sweep's levels, a tuning comparison's configurations): `done` of `total`
+        finished, `text` is what comes next (or "done")."""
+
+    def on_worker(self, pid: int) -> None:
+        """A worker process exists (the naive baseline's), for the memory charts."""
+
+    def on_request_sent(self, record: RequestRecord) -> None:
+        """A request went out; the record is still open (live timelines)."""
+
+    def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
+        """A request finished (or failed)."""
+
+    def on_complete(self, result: RunResult) -> None:
+        """The run is over (also after a cancel); a sweep reports each level."""
+
+    def side(self, name: str) -> "Progress":
+        """The progress of one side ("A", "B") of two runs measured at once (Runner.side_by_side): each
+        side's calls arrive on its own thread. This base ignores them."""
+        return Progress()
+
+
+class Console(Progress):
+    """Progress on the terminal: stages, one line per request, a summary per run (the CLI)."""
+
+    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "") -> None:
+        self.out = out or sys.stdout
+        self.every = max(1, every)
+        self.prefix = prefix
+
+    def _print(self, text: str) -> None:
+        print(self.prefix + text, file=self.out, flush=True)
+
+    def side(self, name: str) -> "Console":
+        """The same terminal, each line led by the side's name (two sides print between each other)."""
+        return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ")
+
+    def on_start(self, plan: RunPlan) -> None:
+        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
+                    f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
+                    f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
+
+    def on_stage(self, text: str) -> None:
+        self._print(f"  {text}")
+
+    def on_step(self, done: int, total: int, text: str) -> None:
+        self._print(f"[{done}/{total}] {text}")
+
+    def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
+        if record.warmup or (totals.done % self.every and totals.done != totals.total):
+            return
+        state = (f"ok {record.e2e:6.2f} s {record.output_tokens:5d} tok" if record.ok
+                 else f"FAILED: {record.error}")
+        self._print(f"  [{totals.done:>4}/{totals.total}] #{record.index:<4} {state}")
+
+    def on_complete(self, result: RunResult) -> None:
+        s = result.summary
+        ttft = s.get("mean_ttft_ms")
+        self._print(f"done in {result.duration:.2f} s: {s.completed or 0} ok, {s.failed or 0} failed, "
+                    f"{s.output_throughput or 0:.1f} output tok/s, mean TTFT "
+                    + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
+        for _, sentence in failures.failure_causes(result.records):
+            self._print(f"  {sentence}")
+        if (late := lateness.said(result.extra)) is not None:  # a rate-based run: did the client keep its schedule
+            self._print(f"  {late}")
+
+
+def notify(fn: Callable[..., None], *args: Any) -> None:
+    """Call an observer hook; a failing observer is logged, never allowed to break the run."""
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - observers are user code
+        log.exception("observer %s failed", getattr(fn, "__qualname__", fn))

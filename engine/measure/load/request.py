@@ -1,0 +1,172 @@
+"""One streamed request, measured: `Requester` sends a spec's requests over one event loop's
+connections and fills a RequestRecord for each (send time, every content chunk's arrival, the
+server's token counts, or a sentence saying why it failed).
+
+The transport is aiohttp, as in `vllm bench serve`: one ClientSession per event loop, keep-alive
+connections reused from the warm-up to the measured part, bytes read as they come (`iter_any`) and
+split into events by engine.measure.load.sse. bench/results/transport-cpu.md has the measurement that
+chose it. See docs/architecture.md."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from engine.measure.load.spec import LoadSpec
+from engine.measure.load.sse import SSEDecoder, StreamParser
+from engine.results.records import RequestRecord
+
+clock = time.perf_counter
+
+
+KEEPALIVE_S = 4.0  # below the server's keep-alive (uvicorn's 5 s): the client closes an idle connection first
+
+def describe(e: BaseException, spec: LoadSpec, deadline_s: float | None = None) -> str:
+    """An exception as a plain sentence for RequestRecord.error (engine.measure.judge.stats groups them)."""
+    detail = str(e) or type(e).__name__
+    if isinstance(e, aiohttp.ConnectionTimeoutError):
+        return f"could not connect to {spec.base_url} in time ({detail})"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"could not connect to {spec.base_url} ({e.os_error or detail}); is the server running?"
+    if isinstance(e, aiohttp.SocketTimeoutError):
+        return f"the server sent nothing for {spec.read_timeout_s:g} s (read timeout)"
+    if isinstance(e, TimeoutError):
+        return (f"no complete answer within {deadline_s or spec.deadline_s:g} s (request timeout: 30 s + 0.5 s per "
+                "token asked for)")
+    if isinstance(e, (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError)):
+        return f"the server closed the connection mid-answer ({detail})"
+    if isinstance(e, (aiohttp.ClientError, OSError)):
+        return f"the connection to the server broke ({detail})"
+    return f"{type(e).__name__}: {detail}"
+
+
+def http_error(status: int, body: bytes) -> str:
+    """'HTTP 404: The model `x` does not exist.' from an OpenAI-style error body."""
+    msg = body[:500].decode("utf-8", "replace").strip()
+    try:
+        obj = json.loads(body)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        msg = str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    except ValueError:
+        pass
+    return f"HTTP {status}: {msg or 'no message'}"
+
+
+def cached_tokens(usage: dict[str, Any]) -> int | None:
+    """The prompt tokens the server took from its prefix cache, from an OpenAI usage object
+    (prompt_tokens_details.cached_tokens); None when it does not say (vLLM says only when started
+    with --enable-prompt-tokens-details)."""
+    details = usage.get("prompt_tokens_details")
+    n = details.get("cached_tokens") if isinstance(details, dict) else None
+    return int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else None
+
+
+class Requester:
+    """Sends the requests of one spec from one event loop and fills their RequestRecords, times in
+    seconds from `t0` (perf_counter; the driver sets it at the start of each phase). Use it as an
+    async context manager: its connections live from the warm-up to the end of the measured part."""
+
+    session: aiohttp.ClientSession  # opened on entering, closed on leaving
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec
+        self.t0 = clock()
+        self.chat = spec.endpoint == "chat"
+        self.headers = {"Content-Type": "application/json"}
+        if spec.api_key:
+            self.headers["Authorization"] = f"Bearer {spec.api_key}"
+
+    async def __aenter__(self) -> "Requester":
+        s = self.spec
+        # No limit on connections (the driver caps what is in flight), kept alive between requests for less
+        # than the server keeps them (vLLM's uvicorn: 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a connection idle
+        # through a long warm-up was otherwise reused just as the server closed it, and the measured part's
+        # first request failed with "server disconnected". No proxies from the environment (trust_env=False);
+        # no total timeout (asyncio.timeout in run).
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, s.deadline_s), sock_read=s.read_timeout_s)
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+                                             timeout=timeout, trust_env=False)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.session.close()
+
+    def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None) -> bytes:
+        """The request's JSON; a chat turn after the first carries `history` (the earlier turns and the
+        replies the server gave) before its new user message."""
+        s = self.spec
+        b: dict[str, Any] = {"model": s.model, "temperature": s.temperature, "stream": True,
+                             "stream_options": {"include_usage": True}}
+        if self.chat:
+            system = [{"role": "system", "content": s.system}] if s.system else []
+            b["messages"] = [*system, *(history or ()), {"role": "user", "content": prompt}]
+        else:
+            b["prompt"] = s.system + "\n\n" + prompt if s.system else prompt
+        if max_tokens is not None:
+            b["max_tokens"] = max_tokens
+        if s.ignore_eos:
+            b["ignore_eos"] = True
+        return json.dumps(b).encode()
+
+    async def run(self, rec: RequestRecord, max_tokens: int | None,
+                  on_sent: Callable[[RequestRecord], None] | None = None,
+                  history: list[dict[str, str]] | None = None) -> RequestRecord:
+        """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
+        st = StreamParser(self.chat)
+        body = self.body(rec.prompt, max_tokens, history)
+        rec.send_time = clock() - self.t0
+        if on_sent is not None:
+            on_sent(rec)
+        deadline = self.spec.deadline_for(max_tokens)
+        try:
+            async with asyncio.timeout(deadline):
+                await self._stream(body, st)
+        except asyncio.CancelledError:
+            self._finish(rec, st, "cancelled")
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure becomes the record's error
+            self._finish(rec, st, describe(e, self.spec, deadline))
+        else:
+            self._finish(rec, st, None)
+        return rec
+
+    async def _stream(self, body: bytes, st: StreamParser) -> None:
+        async with self.session.post(self.spec.url, data=body, headers=self.headers) as resp:
+            if resp.status != 200:
+                st.error = http_error(resp.status, await resp.read())
+                return
+            feed, event = SSEDecoder().feed, st.event
+            # Hot path: stamp the read, split events on bytes, parse each as it comes. (Deferring the
+            # JSON to the stream's end was measured worse: 128 streams that end together left ~0.3 s
+            # of parsing after the last token, 5% off the throughput.)
+            async for data in resp.content.iter_any():
+                t = clock()
+                for payload in feed(data):
+                    event(t, payload)
+
+    def _finish(self, rec: RequestRecord, st: StreamParser, error: str | None) -> None:
+        t0 = self.t0
+        rec.chunk_times = [t - t0 for t in st.times]
+        rec.output_text = "".join(st.texts)
+        if rec.chunk_times:
+            rec.first_token_time = rec.chunk_times[0]
+        if st.usage:
+            rec.prompt_tokens = int(st.usage.get("prompt_tokens") or 0)
+            rec.output_tokens = int(st.usage.get("completion_tokens") or 0)
+            rec.tokens_source = "usage"
+            rec.cached_tokens = cached_tokens(st.usage)
+        else:
+            rec.output_tokens = len(rec.chunk_times)
+            rec.tokens_source = "chunks"
+        error = error or st.error
+        if error is None and not st.done:
+            error = "the stream ended before [DONE]: the server stopped mid-answer"
+        if error is None and not rec.chunk_times:
+            error = "the server answered without a single token"
+        rec.error = error
+        # As `vllm bench serve`: a successful request ends at its last token chunk.
+        rec.end_time = rec.chunk_times[-1] if error is None else clock() - t0

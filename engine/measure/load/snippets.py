@@ -1,0 +1,238 @@
+"""The short `openai` SDK Python behind what a page just ran, for an attendee to copy.
+See docs/internals.md#snippets."""
+from __future__ import annotations
+
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.measure.load.spec import SHAPES, LoadSpec
+from engine.messages import Message, say, translate
+from engine.serving.config import ServerConfig
+
+MAX_LINES = 30
+WIDTH = 110  # where the prompt list and a long call wrap
+KEY = 'os.environ.get("OPENAI_API_KEY", "EMPTY")'
+
+
+def lit(text: str) -> str:
+    """`text` as a double-quoted Python literal (the lab's quoting); eval gives `text` back."""
+    r = repr(text)
+    if r[0] == '"':
+        return r
+    return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
+
+
+def v1(base_url: str) -> str:
+    """The OpenAI client's base URL: the server's with /v1 (once)."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/v1"
+
+
+# -- the three snippets -----------------------------------------------------------------------------
+def chat_code(server: "ServerConfig | Any", prompt: str, *, max_tokens: int, temperature: float,
+              earlier_turns: bool = False, lang: str = "en") -> str:
+    """One streamed answer to `prompt` from `server`, printed as it arrives, then its TTFT and tokens (the
+    lab's step 5). `server`: our ServerConfig or a runs.Target (its base_url, model_name, api_key);
+    `server.api_key` is never written, only whether there is one."""
+    c = _Comments(lang)
+    lines = [c.line(say("One streamed answer and its time to first token, as on the Chat page (the lab's step 5).")),
+             "import os, time", "from openai import OpenAI", "",
+             *_client("OpenAI", server.base_url, bool(server.api_key), c), "",
+             "start, ttft, tokens = time.perf_counter(), None, 0",
+             "stream = client.chat.completions.create(",
+             f"    model={lit(server.model_name)},",
+             *([c.line(say("The last question only: the Chat page also sends the conversation before it."),
+                       "    ")] if earlier_turns else []),
+             f'    messages=[{{"role": "user", "content": {lit(prompt)}}}],',
+             f"    max_tokens={max_tokens}, temperature={temperature:g}, stream=True,",
+             '    stream_options={"include_usage": True},' + c.inline(say("the last chunk carries the token count")),
+             ")",
+             "for chunk in stream:",
+             "    if chunk.usage:",
+             "        tokens = chunk.usage.completion_tokens",
+             "    if chunk.choices and chunk.choices[0].delta.content:",
+             "        if ttft is None:",
+             "            ttft = time.perf_counter() - start",
+             '        print(chunk.choices[0].delta.content, end="", flush=True)',
+             "total = time.perf_counter() - start",
+             'print(f"\\n\\nTTFT (time to first token): {ttft * 1000:.0f} ms")',
+             'print(f"Tokens generated: {tokens} in {total:.1f} s")']
+    return "\n".join(lines) + "\n"
+
+
+def load_code(spec: LoadSpec, *, key_needed: bool | None = None, lang: str = "en") -> str:
+    """`spec`'s requests: one after another with `OpenAI` ("sequential"), else all together with
+    `AsyncOpenAI` and `asyncio.gather` ("burst"), a semaphore keeping `concurrency` in flight
+    ("concurrency"), or each started after a random Poisson wait ("poisson"). `spec.api_key` is never
+    written; `key_needed` (default: whether the spec carries one) only changes what the comment says."""
+    c = _Comments(lang)
+    key_needed = bool(spec.api_key) if key_needed is None else key_needed
+    head = [c.line(say("{what}: what this page just ran, with the openai SDK as in the lab.", what=spec.describe()))]
+    if spec.shape == "sequential":
+        return _sequential(spec, head, key_needed, c)
+    return _concurrent(spec, head, key_needed, c)
+
+
+def spec_of(run: Any) -> LoadSpec | None:
+    """The LoadSpec a stored run sent (from its Load), aimed at the server it ran against; None for a run
+    not sent through the API (the naive baseline) or one whose Load lacks what a request needs (an import)."""
+    load = run.load
+    if run.kind != "vllm" or not load.prompts or load.shape not in SHAPES or not load.base_url or not run.model:
+        return None
+    if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
+        return None
+    if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
+            or load.other.get("think_time_s")):  # a workload's own lengths, turns or schedule (issue #20): likewise
+        return None
+    try:
+        return LoadSpec(base_url=load.base_url, model=run.model, prompts=[str(p) for p in load.prompts],
+                        shape=load.shape, concurrency=load.concurrency or 1, rate=load.rate,
+                        num_requests=load.num_requests, max_tokens=load.max_tokens, ignore_eos=load.ignore_eos,
+                        temperature=0.7 if load.temperature is None else load.temperature,
+                        endpoint=load.endpoint or "chat")
+    except ConfigError:
+        return None
+
+
+def run_code(run: Any, lang: str = "en") -> str | None:
+    """load_code for a stored run (its server's key, if it had one, is recorded only as "***"); a workload
+    run's own code (workload_code: the same file, lengths, turns or trace); None where neither can be written."""
+    if run.load.workload:
+        from engine.measure.load.workload_code import workload_code
+
+        return workload_code(run, lang)
+    spec = spec_of(run)
+    keyed = bool(run.config.get("api_key")) or run.extra.keyed  # our server's, or one at a URL
+    return None if spec is None else load_code(spec, key_needed=keyed, lang=lang)
+
+
+# -- the parts ---------------------------------------------------------------------------------------
+class _Comments:
+    """Comments in the viewer's language."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+
+    def line(self, m: Message, indent: str = "") -> str:
+        return f"{indent}# {translate(m, self.lang)}"
+
+    def inline(self, m: Message) -> str:
+        return f"  # {translate(m, self.lang)}"
+
+
+def _client(cls: str, base_url: str, key_needed: bool, c: _Comments) -> list[str]:
+    why = (say("This server checks an API key: set OPENAI_API_KEY to it first (the key is never shown here).")
+           if key_needed else
+           say('vLLM started without --api-key accepts any key: "EMPTY" stands in for one.'))
+    return [c.line(why), f"client = {cls}(base_url={lit(v1(base_url))}, api_key={KEY})"]
+
+
+def _call(spec: LoadSpec, prompt: str, indent: str, c: _Comments, awaited: bool) -> list[str]:
+    """`r = [await] client.….create(...)` for one prompt, wrapped as the lab writes it."""
+    chat = spec.endpoint == "chat"
+    what = 'messages=[{"role": "user", "content": ' + prompt + "}]" if chat else f"prompt={prompt}"
+    args = ["model=MODEL", what]
+    if spec.max_tokens is not None:
+        args.append(f"max_tokens={spec.max_tokens}")
+    args.append(f"temperature={spec.temperature:g}")
+    lines = [f"{indent}r = {'await ' if awaited else ''}client.{'chat.completions' if chat else 'completions'}.create("]
+    args[-1] += "," if spec.ignore_eos else ")"
+    line = indent + "    " + args[0]
+    for arg in args[1:]:  # wrapped between arguments, never inside one
+        if len(line) + 2 + len(arg) > WIDTH:
+            lines.append(line + ",")
+            line = indent + "    " + arg
+        else:
+            line += ", " + arg
+    lines.append(line)
+    if spec.ignore_eos:
+        lines.append(f'{indent}    extra_body={{"ignore_eos": True}})'
+                     + c.inline(say("vLLM's extension: always generate max_tokens")))
+    return lines
+
+
+def _prompts(spec: LoadSpec, room: int, c: _Comments) -> list[str]:
+    """PROMPTS (as many of the spec's as fit in `room` lines, at least one) and N, the number of requests."""
+    used = [lit(p) for p in spec.prompts[:spec.n]]
+    shown = 1
+    while shown < len(used) and len(_pack(used[:shown + 1])) <= room:
+        shown += 1
+    if shown < len(used):
+        why = say("requests, cycling through the first {shown} of the run's {total} prompts", shown=shown,
+                  total=len(used))
+    else:
+        why = say("requests; the prompts repeat") if spec.n > shown else None
+    return _pack(used[:shown]) + [f"N = {spec.n}" + (c.inline(why) if why else "")]
+
+
+def _pack(items: list[str]) -> list[str]:
+    """`PROMPTS = [a, b,` / `           c]`: literals packed into lines of WIDTH (a longer one on its own)."""
+    opener = "PROMPTS = ["
+    lines, line = [], opener
+    for i, item in enumerate(items):
+        piece = item + ("]" if i == len(items) - 1 else ",")
+        if line == opener:
+            line += piece
+        elif len(line) + 1 + len(piece) > WIDTH:
+            lines.append(line)
+            line = " " * len(opener) + piece
+        else:
+            line += " " + piece
+    return lines + [line]
+
+
+def _assemble(top: list[str], rest: list[str], spec: LoadSpec, c: _Comments) -> str:
+    """`top`, then PROMPTS and N in the lines `top` and `rest` leave of MAX_LINES, then `rest`."""
+    room = MAX_LINES - len(top) - len(rest) - 1  # N's line
+    return "\n".join(top + _prompts(spec, room, c) + rest) + "\n"
+
+
+def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: _Comments) -> str:
+    top = head + ["import os, time", "from openai import OpenAI", "",
+                  *_client("OpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
+    rest = ["", "times, tokens = [], 0",
+            "for i in range(N):",
+            "    start = time.perf_counter()",
+            *_call(spec, "PROMPTS[i % len(PROMPTS)]", "    ", c, awaited=False),
+            "    times.append(time.perf_counter() - start)",
+            "    tokens += r.usage.completion_tokens",
+            '    print(f"Request {i + 1}: {times[-1]:.1f} s ({r.usage.completion_tokens} tokens)")',
+            'print(f"Average (vLLM): {sum(times) / N:.1f} s per request")',
+            'print(f"Throughput: {tokens / sum(times):.0f} tokens/s, one request at a time")']
+    return _assemble(top, rest, spec, c)
+
+
+def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: _Comments) -> str:
+    poisson, limited = spec.shape == "poisson", spec.shape == "concurrency"
+    imports = "import asyncio, itertools, os, random, time" if poisson else "import asyncio, os, time"
+    top = head + [imports, "from openai import AsyncOpenAI", "",
+                  *_client("AsyncOpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
+    body = [*_call(spec, "prompt", "    ", c, awaited=True),
+            "    return time.perf_counter() - start, r.usage.completion_tokens"]
+    if limited:
+        n = min(spec.concurrency, spec.n)
+        setup = [f"IN_FLIGHT = asyncio.Semaphore({n})"
+                 + c.inline(say("at most {n} at a time: the next goes out as one finishes", n=n))]
+        one = ["async def one(prompt):", "    async with IN_FLIGHT:", "        start = time.perf_counter()",
+               *["    " + line for line in body]]
+        send = "one(PROMPTS[i % len(PROMPTS)])"
+    elif poisson:
+        setup = [f"RATE = {spec.rate:g}" + c.inline(say("requests/s on average, at random moments (Poisson arrivals)"))]
+        one = ["async def one(prompt, at):", "    await asyncio.sleep(at)", "    start = time.perf_counter()", *body]
+        send = "one(PROMPTS[i % len(PROMPTS)], at) for i, at in enumerate(arrivals)"
+    else:
+        setup = []
+        one = ["async def one(prompt):", "    start = time.perf_counter()", *body]
+        send = "one(PROMPTS[i % len(PROMPTS)])"
+    gather = (["    arrivals = itertools.accumulate(random.expovariate(RATE) for _ in range(N))",
+               f"    results = await asyncio.gather(*[{send}])"] if poisson else
+              [f"    results = await asyncio.gather(*[{send} for i in range(N)])"])
+    rest = [*setup, "", *one, "",
+            "async def main():",
+            "    start = time.perf_counter()",
+            *gather,
+            "    wall, tokens = time.perf_counter() - start, sum(t for _, t in results)",
+            '    print(f"{N} requests in {wall:.1f} s, mean latency {sum(s for s, _ in results) / N:.1f} s")',
+            '    print(f"Throughput: {tokens / wall:.0f} tokens/s ({tokens} tokens)")',
+            "",
+            "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]
+    return _assemble(top, rest, spec, c)

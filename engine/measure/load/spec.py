@@ -1,0 +1,305 @@
+"""What a load test sends, how hard, and to which server: `LoadSpec`, and the checks that turn a
+setting that cannot run into one sentence (shared by the pages, the CLI and the scenarios).
+
+Kept apart from the sending so that a page can build and check a spec without touching the network.
+See docs/architecture.md."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.messages import mark, say, say_n
+
+SHAPES = ("sequential", "concurrency", "burst", "poisson", "trace")
+RATE_SHAPES = ("poisson", "trace")  # sent on a schedule, not when a slot frees: each send has a planned time
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# What one load test may ask for: beyond these a typo (100000 in flight) would swamp the machine.
+MAX_IN_FLIGHT = 1024
+MAX_REQUESTS = 100_000
+MAX_RATE = 1000.0
+MAX_TOKENS = 1_000_000
+MAX_WORKERS = 64
+MAX_THINK_S = 3600.0
+MAX_RAMP_S = 86_400.0
+MAX_BURSTINESS = 100.0
+# Every request has one deadline for its whole answer (not only for each silence): a server that streams
+# without end is cut off there. It grows with the answer's length: 30 s, plus 0.5 s per token asked for
+# (2 tokens/s per request: the shape-only 8B on a CPU, or a deep batch, still finishes).
+DEADLINE_BASE_S = 30.0
+DEADLINE_PER_TOKEN_S = 0.5
+LONGEST_ANSWER = 2048  # the tokens a deadline allows for when max_tokens is left to the server
+
+
+def request_deadline_s(max_tokens: int | None) -> float:
+    """The deadline of one request's whole answer, in seconds (30 s + 0.5 s per token)."""
+    return DEADLINE_BASE_S + DEADLINE_PER_TOKEN_S * (max_tokens or LONGEST_ANSWER)
+
+
+def deadline_said(max_tokens: int | None, deadline_s: float | None = None):
+    """The deadline in one sentence, as the CLI prints it before a run and the pages' captions say it."""
+    return say("Each answer must end within {s:.0f} s (30 s, plus 0.5 s for each of its up to {n} tokens), or it is "
+               "cut off there and counted as failed.", s=deadline_s or request_deadline_s(max_tokens),
+               n=max_tokens or LONGEST_ANSWER)
+
+
+@dataclass
+class LoadSpec:
+    """What to send, how hard, and to which server."""
+
+    base_url: str  # e.g. "http://127.0.0.1:8000" (a trailing /v1 is tolerated)
+    model: str  # served model name
+    prompts: list[str]
+    system: str = ""  # a system prompt every request starts with (chat; completions: put before the prompt)
+    shape: str = "concurrency"  # sequential | concurrency | burst | poisson
+    concurrency: int = 1  # in flight at once ("concurrency"); expected peak for poisson's auto workers
+    rate: float | None = None  # requests/s ("poisson")
+    num_requests: int | None = None  # default: one per prompt; prompts are cycled
+    max_tokens: int | None = 200  # None: the server's limit (natural ending)
+    ignore_eos: bool = False  # vLLM extension: always generate max_tokens
+    temperature: float = 0.7
+    warmup: int = 0  # requests sent (at the same concurrency) before the measured part
+    endpoint: str = "chat"  # chat | completions
+    api_key: str | None = field(default=None, repr=False)  # sent, never recorded (see as_dict)
+    timeout_s: float | None = None  # whole request; None: request_deadline_s(max_tokens)
+    read_timeout_s: float = 60.0  # longest silence between bytes
+    seed: int = 0  # poisson arrivals
+    scenario: str = ""
+    label: str = ""
+    workers: int = 0  # client processes; 0 = auto (1 unless concurrency is high and cores allow)
+    # A workload's per-request detail (engine.measure.workloads): each request's answer length (cycled like the
+    # prompts; None: max_tokens for every one), a trace's planned send offsets (shape "trace", s from the start,
+    # one per request), and multi-turn chats (each conversation's user turns: each turn is sent with the whole
+    # history so far, the replies the server really gave; `concurrency` conversations at once)
+    max_tokens_each: list[int] | None = None
+    offsets: list[float] | None = None
+    conversations: list[list[str]] | None = None
+    think_time_s: float = 0.0  # a conversation's pause between a reply and its next turn
+    burstiness: float = 1.0  # poisson: the gaps' gamma shape, as vllm bench serve --burstiness (1: Poisson)
+    # Ramp-up: the requests in flight ("concurrency") or the rate ("poisson") rise linearly from ramp_from to
+    # their value over ramp_up_s seconds (0: no ramp); ramp_from None: 1 in flight, or a tenth of the rate
+    ramp_up_s: float = 0.0
+    ramp_from: float | None = None
+    workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.base.Workload)
+    # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
+    count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self, max_model_len: int | None = None) -> "LoadSpec":
+        """Raise ConfigError with one sentence for the first setting that cannot run as asked; the
+        pages and the CLI share these sentences. With the running server's `max_model_len`, a
+        max_tokens it would refuse is caught before anything is sent. Returns the spec."""
+        if self.shape not in SHAPES:
+            raise ConfigError(say("The arrival pattern '{shape}' is unknown: pick one of {shapes}.",
+                                  shape=self.shape, shapes=", ".join(SHAPES)))
+        if self.endpoint not in ENDPOINTS:
+            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat or completions.",
+                                  endpoint=self.endpoint))
+        if not self.prompts:
+            raise ConfigError(say("A load test needs at least one prompt."))
+        _whole(mark("The number of requests"), self.n, 1, MAX_REQUESTS)
+        if self.shape == "concurrency":
+            check_in_flight(self.concurrency)
+        if self.shape == "burst" and self.units > MAX_IN_FLIGHT:
+            raise ConfigError(say("Sending all requests at once is limited to {limit} requests, and {n} "
+                                  "were asked for: send fewer, or keep a number of them in flight.",
+                                  limit=MAX_IN_FLIGHT, n=self.units))
+        if self.shape == "poisson":
+            if not _number(self.rate) or not 0 < self.rate <= MAX_RATE:
+                raise ConfigError(say("The Poisson rate must be above 0 and at most {limit:g} requests/s, "
+                                      "not {rate}.", limit=MAX_RATE, rate=self.rate))
+            check_in_flight(self.concurrency, mark("The expected requests in flight"))
+        if self.max_tokens is not None:
+            check_max_tokens(self.max_tokens, max_model_len)
+        self._validate_workload(max_model_len)
+        if not _number(self.temperature) or not 0 <= self.temperature <= 2:
+            raise ConfigError(say("The temperature must be between 0 and 2, not {temperature}.",
+                                  temperature=self.temperature))
+        _whole(mark("The warm-up"), self.warmup, 0, MAX_REQUESTS)
+        _whole(mark("The client processes"), self.workers, 0, MAX_WORKERS)
+        if self.timeout_s is not None and (not _number(self.timeout_s) or self.timeout_s <= 0):
+            raise ConfigError(say("The request timeout must be a positive number of seconds, not {v}.",
+                                  v=self.timeout_s))
+        if not _number(self.read_timeout_s) or self.read_timeout_s <= 0:
+            raise ConfigError(say("The read timeout must be a positive number of seconds, not {v}.",
+                                  v=self.read_timeout_s))
+        return self
+
+    def _validate_workload(self, max_model_len: int | None) -> None:
+        """The checks of a workload's per-request detail (its lists are the engine's, already parsed)."""
+        if self.max_tokens_each is not None:
+            if not self.max_tokens_each:
+                raise ConfigError(say("A per-request answer length list needs at least one length."))
+            check_max_tokens(max(self.max_tokens_each), max_model_len)
+            check_max_tokens(min(self.max_tokens_each), max_model_len)
+        if self.shape == "trace":
+            if self.offsets is None or len(self.offsets) != self.n:
+                raise ConfigError(say("A trace replay needs one planned send time per request."))
+            if any(not _number(t) or t < 0 for t in self.offsets) or any(
+                    b < a for a, b in zip(self.offsets, self.offsets[1:])):
+                raise ConfigError(say("A trace's send times must be numbers from 0 on that never go backwards."))
+            check_in_flight(self.concurrency, mark("The expected requests in flight"))
+        if self.conversations is not None:
+            if not self.conversations or any(not c for c in self.conversations):
+                raise ConfigError(say("A multi-turn chat needs at least one conversation, each with a turn."))
+            if self.endpoint != "chat":
+                raise ConfigError(say("A multi-turn chat sends its history as chat messages: pick the chat "
+                                      "endpoint."))
+            if self.shape == "trace":
+                raise ConfigError(say("A trace replays single requests: a multi-turn chat cannot be replayed "
+                                      "as one."))
+        if not _number(self.think_time_s) or not 0 <= self.think_time_s <= MAX_THINK_S:
+            raise ConfigError(say("The think time must be from 0 to {limit:g} s, not {v}.", limit=MAX_THINK_S,
+                                  v=self.think_time_s))
+        if not _number(self.burstiness) or not 0 < self.burstiness <= MAX_BURSTINESS:
+            raise ConfigError(say("The burstiness must be above 0 and at most {limit:g} (1 is Poisson; below 1 "
+                                  "burstier, above 1 steadier), not {v}.", limit=MAX_BURSTINESS, v=self.burstiness))
+        if not _number(self.ramp_up_s) or not 0 <= self.ramp_up_s <= MAX_RAMP_S:
+            raise ConfigError(say("The ramp-up must last from 0 to {limit:g} s, not {v}.", limit=MAX_RAMP_S,
+                                  v=self.ramp_up_s))
+        if self.ramp_up_s > 0:
+            if self.shape == "concurrency":
+                start = 1 if self.ramp_from is None else self.ramp_from
+                if not (isinstance(start, int) and not isinstance(start, bool) and 1 <= start <= self.concurrency):
+                    raise ConfigError(say("A ramp-up starts from 1 to {top} requests in flight (its top), not "
+                                          "{v}.", top=self.concurrency, v=start))
+            elif self.shape == "poisson":
+                start = (self.rate or 0) / 10 if self.ramp_from is None else self.ramp_from
+                if not _number(start) or not 0 < start <= (self.rate or 0):
+                    raise ConfigError(say("A ramp-up starts from a rate above 0 and at most its top rate "
+                                          "({top:g} requests/s), not {v}.", top=self.rate or 0, v=start))
+            else:
+                raise ConfigError(say("A ramp-up raises the requests in flight or the Poisson rate: pick the "
+                                      "concurrency or the Poisson arrival pattern."))
+
+    @property
+    def deadline_s(self) -> float:
+        """One request's deadline for its whole answer (timeout_s, else from max_tokens; the longest answer
+        of a per-request list)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return request_deadline_s(max(self.max_tokens_each) if self.max_tokens_each else self.max_tokens)
+
+    def deadline_for(self, max_tokens: int | None) -> float:
+        """The deadline of one request asking for `max_tokens` (its own when the lengths differ per request)."""
+        if self.timeout_s is None and self.max_tokens_each:
+            return request_deadline_s(max_tokens)
+        return self.deadline_s
+
+    def tokens_for(self, i: int) -> int | None:
+        """Request i's max_tokens: its own from a workload's list, else the spec's."""
+        return self.max_tokens_each[i % len(self.max_tokens_each)] if self.max_tokens_each else self.max_tokens
+
+    @property
+    def units(self) -> int:
+        """What the arrival pattern schedules: conversations of a multi-turn chat, else requests."""
+        return len(self.conversations) if self.conversations else self.n
+
+    def describe(self) -> str:
+        """What this load does, for a run's label: '10 requests at once, 150 tokens',
+        '20 requests, 4 in flight, ...', '30 requests, Poisson 2/s, ...'."""
+        n = self.n
+        tokens = say("natural length") if self.max_tokens is None else say("{max_tokens} tokens",
+                                                                             max_tokens=self.max_tokens)
+        if self.max_tokens_each:
+            lo, hi = min(self.max_tokens_each), max(self.max_tokens_each)
+            tokens = say("{lo}-{hi} tokens", lo=lo, hi=hi) if lo != hi else say("{max_tokens} tokens",
+                                                                                   max_tokens=lo)
+        if self.conversations:
+            turns = max(len(c) for c in self.conversations)
+            return say_n("{n} conversation × {turns} turns, {in_flight} at once, {tokens}",
+                         "{n} conversations × {turns} turns, {in_flight} at once, {tokens}", len(self.conversations),
+                         turns=turns, in_flight=min(self.in_flight(), self.units), tokens=tokens)
+        if self.shape == "trace":
+            return say_n("{n} request replayed from a trace, {tokens}", "{n} requests replayed from a trace, {tokens}",
+                         n, tokens=tokens)
+        if self.ramp_up_s > 0 and self.shape == "concurrency":
+            return say_n("{n} request, {start} to {in_flight} in flight over {s:g} s, {tokens}",
+                         "{n} requests, {start} to {in_flight} in flight over {s:g} s, {tokens}", n,
+                         start=self.ramp_from or 1, in_flight=min(self.concurrency, n), s=self.ramp_up_s,
+                         tokens=tokens)
+        if self.shape == "poisson" and (self.ramp_up_s > 0 or self.burstiness != 1):
+            start = self.ramp_from if self.ramp_from is not None else (self.rate or 0) / 10
+            ramp = say(" from {start:g}/s over {s:g} s", start=start, s=self.ramp_up_s) if self.ramp_up_s else ""
+            return say_n("{n} request, gamma arrivals {rate:g}/s{ramp}, burstiness {b:g}, {tokens}",
+                         "{n} requests, gamma arrivals {rate:g}/s{ramp}, burstiness {b:g}, {tokens}", n,
+                         rate=self.rate, ramp=ramp, b=self.burstiness, tokens=tokens)
+        if self.shape == "sequential":
+            return say_n("{n} request one after another, {tokens}", "{n} requests one after another, {tokens}", n,
+                         tokens=tokens)
+        if self.shape == "burst":
+            return say_n("{n} request at once, {tokens}", "{n} requests at once, {tokens}", n, tokens=tokens)
+        if self.shape == "concurrency":
+            return say_n("{n} request, {in_flight} in flight, {tokens}",
+                         "{n} requests, {in_flight} in flight, {tokens}", n,
+                         in_flight=min(self.concurrency, n), tokens=tokens)
+        return say_n("{n} request, Poisson {rate:g}/s, {tokens}", "{n} requests, Poisson {rate:g}/s, {tokens}", n,
+                     rate=self.rate, tokens=tokens)
+
+    @property
+    def n(self) -> int:
+        if self.conversations:
+            return sum(len(c) for c in self.conversations)
+        return self.num_requests if self.num_requests is not None else len(self.prompts)
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/").removesuffix("/v1") + ENDPOINTS[self.endpoint]
+
+    def in_flight(self) -> int:
+        """The most requests this shape keeps in flight (poisson: the `concurrency` hint)."""
+        return {"sequential": 1, "burst": self.units}.get(self.shape, max(1, self.concurrency))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spec as a run records it: never the API key (runs are shown to every viewer and exported)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("count_tokens", "api_key", *_PER_REQUEST)}
+        d["prompts"] = list(self.prompts)
+        return d
+
+
+# Per-request lists a run does not repeat in its load: each record holds its own prompt, turn and planned time,
+# and `workload` says where they came from
+_PER_REQUEST = ("max_tokens_each", "offsets", "conversations")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _whole(what: str, v: Any, lo: int, hi: int) -> None:
+    if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
+        raise ConfigError(say("{what} must be a whole number from {lo} to {hi}, not {v}.", what=what, lo=lo, hi=hi,
+                              v=v))
+
+
+def check_in_flight(n: Any, what: str = mark("Requests in flight")) -> None:
+    _whole(what, n, 1, MAX_IN_FLIGHT)
+
+
+def check_max_tokens(n: Any, limit: int | None = None, of: str = mark("the running server's max-model-len"),
+                     fix: str = mark(", or restart the server with a longer max-model-len")) -> None:
+    """ConfigError unless n is a usable answer length, at most `limit` (what `of` names) when known;
+    `fix` (a phrase starting ", or ...", or "") is appended to the advice."""
+    _whole(mark("Max tokens per answer"), n, 1, MAX_TOKENS)
+    if limit and n > limit:
+        raise ConfigError(say("Max tokens per answer ({n}) is more than {of} ({limit} tokens): ask for {limit} or "
+                              "fewer{fix}.", n=n, of=of, limit=limit, fix=fix))
+
+
+def parse_levels(text: str) -> list[int]:
+    """A sweep's levels from text such as '1,2,4,8': ConfigError with one sentence otherwise."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        levels = [int(p) for p in parts]
+    except ValueError:
+        raise ConfigError(say("The sweep levels '{text}' are not a comma-separated list of whole numbers, "
+                              "e.g. 1,2,4,8.", text=text)) from None
+    for level in levels:
+        check_in_flight(level, mark("Each sweep level (requests in flight)"))
+    return sorted(set(levels))

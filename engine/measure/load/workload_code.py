@@ -1,0 +1,267 @@
+"""The Python behind a workload run (issue #20): what a dataset, a length distribution, a multi-turn chat or a
+trace replay sent, through the `openai` SDK's AsyncOpenAI as snippets.py writes the lab's runs. It reads the
+same file (the run recorded its name and sha256, never the file: a shipped one is found where it lies, one's
+own is looked for beside the code), draws the same seeded lengths (the same random calls in the same order as
+engine.measure.workloads.lengths), sends each chat turn with the whole history so far, and replays a trace on
+its clock times the run's time scale. Its prompts of a length are about that many tokens (a word a token);
+the run made them exact with the model's tokenizer, and says so in a comment. See docs/architecture.md."""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from engine.measure.load.snippets import WIDTH, _client, _Comments, lit
+from engine.messages import say
+
+MAX_LINES = 50
+OUTPUT_COLUMNS = ("output_tokens", "output_len", "output_length", "max_tokens", "completion_tokens")
+
+
+def workload_code(run: Any, lang: str = "en") -> str | None:
+    """The code of a stored workload run (its Load.workload); None for a kind, file layout or arrival it cannot
+    write as the run sent it."""
+    load, w = run.load, run.load.workload or {}
+    kind = w.get("kind")
+    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat":
+        return None
+    if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace"):
+        return None
+    c = _Comments(lang)
+    keyed = bool(run.config.get("api_key")) or run.extra.keyed
+    head = [*_comment(c, say("{what}: what this run sent, with the openai SDK.", what=_named(w))),
+            "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
+            *_client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
+    if kind == "dataset":
+        body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
+    elif kind == "lengths":
+        body = _drawn(w, load, c)
+    elif kind == "multi-turn":
+        return _chat_code(run, w, head, c)
+    elif kind == "trace":
+        if w.get("time_unit") != "ms" or not str(w.get("name", "")).lower().endswith((".jsonl", ".ndjson")):
+            return None  # the Mooncake shape only: Azure's date-times would need their own reading
+        body = _trace_lines(w, c)
+    else:
+        return None
+    if body is None or any(line is None for line in body):
+        return None
+    return "\n".join(head + body + _send(load, c, trace=kind == "trace")) + "\n"
+
+
+def _named(w: dict) -> str:
+    from engine.measure.workloads.base import named
+
+    return named(w)
+
+
+def _file_lines(w: dict, c: _Comments) -> list[str]:
+    """FILE and its rows, read as the run read it (JSONL, a JSON list, CSV)."""
+    from engine.measure.workloads.kinds import EXAMPLES
+
+    name = str(w.get("name") or "")
+    shipped = EXAMPLES / name
+    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
+        lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped example this run sent"))]
+    else:
+        lines = [*_comment(c, say("The file this run sent (sha256 {sha}…): put it beside this code.",
+                                  sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
+    fmt = w.get("format") or ("csv" if name.lower().endswith(".csv") else "jsonl")
+    if fmt == "csv":
+        read = 'rows = list(csv.DictReader(open(FILE, encoding="utf-8-sig", newline="")))'
+    elif fmt == "json":
+        read = 'rows = json.load(open(FILE, encoding="utf-8-sig"))'
+        return lines + [read, "rows = rows if isinstance(rows, list) else rows.get(\"data\") or next(v for v in "
+                              "rows.values() if isinstance(v, list))"]
+    else:
+        read = 'rows = [json.loads(line) for line in open(FILE, encoding="utf-8-sig") if line.strip()]'
+    return lines + [read]
+
+
+def _turns_expr(layout: str) -> str | None:
+    """A row's user turns, in order, as the layout the run found holds them."""
+    if layout == "strings":
+        return "[row]"
+    if layout.startswith("column:"):
+        return f"[row[{lit(layout.split(':', 1)[1])}]]"
+    if layout == "sharegpt":
+        return '[t["value"] for t in row["conversations"] if t.get("from", "").lower() in HUMAN and t["value"].strip()]'
+    if layout == "messages":
+        return '[m["content"] for m in row["messages"] if m.get("role") == "user" and m["content"].strip()]'
+    return None
+
+
+def _human(layout: str) -> list[str]:
+    return ['HUMAN = ("human", "user")'] if layout == "sharegpt" else []
+
+
+def _prompts_of_rows(w: dict) -> list[str | None]:
+    layout = str(w.get("layout", ""))
+    if layout == "strings":
+        return ["PROMPTS = list(rows)"]
+    if layout.startswith("column:"):
+        return [f"PROMPTS = [row[{lit(layout.split(':', 1)[1])}] for row in rows]"]
+    turns = _turns_expr(layout)
+    return [None] if turns is None else [*_human(layout), f"PROMPTS = [{turns}[0]", "           for row in rows]"]
+
+
+def _sampled(w: dict) -> list[str]:
+    """The rows the run took: all, the first N, or N at random with its seed (datasets.sample's choice)."""
+    n, how = w.get("sent"), w.get("sampling", "all")
+    if how == "first":
+        return [f"rows, PROMPTS = rows[:{n}], PROMPTS[:{n}]"]
+    if how == "random":
+        return [f"keep = sorted(random.Random({w.get('seed', 0)}).sample(range(len(rows)), {n}))",
+                "rows, PROMPTS = [rows[i] for i in keep], [PROMPTS[i] for i in keep]"]
+    return []
+
+
+def _dataset_lengths(w: dict, load) -> list[str]:
+    """LENGTHS: each answer's max_tokens (the file's own column, else the run's)."""
+    top = load.max_tokens if load.max_tokens is not None else "None"
+    if w.get("output_from") == "column":
+        return [f"COLUMNS = {OUTPUT_COLUMNS!r}",
+                f"LENGTHS = [next((int(float(row[k])) for k in COLUMNS if row.get(k) not in (None, \"\")), {top}) "
+                "for row in rows]"]
+    return [f"LENGTHS = [{top}] * len(PROMPTS)"]
+
+
+def _draw(d: dict | None, side: str) -> str | None:
+    """The draws of one side, as lengths.Lengths.draw makes them (the same calls on the same generator)."""
+    if d is None:
+        return None
+    kind, lo, hi = d.get("kind"), int(d.get("low", 1)), int(d.get("high", 1))
+    if kind == "fixed":
+        return f"[{round(d['mean'])}] * N"
+    if kind == "uniform":
+        return f"[rng.randint({lo}, {hi}) for _ in range(N)]"
+    if kind == "normal":
+        return f"[min({hi}, max({lo}, round(rng.gauss({d['mean']:g}, {d['stdev']:g})))) for _ in range(N)]"
+    if kind == "chat-like":
+        from engine.measure.workloads.lengths import shapes
+
+        p = shapes()["chat-like"][side]
+        lo, hi = max(lo, p["min"]), min(hi, p["max"])
+        return (f"[min({hi}, max({lo}, round(rng.lognormvariate(math.log({p['median']}), {p['sigma']})))) "
+                "for _ in range(N)]")
+    return None
+
+
+def _drawn(w: dict, load, c: _Comments) -> list[str | None]:
+    n, ins = w.get("sent"), _draw(w.get("inputs"), "input")
+    outs = _draw(w.get("outputs"), "output") if w.get("outputs") else None
+    top = load.max_tokens if load.max_tokens is not None else "None"
+    return [f"N, rng = {n}, random.Random({w.get('seed', 0)})" + c.inline(say("the run's seed: the same lengths")),
+            f"INPUTS = {ins}",
+            f"LENGTHS = {outs}" if outs else f"LENGTHS = [{top}] * N",
+            *_comment(c, say("Prompts of about these many tokens (a word a token; the run made them exact with the "
+                             "model's tokenizer), each its own from the first word, as the run's were.")),
+            'PROMPTS = [f"Request {i}: " + "word " * (k - 3) for i, k in enumerate(INPUTS)]']
+
+
+def _trace_lines(w: dict, c: _Comments) -> list[str]:
+    lines = _file_lines({**w, "format": "jsonl"}, c)
+    n = w.get("sent")
+    return lines + [*([f"rows = rows[:{n}]"] if n and n < (w.get("rows") or n) else []),
+                    f"SCALE = {w.get('time_scale', 1.0):g}" + c.inline(say("the run's time scale: 0.5 is twice as "
+                                                                           "fast")),
+                    'AT = [(row["timestamp"] - rows[0]["timestamp"]) / 1000 * SCALE for row in rows]',
+                    *_comment(c, say("Each prompt about its input length (a word a token); the run made it exact "
+                                     "and shared the hash ids' blocks between requests.")),
+                    'PROMPTS = [f"Request {i}: " + "word " * (row["input_length"] - 3) for i, row in enumerate(rows)]',
+                    'LENGTHS = [row["output_length"] for row in rows]']
+
+
+def _create(indent: str, messages: str, load, c: _Comments, tokens: str) -> list[str]:
+    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths."""
+    args = (f"{indent}    model=MODEL, messages={messages}, max_tokens={tokens}, "
+            f"temperature={0.7 if load.temperature is None else load.temperature:g}")
+    lines = [f"{indent}r = await client.chat.completions.create("]
+    if not load.ignore_eos:
+        return lines + [args + ")"]
+    return lines + [args + ",", f'{indent}    extra_body={{"ignore_eos": True}})'
+                    + c.inline(say("vLLM's extension: every answer runs to its length"))]
+
+
+def _comment(c: _Comments, m, indent: str = "") -> list[str]:
+    """A comment in the viewer's language, wrapped at WIDTH."""
+    import textwrap
+
+    return textwrap.wrap(c.line(m, indent), WIDTH, subsequent_indent=indent + "# ")
+
+
+def _send(load, c: _Comments, trace: bool) -> list[str]:
+    """PROMPTS[i] with LENGTHS[i] sent as the run's arrival did, then what it measured."""
+    if trace:
+        gate, wait = [], ["    await asyncio.sleep(AT[i])" + c.inline(say("on the trace's clock"))]
+    elif load.shape == "poisson":
+        b = load.burstiness or 1
+        gate = [f"RATE, B = {load.rate:g}, {b:g}" + c.inline(say("requests/s; B is vllm bench serve's --burstiness "
+                                                                 "(1: Poisson)")),
+                "AT = list(itertools.accumulate(random.gammavariate(B, 1 / (RATE * B)) for _ in PROMPTS))"]
+        wait = ["    await asyncio.sleep(AT[i])"]
+    else:
+        n = 1 if load.shape == "sequential" else len(load.prompts) if load.shape == "burst" else load.concurrency or 1
+        gate = [f"IN_FLIGHT = asyncio.Semaphore({n})" + c.inline(say("at most {n} at a time", n=n))]
+        wait = []
+    ramp = load.other.get("ramp_up_s") if isinstance(load.other, dict) else None
+    note = _comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.", s=ramp)) if ramp else []
+    inner = ["    start = time.perf_counter()",
+             *_create("    ", '[{"role": "user", "content": PROMPTS[i]}]', load, c, "LENGTHS[i]"),
+             "    return time.perf_counter() - start, r.usage.completion_tokens"]
+    one = (["async def one(i):", *wait, *inner] if not gate or load.shape == "poisson" else
+           ["async def one(i):", "    async with IN_FLIGHT:", *["    " + line for line in inner]])
+    return [*note, *gate, "", *one, "",
+            "async def main():",
+            "    start = time.perf_counter()",
+            "    results = await asyncio.gather(*[one(i) for i in range(len(PROMPTS))])",
+            "    wall, tokens = time.perf_counter() - start, sum(t for _, t in results)",
+            '    print(f"{len(PROMPTS)} requests in {wall:.1f} s, mean latency '
+            '{sum(s for s, _ in results) / len(PROMPTS):.1f} s")',
+            '    print(f"Throughput: {tokens / wall:.0f} tokens/s ({tokens} tokens)")',
+            "",
+            "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]
+
+
+def _chat_code(run: Any, w: dict, head: list[str], c: _Comments) -> str | None:
+    """N conversations × K turns, each turn sent with the history so far (its replies included)."""
+    from engine.measure.workloads.conversations import FOLLOW_UPS
+
+    load, turns = run.load, _turns_expr(str(w.get("layout", "")))
+    if turns is None or not w.get("conversations") or not w.get("turns"):
+        return None
+    n = min(load.concurrency or 1, w["conversations"]) if load.shape == "concurrency" else (
+        1 if load.shape == "sequential" else w["conversations"])
+    think = float(w.get("think_time_s") or 0)
+    packed, line = [], "FOLLOW_UPS = ["
+    for i, f in enumerate(FOLLOW_UPS):  # what a user says when the file's conversation has no more turns
+        piece = lit(f) + ("]" if i == len(FOLLOW_UPS) - 1 else ",")
+        if len(line) + 1 + len(piece) > WIDTH:
+            packed.append(line)
+            line = " " * len("FOLLOW_UPS = [") + piece
+        else:
+            line += ("" if line.endswith("[") else " ") + piece
+    body = [*_file_lines(w, c), *_human(str(w.get("layout", ""))), f"STARTS = [{turns}",
+            "          for row in rows]", *packed, line,
+            f"CONVERSATIONS, TURNS, rng = {w['conversations']}, {w['turns']}, random.Random({w.get('seed', 0)})",
+            "CHATS = [STARTS[i % len(STARTS)][:TURNS] for i in range(CONVERSATIONS)]",
+            "CHATS = [chat + [rng.choice(FOLLOW_UPS) for _ in range(TURNS - len(chat))] for chat in CHATS]",
+            f"IN_FLIGHT = asyncio.Semaphore({n})" + c.inline(say("conversations at once")), "",
+            "async def conversation(chat):",
+            "    messages, took = [], []",
+            "    async with IN_FLIGHT:",
+            "        for text in chat:",
+            '            messages.append({"role": "user", "content": text})'
+            + c.inline(say("the whole history so far, then this turn")),
+            "            start = time.perf_counter()",
+            *_create("            ", "messages", load, c, str(load.max_tokens) if load.max_tokens else "None"),
+            "            took.append(time.perf_counter() - start)",
+            '            messages.append({"role": "assistant", "content": r.choices[0].message.content})',
+            *([f"            await asyncio.sleep({think:g})" + c.inline(say("the think time before the next turn"))]
+              if think else []),
+            "    return took", "",
+            "async def main():",
+            "    results = await asyncio.gather(*[conversation(chat) for chat in CHATS])",
+            "    for t in range(TURNS):",
+            '        print(f"Turn {t + 1}: mean latency {sum(r[t] for r in results) / len(results):.2f} s")', "",
+            "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]
+    return "\n".join(head + body) + "\n"

@@ -1,0 +1,1 @@
+"""Workloads: the catalogue of named scenarios and the prompts they send."""

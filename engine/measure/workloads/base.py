@@ -1,0 +1,138 @@
+"""What every workload kind hands the load generator (`Plan`: each request's prompt, answer length, planned
+send time, or each conversation's turns) and what a run records of it (`Plan.summary`: kind, name, rows, a
+content hash, the length summary — never the file). See docs/architecture.md."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import LabError
+from engine.measure.judge.stats import percentile
+from engine.measure.load.spec import LoadSpec
+from engine.messages import Message, say
+
+# As the history's imports: a bigger file is a mistake (or wants sampling before it is uploaded)
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_ROWS = 1_000_000
+MAX_PROMPT_CHARS = 200_000  # ~50k tokens: beyond any context this lab serves
+
+
+class WorkloadError(LabError):
+    """A workload file or setting cannot be used: one sentence naming the first problem (the file's row)."""
+
+
+def uploaded_text(data: bytes, name: str, *, too_big: str, binary: str) -> str:
+    """An uploaded file's bytes as text, checked as every workload file is: size, binary content, UTF-8
+    (`too_big` and `binary` are the kind's own sentences)."""
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkloadError(too_big)
+    if b"\x00" in data[:65536]:
+        raise WorkloadError(binary)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise WorkloadError(say("{name} is not UTF-8 text (byte {at}): save it as UTF-8 and upload it again.",
+                                name=name, at=e.start + 1)) from None
+
+
+def read_file(path: str) -> tuple[bytes, str]:
+    """A workload file named on this machine's command line (the CLI's --dataset / --trace), as (bytes, its
+    name): checked for what a path can be before its content is (a missing file, a folder, one over the cap,
+    one that cannot be read); the content is then checked as an upload's is (datasets.parse, traces.parse)."""
+    from pathlib import Path
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise WorkloadError(say("{path} does not exist: give the path of a JSONL, JSON or CSV file.", path=path))
+    if p.is_dir():
+        raise WorkloadError(say("{path} is a folder: give the path of a JSONL, JSON or CSV file in it.", path=path))
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise WorkloadError(say("{name} is {mb:.0f} MB; a workload file is read up to {limit} MB: give the first "
+                                    "part or a sample of it.", name=p.name, mb=size / 2**20,
+                                    limit=MAX_FILE_BYTES // 2**20))
+        return p.read_bytes(), p.name
+    except OSError as e:
+        raise WorkloadError(say("{path} cannot be read ({why}): check that you may read it.", path=path,
+                                why=e.strerror or str(e))) from None
+
+
+def length_summary(values: Sequence[int]) -> dict[str, float] | None:
+    """min / mean / median / p99 / max of token lengths; None for none."""
+    if not values:
+        return None
+    return {"min": min(values), "mean": sum(values) / len(values), "median": percentile(values, 50),
+            "p99": percentile(values, 99), "max": max(values)}
+
+
+@dataclass
+class Plan:
+    """A workload ready to send. `summary` is what the run records (LoadSpec.workload -> Load.workload);
+    `input_tokens` / `output_tokens` are each request's lengths (for a histogram before running)."""
+
+    kind: str  # "dataset" | "lengths" | "multi-turn" | "trace"
+    prompts: list[str]
+    summary: dict[str, Any]
+    max_tokens_each: list[int] | None = None
+    offsets: list[float] | None = None
+    conversations: list[list[str]] | None = None
+    think_time_s: float = 0.0
+    input_tokens: list[int] = field(default_factory=list)
+    output_tokens: list[int] = field(default_factory=list)
+
+    def apply(self, spec: LoadSpec, ignore_eos: bool | None = None) -> LoadSpec:
+        """`spec` sending this workload: its prompts (one request each), lengths, schedule or conversations.
+        With per-request lengths `ignore_eos` defaults to True, so every answer runs to its length and two
+        runs compare exactly (vLLM's extension; a server that lacks it ends at EOS)."""
+        over: dict[str, Any] = {"prompts": list(self.prompts), "num_requests": None, "workload": dict(self.summary),
+                                "max_tokens_each": self.max_tokens_each, "offsets": self.offsets,
+                                "conversations": self.conversations}
+        if self.conversations is not None:
+            over["think_time_s"] = self.think_time_s
+        if self.max_tokens_each:
+            over["max_tokens"] = max(self.max_tokens_each)
+            over["ignore_eos"] = True if ignore_eos is None else ignore_eos
+        elif ignore_eos is not None:
+            over["ignore_eos"] = ignore_eos
+        if self.offsets is not None:
+            over["shape"] = "trace"
+        return dataclasses.replace(spec, **over)
+
+
+def named(workload: dict | None) -> Message | str:
+    """A recorded workload's kind and name in a few words (History's column; "" for a run without one): the
+    lengths' description said again, so it reads in the viewer's language."""
+    if not workload:
+        return ""
+    kind, name = workload.get("kind"), workload.get("name") or ""
+    if kind == "lengths" and isinstance(workload.get("inputs"), dict):
+        from engine.measure.workloads.lengths import Lengths
+
+        try:
+            name = Lengths(**workload["inputs"]).said()
+        except (LabError, TypeError):  # an older or imported record: its stored words
+            pass
+    kinds = {"dataset": say("dataset"), "lengths": say("lengths"), "multi-turn": say("multi-turn"),
+             "trace": say("trace")}
+    return say("{kind} · {name}", kind=kinds.get(kind, kind or ""), name=name) if name else kinds.get(kind, kind or "")
+
+
+def run_workload(run) -> Message | str:
+    """What a saved run (RunResult) was sent, in a few words: its recorded workload (named), else how many
+    requests it drew from how many prompts of its own (the lab's, seeded or a scenario's)."""
+    if w := named(run.load.workload):
+        return w
+    if not run.load.prompts:  # an imported or older record that kept no prompts
+        return say("{n} requests", n=len(run.measured))
+    return say("{n} requests drawn from {k} prompts", n=len(run.measured), k=len(run.load.prompts))
+
+
+def one_workload(runs) -> bool:
+    """Whether the runs were all sent the same workload: the same recorded summary (kind, file, rows, hash,
+    lengths) and the same prompts, as the runs of one comparison or pair are."""
+    import json
+
+    return len({json.dumps([r.load.workload, r.load.prompts], sort_keys=True, default=str) for r in runs}) <= 1

@@ -1,0 +1,62 @@
+"""Every workload kind behind one call (`plan_of`): a scenario of the catalogue names its workload as a
+small dict (kind and settings, a shipped file by name), a page or the CLI adds an uploaded file's bytes, and
+either gets the `Plan` that LoadSpec sends (Plan.apply). Shipped files live in examples/workloads/ (their
+sources and licences in its README). See docs/architecture.md."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.measure.workloads import conversations, datasets, lengths, traces
+from engine.measure.workloads.base import Plan, WorkloadError
+from engine.measure.workloads.tokens import Tokens, estimated
+from engine.messages import say
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "workloads"
+KINDS = ("dataset", "lengths", "multi-turn", "trace")
+
+
+def example(name: str) -> bytes:
+    """A shipped example file's bytes (only a bare name in examples/workloads/: never a path)."""
+    path = EXAMPLES / name
+    if Path(name).name != name or not path.is_file():
+        shipped = ", ".join(sorted(p.name for p in EXAMPLES.glob("*") if p.suffix in (".jsonl", ".json", ".csv")))
+        raise WorkloadError(say("There is no example workload '{name}': pick one of {names}.", name=name,
+                                names=shipped))
+    return path.read_bytes()
+
+
+def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | None = None) -> Plan:
+    """The Plan a workload description makes. `data`: an uploaded file's content (its name in desc["file"]),
+    else desc["file"] is a shipped example. Keys by kind:
+    dataset: file, n, how ("first" | "random"), seed, output_from_reply, max_tokens;
+    lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed;
+    multi-turn: file (a dataset; none: the shipped chat prompts), conversations, turns, think_time_s, seed;
+    trace: file, time_scale, time_unit, n."""
+    tokens = tokens or estimated()
+    kind = desc.get("kind")
+    if kind not in KINDS:
+        raise WorkloadError(say("The workload kind '{kind}' is unknown: pick one of {kinds}.", kind=kind,
+                                kinds=", ".join(KINDS)))
+
+    def content(default: str | None = None) -> tuple[bytes, str]:
+        name = desc.get("file") or default
+        if name is None:
+            raise WorkloadError(say("The {kind} workload needs a file.", kind=kind))
+        return (data, name) if data is not None else (example(name), name)
+
+    if kind == "dataset":
+        ds = datasets.parse(*content())
+        return datasets.plan(ds, desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens,
+                             desc.get("output_from_reply", False), desc.get("max_tokens"))
+    if kind == "lengths":
+        out = desc.get("output")
+        return lengths.plan(desc.get("n", 32), lengths.Lengths(**desc.get("input", {})),
+                            lengths.Lengths(**{"side": "output", **out}) if out is not None else None,
+                            desc.get("seed", 0), tokens)
+    if kind == "multi-turn":
+        ds = datasets.parse(*content("chat-prompts.jsonl"))
+        return conversations.plan(desc.get("conversations", 4), desc.get("turns", 3), ds, desc.get("seed", 0),
+                                  tokens, desc.get("think_time_s", 0.0))
+    tr = traces.parse(*content(), time_unit=desc.get("time_unit", "ms"))
+    return traces.plan(tr, desc.get("time_scale", 1.0), tokens, desc.get("n"))

@@ -1,0 +1,116 @@
+"""Counting and making tokens for a workload: the model's own tokenizer (transformers' AutoTokenizer from a
+local model folder, never a download) where one is given, else an estimate of about 4 characters a token,
+said as such wherever a length is shown. Synthetic prompts of an exact token length are made with the
+tokenizer: seeded words, encoded, cut to the length, and checked after decoding (BPE may merge across the
+cut). See docs/architecture.md."""
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.measure.workloads.prompts import _WORDS
+from engine.messages import Message, say
+
+CHARS_PER_TOKEN = 4  # English text with a BPE tokenizer: the usual rule of thumb
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A token counter: `exact` with a model's tokenizer (`source` names its folder), else estimated."""
+
+    source: str  # the model folder's name, or "" for the estimate
+    tokenizer: Any = None
+
+    @property
+    def exact(self) -> bool:
+        return self.tokenizer is not None
+
+    def count(self, text: str) -> int:
+        if self.tokenizer is None:
+            return max(1, round(len(text) / CHARS_PER_TOKEN)) if text else 0
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def said(self) -> Message:
+        """How the lengths were counted, for a caption and the run's record."""
+        if self.exact:
+            return say("counted with the tokenizer of {model}", model=self.source)
+        return say("estimated at {n} characters a token (no tokenizer given)", n=CHARS_PER_TOKEN)
+
+    def text_of(self, n: int, seed: int) -> str:
+        """A prompt of exactly `n` tokens with the tokenizer (about n with the estimate), different for each
+        seed from its first word on, so no two share a prefix in the cache by chance."""
+        rng = random.Random(seed)
+        if self.tokenizer is None:
+            words, length = [], 0
+            while length < n * CHARS_PER_TOKEN:
+                w = rng.choice(_WORDS)
+                words.append(w)
+                length += len(w) + 1
+            return " ".join(words)
+        ids: list[int] = []
+        while len(ids) < n + 8:
+            ids += self.tokenizer.encode(" " + " ".join(rng.choice(_WORDS) for _ in range(n + 8)),
+                                         add_special_tokens=False)
+        cut = n
+        for _ in range(8):  # decode, re-encode: a merge across the cut changes the count by a token or two
+            text = self.tokenizer.decode(ids[:cut]).strip()
+            got = self.count(text)
+            if got == n:
+                return text
+            cut += n - got
+        return text
+
+    def cut(self, text: str, n: int) -> str:
+        """The first `n` tokens of `text` (about n with the estimate), `text` itself when it is no longer."""
+        if self.tokenizer is None:
+            return text[: n * CHARS_PER_TOKEN]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) <= n:
+            return text
+        k = n
+        for _ in range(8):  # as text_of: a merge across the cut can change the count after decoding
+            out = self.tokenizer.decode(ids[:k])
+            got = self.count(out)
+            if got == n:
+                break
+            k += n - got
+        return out
+
+
+def estimated() -> Tokens:
+    return Tokens("")
+
+
+@functools.lru_cache(maxsize=4)
+def _load(folder: str) -> Any:
+    # the class's own module, not `from transformers import AutoTokenizer`: under `streamlit run` transformers'
+    # lazy top-level module did not list it (ImportError), while the module it lives in imports as usual
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def for_model(folder: str | Path | None) -> Tokens:
+    """The tokenizer of a local model folder (the served model's: models.embedded_dir() for the embedded
+    default); the estimate when `folder` is None. ConfigError when the folder has no tokenizer."""
+    if folder is None:
+        return estimated()
+    path = Path(folder)
+    try:
+        return Tokens(path.name, _load(str(path)))
+    except Exception as e:  # noqa: BLE001 - any reason a folder has no usable tokenizer: one sentence
+        raise ConfigError(say("The model folder {path} has no tokenizer that could be read ({why}): give the "
+                              "folder of the model the server runs.", path=str(path),
+                              why=type(e).__name__)) from None
+
+
+def embedded() -> Tokens:
+    """The embedded default model's tokenizer when it is prepared on this machine, else the estimate."""
+    from engine.serving import models
+
+    folder = models.embedded_dir()
+    return for_model(folder) if (folder / "tokenizer_config.json").exists() else estimated()

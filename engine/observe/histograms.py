@@ -1,0 +1,158 @@
+"""vLLM's histograms on /metrics: deltas over a measured part, exact means, bucket percentiles.
+See docs/measuring.md#histograms."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+# our key -> vLLM's histogram (seconds unless said): where a request's time went, and tokens per engine step
+HISTOGRAMS: dict[str, str] = {
+    "queue": "vllm:request_queue_time_seconds",
+    "prefill": "vllm:request_prefill_time_seconds",
+    "decode": "vllm:request_decode_time_seconds",
+    "inference": "vllm:request_inference_time_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+    "itl": "vllm:inter_token_latency_seconds",
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "e2e": "vllm:e2e_request_latency_seconds",
+    "step_tokens": "vllm:iteration_tokens_total",  # tokens (prompt and output) one engine step computed
+}
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram summed over its label sets (engines): cumulative counts at each upper bound (the
+    last +Inf), the sum and the count of what it observed."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    sum: float
+    count: float
+
+    def minus(self, before: "Histogram") -> "Histogram | None":
+        """What was observed between `before` and this; None when the buckets differ or a count fell
+        (the server restarted between the two pages)."""
+        if before.bounds != self.bounds:
+            return None
+        cum = tuple(a - b for a, b in zip(self.cumulative, before.cumulative))
+        if self.count < before.count or any(c < 0 for c in cum):
+            return None
+        return Histogram(self.bounds, cum, self.sum - before.sum, self.count - before.count)
+
+    @property
+    def mean(self) -> float | None:
+        """Exact: the sum over the count; None when nothing was observed."""
+        return self.sum / self.count if self.count else None
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile estimated from the buckets (Prometheus' histogram_quantile): the bucket that holds
+        rank q x count, interpolated linearly from its lower bound (0 for the first) to its upper; in the
+        +Inf bucket, the highest finite bound (all the buckets can say). None when nothing was observed."""
+        if not self.count:
+            return None
+        rank = q * self.count
+        lower, below = 0.0, 0.0
+        for bound, cum in zip(self.bounds, self.cumulative):
+            if cum >= rank and cum > below:
+                if math.isinf(bound):
+                    return lower
+                return lower + (bound - lower) * (rank - below) / (cum - below)
+            lower, below = bound, cum
+        return lower
+
+    def bucket_of(self, q: float) -> tuple[float, float | None] | None:
+        """The bounds of the bucket the q-quantile lies in (its upper None for +Inf): all the estimate knows
+        for sure, since a value far below its bucket's top reads as the bucket's middle."""
+        if not self.count:
+            return None
+        lower, below = 0.0, 0.0
+        for bound, cum in zip(self.bounds, self.cumulative):
+            if cum >= q * self.count and cum > below:
+                return lower, None if math.isinf(bound) else bound
+            lower, below = bound, cum
+        return lower, None
+
+    def buckets(self) -> list[list[float]]:
+        """[[upper bound, observations in that bucket alone], ...] (+Inf written as None for JSON)."""
+        out, below = [], 0.0
+        for bound, cum in zip(self.bounds, self.cumulative):
+            out.append([None if math.isinf(bound) else bound, cum - below])
+            below = cum
+        return out
+
+    def said(self) -> dict:
+        """What a run keeps of it: count, exact mean and sum, bucket-estimated percentiles with the bucket each
+        lies in, the buckets."""
+        return {"count": self.count, "sum": self.sum, "mean": self.mean,
+                **{f"p{round(q * 100)}": self.quantile(q) for q in QUANTILES},
+                **{f"p{round(q * 100)}_bucket": self.bucket_of(q) for q in QUANTILES}, "buckets": self.buckets()}
+
+
+def histograms(text: str, model: str | None = None) -> dict[str, Histogram]:
+    """HISTOGRAMS' keys -> the Histogram on a /metrics page (summed over engines; for `model` alone when it is
+    labelled by model and one label is it, as telemetry.counter does). Absent histograms are left out."""
+    wanted = {name: key for key, name in HISTOGRAMS.items()}
+    ours = "\n".join(line for line in text.splitlines()
+                     if line.startswith(tuple(wanted)) and not line.startswith("#"))
+    # name -> model label -> {"le": {bound: cum}, "sum": x, "count": n}
+    raw: dict[str, dict[str | None, dict]] = {}
+    try:
+        for family in text_string_to_metric_families(ours):
+            for s in family.samples:
+                base = next((n for n in wanted if s.name in (n + "_bucket", n + "_sum", n + "_count")), None)
+                if base is None:
+                    continue
+                h = raw.setdefault(base, {}).setdefault(s.labels.get("model_name"), {"le": {}, "sum": 0.0,
+                                                                                       "count": 0.0})
+                if s.name.endswith("_bucket"):
+                    le = float(s.labels["le"])
+                    h["le"][le] = h["le"].get(le, 0.0) + s.value
+                else:
+                    h[s.name.rsplit("_", 1)[1]] += s.value
+    except (ValueError, KeyError):  # not Prometheus text, or a bucket without its bound
+        return {}
+    out: dict[str, Histogram] = {}
+    for name, by_model in raw.items():
+        parts = [by_model[model]] if model in by_model else list(by_model.values())
+        les: dict[float, float] = {}
+        for p in parts:
+            for le, v in p["le"].items():
+                les[le] = les.get(le, 0.0) + v
+        if not les:
+            continue
+        bounds = tuple(sorted(les))
+        out[wanted[name]] = Histogram(bounds, tuple(les[b] for b in bounds), sum(p["sum"] for p in parts),
+                                      sum(p["count"] for p in parts))
+    return out
+
+
+def deltas(before: str, after: str, model: str | None = None) -> tuple[dict[str, Histogram], list[str]]:
+    """Each histogram's delta between two /metrics pages, and the keys without one (absent from either page,
+    or reset between them), in HISTOGRAMS' order."""
+    a, b = histograms(before, model), histograms(after, model)
+    out, missing = {}, []
+    for key in HISTOGRAMS:
+        d = b[key].minus(a[key]) if key in a and key in b else None
+        if d is None:
+            missing.append(key)
+        else:
+            out[key] = d
+    return out, missing
+
+
+def view(before: str, after: str, model: str | None = None, output_tokens: float | None = None) -> dict:
+    """What a run keeps of the server's view of its measured part (Notes.server_view): each histogram's
+    delta (`Histogram.said`), the keys the server did not export (`missing`), and its engine steps: how many,
+    the tokens they computed, and the output tokens per step (the server's generated tokens over the steps:
+    the mean batch it decoded; None without that count)."""
+    found, missing = deltas(before, after, model)
+    out: dict = {"histograms": {k: h.said() for k, h in found.items() if k != "step_tokens"}, "missing": missing}
+    steps = found.get("step_tokens")
+    if steps is not None and steps.count:
+        out["steps"] = {"count": steps.count, "tokens": steps.sum, "mean_tokens": steps.mean,
+                        "buckets": steps.buckets(),
+                        "mean_batch": output_tokens / steps.count if output_tokens is not None else None}
+    return out

@@ -1,0 +1,65 @@
+"""The saved runs as the pages and the CLI read them: lists, one run, the latest pair, exports (read-only)."""
+from __future__ import annotations
+
+from engine.errors import LabError
+from engine.results.records import RunResult, RunRow
+from engine.results.store import RunStore
+
+
+class History:
+    """Reading a RunStore; what changes it (save, import, delete) stays with the Lab's actions."""
+
+    def __init__(self, store: RunStore) -> None:
+        self._store = store
+
+    def runs(self, limit: int | None = None, kind: str | None = None) -> list[RunRow]:
+        """Saved runs, newest first, without their requests: read once per change of the history and
+        shared by every viewer. Do not modify them."""
+        return self._store.list_cached(limit, kind)
+
+    def run(self, run_id: str) -> RunResult:
+        """One saved run with its requests, shared like runs(); a LabError says why a stored one is damaged."""
+        return self._store.load_cached(run_id)
+
+    def readable(self, ids: list[str]) -> tuple[list[RunResult], list[str]]:
+        """The runs `ids` that can be read, and the ids of those gone (deleted since a page was drawn)."""
+        runs, gone = [], []
+        for run_id in ids:
+            try:
+                runs.append(self.run(run_id))
+            except LabError:
+                gone.append(run_id)
+        return runs, gone
+
+    def latest_pair(self, scenario: str) -> list[RunResult]:
+        """The newest two readable saved runs of a two-configuration scenario (kv-squeeze, prefix-cache),
+        oldest first, as the comparison ran them; a LabError says why a stored one cannot be read."""
+        saved = [r for r in self.runs(limit=100) if r.scenario == scenario and not r.problem][:2]
+        return [self.run(r.id) for r in sorted(saved, key=lambda r: r.started_at)]
+
+    def latest_run(self, kind: str, scenario_prefix: str = "") -> RunResult | None:
+        """The newest readable run of `kind` whose scenario starts so, among the latest 50 (a damaged one
+        is passed over: History shows why)."""
+        for row in self.runs(limit=50, kind=kind):
+            if row.scenario.startswith(scenario_prefix) and not row.problem:
+                try:
+                    return self.run(row.id)
+                except LabError:
+                    continue
+        return None
+
+    def pair_of(self, run_id: str) -> list[RunResult]:
+        """A saved side-by-side run and its partner, A first ([] for a run not measured in a pair)."""
+        run = self.run(run_id)
+        if not run.extra.pair:
+            return []
+        rows = [r for r in self.runs() if r.extra.pair == run.extra.pair and not r.problem]
+        return [self.run(r.id) for r in sorted(rows, key=lambda r: r.extra.pair_side)]
+
+    def export_json(self, ids: list[str] | None = None) -> str:
+        """The runs (None: all) as `vllm bench serve`-style JSON, damaged ones and secrets left out."""
+        return self._store.export_json(ids)
+
+    def export_csv(self, ids: list[str] | None = None, per: str = "request") -> str:
+        """The runs (None: all) as CSV: one row per request, or with per="run" one per run."""
+        return self._store.export_csv(ids, per=per)

@@ -1,0 +1,89 @@
+"""The server's own counts around a run's measured part (`ServerCount`): output tokens, the prefix cache,
+its histograms, read from one /metrics page at each end."""
+from __future__ import annotations
+
+import time
+
+from engine.measure.judge.token_check import client_output_tokens
+from engine.observe import engine_counters, histograms
+from engine.observe.telemetry import (
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    counter,
+    generation_tokens,
+    read_metrics_text,
+)
+from engine.results.records import Notes, RunResult
+from engine.runs.target import Target
+
+
+class ServerCount:
+    """The server's own view of one run's measured part, from ONE read of its /metrics page when the
+    warm-up is over (`start`, the load generator's on_measure) and one after the last request (`finish`),
+    so warm-up answers are left out (issue #12, "numbers you can check"; issue #21, "the server's view").
+    From the two pages: its count of the output tokens it generated (vllm:generation_tokens_total, to
+    check the client's), the prefix cache's hits and queries, and the deltas of its per-request and
+    per-step histograms (engine.observe.histograms.view: queue, prefill, decode, ... and tokens per engine
+    step). Chat answers streamed meanwhile count on the server too: the run says so (its
+    chat_requests_beside). A server without /metrics is measured all the same, its run unchecked."""
+
+    SETTLE_S = 0.05  # between two reads that must agree: a counter that still moves has not settled
+    READS = 10
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.started = False
+        self.before: float | None = None
+        self.page_before: str | None = None
+
+    def read(self) -> tuple[str | None, float | None]:
+        """The /metrics page once the token counter stops moving (vLLM may count a step's tokens a moment after
+        it sent them, and observes a request's histograms as it finishes; chat traffic keeps it moving: then
+        the last read) and that counter; (None, None) without /metrics."""
+        t = self.target
+        if t.endpoint is not None and not t.endpoint.metrics:
+            return None, None  # discovery found no readable /metrics: no read to wait for
+        page = read_metrics_text(t.base_url, t.api_key)
+        value = None if page is None else generation_tokens(page, t.model)
+        for _ in range(self.READS if value is not None else 0):
+            time.sleep(self.SETTLE_S)
+            again_page = read_metrics_text(t.base_url, t.api_key)
+            again = None if again_page is None else generation_tokens(again_page, t.model)
+            if again is None or again == value:
+                break
+            page, value = again_page, again
+        return page, value
+
+    def start(self) -> None:
+        self.started = True
+        self.page_before, self.before = self.read()
+
+    def finish(self, result: RunResult) -> RunResult:
+        """`result`'s notes given both counts (or why there is no server count) and the server's view."""
+        if not self.started:  # the run ended before it measured: nothing to compare
+            return result
+        notes = result.extra
+        notes.client_output_tokens = client_output_tokens(result.records)
+        page, after = self.read() if self.page_before is not None else (None, None)
+        if self.before is None or after is None:
+            notes.server_count_missing = "no-metrics"
+        elif after < self.before:
+            notes.server_count_missing = "counter-reset"
+        else:
+            notes.server_output_tokens = round(after - self.before)
+        if self.page_before is not None and page is not None:
+            self._prefix_cache(notes, self.page_before, page)
+            notes.server_view = histograms.view(self.page_before, page, self.target.model, notes.server_output_tokens)
+            notes.server_view |= engine_counters.view(self.page_before, page, self.target.model)
+        return result
+
+    def _prefix_cache(self, notes: Notes, before: str, after: str) -> None:
+        """The prefix cache's hits and queries over the measured part (from the settled pages: a request's
+        lookup is counted when it is scheduled, long before its last token)."""
+        m = self.target.model
+        pairs = [(counter(page, PREFIX_HITS, m), counter(page, PREFIX_QUERIES, m)) for page in (before, after)]
+        if any(v is None for pair in pairs for v in pair):
+            return
+        (h0, q0), (h1, q1) = pairs
+        if h1 >= h0 and q1 >= q0:  # a restarted server's counters start again: no count then
+            notes.prefix_cache_hits, notes.prefix_cache_queries = round(h1 - h0), round(q1 - q0)

@@ -1,0 +1,440 @@
+"""How each kind of run is carried out (`Runner`): a load test, a sweep, repeats, the SLO search, a tuning
+comparison, side by side, the naive baseline; each reported to one `Progress`, stamped, saved as it ends."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from engine.errors import ConfigError, LabError, ServerBusy
+from engine.measure.load import loadgen
+from engine.observe.kvwatch import KvWatch
+from engine.measure.load.progress import Progress
+from engine.measure.load.request import clock
+from engine.measure.judge.slo import Slo, judge, record_goodput
+from engine.measure.load.spec import LoadSpec, check_max_tokens
+from engine.measure.judge.stats import peak_in_flight
+from engine.measure.load.ledger import WarmthLedger
+from engine.messages import mark, say
+from engine.observe import hardware
+from engine.observe.energy import EnergyMeter
+from engine.observe.telemetry import read_requests_served
+from engine.results.records import RunResult
+from engine.serving import endpoint
+from engine.serving.config import ServerConfig
+from engine.serving.server import READY, VLLMServer
+from engine.runs.counts import ServerCount
+from engine.runs.search import SloSearch, SaturationWatch
+from engine.runs.target import Target
+
+
+def tuning_label(cfg: ServerConfig) -> str:
+    """How a tuning comparison names a configuration, in the app, the CLI and History alike."""
+    memory = f"KV {cfg.cpu_kvcache_gib:g} GiB" if cfg.device == "cpu" else f"{cfg.gpu_memory_utilization:g}"
+    extra = [str(a) for a in cfg.extra_args]
+    if "--kv-cache-memory-bytes" in extra[:-1]:  # a GPU's cache set in bytes outranks the memory fraction
+        memory = f"KV {int(extra[extra.index('--kv-cache-memory-bytes') + 1]) / 2**20:,.0f} MiB"
+    return f"max-model-len {cfg.max_model_len} / {memory}"
+
+
+def side_label(side: str, target: Target) -> str:
+    """How a side-by-side run names its server: the side, then its flags (one this app started) or its
+    address (one at a URL), so a legend and History tell the two apart."""
+    if target.config is not None:
+        return f"{side}: {tuning_label(target.config)}"
+    where = target.base_url.split("://", 1)[-1]
+    return f"{side}: {where}" + (f" (max-model-len {target.max_model_len})" if target.max_model_len else "")
+
+
+def check_tuning(configs: list[ServerConfig], spec: LoadSpec, model_max_len: int | None = None,
+                 known_flags: set[str] | None = None) -> None:
+    """Every configuration checked before the first restart: a ConfigError says which one is wrong."""
+    if not configs:
+        raise ServerBusy(say("Pick at least one configuration to compare."))
+    for cfg in configs:
+        cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
+        if spec.max_tokens is not None:
+            check_max_tokens(spec.max_tokens, cfg.max_model_len or model_max_len,
+                             of=mark("the max-model-len the server starts with"), fix="")
+        limit = cfg.max_model_len or model_max_len
+        longest = ((spec.workload or {}).get("input_tokens") or {}).get("max")
+        if limit and longest and longest + (spec.max_tokens or 0) > limit:
+            raise ConfigError(say("The workload's longest prompt ({prompt:.0f} tokens) and its answers (up to "
+                                  "{tokens}) do not fit in max-model-len {limit}: raise that row's max-model-len or "
+                                  "pick another workload.", prompt=longest, tokens=spec.max_tokens or 0, limit=limit))
+
+
+def check_sweep(spec: LoadSpec) -> None:
+    """A sweep sets the requests in flight itself, level by level: a trace's clock or a multi-turn chat's
+    conversations would not be what it measures (ConfigError, one sentence; the CLI refuses --trace and
+    --turns for the sweep alike)."""
+    if spec.offsets is not None or spec.conversations is not None:
+        raise ConfigError(say("The sweep sets the requests in flight itself, level by level, and a {kind} workload "
+                              "brings its own pace: pick a dataset or a length distribution for the sweep, or run "
+                              "this one as a load test.",
+                              kind=say("trace") if spec.offsets is not None else say("multi-turn")))
+
+
+def check_repeats(n) -> int:
+    """`n` repeats of a load test, checked before the first is sent (a ConfigError says what is wrong)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ConfigError(say("Repeats must be a whole number of at least 1, not {n}.", n=n))
+    return n
+
+
+def check_search(low, high, tolerance, by: str = "concurrency") -> None:
+    """An SLO search's range and tolerance, checked before its first level runs (a ConfigError says which)."""
+    if by not in ("concurrency", "rate"):
+        raise ConfigError(say("The search runs over concurrency or rate, not '{by}'.", by=by))
+    whole = by == "concurrency"
+    for name, v in (("low", low), ("high", high), ("tolerance", tolerance)):
+        bad_type = isinstance(v, bool) or not isinstance(v, (int, float)) or (whole and not isinstance(v, int))
+        if bad_type or not math.isfinite(v) or v <= 0 or (whole and v < 1):
+            if whole:
+                raise ConfigError(say("The search's {name} must be a whole number of at least 1, not {value}.",
+                                      name=name, value=v))
+            raise ConfigError(say("The search's {name} must be a number of requests per second above 0, not "
+                                  "{value}.", name=name, value=v))
+    if high < low:
+        raise ConfigError(say("The search's highest level ({high}) is below its lowest ({low}).", high=high,
+                              low=low))
+
+
+def already_running(server: VLLMServer, cfg: ServerConfig) -> bool:
+    """Whether `server` is ready with exactly the command line and environment `cfg` would start it with."""
+    snap = server.snapshot()
+    if snap.state != READY or snap.config is None:
+        return False
+    cfg = cfg.with_changes(port=server.port)
+    return snap.config.argv() == cfg.argv() and snap.config.env() == cfg.env()
+
+
+class Runner:
+    """Carries out runs: each reported to `progress`, stamped, passed to `save` (which returns what to
+    keep), with `mark` noting when it began and ended (the Monitor's markers). Setting `cancel` stops
+    the current run, keeping what finished, and the runs after it. Given an `slo`, each load run keeps
+    its goodput under it (vllm bench serve's --goodput; the app's pages judge by each viewer's own).
+    `warmth` remembers the batch sizes each server instance has run, to mark a run cold or warm; the
+    app's jobs share one (a Runner of its own starts with an empty memory). `energy` makes the meter that
+    reads the energy of each run's measured part when its server runs on this machine."""
+
+    def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
+                 cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None,
+                 slo: Slo | None = None, warmth: WarmthLedger | None = None,
+                 energy: Callable[[], EnergyMeter] = EnergyMeter):
+        self.save = save
+        self.energy = energy  # a fresh meter per run (engine.observe.energy): NVML, else RAPL, else none
+        self.progress = progress or Progress()
+        self.cancel = cancel or threading.Event()
+        self.mark = mark
+        self.slo = slo
+        self.warmth = warmth or WarmthLedger()
+
+    def _keep(self, result: RunResult, target: Target, served_before: int | None = None) -> RunResult:
+        """A load run finished: stamped with its server, cold or warm, its goodput under the SLO, saved.
+        `served_before`: the server's served count read before the run began (served())."""
+        if self.slo is not None:
+            record_goodput(result, self.slo)
+        return self.save(self._judge_warmth(target.stamp(result), target, served_before))
+
+    @staticmethod
+    def served(target: Target) -> int | None:
+        """The requests the server says it served since it started (/metrics), read before a run's warm-up:
+        traffic this app did not send warms it too (engine.measure.judge.warmth). None: it does not say."""
+        return None if target.instance is None else read_requests_served(target.base_url, target.model,
+                                                                           target.api_key)
+
+    def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None) -> RunResult:
+        """Mark the run cold when its measured batch was the first of its size on this server instance
+        and the server had not served as many requests elsewhere (engine.measure.judge.warmth); unknown when the
+        server does not say which start it is."""
+        notes = result.extra
+        notes.batch_size = peak_in_flight(result.records) or None
+        notes.warmup_batch_size = peak_in_flight(result.records, warmup=True) or None
+        if target.instance is not None:
+            notes.server_instance = target.instance
+            notes.served_before = served_before
+            notes.served_after = self.served(target) if served_before is not None else None
+            if (w := self.warmth.judge(target.instance, notes.batch_size or 0, notes.warmup_batch_size or 0,
+                                       served_before, notes.served_after)):
+                notes.cold, notes.cold_why, notes.served_elsewhere = w.cold, w.why, w.elsewhere
+        return result
+
+    def _meter(self, target: Target) -> EnergyMeter | None:
+        """A meter for a run on `target`, its idle power read now (before the warm-up); None for a server on
+        another machine, whose energy this machine cannot see."""
+        host = (urlsplit(target.base_url).hostname or "").lower()
+        loopback = host == "localhost" or host.startswith("127.") or host == "::1"  # a bare Target too
+        if not (target.on_this_machine or loopback):
+            return None
+        meter = self.energy()
+        meter.idle()
+        return meter
+
+    @staticmethod
+    def _energy(result: RunResult, meter: EnergyMeter | None) -> RunResult:
+        """The measured part's energy in the run's notes, or why there is none."""
+        reading = meter.stop() if meter is not None else None
+        result.extra.energy = reading
+        if reading is None:
+            result.extra.energy_missing = "elsewhere" if meter is None else "no-meter"
+        return result
+
+    def load(self, spec: LoadSpec, target: Target, **notes) -> RunResult:
+        """One load test; `notes` (Notes fields) are set on the run before it is saved."""
+        spec = target.aim(spec)
+        self.progress.on_stage(say("sending requests"))
+        # the run's own label (a Message: said in each viewer's language), never its scenario's id
+        self.mark(say("{run}: start", run=spec.label or spec.scenario))
+        count = ServerCount(target)
+        kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
+        served = self.served(target)
+        meter = self._meter(target)
+        try:
+            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel,
+                                      on_measure=lambda: (count.start(), kv.start(), meter and meter.start()))
+        finally:
+            kv.stop()
+            self.mark(say("{run}: end", run=spec.label or spec.scenario))
+        result = self._energy(kv.finish(count.finish(result)), meter)
+        for name, value in notes.items():
+            setattr(result.extra, name, value)
+        return self._keep(result, target, served)
+
+    # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
+    PAIR_LEAD_S = 0.05
+
+    def side_by_side(self, a: Target, b: Target, spec: LoadSpec) -> list[RunResult]:
+        """The same load against two servers at once (issue #13 item 2): each side warms up on its own
+        (not counted), then both measured parts start together on ONE clock (the same perf_counter origin,
+        the same started_at), each side in its own thread through run_load, reported to
+        `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
+        side that fails does not stop the other: its measured requests are saved, then the failure is
+        raised (a LabError naming the side). A spec without a warm-up gets one batch of it: a cold server
+        beside a warm one would be compared on its start-up work. Returns [A's run, B's run]."""
+        sides = [("A", a), ("B", b)]
+        spec = replace(spec, warmup=spec.warmup or min(spec.in_flight(), spec.n))
+        specs = {name: t.aim(replace(spec, label=side_label(name, t))) for name, t in sides}
+        pair = uuid.uuid4().hex[:12]
+        origin: dict[str, float] = {}
+
+        def start_together() -> None:  # the barrier's action: once, the moment both have warmed up
+            origin["clock"] = clock() + self.PAIR_LEAD_S
+            origin["epoch"] = time.time() + self.PAIR_LEAD_S
+            self.progress.on_stage(say("measuring both servers"))
+
+        barrier = threading.Barrier(len(sides), action=start_together)
+        results: dict[str, RunResult] = {}
+        failures: dict[str, BaseException] = {}
+
+        def one(name: str, target: Target) -> None:
+            count = ServerCount(target)
+            kv = KvWatch(target.base_url, target.api_key)
+            served = self.served(target)
+
+            def on_measure() -> float:
+                count.start()
+                kv.start()
+                barrier.wait()  # BrokenBarrierError when the other side failed before measuring
+                return origin["clock"]
+
+            try:
+                try:
+                    result = loadgen.run_load(specs[name], observer=self.progress.side(name), cancel=self.cancel,
+                                              on_measure=on_measure)
+                finally:
+                    kv.stop()
+                result.started_at = origin.get("epoch", result.started_at)
+                result.extra.pair, result.extra.pair_side = pair, name
+                results[name] = self._keep(kv.finish(count.finish(result)), target, served)
+            except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
+                barrier.abort()
+                failures[name] = e
+
+        self.progress.on_stage(say("warming up both servers"))
+        self.mark(say("side by side start"))
+        threads = [threading.Thread(target=one, args=side, name=f"side-{side[0]}", daemon=True) for side in sides]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            self.mark(say("side by side end"))
+        real = {n: e for n, e in failures.items() if not isinstance(e, threading.BrokenBarrierError)}
+        if real:
+            name, e = next(iter(real.items()))
+            url, why = dict(sides)[name].base_url, (str(e) or type(e).__name__).rstrip(".")
+            raise LabError(say("Server {side} ({url}) failed: {why}. The other server's run is saved.", side=name,
+                               url=url, why=why) if results else
+                           say("Server {side} ({url}) failed: {why}.", side=name, url=url, why=why)) from e
+        return [results[name] for name, _ in sides]
+
+    def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
+        """loadgen.run_level at each level, in order; each level saved the moment it completes."""
+        check_sweep(spec)
+        spec = target.aim(replace(spec, scenario="sweep"))
+        out: list[RunResult] = []
+        self.mark(say("sweep start"))
+        try:
+            for level in levels:
+                if self.cancel.is_set():
+                    break
+                self.progress.on_step(len(out), len(levels), say("concurrency {level}", level=level))
+                out.append(self._level(spec, level, target, rounds, self.progress, self.cancel))
+            self.progress.on_step(len(out), len(levels), mark("done"))
+        finally:
+            self.mark(say("sweep end"))
+        return out
+
+    def _level(self, spec: LoadSpec, level: int, target: Target, rounds: int, progress: Progress,
+               cancel: threading.Event, rate: float | None = None, **notes) -> RunResult:
+        """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
+        at that many per second instead) with the server's view and energy, saved."""
+        count, served, meter = ServerCount(target), self.served(target), self._meter(target)
+        hooks = lambda: (count.start(), meter and meter.start())  # noqa: E731
+        if rate is not None:  # arrivals at a rate (Poisson), not a fixed number in flight
+            result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, label=say(
+                "{rate:g} requests/s", rate=rate)), observer=progress, cancel=cancel, on_measure=hooks)
+        else:
+            result = loadgen.run_level(spec, level, observer=progress, cancel=cancel, rounds=rounds,
+                                       on_measure=hooks)
+        result = self._energy(count.finish(result), meter)
+        for name, value in notes.items():
+            setattr(result.extra, name, value)
+        return self._keep(result, target, served)
+
+    def repeat(self, spec: LoadSpec, target: Target, n: int) -> list[RunResult]:
+        """The same load `n` times (issue #21 item 5), each run saved as it ends and marked as one of the group
+        (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
+        interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
+        (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
+        False says it refused, so later repeats may have found earlier prompts cached)."""
+        check_repeats(n)
+        group, out = uuid.uuid4().hex[:12], []
+        for i in range(n):
+            if self.cancel.is_set():
+                break
+            self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
+            reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
+            out.append(self.load(spec, target, repeat_group=group, repeat_index=i + 1, repeats=n,
+                                 prefix_cache_reset=reset))
+        self.progress.on_step(len(out), n, mark("done"))
+        return out
+
+    def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float = 64,
+                   tolerance: float = 1, time_cap_s: float = 600.0, rounds: int = 2,
+                   by: str = "concurrency") -> "SloSearch":
+        """The largest load at which `slo` holds (issue #21 item 6): requests in flight (`by` "concurrency",
+        whole numbers, each level through run_level) or requests per second (`by` "rate": the spec's
+        num_requests arriving as Poisson at that rate). Bisection between `low` and `high` (each level saved as
+        it ends, marked Notes.slo_search), until the last level that held and the first that did not are
+        `tolerance` apart or `time_cap_s` has passed (then the best found so far, said as not settled). A level
+        is stopped early, and counts as missed, once the server is past saturation
+        (engine.measure.judge.saturation: in flight and TTFT both still growing, which only arrivals at a rate
+        can show)."""
+        check_search(low, high, tolerance, by)
+        whole = by == "concurrency"
+        spec = target.aim(replace(spec, scenario="slo-search"))
+        search = SloSearch(slo, low, high, tolerance, time_cap_s, uuid.uuid4().hex[:12], by=by)
+        began = time.monotonic()
+        expected = 2 + math.ceil(math.log2(max(1.0, (high - low) / tolerance)))  # low, high, then halvings
+        self.mark(say("SLO search start"))
+        try:
+            ok, bad = None, None  # the highest level that held and the lowest that did not
+            level = low
+            while level is not None and not self.cancel.is_set():
+                if search.tried and time.monotonic() - began > time_cap_s:
+                    search.capped = True
+                    break
+                self.progress.on_step(len(search.tried), max(len(search.tried) + 1, expected),
+                                      say("concurrency {level}", level=level) if whole else
+                                      say("{rate:g} requests/s", rate=level))
+                run, holds = self._search_level(spec, level, target, rounds, search.id, slo, whole)
+                search.tried.append((level, holds, run))
+                if holds:
+                    ok = level
+                else:
+                    bad = level
+                if ok is None and bad == low:
+                    break  # not even the lowest level held
+                if bad is None:
+                    level = high if level < high else None  # the top first: the answer may lie at or beyond it
+                else:  # ok < bad: halve the gap between them
+                    mid = (ok + bad) // 2 if whole else (ok + bad) / 2
+                    level = mid if bad - ok > tolerance else None
+            search.best, search.above, search.cancelled = ok, bad, self.cancel.is_set()
+            self.progress.on_step(len(search.tried), len(search.tried), mark("done"))
+        finally:
+            self.mark(say("SLO search end"))
+        return search
+
+    def _search_level(self, spec: LoadSpec, level: float, target: Target, rounds: int, search_id: str,
+                      slo: Slo, whole: bool = True) -> tuple[RunResult, bool]:
+        """One level of the search, stopped early once past saturation; whether the SLO held there."""
+        stop = threading.Event()
+        watch = SaturationWatch(self.progress, stop, int(level) if whole else spec.n)
+        relay_done = threading.Event()
+
+        def relay() -> None:  # the whole search's cancel also ends this level
+            while not relay_done.wait(0.1):
+                if self.cancel.is_set():
+                    stop.set()
+                    return
+
+        relay_thread = threading.Thread(target=relay, daemon=True, name="search-cancel")
+        relay_thread.start()
+        try:
+            run = self._level(spec, int(level) if whole else 0, target, rounds, watch, stop,
+                              rate=None if whole else level, slo_search=search_id, oversaturated=False)
+        finally:
+            relay_done.set()
+        if watch.saturated:
+            run.extra.oversaturated = True
+        verdict = judge(run, slo)
+        return run, bool(verdict is not None and verdict.meets and not watch.saturated)
+
+    def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
+               model_max_len: int | None = None, labels: list[str] | None = None) -> list[RunResult]:
+        """Restart `server` with each configuration and run the same load on it (notebook step 4);
+        the server is left running with the last one. `labels` names the configurations (default:
+        tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
+        out: list[RunResult] = []
+        for i, cfg in enumerate(configs):
+            if self.cancel.is_set():
+                break
+            label = labels[i] if labels else tuning_label(cfg)
+            kept = already_running(server, cfg)
+            if kept:  # a restart would only cost a minute and change nothing
+                self.progress.on_step(len(out), len(configs), say("{label}: the server already runs these "
+                                                                  "settings, not restarted", label=label))
+            else:
+                self.progress.on_step(len(out), len(configs), say("{label}: restarting vLLM", label=label))
+                server.restart(cfg, model_max_len=model_max_len)
+                server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
+                    say("{label}: {stage}", label=label, stage=s.stage)))
+            self.progress.on_stage(say("{label}: measuring", label=label))
+            out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), Target.of(server),
+                                 not_restarted=kept))
+        self.progress.on_step(len(out), len(configs), mark("done"))
+        return out
+
+    def naive(self, spec) -> RunResult:
+        """The transformers baseline (spec: engine.measure.baseline.naive.NaiveSpec) in its own worker process."""
+        from engine.measure.baseline import naive
+
+        static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one
+        self.mark(say("static batch start") if static else say("naive start"))
+        try:
+            result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
+        finally:
+            self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
+        result.hardware = result.hardware or hardware.describe()
+        result.versions = result.versions or hardware.versions()
+        if self.slo is not None:
+            record_goodput(result, self.slo)
+        return self.save(result)

@@ -1,0 +1,293 @@
+"""The guided lab (issue #18 items 1-2): the step catalogue, the shared session kept across an app restart,
+the summary's arithmetic from known runs, and the page through AppTest (no server running)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine import guide as g
+from engine.errors import NotPresenter
+from engine.lab import Lab
+from engine.measure.workloads import scenarios
+from engine.measure.judge import stats
+from engine.messages import translate
+from engine.results.records import RequestRecord, RunResult
+from engine.results.store import RunStore
+
+from .conftest import free_port
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
+    yield lab
+    lab.shutdown()
+
+
+def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], *, at_once: bool = False,
+         label: str = "", config: dict | None = None, **extra) -> RunResult:
+    """A run whose requests take the given (seconds, output tokens): one after another, or all at once."""
+    recs, t = [], 0.0
+    for i, (secs, tokens) in enumerate(per_request):
+        start = 0.0 if at_once else t
+        recs.append(RequestRecord(index=i, prompt=f"p{i}", send_time=start, first_token_time=start + secs / 10,
+                                  chunk_times=[start + secs / 10, start + secs], end_time=start + secs,
+                                  prompt_tokens=10, output_tokens=tokens))
+        t = start + secs
+    duration = max(r.end_time for r in recs)
+    return RunResult(kind=kind, scenario=scenario, label=label or scenario, records=recs, duration=duration,
+                     started_at=time.time(), config=config or {}, summary=stats.summarize(recs, duration),
+                     extra=extra)
+
+
+# -- the catalogue ---------------------------------------------------------------------------------
+def test_the_steps_follow_the_notebook_and_name_workloads_that_exist():
+    assert g.STEP_IDS == ("naive", "free", "start", "test-query", "sequential", "concurrent", "tuning", "streaming",
+                          "summary")
+    assert [s.number for s in g.STEPS] == list(range(1, 10))
+    for s in g.STEPS:
+        if s.scenario:
+            scn = scenarios.get(s.scenario)  # a LabError for a workload the catalogue does not have
+            assert s.tokens == scn.max_tokens, f"{s.id}: the step says {s.tokens} tokens, {s.scenario} {scn.max_tokens}"
+    assert scenarios.get("test-query").prompts == ("What is the capital of Korea?",)
+    assert g.tokens_for(g.step("naive"), 0.25) == 50 and g.tokens_for(g.step("free"), 0.25) is None
+    # the notebook's numbers are the ones it printed, in its units
+    seed = {(s.id, str(n.label)): (n.value, n.unit) for s in g.STEPS for n in s.seed}
+    assert seed[("naive", "mean latency")] == (3.7, "s") and seed[("streaming", "TTFT")] == (166, "ms")
+    assert translate(g.seed_text(g.step("tuning").seed[-1]), "en") == "-20%"
+
+
+def test_the_presenters_model_is_every_steps_and_survives_a_restart_and_starting_over(lab, tmp_path):
+    from engine.serving import models
+
+    embedded = models.embedded()
+    assert lab.guide.model_spec().path == embedded.path  # no choice, no server: the embedded default
+    with pytest.raises(Exception, match="not prepared on this machine"):
+        lab.guide.set_model("/no/such/model", token="secret")
+    lab.guide.set_model(embedded.path, token="secret")
+    lab.guide.reset(token="secret")
+    assert g.Guide(lab).state().model == embedded.path
+    with pytest.raises(NotPresenter):
+        lab.guide.set_model(embedded.path)
+
+
+def test_an_unknown_step_is_one_sentence():
+    with pytest.raises(Exception, match="no guided step 'nope'"):
+        g.step("nope")
+
+
+# -- the shared session ------------------------------------------------------------------------------
+def test_the_session_survives_an_app_restart(lab, tmp_path):
+    lab.guide.go_to("concurrent", token="secret")
+    lab.guide.set_scale(0.25, token="secret")
+    assert json.loads((tmp_path / "guide.json").read_text())["current"] == "concurrent"
+    again = g.Guide(lab)  # what a restarted app reads
+    state = again.state()
+    assert (state.current, state.scale) == ("concurrent", 0.25)
+    assert state.moved_at > 0
+
+
+def test_only_the_presenter_moves_the_room(lab):
+    with pytest.raises(NotPresenter):
+        lab.guide.go_to("tuning", token=None, caller="viewer")
+    with pytest.raises(NotPresenter):
+        lab.guide.run_step("naive", token="wrong", caller="viewer")
+    assert lab.guide.state().current == "naive"
+
+
+def test_a_damaged_state_file_starts_over_and_drops_unknown_steps(tmp_path):
+    s = g.State.from_dict({"current": "gone", "scale": 7, "runs": {"naive": ["a"], "bogus": ["b"]}})
+    assert (s.current, s.scale, s.runs) == ("naive", 1.0, {"naive": ["a"]})
+    assert g.State.from_dict("not a dict") == g.State()
+
+
+def test_a_finished_job_s_runs_become_the_step_s(lab):
+    """A step's runs are the ones its own job saved, recorded once the job has ended."""
+    run = _run("concurrent-10", "vllm", [(1.0, 20)] * 10, at_once=True)
+    lab.store.save(run)
+    job = lab.jobs.submit("load", "test", lambda job: run)
+    lab.guide._jobs["concurrent"] = job.id
+    deadline = time.time() + 10
+    while job.active and time.time() < deadline:
+        time.sleep(0.05)
+    assert lab.guide.state().runs["concurrent"] == [run.id]
+    assert lab.guide.latest("concurrent").id == run.id
+    assert g.Guide(lab).state().runs["concurrent"] == [run.id]  # kept in guide.json
+    assert lab.guide.latest("streaming") is None
+
+
+def test_check_memory_needs_a_naive_run_first(lab):
+    with pytest.raises(Exception, match="naive inference"):
+        lab.guide.run_step("free", token="secret")
+
+
+# -- the summary's arithmetic ----------------------------------------------------------------------
+def test_the_six_findings_from_known_runs():
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5)  # 2 s each, 50 tokens: 0.04 s a token
+    vllm = _run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)
+    conc = _run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)  # 250 tokens in 1.5 s
+    cpu = {"device": "cpu", "cpu_kvcache_gib": 2}
+    tuned = [_run("tuning", "vllm", [(2.0, 20)] * 10, at_once=True, label="max-model-len 2048", config=cpu),
+             _run("tuning", "vllm", [(1.6, 20)] * 10, at_once=True, label="max-model-len 512", config=cpu)]
+    stream = _run("stream-300", "vllm", [(4.0, 300)])
+    found = g.findings({"naive": [naive], "sequential": [vllm], "concurrent": [conc], "tuning": tuned,
+                        "streaming": [stream]})
+    assert [f.number for f in found] == [1, 2, 3, 4, 5, 6]
+    assert all(f.measured for f in found[:5]) and not found[5].measured
+    assert found[0].text.values == {"mean": 2.0, "total": 10.0}
+    assert found[1].text.values["x"] == pytest.approx(4.0)
+    assert found[2].text.values["would"] == pytest.approx(250 * 0.04) and found[2].text.values["wall"] == 1.5
+    tuning = found[3].text.values
+    assert tuning["change"] == pytest.approx(2.0 / 1.6 - 1)  # 100 tok/s -> 125 tok/s
+    assert "KV cache is 2 GiB in both" in str(tuning["why"])  # said on a CPU, where the fraction does nothing
+    assert found[4].text.values["ttft"] == pytest.approx(400) and found[4].text.values["total"] == 4.0
+    # Korean says the same numbers
+    assert "4.0배" in translate(found[1].text, "ko")
+
+
+def test_findings_without_runs_say_which_step_to_run():
+    found = g.findings({})
+    assert not any(f.measured for f in found[:5])
+    assert "step 1" in found[0].text and "step 7" in found[3].text
+
+
+def test_naive_would_take_falls_back_to_the_serial_sum():
+    conc = _run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)
+    assert g.naive_would_take(conc, None) == (pytest.approx(15.0), "serial")
+
+
+def test_the_numbers_beside_the_notebook(lab):
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5)
+    vllm = _run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)
+    rows = g.numbers("sequential", {"naive": [naive], "sequential": [vllm]}, {})
+    assert [str(r.seed) for r in rows] == ["3.2 s", "1.2×"]
+    assert [str(r.here) for r in rows] == ["0.5 s", "4.0×"]
+    assert all(r.here is None for r in g.numbers("concurrent", {}, {}))
+
+
+def test_the_naive_memory_row_says_ram_where_there_is_no_gpu():
+    """On a CPU the worker's peak is RAM: the row beside the notebook's GPU figure says so (on a GPU it keeps
+    the notebook's label)."""
+    cpu = {"before": {"ram_used": 4e9}, "after_exit": {"ram_used": 4.1e9}, "worker_peak_rss": 9e8}
+    gpu = {"before": {"device_used": 1e9}, "after_exit": {"device_used": 1e9}, "worker_peak_device": 17e9}
+    labels = {name: [str(r.label) for r in g.numbers("naive", {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5,
+                                                                              memory=mem)]}, {})]
+              for name, mem in (("cpu", cpu), ("gpu", gpu))}
+    assert labels["cpu"][3] == "memory after loading (here: the worker's RAM, no GPU)"
+    assert labels["gpu"][3] == "GPU memory after loading"
+
+
+def test_the_report_starts_with_the_findings(lab):
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5)
+    lab.store.save(naive)
+    lab.guide._state.runs["naive"] = [naive.id]
+    html = lab.guide.report_html("ko")
+    assert "<h2>요약</h2>" in html and "단순 추론은 구현하기 쉽지만 느리다" in html
+    assert html.index("요약") < html.index("naive-5")
+
+
+# -- the page ---------------------------------------------------------------------------------------
+@pytest.fixture
+def app_lab(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
+    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+    import ui
+
+    ui.get_lab.clear()
+    yield tmp_path
+    ui.get_lab().shutdown()
+    ui.get_lab.clear()
+
+
+def test_the_guided_lab_is_the_first_and_default_page(app_lab):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, at.exception
+    assert at.title[0].value == "Guided lab"
+    assert any(b.label.startswith("Run naive inference on the 5 prompts") for b in at.button)
+    assert any("The lab notebook's GPU" in str(df.value.columns.tolist()) for df in at.dataframe)
+
+
+def test_every_step_renders_and_next_moves_the_session(app_lab):
+    import ui
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    for sid in g.STEP_IDS:
+        assert not at.exception, (sid, at.exception)
+        shown = g.step(sid)
+        assert ui.get_lab().guide.state().current == sid
+        if sid == "summary":
+            assert any("What this lab found" in s.value for s in at.subheader)
+            assert len([m for m in at.markdown if m.value.startswith("**")]) >= 6
+            break
+        assert at.subheader[0].value == f"{shown.number}. {shown.title}"
+        next(b for b in at.button if b.label == "Next step").click().run()
+    # a reload (a new session) opens where the presenter is
+    again = AppTest.from_file(APP, default_timeout=60)
+    again.run()
+    assert any("What this lab found" in s.value for s in again.subheader)
+
+
+def test_the_page_in_korean(app_lab):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["lang"] = "ko"
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "실습 따라하기"
+    assert any(b.label.startswith("프롬프트 5개로 단순 추론 실행") for b in at.button)
+
+
+def test_a_step_without_a_server_says_what_to_do(app_lab):
+    import ui
+
+    ui.get_lab().guide.go_to("sequential", token=None)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    next(b for b in at.button if b.label.startswith("Run the 5 prompts through vLLM")).click().run()
+    assert not at.exception
+    assert any("start vLLM" in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_every_step_draws_the_runs_it_made(app_lab):
+    """With a run saved for every step (and the free and start steps' readings), each step's page draws its
+    chart and numbers, in English and Korean."""
+    import ui
+
+    lab = ui.get_lab()
+    mem = {"before": {"ram_used": 4e9}, "after_exit": {"ram_used": 4.1e9}, "worker_peak_rss": 9e8}
+    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=mem)],
+            "test-query": [_run("test-query", "vllm", [(0.4, 20)])],
+            "sequential": [_run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)],
+            "concurrent": [_run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)],
+            "tuning": [_run("tuning", "vllm", [(2.0, 20)] * 10, at_once=True, label="max-model-len 2048"),
+                       _run("tuning", "vllm", [(1.6, 20)] * 10, at_once=True, label="max-model-len 512")],
+            "streaming": [_run("stream-300", "vllm", [(4.0, 300)])]}
+    runs["test-query"][0].records[0].output_text = "Seoul."
+    for sid, rs in runs.items():
+        for r in rs:
+            lab.store.save(r)
+        lab.guide._state.runs[sid] = [r.id for r in rs]
+    lab.guide._state.facts["free"] = {"checked_at": time.time(), **g.memory_returned(runs["naive"][0])}
+    lab.guide._state.facts["start"] = {"asked_at": time.time(), "already": False, "ready_s": 42.0}
+    for lang in ("en", "ko"):
+        for sid in g.STEP_IDS:
+            lab.guide.go_to(sid, token=None)
+            at = AppTest.from_file(APP, default_timeout=60)
+            at.session_state["lang"] = lang
+            at.run()
+            assert not at.exception, (lang, sid, [e.value for e in at.exception])
+            assert not at.error, (lang, sid, [e.value for e in at.error])
+            if sid == "test-query":  # the answer itself, in a chat bubble
+                assert any("Seoul" in m.value for m in at.markdown), [m.value for m in at.markdown]
+            elif sid in runs:
+                assert at.get("plotly_chart"), sid
+            if g.step(sid).seed:
+                here = at.dataframe[0].value.iloc[:, 2].tolist()
+                assert not any(v in ("not run yet", "아직 실행 안 함") for v in here), (sid, here)

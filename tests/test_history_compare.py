@@ -1,0 +1,81 @@
+"""History's "Compare" and exports (issue #18 item 3): a per-run CSV beside the per-request one (the app and the
+CLI), the runs side by side in a table from the same rows, and the HTML report's cold marker."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from engine import figures
+from engine.figures.report import build_report
+from engine.measure.judge import stats
+from engine.results import exchange
+from engine.results.records import RequestRecord, RunResult
+from engine.results.store import RunStore
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMAND = ("VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model /m/SmolLM2 "
+           "--served-model-name SmolLM2 --max-model-len 512 --enforce-eager --host 127.0.0.1 --port 9000")
+
+
+def _run(label: str, n: int, cold: bool | None, **extra) -> RunResult:
+    recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=0.2 + i / 10,
+                          chunk_times=[0.2 + i / 10, 0.3 + i / 10], end_time=1.0 + i / 10, prompt_tokens=20,
+                          output_tokens=50) for i in range(n)]
+    return RunResult(kind="vllm", scenario="tuning", label=label, records=recs, duration=2.0, started_at=time.time(),
+                     model="/m/SmolLM2", summary=stats.summarize(recs, 2.0), load={"concurrency": n},
+                     command=COMMAND, hardware={"summary": "2 CPU cores"}, extra={"cold": cold, **extra})
+
+
+def test_the_per_run_csv_has_one_row_per_run_with_the_json_exports_numbers():
+    runs = [_run("max-model-len 512", 10, cold=True), _run("max-model-len 2048", 4, cold=False)]
+    rows = list(csv.DictReader(io.StringIO(exchange.export_runs_csv(runs))))
+    assert [r["run_id"] for r in rows] == [r.id for r in runs]  # one row a run (the other export: one a request)
+    bench = json.loads(exchange.export_json(runs))
+    for row, obj in zip(rows, bench):
+        for key in ("completed", "duration", "output_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms"):
+            assert float(row[key]) == obj[key], key  # vllm bench serve's keys, the same numbers
+    assert [r["warmth"] for r in rows] == ["cold", "warm"]
+    assert rows[0]["server"] == "this app's server" and rows[0]["hardware"] == "2 CPU cores"
+
+
+def test_the_cli_exports_the_same_per_run_csv(tmp_path):
+    db = tmp_path / "history.sqlite"
+    store = RunStore(db)
+    runs = [_run("a", 3, cold=None), _run("b", 5, cold=True)]
+    for r in runs:
+        store.save(r)
+    out = tmp_path / "runs.csv"
+    p = subprocess.run([sys.executable, "-m", "engine", "export", "--format", "csv-runs", "--out", str(out)],
+                       cwd=ROOT, env={**os.environ, "SERVING_LAB_DB": str(db)}, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == store.export_csv(None, per="run")
+    assert len(list(csv.DictReader(io.StringIO(out.read_text())))) == 2
+
+
+def test_the_compare_table_puts_runs_side_by_side_with_their_flags_and_warmth():
+    runs = [_run("max-model-len 512", 10, cold=True), _run("max-model-len 2048", 4, cold=False,
+                                                             endpoint="http://gpu-box:8000")]
+    columns, table = figures.compare_table(runs)
+    assert columns == ["Compared", "1. max-model-len 512", "2. max-model-len 2048"]
+    rows = {r["Compared"]: [r[c] for c in columns[1:]] for r in table}
+    assert rows["Requests completed"] == ["10", "4"]
+    assert rows["Output tokens / s"] == [f"{r.summary.output_throughput:,.1f}" for r in runs]
+    assert rows["Cold / warm"] == ["❄ cold", "warm"]
+    assert rows["Flags"] == ["VLLM_CPU_KVCACHE_SPACE=2 --max-model-len 512 --enforce-eager"] * 2
+    assert rows["Where it ran"] == ["this app's server", "http://gpu-box:8000"]
+    assert rows["Hardware"] == ["2 CPU cores"] * 2
+    _c, ko = figures.compare_table(runs, lang="ko")
+    assert "첫 실행(콜드) / 예열 후" in [r[_c[0]] for r in ko]
+
+
+def test_the_html_report_marks_a_cold_run():
+    cold, warm = _run("first batch", 5, cold=True, cold_why="first"), _run("second batch", 5, cold=False)
+    page = build_report([cold, warm])
+    assert "❄ cold" in page and "warm" in page

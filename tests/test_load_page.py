@@ -1,0 +1,279 @@
+"""The Load test page shows its own runs and tells the warm-up from the run (issue #18: before anything ran it
+showed the Naive page's "5 at once" run under its own form; during a run the warm-up was drawn as if it were
+the measured part). The job's warm-up state from the progress protocol, and the page with AppTest."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.jobs import Job, JobManager
+from engine.measure.load.progress import RunPlan
+from engine.results.records import RequestRecord
+from tests.conftest import app_page
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def plan(warmup: int) -> RunPlan:
+    return RunPlan(label="10 at once", shape="burst", num_requests=10, warmup=warmup, concurrency=10, workers=1,
+                   url="http://x", model="m")
+
+
+def test_a_job_knows_while_it_warms_up_and_keeps_the_warmup_out_of_its_live_records():
+    job = Job(kind="load", label="10 at once")
+    job.on_start(plan(warmup=3))
+    assert job.warming and (job.warmup_total, job.warmup_done) == (3, 0)
+    for i in range(3):
+        w = RequestRecord(index=i, prompt="(warm-up)", send_time=0.0, warmup=True)
+        job.on_request_sent(w)
+        job.on_request_done(w)
+    assert job.warmup_done == 3 and job.live_records() == [] and job.done == 0
+    job.on_clock(time.time())  # the measured part begins
+    assert not job.warming
+    first = RequestRecord(index=0, prompt="p", send_time=0.0)
+    job.on_request_sent(first)
+    assert job.live_records() == [first]
+    cold = Job(kind="load", label="no warm-up")
+    cold.on_start(plan(warmup=0))
+    assert not cold.warming
+
+
+def test_while_warming_up_the_page_says_so_and_draws_no_timeline(lab):
+    jobs, lab.jobs = lab.jobs, JobManager()
+    release = threading.Event()
+
+    def warming(job):
+        job.on_start(plan(warmup=10))
+        release.wait(60)
+
+    try:
+        lab.jobs.submit("load", "10 requests at once", warming, scenario="concurrent-10")
+        time.sleep(0.2)
+        at = app_page("app_pages/load.py")
+        assert any(i.value.startswith("Warming up: one batch as big as the measured one") for i in at.info)
+        texts = [p.text for p in at.get("progress")] if at.get("progress") else []
+        assert any("warming up, 0/10 warm-up requests done (not counted)" in t for t in texts), texts
+        assert not at.get("plotly_chart")  # no timeline of a run that has not started
+    finally:
+        release.set()
+        lab.jobs = jobs
+
+
+def test_a_naive_page_run_is_not_shown_as_this_page_s_result(lab):
+    from tests.test_naive_page import make_vllm_batch
+
+    jobs, lab.jobs = lab.jobs, JobManager()
+    try:
+        job = lab.jobs.submit("load", "vLLM, the same 5 prompts at once", lambda job: make_vllm_batch(),
+                              scenario="vllm-5-batch")
+        while job.active:
+            time.sleep(0.05)
+        at = app_page("app_pages/load.py")
+        assert not [m for m in at.metric if m.label == "Wall time"] and not at.get("plotly_chart")
+        assert any("Run load test" in i.value for i in at.info)
+    finally:
+        lab.jobs = jobs
+
+
+# -- what to send (issue #20): each workload kind chosen on the page, its preview, a bad upload, two real runs ------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
+
+
+def _what(at: AppTest, choice: str) -> AppTest:
+    at.selectbox(key="load_what").set_value(choice).run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _histogram(at: AppTest) -> dict:
+    """The length histogram's figure as the page sent it (the preview's only chart before a run)."""
+    import json
+
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    hist = [c for c in charts if c["data"] and c["data"][0]["type"] == "histogram"]
+    assert len(hist) == 1, [c["layout"].get("title") for c in charts]
+    return hist[0]
+
+
+def _first_prompts(n: int) -> list[str]:
+    import json
+
+    lines = (EXAMPLES / "chat-prompts.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["prompt"] for line in lines[:n]]
+
+
+def test_the_lab_s_prompts_stay_the_default_with_no_preview(lab):
+    at = app_page("app_pages/load.py")
+    assert at.selectbox(key="load_what").value == "The lab's 10 prompts"
+    assert not at.dataframe and not at.get("plotly_chart") and not at.get("file_uploader")
+
+
+def test_a_dataset_previews_its_first_rows_and_the_histogram_of_what_it_sends(lab):
+    at = _what(app_page("app_pages/load.py"), "A dataset")
+    at.number_input(key="wl_ds_n").set_value(12)
+    at.radio(key="wl_ds_how").set_value("first").run()
+    df = at.dataframe[0].value
+    assert list(df["Prompt"]) == _first_prompts(8)  # the sample: the file's own first rows
+    fig = _histogram(at)
+    assert len(fig["data"][0]["x"]) == 12 and list(df["Tokens"]) == fig["data"][0]["x"][:8]
+    assert "12 requests" in fig["layout"]["title"]["text"]
+
+
+def test_a_length_distribution_previews_exactly_its_lengths(lab):
+    at = _what(app_page("app_pages/load.py"), "Length distribution")
+    at.number_input(key="wl_len_n").set_value(6)
+    at.number_input(key="wl_in_mean").set_value(100)
+    at.number_input(key="wl_out_mean").set_value(20).run()
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [100] * 6 and fig["data"][1]["x"] == [20] * 6  # prompts, answers
+    assert list(at.dataframe[0].value["Tokens"]) == [100] * 6
+    # the answers are held to the drawn lengths: no max-tokens slider says otherwise
+    assert "Max tokens per answer" not in {s.label for s in at.slider if s.key != "pair_tokens"}
+    assert any("Each answer runs to the length the workload gives it (up to 20 tokens)" in c.value for c in at.caption)
+    at.selectbox(key="wl_in_kind").set_value("Uniform range").run()
+    at.number_input(key="wl_in_low").set_value(10)
+    at.number_input(key="wl_in_high").set_value(30).run()
+    assert all(10 <= x <= 30 for x in _histogram(at)["data"][0]["x"])
+
+
+def test_multi_turn_chats_preview_their_turns(lab):
+    import json
+
+    at = _what(app_page("app_pages/load.py"), "Multi-turn chats")
+    at.number_input(key="wl_mt_convs").set_value(3)
+    at.number_input(key="wl_mt_turns").set_value(2).run()
+    df = at.dataframe[0].value
+    chats = json.loads((EXAMPLES / "conversations.json").read_text(encoding="utf-8"))
+    firsts = [[t["value"] for t in c["conversations"] if t["from"] == "human"] for c in chats[:3]]
+    assert list(df.columns) == ["Turn 1", "Turn 2"] and list(df["Turn 1"]) == [f[0] for f in firsts]
+    fig = _histogram(at)
+    assert len(fig["data"][0]["x"]) == 3 and "6 requests" in fig["layout"]["title"]["text"]
+
+
+def test_a_trace_previews_its_rows_lengths_and_says_the_arrival_does_not_apply(lab):
+    import json
+
+    at = _what(app_page("app_pages/load.py"), "Trace replay")
+    rows = [json.loads(line) for line in (EXAMPLES / "tiny-trace.jsonl").read_text().splitlines() if line.strip()]
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [r["input_length"] for r in rows]  # counted with the model's own tokenizer
+    assert fig["data"][1]["x"] == [r["output_length"] for r in rows]
+    assert any("the arrival above does not apply" in c.value for c in at.caption)
+
+
+def test_an_uploaded_dataset_is_what_the_preview_shows(lab):
+    at = _what(app_page("app_pages/load.py"), "A dataset")
+    at.selectbox(key="wl_dataset_file").set_value("Upload a file").run()
+    rows = ["Why is the sky blue?", "Name three prime numbers.", "What is vLLM?"]
+    data = "".join(f'{{"text": "{r}"}}\n' for r in rows).encode()
+    at.file_uploader(key="wl_dataset_upload").set_value(("mine.jsonl", data, "application/json")).run()
+    assert not at.exception and not at.error
+    assert list(at.dataframe[0].value["Prompt"]) == rows
+    assert "3 requests" in _histogram(at)["layout"]["title"]["text"]
+
+
+@pytest.mark.parametrize("data, says", [
+    (b"\x00\x01\x02binary\xff\xfe", "is a binary file, not text"),
+    (b'{"answer": "no prompt here"}\n', "prompt"),
+])
+def test_a_bad_upload_shows_its_one_sentence_and_runs_nothing(lab, data, says):
+    jobs, lab.jobs = lab.jobs, JobManager()
+    try:
+        at = _what(app_page("app_pages/load.py"), "A dataset")
+        at.selectbox(key="wl_dataset_file").set_value("Upload a file").run()
+        at.file_uploader(key="wl_dataset_upload").set_value(("bad.jsonl", data, "application/json")).run()
+        assert not at.exception
+        errors = [e.value for e in at.error]
+        assert len(errors) == 1 and says in errors[0].replace("\\", "") and "\n" not in errors[0], errors
+        assert next(b for b in at.button if b.label == "Run load test").disabled and not at.dataframe
+        assert lab.latest_job("load") is None
+    finally:
+        lab.jobs = jobs
+
+
+def test_history_names_each_run_s_workload_and_leaves_older_runs_blank(lab):
+    from engine.results.records import RequestRecord, RunResult
+
+    recs = [RequestRecord(index=0, prompt="p", send_time=0.0, first_token_time=0.1, chunk_times=[0.1], end_time=0.2)]
+    base = dict(kind="vllm", records=recs, duration=0.3, started_at=time.time(), model="m")
+    with_file = RunResult(scenario="dataset", label="with a dataset", **base,
+                          load={"workload": {"kind": "dataset", "name": "mine.jsonl", "rows": 3}})
+    older = RunResult(scenario="concurrent-1", label="an older run", **base)
+    for r in (with_file, older):
+        lab.store.save(r)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/history.py").run()
+    assert not at.exception
+    df = at.dataframe[0].value.set_index("run")
+    assert df.loc["with a dataset", "workload"] == "dataset · mine.jsonl"
+    assert df.loc["an older run", "workload"] == ""
+
+
+def _connected(lab, server) -> None:
+    job = lab.connect(server.base_url)
+    deadline = time.time() + 60  # a liveness bound
+    while job.active and time.time() < deadline:
+        time.sleep(0.1)
+    assert job.status == "done", job.error
+
+
+def _ran(lab, at: AppTest):
+    next(b for b in at.button if b.label == "Run load test").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    job = lab.latest_job("load")
+    deadline = time.time() + 300  # a liveness bound
+    while job.active and time.time() < deadline:
+        time.sleep(0.2)
+    assert job.status == "done", job.error
+    at.run()
+    assert not at.exception
+    return job.result
+
+
+@pytest.mark.server
+def test_a_dataset_runs_through_the_page_on_poisson_arrivals_and_says_the_client_kept_its_schedule(lab, vllm_server):
+    _connected(lab, vllm_server)
+    try:
+        at = _what(app_page("app_pages/load.py"), "A dataset")
+        at.radio(key="load_arrival").set_value("Poisson arrivals").run()
+        at.number_input(key="wl_ds_n").set_value(4)
+        at.radio(key="wl_ds_how").set_value("first").run()
+        at.slider[0].set_value(16)
+        run = _ran(lab, at)
+        assert [r.prompt for r in run.measured] == _first_prompts(4)
+        assert run.load.workload["kind"] == "dataset" and run.load.workload["name"] == "chat-prompts.jsonl"
+        assert any(m.label == "OK / failed" and m.value == "4 / 0" for m in at.metric)
+        said = [c.value for c in at.caption] + [w.value for w in at.warning]
+        # judge.lateness's sentence for this run: on time, or (a loaded machine) behind its schedule
+        from engine.measure.judge import lateness
+
+        expected = lateness.said(run.extra)
+        assert expected is not None and run.extra.planned_sends == 4
+        assert any(str(expected)[:40] in s for s in said), (str(expected), said)
+    finally:
+        lab.detach()
+
+
+@pytest.mark.server
+def test_a_multi_turn_chat_runs_through_the_page_and_draws_ttft_per_turn(lab, vllm_server):
+    import json
+
+    _connected(lab, vllm_server)
+    try:
+        at = _what(app_page("app_pages/load.py"), "Multi-turn chats")
+        at.number_input(key="wl_mt_convs").set_value(2)
+        at.number_input(key="wl_mt_turns").set_value(3).run()
+        at.slider[0].set_value(16)
+        run = _ran(lab, at)
+        assert sorted((r.conversation, r.turn) for r in run.measured) == [(c, t) for c in range(2) for t in range(3)]
+        charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        per_turn = [c for c in charts if "TTFT per turn" in c["layout"]["title"]["text"]]
+        assert per_turn and per_turn[0]["data"][0]["x"] == [1, 2, 3]
+    finally:
+        lab.detach()

@@ -1,0 +1,104 @@
+"""Naive vs vLLM teaches batching the right way round (issue #18): each contender's whole job (wall time and
+throughput for all the prompts) beside the per-request latency, the four contenders numbered as the buttons
+are and drawn in that order, "vLLM, all at once" in the chart and the numbers, the legend clear of the
+title, a cold vLLM run said, the ceiling sentence once. Figures from hand-made runs; the page with AppTest."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from engine import figures
+from tests.conftest import app_page
+from tests.test_figures import NAIVE_PROMPTS, _run, make_naive, make_static_batch, make_vllm_sequential, streamed
+
+NAMES = ["1 · Naive, one at a time", "2 · Static batch", "3 · vLLM, one at a time", "4 · vLLM, all at once"]
+
+
+def make_vllm_batch():
+    """The same 5 prompts sent at once to vLLM: all finish within 1.2 s."""
+    recs = [streamed(i, p, 0.0, 0.08, 200, 180.0) for i, p in enumerate(NAIVE_PROMPTS)]
+    return _run("vllm", "vllm-5-batch", "vLLM, the same 5 prompts at once", recs, 1.2,
+                load={"max_tokens": 200, "shape": "burst", "concurrency": 5})
+
+
+def four():
+    return [make_naive(), make_static_batch(), make_vllm_sequential(), make_vllm_batch()]
+
+
+def test_the_whole_job_per_contender_in_the_buttons_order():
+    runs = four()
+    fig = figures.contenders_chart(runs)
+    wall, tput = fig.data[0], fig.data[1]
+    assert [y.replace("<br>", " ") for y in wall.y] == NAMES  # numbered and ordered as the buttons
+    assert list(wall.x) == pytest.approx([r.duration for r in runs])
+    assert list(tput.x) == pytest.approx([r.summary.output_throughput for r in runs])
+    assert "4.6 s" in wall.text[1] and "1.2 s" in wall.text[3]
+    cap = figures.caption(fig)
+    # the static batch is slower per request than naive, yet finished the whole job sooner: the caption says so
+    naive, static = runs[0], runs[1]
+    assert static.summary.mean_latency_s > naive.summary.mean_latency_s and static.duration < naive.duration
+    assert cap.startswith(f"4 · vLLM, all at once answered all 5 prompts in 1.2 s, {naive.duration / 1.2:.1f}× sooner "
+                          "than 1 · Naive, one at a time")
+    assert "batching pays in total time, not in each request's latency" in cap
+
+
+def test_a_contender_not_run_keeps_its_place_and_a_cold_one_is_marked():
+    naive, batch = make_naive(), make_vllm_batch()
+    batch.extra.cold = True
+    fig = figures.contenders_chart([naive, None, None, batch])
+    assert list(fig.data[0].text[1:3]) == ["not run yet"] * 2
+    assert fig.data[0].text[3].endswith("❄")  # the cold mark; the caption says what it means
+    assert "first batch of its size" in figures.caption(fig)
+    ko = figures.contenders_chart([naive, None, None, batch], lang="ko")
+    assert ko.data[0].y != fig.data[0].y and "not run yet" not in ko.data[0].text
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_latency_bars_in_the_contenders_order_with_the_legend_clear_of_the_title(lang):
+    naive, static, seq, batch = four()
+    fig = figures.latency_bars(naive, seq, [batch, static], lang=lang)  # given in any order
+    names = [b.name for b in fig.data]
+    assert [n.split(" (")[0] for n in names] == [figures.contender_name(k, lang) for k in range(4)]
+    # the title sits in the top margin; the legend goes under the plot, so four long names cannot reach it
+    assert fig.layout.legend.y < 0 and fig.layout.legend.yanchor == "top"
+
+
+# -- the page ---------------------------------------------------------------------------------------
+
+def test_the_page_numbers_buttons_and_headline_numbers_alike(lab):
+    runs = four()
+    for r in runs:
+        r.started_at = time.time()
+    runs[3].extra.cold, runs[3].extra.cold_why, runs[3].extra.batch_size = True, "first", 5
+    for r in runs:
+        lab.store.save(r)
+    try:
+        at = app_page("app_pages/naive_vs_vllm.py")
+        assert [b.label for b in at.button][:4] == NAMES
+        metrics = [(m.label, m.value) for m in at.metric]
+        assert metrics[:4] == [(name, f"{r.duration:.1f} s") for name, r in zip(NAMES, runs)]
+        captions = " ".join(c.value for c in at.caption)
+        assert "wall time for all 5" in captions
+        warned = [w.value.replace("\\", "") for w in at.warning]
+        assert any(w.startswith("4 · vLLM, all at once: Cold: the first batch of 5") for w in warned), warned
+    finally:
+        lab.store.delete([r.id for r in runs])
+
+
+def test_the_page_shows_only_its_own_load_jobs(lab):
+    """A Load test run is a load job too: the Naive page's panel is not about it (tests/test_load_page.py: nor
+    the other way round)."""
+    from engine.jobs import JobManager
+    from tests.test_figures import make_concurrent
+
+    jobs, lab.jobs = lab.jobs, JobManager()
+    try:
+        job = lab.jobs.submit("load", "10 at once", lambda job: make_concurrent(), scenario="concurrent-10")
+        while job.active:
+            time.sleep(0.05)
+        job.error = "boom from the load test"
+        at = app_page("app_pages/naive_vs_vllm.py")
+        assert not [e.value for e in at.error if "boom" in e.value]
+    finally:
+        lab.jobs = jobs

