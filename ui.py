@@ -232,20 +232,24 @@ def warmth(lab: Lab, run) -> None:
             st.caption(plain(said))
 
 
-def server_view(run, key: str, lang: str | None = None) -> None:
-    """Where the run's time went inside the server against the client's clock (a chart, or the sentence that
-    says why there is none), then the run's energy line (or why it has none); said in `lang` (the viewer's)."""
+def server_view(runs, key: str, lang: str | None = None, names: list[str] | None = None) -> None:
+    """Where a run's time went inside the server against the client's clock (a chart, or the sentence that says
+    why there is none), then its energy line (or why it has none); said in `lang` (the viewer's). `runs`: one run,
+    or several in one chart, each line then headed by its name in `names`."""
     lang = lang or i18n.lang()
-    fig = figures.server_view_chart(run, lang=lang)
+    runs = runs if isinstance(runs, list) else [runs]
+    fig = figures.server_view_chart(runs, lang=lang)
     if isinstance(fig, str):  # no /metrics histograms: a sentence, never an empty chart
         st.caption(plain(fig))
     else:
         chart(fig, key=key)
-    if line := figures.energy_line(run, lang=lang):
-        st.markdown(f":material/bolt: {plain(line)}")
-    for line in (speculation.said(run), utilization.said(run)):  # only where the server counted them
-        if line:
-            st.caption(plain(i18n.tr(line)))
+    for i, run in enumerate(runs):
+        head = f"{names[i]}: " if names and len(runs) > 1 else ""
+        if line := figures.energy_line(run, lang=lang):
+            st.markdown(f":material/bolt: {plain(head + line)}")
+        for line in (speculation.said(run), utilization.said(run)):  # only where the server counted them
+            if line:
+                st.caption(plain(head + i18n.tr(line)))
 
 
 def cancelled_note(job) -> None:

@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 from engine.measure.load.loadgen import client_name, run_load  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import datasets  # noqa: E402
-from engine.observe import hardware  # noqa: E402
+from engine.observe import hardware, histograms  # noqa: E402
 
 VLLM_BENCH = ("import sys\n"
               "from bench.fidelity import vllm_parser\n"
@@ -119,15 +119,28 @@ def vllm_custom_file(plan_prompts: list[str], d: Path, tag: str) -> Path:
     return path
 
 
-def prefix_hits(base_url: str) -> float | None:
-    """The server's prefix-cache hit tokens so far (vLLM's /metrics), None when it has no such counter."""
+def metrics_text(base_url: str) -> str | None:
     try:
-        text = httpx.get(f"{base_url}/metrics", timeout=10, trust_env=False).text
+        return httpx.get(f"{base_url}/metrics", timeout=10, trust_env=False).text
     except httpx.HTTPError:
         return None
-    vals = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+
+
+def prefix_hits(text: str | None) -> float | None:
+    """The server's prefix-cache hit tokens so far (vLLM's /metrics), None when it has no such counter."""
+    vals = [float(line.rsplit(" ", 1)[1]) for line in (text or "").splitlines()
             if line.startswith("vllm:prefix_cache_hits_total")]
     return sum(vals) if vals else None
+
+
+def server_ttft_ms(before: str | None, after: str | None) -> float | None:
+    """The mean TTFT the server itself timed over one run (its histogram's delta): where it equals both clients'
+    the clients differ in what they add; where it differs, the requests did."""
+    if before is None or after is None:
+        return None
+    ttft = histograms.deltas(before, after)[0].get("ttft")
+    mean = ttft.mean if ttft is not None else None
+    return None if mean is None else mean * 1000
 
 
 def warmups(a: argparse.Namespace, c: int) -> int:
@@ -210,7 +223,7 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
             vfile = vllm_custom_file(plan.prompts, tmp, f"c{c}-r{r}")
         for who in order:
             print(f"  concurrency {c}, run {r + 1}/{a.repeats}: {who} ({n} prompts)...", flush=True)
-            hits = prefix_hits(a.base_url) if ds is not None else None
+            before = metrics_text(a.base_url)
             if ds is not None and who == "ours":
                 runs["ours"].append(_pick(run_ours(a, model, plan.prompts, c, plan)))
             elif ds is not None:
@@ -220,9 +233,10 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
                 runs["ours"].append(_pick(run_ours(a, model, prompts, c)))
             else:
                 runs["vllm"].append(_pick(run_vllm_bench(bench_argv(a, model, tokenizer, c, n, seed), log)))
-            got = runs[who][-1]
-            if hits is not None and (after := prefix_hits(a.base_url)) is not None:
-                got["prefix_cache_hit_tokens"] = after - hits
+            got, after = runs[who][-1], metrics_text(a.base_url)
+            if ds is not None and (hits := prefix_hits(before)) is not None and (now := prefix_hits(after)) is not None:
+                got["prefix_cache_hit_tokens"] = now - hits
+            got["server_ttft_ms"] = server_ttft_ms(before, after)
             print(f"    {_f(got.get('output_throughput'))} tok/s, TTFT mean {_f(got.get('mean_ttft_ms'))} ms",
                   flush=True)
     ours, vb = _median(runs["ours"]), _median(runs["vllm"])
@@ -294,15 +308,18 @@ def markdown(report: dict[str, Any]) -> str:
     worst = min((r["throughput_ratio"] for r in report["levels"] if r["throughput_ratio"]), default=None)
     if report.get("dataset"):
         lines += ["", "Per run (prefix-cache hit tokens: the server's counter over that run; the side that "
-                  "went second in a repeat sends prompts the first already sent):", "",
-                  "| concurrency | repeat | side | first? | tok/s | TTFT mean ms | input tokens | prefix-cache hit tokens |",
-                  "|---:|---:|---|---|---:|---:|---:|---:|"]
+                  "went second in a repeat sends prompts the first already sent; server TTFT: the mean of vLLM's own "
+                  "time_to_first_token histogram over that run, from the request's arrival):", "",
+                  "| concurrency | repeat | side | first? | tok/s | TTFT mean ms | server TTFT mean ms | input tokens | "
+                  "prefix-cache hit tokens |",
+                  "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
         for r in report["levels"]:
             for who in ("vllm", "ours"):
                 for k, run in enumerate(r["runs"][who]):
                     lines.append(f"| {r['concurrency']} | {k + 1} | {'vllm bench' if who == 'vllm' else 'loadgen'} | "
                                  f"{'yes' if r['first'][k] == who else 'no'} | {_f(run.get('output_throughput'))} | "
-                                 f"{_f(run.get('mean_ttft_ms'))} | {_f(run.get('total_input_tokens'), '.0f')} | "
+                                 f"{_f(run.get('mean_ttft_ms'))} | {_f(run.get('server_ttft_ms'))} | "
+                                 f"{_f(run.get('total_input_tokens'), '.0f')} | "
                                  f"{_f(run.get('prefix_cache_hit_tokens'), '.0f')} |")
         worst_ttft = max((r["ttft_ratio"] for r in report["levels"] if r["ttft_ratio"]), default=None)
         lines += ["", f"Highest TTFT ratio (loadgen / vllm bench; above 1 means ours saw slower first tokens): "

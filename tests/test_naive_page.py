@@ -102,3 +102,29 @@ def test_the_page_shows_only_its_own_load_jobs(lab):
         assert not [e.value for e in at.error if "boom" in e.value]
     finally:
         lab.jobs = jobs
+
+
+def test_the_vllm_side_shows_where_its_time_went_inside_the_server_and_its_energy(lab):
+    """Issue #21 item 1 on this page: both vLLM contenders' server view in one chart (a row pair each, the bars
+    their own notes), each energy line headed by the contender's name; the naive runs, which have no server, none."""
+    import json
+
+    runs = four()
+    views = {2: 0.05, 3: 0.4}  # queue seconds: one after another nothing waits; all at once some do
+    for k, queue in views.items():
+        runs[k].extra.server_view = {"histograms": {"queue": {"mean": queue}, "prefill": {"mean": 0.02},
+                                                    "decode": {"mean": 0.6}}, "missing": []}
+        runs[k].extra.energy = {"method": "rapl", "joules": 90.0 * k, "seconds": runs[k].duration}
+    for r in runs:
+        r.started_at = time.time()
+        lab.store.save(r)
+    try:
+        at = app_page("app_pages/naive_vs_vllm.py")
+        charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+        fig = next(c for c in charts if "Where a request's time went" in c["layout"]["title"]["text"])
+        queued = {d["y"][0]: d["x"][0] for d in fig["data"] if d["name"] == "waiting in the queue"}
+        assert queued == {f"{runs[k].label} · vLLM": pytest.approx(q * 1000) for k, q in views.items()}
+        bolts = [m.value.replace("\\", "") for m in at.markdown if m.value.startswith(":material/bolt:")]
+        assert [b.split(":", 2)[2].split(":")[0].strip() for b in bolts] == [NAMES[2], NAMES[3]], bolts
+    finally:
+        lab.store.delete([r.id for r in runs])

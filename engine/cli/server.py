@@ -105,7 +105,8 @@ def _gpu_list(text: str | None) -> tuple[int, ...] | None:
 def own_server(port: int):
     """A server this command starts on `port`; one found running there (and followed) is refused with
     whose it is: never a second one, and never stopped by this command."""
-    from engine.serving.server import VLLMServer, holder_said
+    from engine.serving.port_record import holder_said
+    from engine.serving.server import VLLMServer
 
     srv = VLLMServer(port=port, starter="cli")
     if (rec := srv.record()) is not None:
@@ -162,7 +163,8 @@ def _status(args) -> int:
 
 def _stop(args) -> int:
     from engine.serving.leftovers import clear_leftovers
-    from engine.serving.server import VLLMServer, starter_said
+    from engine.serving.port_record import starter_said
+    from engine.serving.server import VLLMServer
 
     srv = VLLMServer(port=args.port, starter="cli")
     if notice := srv.snapshot().notice:

@@ -94,19 +94,12 @@ def on_other_ports(port: int) -> Message | None:
     (`python -m engine serve --port P --detach`): the app manages one port, so it neither adopts nor
     counts them as foreign, and would otherwise say nothing of them. None when there are none."""
     ports = sorted({tag.port for p, tag in proctree.tagged(home()) if tag.port != port
-                    and API_SERVER_MODULE in " ".join(_cmdline(p))})
+                    and API_SERVER_MODULE in " ".join(proctree.cmdline(p))})
     if not ports:
         return None
     return say("A server this app started is still running on port {ports}, not this page's {port}: to measure it, "
                "connect to http://127.0.0.1:{first} above; to stop it, run: python -m engine stop --port {first}",
                ports=", ".join(map(str, ports)), port=port, first=ports[0])
-
-
-def _cmdline(p: psutil.Process) -> list[str]:
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
 
 
 def foreign_holders() -> Message | None:

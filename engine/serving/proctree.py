@@ -141,3 +141,38 @@ def _signal(procs: list[psutil.Process], group: int | None, sig: int) -> None:
             p.send_signal(sig)
         except psutil.Error:
             pass
+
+
+def cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def listens(p: psutil.Process, port: int) -> bool:
+    """Whether `p` listens on `port`: a server answering there, never a leftover to stop on its own (a dead
+    server's workers listen elsewhere, torch's TCP store, and are leftovers)."""
+    try:
+        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   for c in p.net_connections(kind="inet"))
+    except psutil.Error:
+        return False
+
+
+def sid(p: psutil.Process) -> int | None:
+    try:
+        return os.getsid(p.pid)
+    except OSError:
+        return None
+
+
+def pgid(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def pid_alive(pid: int | None) -> bool:
+    return bool(pid) and same_process(pid, None) is not None

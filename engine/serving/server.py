@@ -2,11 +2,9 @@
 See docs/internals.md#server."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -22,8 +20,9 @@ from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
 from engine.messages import Message, mark, say, say_n
 from engine.paths import runtime_dir
 from engine.serving import proctree
-from engine.serving.config import API_SERVER_MODULE, ServerConfig
+from engine.serving.config import ServerConfig
 from engine.serving.leftovers import home, leftovers, leftovers_sentence, port_lock
+from engine.serving.port_record import PortRecord, command, holder_said, starter_said
 from engine.serving.vllm_log import (
     KV_TOKENS,
     MAX_CONCURRENCY,
@@ -97,17 +96,18 @@ class VLLMServer:
         self._record_seen: int | None = None  # the record's mtime when last looked at (follow())
         self._starter: dict = {}  # who started the server this object follows (the record's "starter")
         self._argv: list[str] = []
+        self._record = PortRecord(port)
         self.adopt_or_clean(clean=clean)
 
     # -- public --------------------------------------------------------------------------------
     @property
     def record_path(self) -> Path:
-        return runtime_dir() / f"server-{self.port}.json"
+        return self._record.path
 
     def record(self) -> dict | None:
         """The record of the live server this object follows (whoever started it), else None."""
         with self._lock, port_lock(self.port):
-            return self._live_record() if self._pid is not None else None
+            return self._record.live() if self._pid is not None else None
 
     def snapshot(self) -> Snapshot:
         self.follow()
@@ -133,7 +133,7 @@ class VLLMServer:
                                          state=self._snap.state, port=self.port, who=starter_said(self._starter)))
                 raise ServerBusy(say("A vLLM server is already {state} on port {port}: stop it first, or use Restart.",
                                      state=self._snap.state, port=self.port))
-            if (rec := self._live_record()) is not None:
+            if (rec := self._record.live()) is not None:
                 if not adopt:
                     raise ServerBusy(holder_said(rec, self.port))
                 self._adopt(rec, notice=say(
@@ -165,7 +165,7 @@ class VLLMServer:
                 # the runs whose load it draws before this start
                 command=cfg.shell_command(), events=[*self._snap.events[-MAX_EVENTS:], (now, mark("server start"))],
             )
-            self._starter = {"kind": self.starter, "pid": os.getpid(), "command": _command()}
+            self._starter = {"kind": self.starter, "pid": os.getpid(), "command": command()}
             self._argv = argv
             self._write_record()
             self._spawn_watcher()
@@ -178,14 +178,14 @@ class VLLMServer:
         with self._lock:
             if self._pid is None:
                 self._set(state=STOPPED, stage="")
-                self._remove_record(None)
+                self._record.remove(None)
                 return
             self._set(state=STOPPING, stage=mark("stopping"))
             self._write_stopped()
         self._stop_watch.set()
         self._stop_tree(grace_s)
         with self._lock:
-            self._remove_record(self._pid)
+            self._record.remove(self._pid)
             self._proc, self._pid = None, None
             snap = self._snap
             self._snap = Snapshot(
@@ -258,17 +258,8 @@ class VLLMServer:
             if not held:
                 return  # someone is deciding this moment: look again at the next snapshot
             self._record_seen = seen
-            if self._snap.state in (STOPPED, FAILED) and (rec := self._live_record()) is not None:
+            if self._snap.state in (STOPPED, FAILED) and (rec := self._record.live()) is not None:
                 self._adopt(rec)
-
-    def _live_record(self) -> dict | None:
-        """The record of this port when its API server lives (read under the port's lock), else None."""
-        try:
-            rec = json.loads(self.record_path.read_text())
-        except (OSError, ValueError):
-            return None
-        api = proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) if isinstance(rec.get("pid"), int) else None
-        return rec if api is not None and API_SERVER_MODULE in " ".join(_cmdline(api)) else None
 
     def adopt_or_clean(self, clean: bool = True) -> None:
         """After the app (or the CLI) was restarted: adopt the server this app started on this port if
@@ -276,15 +267,12 @@ class VLLMServer:
         so in the snapshot's notice. A process that answers on this port is never stopped here: a server,
         not a leftover (the Server page's 'Clear leftovers' and `stop` say what they stop)."""
         with self._lock, port_lock(self.port):
-            try:
-                rec = json.loads(self.record_path.read_text())
-            except (OSError, ValueError):
-                rec = {}
-            api = self._live_record()
+            rec = self._record.read()
+            api = self._record.live()
             if api is not None:
                 self._adopt(api)
             elif clean:
-                self._remove_record()
+                self._record.remove()
             # Anything else of this app on this port is a leftover: the tree of a server whose API server
             # died, or a start interrupted before its record was written (decided under the lock: a start
             # of another process writes its record before letting go).
@@ -302,8 +290,8 @@ class VLLMServer:
         if not clean:
             return
         # a tree one of whose processes listens on this port is a server answering there, whatever its record
-        serving = {_sid(p) for p in found.values() if _listens(p, self.port)} - {None}
-        if left := [p for p in found.values() if _sid(p) not in serving]:
+        serving = {proctree.sid(p) for p in found.values() if proctree.listens(p, self.port)} - {None}
+        if left := [p for p in found.values() if proctree.sid(p) not in serving]:
             names, freed = [proctree.name(p) for p in left], proctree.held(left)
             proctree.stop(left, grace_s=10)
             with self._lock:
@@ -361,15 +349,7 @@ class VLLMServer:
             "started_at": snap.started_at, "ready_at": snap.ready_at, "log": str(self._log_path),
             "family": self._family, "starter": self._starter,
         }
-        tmp = self.record_path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(rec, f, indent=2)
-        tmp.replace(self.record_path)
-
-    @property
-    def _stopped_path(self) -> Path:
-        return runtime_dir() / f"server-{self.port}.stopped.json"
+        self._record.write(rec)
 
     def _write_stopped(self) -> None:
         """Before stopping the tree: who stops it, so another process following it says 'stopped by',
@@ -378,39 +358,7 @@ class VLLMServer:
             since = proctree.since_boot(psutil.Process(self._pid))
         except psutil.Error:
             return
-        text = json.dumps({"pid": self._pid, "since_boot": since,
-                           "by": {"kind": self.starter, "pid": os.getpid(), "command": _command()}})
-        tmp = self._stopped_path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(text)
-        tmp.replace(self._stopped_path)
-
-    def _stopped_by(self, since_boot: float | None) -> dict | None:
-        """Who stopped the server this object follows, when another process did (its note names our pid)."""
-        try:
-            note = json.loads(self._stopped_path.read_text())
-        except (OSError, ValueError):
-            return None
-        if note.get("pid") == self._pid and since_boot is not None and abs(note.get("since_boot", -1) - since_boot) < 0.05:
-            return note.get("by") or {}
-        return None
-
-    def _remove_record(self, pid: int | None = -1) -> None:
-        """Remove this port's record: always (-1: cleaning a dead one's under the lock already held), only
-        while it names `pid` (the server this object ran), or only while its server is not alive (None).
-        Under the port's lock: a record another process writes this moment for its new server stays."""
-        if pid == -1:
-            try:
-                self.record_path.unlink()
-            except FileNotFoundError:
-                pass
-            return
-        with port_lock(self.port):
-            try:
-                rec = json.loads(self.record_path.read_text())
-            except (OSError, ValueError):
-                rec = {}
-            if (rec.get("pid") == pid) if pid is not None else self._live_record() is None:
-                self.record_path.unlink(missing_ok=True)
+        self._record.write_stopped(self._pid, since, {"kind": self.starter, "pid": os.getpid(), "command": command()})
 
     def _tree(self) -> list[psutil.Process]:
         """Every live process of this server: the API server and its descendants now, its session (the
@@ -435,7 +383,7 @@ class VLLMServer:
         names, freed = [proctree.name(p) for p in others], proctree.held(others)
         # The process group is the API server's pid (start_new_session); signal it only while one of our
         # own processes is still in it, so a recycled group id is never hit.
-        group = self._pid if any(_pgid(p) == self._pid for p in procs) else None
+        group = self._pid if any(proctree.pgid(p) == self._pid for p in procs) else None
         proctree.stop(procs, grace_s, group=group)
         if self._proc is not None:
             try:
@@ -492,10 +440,10 @@ class VLLMServer:
                 lines = list(self._tail)
             stage_idx = self._update_stage(lines, stage_idx)
             state = self._snap.state
-            if not _pid_alive(self._pid):
+            if not proctree.pid_alive(self._pid):
                 if state in (STARTING, READY):
                     self._read_log(pos)
-                    if (by := self._stopped_by(api_since)) is not None:
+                    if (by := self._record.stopped_by(self._pid, api_since)) is not None:
                         self._stopped_elsewhere(by)
                     else:
                         self._died(state)
@@ -545,7 +493,7 @@ class VLLMServer:
                                      after_ready(lines), took_s=took)
             self._snap.events.append((time.time(), mark("server died")))
             self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
-            self._remove_record(self._pid)
+            self._record.remove(self._pid)
             self._pid, self._proc = None, None
 
     def _stopped_elsewhere(self, by: dict) -> None:
@@ -565,7 +513,7 @@ class VLLMServer:
         with self._lock:
             self._snap.events.append((time.time(), mark("start failed")))
             self._set(state=FAILED, stage=mark("failed"), error=msg, pid=None)
-            self._remove_record(self._pid)
+            self._record.remove(self._pid)
             self._pid, self._proc = None, None
 
     def _read_log(self, pos: int) -> int:
@@ -623,67 +571,3 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
-
-
-def starter_said(starter: dict | None) -> Message:
-    """Who started a server, from its record: the app (this one, another one still running, or one that
-    was restarted since) or a command of the CLI, with its pid."""
-    starter = starter or {}
-    pid = starter.get("pid")
-    if starter.get("kind") == "cli":
-        return say("`python -m engine {command}` (pid {pid})", command=starter.get("command") or "serve", pid=pid)
-    if starter.get("kind") == "app" and isinstance(pid, int):
-        if pid == os.getpid():
-            return say("this app (pid {pid})", pid=pid)
-        if proctree.same_process(pid, None) is not None:
-            return say("another app process on this data folder (pid {pid})", pid=pid)
-        return say("an earlier run of the app (pid {pid}), before it restarted", pid=pid)
-    return say("an earlier run of the app or the command line")
-
-
-def holder_said(rec: dict, port: int) -> Message:
-    """One sentence for whoever comes second to a port: who holds it and what to do."""
-    return say("Port {port} is held by a vLLM server that {who} started (API server pid {pid}): use that one (the "
-               "app follows it; `python -m engine run SCENARIO --url http://127.0.0.1:{port}` measures it), or stop it "
-               "first with `python -m engine stop --port {port}`.", port=port, who=starter_said(rec.get("starter")),
-               pid=rec.get("pid"))
-
-
-def _command() -> str:
-    """This process's CLI subcommand (serve, run …), for the record's starter."""
-    return sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
-
-
-def _listens(p: psutil.Process, port: int) -> bool:
-    """Whether `p` listens on `port`: a server answering there, never a leftover to stop on its own (a dead
-    server's workers listen elsewhere, torch's TCP store, and are leftovers)."""
-    try:
-        return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
-                   for c in p.net_connections(kind="inet"))
-    except psutil.Error:
-        return False
-
-
-def _sid(p: psutil.Process) -> int | None:
-    try:
-        return os.getsid(p.pid)
-    except OSError:
-        return None
-
-
-def _pid_alive(pid: int | None) -> bool:
-    return bool(pid) and proctree.same_process(pid, None) is not None
-
-
-def _cmdline(p: psutil.Process) -> list[str]:
-    try:
-        return p.cmdline()
-    except psutil.Error:
-        return []
-
-
-def _pgid(p: psutil.Process) -> int | None:
-    try:
-        return os.getpgid(p.pid)
-    except (ProcessLookupError, PermissionError):
-        return None

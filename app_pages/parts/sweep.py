@@ -1,0 +1,155 @@
+"""The concurrency sweep and the SLO search (issue #21 item 6): the same workload at several levels in flight, and
+the most in flight that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
+import streamlit as st
+
+import i18n
+import ui
+from app_pages.parts import viewer_limits
+from engine import figures
+from engine.measure.judge import warmth
+from engine.measure.judge.slo import Slo, whole_percent
+from engine.measure.workloads.defaults import sweep_spec
+from i18n import N_, _
+
+ALL_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def section(lab, defaults, wl_plan) -> None:
+    """The sweep's levels and Run, and the search's tolerance and Run, with what each will do."""
+    st.divider()
+    st.subheader(_("Concurrency sweep"))
+    st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput "
+                 "climbs while each request gets only a little slower — until the server is full."))
+    levels = st.multiselect(_("Levels"), ALL_LEVELS, default=list(defaults.sweep_levels),
+                            placeholder=_("Pick the levels"))
+    if defaults.said:  # a server at a URL: why these levels
+        st.caption(ui.plain(defaults.said))
+    sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
+    if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
+        ui.act(lab, lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
+    # The SLO search (issue #21 item 6): the sweep's workload at levels found by bisection between the lowest and the
+    # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
+    search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
+                    "that meet it.") if ui.refusal(viewer_limits.slo) else
+                  _("Pick at least two levels: the search runs between the lowest and the highest.")
+                  if len(levels) < 2 else None)
+    tolerance = tolerance_col.number_input(_("Search tolerance (requests in flight)"), value=1, step=1,
+                                           key="search_tolerance",
+                                           help=_("The search stops when the most in flight that met the SLO and the "
+                                                  "fewest that missed it are this close."))
+    searched = search_col.button(_("Find the most in flight that meets the SLO"), icon=":material/target:",
+                                 disabled=not ui.can_act(lab) or search_why is not None)
+    if search_why is not None:
+        st.caption(search_why)
+    else:
+        st.caption(ui.plain(_("The search runs the sweep's workload at levels it picks by bisection between {low} and "
+                              "{high} requests in flight, to within the tolerance, judged by your SLO ({slo}); a level "
+                              "clearly past saturation is stopped early and counts as missed.", low=min(levels),
+                              high=max(levels), slo=viewer_limits.slo().said)))
+    if searched and search_why is None:
+        ui.act(lab, lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(levels),
+               max(levels), int(tolerance))
+
+
+def _search_done() -> str:
+    """The newest SLO search that ended with an answer (its job id; '' when none): starred on the Pareto chart."""
+    job = ui.get_lab().latest_job("slo-search")
+    return job.id if job is not None and job.status == "done" and job.result is not None else ""
+
+
+@st.fragment(run_every=2)
+def sweep_live() -> None:
+    lab = ui.get_lab()
+    job = lab.latest_job("sweep")
+    if job is None:
+        return
+    ui.job_panel(lab, job, _("{stage}: {done}/{total} levels", stage=job.stage, done=job.done, total=job.total),
+                 cancel=N_("Cancel sweep"))
+    if job.result:
+        _draw_sweep(job.id, job.status, i18n.lang())
+        if not ui.refusal(viewer_limits.slo):
+            slo = viewer_limits.slo()
+            _draw_knee(job.id, job.status, i18n.lang(), slo.ttft_ms, slo.tpot_ms, _search_done())
+        _draw_sweep_server(job.id, job.status, i18n.lang())
+        ui.failure_causes(job.result, prefix=True)
+        for run in job.result:  # a cold level says so beside the charts that draw it
+            if run.extra.cold and (said := warmth.said(run.extra)):
+                st.warning(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)),
+                           icon=":material/ac_unit:")
+        costs = [(r.extra.sweep_level or r.load.concurrency, c) for r in job.result
+                 if (c := ui.cost_text(lab, r, viewer_limits.price())) is not None]
+        if costs:
+            st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
+                          price=i18n.number(viewer_limits.price(), 2),
+                          levels=" · ".join(f"{level}: **{cost}**" for level, cost in costs)))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_sweep(job_id: str, status: str, lang: str) -> None:
+    """A finished sweep's throughput and TTFT by level, built once for every viewer of a language."""
+    ui.chart(figures.sweep_chart(ui.get_lab().job(job_id).result, lang=lang), key="sweep")
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _draw_knee(job_id: str, status: str, lang: str, ttft_ms: float, tpot_ms: float, search_id: str = "") -> None:
+    """The sweep's Pareto view with the knee of one SLO, and the SLO search's answer starred (`search_id`: its
+    job), built once for every viewer who chose that SLO."""
+    slo = Slo(ttft_ms=ttft_ms, tpot_ms=tpot_ms)
+    search = ui.get_lab().job(search_id).result if search_id else None
+    ui.chart(figures.pareto_chart(ui.get_lab().job(job_id).result, slo, lang=lang,
+                                  search_best=search.best_run if search else None,
+                                  search_slo=search.slo if search else None), key="pareto")
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_sweep_server(job_id: str, status: str, lang: str) -> None:
+    """Where each level's time went inside the server against the client's clock (one row a level), and each
+    level's energy per output token where it was measured, built once for every viewer of a language."""
+    runs = ui.get_lab().job(job_id).result
+    with st.expander(_("Where each level's time went inside the server, and its energy"), icon=":material/dns:"):
+        fig = figures.server_view_chart(runs, lang=lang)
+        if isinstance(fig, str):  # no /metrics histograms: a sentence, never an empty chart
+            st.caption(ui.plain(fig))
+        else:
+            ui.chart(fig, key="sweep-server-view")
+        per_level = [(r.extra.sweep_level or r.load.concurrency, j) for r in runs
+                     if (j := figures.j_per_token(r)) is not None]
+        if per_level:
+            st.markdown(_("Energy per output token, by requests in flight: {levels}.",
+                          levels=" · ".join(f"{level}: **{j:.3g} J**" for level, j in per_level)))
+        elif line := figures.energy_line(runs[0], lang=lang):  # why none was measured
+            st.caption(ui.plain(line))
+
+
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _draw_search(job_id: str, status: str, lang: str) -> None:
+    """A finished SLO search: its answer in one sentence and every level it tried, built once per language."""
+    search = ui.get_lab().job(job_id).result
+    (st.success if search.best is not None and not search.cancelled else st.warning)(
+        ui.plain(search.said), icon=":material/target:")
+    rows = search.rows()
+    held = {True: _("yes"), False: _("no")}
+    st.dataframe({_("Requests in flight"): [r.level for r in rows],
+                  _("SLO held"): [_("no: stopped early, past saturation") if r.saturated else held[r.held]
+                                  for r in rows],
+                  _("Met the SLO"): ["–" if r.attainment is None else f"{whole_percent(r.attainment):.0%}"
+                                     for r in rows],
+                  _("Goodput (req/s)"): [r.goodput for r in rows]},
+                 hide_index=True, column_config={_("Goodput (req/s)"): st.column_config.NumberColumn(format="%.2f")})
+
+
+@st.fragment(run_every=2)
+def search_live() -> None:
+    lab = ui.get_lab()
+    job = lab.latest_job("slo-search")
+    if job is None:
+        return
+    ui.job_panel(lab, job, _("SLO search, {stage}: {done} of about {total} levels", stage=job.stage, done=job.done,
+                             total=job.total), cancel=N_("Cancel search"))
+    if not job.active and job.result is not None:
+        _draw_search(job.id, job.status, i18n.lang())
+        sweep = lab.latest_job("sweep")
+        if job.status == "done" and job.result.best is not None and (sweep is None or not sweep.result):
+            st.caption(_("Run a sweep to see the answer starred on its Pareto chart."))
