@@ -82,6 +82,25 @@ def test_the_estimated_work_is_a_rate_against_the_bandwidth():
     assert utilization.of(_run({})) is None
 
 
+@pytest.mark.parametrize("gpu,dtype,mfu", [("NVIDIA H200", "float16", 0.1), ("NVIDIA H100 PCIe", "bfloat16", 98.9 / 756),
+                                           ("NVIDIA H200", "float32", None), ("NVIDIA RTX A6000", "float16", None)])
+def test_on_a_known_gpu_in_half_precision_the_estimate_is_an_mfu_of_its_datasheet_peak(gpu, dtype, mfu):
+    """MFU = estimated FLOP/s per GPU / the GPU's dense FP16/BF16 peak; none for FP32 (another peak) or a GPU the
+    table does not list: then only the rates and the bandwidth's share are said."""
+    run = _run({"estimated": {"flops": 197.8e12, "read_bytes": 4.8e12}}, duration=2.0)
+    run.config = {"device": "cuda", "dtype": dtype}
+    run.hardware = {"gpus": [{"index": 0, "name": gpu, "memory_bandwidth": {"gb_s": 4800.0, "source": "table",
+                                                                           "reference": "H200: 4.8 TB/s"}}]}
+    u = utilization.of(run)
+    assert u.tflop_s == pytest.approx(98.9) and u.read_gb_s == pytest.approx(2400.0)
+    said = translate(utilization.said(run), "en")
+    if mfu is None:
+        assert u.mfu is None and "MFU" not in said and "50% of this hardware's memory bandwidth" in said
+    else:
+        assert u.mfu == pytest.approx(mfu)
+        assert f"an MFU of {mfu:.1%}" in said and "50% of its memory bandwidth" in said, said
+
+
 def test_the_speculation_scenario_turns_ngram_on_then_off():
     scn = scenarios.get("speculation")
     on, off = scenarios.configs_for(scn, ServerConfig(model="m", port=9000))
