@@ -239,6 +239,10 @@ with st.expander(_("Advanced: API key, served name, extra flags")):
                            key=f"cfg_served_{kind}", help=_("The name clients put in requests."))
     extra_text = st.text_input(_("Extra flags"), key="cfg_extra", placeholder="--swap-space 4 --seed 0",
                                help=_("Any other vLLM flag, as you would type it after the command."))
+    if lab.device == "cuda":  # off by default: measured on an H200 (bench/results/mfu-h200.md)
+        st.caption(_("`--enable-mfu-metrics`: vLLM estimates each step's FLOPs and bytes, and every run says its MFU "
+                     "and the memory bandwidth it used. It costs throughput under heavy load (on an H200, 29–42 % "
+                     "at 256 in flight), so it is off unless you add it here."))
 
 cfg, cfg_error = None, model_error
 if spec:

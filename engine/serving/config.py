@@ -120,8 +120,6 @@ class ServerConfig:
             a.append("--no-enable-prefix-caching")
         if self.enable_prompt_tokens_details:
             a.append("--enable-prompt-tokens-details")
-        if self.device == "cuda":  # vLLM's estimate of each step's FLOPs and bytes: a run's MFU (judge/utilization)
-            a.append("--enable-mfu-metrics")
         if self.load_format != "auto":
             a += ["--load-format", self.load_format]
         a += ["--host", self.host, "--port", str(self.port)]
