@@ -143,8 +143,8 @@ def batch_said(run: Any) -> Message | None:
     peak = stats.peak_in_flight(getattr(run, "records", None) or [])
     if steps.get("mean_batch") is None:
         return say("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and "
-                   "output); the client had up to {peak} requests in flight.", steps=steps["count"],
+                   "output); the client's peak in flight was {peak}.", steps=steps["count"],
                    tokens=steps["mean_tokens"], peak=peak)
     return say("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and output), "
-               "and decoded {batch:.1f} requests per step on average; the client had up to {peak} requests in flight.",
+               "and decoded {batch:.1f} requests per step on average; the client's peak in flight was {peak}.",
                steps=steps["count"], tokens=steps["mean_tokens"], batch=steps["mean_batch"], peak=peak)
