@@ -238,7 +238,7 @@ def server_view(runs, key: str, lang: str | None = None, names: list[str] | None
     or several in one chart, each line then headed by its name in `names`."""
     lang = lang or i18n.lang()
     runs = runs if isinstance(runs, list) else [runs]
-    fig = figures.server_view_chart(runs, lang=lang)
+    fig = figures.server_view_chart(runs, lang=lang, names=names)
     if isinstance(fig, str):  # no /metrics histograms: a sentence, never an empty chart
         st.caption(plain(fig))
     else:

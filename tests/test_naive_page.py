@@ -123,7 +123,7 @@ def test_the_vllm_side_shows_where_its_time_went_inside_the_server_and_its_energ
         charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
         fig = next(c for c in charts if "Where a request's time went" in c["layout"]["title"]["text"])
         queued = {d["y"][0]: d["x"][0] for d in fig["data"] if d["name"] == "waiting in the queue"}
-        assert queued == {f"{runs[k].label} · vLLM": pytest.approx(q * 1000) for k, q in views.items()}
+        assert queued == {f"{NAMES[k]} · vLLM": pytest.approx(q * 1000) for k, q in views.items()}  # the page's names
         bolts = [m.value.replace("\\", "") for m in at.markdown if m.value.startswith(":material/bolt:")]
         assert [b.split(":", 2)[2].split(":")[0].strip() for b in bolts] == [NAMES[2], NAMES[3]], bolts
     finally:

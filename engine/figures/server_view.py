@@ -59,9 +59,10 @@ def segments(t: ServerTime) -> list[tuple[str, Any, float]]:
     return out
 
 
-def server_view_chart(runs: Any, *, lang: str = "en") -> go.Figure | str:
+def server_view_chart(runs: Any, *, lang: str = "en", names: list[str] | None = None) -> go.Figure | str:
     """Per run two horizontal bars, in ms: vLLM's mean queue / prefill / decode per request stacked with the gap
-    to the client's E2E, and the client's mean TTFT and E2E. `runs`: one run or several (a sweep's levels).
+    to the client's E2E, and the client's mean TTFT and E2E. `runs`: one run or several (a sweep's levels), named
+    by their labels or by `names` (one per run: what the page calls them).
     Without a server view on any of them: the sentence that says so (str), not an empty chart."""
     runs = _runs(runs)
     drawn = [(r, t) for r in runs if (t := server_time.of(r)) is not None]
@@ -82,7 +83,8 @@ def server_view_chart(runs: Any, *, lang: str = "en") -> go.Figure | str:
                     hovertext=[f"<b>{esc(label)}</b><br>{seconds * 1000:,.0f} ms" + hover], hoverinfo="text")
         shown.add(key)
 
-    names = [esc(run_label(run, lang)) for run, _ in drawn]
+    named = dict(zip(map(id, runs), names or ()))
+    names = [esc(named.get(id(run)) or run_label(run, lang)) for run, _ in drawn]
     for i, (run, t) in enumerate(drawn):
         # two runs of one label (repeats) get rows of their own, not one stacked on the other
         name = names[i] if names.count(names[i]) == 1 else f"{names[i]} #{names[:i + 1].count(names[i])}"
@@ -114,7 +116,7 @@ def server_view_chart(runs: Any, *, lang: str = "en") -> go.Figure | str:
                    range=[0, top * 1.22 or 1]),
         yaxis=dict(showgrid=False, autorange="reversed", type="category", categoryorder="array", categoryarray=rows),
         legend=dict(traceorder="normal"))
-    fig = finish(fig, say("Where a request's time went: the server's view and the client's"), _caption(drawn),
+    fig = finish(fig, say("Where a request's time went: the server's view and the client's"), _caption(drawn, named),
                  placeholder=any(is_placeholder(r) for r, _ in drawn), height=360 + 110 * len(drawn), lang=lang)
     return fig.update_layout(margin=dict(t=fig.layout.margin.t + 60))  # seven legend entries: three rows
 
@@ -130,15 +132,17 @@ def _none_said(run: Any) -> Any:
     return server_time.said(run)[0]  # with no view, its one sentence
 
 
-def _caption(drawn: list) -> list:
+def _caption(drawn: list, named: dict | None = None) -> list:
     """One run: judge.server_time's sentences, the bars' very numbers. Several: which ones waited mostly in the
     queue, then how the means and percentiles were made."""
     if len(drawn) == 1:
         return server_time.said(drawn[0][0])
     out = [say("Each run's mean time per request as vLLM timed it (upper bar) against the client's TTFT and E2E "
                "(lower bar); the hatched part is what the server does not time.")]
+    named = named or {}
     out += [say("{run}: most of the TTFT ({share:.0%}) was waiting for a slot: raise --max-num-seqs or add KV "
-                "cache.", run=r.label or r.scenario, share=t.queue_share) for r, t in drawn if t.queue_dominates]
+                "cache.", run=named.get(id(r)) or r.label or r.scenario, share=t.queue_share)
+            for r, t in drawn if t.queue_dominates]
     out.append(server_time.said(drawn[0][0])[-1])  # means exact, percentiles bucket estimates
     return out
 
