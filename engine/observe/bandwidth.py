@@ -82,13 +82,16 @@ GPU_TABLE: list[tuple[str, float, str]] = [
 ]
 
 
+def table_row(name: str, table: list[tuple[str, float, str]]) -> tuple[float, str] | None:
+    """The (figure, reference) of the first row of `table` whose pattern matches a GPU's NVML name."""
+    key = " ".join(str(name).lower().replace("-", " ").split())
+    return next(((figure, ref) for pattern, figure, ref in table if re.search(pattern, key)), None)
+
+
 def from_table(name: str) -> Bandwidth | None:
     """The datasheet figure for a GPU by its NVML name ("NVIDIA H200"), None for one the table lacks."""
-    key = " ".join(str(name).lower().replace("-", " ").split())
-    for pattern, gb_s, reference in GPU_TABLE:
-        if re.search(pattern, key):
-            return Bandwidth(float(gb_s), "table", f"NVIDIA datasheet, {reference}")
-    return None
+    row = table_row(name, GPU_TABLE)
+    return Bandwidth(float(row[0]), "table", f"NVIDIA datasheet, {row[1]}") if row else None
 
 
 def from_nvml(index: int) -> Bandwidth | None:

@@ -2,8 +2,9 @@
 utilization). See docs/measuring.md#utilization."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from engine.observe.bandwidth import table_row
 
 # Dense (without sparsity) FP16/BF16 tensor-core TFLOP/s; the datasheets print twice these "with sparsity":
 #   H200 SXM 989, H200 NVL 835 — NVIDIA H200 Tensor Core GPU datasheet.
@@ -34,8 +35,5 @@ class PeakFlops:
 
 def from_table(name: str) -> PeakFlops | None:
     """The datasheet's dense FP16/BF16 peak for a GPU by its NVML name ("NVIDIA H200"), None for one not listed."""
-    key = " ".join(str(name).lower().replace("-", " ").split())
-    for pattern, tflop_s, reference in TABLE:
-        if re.search(pattern, key):
-            return PeakFlops(float(tflop_s), f"NVIDIA datasheet, dense FP16/BF16, {reference}")
-    return None
+    row = table_row(name, TABLE)
+    return PeakFlops(float(row[0]), f"NVIDIA datasheet, dense FP16/BF16, {row[1]}") if row else None
