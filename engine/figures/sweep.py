@@ -120,6 +120,12 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
     hover_unjudged = translate(say("{users} in flight: {total} tok/s in total, {per_user} tok/s per user",
                                    users="%{text}", total="%{y:,.0f}", per_user="%{x:,.1f}"), lang)
     caps, knees = [], []
+    # the search's answer, first: a knee's label makes room for its star, or says it when they name one level
+    searched = slos.levels([search_best], search_slo or slo) if search_best is not None else []
+    star_at = searched[0] if searched else None
+    star_text = (translate(say("SLO search: {users:g} in flight", users=star_at.users), lang)
+                 if star_at is not None else "")
+    star_said = False
     for i, (name, group) in enumerate(groups.items()):
         pts = slos.levels(group, slo)
         if not pts:
@@ -141,10 +147,14 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
             + "<extra>" + shown + "</extra>")
         if k is not None:
             knees.append(found)
-            # named below left, off the curve (which rises to the left), unless it is the lowest point
+            text = translate(found.mark, lang)
+            if star_at is not None and star_at.users == k.users and not star_said:  # one label for one level
+                text, star_said = f"{text}<br>{star_text}", True
+            # named below left, off the curve (which rises to the left), unless it is the lowest point or the
+            # star lies there
+            below = k is not pts[0] and not (star_at is not None and star_at.total < k.total)
             fig.add_annotation(x=k.per_user, y=k.total, showarrow=True, arrowhead=2, arrowwidth=2,
-                               ax=-90, ay=-60 if k is pts[0] else 60,
-                               text=translate(found.mark, lang),
+                               ax=-90, ay=60 if below else -60, text=text,
                                font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
         caps.append(say("{series}: {sentence}", series=name, sentence=found.said) if show else found.said)
     # what filled and hollow mean, in the legend
@@ -160,14 +170,14 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
                             marker=dict(symbol="circle-open" if reached else "circle-open-dot", size=34, color=INK,
                                         line=dict(width=3, dash=None)))
     star: list = []
-    if search_best is not None and (found_by := slos.levels([search_best], search_slo or slo)):
-        p = found_by[0]  # the star, its label and its sentence from this one point
+    if star_at is not None:
+        p = star_at  # the star, its label and its sentence from this one point
         fig.add_scatter(x=[p.per_user], y=[p.total], mode="markers", name=translate(say("SLO search's answer"), lang),
                         customdata=[p.users], hoverinfo="skip", meta="slo-search",
                         marker=dict(symbol="star", size=26, color=PURPLE, line=dict(color=INK, width=2)))
-        fig.add_annotation(x=p.per_user, y=p.total, showarrow=True, arrowhead=2, arrowwidth=2, ax=80, ay=-50,
-                           text=translate(say("SLO search: {users:g} in flight", users=p.users), lang),
-                           font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
+        if not star_said:  # below left: the curve rises to the left, so nothing is drawn there
+            fig.add_annotation(x=p.per_user, y=p.total, showarrow=True, arrowhead=2, arrowwidth=2, ax=-110, ay=70,
+                               text=star_text, font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
         star = [say("The star is the SLO search's answer under its SLO ({slo}): {users:g} requests in flight, "
                     "{total:,.0f} tok/s in total, {per_user:,.1f} tok/s per user.", slo=(search_slo or slo).said,
                     users=p.users, total=p.total, per_user=p.per_user)]
