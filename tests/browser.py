@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 import psutil
+from playwright.sync_api import expect
 
 from engine.serving import proctree
 from scripts.shoot import CHROMIUM_ARGS
@@ -30,6 +31,9 @@ CHROMIUM = os.environ.get("SERVING_LAB_CHROMIUM", "/usr/bin/chromium")
 # Streamlit scrolls inside its own container, so a tall viewport is what makes a "full page" shot.
 VIEWPORT = {"width": 1400, "height": 2200}
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+# Playwright's assertions wait 5 s by default: a rerun of a page on a 2-core machine running two test workers,
+# vLLM and Chromium can take longer. A liveness bound, not a timing: each assertion still returns when it holds.
+expect.set_options(timeout=30_000)
 
 
 def launch_chromium(playwright):

@@ -113,7 +113,7 @@ def test_a_finished_job_s_runs_become_the_step_s(lab):
     lab.store.save(run)
     job = lab.jobs.submit("load", "test", lambda job: run)
     lab.guide._jobs["concurrent"] = job.id
-    deadline = time.time() + 10
+    deadline = time.time() + 60  # a liveness bound
     while job.active and time.time() < deadline:
         time.sleep(0.05)
     assert lab.guide.state().runs["concurrent"] == [run.id]
