@@ -174,8 +174,10 @@ def test_naive_vs_vllm_runs_the_vllm_step(page, app):
     step3.click()
     expect(metric(page, "3 · vLLM, one at a time")).not_to_have_text("–", timeout=180000)  # its wall time
     expect(button(page, "Cancel")).to_have_count(0, timeout=30000)  # the job has finished, not only saved
-    # the whole job per contender, the per-request latency bars and the ceiling's bar (folded away)
-    expect(page.locator(".js-plotly-plot")).to_have_count(3, timeout=30000)
+    # the whole job per contender, the per-request latency bars, and folded away the ceiling's bar and where the
+    # run's time went inside the server
+    expect(page.locator(".js-plotly-plot")).to_have_count(4, timeout=30000)
+    expect(page.get_by_text("Where vLLM's time went inside the server, and its energy")).to_be_visible()
     shot(page, "naive_vs_vllm")
 
 

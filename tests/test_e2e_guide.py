@@ -25,7 +25,7 @@ TOKEN = "guide-presenter"
 KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
 ko = KO.gettext
 STEP_S = 2400_000  # ms: one step on two shared CPU cores (a restart, or naive generate()); seen >20 min under load
-FOLLOW_MS = 20000  # a liveness bound (the follower polls every 1.5 s; a page on a busy 2-core CI machine redraws slower)
+FOLLOW_MS = 60000  # a liveness bound (the follower polls every 1.5 s; a page on a busy 2-core CI machine redraws slower)
 SHOTS = ROOT / "artifacts" / "screenshots"
 # What each step shows once its own run is back
 DONE = {"free": ko("Left behind"), "start": ko("Ready after")}
