@@ -68,6 +68,14 @@ def pytest_collection_modifyitems(config, items):
     config.hook.pytest_deselected(items=drop)
 
 
+def wait_done(job, limit_s: float = 300) -> None:
+    """Until a Lab job ends (a liveness bound, not a timing), then that it ended done."""
+    deadline = time.time() + limit_s
+    while job.active and time.time() < deadline:
+        time.sleep(0.1)
+    assert job.status == "done", job.error
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

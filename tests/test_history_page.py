@@ -3,7 +3,6 @@ a hand edit left odd. Driven through app.py with Streamlit's AppTest, on this mo
 from __future__ import annotations
 
 import json
-import socket
 import sqlite3
 import sys
 from pathlib import Path
@@ -15,15 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import insert_raw, make_run  # noqa: E402
+from tests.conftest import free_port
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,24 +7,18 @@ with a real server."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from .korean import data_words, english, english_in, unquoted
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 PAGES = ["app_pages/server.py", "app_pages/monitor.py", "app_pages/naive_vs_vllm.py", "app_pages/load.py",
          "app_pages/tuning.py", "app_pages/chat.py", "app_pages/history.py"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)

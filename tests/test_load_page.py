@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from engine.jobs import Job, JobManager
 from engine.measure.load.progress import RunPlan
 from engine.results.records import RequestRecord
-from tests.conftest import app_page
+from tests.conftest import app_page, wait_done
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -216,21 +216,14 @@ def test_history_names_each_run_s_workload_and_leaves_older_runs_blank(lab):
 
 
 def _connected(lab, server) -> None:
-    job = lab.connect(server.base_url)
-    deadline = time.time() + 60  # a liveness bound
-    while job.active and time.time() < deadline:
-        time.sleep(0.1)
-    assert job.status == "done", job.error
+    wait_done(lab.connect(server.base_url), 60)
 
 
 def _ran(lab, at: AppTest):
     next(b for b in at.button if b.label == "Run load test").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     job = lab.latest_job("load")
-    deadline = time.time() + 300  # a liveness bound
-    while job.active and time.time() < deadline:
-        time.sleep(0.2)
-    assert job.status == "done", job.error
+    wait_done(job)
     at.run()
     assert not at.exception
     return job.result

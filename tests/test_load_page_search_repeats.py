@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import time
 from dataclasses import replace
 
 import pytest
@@ -16,9 +15,9 @@ from engine import figures
 from engine.measure.judge import repeats, stats
 from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
-from tests.conftest import app_page
+from tests.conftest import app_page, wait_done
 from tests.test_figures import make_slo_sweep
-from tests.test_load_page import _connected
+from tests.test_load_page import _connected, _ran
 
 PARETO = "Per-user against total throughput"
 SERVER_VIEW = "Where a request's time went"
@@ -47,13 +46,6 @@ def _button(at, label: str):
     return next(b for b in at.button if b.label == label)
 
 
-def _wait(job, limit_s: float = 600) -> None:
-    deadline = time.time() + limit_s  # a liveness bound
-    while job.active and time.time() < deadline:
-        time.sleep(0.2)
-    assert job.status == "done", job.error
-
-
 # -- the figure --------------------------------------------------------------------------------------------------
 
 def test_the_pareto_chart_stars_the_search_answer_at_its_own_point_with_its_sentence():
@@ -79,7 +71,7 @@ def test_the_pareto_chart_stars_the_search_answer_at_its_own_point_with_its_sent
 
 def _finished(lab, kind: str, result):
     job = lab.jobs.submit(kind, kind, lambda job: result, lane=kind)
-    _wait(job, 30)
+    wait_done(job, 30)
     return job
 
 
@@ -147,7 +139,7 @@ def test_a_real_sweep_shows_each_levels_server_view_then_a_search_is_starred_on_
         _button(at, "Run sweep").click().run()
         assert not at.exception and not at.error, _plain(at.error)
         sweep = lab.latest_job("sweep")
-        _wait(sweep)
+        wait_done(sweep, 600)
         at.run()
         assert not at.exception
         fig = _chart(at, SERVER_VIEW)
@@ -167,7 +159,7 @@ def test_a_real_sweep_shows_each_levels_server_view_then_a_search_is_starred_on_
         _button(at, SEARCH).click().run()
         assert not at.exception and not at.error, _plain(at.error)
         job = lab.latest_job("slo-search")
-        _wait(job)
+        wait_done(job, 600)
         at.run()
         assert not at.exception
         search = job.result
@@ -188,13 +180,7 @@ def test_a_load_test_repeated_twice_shows_the_median_and_interval_of_its_two_sav
         at.number_input[0].set_value(4)
         at.slider[0].set_value(16)
         at.number_input(key="load_repeats").set_value(2)
-        _button(at, "Run load test").click().run()
-        assert not at.exception and not at.error, _plain(at.error)
-        job = lab.latest_job("load")
-        _wait(job)
-        at.run()
-        assert not at.exception
-        saved = [lab.store.load(r.id) for r in job.result]
+        saved = [lab.store.load(r.id) for r in _ran(lab, at)]
         assert len(saved) == 2 and len({r.extra.repeat_group for r in saved}) == 1 and saved[0].extra.repeat_group
         table = _frame(at, "Median").set_index("Number")
         for key, name in (("output_throughput", "Output throughput (tok/s)"), ("mean_ttft_ms", "Mean TTFT (ms)")):

@@ -8,7 +8,6 @@ thread) serves every AppTest in this module and is shut down at the end.
 """
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
+from tests.conftest import free_port
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -27,12 +27,6 @@ PAGES = {
     "app_pages/chat.py": "Chat",
     "app_pages/history.py": "History",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module", autouse=True)

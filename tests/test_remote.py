@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
 from pathlib import Path
@@ -25,14 +24,9 @@ from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import load_test_spec
 from engine.serving import models
 from engine.serving.endpoint import EndpointError, discover, root_url
+from tests.conftest import free_port
 
 KEY = "sk-serving-lab-test-NEVER-STORED-7f3a"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from engine.measure.workloads import scenarios
 from engine.results.records import RequestRecord, RunResult
 from engine.runs import Runner, Target, check_sweep, check_tuning
 from engine.serving.config import ServerConfig
-from tests.conftest import app_page
+from tests.conftest import app_page, wait_done
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
 LENGTHS = {"kind": "lengths", "n": 3, "input": {"kind": "fixed", "mean": 32}, "output": {"kind": "fixed", "mean": 8}}
@@ -169,10 +169,7 @@ def test_tuning_sends_the_chosen_example_to_every_configuration_and_names_it(lab
     next(b for b in at.button if b.key == "tuning_run").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     job = lab.latest_job("tuning")
-    deadline = time.time() + 30  # a liveness bound
-    while job.active and time.time() < deadline:
-        time.sleep(0.05)
-    assert job.status == "done", job.error
+    wait_done(job, 30)
     (configs, spec), = tuning_page
     assert len(configs) == 2 and spec.workload["name"] == "chat-prompts.jsonl" and len(spec.prompts) == 40
     at.run()
@@ -213,18 +210,12 @@ def test_each_configuration_of_a_comparison_is_sent_the_same_example(vllm_server
 @pytest.mark.server
 def test_every_level_of_a_sweep_is_sent_the_chosen_plan(lab, vllm_server):
     job = lab.connect(vllm_server.base_url)
-    deadline = time.time() + 60  # a liveness bound
-    while job.active and time.time() < deadline:
-        time.sleep(0.1)
-    assert job.status == "done", job.error
+    wait_done(job, 60)
     try:
         plan = workload_plan(LENGTHS)
         job = lab.run_sweep(sweep_spec(load_defaults(lab.device, lab.serving_max_len()), plan=plan), [1, 2],
                             token=None, caller="test")
-        deadline = time.time() + 300
-        while job.active and time.time() < deadline:
-            time.sleep(0.2)
-        assert job.status == "done", job.error
+        wait_done(job, 300)
         assert [r.extra.sweep_level for r in job.result] == [1, 2]
         for run in job.result:
             assert run.scenario == "sweep" and run.load.workload == plan.summary
