@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from engine.lab import Lab  # noqa: E402
+from engine.measure.workloads.defaults import load_test_spec  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 from engine.results.store import RunStore  # noqa: E402
 from engine.serving import models  # noqa: E402
@@ -43,3 +44,18 @@ def serve(lab: Lab, model: str) -> bool:
     if not lab.ready():
         lab.start_server(lab.default_config(spec).with_changes(max_model_len=2048, gpu_memory_utilization=0.85), spec)
     return wait_ready(lab, t0)
+
+
+def level_run(lab: Lab, level: int, tokens: int, synthetic: bool = True):
+    """One warmed-up load test at `level` in flight through the Lab: 2 × level requests (10 at the least) of `tokens`
+    output tokens each (ignore_eos). The run, or None with why printed when it failed."""
+    n = max(10, 2 * level)
+    spec = load_test_spec("concurrency", n, tokens, max_len=lab.serving_max_len(), ignore_eos=True,
+                          concurrency=level, synthetic=synthetic, warmup=True)
+    job = lab.run_load(spec)
+    while job.active:
+        time.sleep(0.5)
+    if job.error:
+        print(f"level {level} failed: {job.error}", flush=True)
+        return None
+    return job.result

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -31,6 +30,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.observe import hardware  # noqa: E402
 from engine.serving import proctree  # noqa: E402
 from engine.serving.config import API_SERVER_MODULE  # noqa: E402
 
@@ -154,16 +154,12 @@ def main() -> int:
         for p, _ in tagged(home):  # keep later rounds clean even if this one failed
             proctree.stop([p], grace_s=2)
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    machine = hardware.summary_line(hardware.describe())
     lines = [
         "# App killed at random moments: orphans and duplicate servers",
         "",
-        f"Measured {datetime.now():%Y-%m-%d %H:%M} on {cpu}, {os.cpu_count()} cores, "
-        f"{psutil.virtual_memory().total / 1e9:.0f} GB RAM; vLLM CPU build, embedded model, --enforce-eager. "
+        f"Measured {datetime.now():%Y-%m-%d %H:%M} on {machine}"
+        f"; vLLM CPU build, embedded model, --enforce-eager. "
         f"`python bench/crash_loop.py --rounds {args.rounds} --seed {args.seed}`.",
         "",
         f"**{2 * args.rounds} kills: {orphans_total} orphans, {dupes_total} duplicate servers.**",

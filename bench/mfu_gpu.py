@@ -13,10 +13,9 @@ import statistics
 import time
 from pathlib import Path
 
-from common import bench_lab, wait_ready  # noqa: E402 - bench/common.py puts the project on the path
+from common import bench_lab, level_run, wait_ready  # noqa: E402 - bench/common.py puts the project on the path
 
 from engine.measure.judge import utilization  # noqa: E402
-from engine.measure.workloads.defaults import load_test_spec  # noqa: E402
 from engine.messages import translate  # noqa: E402
 from engine.observe import engine_counters, histograms  # noqa: E402
 from engine.observe.telemetry import read_metrics_text  # noqa: E402
@@ -48,16 +47,9 @@ def main() -> int:
         if not wait_ready(lab, t0):
             return 1
         for level in [int(x) for x in a.levels.split(",")]:
-            n = max(10, 2 * level)
-            spec = load_test_spec("concurrency", n, a.tokens, max_len=lab.serving_max_len(), ignore_eos=True,
-                                  concurrency=level, synthetic=True, warmup=True)
-            job = lab.run_load(spec)
-            while job.active:
-                time.sleep(0.5)
-            if job.error:
-                print(f"mfu {flag}, level {level} failed: {job.error}", flush=True)
+            if (run := level_run(lab, level, a.tokens)) is None:
                 continue
-            run, s = job.result, job.result.summary
+            n, s = len(run.measured), run.summary
             u = utilization.of(run)
             said = utilization.said(run)
             print(f"mfu {flag} · {level} in flight: {s.output_throughput:,.0f} tok/s, mean TTFT "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from engine.observe import hardware  # noqa: E402
 from engine.serving import proctree  # noqa: E402
 from engine.serving.config import API_SERVER_MODULE  # noqa: E402
 
@@ -189,16 +189,12 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     if args.out != "-":
-        cpu = platform.processor() or platform.machine()
-        try:
-            cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
-        except (OSError, StopIteration):
-            pass
+        machine = hardware.summary_line(hardware.describe())
         lines = [
             "# Two processes press Start on one port at once: how many vLLM servers",
             "",
-            f"Measured {datetime.now():%Y-%m-%d %H:%M} on {cpu}, {os.cpu_count()} cores, "
-            f"{psutil.virtual_memory().total / 1e9:.0f} GB RAM (shared with other work: load average "
+            f"Measured {datetime.now():%Y-%m-%d %H:%M} on {machine}"
+            f" (shared with other work: load average "
             f"{os.getloadavg()[0]:.0f}); vLLM CPU build, embedded model. `python bench/one_server.py --rounds "
             f"{args.rounds}`: {len(rows)} rounds in {took / 60:.1f} min.",
             "",

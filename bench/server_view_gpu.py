@@ -10,13 +10,11 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 
-from common import bench_lab, serve  # noqa: E402 - bench/common.py puts the project on the path
+from common import bench_lab, level_run, serve  # noqa: E402 - bench/common.py puts the project on the path
 
 from engine.measure.judge import server_time  # noqa: E402
-from engine.measure.workloads.defaults import load_test_spec  # noqa: E402
 from engine.observe import energy  # noqa: E402
 
 
@@ -33,17 +31,9 @@ def main() -> int:
         return 1
     out = []
     for level in [int(x) for x in a.levels.split(",")]:
-        n = max(10, 2 * level)
-        spec = load_test_spec("concurrency", n, a.tokens, max_len=lab.serving_max_len(), ignore_eos=True,
-                              concurrency=level, synthetic=level != 10, warmup=True)
-        job = lab.run_load(spec)
-        while job.active:
-            time.sleep(0.5)
-        if job.error:
-            print(f"level {level} failed: {job.error}")
+        if (run := level_run(lab, level, a.tokens, synthetic=level != 10)) is None:  # the lab's 10 prompts at 10
             continue
-        run = job.result
-        s = run.summary
+        n, s = len(run.measured), run.summary
         print(f"\n== {level} in flight, {n} requests × {a.tokens} tokens: {run.duration:.2f} s, "
               f"{s.output_throughput:,.0f} tok/s, TTFT median {s.latency_ms.get('median_ttft_ms') or 0:.0f} ms", flush=True)
         for line in server_time.said(run):
