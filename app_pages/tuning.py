@@ -273,7 +273,11 @@ with left:
     prefix_run = action_slot(_("Restart vLLM and compare prefix caching"), ":material/cached:", "prefix_run")
     with st.container():
         if prefix_run:
-            ui.act(lab, lab.run_prefix_cache, pscn.load_spec())
+            try:  # on vs off, each otherwise as the last started server
+                ui.act(lab, lab.run_tuning, scenarios.configs_after(pscn.name, lab.server_snapshot().config),
+                       pscn.load_spec(), list(pscn.config_labels))
+            except LabError as e:
+                st.error(ui.plain(e), icon=":material/error:")
     progress("prefix-cache", "prefix_cancel")
     with st.expander(_("What to watch"), icon=":material/help:"):
         st.markdown(_("The shared prompt is a workshop assistant's instructions, about 1,300 tokens. With the cache "

@@ -2,6 +2,7 @@
 See docs/internals.md#access."""
 from __future__ import annotations
 
+import functools
 import hmac
 import threading
 import time
@@ -15,6 +16,22 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 # Wrong tokens: per caller (an IP address or a browser session), and all callers together.
 CALLER_FAILURES, CALLER_WINDOW_S = 5, 60.0
 ROOM_FAILURES, ROOM_WINDOW_S = 20, 60.0
+
+
+def presenter_only(fn=None, *, who: bool = False):
+    """Make a method of an object holding `access` (the Lab, the Guide) an action: `token=` and `caller=` (an IP
+    or session id, for throttling wrong tokens) are checked before it runs, here in the engine, whatever a page
+    drew; with `who`, the method is given them as `who=(token, caller)` (to act on the presenter's behalf)."""
+    if fn is None:
+        return functools.partial(presenter_only, who=who)
+
+    @functools.wraps(fn)
+    def action(self, *args, token: str | None = None, caller: str | None = None, **kw):
+        self.access.check(token, caller)
+        return fn(self, *args, **kw, **({"who": (token, caller)} if who else {}))
+
+    action.presenter_only = True
+    return action
 
 
 class Access:

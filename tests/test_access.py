@@ -88,7 +88,7 @@ ACTIONS = {  # every state-changing or compute-costing action, with arguments it
     "clear_leftovers": (), "run_load": (None,), "run_sweep": (None, [1]), "run_tuning": ([], None),
     "run_naive": (None,), "cancel_job": ("x",), "import_runs": (b"[]", "f.json"), "delete_runs": (["x"],),
     "import_examples": (), "allow_chat_under_load": (True,), "prepare_model": ("shape-only",),
-    "attach": ("http://127.0.0.1:1",), "detach": (), "run_prefix_cache": (None,),
+    "attach": ("http://127.0.0.1:1",), "detach": (),
     "run_side_by_side": ("http://127.0.0.1:1", None), "connect": ("http://127.0.0.1:1",),
     "run_slo_search": (None, None, 1, 4),
 }

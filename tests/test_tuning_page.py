@@ -134,3 +134,19 @@ def test_a_kv_squeeze_comparison_shows_in_its_own_section_only(page, monkeypatch
     assert any("Results appear here" in i.value for i in at.info)  # the max-model-len section has none yet
     said = " ".join(c.value for c in at.caption)
     assert "Cold" in said and "KV cache squeezed" in said  # the squeeze's runs are cold, and said so
+
+
+def test_prefix_caching_on_vs_off_is_its_own_job_and_waits_for_a_started_server(page, monkeypatch):
+    """The prefix-cache comparison goes through run_tuning as the squeeze does, as a job of its own kind (its
+    section shows it); before any server started, its section says to start one and offers no button."""
+    lab, render = page
+    at = render()
+    assert not any(b.label == "Restart vLLM and compare prefix caching" for b in at.button)
+    assert sum("Start the server once on the Server page" in i.value for i in at.info) >= 3  # every section
+
+    pscn = scenarios.get("prefix-cache")
+    monkeypatch.setattr(lab, "_runner", lambda job: type("R", (), {"tuning": lambda self, *a, **k: []})())
+    configs = scenarios.configs_after(pscn.name, ServerConfig(model="/m", max_model_len=2048))
+    job = lab.run_tuning(configs, pscn.load_spec(), list(pscn.config_labels), token=None, caller="test")
+    assert job.kind == "prefix-cache" and lab.latest_job("tuning") is None and lab.latest_job("kv-squeeze") is None
+    assert [c.enable_prefix_caching for c in configs] == [True, False]

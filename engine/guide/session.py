@@ -3,7 +3,6 @@ token budget and the runs each step made, in guide.json beside the history; each
 own actions."""
 from __future__ import annotations
 
-import functools
 import json
 import os
 import threading
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.access import presenter_only
 from engine.errors import LabError, ServerBusy
 from engine.guide.findings import Finding, Row, findings, memory_returned, numbers
 from engine.guide.steps import LAB_FLAGS, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE, step, tokens_for
@@ -64,20 +64,10 @@ def guide_path(history: Path | None = None) -> Path:
     return (history or history_path()).with_name("guide.json")
 
 
-def _presenter_only(fn):
-    """A Guide action: the caller's token is checked by the Lab's Access, as every Lab action's."""
-    @functools.wraps(fn)
-    def action(self: "Guide", *args, token: str | None = None, caller: str | None = None, **kw):
-        self.lab.access.check(token, caller)
-        return fn(self, *args, who=(token, caller), **kw)
-
-    action.presenter_only = True
-    return action
-
-
 class Guide:
     def __init__(self, lab: "Lab", path: Path | None = None):
         self.lab = lab
+        self.access = lab.access  # the Lab's: who may act on the guide
         self.path = path or guide_path(lab.store.path)
         self._lock = threading.Lock()
         self._jobs: dict[str, str] = {}  # step id -> the job it started (in memory: a job dies with the app)
@@ -147,15 +137,15 @@ class Guide:
         return runs[-1] if runs else None
 
     # -- the presenter's actions -------------------------------------------------------------------
-    @_presenter_only
-    def go_to(self, step_id: str, *, who) -> None:
+    @presenter_only
+    def go_to(self, step_id: str) -> None:
         step(step_id)
         with self._lock:
             self._state.current, self._state.moved_at = step_id, time.time()
             self._write()
 
-    @_presenter_only
-    def set_scale(self, scale: float, *, who) -> None:
+    @presenter_only
+    def set_scale(self, scale: float) -> None:
         if scale not in SCALES:
             raise LabError(say("The token budget is a share of the lab's: one of {choices}.",
                                choices=", ".join(f"{s:g}" for s in SCALES)))
@@ -163,8 +153,8 @@ class Guide:
             self._state.scale = scale
             self._write()
 
-    @_presenter_only
-    def set_model(self, path: str, *, who) -> None:
+    @presenter_only
+    def set_model(self, path: str) -> None:
         """The model every step uses (the naive baseline and vLLM alike): one of the catalogue's, by path."""
         if path not in {m.path for m in models.catalogue()}:
             raise LabError(say("The model {name} is not prepared on this machine: pick one the list offers, or "
@@ -173,14 +163,14 @@ class Guide:
             self._state.model = path
             self._write()
 
-    @_presenter_only
-    def reset(self, *, who) -> None:
+    @presenter_only
+    def reset(self) -> None:
         """Start the guided lab over (the runs stay in the history)."""
         with self._lock:  # the presenter's model stays: starting over does not change the hardware
             self._state, self._jobs = State(moved_at=time.time(), model=self._state.model), {}
             self._write()
 
-    @_presenter_only
+    @presenter_only(who=True)
     def run_step(self, step_id: str, *, who) -> Any:
         """Run exactly what the step does on the current server, starting or restarting it where the step
         needs it; the saved runs are recorded as the step's once its job ends (state())."""
