@@ -15,8 +15,9 @@ try:
 except LabError as e:  # e.g. a history file written by a newer Serving Lab: a sentence, not a traceback
     st.error(ui.plain(e), icon=":material/error:")
     st.stop()
+guide = st.Page("app_pages/guide.py", title=_("Guided lab"), icon=":material/school:", default=True)
 nav = st.navigation([
-    st.Page("app_pages/guide.py", title=_("Guided lab"), icon=":material/school:", default=True),
+    guide,
     st.Page("app_pages/server.py", title=_("Server"), icon=":material/dns:"),
     st.Page("app_pages/monitor.py", title=_("Monitor"), icon=":material/monitor_heart:"),
     st.Page("app_pages/naive_vs_vllm.py", title=_("Naive vs vLLM"), icon=":material/compare_arrows:"),
@@ -26,7 +27,7 @@ nav = st.navigation([
     st.Page("app_pages/chat.py", title=_("Chat"), icon=":material/chat:"),
     st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
-ui.sidebar(lab)
+ui.sidebar(lab, on_guide=nav is guide)
 with st.container():  # one slot, shown or not: the page's elements (and its fragments) keep their places
     ui.pending_error()
 nav.run()

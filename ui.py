@@ -261,9 +261,10 @@ def cancelled_note(job) -> None:
                    icon=":material/cancel:")
 
 
-def sidebar(lab: Lab) -> None:
+def sidebar(lab: Lab, on_guide: bool = False) -> None:
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
     st.session_state["drawn_state"] = _drawn_for(lab)
+    st.session_state["on_guide"] = on_guide  # read by the follower's tick between full runs
     with st.sidebar:
         i18n.switch()
         _server_status()
@@ -292,12 +293,14 @@ def _follow() -> None:
 
 @st.fragment(run_every=1.5)
 def _follow_tick() -> None:
+    """From another page, to the presenter's step once it moved. The guided lab marks a step seen when it draws
+    it (and redraws itself when the presenter moves): a switch that Streamlit folds into a newer rerun of this
+    page (the newest request's page wins) is tried again at the next tick instead of being lost."""
     s = get_lab().guide.state()
-    now, seen = (s.current, s.moved_at), st.session_state.get("guide_seen")
-    if now != seen:
-        st.session_state["guide_seen"] = now
-        # switch_page drops the query string unless given it (a viewer's ?lang= among it)
-        st.switch_page("app_pages/guide.py", query_params=st.query_params.to_dict())
+    if st.session_state.get("on_guide") or (s.current, s.moved_at) == st.session_state.get("guide_seen"):
+        return
+    # switch_page drops the query string unless given it (a viewer's ?lang= among it)
+    st.switch_page("app_pages/guide.py", query_params=st.query_params.to_dict())
 
 
 def _try_token() -> None:

@@ -291,3 +291,35 @@ def test_every_step_draws_the_runs_it_made(app_lab):
             if g.step(sid).seed:
                 here = at.dataframe[0].value.iloc[:, 2].tolist()
                 assert not any(v in ("not run yet", "아직 실행 안 함") for v in here), (sid, here)
+
+
+def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_switch_is_lost(app_lab, monkeypatch):
+    """A follower looking at another page stays there until the presenter moves, then is taken to the step; a
+    switch Streamlit drops (folded into a newer rerun of the page the browser still shows) is tried again at the
+    next tick: the step counts as seen only once the guided lab drew it."""
+    import streamlit
+    import ui
+
+    monkeypatch.setenv("SERVING_LAB_PRESENTER_TOKEN", "secret")  # a token: a viewer without it may follow
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/monitor.py").run()
+    at.session_state["follow_presenter"] = True  # the sidebar's toggle (AppTest keeps it across a switch this way)
+    at.run()
+    assert at.title[0].value == "Monitor"  # the presenter has not moved since this viewer saw the step
+
+    ui.get_lab().guide.go_to("free", token="secret", caller="test")
+    real, asked = streamlit.switch_page, []
+    monkeypatch.setattr(streamlit, "switch_page", lambda *a, **k: asked.append(a))  # this switch is lost
+    at.run()
+    assert asked and at.title[0].value == "Monitor"
+    monkeypatch.setattr(streamlit, "switch_page", real)
+    at.run()  # the next tick
+    assert not at.exception, [e.value for e in at.exception]
+    # AppTest drops the sidebar toggle's value across a switch the script asks for (a browser keeps it), so what
+    # counts here is the page and the step it drew as seen
+    assert at.title[0].value == "Guided lab" and at.session_state["guide_seen"][0] == "free"
+    asked.clear()  # and once there, no tick switches again
+    monkeypatch.setattr(streamlit, "switch_page", lambda *a, **k: asked.append(a))
+    at.switch_page("app_pages/guide.py").run()
+    assert at.title[0].value == "Guided lab" and not asked
