@@ -2,6 +2,7 @@
 server to be ready (saying why when it failed)."""
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,12 @@ from engine.observe import hardware  # noqa: E402
 from engine.results.store import RunStore  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.states import FAILED  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def bench_lab(out: Path, port: int) -> Lab:

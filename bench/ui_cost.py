@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,21 +23,17 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from engine.observe import hardware
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from common import free_port  # noqa: E402
 from scripts.shoot import CHROMIUM_ARGS  # noqa: E402
 
 PAGES = ["Monitor", "Naive vs vLLM", "Load test", "Tuning", "Chat", "History", "Server"]
 TITLES = {"Server": "vLLM server"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(p: psutil.Process) -> float:

@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,9 @@ from streamlit.proto.WidgetStates_pb2 import WidgetState
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import free_port  # noqa: E402
 
 
 # -- a light viewer ---------------------------------------------------------------------------------
@@ -234,12 +236,6 @@ class LightViewer:
 def cpu_seconds(p: psutil.Process) -> float:
     t = p.cpu_times()
     return t.user + t.system
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def machine() -> str:

@@ -226,7 +226,7 @@ class Lab:
 
     @presenter_only
     def run_naive(self, spec) -> Job:
-        """Submit the transformers baseline (spec: naive.NaiveSpec) in its own worker process."""
+        """Submit the transformers baseline (spec: a baseline.protocol.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
             raise ServerBusy(say("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
                                  "then start vLLM again (the lab's order)."))

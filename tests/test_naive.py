@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from engine.errors import LabError
-from engine.measure.baseline.naive import ModelNotFound, NaiveSpec, PromptTooLong, run_naive
+from engine.measure.baseline.naive import run_naive
+from engine.measure.baseline.protocol import ModelNotFound, NaiveSpec, PromptTooLong
 from engine.measure.load.progress import Progress
 from engine.observe import hardware
 
@@ -247,7 +248,8 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
     """Kill the process that called run_naive mid-generation: the worker notices (stdin EOF) and exits."""
     script = (
         "import sys\n"
-        "from engine.measure.baseline.naive import NaiveSpec, run_naive\n"
+        "from engine.measure.baseline.naive import run_naive\n"
+        "from engine.measure.baseline.protocol import NaiveSpec\n"
         "from engine.measure.load.progress import Progress\n"
         "class O(Progress):\n"
         "    def on_worker(self, pid): self.pid = pid\n"

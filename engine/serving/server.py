@@ -8,7 +8,6 @@ import subprocess
 import threading
 import time
 import uuid
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -23,15 +22,7 @@ from engine.serving import proctree
 from engine.serving.config import ServerConfig
 from engine.serving.leftovers import home, leftovers, leftovers_sentence, port_lock
 from engine.serving.port_record import PortRecord, command, holder_said, starter_said
-from engine.serving.vllm_log import (
-    KV_TOKENS,
-    MAX_CONCURRENCY,
-    STAGES,
-    after_ready,
-    ago,
-    describe_death,
-    describe_failure,
-)
+from engine.serving.vllm_log import LogFollower, after_ready, ago, describe_death, describe_failure
 
 from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING  # noqa: F401 (also read from here)
 
@@ -89,8 +80,7 @@ class VLLMServer:
         self._tag: proctree.Tag | None = None
         self._family: dict[int, float] = {}  # descendants seen so far: pid -> create time
         self._snap = Snapshot(state=STOPPED)
-        self._log_path: Path | None = None
-        self._tail: deque[str] = deque(maxlen=400)
+        self._log = LogFollower()
         self._watcher: threading.Thread | None = None
         self._stop_watch = threading.Event()
         self._record_seen: int | None = None  # the record's mtime when last looked at (follow())
@@ -113,7 +103,7 @@ class VLLMServer:
         self.follow()
         with self._lock:
             s = self._snap
-            return Snapshot(**{**s.__dict__, "log_tail": list(self._tail)[-60:], "events": list(s.events)})
+            return Snapshot(**{**s.__dict__, "log_tail": self._log.lines(60), "events": list(s.events)})
 
     def start(self, cfg: ServerConfig, model_max_len: int | None = None, known_flags: set[str] | None = None,
               adopt: bool = False) -> None:
@@ -146,8 +136,8 @@ class VLLMServer:
             if not port_is_free(cfg.port, cfg.host):
                 raise PortInUse(self._port_owner_sentence(cfg.port))
             self._tag = proctree.Tag(home(), self.port, uuid.uuid4().hex[:12])
-            self._log_path = runtime_dir() / f"server-{self.port}.log"
-            fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            self._log = LogFollower(runtime_dir() / f"server-{self.port}.log")
+            fd = os.open(self._log.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1", proctree.TAG_ENV: str(self._tag)}
             argv = cfg.argv(self.python)
             now = time.time()
@@ -158,7 +148,6 @@ class VLLMServer:
                 os.close(fd)
             self._pid = self._proc.pid
             self._family = {}
-            self._tail.clear()
             self._snap = Snapshot(
                 state=STARTING, stage=mark("launching"), started_at=now, stage_at=now, pid=self._pid, config=cfg,
                 # the earlier starts' markers stay (a restart within a comparison): the Monitor still names
@@ -307,10 +296,9 @@ class VLLMServer:
         self._pid = rec["pid"]
         self._tag = proctree.Tag.parse(rec.get("tag"))
         self._family = {int(k): v for k, v in (rec.get("family") or {}).items()}
-        self._log_path = Path(rec["log"])
+        self._log = LogFollower(Path(rec["log"]))
         self._starter = rec.get("starter") or {}
         self._argv = rec.get("argv") or []
-        self._tail.clear()
         # Ages from the API server's own start (psutil: the kernel's), not from this adoption.
         try:
             started = psutil.Process(self._pid).create_time()
@@ -346,7 +334,7 @@ class VLLMServer:
         rec = {
             "pid": self._pid, "since_boot": proctree.since_boot(psutil.Process(self._pid)), "tag": str(self._tag),
             "port": self.port, "argv": self._argv, "config": cfg.to_dict() | {"api_key": cfg.api_key},
-            "started_at": snap.started_at, "ready_at": snap.ready_at, "log": str(self._log_path),
+            "started_at": snap.started_at, "ready_at": snap.ready_at, "log": str(self._log.path),
             "family": self._family, "starter": self._starter,
         }
         self._record.write(rec)
@@ -427,22 +415,18 @@ class VLLMServer:
         """Follow the log for stages, poll /health until ready, record new descendants, and notice the
         API server dying (then stop the rest of its tree), a start past its deadline, or a server that
         says it serves where the app cannot reach it."""
-        pos = 0
-        stage_idx = -1
         silent_since: float | None = None
         try:
             api_since = proctree.since_boot(psutil.Process(self._pid))
         except psutil.Error:
             api_since = None
         while not stop.is_set():
-            pos = self._read_log(pos)
-            with self._lock:
-                lines = list(self._tail)
-            stage_idx = self._update_stage(lines, stage_idx)
+            if self._log.read():
+                self._log_read()
             state = self._snap.state
             if not proctree.pid_alive(self._pid):
                 if state in (STARTING, READY):
-                    self._read_log(pos)
+                    self._log.read()
                     if (by := self._record.stopped_by(self._pid, api_since)) is not None:
                         self._stopped_elsewhere(by)
                     else:
@@ -485,7 +469,7 @@ class VLLMServer:
         names, freed = self._stop_tree(grace_s=10)
         took = time.monotonic() - t0  # what "stopped" took, measured: the sentence says it
         with self._lock:
-            lines = list(self._tail)
+            lines = self._log.lines()
             if state == STARTING:
                 msg = describe_failure(lines, rc)
             else:
@@ -516,51 +500,16 @@ class VLLMServer:
             self._record.remove(self._pid)
             self._pid, self._proc = None, None
 
-    def _read_log(self, pos: int) -> int:
-        if not self._log_path:
-            return pos
-        try:
-            with open(self._log_path, "rb") as f:
-                f.seek(pos)
-                data = f.read()
-        except OSError:
-            return pos
-        if not data:
-            return pos
-        # Only consume whole lines; progress bars use \r, treat it as a line end.
-        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        if cut < 0:
-            return pos
-        text = data[: cut + 1].decode("utf-8", "replace").replace("\r", "\n")
+    def _log_read(self) -> None:
+        """What the log said: the KV cache's figures, and a further stage while the server starts."""
         with self._lock:
-            # Read the startup figures from every chunk: in an adopted server's long log they have
-            # already scrolled out of the tail that _update_stage scans.
-            if self._snap.kv_cache_tokens is None and (m := KV_TOKENS.search(text)):
-                self._snap.kv_cache_tokens = int(m.group(1).replace(",", ""))
-            if self._snap.max_concurrency is None and (m := MAX_CONCURRENCY.search(text)):
-                self._snap.max_concurrency = float(m.group(2).replace(",", ""))
-            self._tail.extend(l for l in text.split("\n") if l.strip())
-        return pos + cut + 1
-
-    def _update_stage(self, lines: list[str], stage_idx: int) -> int:
-        text = "\n".join(lines)
-        snap = self._snap
-        if snap.kv_cache_tokens is None and (m := KV_TOKENS.search(text)):
-            self._set(kv_cache_tokens=int(m.group(1).replace(",", "")))
-        if snap.max_concurrency is None and (m := MAX_CONCURRENCY.search(text)):
-            self._set(max_concurrency=float(m.group(2).replace(",", "")))
-        new_idx = stage_idx
-        for i, (_, pattern) in enumerate(STAGES):
-            if i > new_idx and pattern.search(text):
-                new_idx = i
-        if new_idx > stage_idx and snap.state == STARTING:
-            name = STAGES[new_idx][0]
-            now = time.time()
-            with self._lock:
-                self._snap.stage, self._snap.stage_at = name, now
-                if name in ("weights loaded", "KV cache allocated"):
-                    self._snap.events.append((now, name))
-        return new_idx
+            snap = self._snap
+            snap.kv_cache_tokens = snap.kv_cache_tokens or self._log.kv_cache_tokens
+            snap.max_concurrency = snap.max_concurrency or self._log.max_concurrency
+            if (stage := self._log.stage) and snap.state == STARTING and stage != snap.stage:
+                snap.stage, snap.stage_at = stage, time.time()
+                if stage in ("weights loaded", "KV cache allocated"):
+                    snap.events.append((snap.stage_at, stage))
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 import signal
+import threading
+from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 
 from engine.messages import Message, mark, say, say_n
 
@@ -24,6 +27,54 @@ STAGES: tuple[tuple[str, re.Pattern], ...] = (
 )
 KV_TOKENS = re.compile(r"KV cache size:\s*([\d,]+)\s*tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request:\s*([\d.,]+)x")
+
+
+
+class LogFollower:
+    """A server's log read as it grows: its last lines, the furthest startup stage it reached, and the KV cache's
+    size and the concurrency it allows (read from every new chunk: in an adopted server's long log they have
+    scrolled out of the tail long ago). Thread-safe: a watcher reads, pages take copies."""
+
+    def __init__(self, path: Path | None = None, keep: int = 400):
+        self.path, self._pos, self._lines = path, 0, deque(maxlen=keep)
+        self._lock = threading.Lock()
+        self.stage_idx = -1
+        self.kv_cache_tokens: int | None = None
+        self.max_concurrency: float | None = None
+
+    def read(self) -> bool:
+        """Take the whole lines written since the last read (progress bars' \r ends a line); True if any."""
+        if not self.path:
+            return False
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._pos)
+                data = f.read()
+        except OSError:
+            return False
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if cut < 0:
+            return False
+        self._pos += cut + 1
+        text = data[: cut + 1].decode("utf-8", "replace").replace("\r", "\n")
+        with self._lock:
+            if self.kv_cache_tokens is None and (m := KV_TOKENS.search(text)):
+                self.kv_cache_tokens = int(m.group(1).replace(",", ""))
+            if self.max_concurrency is None and (m := MAX_CONCURRENCY.search(text)):
+                self.max_concurrency = float(m.group(2).replace(",", ""))
+            self.stage_idx = max([self.stage_idx] + [i for i, (_, p) in enumerate(STAGES) if p.search(text)])
+            self._lines.extend(line for line in text.split("\n") if line.strip())
+        return True
+
+    @property
+    def stage(self) -> str | None:
+        return STAGES[self.stage_idx][0] if self.stage_idx >= 0 else None
+
+    def lines(self, last: int | None = None) -> list[str]:
+        with self._lock:
+            out = list(self._lines)
+        return out[-last:] if last else out
+
 
 # Known causes of a failed start, in plain words (pattern in the log -> its sentence, made from the
 # pattern's groups, each cut to 120 characters).

@@ -19,7 +19,7 @@ import traceback
 from typing import Any, Callable
 
 from engine.measure.load.lifeline import die_with_parent
-from engine.measure.baseline.naive import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE, wire
+from engine.measure.baseline.protocol import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE, wire
 from engine.messages import say
 from engine.results.records import RequestRecord
 

@@ -78,7 +78,7 @@ class Scenario:
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
     def naive_spec(self, model_path: str, random_weights: bool = False, **over: Any):
-        from engine.measure.baseline.naive import NaiveSpec
+        from engine.measure.baseline.protocol import NaiveSpec
 
         spec = NaiveSpec(model_path=model_path, prompts=list(self.prompts), max_new_tokens=self.max_tokens,
                          mode=self.naive_mode, random_weights=random_weights, scenario=self.name,
