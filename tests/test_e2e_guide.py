@@ -126,7 +126,7 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
             assert ko(title) in text
         assert "단계를 실행하세요" not in text, text
         assert re.search(r"\d+\.\d초", text), text  # seconds in Korean units
-        with presenter.expect_download() as dl:
+        with presenter.expect_download(timeout=180000) as dl:  # made on the click: plotly.js inlined, megabytes
             presenter.get_by_role("button", name=ko("Download the HTML report")).click()
         html = Path(dl.value.path()).read_text()
         assert "<h2>요약</h2>" in html and ko("Naive inference is easy but slow") in html

@@ -9,6 +9,7 @@ import hashlib
 import re
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from engine.results.store import RunStore
@@ -30,9 +31,18 @@ def app(vllm_server, tmp_path_factory):
 
 
 def _choose(page, within, label: str, option: str) -> None:
-    """Pick `option` in the selectbox labelled `label` (inside `within`; a combobox and its listbox)."""
-    within.get_by_role("combobox", name=label).click()
-    page.get_by_role("option", name=option, exact=True).click()
+    """Pick `option` in the selectbox labelled `label` (inside `within`; a combobox and its listbox). A listbox
+    opened while the page still redraws (the last choice's rerun, on a busy machine) can close again: open it
+    until the option shows."""
+    wanted = page.get_by_role("option", name=option, exact=True)
+    for _ in range(6):
+        within.get_by_role("combobox", name=label).click()
+        try:
+            wanted.wait_for(timeout=10000)
+            break
+        except PlaywrightTimeout:
+            continue
+    wanted.click()
 
 
 def test_an_uploaded_dataset_previews_runs_and_is_recorded_by_name_and_rows(browser, app, tmp_path):
