@@ -200,6 +200,20 @@ with right:
     results()
 
 
+def compare(scenario, spec, label: str, icon: str, key: str) -> None:
+    """A scenario's own comparison (its section's button, its job's progress): vLLM restarted with each of its
+    configurations, each otherwise as the last started server, and sent `spec`."""
+    pressed = action_slot(label, icon, f"{key}_run")
+    with st.container():
+        if pressed:
+            try:
+                ui.act(lab, lab.run_tuning, scenarios.configs_after(scenario.name, lab.server_snapshot().config),
+                       spec, list(scenario.config_labels))
+            except LabError as e:
+                st.error(ui.plain(e), icon=":material/error:")
+    progress(scenario.name, f"{key}_cancel")
+
+
 # -- 2. the KV cache as the scarce resource (issue #12) ------------------------------------------------
 st.divider()
 st.subheader(_("The KV cache as the scarce resource"))
@@ -215,15 +229,8 @@ with left:
                           key="kv_max_tokens",
                           help=_("Shorter answers make the comparison quicker (minutes on a CPU); from 100 tokens up "
                                  "they still outgrow the squeezed cache."))
-    squeeze_run = action_slot(_("Squeeze the KV cache and compare"), ":material/compress:", "kv_run")
-    with st.container():
-        if squeeze_run:
-            try:
-                ui.act(lab, lab.run_tuning, scenarios.configs_after("kv-squeeze", lab.server_snapshot().config),
-                       squeeze.load_spec(max_tokens=kv_tokens), list(squeeze.config_labels))
-            except LabError as e:
-                st.error(ui.plain(e), icon=":material/error:")
-    progress("kv-squeeze", "kv_cancel")
+    compare(squeeze, squeeze.load_spec(max_tokens=kv_tokens), _("Squeeze the KV cache and compare"),
+            ":material/compress:", "kv")
     with st.expander(_("What to watch"), icon=":material/help:"):
         st.markdown(_("Watch the Monitor meanwhile: requests wait, the cache stays full and requests are preempted "
                       "(their blocks taken back; they start again). Each half is measured cold, with no warm-up: a "
@@ -270,15 +277,7 @@ st.caption(_("The same {n} short questions after one long shared system prompt, 
              "on, then off.", n=len(pscn.prompts)))
 left, right = st.columns([2, 3], gap="large")
 with left:
-    prefix_run = action_slot(_("Restart vLLM and compare prefix caching"), ":material/cached:", "prefix_run")
-    with st.container():
-        if prefix_run:
-            try:  # on vs off, each otherwise as the last started server
-                ui.act(lab, lab.run_tuning, scenarios.configs_after(pscn.name, lab.server_snapshot().config),
-                       pscn.load_spec(), list(pscn.config_labels))
-            except LabError as e:
-                st.error(ui.plain(e), icon=":material/error:")
-    progress("prefix-cache", "prefix_cancel")
+    compare(pscn, pscn.load_spec(), _("Restart vLLM and compare prefix caching"), ":material/cached:", "prefix")
     with st.expander(_("What to watch"), icon=":material/help:"):
         st.markdown(_("The shared prompt is a workshop assistant's instructions, about 1,300 tokens. With the cache "
                       "on, only the first request computes it; the others reuse it. There is no warm-up on purpose: "
