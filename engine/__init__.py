@@ -1,4 +1,2 @@
-"""Serving Lab engine: plain Python (no Streamlit) that owns the vLLM server, the measurements and
-the run history, grouped by concept (serving/, measure/, observe/, results/, figures/) under one facade
-(lab.Lab). The pages, the CLI (`python -m engine`) and the tests all call into it. See
-docs/architecture.md."""
+"""Serving Lab engine: plain Python (no Streamlit) that owns the vLLM server, the measurements and the run
+history under one facade (lab.Lab), which the pages, the CLI and the tests call. See docs/architecture.md."""

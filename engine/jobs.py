@@ -1,9 +1,5 @@
-"""Background jobs with progress and cancel, shared by every browser session.
-
-A job runs in a thread the engine owns; a Streamlit rerun, a closed tab or a second viewer never
-kills or duplicates it. The job is also the Progress the load generator and the naive runner report
-to, so partial results are visible while the job runs and kept when it is cancelled or fails.
-"""
+"""Background jobs with progress and cancel, in threads the engine owns, shared by every browser session.
+See docs/internals.md#jobs."""
 from __future__ import annotations
 
 import threading

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import psutil
@@ -15,6 +14,7 @@ from engine.serving import models
 from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
 from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
+from engine.serving.vllm_log import STAGES
 
 from .conftest import _family, free_port
 

@@ -4,7 +4,6 @@ around 4 completions of 16 tokens each (ignore_eos, nothing else running); where
 against the real server whose server-side times and client-side E2E agree within the gap the judge states."""
 from __future__ import annotations
 
-import os
 import re
 import sys
 from pathlib import Path

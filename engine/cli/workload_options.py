@@ -1,10 +1,5 @@
-"""`run`'s "what to send" options (issue #20): --dataset, --input-len / --output-len, --turns, --trace with
---time-scale, --num-prompts and --sample, and the arrival's --ramp-up and --burstiness. They make the same
-workload description the Load test page makes (engine.measure.workloads.kinds.plan_of's keys) and hand it to
-the scenario, which builds its Plan as every workload scenario of the catalogue does; a file named here is
-read on this machine and checked as an upload is (engine.measure.workloads.datasets / traces), and the run
-records the workload (kind, name, rows, sha256, lengths), never the file. A flag out of place, or two that
-conflict, is one sentence before any file is read or server started."""
+"""`run`'s "what to send" options (--dataset, --input-len, --turns, --trace, --ramp-up, ...): the Load test page's
+workload description, checked before any file is read or server started. See docs/internals.md#cli."""
 from __future__ import annotations
 
 import re

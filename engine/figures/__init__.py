@@ -1,27 +1,5 @@
-"""Plotly figures from runs: the pages, the CLI and the docs draw the same charts.
-
-Every figure function returns a `go.Figure` built for a projector (big fonts, Okabe-Ito colours that
-colour-blind viewers can tell apart, few gridlines, units on every axis) with a short title. Each
-also carries a one-sentence caption that tells a viewer what to notice: read it with
-`caption(fig)` (it lives in `fig.layout.meta["caption"]`), e.g.
-
-    fig = figures.request_timeline(run)
-    st.plotly_chart(fig); st.caption(figures.caption(fig))
-
-Every figure function takes `lang` (default "en"): its text, caption included, said in that language
-(the pages pass the viewer's, `lang=i18n.lang()`; the CLI, the docs and the bench draw English).
-
-One module a concept: `theme` (the look, captions, labels), `requests` (the requests inside one run),
-`contenders` (the Naive page's four), `sweep` (a concurrency sweep and its Pareto view), `compare` (saved runs
-compared; two servers measured at once on one clock),
-`kvcache` (the KV cache per server configuration), `ceiling` (decode speed
-against the memory-bandwidth limit), `slots` (the batch's slots step by step: static against continuous
-batching), `machine` (memory and /metrics over time), `prefix` (prefix caching on vs off), `server_view` (where a request's time
-went inside vLLM against the client's clock, and a run's energy), `export` (PNG files). The
-metric catalogue they name metrics by is engine.metrics. Pure plotly: nothing here imports
-streamlit, torch or vllm.
-See docs/architecture.md.
-"""
+"""Plotly figures from runs, one module a concept: the pages, the CLI, the report and the docs draw the same charts,
+each with its caption (`caption(fig)`), said in `lang`. See docs/internals.md#figures."""
 from engine.figures.ceiling import ceiling_bars
 from engine.figures.compare import history_compare, side_by_side, tuning_compare
 from engine.figures.contenders import CONTENDERS, contender, contender_name, contenders_chart, latency_bars

@@ -1,8 +1,5 @@
-"""A run's decode speed against the physical limit of its hardware (engine.measure.judge.ceiling): the
-coloured bar is how fast each request decoded, the grey bar behind it the most the memory bandwidth
-allows. Takes `lang`, the language its text is said in (English by default).
-See docs/architecture.md.
-"""
+"""A run's decode speed per request against the most its memory bandwidth allows (engine.measure.judge.ceiling).
+See docs/measuring.md#ceiling."""
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,7 +1,5 @@
-"""Figures as PNG files (kaleido driving a Chromium), for the docs and the CLI; a self-contained
-HTML file where no browser can be started.
-See docs/architecture.md.
-"""
+"""Figures as PNG files (kaleido driving a Chromium) for the docs and the CLI; a self-contained HTML file where no
+browser can be started. See docs/internals.md#figures."""
 from __future__ import annotations
 
 import os

@@ -1,8 +1,5 @@
-"""The KV cache compared across server configurations (the kv-squeeze scenario, a tuning comparison):
-per config, the capacity against what the answers needed at once, the preemptions and the queue it
-caused, and what a user felt (time to first token). Numbers from engine.measure.judge.kvcache.
-See docs/architecture.md.
-"""
+"""The KV cache compared across server configurations: capacity against need, preemptions, the queue, TTFT.
+See docs/measuring.md#kv-cache."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,9 +1,5 @@
-"""Charts of the machine and the server over time: memory per device (GPU, RAM, the server's
-processes) and vLLM's /metrics (requests running and waiting, KV-cache usage, generation speed),
-both with labelled event markers (server started, run began, ...). Each takes `lang`, the language its
-text (and the events' and series' names the engine marked as phrases) is said in (English by default).
-See docs/architecture.md.
-"""
+"""The machine and the server over time: memory per device and vLLM's /metrics, with labelled event markers.
+See docs/measuring.md#telemetry."""
 from __future__ import annotations
 
 import copy

@@ -1,7 +1,5 @@
-"""Prefix caching on against off: each request's time to first token (the first one, which fills the
-cache, marked) above the prompt tokens it was served from the cache. The numbers and the sentence
-come from engine.measure.judge.prefix.
-See docs/architecture.md."""
+"""Prefix caching on against off: each request's time to first token above the prompt tokens the cache served.
+See docs/measuring.md#prefix-caching."""
 from __future__ import annotations
 
 from collections.abc import Sequence

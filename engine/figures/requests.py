@@ -1,8 +1,5 @@
-"""Charts of the requests inside one run: per-request latency bars of a concurrent run, the request
-timeline (continuous batching made visible), tokens over time of one streamed request, and output
-tokens per second over a run. Each takes `lang`, the language its text is said in (English by default).
-See docs/architecture.md.
-"""
+"""The requests inside one run: latency bars, the request timeline (continuous batching made visible), one
+stream's tokens over time, output tokens per second. See docs/measuring.md#stats."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,7 +1,5 @@
-"""Runs side by side as a table (History's "Compare"): one column per run, one row per number, flag or fact,
-from the same per-run row the per-run CSV export writes (engine.results.exchange.run_row), so the table and
-the file never disagree. Row names and words are said in `lang`; numbers keep their units in the row name.
-"""
+"""Runs side by side as a table (History's "Compare"), from the per-run CSV export's own row, so the two never
+disagree. See docs/internals.md#exchange."""
 from __future__ import annotations
 
 import shlex

@@ -1,14 +1,5 @@
-"""Where a request's time went, as the server saw it (issue #21 item 1): per run, one stacked bar of vLLM's own
-mean time per request (waiting in the queue, prefill, decode) with the gap to the client's E2E named (inside
-vLLM but outside its engine's steps, and outside the server), beside a bar of the client's TTFT and E2E. The
-numbers, the bars and the caption come from one computation, engine.measure.judge.server_time (means exact;
-the hover's percentiles are bucket estimates, said so). A run without a server view (a server that is not
-vLLM, no /metrics) gets its sentence instead of a chart.
-
-Also a run's energy in one line (engine.observe.energy: J per output token, output tokens per J, the method,
-or why none) and its J per output token for a table's column.
-See docs/architecture.md.
-"""
+"""Where a request's time went as the server saw it, against the client's TTFT and E2E; and a run's energy line.
+See docs/measuring.md#server-time and docs/measuring.md#energy."""
 from __future__ import annotations
 
 from collections.abc import Sequence

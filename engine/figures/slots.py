@@ -1,8 +1,5 @@
-"""The batch's slots step by step (engine.measure.judge.slots): the classic picture of static against continuous
-batching, drawn from measured runs. One panel a run, side by side on one step axis; rows are slots, each
-cell coloured by its state. Takes `lang`, the language its text is said in (English by default).
-See docs/architecture.md.
-"""
+"""The batch's slots step by step, one panel a run on one step axis: static against continuous batching, measured.
+See docs/measuring.md#slots."""
 from __future__ import annotations
 
 from collections.abc import Sequence

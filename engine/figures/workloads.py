@@ -1,7 +1,5 @@
-"""A workload before it runs and a multi-turn chat after (issue #20): the length histogram of what a Plan will
-send (input tokens, and the answer lengths it holds each request to), and TTFT per turn index ("does the 5th
-turn still start fast?") beside the prompt the history grew to. The numbers come from the Plan and from
-engine.measure.judge.turns. See docs/architecture.md."""
+"""A workload before it runs (the lengths a Plan will send) and a multi-turn chat after (TTFT per turn).
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 from collections import Counter

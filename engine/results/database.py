@@ -1,11 +1,5 @@
-"""The history's SQLite file: its tables, how a run becomes rows and comes back, and how the file is
-kept. Readable by its owner only (0600, set when the file is created); crash-safe (WAL journal,
-`synchronous=FULL`, a caller's transaction is committed before it returns); brought up to
-SCHEMA_VERSION when opened. Rows are read tolerantly: SQLite keeps any type in any column, so a row
-an older version or a hand edit left odd is listed with its problem, and loads as RunDamaged.
-Every SQL statement of the app lives here; RunStore (store.py) is the API over it.
-See docs/architecture.md.
-"""
+"""The history's SQLite file: its tables, a run as rows and back, and how the file is kept (0600, WAL, migrations).
+See docs/internals.md#database."""
 from __future__ import annotations
 
 import functools

@@ -1,9 +1,5 @@
-"""Runs in and out of files: the JSON export (one `vllm bench serve`-shaped object per run, see
-vllm_bench.py), the CSV exports (one row per request, or one per run), and reading a file given to import, an export
-or a plain `vllm bench serve` result, into checked runs. Nothing here touches the history; RunStore
-calls it on the way out and writes what it returns on the way in.
-See docs/architecture.md.
-"""
+"""Runs in and out of files: the JSON and CSV exports, and a file given to import read into checked runs.
+See docs/internals.md#exchange."""
 from __future__ import annotations
 
 import csv

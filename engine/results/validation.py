@@ -1,9 +1,5 @@
-"""What a run must be to enter the history or be shown from it: types, finite numbers, sane times,
-sizes. Imports come from other machines and other people, and a stored row may have been edited by
-hand, so both are checked field by field here; a run that breaks a rule is refused with one sentence
-naming its first problem (`ImportFailed` for a file, `RunDamaged` for a stored run).
-See docs/architecture.md.
-"""
+"""What a run must be to enter the history or be shown from it, checked field by field, refused in one sentence.
+See docs/internals.md#exchange."""
 from __future__ import annotations
 
 import hashlib

@@ -1,9 +1,5 @@
-"""`vllm bench serve`'s result file, both ways: a run as one of its JSON objects (the keys people
-already know: `date`, `backend`, `model_id`, `completed`, `mean_ttft_ms`, `ttfts`, `itls`, ...) plus
-`"serving_lab"`, the whole `RunResult`, so that an export imports back exactly; and a run rebuilt
-from a plain `vllm bench serve --save-result --save-detailed` file's per-request lists.
-See docs/architecture.md.
-"""
+"""`vllm bench serve`'s result file, both ways: a run as one of its JSON objects, and a run rebuilt from one.
+See docs/internals.md#exchange."""
 from __future__ import annotations
 
 import math

@@ -1,9 +1,5 @@
-"""The commands that serve one model from several machines with vLLM's own multi-node serving: a Ray
-cluster (one head, the other machines as workers) and one vLLM API server on the head that splits
-the model tensor-parallel within each machine and pipeline-parallel across them, as vLLM's
-distributed-serving guide advises (tensor parallelism needs the fast links inside a machine). The app
-does not log into other machines: it writes what a person runs on each, then attaches to the result
-by URL like any existing server."""
+"""The commands that serve one model from several machines: a Ray cluster and one vLLM API server on its head.
+See docs/internals.md#cluster."""
 from __future__ import annotations
 
 import ipaddress

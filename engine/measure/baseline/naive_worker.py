@@ -1,11 +1,5 @@
-"""The naive baseline's worker process: ``python -m engine.measure.baseline.naive_worker``.
-
-Reads one JSON line (a NaiveSpec as a dict) from stdin, loads the model with plain transformers, runs
-the prompts sequentially or as one static batch, and writes JSON-line events to its stdout (anything
-else that prints to stdout is moved to stderr, the log). It exits when the run ends, when it is
-terminated, or when stdin reaches EOF / its parent changes (the app is gone): it never outlives the
-run that started it. Only this process imports torch.
-"""
+"""The naive baseline's worker process (`python -m engine.measure.baseline.naive_worker`): the only one that
+imports torch; it never outlives its run. See docs/measuring.md#naive-baseline."""
 from __future__ import annotations
 
 import gc

@@ -1,8 +1,5 @@
-"""The KV cache as the scarce resource (issue #12): what one run did to it, and what its flags did.
-
-`said(run)` puts what engine.observe.kvwatch.KvWatch noted in one sentence with the arithmetic a viewer
-can check: the capacity in tokens against what the load's answers needed at once.
-"""
+"""The KV cache as the scarce resource: what one run did to it and what its flags did, in one checkable sentence.
+See docs/measuring.md#kv-cache."""
 from __future__ import annotations
 
 import math

@@ -1,8 +1,5 @@
-"""Coordinated omission: did the client send each rate-based request when its schedule said? Every
-arrival on a schedule (Poisson or gamma, a replayed trace) records its planned send time beside the
-actual one (RequestRecord.planned_time, send_time); a client that falls behind sends later than planned,
-so the server sees less load than the run claims, and a run whose sends were late says so (the problem
-GuideLLM #1048 and vLLM #21104 report in their own clients). See docs/architecture.md."""
+"""Coordinated omission: did the client send each rate-based request when its schedule said?
+See docs/measuring.md#lateness."""
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -1,8 +1,5 @@
-"""Prefix caching, on against off: which of two runs had it, what it changed (TTFT of the request
-that filled the cache and of the ones after it, prompt tokens served from the cache, the server's hit
-rate), and the one sentence that says so. Pure arithmetic over stored runs: the pages, the CLI and
-the figures read the same numbers.
-See docs/architecture.md."""
+"""Prefix caching, on against off: which of two runs had it, what it changed, and the sentence that says so.
+See docs/measuring.md#prefix-caching."""
 from __future__ import annotations
 
 import statistics

@@ -1,8 +1,5 @@
-"""Several client processes for one load test: each runs its own event loop and connections and
-sends its share, pulling request indices from one shared counter; finished records stream back to
-the parent through a queue, on the parent's clock (perf_counter is system-wide). One loop stamps
-chunks one after another, so beyond ~64 streams one loop would stamp the last ones late: the split
-is for the GPU host, where the chunk rate is high (bench/fidelity.md). See docs/architecture.md."""
+"""Several client processes for one load test, each with its own event loop and connections, on the parent's
+clock. See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import asyncio

@@ -1,7 +1,5 @@
-"""Driving one event loop: the arrival shapes (a closed loop of N workers, or an open loop on a
-seeded Poisson schedule), the warm-up's prompts and lengths, cancellation, and the loop itself
-(uvloop when installed, the GC heap frozen meanwhile). Used alike by a run on the caller's thread
-and by each client process (engine.measure.load.clients). See docs/architecture.md."""
+"""Driving one event loop: the arrival shapes, the warm-up, cancellation and the loop itself.
+See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import asyncio

@@ -1,8 +1,5 @@
-"""Child processes that must not outlive the app: the load generator's client processes and the naive
-worker. (The vLLM server is the exception on purpose: it outlives a crashed app, which adopts it.)
-
-Linux tells a child when the thread that started it dies (PR_SET_PDEATHSIG); elsewhere, and for a
-parent that died before the call, a thread watches the parent pid."""
+"""Child processes that must not outlive the app: the load generator's client processes and the naive worker.
+See docs/internals.md#lifeline."""
 from __future__ import annotations
 
 import ctypes

@@ -1,7 +1,5 @@
-"""How a measurement reports progress: the plan it announces, running totals, and the one protocol
-(`Progress`) that a job, the console and the bench scripts implement. A failing hook is logged, never
-allowed to break a measurement.
-See docs/architecture.md."""
+"""How a measurement reports progress: the plan it announces, running totals, and the `Progress` protocol.
+See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import logging

@@ -1,11 +1,5 @@
-"""One streamed request, measured: `Requester` sends a spec's requests over one event loop's
-connections and fills a RequestRecord for each (send time, every content chunk's arrival, the
-server's token counts, or a sentence saying why it failed).
-
-The transport is aiohttp, as in `vllm bench serve`: one ClientSession per event loop, keep-alive
-connections reused from the warm-up to the measured part, bytes read as they come (`iter_any`) and
-split into events by engine.measure.load.sse. bench/results/transport-cpu.md has the measurement that
-chose it. See docs/architecture.md."""
+"""One streamed request, measured: `Requester` sends a spec's requests over one loop's aiohttp connections and
+fills a RequestRecord for each. See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import asyncio

@@ -1,8 +1,5 @@
-"""What a load test sends, how hard, and to which server: `LoadSpec`, and the checks that turn a
-setting that cannot run into one sentence (shared by the pages, the CLI and the scenarios).
-
-Kept apart from the sending so that a page can build and check a spec without touching the network.
-See docs/architecture.md."""
+"""What a load test sends, how hard and to which server (`LoadSpec`), and the checks that say in one sentence
+why a setting cannot run. See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import dataclasses

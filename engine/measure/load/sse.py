@@ -1,7 +1,5 @@
-"""Reading an OpenAI-compatible stream: `SSEDecoder` splits server-sent events out of raw bytes,
-`StreamParser` reads each event's JSON as it arrives (content chunk times, text, usage, the [DONE]
-marker, a mid-stream error). Pure, no network: the load generator's hot path, tested byte by byte.
-See docs/architecture.md."""
+"""Reading an OpenAI-compatible stream: server-sent events out of raw bytes, and each event's JSON as it arrives.
+See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import json

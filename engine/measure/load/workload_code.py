@@ -1,10 +1,5 @@
-"""The Python behind a workload run (issue #20): what a dataset, a length distribution, a multi-turn chat or a
-trace replay sent, through the `openai` SDK's AsyncOpenAI as snippets.py writes the lab's runs. It reads the
-same file (the run recorded its name and sha256, never the file: a shipped one is found where it lies, one's
-own is looked for beside the code), draws the same seeded lengths (the same random calls in the same order as
-engine.measure.workloads.lengths), sends each chat turn with the whole history so far, and replays a trace on
-its clock times the run's time scale. Its prompts of a length are about that many tokens (a word a token);
-the run made them exact with the model's tokenizer, and says so in a comment. See docs/architecture.md."""
+"""The Python behind a workload run (a dataset, lengths, a multi-turn chat, a trace) through the openai SDK's
+AsyncOpenAI. See docs/internals.md#snippets."""
 from __future__ import annotations
 
 import hashlib

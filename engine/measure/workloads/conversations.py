@@ -1,9 +1,5 @@
-"""Multi-turn chats (issue #20 item 3): N conversations of K turns, each turn sent with the whole history so
-far — the earlier user turns and the replies the server really gave (engine.measure.load.drive) — so the
-shared prefix grows turn by turn and prefix caching shows in `cached_tokens` and the server's hit rate. The
-user turns come from a dataset's conversations (ShareGPT or OpenAI messages: their human turns in order),
-else a prompt list; a conversation with fewer turns goes on with the follow-ups below. Each record knows
-its conversation and turn, for TTFT per turn (engine.measure.judge.turns). See docs/architecture.md."""
+"""Multi-turn chats: N conversations of K turns, each turn sent with the whole history so far.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import random

@@ -1,9 +1,5 @@
-"""Your own dataset as a workload (issue #20 item 1): JSONL, JSON or CSV bytes (an upload's content, never a
-path on the server) with a prompt column found among the usual names, ShareGPT `conversations` or OpenAI
-`messages` (the first human / user turn is the prompt; the reply after it can give the answer length), an
-optional per-row output token count. Checked as the history's imports are: a size cap, UTF-8, and the first
-bad row named in one sentence. Sampled (the first N, or N at random with a seed) into a `Plan` that records
-the file's name, rows, sha256 and the length summary, not the file. See docs/architecture.md."""
+"""Your own dataset as a workload: JSONL, JSON or CSV bytes, checked and sampled into a `Plan`.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import csv

@@ -1,7 +1,5 @@
-"""Every workload kind behind one call (`plan_of`): a scenario of the catalogue names its workload as a
-small dict (kind and settings, a shipped file by name), a page or the CLI adds an uploaded file's bytes, and
-either gets the `Plan` that LoadSpec sends (Plan.apply). Shipped files live in examples/workloads/ (their
-sources and licences in its README). See docs/architecture.md."""
+"""Every workload kind behind one call (`plan_of`): a scenario's small dict, with an uploaded file, into a `Plan`.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 from pathlib import Path

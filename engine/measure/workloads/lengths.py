@@ -1,9 +1,5 @@
-"""Synthetic traffic of chosen lengths (issue #20 item 2): input and output token lengths drawn from a
-distribution (fixed, a uniform range, a normal with its stdev clipped to min/max, or the shipped
-"chat-like" long tail, whose parameters are data in shapes.json with their source), seeded; prompts of
-exactly those lengths made with the model's tokenizer (engine.measure.workloads.tokens), and each answer's
-length enforced with max_tokens + ignore_eos (Plan.apply), so two runs compare exactly.
-See docs/architecture.md."""
+"""Synthetic traffic of chosen lengths: input and output token lengths drawn, seeded, from a distribution.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import json

@@ -1,8 +1,5 @@
-"""Counting and making tokens for a workload: the model's own tokenizer (transformers' AutoTokenizer from a
-local model folder, never a download) where one is given, else an estimate of about 4 characters a token,
-said as such wherever a length is shown. Synthetic prompts of an exact token length are made with the
-tokenizer: seeded words, encoded, cut to the length, and checked after decoding (BPE may merge across the
-cut). See docs/architecture.md."""
+"""Counting and making tokens for a workload: the model's own tokenizer where one is given, else an estimate.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import functools

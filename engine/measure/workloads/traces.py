@@ -1,10 +1,5 @@
-"""Trace replay (issue #20 item 4): a file of (timestamp, input tokens, output tokens[, hash ids]) in the
-Mooncake shape (JSONL: `timestamp` in milliseconds, `input_length`, `output_length`, `hash_ids`) or the Azure
-LLM inference trace's (CSV: `TIMESTAMP` as a date and time, `ContextTokens`, `GeneratedTokens`), replayed on
-its own clock times a time scale (0.5: the gaps halved, twice the rate). Each request's prompt is made of
-exactly its input length; requests that share hash ids share those blocks of prompt (Mooncake's 512-token
-blocks), so a trace's prefix reuse reaches the server's prefix cache as it did in production. Each send's
-planned time is recorded beside the actual one (engine.measure.judge.lateness). See docs/architecture.md."""
+"""Trace replay: a Mooncake or Azure trace sent on its own clock times a time scale, its prefix reuse kept.
+See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import csv
