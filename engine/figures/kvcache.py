@@ -19,7 +19,7 @@ def kv_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     its flags did (kvcache.said), after the one thing to notice."""
     runs = list(runs)
     rows = [kvcache.row(r) for r in runs]
-    cats = [wrap(esc(run_label(r, lang)), 14) for r in runs]
+    cats = [wrap(esc(run_label(r, lang)), 10) for r in runs]  # three panels side by side: narrow categories
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09,
                         subplot_titles=[translate(t, lang) for t in (say("KV cache (tokens)"),
                                                                      say("Preempted and waiting"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import math
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,11 +141,16 @@ def run_colors(runs: Sequence[Any]) -> list[str]:
     return [CONFIG_PALETTE[i % len(CONFIG_PALETTE)] for i in range(len(runs))]
 
 
+def _shown_width(text: str) -> int:
+    """How wide a label is drawn, in Latin letters: a Hangul or CJK character takes about two."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
 def wrap(text: str, width: int = 18) -> str:
-    """Break a label into <br>-separated lines of about `width` characters."""
+    """Break a label into <br>-separated lines of about `width` Latin letters' width (Korean counts double)."""
     words, lines, cur = text.split(), [], ""
     for w in words:
-        if cur and len(cur) + 1 + len(w) > width:
+        if cur and _shown_width(cur) + 1 + _shown_width(w) > width:
             lines.append(cur)
             cur = w
         else:
