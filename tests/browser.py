@@ -246,3 +246,30 @@ def kill_recorded_server(runtime_dir: Path, port: int) -> None:
     except (OSError, ValueError, KeyError):
         return
     proctree.stop(proctree.family(rec["pid"]), grace_s=2, group=rec["pid"])  # the engine's own stop
+
+
+def api_servers(runtime_dir: Path) -> list[psutil.Process]:
+    """The vLLM API servers this runtime folder's apps started: each leads a session of its own (the app starts
+    it so), while a child it has just forked still shows its command line but sits in its session."""
+    from engine.serving.config import API_SERVER_MODULE
+
+    out = []
+    for p, _tag in proctree.tagged(str(runtime_dir.resolve())):
+        try:
+            if os.getsid(p.pid) == p.pid and API_SERVER_MODULE in " ".join(p.cmdline()):
+                out.append(p)
+        except (OSError, psutil.Error):  # gone meanwhile
+            continue
+    return out
+
+
+def described(runtime_dir: Path) -> list[str]:
+    """Every process this runtime folder's apps started, for a failure's message: pid, parent, session, start."""
+    out = []
+    for p, tag in proctree.tagged(str(runtime_dir.resolve())):
+        try:
+            out.append(f"{p.pid} (parent {p.ppid()}, session {os.getsid(p.pid)}, start {tag.start_id}): "
+                       f"{' '.join(p.cmdline())[:120]}")
+        except (OSError, psutil.Error):
+            continue
+    return out

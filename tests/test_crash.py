@@ -64,6 +64,17 @@ def test_a_clock_step_does_not_make_our_server_a_stranger(monkeypatch):
     assert proctree.same_process(me.pid, started + 1.0) is None  # a recycled pid is still told apart
 
 
+def test_a_clock_step_between_two_readings_does_not_move_a_start(monkeypatch):
+    """A start time read as the wall clock's boot time plus the kernel's ticks, less the boot time read again,
+    moves by the step when the clock is stepped between the two readings: it is read from the kernel alone."""
+    me = psutil.Process()
+    started = proctree.since_boot(me)
+    real, readings = psutil._psplatform.boot_time, iter(range(1_000_000))
+    monkeypatch.setattr(psutil._psplatform, "boot_time", lambda: real() + next(readings))  # a step every reading
+    assert proctree.since_boot(psutil.Process(me.pid)) == started
+    assert proctree.same_process(me.pid, started) is not None
+
+
 def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_requests(embedded_model, tmp_path):
     port = free_port()
     lab = Lab(port=port, store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)

@@ -13,9 +13,18 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from engine.serving import proctree
-from engine.serving.config import API_SERVER_MODULE
 
-from .browser import VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server, launch_chromium, metric
+from .browser import (
+    VIEWPORT,
+    StreamlitApp,
+    api_servers,
+    button,
+    free_port,
+    goto,
+    kill_recorded_server,
+    launch_chromium,
+    metric,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -27,12 +36,6 @@ def tree_of(runtime) -> dict[str, list]:
         out.setdefault(tag.start_id, []).append(p)
     return out
 
-
-def api_servers(runtime) -> list:
-    """The API servers of this runtime folder (not a child just forked, which still shows their command line)."""
-    found = [p for procs in tree_of(runtime).values() for p in procs if API_SERVER_MODULE in " ".join(p.cmdline())]
-    pids = {p.pid for p in found}
-    return [p for p in found if p.ppid() not in pids]
 
 
 def sessions(pids) -> list:

@@ -15,26 +15,12 @@ import pytest
 from playwright.sync_api import expect
 
 from engine.serving import proctree
-from engine.serving.config import API_SERVER_MODULE
 
-from .browser import VIEWPORT, StreamlitApp, button, free_port, goto, kill_recorded_server, metric
+from .browser import VIEWPORT, StreamlitApp, api_servers, button, described, free_port, goto, kill_recorded_server, metric
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-
-def api_servers(runtime) -> list:
-    """The API servers of this runtime folder: a child it has just forked still shows its command line (EngineCore
-    before vLLM renames it), so only processes whose parent is not one of them count."""
-    out = []
-    for p, _ in proctree.tagged(str(runtime.resolve())):
-        try:
-            if API_SERVER_MODULE in " ".join(p.cmdline()):
-                out.append(p)
-        except Exception:  # noqa: BLE001 - gone meanwhile
-            continue
-    pids = {p.pid for p in out}
-    return [p for p in out if p.ppid() not in pids]
 
 
 def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
@@ -61,7 +47,7 @@ def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
         for pg in pages:
             expect(metric(pg, "State")).to_have_text(re.compile("starting|ready"), timeout=60000)
         servers = api_servers(runtime)
-        assert len(servers) == 1, [proctree.name(s) for s in servers]
+        assert len(servers) == 1, described(runtime)
         record = json.loads((runtime / f"server-{vllm_port}.json").read_text())
         assert record["pid"] == servers[0].pid
         # the page that came second follows it, and says whose it is

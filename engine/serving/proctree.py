@@ -70,11 +70,16 @@ def alive(p: psutil.Process) -> bool:
 
 
 def since_boot(p: psutil.Process) -> float:
-    """When `p` started, in seconds after boot: with its pid, what tells a process from a later one that
-    got the pid recycled. Not psutil's create_time(): that adds the boot time as the wall clock gives it,
-    which moves whenever the clock is stepped (NTP on a freshly booted machine), so two processes reading
-    it minutes apart can disagree by seconds about the same process."""
-    return psutil.Process(p.pid).create_time() - psutil.boot_time()
+    """When `p` started, in seconds after boot, as the kernel counts it (/proc/PID/stat's start time, in clock ticks;
+    psutil tells processes apart by the same): with its pid, what tells a process from a later one that got the pid
+    recycled. Never the wall clock: psutil's create_time() adds the boot time the wall clock gives, which moves when
+    the clock is stepped (NTP on a freshly booted machine), so two readings of one process could disagree."""
+    try:
+        with open(f"/proc/{p.pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        raise psutil.NoSuchProcess(p.pid) from None
+    return int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def same_process(pid: int, started: float | None) -> psutil.Process | None:
