@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 import psutil
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 from engine.serving import proctree
@@ -273,3 +274,18 @@ def described(runtime_dir: Path) -> list[str]:
         except (OSError, psutil.Error):
             continue
     return out
+
+
+def download(page, control, tries: int = 3, each_ms: int = 60000):
+    """Press a download button until its file comes (Playwright's Download). The file is made on the press (a report
+    inlines plotly.js: megabytes), and a press that lands while the page redraws on a busy machine is dropped."""
+    for _ in range(tries - 1):
+        try:
+            with page.expect_download(timeout=each_ms) as dl:
+                control.click()
+            return dl.value
+        except PlaywrightTimeout:
+            continue
+    with page.expect_download(timeout=each_ms) as dl:
+        control.click()
+    return dl.value

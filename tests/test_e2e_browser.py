@@ -31,6 +31,7 @@ from .browser import (
     StreamlitApp,
     adopting_app,
     button,
+    download,
     free_port,
     goto,
     kill_recorded_server,
@@ -141,11 +142,9 @@ def test_history_lists_the_run_and_exports_json(page, app):
     goto(page, app, "history", title="History")
     expect(page.get_by_test_id("stDataFrame")).to_be_visible(timeout=30000)
     expect(page.get_by_test_id("stDataFrame").get_by_text(label).first).to_be_attached(timeout=30000)
-    with page.expect_download(timeout=30000) as dl:
-        page.get_by_role("button", name=re.compile("Export JSON")).click()
-    download = dl.value
-    assert download.suggested_filename.endswith(".json")
-    data = json.loads(Path(download.path()).read_text())
+    exported = download(page, page.get_by_role("button", name=re.compile("Export JSON")))
+    assert exported.suggested_filename.endswith(".json")
+    data = json.loads(Path(exported.path()).read_text())
     assert isinstance(data, list), "the export is a JSON array, one object per run"
     labels = [(r.get("serving_lab") or {}).get("label") for r in data]
     mine = [r for r, lab in zip(data, labels) if lab == label]

@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from engine import guide as g
 
-from .browser import ROOT, StreamlitApp, free_port, kill_recorded_server
+from .browser import ROOT, StreamlitApp, download, free_port, kill_recorded_server
 
 pytestmark = [pytest.mark.server, pytest.mark.e2e]
 
@@ -126,9 +126,8 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
             assert ko(title) in text
         assert "단계를 실행하세요" not in text, text
         assert re.search(r"\d+\.\d초", text), text  # seconds in Korean units
-        with presenter.expect_download(timeout=180000) as dl:  # made on the click: plotly.js inlined, megabytes
-            presenter.get_by_role("button", name=ko("Download the HTML report")).click()
-        html = Path(dl.value.path()).read_text()
+        report = download(presenter, presenter.get_by_role("button", name=ko("Download the HTML report")))
+        html = Path(report.path()).read_text()
         assert "<h2>요약</h2>" in html and ko("Naive inference is easy but slow") in html
         presenter.screenshot(path=str(SHOTS / "guide-09-summary-ko.png"))
 
