@@ -279,13 +279,11 @@ def described(runtime_dir: Path) -> list[str]:
 def download(page, control, tries: int = 3, each_ms: int = 60000):
     """Press a download button until its file comes (Playwright's Download). The file is made on the press (a report
     inlines plotly.js: megabytes), and a press that lands while the page redraws on a busy machine is dropped."""
-    for _ in range(tries - 1):
+    for attempt in range(tries):
         try:
             with page.expect_download(timeout=each_ms) as dl:
                 control.click()
             return dl.value
         except PlaywrightTimeout:
-            continue
-    with page.expect_download(timeout=each_ms) as dl:
-        control.click()
-    return dl.value
+            if attempt == tries - 1:
+                raise
