@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import httpx
 import psutil
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
 from engine.serving import proctree
@@ -277,13 +277,15 @@ def described(runtime_dir: Path) -> list[str]:
 
 
 def download(page, control, tries: int = 3, each_ms: int = 60000):
-    """Press a download button until its file comes (Playwright's Download). The file is made on the press (a report
-    inlines plotly.js: megabytes), and a press that lands while the page redraws on a busy machine is dropped."""
+    """Press a download button until its file has come whole (Playwright's Download, its path read). The file is
+    made on the press (a report inlines plotly.js: megabytes); a press that lands while the page redraws on a busy
+    machine is dropped, and a download under way when a rerun drops its file is canceled."""
     for attempt in range(tries):
         try:
             with page.expect_download(timeout=each_ms) as dl:
                 control.click()
+            dl.value.path()  # waits for the whole file; raises when Chromium canceled it
             return dl.value
-        except PlaywrightTimeout:
+        except PlaywrightError:  # TimeoutError is one
             if attempt == tries - 1:
                 raise

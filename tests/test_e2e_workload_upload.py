@@ -32,17 +32,19 @@ def app(vllm_server, tmp_path_factory):
 
 def _choose(page, within, label: str, option: str) -> None:
     """Pick `option` in the selectbox labelled `label` (inside `within`; a combobox and its listbox). A listbox
-    opened while the page still redraws (the last choice's rerun, on a busy machine) can close again: open it
-    until the option shows."""
+    opened while the page still redraws (the last choice's rerun, on a busy machine) can close again, before or
+    during the click: open it and click until the combobox shows the option."""
+    box = within.get_by_role("combobox", name=label)
     wanted = page.get_by_role("option", name=option, exact=True)
     for _ in range(6):
-        within.get_by_role("combobox", name=label).click()
         try:
-            wanted.wait_for(timeout=10000)
-            break
-        except PlaywrightTimeout:
-            continue
-    wanted.click()
+            box.click(timeout=10000)
+            wanted.click(timeout=10000)
+            expect(box).to_have_value(option, timeout=10000)  # the combobox is an input showing the choice
+            return
+        except (PlaywrightTimeout, AssertionError):
+            page.keyboard.press("Escape")  # a listbox left open would cover the next try's combobox
+    raise AssertionError(f"the selectbox {label!r} never took {option!r}")
 
 
 def test_an_uploaded_dataset_previews_runs_and_is_recorded_by_name_and_rows(browser, app, tmp_path):
