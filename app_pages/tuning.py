@@ -53,6 +53,12 @@ def _sent(runs) -> str:
         f"{i18n.tr(r.label)}: {i18n.tr(run_workload(r))}" for r in runs))
 
 
+def _saved_named(r) -> str:
+    """A saved run in the overlay list: its label and start, and its hardware when it came from elsewhere."""
+    named = f"{i18n.tr(r.label)} · {ui.started(r)}"
+    return f"{named} · {r.hardware.get('summary')}" if r.source != "local" and r.hardware.get("summary") else named
+
+
 def action_slot(label: str, icon: str, key: str, tip: str | None = None) -> bool:
     """The section's button, or the sentence of why there is none yet: always one slot."""
     with st.container():
@@ -179,7 +185,7 @@ def results() -> None:
     runs = list(job.result or []) if job else []
     saved = [r for r in lab.history.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
-    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=lambda r: f"{i18n.tr(r.label)} · {ui.started(r)}",
+    overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=_saved_named,
                              key="tuning_overlay", placeholder=_("none")) if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:
@@ -198,6 +204,17 @@ def results() -> None:
 
 with right:
     results()
+
+
+def saved_origin(pair) -> None:
+    """A comparison read back from the history, not made just now: headed with where and when it was measured
+    (the shipped examples ran on an H200)."""
+    name = pair.source.partition(":")[2]
+    origin = (_("an example shipped with the app ({file})", file=name) if pair.source.startswith("example:") else
+              _("imported from {file}", file=name) if pair.source.startswith("import:") else _("measured with this app"))
+    st.info(ui.plain(_("From the history, not measured just now: {when}, on {hardware}; {origin}.",
+                       when=i18n.when(pair.started_at), hardware=pair.hardware or _("hardware not recorded"),
+                       origin=origin)), icon=":material/history:")
 
 
 def compare(scenario, spec, label: str, icon: str, key: str) -> None:
@@ -244,7 +261,9 @@ def kv_results() -> None:
     runs = list(job.result or []) if job else []
     if not runs:
         try:
-            runs = lab.history.latest_pair("kv-squeeze")
+            if pair := lab.history.latest_pair("kv-squeeze"):
+                saved_origin(pair)
+                runs = pair.runs
         except LabError as e:  # a damaged stored run: History shows why and deletes it
             st.warning(ui.plain(e), icon=":material/warning:")
     if not runs:
@@ -290,7 +309,9 @@ def prefix_results() -> None:
     runs = list(job.result or []) if job else []
     if not runs and not (job and job.active):  # the last comparison from the history: one run with the cache on, one with it off
         try:
-            runs = lab.history.latest_pair("prefix-cache")
+            if pair := lab.history.latest_pair("prefix-cache"):
+                saved_origin(pair)
+                runs = pair.runs
         except LabError as e:  # a damaged stored run: History shows why and deletes it
             st.warning(ui.plain(e), icon=":material/warning:")
     if runs:

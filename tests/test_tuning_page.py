@@ -4,6 +4,7 @@ app sets, a row the server already runs is not restarted, and cold runs are said
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -150,3 +151,33 @@ def test_prefix_caching_on_vs_off_is_its_own_job_and_waits_for_a_started_server(
     job = lab.run_tuning(configs, pscn.load_spec(), list(pscn.config_labels), token=None, caller="test")
     assert job.kind == "prefix-cache" and lab.latest_job("tuning") is None and lab.latest_job("kv-squeeze") is None
     assert [c.enable_prefix_caching for c in configs] == [True, False]
+
+
+def _captions(at: AppTest) -> str:
+    """The page's captions and boxes as read (ui.plain's markdown escapes undone)."""
+    return re.sub(r"\\(.)", r"\1", " ".join(c.value for c in [*at.caption, *at.info]))
+
+
+def test_a_comparison_from_the_history_is_headed_with_where_it_ran_and_never_half_imported(page):
+    """The shipped examples' KV and prefix pairs (an H200's) are shown headed with their hardware and file, not as
+    if measured here; a squeeze measured here later is its own comparison, never paired with the H200's other half."""
+    lab, render = page
+    assert lab.store.import_examples()
+    h200 = lab.history.latest_pair("kv-squeeze")
+    assert [r.label for r in h200.runs] == ["KV cache squeezed", "KV cache with room to spare"]
+    assert h200.source == "example:h200-views.json" and "H200" in h200.hardware
+    said = _captions(render())
+    for scenario in ("kv-squeeze", "prefix-cache"):
+        pair = lab.history.latest_pair(scenario)
+        assert (f"on {pair.hardware}; an example shipped with the app (h200-views.json)" in said
+                and said.count("From the history, not measured just now") == 2), said
+
+    lab._save(_run("kv-squeeze", "KV cache squeezed", gib=0.01))  # half a comparison measured here
+    here = lab.history.latest_pair("kv-squeeze")
+    assert [r.source for r in lab.history.runs() if r.id in {x.id for x in here.runs}] == ["local"]
+    at = render()
+    said = _captions(at)
+    assert "; measured with this app." in said and said.count("From the history") == 2, said
+    kv = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+              if "KV cache per configuration" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    assert len(kv["data"][0]["x"]) == 1  # the one configuration measured here, alone

@@ -1,9 +1,22 @@
 """The saved runs as the pages and the CLI read them: lists, one run, the latest pair, exports (read-only)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.errors import LabError
 from engine.results.records import RunResult, RunRow
 from engine.results.store import RunStore
+
+
+@dataclass(frozen=True)
+class SavedPair:
+    """A two-configuration comparison read back from the history: its runs, oldest first, and where they were
+    measured (both share it): the rows' source ("local" | "import:<file>" | "example:<file>") and hardware."""
+
+    runs: list[RunResult]
+    source: str
+    hardware: str
+    started_at: float
 
 
 class History:
@@ -31,11 +44,18 @@ class History:
                 gone.append(run_id)
         return runs, gone
 
-    def latest_pair(self, scenario: str) -> list[RunResult]:
-        """The newest two readable saved runs of a two-configuration scenario (kv-squeeze, prefix-cache),
-        oldest first, as the comparison ran them; a LabError says why a stored one cannot be read."""
-        saved = [r for r in self.runs(limit=100) if r.scenario == scenario and not r.problem][:2]
-        return [self.run(r.id) for r in sorted(saved, key=lambda r: r.started_at)]
+    def latest_pair(self, scenario: str) -> SavedPair | None:
+        """The newest readable saved comparison of a two-configuration scenario (kv-squeeze, prefix-cache): the
+        newest run and the newest before it from the same source and hardware (an imported H200 pair is never
+        half of one measured here); a LabError says why a stored one cannot be read."""
+        saved = [r for r in self.runs(limit=100) if r.scenario == scenario and not r.problem]
+        if not saved:
+            return None
+        newest = saved[0]
+        where = (newest.source, str(newest.hardware.get("summary") or ""))
+        rows = [r for r in saved if (r.source, str(r.hardware.get("summary") or "")) == where][:2]
+        runs = [self.run(r.id) for r in sorted(rows, key=lambda r: r.started_at)]
+        return SavedPair(runs, newest.source, where[1], newest.started_at)
 
     def latest_run(self, kind: str, scenario_prefix: str = "") -> RunResult | None:
         """The newest readable run of `kind` whose scenario starts so, among the latest 50 (a damaged one
