@@ -59,6 +59,14 @@ def _weight(item) -> int:
     return 1 if heavy or NEEDS_REAL_PARTS & set(getattr(item, "fixturenames", ())) else 2
 
 
+# A browser test run again once when a page did not do what was waited for in time (Playwright's own advice for CI:
+# retries): on two loaded cores a page can miss its deadline, and a rerun shows whether it ever does. Any other
+# failure (a number, a sentence, a process left) fails at once; `pytest` reports every rerun ("R", "rerun").
+BROWSER_RETRY = pytest.mark.flaky(reruns=1, only_rerun=[
+    r"^TimeoutError: (Locator|Page|Frame)\.", r"^AssertionError: (Locator|Page) expected", r"^Error: Download\.",
+])
+
+
 def pytest_collection_modifyitems(config, items):
     if not QUICK:
         # The heaviest files first (a file's tests kept together, in their order): two workers taking a file each
@@ -67,6 +75,9 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 2), _weight(item))
         items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])  # stable
+        for item in items:
+            if "browser" in getattr(item, "fixturenames", ()):
+                item.add_marker(BROWSER_RETRY)
         return
     keep, drop = [], []
     for item in items:
