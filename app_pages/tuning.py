@@ -211,7 +211,8 @@ def saved_origin(pair) -> None:
     (the shipped examples ran on an H200)."""
     name = pair.source.partition(":")[2]
     origin = (_("an example shipped with the app ({file})", file=name) if pair.source.startswith("example:") else
-              _("imported from {file}", file=name) if pair.source.startswith("import:") else _("measured with this app"))
+              _("imported from {file}", file=name) if pair.source.startswith("import:") else
+              _("measured with this app"))
     st.info(ui.plain(_("From the history, not measured just now: {when}, on {hardware}; {origin}.",
                        when=i18n.when(pair.started_at), hardware=pair.hardware or _("hardware not recorded"),
                        origin=origin)), icon=":material/history:")
