@@ -37,7 +37,6 @@ def tree_of(runtime) -> dict[str, list]:
     return out
 
 
-
 def sessions(pids) -> list:
     """What still runs in the sessions of these API servers (EngineCore and workers carry no readable tag)."""
     return [p for sid in pids for p in proctree.session(sid)]

@@ -16,11 +16,20 @@ from playwright.sync_api import expect
 
 from engine.serving import proctree
 
-from .browser import VIEWPORT, StreamlitApp, api_servers, button, described, free_port, goto, kill_recorded_server, metric
+from .browser import (
+    VIEWPORT,
+    StreamlitApp,
+    api_servers,
+    button,
+    described,
+    free_port,
+    goto,
+    kill_recorded_server,
+    metric,
+)
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
 
 
 def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):

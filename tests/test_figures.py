@@ -531,12 +531,6 @@ def render_all(folder: str | Path) -> list[Path]:
     return paths
 
 
-if __name__ == "__main__":
-    for p in render_all(sys.argv[1] if len(sys.argv) > 1 else "/tmp/figs"):
-        print(p)
-
-
-
 def test_a_korean_label_wraps_at_its_drawn_width():
     """Hangul is drawn about twice as wide as Latin letters: a label wraps where it would collide with its
     neighbour's (the KV chart's "줄인 KV 캐시" beside "여유 있는 KV 캐시" overlapped at 660 px)."""
@@ -545,3 +539,9 @@ def test_a_korean_label_wraps_at_its_drawn_width():
     assert wrap("KV cache squeezed", 10) == "KV cache<br>squeezed"
     assert wrap("줄인 KV 캐시", 10) == "줄인 KV<br>캐시"
     assert wrap("여유 있는 KV 캐시", 10) == "여유 있는<br>KV 캐시"
+
+
+
+if __name__ == "__main__":
+    for p in render_all(sys.argv[1] if len(sys.argv) > 1 else "/tmp/figs"):
+        print(p)

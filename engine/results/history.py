@@ -51,11 +51,13 @@ class History:
         saved = [r for r in self.runs(limit=100) if r.scenario == scenario and not r.problem]
         if not saved:
             return None
+        def where(r: RunRow) -> tuple[str, str]:
+            return r.source, str(r.hardware.get("summary") or "")
+
         newest = saved[0]
-        where = (newest.source, str(newest.hardware.get("summary") or ""))
-        rows = [r for r in saved if (r.source, str(r.hardware.get("summary") or "")) == where][:2]
+        rows = [r for r in saved if where(r) == where(newest)][:2]
         runs = [self.run(r.id) for r in sorted(rows, key=lambda r: r.started_at)]
-        return SavedPair(runs, newest.source, where[1], newest.started_at)
+        return SavedPair(runs, *where(newest), newest.started_at)
 
     def latest_run(self, kind: str, scenario_prefix: str = "") -> RunResult | None:
         """The newest readable run of `kind` whose scenario starts so, among the latest 50 (a damaged one
