@@ -276,6 +276,19 @@ def described(runtime_dir: Path) -> list[str]:
     return out
 
 
+def press_until(page, control, arrived, tries: int = 3, each_ms: int = 45000) -> None:
+    """Click `control` until `arrived()` holds. A click that lands while the page redraws on a busy machine is
+    dropped (the element is replaced between press and release); `arrived` reads what one click changes (the
+    guide's saved step, a page's heading), so a second click goes only after the first was lost."""
+    for _ in range(tries):
+        control.click()
+        for _ in range(each_ms // 500):
+            if arrived():
+                return
+            page.wait_for_timeout(500)
+    raise AssertionError(f"{tries} clicks on {control} did not arrive")
+
+
 def download(page, control, tries: int = 3, each_ms: int = 60000):
     """Press a download button until its file has come whole (Playwright's Download, its path read). The file is
     made on the press (a report inlines plotly.js: megabytes); a press that lands while the page redraws on a busy

@@ -9,6 +9,7 @@ sees each "다음 단계" within seconds, also when it was looking at another pa
 from __future__ import annotations
 
 import gettext
+import json
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from playwright.sync_api import expect
 
 from engine import guide as g
 
-from .browser import ROOT, StreamlitApp, download, free_port, kill_recorded_server
+from .browser import ROOT, StreamlitApp, download, free_port, kill_recorded_server, press_until
 
 pytestmark = [pytest.mark.server, pytest.mark.e2e]
 
@@ -31,7 +32,7 @@ SHOTS = ROOT / "artifacts" / "screenshots"
 DONE = {"free": ko("Left behind"), "start": ko("Ready after")}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # its own per run: a rerun (tests/conftest.py) starts over at step 1, not where the first left off
 def app(tmp_path_factory):
     d = tmp_path_factory.mktemp("e2e-guide")
     port, runtime = free_port(), d / "runtime"
@@ -56,6 +57,30 @@ def _korean(browser, app, path: str = ""):
 
 def _heading(page, s: g.Step):
     return page.get_by_role("heading", name=f"{s.number}. {ko(str(s.title))}")
+
+
+def _at(app: StreamlitApp, step_id: str):
+    """Whether the presenter's step, as the guide saved it beside the app's history, is `step_id`."""
+    saved = Path(app.env["SERVING_LAB_DB"]).with_name("guide.json")
+    return lambda: saved.exists() and json.loads(saved.read_text()).get("current") == step_id
+
+
+def _next(page, app: StreamlitApp, step_id: str) -> None:
+    """The presenter's Next step, pressed again only if the guide did not move (a dropped click)."""
+    press_until(page, page.get_by_role("button", name=ko("Next step")), _at(app, step_id))
+
+
+def _open(page, name: str) -> None:
+    """A page from the sidebar, by its name as shown, until its heading shows."""
+    heading = page.get_by_role("heading", name=name)
+    press_until(page, page.locator("[data-testid=stSidebarNav]").get_by_text(name, exact=True),
+                heading.is_visible)
+
+
+def _follow(page, label: str) -> None:
+    """The sidebar's "Follow the presenter", switched on (checked, so a second click goes only after a lost one)."""
+    switch = page.locator("[data-testid=stSidebar]").get_by_role("switch", name=label)
+    press_until(page, page.locator("[data-testid=stSidebar]").get_by_text(label), switch.is_checked)
 
 
 def _press(page, label: str, done) -> None:
@@ -88,7 +113,7 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
 
         # the viewer may not act; it follows the presenter from the sidebar
         expect(follower.get_by_role("heading", name=ko("Guided lab"))).to_be_visible(timeout=60000)
-        follower.locator("[data-testid=stSidebar]").get_by_text(ko("Follow the presenter")).click()
+        _follow(follower, ko("Follow the presenter"))
         expect(follower.get_by_text(ko("The presenter runs the steps; their results appear here for everyone.")))\
             .to_be_visible(timeout=30000)
 
@@ -110,9 +135,8 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
             presenter.screenshot(path=str(SHOTS / f"guide-{s.number:02d}-{s.id}-ko.png"))
             nxt = g.STEPS[s.number]  # the next step
             if s.id == "sequential":  # a follower elsewhere is brought back to the guided lab
-                follower.locator("[data-testid=stSidebarNav]").get_by_text(ko("Monitor"), exact=True).click()
-                expect(follower.get_by_role("heading", name=ko("Monitor"))).to_be_visible(timeout=30000)
-            presenter.get_by_role("button", name=ko("Next step")).click()
+                _open(follower, ko("Monitor"))
+            _next(presenter, app, nxt.id)
             # the follower shows the presenter's new step within seconds, in its own language
             expect(_heading(follower, nxt) if nxt.id != "summary" else
                    follower.get_by_role("heading", name=ko("What this lab found"))).to_be_visible(timeout=FOLLOW_MS)
@@ -160,20 +184,19 @@ def test_a_follower_moves_with_the_presenter_in_its_own_language(browser, idle_a
         presenter.keyboard.press("Enter")
         expect(presenter.get_by_role("button", name=ko("Next step"))).to_be_enabled(timeout=30000)
         # a viewer who does not follow stays where it is
-        presenter.get_by_role("button", name=ko("Next step")).click()
+        _next(presenter, idle_app, "free")
         expect(_heading(presenter, g.step("free"))).to_be_visible(timeout=30000)
         follower.wait_for_timeout(4000)
         expect(follower.get_by_role("heading", name="1. Naive inference")).to_be_visible()
         # once it follows, it shows the presenter's step, in English, and each Next moves it
-        follower.locator("[data-testid=stSidebar]").get_by_text("Follow the presenter").click()
+        _follow(follower, "Follow the presenter")
         expect(follower.get_by_role("heading", name="2. Free the memory")).to_be_visible(timeout=FOLLOW_MS)
         expect(follower.get_by_role("button", name="Next step")).to_be_disabled()
-        presenter.get_by_role("button", name=ko("Next step")).click()
+        _next(presenter, idle_app, "start")
         expect(follower.get_by_role("heading", name="3. Start vLLM")).to_be_visible(timeout=FOLLOW_MS)
         # from another page, the presenter's next step brings it back to the guided lab
-        follower.locator("[data-testid=stSidebarNav]").get_by_text("Monitor", exact=True).click()
-        expect(follower.get_by_role("heading", name="Monitor")).to_be_visible(timeout=30000)
-        presenter.get_by_role("button", name=ko("Next step")).click()
+        _open(follower, "Monitor")
+        _next(presenter, idle_app, "test-query")
         expect(follower.get_by_role("heading", name="4. One test query")).to_be_visible(timeout=FOLLOW_MS)
         expect(presenter.get_by_role("heading", name="4. " + ko("One test query"))).to_be_visible()
     finally:
