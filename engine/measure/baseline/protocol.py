@@ -57,6 +57,14 @@ ERROR_KINDS: dict[str, type[NaiveError]] = {
 }
 
 
+class Fail(Exception):
+    """What the worker raises and reports; the parent turns it into a NaiveError subclass by its kind (ERROR_KINDS)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
 # -- sentences across the pipe ------------------------------------------------------------------
 # The worker's stages and errors are Messages; JSON carries their English as text and, beside it, what
 # `wire` makes of them, from which `heard` makes the same Message again in this process (so a page can
