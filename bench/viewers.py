@@ -325,9 +325,10 @@ def measure_chromium(url: str, app: psutil.Process, seconds: float, settle: floa
 
 # The presenter's load test, set on the Load test page: long enough (tens of seconds on a 2-core VM)
 # that page loads and timer phases average out. The arrival choice redraws the form, so it goes first.
-ARRIVAL = ("Arrival", "Keep N in flight")
+# Outside the form (the form's controls follow them), then the form's own.
+ABOVE = [("Arrival", "Keep N in flight"), ("What to send", "Synthetic prompts (seeded)")]
 FORM = {"Requests in flight": 32.0, "Number of requests": 48, "Max tokens per answer": 128.0,
-        "Always generate max tokens": True, "Prompts": "Synthetic prompts (seeded)"}
+        "Always generate max tokens": True}
 
 
 async def presenter_run(presenter: LightViewer, store, timeout: float = 600) -> dict:
@@ -369,7 +370,8 @@ async def measure_load(url: str, app: psutil.Process, store, n: int, repeats: in
     try:
         while not presenter.finished.is_set():  # the page's first run (the connection may not be up yet)
             await asyncio.sleep(0.2)
-        await presenter.change(*ARRIVAL)
+        for label, value in ABOVE:
+            await presenter.change(label, value)
         for label, value in FORM.items():
             presenter.set(label, value)
         await presenter_run(presenter, store)  # warm-up: the server's first batch shapes
