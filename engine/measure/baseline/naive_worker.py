@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from engine.measure.load.lifeline import die_with_parent
 from engine.measure.baseline.protocol import Fail, wire
-from engine.measure.baseline.torch_device import (describe_device, is_oom, memory_snapshot, oom_sentence, resolve_device,
-                                                  resolve_dtype)
+from engine.measure.baseline.torch_device import (describe_device, is_oom, memory_snapshot, oom_sentence,
+                                                  resolve_device, resolve_dtype)
 from engine.messages import say
 from engine.results.records import RequestRecord
 
