@@ -324,8 +324,7 @@ def measure_chromium(url: str, app: psutil.Process, seconds: float, settle: floa
 
 
 # The presenter's load test, set on the Load test page: long enough (tens of seconds on a 2-core VM)
-# that page loads and timer phases average out. The arrival choice redraws the form, so it goes first.
-# Outside the form (the form's controls follow them), then the form's own.
+# that page loads and timer phases average out. ABOVE sits outside the form and redraws it, so it goes first.
 ABOVE = [("Arrival", "Keep N in flight"), ("What to send", "Synthetic prompts (seeded)")]
 FORM = {"Requests in flight": 32.0, "Number of requests": 48, "Max tokens per answer": 128.0,
         "Always generate max tokens": True}

@@ -61,7 +61,7 @@ def _heading(page, s: g.Step):
 
 def _at(app: StreamlitApp, step_id: str):
     """Whether the presenter's step, as the guide saved it beside the app's history, is `step_id`."""
-    saved = Path(app.env["SERVING_LAB_DB"]).with_name("guide.json")
+    saved = g.guide_path(Path(app.env["SERVING_LAB_DB"]))
     return lambda: saved.exists() and json.loads(saved.read_text()).get("current") == step_id
 
 
@@ -89,15 +89,15 @@ def _press(page, label: str, done) -> None:
     button = page.get_by_role("button", name=label).first  # a substring (not a regex: "512 / 0.90")
     # under way: a job's button is disabled while it runs; a server's start draws its progress under the step's
     progress = page.locator("[data-testid=stMainBlockContainer] [data-testid=stProgress]")
-    for _ in range(3):
-        button.click()
-        for _ in range(60):
-            if button.is_disabled() or done.is_visible() or progress.count() > 1:
-                return
-            error = page.locator("[data-testid=stAlertContentError], [data-testid=stToast]")
-            assert not error.count(), f"pressing '{label}' said: {error.first.inner_text()}"
-            page.wait_for_timeout(500)
-    raise AssertionError(f"pressing '{label}' three times started no run")
+    error = page.locator("[data-testid=stAlertContentError], [data-testid=stToast]")
+
+    def under_way() -> bool:
+        if button.is_disabled() or done.is_visible() or progress.count() > 1:
+            return True
+        assert not error.count(), f"pressing '{label}' said: {error.first.inner_text()}"
+        return False
+
+    press_until(page, button, under_way, each_ms=30000)
 
 
 def test_the_guided_lab_in_korean_with_a_follower(browser, app):
