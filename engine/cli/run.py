@@ -219,3 +219,9 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
         say_line(results.search.said)
     if len(results) > 1 and results[0].extra.repeats:
         say_line(repeats_table(results))
+    if len(results) == 2 and results[0].extra.pair and results[0].extra.pair == results[1].extra.pair:
+        from engine.measure.judge import verdict  # --versus: which server did better, only beyond the noise
+
+        a, b = results
+        for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label)):
+            say_line(v.said)

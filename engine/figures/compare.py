@@ -30,7 +30,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
-from engine.measure.judge import stats
+from engine.measure.judge import stats, verdict
 from engine.messages import say, seconds, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
@@ -176,10 +176,15 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         bargap=0.35,
     )
     if have:
-        best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
+        ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
+        (best_r, best_v), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else None
         best = dict(run=run_label(best_r, lang), value=fmt_num(best_v), unit=unit)
-        cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
-               say("{run} is best at {value} {unit} (lower is better).", **best)]
+        cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
+               say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
+        if runner_up is not None:  # first or not is a finding only beyond the noise of the two
+            a, b = verdict.labels_apart(runner_up, best_r, run_label(runner_up, lang), run_label(best_r, lang))
+            if v := verdict.compare_runs([runner_up], [best_r], metric, name=label, label_a=a, label_b=b, unit=unit):
+                cap.append(v.said)
     else:
         cap = [say("No saved run has {metric} yet.", metric=label)]
     if missing:
@@ -284,6 +289,8 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     if None not in meds:
         cap.append(say("Median TTFT: {ttft_a:,.0f} ms on {a}, {ttft_b:,.0f} ms on {b}.", a=labels[0], b=labels[1],
                        ttft_a=meds[0], ttft_b=meds[1]))
+    if not in_flight:  # which server did better is a finding only beyond the noise of its requests
+        cap += [v.said for v in verdict.of_pair([run_a], [run_b], *verdict.labels_apart(run_a, run_b, *labels))]
     cap.append(say("In each timeline a bar is one request: pale while it waits for its first token, solid while "
                    "it generates."))
     if in_flight:

@@ -7,7 +7,6 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from engine.measure.judge import verdict
 from engine.messages import Message, say
@@ -126,17 +125,10 @@ def groups(runs: Sequence) -> list[list]:
 
 
 def group_names(a: Sequence, b: Sequence) -> tuple[str, str]:
-    """Two sets of repeats as a sentence names them: by their labels ("'512 / 0.90'"), and where the labels are the
-    same, by when each set's first run started too ("'X' from 16:02:11"; its id where even that is the same), so
-    a comparison never reads "'X' differs from 'X'"."""
-    firsts = [min(g, key=lambda r: r.started_at) for g in (a, b)]
-    names = [f"'{r.label}'" for r in firsts]
-    if names[0] != names[1]:
-        return names[0], names[1]
-    times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in firsts]
-    if times[0] == times[1]:
-        times = [f"{t}, {r.extra.repeat_group[:8]}" for t, r in zip(times, firsts)]
-    return tuple(say("{name} from {time}", name=n, time=t) for n, t in zip(names, times))
+    """Two sets of repeats as a sentence names them: by their labels, told apart by when each set's first run
+    started where the labels are the same (verdict.labels_apart)."""
+    first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (a, b))
+    return verdict.labels_apart(first_a, first_b, f"'{first_a.label}'", f"'{first_b.label}'")
 
 
 def groups_compared(runs: Sequence, key: str, name: str, unit: str = "") -> verdict.Verdict | None:

@@ -19,6 +19,7 @@ from engine.messages import Message, mark, say
 LEVEL = 0.95  # the interval's level; 1 - LEVEL is the stated rate of calling an A/A pair "beyond noise"
 WELCH_LOG = mark("Welch's t on log values (a ratio of geometric means)")  # every value above 0
 WELCH = mark("Welch's t (a difference of means)")  # some value at or below 0: no logarithm
+PAIRED = mark("paired t on log values (the same prompts)")  # each prompt's ratio: the prompts' own spread cancels
 UNKNOWN = mark("one value a side")  # no spread measured on at least one side: nothing decided
 
 RUNS, REQUESTS = "runs", "requests"  # what each value of a sample is: a run's summary, or one request's
@@ -142,11 +143,17 @@ class Verdict:
 
 
 def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str = "", label_a: str = "A",
-            label_b: str = "B", per: str = RUNS, unit: str = "", level: float = LEVEL) -> Verdict | None:
+            label_b: str = "B", per: str = RUNS, unit: str = "", level: float = LEVEL,
+            paired: bool = False) -> Verdict | None:
     """B against A. `a` and `b` are samples of one metric: the summary values of each side's repeats (`per`
     RUNS), or, for a metric measured per request from a single run a side, its requests' values (REQUESTS).
-    None when a side has no value at all."""
-    xa, xb = _clean(a), _clean(b)
+    `paired`: a[i] and b[i] measured the same thing (the same prompt on both sides), compared by their ratios
+    (a pair with a value missing is left out). None when a side has no value at all."""
+    if paired:
+        both = [(x, y) for x, y in zip(_clean_keep(a), _clean_keep(b)) if x is not None and y is not None]
+        xa, xb = [x for x, _y in both], [y for _x, y in both]
+    else:
+        xa, xb = _clean(a), _clean(b)
     if not xa or not xb:
         return None
     base = dict(name=name, label_a=label_a, label_b=label_b, n_a=len(xa), n_b=len(xb), per=per, level=level,
@@ -161,16 +168,35 @@ def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str =
     if len(xa) < 2 or len(xb) < 2:  # one value has no spread: the noise is unknown
         return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=None,
                        diff_high=None, p=None, method=UNKNOWN, beyond_noise=None, **base)
-    lo, hi, p = _welch(la, lb, level)
+    lo, hi, p = _paired(la, lb, level) if paired else _welch(la, lb, level)
+    method = PAIRED if paired else WELCH_LOG if positive else WELCH
     if positive:
         return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=math.exp(lo), high=math.exp(hi), diff=cb - ca,
-                       diff_low=None, diff_high=None, p=p, method=WELCH_LOG, beyond_noise=not lo <= 0 <= hi, **base)
+                       diff_low=None, diff_high=None, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
     return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=lo,
-                   diff_high=hi, p=p, method=WELCH, beyond_noise=not lo <= 0 <= hi, **base)
+                   diff_high=hi, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
+
+
+def _clean_keep(values: Sequence[float | None]) -> list[float | None]:
+    """`values` with what is not a finite number as None, in place (a pair keeps its partner's position)."""
+    return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
 
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
+
+
+def _paired(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
+    """The interval of mean(b - a) at `level` and the two-sided p, by the paired t test (scipy); differences that
+    do not vary at all are the difference itself."""
+    d = [y - x for x, y in zip(a, b)]
+    if max(d) == min(d):
+        return d[0], d[0], (1.0 if d[0] == 0 else 0.0)
+    from scipy import stats
+
+    r = stats.ttest_rel(b, a)
+    ci = r.confidence_interval(level)
+    return float(ci.low), float(ci.high), float(r.pvalue)
 
 
 def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
@@ -211,10 +237,15 @@ def per_request_values(run, key: str) -> list[float] | None:
 
 
 def value(run, key: str) -> float | None:
-    """A run's summary value of `key` (its wall time for "duration")."""
+    """A run's summary value of `key` (its wall time for "duration"; a run without a summary yet, as a live one,
+    summarised from its requests)."""
     if key == "duration":
         return float(run.duration) if run.duration else None
     summary = run.summary
+    if getattr(summary, "empty", False) and getattr(run, "records", None):
+        from engine.measure.judge import stats
+
+        summary = stats.summarize(run.records, run.duration)
     v = summary.get(key) if hasattr(summary, "get") else None
     return None if v is None else float(v)
 
@@ -231,3 +262,46 @@ def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, lab
                            level=level)
     return compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
                    label_b=label_b, per=RUNS, unit=unit, level=level)
+
+
+# The numbers a pair of runs is judged on, in the order they are said: the whole job's throughput (one run a side:
+# only repeats tell its noise), then a typical request's first token and decode step (decided from the requests).
+HEADLINE = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def of_pair(runs_a: Sequence, runs_b: Sequence, label_a: str, label_b: str,
+            keys: Sequence[str] = HEADLINE) -> list[Verdict]:
+    """B's runs against A's on each of `keys` (engine.metrics' summary keys) that both sides measured."""
+    from engine.metrics import metric_info
+
+    out = []
+    for key in keys:
+        info = metric_info(key)
+        v = compare_runs(runs_a, runs_b, key, name=info.label, label_a=label_a, label_b=label_b, unit=info.unit)
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
+    """Two runs' labels as a verdict names them: as they are, or, when they are the same, each with its start time
+    ("X from 16:02:11"), so a sentence never compares 'X' with 'X'."""
+    if label_a != label_b:
+        return label_a, label_b
+    from datetime import datetime
+
+    times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
+    if times[0] == times[1]:
+        times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
+    return say("{name} from {time}", name=label_a, time=times[0]), say("{name} from {time}", name=label_b, time=times[1])
+
+
+def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdict | None:
+    """Two runs of the same prompts (the Naive page's contenders: one request per prompt, by index) compared on each
+    prompt's end-to-end latency, paired: B's latency over A's, so a ratio above 1 means B is slower. None when no
+    prompt was answered on both sides."""
+    lat_a = {r.index: r.e2e for r in getattr(run_a, "measured", ()) if r.ok and r.e2e}
+    lat_b = {r.index: r.e2e for r in getattr(run_b, "measured", ()) if r.ok and r.e2e}
+    both = sorted(lat_a.keys() & lat_b.keys())
+    return compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
+                   per=REQUESTS, unit="s", paired=True)
