@@ -4,6 +4,7 @@ The `make_*` builders are also used to render the figures for review (see __main
 `python tests/test_figures.py /tmp/figs`)."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 import sys
@@ -321,6 +322,36 @@ def test_tuning_compare():
     assert tput.y[0] == pytest.approx(a.summary.get("output_throughput"))
     assert "KV cache 105 k tok" in tput.x[0] and "KV" not in tput.x[1]
     assert "max_tokens (100 vs 150)" in figures.caption(fig)
+
+
+def _repeated(run: RunResult, group: str, values: list[float]) -> list[RunResult]:
+    """`run` measured len(values) times as one repeat group, each with its own throughput."""
+    out = []
+    for i, v in enumerate(values):
+        r = copy.deepcopy(run)
+        r.id, r.started_at = f"{group}{i}", run.started_at + i
+        r.summary.output_throughput = v
+        r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, len(values)
+        out.append(r)
+    return out
+
+
+def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
+    """Issue #29: "+254 %" headed a tuning finding that the run-to-run spread explained. One run a configuration
+    decides nothing; repeats are one bar each (the median, a whisker over the range) and judged by the verdict."""
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
+    once = figures.caption(figures.tuning_compare([a, b]))
+    assert "noise unknown" in once and "no difference here is called real" in once and "beyond noise" not in once
+    quiet = _repeated(a, "g1", [100.0, 104.0, 98.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
+    fig = figures.tuning_compare(quiet)
+    tput, wall = _bars(fig)
+    assert list(tput.y) == [100.0, 150.0] and len(tput.x) == 2
+    assert list(tput.error_y.array) == [4.0, 3.0] and list(tput.error_y.arrayminus) == [2.0, 2.0]
+    cap = figures.caption(fig)
+    assert "1.49× (+49 %), beyond noise" in cap and "Welch's t on log values" in cap and "3 runs each" in cap
+    assert "the median of its runs; the whisker spans their range" in cap
+    noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])
+    assert "no measurable difference" in figures.caption(figures.tuning_compare(noisy))
 
 
 def test_token_timeline():

@@ -124,6 +124,15 @@ def groups(runs: Sequence) -> list[list]:
     return list(found.values())
 
 
+def sets(runs: Sequence) -> list[list]:
+    """`runs` as the sets they were measured in: a repeat group's runs together, any other run a set of its own,
+    in the order each first appears (an overlaid run of the same label from another day stays apart)."""
+    found: dict[str, list] = {}
+    for r in runs:
+        found.setdefault(r.extra.repeat_group or f"run:{r.id}", []).append(r)
+    return list(found.values())
+
+
 def group_names(a: Sequence, b: Sequence) -> tuple[str, str]:
     """Two sets of repeats as a sentence names them: by their labels, told apart by when each set's first run
     started where the labels are the same (verdict.labels_apart)."""

@@ -134,11 +134,12 @@ class Verdict:
 
     @property
     def short(self) -> Message:
-        """A few words for a chart's label or a table's cell: "1.21× (+21 %), beyond noise"."""
+        """A few words for a list or a table's cell: "1.21× (+21 %), beyond noise", "no measurable difference (1.02×
+        (+2 %) measured)", "1.21× (+21 %), noise unknown"."""
         if self.beyond_noise is None:
             return say("{effect}, noise unknown", effect=self.effect)
         if not self.beyond_noise:
-            return say("{effect}, within noise", effect=self.effect)
+            return say("no measurable difference ({effect} measured)", effect=self.effect)
         return say("{effect}, beyond noise", effect=self.effect)
 
 
