@@ -85,7 +85,7 @@ def repeats_table(runs) -> str:
     repeats up), a repeat far from the others, and whether the prefix cache was emptied between them."""
     from engine.measure.judge import repeats
 
-    lines = [f"== {len(runs)} repeats =="]
+    lines = [f"== {len(runs)} repeats of {runs[0].label} ==" if runs[0].label else f"== {len(runs)} repeats =="]
     for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),
                       ("p99_ttft_ms", "p99 TTFT (ms)")):
         if (spread := repeats.of_runs(runs, key)) is not None:
