@@ -12,7 +12,7 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
 from engine import messages
-from engine.messages import Message, catalog, translate
+from engine.messages import Message, catalog, catalog_problem, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
 
@@ -98,6 +98,8 @@ def switch() -> None:
     st.session_state.setdefault("lang", lang())
     st.segmented_control("Language / 언어", list(LANGS), format_func=LANGS.get, key="lang", required=True,
                          on_change=_relabel, label_visibility="collapsed")
+    if problem := catalog_problem(lang()):  # chosen, yet shown in English: say why, in both languages' stead
+        st.warning(str(problem), icon=":material/translate:")
     if (chosen := lang()) != default_lang():
         st.query_params["lang"] = chosen
     else:

@@ -76,6 +76,17 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
     return result
 
 
+def on_press(lab: Lab, fn: Callable[..., Any], *args, **kw) -> None:
+    """A widget's callback (on_click / on_change): one Lab action with this viewer's token, run before the script
+    draws, with the arguments the page was drawn with. A press handled in the script's body is lost when anything
+    above it reruns the script first (a choice changed elsewhere meanwhile, a session that moved); a callback is
+    not. Its error sentence shows at the top of the page that follows (pending_error)."""
+    try:
+        fn(*args, token=st.session_state.get("presenter_token"), caller=caller(), **kw)
+    except LabError as e:
+        st.session_state["action_error"] = i18n.said(e)
+
+
 def pending_error() -> None:
     """Show the error of an action that redrew the page (see act)."""
     if err := st.session_state.pop("action_error", None):

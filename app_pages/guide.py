@@ -25,53 +25,70 @@ if presenter or following or st.session_state.get("guide_view") not in ids:
     st.session_state["guide_view"] = state.current
 shown = guide.step(st.session_state["guide_view"])
 st.session_state["guide_seen"] = (state.current, state.moved_at)
+running = guide.running(state)  # a step is ticked once its run finished, not while it runs
+
+
+# Every press is a callback with the step it was drawn for (ui.on_press): it acts before the script draws, so no
+# rerun above it can drop it, and two presenter tabs pressing "Next step" on step 2 both ask for step 3.
+def _view(step_id: str) -> None:
+    """A viewer who does not follow browses on their own."""
+    st.session_state["guide_view"] = step_id
+
+
+def _move(step_id: str) -> None:
+    if ui.can_act(lab):
+        ui.on_press(lab, guide.go_to, step_id)
+    else:
+        _view(step_id)
+
+
+def _picked() -> None:
+    if (pick := st.session_state.get("guide_pick")) is not None:
+        _move(pick)
+
+
+def _chosen(key: str, action) -> None:
+    if (value := st.session_state.get(key)) is not None:
+        ui.on_press(lab, action, value)
+
 
 head, side = st.columns([3, 1], vertical_alignment="bottom")
 head.title(_("Guided lab"))
 with side:
     if presenter:
         labels = {1.0: _("the lab's"), 0.5: _("half"), 0.25: _("a quarter"), 0.1: _("a tenth")}
-        scale = st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale,
-                                     format_func=labels.get, key=f"guide_scale_{state.scale}",
-                                     help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
-                                            "busy one) keeps each step to a minute or two; the ratios stay "
-                                            "comparable, the times do not."))
-        if scale is not None and scale != state.scale:
-            ui.act(lab, guide.set_scale, scale, rerun=True)
+        key = f"guide_scale_{state.scale}"  # one widget per scale: its default is the session's, never a stale one
+        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale, format_func=labels.get,
+                             key=key, on_change=_chosen, args=(key, guide.set_scale),
+                             help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
+                                    "busy one) keeps each step to a minute or two; the ratios stay "
+                                    "comparable, the times do not."))
         choices = models.catalogue()
         if len(choices) > 1:  # the model of every step; on a GPU the lab's Llama 3 8B (or its shape-only stand-in)
             paths = [m.path for m in choices]
             now = guide.model_spec().path
-            picked = st.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0,
-                                  format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)),
-                                  key="guide_model", help=_("The model every step uses: the naive baseline and vLLM "
-                                                            "alike, so their numbers compare."))
-            if picked != now:
-                ui.act(lab, guide.set_model, picked, rerun=True)
+            key = f"guide_model_{now}"  # as the scale: a choice made elsewhere (another tab, the server) is shown
+            st.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0,
+                         format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)),
+                         key=key, on_change=_chosen, args=(key, guide.set_model),
+                         help=_("The model every step uses: the naive baseline and vLLM alike, so their numbers "
+                                "compare."))
     elif following:
         st.caption(_("Following the presenter: step {n} of {total}.", n=shown.number, total=len(steps)))
 
 
 def _agenda_label(step_id: str) -> str:
     s = guide.step(step_id)
-    mark = "✓ " if state.done(step_id) else ""
+    mark = "⏳ " if step_id in running else "✓ " if state.done(step_id) else ""
     return f"{mark}{s.number} · {i18n.tr(s.title)}"
 
 
 # The agenda: every step, done ones ticked; the presenter's choice moves the room.
-st.session_state["guide_pick"] = shown.id
-pick = st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
-                            label_visibility="collapsed", disabled=following)
-if pick and pick != shown.id:
-    if presenter:
-        ui.act(lab, guide.go_to, pick, rerun=True)
-    else:
-        st.session_state["guide_view"] = pick
-        st.rerun()
-done = sum(state.done(i) for i in ids[:-1])
-st.progress(done / (len(ids) - 1), text=_("Step {n} of {total}: {title} · {done} of {steps} steps run",
-                                          n=shown.number, total=len(steps), title=shown.title, done=done,
-                                          steps=len(ids) - 1))
+st.session_state["guide_pick"] = shown.id  # after _picked ran: the step shown, wherever it came from
+st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
+                     label_visibility="collapsed", disabled=following, on_change=_picked)
+done = sum(state.done(i) and i not in running for i in ids[:-1])
+st.progress(done / (len(ids) - 1), text=_("{done} of the {steps} steps run", done=done, steps=len(ids) - 1))
 if state.scale != 1.0:
     st.caption(_("Answers are {share} of the lab's length here, to keep this machine quick: times are not comparable "
                  "with the notebook's, ratios are.", share=f"{state.scale:.0%}"))
@@ -90,11 +107,11 @@ def _numbers(step_id: str) -> None:
 def _button(s) -> None:
     tokens = guide.tokens(s, state.scale)
     label = i18n.tr(s.button) if tokens is None else _("{action} ({tokens} tokens)", action=s.button, tokens=tokens)
-    again = state.done(s.id) and s.id not in ("summary",)
-    running = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
-    if st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
-                 icon=":material/play_arrow:", disabled=not presenter or running, key=f"run-{s.id}"):
-        ui.act(lab, guide.run_step, s.id, rerun=True)
+    again = state.done(s.id) and s.id not in running and s.id != "summary"
+    busy = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
+    st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
+              icon=":material/play_arrow:", disabled=not presenter or busy, key=f"run-{s.id}",
+              on_click=ui.on_press, args=(lab, guide.run_step, s.id))
     if not presenter:
         st.caption(_("The presenter runs the steps; their results appear here for everyone."))
 
@@ -208,7 +225,7 @@ def _summary() -> None:
 def body() -> None:
     """The step, redrawn while its job runs; the whole page redraws when the session changed (a step's run
     came back, the presenter moved), so the agenda's ticks and a follower's step follow."""
-    if guide.state().to_dict() != state.to_dict():
+    if (now := guide.state()).to_dict() != state.to_dict() or guide.running(now) != running:
         st.rerun(scope="app")
     if shown.id == "summary":
         _summary()
@@ -232,19 +249,13 @@ body()
 
 i = ids.index(shown.id)
 prev, _gap, nxt = st.columns([1, 3, 1])
-if i > 0 and prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following):
-    if presenter:
-        ui.act(lab, guide.go_to, ids[i - 1], rerun=True)
-    st.session_state["guide_view"] = ids[i - 1]
-    st.rerun()
-if i < len(ids) - 1 and nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch",
-                                   disabled=following):
-    if presenter:
-        ui.act(lab, guide.go_to, ids[i + 1], rerun=True)
-    st.session_state["guide_view"] = ids[i + 1]
-    st.rerun()
+if i > 0:
+    prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following,
+                on_click=_move, args=(ids[i - 1],))
+if i < len(ids) - 1:
+    nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch", disabled=following,
+               on_click=_move, args=(ids[i + 1],))
 if presenter:
     with st.expander(_("Start the guided lab over")):
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))
-        if st.button(_("Start over"), icon=":material/restart_alt:"):
-            ui.act(lab, guide.reset, rerun=True)
+        st.button(_("Start over"), icon=":material/restart_alt:", on_click=ui.on_press, args=(lab, guide.reset))
