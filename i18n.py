@@ -12,7 +12,7 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
 from engine import messages
-from engine.messages import Message, catalog, catalog_problem, translate
+from engine.messages import Message, catalog, catalog_problem, filled, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
 
@@ -36,8 +36,7 @@ def lang() -> str:
 def _(message: str, /, **values) -> str:
     """`message` in this viewer's language, its {placeholders} filled with `values` (engine sentences among
     them said in this language too)."""
-    text = catalog(lang()).gettext(message)
-    return text.format(**_said(values)) if values else text
+    return filled(catalog(lang()).gettext(message), _said(values), lang())
 
 
 def _said(values: dict) -> dict:
@@ -50,8 +49,7 @@ def N_(message: str) -> str:
 
 
 def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
-    text = catalog(lang()).ngettext(singular, plural, n)
-    return text.format(n=n, **_said(values))
+    return filled(catalog(lang()).ngettext(singular, plural, n), {"n": n, **_said(values)}, lang())
 
 
 def tr(text: object) -> str:

@@ -131,6 +131,11 @@ def _job(s) -> None:
                      key=f"cancel-{s.id}")
 
 
+def _not_run_yet() -> None:
+    st.info(_("Not run yet: press the button on the left.") if presenter else
+            _("Not run yet: the presenter runs this step, and its result appears here."), icon=":material/info:")
+
+
 # The summary's finding a step's run fills in (engine.guide.findings' order)
 FINDING = {"naive": 0, "sequential": 1, "concurrent": 2, "tuning": 3, "streaming": 4}
 
@@ -146,7 +151,7 @@ def _result(s) -> None:
     elif s.id == "free":
         fact = state.facts.get("free")
         if not fact:
-            st.info(_("Not run yet: press the button on the left."), icon=":material/info:")
+            _not_run_yet()
         else:
             where = _("GPU memory") if fact.get("gpu") else _("system RAM")
             c = st.columns(4)
@@ -205,7 +210,7 @@ def _result(s) -> None:
         ui.failure_causes([run] if run else guide.runs("tuning", state))
         st.caption(_("From this step's run of {when}.", when=i18n.when((run or guide.runs("tuning", state)[-1]).started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
-        st.info(_("Not run yet: press the button on the left."), icon=":material/info:")
+        _not_run_yet()
 
 
 def _summary() -> None:
@@ -233,15 +238,15 @@ def body() -> None:
     left, right = st.columns([5, 6], gap="large")  # the numbers table keeps its three columns, the button its label
     with left:
         st.subheader(f"{shown.number}. {i18n.tr(shown.title)}")
-        st.markdown(i18n.tr(shown.narrative))  # the catalogue's own text: its `code` stays code
+        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))  # the catalogue's own text: its `code` stays code
         _button(shown)
         _job(shown)
         _numbers(shown.id)
         st.caption(_("The notebook's numbers: {source}; it does not name its GPU.", source=guide.seed_source))
         with st.expander(_("More about this step")):
-            st.markdown(i18n.tr(shown.more))
+            st.markdown(i18n.tr(shown.told(shown.more, state.scale)))
     with right:
-        st.info(ui.plain(shown.notice), icon=":material/visibility:")
+        st.info(ui.plain(shown.told(shown.notice, state.scale)), icon=":material/visibility:")
         _result(shown)
 
 

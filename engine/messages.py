@@ -9,6 +9,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+from engine import particles
+
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
 
@@ -110,6 +112,14 @@ def catalog_problem(lang: str) -> "Message | None":
     return _PROBLEMS.get(lang)
 
 
+def filled(template: str, values: dict, lang: str) -> str:
+    """A translated template with its values; in Korean each particle in the form the word before it takes
+    (engine.particles: "0.84 GB가", never "0.84 GB이")."""
+    if lang == "ko":
+        return particles.fill(template, values) if values else particles.resolve(template)
+    return template.format(**values) if values else template
+
+
 def translate(text: object, lang: str) -> str:
     """`text` in `lang`: a Message (or an exception carrying one) said again from its template; a plain
     string that is itself a fixed phrase of the catalogue (a stage or cause read back from the history)
@@ -120,13 +130,12 @@ def translate(text: object, lang: str) -> str:
         return str(text)
     cat = catalog(lang)
     if not isinstance(text, Message):
-        return cat.gettext(str(text))
+        return filled(cat.gettext(str(text)), {}, lang)
     try:
         values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
         if text.plural is not None:
-            return cat.ngettext(text.template, text.plural, text.n).format(**values)
-        done = cat.gettext(text.template)
-        return done.format(**values) if values else done
+            return filled(cat.ngettext(text.template, text.plural, text.n), values, lang)
+        return filled(cat.gettext(text.template), values, lang)
     except Exception:  # noqa: BLE001 - a translation that cannot be filled in: the English, never a traceback
         return str(text)
 

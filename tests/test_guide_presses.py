@@ -145,3 +145,50 @@ def test_a_step_is_ticked_only_once_its_run_finished(app_lab):
         assert line == "0 of the 8 steps run", line
     finally:
         lab.jobs.cancel(lab.latest_job("naive").id)
+
+
+@pytest.mark.parametrize("scale", g.SCALES)
+def test_the_token_budget_is_the_one_in_every_text_label_and_run_name(scale):
+    """At a cut budget the texts said the lab's ("with 100 tokens each", "a 300-token answer") while the buttons
+    sent 10 or 30, and History named a 30-token run "One streamed 300-token answer"."""
+    import re
+
+    from engine.measure.workloads import scenarios
+    from engine.messages import translate
+
+    for s in g.STEPS:
+        tokens = g.tokens_for(s, scale)
+        if tokens is None:
+            continue
+        name = scenarios.get(s.scenario).load_spec(max_tokens=tokens).label if s.scenario != "naive-5" else \
+            scenarios.get("naive-5").naive_spec("m", max_new_tokens=tokens).label
+        for lang in ("en", "ko"):
+            said = [translate(s.told(t, scale), lang) for t in (s.narrative, s.more, s.notice)]
+            said.append(translate(name, lang))
+            for text in said:
+                counts = {int(n) for n in re.findall(r"(\d+)[ -]?(?:tokens|token|토큰)", text)}
+                counts.discard(150 if s.id == "tuning" else -1)  # the notebook's own run it compared against
+                if s.id == "tuning":
+                    counts.discard(100) if "sent 100 tokens" in text or "100 토큰을 보내" in text else None
+                assert counts <= {tokens}, (s.id, scale, lang, text)
+            assert str(tokens) in translate(name, lang), (s.id, name)
+
+
+def test_viewers_are_told_what_is_true_for_them(app_lab, monkeypatch):
+    """A viewer cannot press the step's button nor start a server: "press the button on the left" and "start the
+    server on the Server page" were said to them."""
+    monkeypatch.setenv("SERVING_LAB_PRESENTER_TOKEN", "secret")
+    import ui
+
+    ui.get_lab.clear()
+    try:
+        at = _page()
+        infos = [i.value for i in at.info]
+        assert "Not run yet: the presenter runs this step, and its result appears here." in infos, infos
+        assert not any("press the button" in i for i in infos), infos
+        at.switch_page("app_pages/chat.py").run()
+        infos = [i.value for i in at.info]
+        assert "No vLLM server is running: chat opens once the presenter starts one." in infos, infos
+        assert not any("Server page" in i for i in infos), infos
+    finally:
+        ui.get_lab().shutdown()
