@@ -87,8 +87,15 @@ def _agenda_label(step_id: str) -> str:
 st.session_state["guide_pick"] = shown.id  # after _picked ran: the step shown, wherever it came from
 st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
                      label_visibility="collapsed", disabled=following, on_change=_picked)
-done = sum(state.done(i) and i not in running for i in ids[:-1])
-st.progress(done / (len(ids) - 1), text=_("{done} of the {steps} steps run", done=done, steps=len(ids) - 1))
+# Previous and Next beside the progress line: on the first screen of every step, however long the step's result
+i = ids.index(shown.id)
+prev, line, nxt = st.columns([1, 5, 1], vertical_alignment="bottom")
+done = sum(state.done(sid) and sid not in running for sid in ids[:-1])
+line.progress(done / (len(ids) - 1), text=_("{done} of the {steps} steps run", done=done, steps=len(ids) - 1))
+prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following or i == 0,
+            on_click=_move, args=(ids[max(i - 1, 0)],))
+nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch",
+           disabled=following or i == len(ids) - 1, on_click=_move, args=(ids[min(i + 1, len(ids) - 1)],))
 if state.scale != 1.0:
     st.caption(_("Answers are {share} of the lab's length here, to keep this machine quick: times are not comparable "
                  "with the notebook's, ratios are.", share=f"{state.scale:.0%}"))
@@ -131,6 +138,14 @@ def _job(s) -> None:
                      key=f"cancel-{s.id}")
 
 
+def _fit(fig):
+    """A step's chart at the height that leaves its finding and caption on a 1080-pixel screen."""
+    return fig.update_layout(height=min(fig.layout.height or CHART_H, CHART_H))
+
+
+CHART_H = 430
+
+
 def _not_run_yet() -> None:
     st.info(_("Not run yet: press the button on the left.") if presenter else
             _("Not run yet: the presenter runs this step, and its result appears here."), icon=":material/info:")
@@ -144,9 +159,12 @@ def _result(s) -> None:
     """The step's picture from the runs the step itself made."""
     lang = i18n.lang()
     run = guide.latest(s.id, state)
+    made = [run] if run else guide.runs("tuning", state) if s.id == "tuning" else []
+    if made and (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
+        st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
     if s.id == "naive":
         if run:
-            ui.chart(figures.latency_bars(run, None, lang=lang), key="g-naive")
+            ui.chart(_fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
             ui.warmth(lab, run)
     elif s.id == "free":
         fact = state.facts.get("free")
@@ -192,23 +210,21 @@ def _result(s) -> None:
                 st.caption(_("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
     elif s.id == "sequential":
         if run:
-            ui.chart(figures.latency_bars(guide.latest("naive", state), run, lang=lang), key="g-seq")
+            ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang)), key="g-seq")
     elif s.id == "concurrent":
         if run:
-            ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="g-conc")
+            ui.chart(_fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
             ui.warmth(lab, run)
     elif s.id == "tuning":
         runs = guide.runs("tuning", state)
         if runs:
-            ui.chart(figures.tuning_compare(runs, lang=lang), key="g-tune")
+            ui.chart(_fit(figures.tuning_compare(runs, lang=lang)), key="g-tune")
     elif s.id == "streaming":
         if run:
-            ui.chart(figures.token_timeline(run, lang=lang), key="g-stream")
-    if run is not None or (s.id == "tuning" and guide.runs("tuning", state)):
-        if (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
-            st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
-        ui.failure_causes([run] if run else guide.runs("tuning", state))
-        st.caption(_("From this step's run of {when}.", when=i18n.when((run or guide.runs("tuning", state)[-1]).started_at)))
+            ui.chart(_fit(figures.token_timeline(run, lang=lang)), key="g-stream")
+    if made:
+        ui.failure_causes(made)
+        st.caption(_("From this step's run of {when}.", when=i18n.when(made[-1].started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
         _not_run_yet()
 
@@ -252,14 +268,6 @@ def body() -> None:
 
 body()
 
-i = ids.index(shown.id)
-prev, _gap, nxt = st.columns([1, 3, 1])
-if i > 0:
-    prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following,
-                on_click=_move, args=(ids[i - 1],))
-if i < len(ids) - 1:
-    nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch", disabled=following,
-               on_click=_move, args=(ids[i + 1],))
 if presenter:
     with st.expander(_("Start the guided lab over")):
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))

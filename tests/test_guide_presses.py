@@ -192,3 +192,29 @@ def test_viewers_are_told_what_is_true_for_them(app_lab, monkeypatch):
         assert not any("Server page" in i for i in infos), infos
     finally:
         ui.get_lab().shutdown()
+
+
+def test_the_sidebars_server_state_is_never_older_than_the_page(app_lab, monkeypatch):
+    """The server dies while the page draws (the guided lab reads its session: a step's run came back failed):
+    the sidebar, drawn before the page, still said "ready" above the result. It is drawn after it now."""
+    import dataclasses
+
+    from engine.guide.session import Guide
+    from engine.lab import Lab
+    from engine.serving.states import FAILED, READY
+
+    died = []
+    real_snapshot, real_state = Lab.server_snapshot, Guide.state
+    monkeypatch.setattr(Lab, "server_snapshot", lambda self: dataclasses.replace(
+        real_snapshot(self), state=FAILED if died else READY))
+    at = _page()  # drawn with the server ready
+    assert any("ready" in m.value for m in at.sidebar.markdown)
+
+    def state_then_die(self):
+        died.append(True)  # the page's own reading comes after the server's death
+        return real_state(self)
+
+    monkeypatch.setattr(Guide, "state", state_then_die)
+    at.run()
+    badges = [m.value for m in at.sidebar.markdown if "badge[" in m.value]
+    assert badges and all("failed" in b for b in badges), badges
