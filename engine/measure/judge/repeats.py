@@ -141,11 +141,12 @@ def group_names(a: Sequence, b: Sequence) -> tuple[str, str]:
 
 
 def groups_compared(runs: Sequence, key: str, name: str, unit: str = "") -> verdict.Verdict | None:
-    """The first two sets of repeats among `runs` (each of at least two runs) compared on a summary metric,
-    each named by its label and start time; None without two such sets."""
+    """The first two sets of repeats among `runs` (each of at least two runs) compared on a summary metric, the
+    earlier against the later, each named by its label (and start time where the labels are the same); None
+    without two such sets."""
     sets = [g for g in groups(runs) if len(g) >= 2][:2]
     if len(sets) < 2:
         return None
-    a, b = sets
+    a, b = sorted(sets, key=lambda g: min(r.started_at for r in g))  # the earlier set is A, as a reader expects
     label_a, label_b = group_names(a, b)
     return verdict.compare_runs(a, b, key, name=name, label_a=label_a, label_b=label_b, unit=unit)

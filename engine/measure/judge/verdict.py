@@ -113,7 +113,8 @@ class Verdict:
         """The measured effect in a few characters: "1.21× (+21 %)", or the difference when there is no ratio."""
         if self.ratio is None:
             return f"{self.diff:+,.4g} {self.unit}".rstrip()
-        return f"{figures(self.ratio)}× ({self.percent:+.0f} %)"
+        pct = self.percent
+        return f"{figures(self.ratio)}× ({pct:+.1f} %)" if abs(pct) < 1 else f"{figures(self.ratio)}× ({pct:+.0f} %)"
 
     @property
     def said(self) -> Message:
