@@ -5,8 +5,9 @@ beyond the noise the samples themselves show. Every difference the app states as
 The test is Welch's t on the logarithms of the values: run-to-run noise on a shared machine is multiplicative
 (a busy neighbour slows a run by a share, not by a fixed amount), the log makes a ratio's interval symmetric, and
 Welch's t holds its stated false-call rate from two values a side up, where a bootstrap of 2-3 values only
-returns their range. tests/test_verdict.py runs it on A/A pairs (Gaussian, log-normal, one repeat 3.5× slower) at
-2, 3, 5 and 10 a side and checks that rate."""
+returns their range. Where each value has its partner on the other side (the same prompt sent to both), the paired
+t on the log ratios: the prompts' own spread cancels. tests/test_verdict.py runs both on A/A pairs (Gaussian,
+log-normal, one repeat 3.5× slower) at 2, 3, 5 and 10 a side and checks that rate."""
 from __future__ import annotations
 
 import math
