@@ -110,12 +110,14 @@ class Verdict:
         return say("{method}, {counts}", method=self.method, counts=self.counts)
 
     @property
-    def effect(self) -> str:
+    def effect(self) -> Message:
         """The measured effect in a few characters: "1.21× (+21 %)", or the difference when there is no ratio."""
         if self.ratio is None:
-            return f"{self.diff:+,.4g} {self.unit}".rstrip()
+            diff = f"{self.diff:+,.4g}"
+            return say("{diff} {unit}", diff=diff, unit=self.unit) if self.unit else say("{diff}", diff=diff)
         pct = self.percent
-        return f"{figures(self.ratio)}× ({pct:+.1f} %)" if abs(pct) < 1 else f"{figures(self.ratio)}× ({pct:+.0f} %)"
+        return say("{ratio}× ({change} %)", ratio=figures(self.ratio),
+                   change=f"{pct:+.1f}" if abs(pct) < 1 else f"{pct:+.0f}")
 
     @property
     def said(self) -> Message:
