@@ -75,8 +75,20 @@ def duration(x: float, lang: str) -> str:
 
 @functools.cache
 def catalog(lang: str) -> gettext.NullTranslations:
-    """The compiled catalogue of `lang` (English, or a catalogue not compiled yet: the text as written)."""
-    return gettext.translation(DOMAIN, localedir=LOCALES, languages=[lang], fallback=True)
+    """The compiled catalogue of `lang`; one not compiled yet (a clone installed without make) compiled from its
+    .po in memory; English: the text as written."""
+    po = LOCALES / lang / "LC_MESSAGES" / f"{DOMAIN}.po"
+    if lang == "en" or po.with_suffix(".mo").is_file() or not po.is_file():
+        return gettext.translation(DOMAIN, localedir=LOCALES, languages=[lang], fallback=True)
+    import io
+
+    from babel.messages import mofile, pofile
+
+    compiled = io.BytesIO()
+    with po.open("rb") as f:
+        mofile.write_mo(compiled, pofile.read_po(f, locale=lang))
+    compiled.seek(0)
+    return gettext.GNUTranslations(compiled)
 
 
 def translate(text: object, lang: str) -> str:
