@@ -125,7 +125,7 @@ def _result(s) -> None:
     if s.id == "naive":
         if run:
             ui.chart(figures.latency_bars(run, None, lang=lang), key="g-naive")
-            ui.warmth(lab, run)
+            ui.warmth(run)
     elif s.id == "free":
         fact = state.facts.get("free")
         if not fact:
@@ -174,7 +174,7 @@ def _result(s) -> None:
     elif s.id == "concurrent":
         if run:
             ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="g-conc")
-            ui.warmth(lab, run)
+            ui.warmth(run)
     elif s.id == "tuning":
         runs = guide.runs("tuning", state)
         if runs:

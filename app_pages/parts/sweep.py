@@ -77,7 +77,7 @@ def sweep_live() -> None:
                 st.warning(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)),
                            icon=":material/ac_unit:")
         costs = [(r.extra.sweep_level or r.load.concurrency, c) for r in job.result
-                 if (c := ui.cost_text(lab, r, viewer_limits.price())) is not None]
+                 if (c := ui.cost_text(r, viewer_limits.price())) is not None]
         if costs:
             st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
                           price=i18n.number(viewer_limits.price(), 2),
