@@ -1,4 +1,4 @@
-"""Guided lab: the seed notebook's steps in its order, one button each, for a presenter and a room (issue #18).
+"""Guided lab: the seed notebook's steps in its order, one button each, for a presenter and a room.
 
 The session (the presenter's step, the runs each step made) lives in the engine (`lab.guide`, engine/guide/),
 so a reload or an app restart keeps it and every viewer sees the same; a viewer who follows the presenter

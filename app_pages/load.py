@@ -50,7 +50,7 @@ tokens_help = (
     _("The lab uses 150. The running server accepts up to {len} (its max-model-len); this slider stops at {cap} "
       "to keep runs short.", len=server_len, cap=TOKENS_CAP)
     if server_len else _("The lab uses 150. Once the server runs, this stops at its max-model-len."))
-# What to send (issue #20): the lab's prompts stay the default
+# What to send: the lab's prompts stay the default
 chosen = workload_form.choose(top_what, top_said, tokens_hi)
 what, wl_plan = chosen.what, chosen.plan
 

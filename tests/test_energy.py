@@ -1,4 +1,4 @@
-"""Energy per run (issue #21 item 4): NVML's energy counter, NVML power samples integrated, RAPL's package
+"""Energy per run: NVML's energy counter, NVML power samples integrated, RAPL's package
 counters, and the arithmetic per output token. A fake NVML and a fake powercap folder stand in for the real
 ones, which this CPU machine lacks (no GPU; /sys/class/powercap absent in the container)."""
 from __future__ import annotations

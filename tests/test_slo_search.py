@@ -1,4 +1,4 @@
-"""The SLO search (issue #21 item 6): bisection over requests in flight for the most at which the SLO holds,
+"""The SLO search: bisection over requests in flight for the most at which the SLO holds,
 with its tolerance, time cap and GuideLLM's over-saturation stop. The fake server streams at most 4 answers at
 once (slots=4), each taking 20 tokens x 20 ms by its own clock: at 5 or more in flight the rest wait a whole answer
 (at least 400 ms, however busy the machine) for their first token, so under a TTFT limit of 350 ms the answer is 4;

@@ -1,4 +1,4 @@
-"""The concurrency sweep and the SLO search (issue #21 item 6): the same workload at several levels in flight, and
+"""The concurrency sweep and the SLO search: the same workload at several levels in flight, and
 the most in flight that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
 import streamlit as st
 
@@ -27,7 +27,7 @@ def section(lab, defaults, wl_plan) -> None:
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
         ui.act(lab, lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
-    # The SLO search (issue #21 item 6): the sweep's workload at levels found by bisection between the lowest and the
+    # The SLO search: the sweep's workload at levels found by bisection between the lowest and the
     # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
     search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
                     "that meet it.") if ui.refusal(viewer_limits.slo) else
