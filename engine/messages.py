@@ -9,6 +9,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+from engine.digits import significant
+
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
 
@@ -70,7 +72,7 @@ def seconds(x: float | str, lang: str, digits: int = 1) -> str:
 
 def duration(x: float, lang: str) -> str:
     """A short time: milliseconds under a second (a name-like unit in both languages), else seconds."""
-    return f"{x * 1000:.0f} ms" if x < 1 else seconds(x, lang)
+    return f"{significant(x * 1000)} ms" if x < 1 else seconds(x, lang)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     FAILED_COLOR,
@@ -16,7 +17,6 @@ from engine.figures.theme import (
     PURPLE,
     esc,
     finish,
-    fmt_num,
     is_placeholder,
     summary_of,
 )
@@ -71,10 +71,10 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                       marker=dict(size=11, color=color),
                       textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
         shown = esc(translate(name, lang))
-        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[fmt_num(v) for v in tp],
+        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[significant(v) for v in tp],
                         hovertemplate=at_tok_s + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(tp), row=1, col=1, **common)
-        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[fmt_num(v) for v in ttft],
+        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[significant(v) for v in ttft],
                         hovertemplate=at_ms + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
