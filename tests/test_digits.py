@@ -8,6 +8,7 @@ from engine.digits import significant
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
+from engine.measure.judge.stats import summarize
 from engine.messages import translate
 from engine.results.records import RequestRecord, RunResult
 
@@ -31,7 +32,9 @@ def _slow_run() -> RunResult:
     # one request of 2 tokens over 5 s: 0.40 tok/s, a TTFT of 0.3 ms
     recs = [RequestRecord(index=0, prompt="q", send_time=0.0, first_token_time=0.0003, end_time=5.0,
                           output_tokens=2)]
-    return RunResult(kind="vllm", scenario="s", label="slow", records=recs, duration=5.0, started_at=1.7e9)
+    run = RunResult(kind="vllm", scenario="s", label="slow", records=recs, duration=5.0, started_at=1.7e9)
+    run.summary = summarize(recs, 5.0)
+    return run
 
 
 def test_history_and_the_report_keep_the_digits_of_a_slow_run():

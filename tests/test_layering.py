@@ -34,6 +34,8 @@ READ_ONLY = {
     "engine.serving.config": "server settings: presets, limits, checked configs, the GPU picker's names",
     "engine.serving.cluster": "commands a person runs on other machines, and the side-by-side sentence",
     "engine.metrics": "metric names and the answer deadline the pages quote",
+    "engine.digits": "a measured number in significant figures",
+    "engine.measure.judge.prefix": "the share of a run's prompt tokens its server took from the prefix cache",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}

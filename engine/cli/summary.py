@@ -5,7 +5,7 @@ from __future__ import annotations
 def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
     from engine.digits import significant
-    from engine.measure.judge import ceiling, cost, failures, token_check, warmth
+    from engine.measure.judge import ceiling, cost, failures, prefix, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
 
     s = r.summary
@@ -18,12 +18,15 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 
     lines = [
         f"== {r.label or r.scenario} [{r.kind}] ==",
+        *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
+          if (seed := r.load.other.get("prompt_seed")) is not None else ()),
         f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
         *(f"  {sentence}" for _, sentence in failures.failure_causes(r.records)),
         f"wall time              {r.duration:.2f} s",
         f"output tokens          {s.get('total_output_tokens', 0)}",
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
         f"output throughput      {significant(s.get('output_throughput'))} tok/s",
+        *((f"  {cached}",) if (cached := prefix.cached_said(r)) else ()),
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),

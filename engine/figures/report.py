@@ -18,7 +18,7 @@ from engine.figures.compare import history_compare
 from engine.figures.sweep import sweep_chart
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
-from engine.measure.judge import ceiling, failures, token_check, warmth
+from engine.measure.judge import ceiling, failures, prefix, token_check, warmth
 from engine.measure.judge.slo import Slo, judge
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
@@ -245,6 +245,8 @@ class _Writer:
     def notes(self, run: RunResult) -> list[str]:
         """What the pages say about the run in words, each sentence escaped."""
         out = [self.t(sentence) for _, sentence in failures.failure_causes(run.records)]
+        if cached := prefix.cached_said(run):  # its prefill mostly skipped: not new prompts' numbers
+            out.append(self.t(cached))
         if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm
             out.append(self.t(cold))
         if n := run.extra.chat_requests_beside:
