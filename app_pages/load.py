@@ -161,12 +161,12 @@ def _summary_said(run) -> None:
     ui.token_check(run)
     serial = s.total_latency_s
     if serial and run.duration and stats.peak_in_flight(run.records) <= 1:
-        wall = f"{run.duration:.1f}"
+        wall = significant(run.duration)
         st.markdown(_("These requests ran one after another, so the wall time (**{wall} s**) is the sum of their "
                       "latencies: nothing was batched. Send them at once to see continuous batching.", wall=wall))
     elif serial and run.duration:
         done = s.completed or 0
-        wall, total = f"{run.duration:.1f}", f"{serial:.0f}"
+        wall, total = significant(run.duration), significant(serial)
         st.markdown(_("The **{done}** requests that succeeded finished in **{wall} s**. One after another they would "
                       "have taken about **{total} s** (the sum of their latencies): that is continuous batching.",
                       done=done, wall=wall, total=total) if s.failed else

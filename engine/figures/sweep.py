@@ -89,10 +89,10 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     if first_last and None not in first_last:
         c0, c1, t0, t1, f0, f1 = first_last
-        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
-                  "{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
-                  "{f1:,.0f} ms: more users per GPU, each waiting a little longer.",
-                  c0=c0, c1=c1, t0=t0, t1=t1, f0=f0, f1=f1)
+        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0} to "
+                  "{t1} tok/s while the median wait for the first token goes from {f0} to "
+                  "{f1} ms: more users per GPU, each waiting a little longer.",
+                  c0=c0, c1=c1, **{k: significant(v) for k, v in dict(t0=t0, t1=t1, f0=f0, f1=f1).items()})
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
     return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
@@ -179,8 +179,8 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
             fig.add_annotation(x=p.per_user, y=p.total, showarrow=True, arrowhead=2, arrowwidth=2, ax=-110, ay=70,
                                text=star_text, font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
         star = [say("The star is the SLO search's answer under its SLO ({slo}): {users:g} requests in flight, "
-                    "{total:,.0f} tok/s in total, {per_user:,.1f} tok/s per user.", slo=(search_slo or slo).said,
-                    users=p.users, total=p.total, per_user=p.per_user)]
+                    "{total} tok/s in total, {per_user} tok/s per user.", slo=(search_slo or slo).said,
+                    users=p.users, total=significant(p.total), per_user=significant(p.per_user))]
     fig.update_layout(showlegend=bool(caps or star),
                       xaxis=dict(title=translate(say("Output tokens / s per user"), lang), rangemode="tozero"),
                       yaxis=dict(title=translate(say("Output tokens / s in total"), lang), rangemode="tozero"))
