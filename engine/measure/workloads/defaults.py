@@ -99,7 +99,7 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
     spec.validate(max_len)
     scenario = (plan.kind if plan is not None else "poisson" if shape == "poisson"
                 else f"concurrent-{min(spec.in_flight(), spec.n)}")
-    return replace(spec, label=spec.describe(), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
+    return replace(spec, label=seeds.described(spec), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
                    scenario=scenario)
 
 

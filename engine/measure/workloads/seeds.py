@@ -11,6 +11,7 @@ from dataclasses import replace
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import lengths, prompts
 from engine.measure.workloads import tokens as toks
+from engine.messages import say
 
 SEED_LIMIT = 2**31  # a seed anyone can type back: --seed 1234567890
 
@@ -47,4 +48,14 @@ def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> Load
     else:
         again = replace(spec, prompts=prompts.seeded_prompts(len(spec.prompts), seed))
     again = replace(again, prompt_seed=seed)
+    if spec.label == described(spec):  # the label says the seed: the new one
+        return replace(again, label=described(again))
     return replace(again, label=again.describe()) if spec.label == spec.describe() else again
+
+
+def described(spec: LoadSpec):
+    """What the spec sends in a few words (LoadSpec.describe) with the seed of its synthetic prompts, for a run's
+    label: "8 requests at once, 16 tokens, seed 7"."""
+    if not seeded(spec):
+        return spec.describe()
+    return say("{load}, seed {seed}", load=spec.describe(), seed=spec.prompt_seed)
