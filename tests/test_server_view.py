@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import FakeOpenAIServer  # noqa: E402
 
+from engine.digits import significant  # noqa: E402
 from engine.measure.judge import server_time  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.observe import histograms  # noqa: E402
@@ -166,8 +167,8 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
     said = " ".join(server_time.said(run))
     # the gap split where vLLM timed the whole request too: inside it but outside its engine's steps, and outside it
     assert t.front + t.outside == pytest.approx(t.gap, abs=1e-6)
-    assert (f"{t.front * 1000:,.0f} ms more inside vLLM but outside its engine's steps" in said
-            and f"{t.outside * 1000:,.0f} ms outside the server" in said), said
+    assert (f"{significant(t.front * 1000)} ms more inside vLLM but outside its engine's steps" in said
+            and f"{significant(t.outside * 1000)} ms outside the server" in said), said
     assert view["steps"]["mean_batch"] > 1  # four in flight: the server decoded them together
     assert "decoded" in server_time.batch_said(run)
 
