@@ -19,6 +19,14 @@ def significant(x: float | None, figures: int = FIGURES, *, grouped: bool = True
     return f"{x:,.{decimals}f}" if grouped else f"{x:.{decimals}f}"
 
 
+def rounded(x: float | None, figures: int = FIGURES) -> float | None:
+    """`x` rounded as `significant` writes it, kept a number (a table's column that sorts): 0.0412 is 0.041, not
+    0.0; None for None, NaN or infinity."""
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return round(float(x), _decimals(float(x), figures)) if x else 0.0
+
+
 def _decimals(x: float, figures: int) -> int:
     """The decimals that show `figures` significant figures of `x`, after rounding (0.0996 is 0.10, not 0.100)."""
     decimals = max(0, figures - 1 - math.floor(math.log10(abs(x))))

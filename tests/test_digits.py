@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.digits import significant
+from engine.digits import rounded, significant
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
@@ -18,6 +18,12 @@ from engine.results.records import RequestRecord, RunResult
     (12345.6, "12,346"), (-0.04, "-0.040"), (0, "0"), (None, "–"), (float("nan"), "–"), (float("inf"), "–")])
 def test_a_number_keeps_two_significant_figures_and_its_whole_part(x, shown):
     assert significant(x) == shown
+
+
+def test_a_table_s_number_is_rounded_to_the_same_figures_and_stays_a_number():
+    """History's table sorts its columns, so its numbers stay numbers: 0.0412 tok/s was round(v, 1) = 0.0."""
+    assert rounded(0.0412) == 0.041 and rounded(0.4) == 0.4 and rounded(354.6) == 355 and rounded(0) == 0
+    assert rounded(None) is None and rounded(float("nan")) is None
 
 
 def test_the_guided_lab_says_a_slow_decode_as_it_was_measured():
