@@ -30,7 +30,7 @@ def rounded(x: float | None, figures: int = FIGURES) -> float | None:
 def _decimals(x: float, figures: int) -> int:
     """The decimals that show `figures` significant figures of `x`, after rounding (0.0996 is 0.10, not 0.100)."""
     decimals = max(0, figures - 1 - math.floor(math.log10(abs(x))))
-    rounded = round(x, decimals)
-    if rounded and math.floor(math.log10(abs(rounded))) > math.floor(math.log10(abs(x))):
+    near = round(x, decimals)
+    if near and math.floor(math.log10(abs(near))) > math.floor(math.log10(abs(x))):
         decimals = max(0, decimals - 1)  # the rounding carried into a new leading digit
     return decimals

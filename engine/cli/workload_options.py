@@ -127,8 +127,9 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
                                   "'{v}'.", v=args.output_len[:40]))
     if args.seed is not None:
         if (kind or scn.workload.get("kind")) != "lengths":
-            raise ConfigError(say("--seed makes synthetic prompts from that seed, and the {name} scenario sends prompts "
-                                  "of its own: give --input-len with it, or run random-512-64 or lengths-chat-like.",
+            raise ConfigError(say("--seed makes synthetic prompts from that seed, and the {name} scenario sends "
+                                  "prompts of its own: give --input-len with it, or run random-512-64 or "
+                                  "lengths-chat-like.",
                                   name=scn.name))
         if not 0 <= args.seed < SEED_LIMIT:
             raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,

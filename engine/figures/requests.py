@@ -100,7 +100,8 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
                    "latencies (average {avg} s): nothing was batched. Send them at once to see continuous "
                    "batching.", wall=said["wall"], avg=said["avg"])]
     elif (peak := stats.peak_in_flight(recs)) < n:  # a limit on requests in flight, or turns of conversations
-        title = say("{count} requests, up to {peak} at once: all done in {wall} s", count=n, peak=peak, wall=said["wall"])
+        title = say("{count} requests, up to {peak} at once: all done in {wall} s", count=n, peak=peak,
+                    wall=said["wall"])
         cap = [say("Up to {peak} of the {done} requests were in flight together, and all finished within {wall} s "
                    "of wall time (average latency {avg} s); served one after another they would have taken about "
                    "{serial} s, the serial sum of their latencies.", peak=peak, done=n, **said)]

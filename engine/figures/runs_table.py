@@ -12,8 +12,8 @@ from engine.messages import say, translate
 from engine.results.exchange import run_row
 from engine.results.records import RunResult
 
-# (row name, run_row key, decimals); None decimals: text
-_NUMBERS = (  # digits None: a measurement, in significant figures (engine.digits); 0: a count
+# (row name, run_row key, decimals): None a measurement, in significant figures (engine.digits); 0 a count
+_NUMBERS = (
     (say("Requests completed"), "completed", 0), (say("Requests failed"), "failed", 0),
     (say("Wall time (s)"), "duration", None), (say("Output tokens / s"), "output_throughput", None),
     (say("Requests / s"), "request_throughput", None), (say("Most in flight"), "max_concurrent_requests", 0),

@@ -67,8 +67,8 @@ def said(run) -> Message | None:
                    "GPU, {share} of this hardware's memory bandwidth ({bandwidth:,.0f} GB/s, {source}). Estimates from "
                    "the model's shape, not counters of the chip.", tflops=tflops, read=read, share=share,
                    bandwidth=u.bandwidth_gb_s, source=u.bandwidth_said)
-    return say("vLLM estimated its engine's work over the measured part: {tflops} TFLOP/s and {read} GB/s read per GPU. "
-               "Estimates from the model's shape, not counters of the chip.", tflops=tflops, read=read)
+    return say("vLLM estimated its engine's work over the measured part: {tflops} TFLOP/s and {read} GB/s read per "
+               "GPU. Estimates from the model's shape, not counters of the chip.", tflops=tflops, read=read)
 
 
 FLAG = "--enable-mfu-metrics"
@@ -102,8 +102,8 @@ def why_absent(run) -> list[Message]:
             out.append(say("No MFU: vLLM computed on this machine's CPU, and MFU needs a datasheet peak, which this "
                            "app lists for NVIDIA GPUs only."))
         elif dtype not in peak_flops.HALF:
-            out.append(say("No MFU: the model ran in {dtype}, and the datasheet peaks this app lists are for FP16/BF16; "
-                           "start the server with float16 or bfloat16 to see it.", dtype=dtype))
+            out.append(say("No MFU: the model ran in {dtype}, and the datasheet peaks this app lists are for "
+                           "FP16/BF16; start the server with float16 or bfloat16 to see it.", dtype=dtype))
         else:
             out.append(say("No MFU: this app lists no datasheet peak for the {gpu}.", gpu=gpus[0].get("name", "GPU")))
     if not u.bandwidth_gb_s:
