@@ -191,3 +191,14 @@ def test_a_run_that_took_most_prompt_tokens_from_the_cache_says_so_wherever_its_
     assert "81%" in build_report([run], lang="ko", made_at=1.7e9)
     for quiet in (_cached_run(100, 31_600), _cached_run(None, None), _cached_run(0, 0)):  # a chat template's block
         assert prefix.cached_said(quiet) is None and "prefix cache" not in summary_table(quiet)
+
+
+def test_a_sweep_says_which_levels_found_their_prompts_cached():
+    """A sweep sends the same prompts at every level: levels after the first may find them in the cache."""
+    runs = [_cached_run(0, 4000), _cached_run(2400, 4000), _cached_run(3000, 4000)]
+    for r, level in zip(runs, (1, 2, 4)):
+        r.load.concurrency = level
+    said = prefix.levels_said(runs)
+    assert said.startswith("2 of the 3 levels took 60%–75% of their prompt tokens from the server's prefix cache")
+    assert said in figures.caption(figures.sweep_chart(runs))
+    assert prefix.levels_said(runs[:1]) is None and said not in figures.caption(figures.sweep_chart(runs[:1]))

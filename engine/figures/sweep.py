@@ -20,6 +20,7 @@ from engine.figures.theme import (
     is_placeholder,
     summary_of,
 )
+from engine.measure.judge import prefix
 from engine.measure.judge import slo as slos
 from engine.messages import say, translate
 from engine.results.records import RunResult
@@ -95,6 +96,8 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                   c0=c0, c1=c1, **{k: significant(v) for k, v in dict(t0=t0, t1=t1, f0=f0, f1=f1).items()})
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
+    if cached := prefix.levels_said([r for group in groups.values() for _c, r in group]):
+        cap = [cap, cached]
     return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
 
 

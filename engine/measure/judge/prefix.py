@@ -31,6 +31,26 @@ def hit_rate(run: Any) -> float | None:
 CACHED_NOTABLE = 0.1  # from this share of its prompt tokens on, a run's prefill was not that of new prompts
 
 
+def cached_share(run: Any) -> float | None:
+    """The share of a run's prompt tokens its server found in the prefix cache over the measured part (its counters);
+    None without them or without lookups."""
+    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    return None if hits is None or not queries else hits / queries
+
+
+def levels_said(runs: Sequence[Any]) -> Message | None:
+    """A sweep's levels that took CACHED_NOTABLE or more of their prompt tokens from the cache (a sweep sends the same
+    prompts at every level), in one sentence; None when none did."""
+    cached = [(r, share) for r in runs if (share := cached_share(r)) is not None and share >= CACHED_NOTABLE]
+    if not cached:
+        return None
+    shares = sorted(s for _r, s in cached)
+    return say("{n} of the {total} levels took {low}–{high} of their prompt tokens from the server's prefix cache (the "
+               "same prompts at every level): their prefill was partly skipped, so their throughput and TTFT are "
+               "not those of new prompts.", n=len(cached), total=len(runs), low=f"{shares[0]:.0%}",
+               high=f"{shares[-1]:.0%}")
+
+
 def cached_said(run: Any) -> Message | None:
     """The share of a run's prompt tokens its server took from the prefix cache, said wherever its throughput or TTFT
     is (issue #29: a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
