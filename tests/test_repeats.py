@@ -1,5 +1,5 @@
-"""Repeats (issue #21 item 5, #29): the median of repeated runs' numbers with their range (an interval from six
-runs up), and two sets of repeats compared through the verdict, told apart when they share a label."""
+"""Repeats: the median of repeated runs' numbers with their range (an interval from six runs up), and two sets of
+repeats compared through the verdict, told apart when they share a label."""
 from __future__ import annotations
 
 import random

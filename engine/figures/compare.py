@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     BLUE,
@@ -21,7 +22,6 @@ from engine.figures.theme import (
     VERMILLION,
     esc,
     finish,
-    fmt_num,
     is_placeholder,
     rgba,
     run_colors,
@@ -189,7 +189,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
     fig = go.Figure(go.Bar(
-        x=cats, y=vals, marker_color=colors, text=[f"<b>{fmt_num(v)}</b>" for v in vals],
+        x=cats, y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
         textposition="outside", cliponaxis=False, showlegend=False, name=name,
         hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
@@ -203,7 +203,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     if have:
         ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
         (best_r, best_v), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else None
-        best = dict(run=run_label(best_r, lang), value=fmt_num(best_v), unit=unit)
+        best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
         cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
                say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
         if runner_up is not None:  # first or not is a finding only beyond the noise of the two
