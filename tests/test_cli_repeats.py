@@ -36,7 +36,7 @@ def test_repeats_print_their_range_and_the_server_s_view(vllm_server):
 
 
 def test_three_repeats_with_one_far_slower_print_their_range_and_flag_it():
-    """Issue #29: on an H100 three repeats, one 3.5× slower, printed "median 5,475.68, 95 % bootstrap interval
+    """On an H100, three repeats, one 3.5× slower, printed "median 5,475.68, 95 % bootstrap interval
     1,563.07–5,629.59" and nothing on the odd one."""
     from engine.cli.summary import repeats_table
     from engine.results.records import RunResult

@@ -200,7 +200,7 @@ def test_latency_bars():
     assert len(bars) == 2 and all(len(b.y) == 5 for b in bars)
     assert list(bars[0].y) == pytest.approx([r.e2e for r in naive.records])
     assert "avg 3.7 s" in bars[0].name and "avg 3.2 s" in bars[1].name
-    # one computation for the title and the caption: prompt by prompt, with its interval (issue #29)
+    # one computation for the title and the caption: prompt by prompt, with its interval
     assert fig.layout.title.text == "Latency per request: vLLM 1.18× faster"
     assert ("vLLM answers 1.18× faster than the naive loop (95 % interval 1.12× to 1.24×; paired t on log values "
             "(the same prompts), 5 requests each)") in figures.caption(fig)
@@ -208,6 +208,9 @@ def test_latency_bars():
     for r, n in zip(same.records, naive.records):  # within a few per cent either way of the naive loop's
         shift = 1.02 if r.index % 2 else 0.98
         r.end_time = r.send_time + n.e2e * shift
+    one = figures.latency_bars(_run("naive", "naive-5-sequential", "n", naive.records[:1], 4.3),
+                               _run("vllm", "vllm-5-sequential", "v", vllm.records[:1], 3.4))
+    assert one.layout.title.text == "Latency per request: vLLM 1.26× faster, noise unknown"  # one prompt a side
     flat = figures.latency_bars(naive, same)
     assert flat.layout.title.text == "Latency per request: no measurable difference on this machine"
     assert "faster" not in figures.caption(flat)
@@ -337,7 +340,7 @@ def _repeated(run: RunResult, group: str, values: list[float]) -> list[RunResult
 
 
 def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
-    """Issue #29: "+254 %" headed a tuning finding that the run-to-run spread explained. One run a configuration
+    """Once "+254 %" headed a tuning finding that the run-to-run spread explained. One run a configuration
     decides nothing; repeats are one bar each (the median, a whisker over the range) and judged by the verdict."""
     a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
     once = figures.caption(figures.tuning_compare([a, b]))

@@ -83,7 +83,7 @@ def test_the_html_report_marks_a_cold_run():
 
 
 def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_noise():
-    """Issue #29: "X is best at …" over any difference, and two runs of one label read as the same. Now the top run
+    """It said "X is best at …" over any difference, and two runs of one label read as the same. Now the top run
     is named as measured, and its lead over the next is a verdict: from the requests for a typical request's
     number, undecided for a whole run's number from one run each; runs of one label told apart by their start."""
     from datetime import datetime

@@ -182,7 +182,7 @@ def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
 
 
 def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_noise(lab):
-    """Issue #29: two groups of repeats of the identical workload read "'X' differs from 'X' … beyond noise". Now
+    """Two groups of repeats of the identical workload read "'X' differs from 'X' … beyond noise". Now
     each set is named by its start too, and an A/A pair is no measurable difference."""
     from datetime import datetime
 

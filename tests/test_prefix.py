@@ -132,7 +132,7 @@ def test_a_gain_within_a_runs_swing_is_not_called_a_fall():
 
 
 def test_a_fall_within_the_noise_of_the_requests_is_no_measurable_difference():
-    """Issue #29: a median 40 % lower was called a fall though the requests after the first swung both ways."""
+    """A median 40 % lower was called a fall though the requests after the first swung both ways."""
     on = _run(True, [0.9, 0.3, 0.9, 0.5], [0, 1280, 1280, 1280], hits=3840, queries=5200)
     off = _run(False, [0.9, 0.9, 0.4, 0.8], [0, 0, 0, 0])
     said = prefix.sentence(on, off)

@@ -76,7 +76,7 @@ def test_two_sets_of_repeats_are_compared_beyond_or_within_their_noise():
 
 
 def test_two_sets_of_repeats_with_the_same_label_are_told_apart():
-    """Issue #29: an A/A comparison read "'X' differs from 'X'"; each set is now named by its start too."""
+    """An A/A comparison read "'X' differs from 'X'"; each set is now named by its start too."""
     from datetime import datetime
 
     from engine.measure.judge.repeats import groups_compared

@@ -226,7 +226,7 @@ def test_a_real_runs_report_draws_its_charts_with_the_network_blocked(vllm_serve
 
 
 def test_repeats_and_a_pair_are_said_with_their_spread_and_verdicts():
-    """Issue #29: the report compared repeated runs only bar by bar. Now each set of repeats is its median and range
+    """The report compared repeated runs only bar by bar. Now each set of repeats is its median and range
     (a repeat 3.5× off flagged), two sets of one label are told apart and judged, and a pair's servers judged."""
     def repeated(group: str, start: float, values) -> list:
         runs = []

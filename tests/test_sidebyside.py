@@ -119,7 +119,7 @@ A_TTFT = [0.20, 0.22, 0.19, 0.21, 0.23, 0.20, 0.18, 0.21]
 
 
 def test_which_server_did_better_is_said_only_beyond_the_noise_of_its_requests():
-    """Issue #29: the pair's caption named numbers and let the room read a winner into any difference. Now TTFT and
+    """The pair's caption named numbers and let the room read a winner into any difference. Now TTFT and
     TPOT are judged from each side's requests, and throughput, one run a side, decides nothing."""
     a = _ttfts("A: max-model-len 2048", A_TTFT, 1.0)
     slow = _ttfts("B: 127.0.0.1:8001", [2 * t for t in A_TTFT], 1.2)

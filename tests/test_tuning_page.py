@@ -184,7 +184,7 @@ def test_a_comparison_from_the_history_is_headed_with_where_it_ran_and_never_hal
 
 
 def test_each_configuration_measured_several_times_is_judged_against_noise(page, monkeypatch):
-    """Issue #29: the page's Repeat goes to the runner, and the chart shows each configuration's median and range
+    """The page's Repeat goes to the runner, and the chart shows each configuration's median and range
     with the verdict against the first, said in words ("beyond noise", or "no measurable difference")."""
     lab, render = page
     asked = {}

@@ -1,4 +1,4 @@
-"""Verdicts (issue #29 items 1-2): two samples of one metric compared, A/A held to its stated false-call rate at
+"""Verdicts: two samples of one metric compared, A/A held to its stated false-call rate at
 2, 3, 5 and 10 values a side on realistic noise, a known effect found, one value a side deciding nothing."""
 from __future__ import annotations
 

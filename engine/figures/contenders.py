@@ -46,13 +46,12 @@ def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
         return verdict.figures(r, 3 if r < 10 else 2)
 
     x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
-    interval = dict(low=times(1 / v.high if v.ratio < 1 else v.low), high=times(1 / v.low if v.ratio < 1 else v.high),
-                    how=v.how,
-                    level=verdict.percent(v.level))
-    if v.beyond_noise is None:
+    if v.beyond_noise is None:  # one prompt answered on both sides: no interval
         return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else
                 say("vLLM {x}× slower, noise unknown", x=x),
                 say("One prompt answered on both sides: how much of that is noise is unknown."))
+    interval = dict(low=times(1 / v.high if v.ratio < 1 else v.low), high=times(1 / v.low if v.ratio < 1 else v.high),
+                    how=v.how, level=verdict.percent(v.level))
     if not v.beyond_noise:
         return (say("no measurable difference on this machine"),
                 say("Prompt by prompt, vLLM and the naive loop differ by no more than their noise ({how}).",
