@@ -11,7 +11,7 @@ from engine.digits import rounded
 from engine.figures.report import report_html
 from engine.lab import LabError
 from engine.measure.judge import cost as pricing
-from engine.measure.judge import failures, repeats
+from engine.measure.judge import failures
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.workloads.base import named as workload_named
 from i18n import _
@@ -170,9 +170,6 @@ else:
         with chart_col:
             fig = figures.history_compare(shown, metric, lang=i18n.lang())
             ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
-            # two sets of repeats among them: is their difference beyond the noise of the repeats?
-            if v := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
-                st.caption(ui.plain(i18n.tr(v.said)))
         with table_col:  # every number, flag and fact of the selected runs, side by side
             if chosen:
                 compare_table(shown)

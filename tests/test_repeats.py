@@ -55,41 +55,37 @@ def test_the_runner_repeats_a_spec_and_says_when_the_prefix_cache_could_not_be_r
     assert s.n == 3 and s.low <= s.median <= s.high
 
 
-def test_two_sets_of_repeats_are_compared_beyond_or_within_their_noise():
-    from engine.measure.judge.repeats import groups_compared
+def _sets(*sets) -> list:
+    """Runs of Runner.repeat's groups: (group, label, first start, throughputs) each."""
     from engine.results.records import RunResult
 
-    def runs(group: str, label: str, values) -> list:
-        return [RunResult(kind="vllm", scenario="concurrent-10", label=label, records=[], duration=1.0,
-                          started_at=1.7e9 + i, summary={"output_throughput": v},
-                          extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
-                for i, v in enumerate(values)]
+    return [RunResult(kind="vllm", scenario="concurrent-10", label=label, records=[], duration=1.0,
+                      started_at=start + i, summary={"output_throughput": v}, id=f"{group}{i}",
+                      extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
+            for group, label, start, values in sets for i, v in enumerate(values)]
 
-    far = groups_compared(runs("a", "512 / 0.90", [100, 101, 99]) + runs("b", "2048 / 0.85", [150, 151, 149]),
-                          "output_throughput", "Output throughput")
-    assert far.beyond_noise and far.said.startswith("Output throughput: '2048 / 0.85' is higher than '512 / 0.90', 1.50×")
-    near = groups_compared(runs("a", "A", [100, 110, 90]) + runs("b", "B", [101, 111, 91]), "output_throughput", "X")
-    assert near.beyond_noise is False and "no measurable difference on this machine" in near.said
-    assert groups_compared(runs("a", "A", [100, 110]), "output_throughput", "X") is None  # one set only
-    single = runs("a", "A", [100, 110]) + runs("b", "B", [120])  # a set of one is no set of repeats
-    assert groups_compared(single, "output_throughput", "X") is None
+
+def _said(runs) -> str:
+    from engine import figures
+
+    return figures.caption(figures.history_compare(runs, "output_throughput"))
+
+
+def test_the_first_set_of_repeats_is_judged_against_the_next_beyond_or_within_their_noise():
+    far = _said(_sets(("a", "512 / 0.90", 1.7e9, [100, 101, 99]), ("b", "2048 / 0.85", 1.7e9 + 60, [150, 151, 149])))
+    assert "Output throughput: 2048 / 0.85 is higher than 512 / 0.90, 1.50× (+50 %), beyond noise" in far
+    assert "3 runs each" in far
+    near = _said(_sets(("a", "A", 1.7e9, [100, 110, 90]), ("b", "B", 1.7e9 + 60, [101, 111, 91])))
+    assert "no measurable difference on this machine" in near and "beyond" not in near
+    # the next highest run is a repeat of the first's own set: the comparison is with the other set
+    own = _said(_sets(("a", "A", 1.7e9, [150, 149, 100]), ("b", "B", 1.7e9 + 60, [120, 121, 119])))
+    assert "Output throughput: no measurable difference on this machine between B and A" in own, own
 
 
 def test_two_sets_of_repeats_with_the_same_label_are_told_apart():
     """An A/A comparison read "'X' differs from 'X'"; each set is now named by its start too."""
     from datetime import datetime
 
-    from engine.measure.judge.repeats import groups_compared
-    from engine.results.records import RunResult
-
-    def runs(group: str, start: float, values) -> list:
-        return [RunResult(kind="vllm", scenario="concurrent-10", label="X", records=[], duration=1.0,
-                          started_at=start + i, summary={"output_throughput": v},
-                          extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
-                for i, v in enumerate(values)]
-
-    v = groups_compared(runs("a", 1.7e9, [100, 104, 98]) + runs("b", 1.7e9 + 600, [126, 131, 120]),
-                        "output_throughput", "Output throughput")
+    said = _said(_sets(("a", "X", 1.7e9, [100, 104, 98]), ("b", "X", 1.7e9 + 600, [126, 131, 120])))
     first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1.7e9, 1.7e9 + 600))
-    assert v.label_a == f"'X' from {first}" and v.label_b == f"'X' from {second}"
-    assert f"'X' from {second} is higher than 'X' from {first}" in v.said
+    assert f"X from {second} is higher than X from {first}" in said, said

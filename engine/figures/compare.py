@@ -202,13 +202,18 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     )
     if have:
         ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
-        (best_r, best_v), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else None
+        best_r, best_v = ranked[0]
         best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
         cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
                say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
-        if runner_up is not None:  # first or not is a finding only beyond the noise of the two
-            a, b = verdict.labels_apart(runner_up, best_r, run_label(runner_up, lang), run_label(best_r, lang))
-            if v := verdict.compare_runs([runner_up], [best_r], metric, name=label, label_a=a, label_b=b, unit=unit):
+        # First or not is a finding only beyond the noise: the first run's set of repeats (or the run alone) against
+        # the next set's, each told apart by its start where their labels are the same.
+        set_of = {id(r): g for g in repeats.sets([r for r, _v in have]) for r in g}
+        top = set_of[id(best_r)]
+        if nxt := next((set_of[id(r)] for r, _v in ranked if set_of[id(r)] is not top), None):
+            first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (nxt, top))
+            a, b = verdict.labels_apart(first_a, first_b, run_label(first_a, lang), run_label(first_b, lang))
+            if v := verdict.compare_runs(nxt, top, metric, name=label, label_a=a, label_b=b, unit=unit):
                 cap.append(v.said)
     else:
         cap = [say("No saved run has {metric} yet.", metric=label)]

@@ -305,8 +305,8 @@ def _workload_said(w: dict) -> list:
 
 
 def _together(runs: Sequence[RunResult]) -> list:
-    """What the runs say together, as the pages say it: each set of repeats' spread (a repeat far off flagged),
-    the first two sets compared, and a pair's two servers compared (engine.measure.judge.verdict)."""
+    """What the runs say together, as the pages say it: each set of repeats' spread (a repeat far off flagged) and a
+    pair's two servers compared (engine.measure.judge.verdict); the charts' captions compare the sets."""
     out: list = []
     sets = [g for g in repeats.sets(runs) if len(g) > 1]
     for g in sets:
@@ -315,9 +315,6 @@ def _together(runs: Sequence[RunResult]) -> list:
                 out.append(say("{run}, {metric}: {spread}", run=g[0].label, metric=metric_info(key).label,
                                spread=spread.said))
                 out += [say("{run}: {sentence}", run=g[0].label, sentence=m) for m in spread.outliers_said]
-    for key in ("output_throughput", "mean_ttft_ms") if len(sets) > 1 else ():
-        if v := repeats.groups_compared(runs, key, metric_info(key).label, metric_info(key).unit):
-            out.append(v.said)
     pairs: dict[str, list] = {}
     for r in runs:
         if r.extra.pair:

@@ -1,6 +1,6 @@
 """Results you can repeat: one number's spread over N runs (its median with the range, or an interval once there
-are enough runs for one), the runs far from the others, and two sets of repeats compared through
-engine.measure.judge.verdict. See docs/measuring.md#repeats."""
+are enough runs for one), the runs far from the others, and runs gathered into the sets they were measured in
+(engine.measure.judge.verdict compares two sets). See docs/measuring.md#repeats."""
 from __future__ import annotations
 
 import math
@@ -115,15 +115,6 @@ def reset_said(runs: Sequence) -> Message | None:
                "with VLLM_SERVER_DEV_MODE=1), so later repeats may have found earlier prompts cached.")
 
 
-def groups(runs: Sequence) -> list[list]:
-    """Runner.repeat's sets among `runs` (by Notes.repeat_group), in the order they first appear."""
-    found: dict[str, list] = {}
-    for r in runs:
-        if r.extra.repeat_group:
-            found.setdefault(r.extra.repeat_group, []).append(r)
-    return list(found.values())
-
-
 def sets(runs: Sequence) -> list[list]:
     """`runs` as the sets they were measured in: a repeat group's runs together, any other run a set of its own,
     in the order each first appears (an overlaid run of the same label from another day stays apart)."""
@@ -131,22 +122,3 @@ def sets(runs: Sequence) -> list[list]:
     for r in runs:
         found.setdefault(r.extra.repeat_group or f"run:{r.id}", []).append(r)
     return list(found.values())
-
-
-def group_names(a: Sequence, b: Sequence) -> tuple[str, str]:
-    """Two sets of repeats as a sentence names them: by their labels, told apart by when each set's first run
-    started where the labels are the same (verdict.labels_apart)."""
-    first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (a, b))
-    return verdict.labels_apart(first_a, first_b, f"'{first_a.label}'", f"'{first_b.label}'")
-
-
-def groups_compared(runs: Sequence, key: str, name: str, unit: str = "") -> verdict.Verdict | None:
-    """The first two sets of repeats among `runs` (each of at least two runs) compared on a summary metric, the
-    earlier against the later, each named by its label (and start time where the labels are the same); None
-    without two such sets."""
-    sets = [g for g in groups(runs) if len(g) >= 2][:2]
-    if len(sets) < 2:
-        return None
-    a, b = sorted(sets, key=lambda g: min(r.started_at for r in g))  # the earlier set is A, as a reader expects
-    label_a, label_b = group_names(a, b)
-    return verdict.compare_runs(a, b, key, name=name, label_a=label_a, label_b=label_b, unit=unit)
