@@ -233,8 +233,9 @@ else:
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
-                if causes := failures.failure_causes(run.records):
-                    n_failed, n_total = sum(c[0] for c in causes), len(run.measured)
+                if causes := failures.run_causes(run):
+                    counted = failures.counts(run)  # out of the requests planned: never sent ones too
+                    n_failed, n_total = counted.planned - counted.answered - counted.in_flight, counted.planned
                     st.markdown(_("**{failed} of {total} requests failed**, so this run is left out of comparisons "
                                   "unless included.", failed=n_failed, total=n_total) if failed(row) else
                                 _("**{failed} of {total} requests failed**.", failed=n_failed, total=n_total))

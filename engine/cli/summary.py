@@ -17,8 +17,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 
     lines = [
         f"== {r.label or r.scenario} [{r.kind}] ==",
-        f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
-        *(f"  {sentence}" for _, sentence in failures.failure_causes(r.records)),
+        f"requests ok / failed   {_counted(failures.counts(r))}",
+        *(f"  {sentence}" for _, sentence in failures.run_causes(r)),
         f"wall time              {r.duration:.2f} s",
         f"output tokens          {s.get('total_output_tokens', 0)}",
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
@@ -37,6 +37,10 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
                                                      s.get("total_output_tokens"))) is not None:
         lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
+    from engine.measure.judge import lateness
+
+    if held := lateness.budget_said(r.extra):
+        lines.append(f"  {held}")
     if warm := warmth.warmup_cost(r.records):
         lines.append(f"  {warm.said}")
     if cold := warmth.said(r.extra):
@@ -46,6 +50,17 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
+
+
+def _counted(c) -> str:
+    """'20 / 2' or, where some were never sent or are still out, '20 / 2, 78 never sent (100 planned)': the
+    counts always add up to the requests planned."""
+    text = f"{c.answered} / {c.failed}"
+    if c.never_sent or c.in_flight:
+        more = [f"{c.never_sent} never sent"] if c.never_sent else []
+        more += [f"{c.in_flight} unfinished"] if c.in_flight else []
+        text += f", {', '.join(more)} ({c.planned} planned)"
+    return text
 
 
 def _server_and_energy(r) -> list[str]:

@@ -243,7 +243,7 @@ class _Writer:
 
     def notes(self, run: RunResult) -> list[str]:
         """What the pages say about the run in words, each sentence escaped."""
-        out = [self.t(sentence) for _, sentence in failures.failure_causes(run.records)]
+        out = [self.t(sentence) for _, sentence in failures.run_causes(run)]
         if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm
             out.append(self.t(cold))
         if n := run.extra.chat_requests_beside:

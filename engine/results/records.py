@@ -219,6 +219,12 @@ class Notes(_Typed):
     client: str = ""  # the load generator's transport
     client_workers: int | None = None
     client_errors: list = field(default_factory=list)
+    # The requests the run meant to send (a multi-turn chat's every turn), so its counts add up
+    # (engine.measure.judge.failures.counts); the connections the client could hold at once (its open-file limit,
+    # engine.measure.load.request.connection_budget) and how many measured requests waited for one
+    planned_requests: int | None = None
+    client_connections: int | None = None
+    client_waits: int | None = None
     # the naive baseline's worker
     memory: dict | None = None
     warmup_s: float | None = None
