@@ -9,7 +9,7 @@ from app_pages.parts import pair, sweep, viewer_limits, workload_form
 from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
-from engine.measure.judge import lateness, repeats, stats
+from engine.measure.judge import failures, lateness, repeats, stats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -192,7 +192,12 @@ def _shown_run(job):
 def _draw_repeats(job_id: str, status: str, lang: str) -> None:
     """A load test's repeats: the median and 95 % bootstrap interval of its throughput and mean TTFT
     (engine.measure.judge.repeats), each repeat's value, and whether the prefix cache was emptied between them."""
-    runs = lab.job(job_id).result
+    ran = lab.job(job_id).result
+    if (stopped := getattr(ran, "stopped", None)) is not None:  # the server went away: why the rest did not run
+        st.error(ui.plain(stopped), icon=":material/error:")
+    runs = failures.counted_repeats(ran)  # a repeat that failed never enters the statistics as a zero
+    if not runs:
+        return
     st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and its 95 % bootstrap "
                          "interval.", "**{n} repeats** of this load test: the median of each number and its 95 % "
                          "bootstrap interval.", len(runs)))

@@ -34,6 +34,8 @@ def register(sub) -> None:
     r.add_argument("--repeats", type=int, metavar="N",
                    help="run the load test N times and print the median and 95 %% interval of its throughput and "
                         "TTFT (the prefix cache emptied between repeats where the server allows it)")
+    r.add_argument("--many-repeats", action="store_true",
+                   help="allow more than 10 repeats (the Load test page's limit): they run one after another")
     r.add_argument("--json", help="also write the runs as JSON here")
     r.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
                    help="print what a million output tokens cost at this price per GPU-hour (the whole machine, "
@@ -105,11 +107,11 @@ def _run(args) -> int:
         results = _measure(runner, scn, load, levels, target, args.repeats)
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats)
-    _said(results, scn, slo, args.price_per_gpu_hour)
+    complete = _said(results, scn, slo, args.price_per_gpu_hour)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]),
               after="; the runs are saved in the history (python -m engine export --out FILE)")
-    return 0
+    return 0 if complete else 1
 
 
 def _load(scn, args):
@@ -197,8 +199,9 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     return results
 
 
-def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
-    """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee)."""
+def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> bool:
+    """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee);
+    False when repeats stopped before all ran (the command then exits 1)."""
     from engine.measure.judge import kvcache
 
     for r in results:
@@ -219,3 +222,7 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
         say_line(results.search.said)
     if len(results) > 1 and results[0].extra.repeats:
         say_line(repeats_table(results))
+    if getattr(results, "stopped", None) is not None:  # repeats cut short: why the rest did not run
+        say_line(results.stopped)
+        return False
+    return True

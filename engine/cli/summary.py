@@ -98,9 +98,12 @@ def _server_and_energy(r) -> list[str]:
 def repeats_table(runs) -> str:
     """N repeats of one load test: the median and 95 % interval of its throughput and TTFT, and whether the
     prefix cache was emptied between them."""
-    from engine.measure.judge import repeats
+    from engine.measure.judge import failures, repeats
 
     lines = [f"== {len(runs)} repeats =="]
+    if left := [r.extra.repeat_index for r in runs if r.extra.repeat_failed]:  # never a zero among the measured
+        lines.append(f"  left out: repeat {', '.join(map(str, left))} (not every request answered)")
+    runs = failures.counted_repeats(runs)
     for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),
                       ("p99_ttft_ms", "p99 TTFT (ms)")):
         if (spread := repeats.of_runs(runs, key)) is not None:

@@ -188,6 +188,7 @@ class Notes(_Typed):
     repeat_index: int | None = None
     repeats: int | None = None
     prefix_cache_reset: bool | None = None
+    repeat_failed: bool = False  # it did not answer every request it planned: left out of the repeats' statistics
     # A level of an SLO search (engine.runs.Runner.slo_search): the search's id, and whether the level was
     # stopped early as past saturation (requests in flight and TTFT both still growing)
     slo_search: str = ""

@@ -231,6 +231,12 @@ def counts(run) -> Counts:
                   in_flight=open_)
 
 
+def counted_repeats(runs) -> list:
+    """The repeats whose numbers enter their statistics: those that answered every request they planned (a repeat
+    cut short by a dying server would enter as a zero, or as a fast run of a few requests)."""
+    return [r for r in runs if not r.extra.repeat_failed]
+
+
 def failure_causes(records: Iterable[RequestRecord], planned: int | None = None) -> list[tuple[int, str]]:
     """The measured requests that failed or were never sent, grouped by cause, most frequent first: (count,
     sentence), e.g. (7, "7 of 10 requests were refused: the prompt plus 3000 output tokens exceed the server's
