@@ -3,6 +3,7 @@ path the app's jobs take, in the foreground; each run printed (summary.py) and s
 from __future__ import annotations
 
 import os
+import time
 
 from engine.cli.output import check_writable, say_line, write
 from engine.cli.run_options import check_run_options, slo_of
@@ -72,6 +73,7 @@ def _run(args) -> int:
     if args.json:
         check_writable(args.json)
     load = _load(scn, args)  # its file read and its workload built before any server is asked
+    _looked_at(load.workload)
     store = RunStore()
     # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
@@ -123,10 +125,40 @@ def _load(scn, args):
     levelled = scn.kind in ("sweep", "slo-search")  # --concurrency is their top level, not each run's limit
     if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
         over["concurrency"] = args.concurrency
-    load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens, **over)
+    load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens,
+                           report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""), **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
     return load
+
+
+class Reading:
+    """How far a large workload file is read, on the terminal: a line at most every 2 s once it takes longer than
+    that (a small file says nothing), and the last line when it ends."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, name: str) -> None:
+        self.name, self.last, self.said = os.path.basename(name), None, False
+
+    def __call__(self, done: int, total: int, what) -> None:
+        now = time.monotonic()
+        if self.last is None:  # timed from the first report: loading the tokenizer is not reading the file
+            self.last = now
+        if now - self.last >= self.EVERY_S or (self.said and done == total):
+            say_line(f"  {self.name}: {done:,} of {total:,} {what}")
+            self.last, self.said = now, True
+
+
+def _looked_at(workload: dict | None) -> None:
+    """A trace said before it runs: how long the replay takes, and what looks wrong in its timestamps."""
+    if (workload or {}).get("kind") != "trace":
+        return
+    from engine.measure.workloads import traces
+
+    say_line(f"{workload.get('name')}: {traces.duration_said(workload)}")
+    for warning in traces.checks(workload):
+        say_line(f"warning: {warning}")
 
 
 def _deadline(load) -> None:
