@@ -34,7 +34,7 @@ def test_repeats_stop_when_their_server_is_gone_and_keep_what_finished():
     said = str(out.stopped)
     assert said.startswith("Repeat 2 of 3 failed (4 planned: 2 answered, 1 failed, 1 never sent)") or \
         said.startswith("Repeat 2 of 3 failed (4 planned: 2 answered, 2 failed, 0 never sent)"), said
-    assert "no longer answers, so the last repeat was not run" in said
+    assert "no longer answers, so the 1 repeat left was not run" in said
     assert [r.summary.output_throughput > 0 for r in failures.counted_repeats(out)] == [True]
     table = repeats_table(out)
     assert "left out: repeat 2" in table and "0.00" not in table, table
@@ -59,7 +59,7 @@ def test_the_cli_runs_no_repeat_against_a_dead_server(tmp_path):
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert out.count("saved as run ") == 2 and "repeat 3 of 3" not in out, out
-    assert "no longer answers, so the last repeat was not run" in out
+    assert "no longer answers, so the 1 repeat left was not run" in out
     assert "median 0.00" not in out and "Traceback" not in done.stderr
 
 

@@ -357,10 +357,10 @@ class Runner:
             endpoint.discover(target.base_url, target.api_key)
         except LabError:
             return say_n("Repeat {i} of {total} failed ({counts}) and the server at {url} no longer answers, so the "
-                         "last repeat was not run: the finished repeats are kept, and only those that answered every "
-                         "request count in the statistics.",
+                         "{n} repeat left was not run: the finished repeats are kept, and only those that answered "
+                         "every request count in the statistics.",
                          "Repeat {i} of {total} failed ({counts}) and the server at {url} no longer answers, so the "
-                         "other {n} repeats were not run: the finished repeats are kept, and only those that answered "
+                         "{n} repeats left were not run: the finished repeats are kept, and only those that answered "
                          "every request count in the statistics.", n - i, i=i, total=n, counts=c.said,
                          url=target.base_url)
         if c.answered == 0:
