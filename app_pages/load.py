@@ -139,7 +139,13 @@ def _summary_metrics(run) -> None:
     cols[3].metric(_("p99 TTFT"), ui.fmt_s(ms("p99_ttft_ms")))
     cols[4].metric(_("Mean TPOT"), "–" if s.get("mean_tpot_ms") is None else f"{s.get('mean_tpot_ms'):,.0f} ms",
                    help=_("Time per output token after the first: the speed text appears at."))
-    cols[5].metric(_("OK / failed"), f"{s.completed or 0} / {s.failed or 0}")
+    c = failures.counts(run)  # adds up to the requests planned: those never sent are said apart
+    if c.never_sent:
+        cols[5].metric(_("OK / failed / never sent"), f"{c.answered} / {c.failed} / {c.never_sent}",
+                       help=_("Never sent: a conversation's later turns after one failed, or what a stopped run had "
+                              "not sent yet."))
+    else:
+        cols[5].metric(_("OK / failed"), f"{c.answered} / {c.failed}")
 
 
 def _summary_said(run) -> None:
@@ -227,6 +233,8 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
+    if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files
+        st.warning(ui.plain(held), icon=":material/lan:")
     ui.warmth(lab, run)
 
 
