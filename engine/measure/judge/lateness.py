@@ -60,9 +60,9 @@ def budget_said(n: Notes) -> Message | None:
     (engine.measure.load.request.connection_budget); None when none did."""
     if not n.client_waits or n.client_connections is None:
         return None
-    return say_n("{n} request waited for one of the {budget:,} connections this client can hold at once (its open-file "
-                 "limit), so the server saw fewer requests at once than planned: raise the limit (ulimit -n) to send "
-                 "more at once.",
-                 "{n} requests waited for one of the {budget:,} connections this client can hold at once (its "
-                 "open-file limit), so the server saw fewer requests at once than planned: raise the limit (ulimit -n) "
-                 "to send more at once.", n.client_waits, budget=n.client_connections)
+    return say_n("{n} request waited for one of the {budget:,} connections this client can hold at once (set by its "
+                 "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
+                 "limit (ulimit -n) to send more at once.",
+                 "{n} requests waited for one of the {budget:,} connections this client can hold at once (set by its "
+                 "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
+                 "limit (ulimit -n) to send more at once.", n.client_waits, budget=n.client_connections)

@@ -48,10 +48,23 @@ def open_files() -> int:
         return 16
 
 
+def local_ports() -> int | None:
+    """How many local ports this machine hands out to outgoing connections (Linux's ip_local_port_range), or None
+    where it does not say: each connection to one server holds one of them."""
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return high - low + 1
+    except (OSError, ValueError):
+        return None
+
+
 def connection_budget() -> int:
     """How many connections one client loop may hold at once: the open-file limit (raised where allowed), less
-    those already open and a reserve. The loop never opens more, so it never runs out of files mid-run."""
-    return max(1, raise_fd_limit() - open_files() - FD_RESERVE)
+    those already open and a reserve, and no more than half the local ports (closed ones wait a while before
+    their port is free again). The loop never opens more, so it never runs out of files or ports mid-run."""
+    files = raise_fd_limit() - open_files() - FD_RESERVE
+    ports = local_ports()
+    return max(1, min(files, ports // 2) if ports else files)
 
 
 # errno values of a client out of its own resources, not a server's failure: how describe() names them
