@@ -110,11 +110,11 @@ _FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
                                            "were never sent because the run was stopped", n),
                 say("the run was stopped and the finished requests were kept"))),
     (re.compile(r"^this client ran out of (?P<what>open files|local ports|memory) \((?P<why>.*)\)$", re.S), _client),
-    (re.compile(r"the server kept streaming past the (?P<asked>\d+) tokens asked for \((?P<got>\d+) so far\) and had not "
-                r"ended within (?P<s>[\d.]+) s"),
-     lambda m: ("endless", lambda n: say_n("kept streaming past the {asked} tokens asked for and had not ended after "
-                                           "{s} s", "kept streaming past the {asked} tokens asked for and had not ended "
-                                           "after {s} s", n, asked=m["asked"], s=m["s"]),
+    (re.compile(r"the server kept streaming past the (?P<asked>\d+) tokens asked for \((?P<got>\d+) so far\) "
+                r"and had not ended within (?P<s>[\d.]+) s"),
+     lambda m: ("endless", lambda n: say_n("kept streaming past the {asked} tokens asked for and had not ended "
+                                           "after {s} s", "kept streaming past the {asked} tokens asked for and had "
+                                           "not ended after {s} s", n, asked=m["asked"], s=m["s"]),
                 say("that is the server's doing, not the load's (it ignores max_tokens or never ends its stream), so "
                     "check its log and version"))),
     (re.compile(r"max_tokens=(?P<mt>\d+) cannot be greater than max_model_len=(?P<mml>\d+)"), _refused_tokens),

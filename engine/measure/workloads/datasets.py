@@ -220,8 +220,8 @@ def plan(ds: Dataset, n: int | None = None, how: str = "first", seed: int = 0, t
     tokens = tokens or estimated()
     rows = sample(ds, n, how, seed)
     if len(rows) > MAX_REQUESTS:  # said before a minute of counting, not after it
-        raise WorkloadError(say("{name} holds {n:,} rows, and a load test sends at most {limit:,} requests: take a part "
-                                "of them (--num-prompts on the CLI, 'Prompts to send' on the page).", name=ds.name,
+        raise WorkloadError(say("{name} holds {n:,} rows, and a load test sends at most {limit:,} requests: take a "
+                                "part of them (--num-prompts on the CLI, 'Prompts to send' on the page).", name=ds.name,
                                 n=len(rows), limit=MAX_REQUESTS))
     lengths: list[int | None] = []
     for r in rows:
