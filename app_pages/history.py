@@ -8,6 +8,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.digits import rounded
 from engine.figures.report import report_html
 from engine.lab import LabError
 from engine.measure.judge import cost as pricing
@@ -48,8 +49,9 @@ def cost(r, price: float):
     return None if c is None else round(c, 2 if c >= 0.1 else 4)
 
 
-def number(v, digits: int):
-    return None if v is None else round(v, digits)
+def number(v):
+    """A measured number for the table: rounded to its significant figures, still a number (the column sorts)."""
+    return rounded(v)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -121,9 +123,9 @@ else:
             "model": r.model.split("/")[-1], "server": r.extra.endpoint,
             "requests": sum(g.n_requests for g in group), "failed": sum(g.n_failed for g in group),
             "wall time (s)": round(sum(g.duration for g in group), 2),
-            "output tok/s": number(median(lambda g: g.summary.get("output_throughput")), 1),
-            "mean TTFT (ms)": number(median(lambda g: g.summary.get("mean_ttft_ms")), 0),
-            "J / output token": number(median(figures.j_per_token), 4),
+            "output tok/s": number(median(lambda g: g.summary.get("output_throughput"))),
+            "mean TTFT (ms)": number(median(lambda g: g.summary.get("mean_ttft_ms"))),
+            "J / output token": number(median(figures.j_per_token)),
             "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
         }
 
@@ -196,7 +198,8 @@ else:
             fig = figures.history_compare(shown, metric, lang=i18n.lang())
             ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
             # two sets of repeats among them: is their difference beyond the noise of the repeats?
-            if said := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
+            if said := repeats.groups_compared(failures.counted_repeats(shown), metric,  # no failed repeat's zero
+                                               figures.metric_info(metric).label):
                 st.caption(ui.plain(i18n.tr(said)))
         with table_col:  # every number, flag and fact of the selected runs, side by side
             if chosen:
@@ -271,7 +274,7 @@ else:
                     st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
                               "traffic.", n=n), icon=":material/forum:")
                 ui.token_check(run)
-                ui.warmth(lab, run)
+                ui.warmth(run)
                 if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
                 if run.extra.endpoint:
