@@ -145,7 +145,8 @@ def test_no_page_file_looks_like_a_test():
 # shared root modules and the packages ranked below its own, never one above (a `TYPE_CHECKING` import of a
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "errors": 0, "paths": 0, "metrics": 0, "results": 1, "observe": 2, "serving": 3,
-                "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "lab": 7, "cli": 7,
+                "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "room": 6, "lab": 7,
+                "cli": 7,
                 "__main__": 8, "__init__": 8}
 
 
