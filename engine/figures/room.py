@@ -63,7 +63,7 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
             continue
         first = r.first_token_time if r.first_token_time is not None else end
         for seg, v in zip(wait, (row, r.send_time, max(first - r.send_time, 0.0), who + "<br>" + translate(
-                say("waiting for 1st token: {time}", time=duration(first - r.send_time, lang)), lang))):
+                say("waiting for first token: {time}", time=duration(first - r.send_time, lang)), lang))):
             seg.append(v)
         if r.first_token_time is None:
             continue
