@@ -90,9 +90,14 @@ def _results(together, alone) -> None:
                  alone=i18n.tr(alone.label), when=i18n.when(together.started_at)))
 
 
-@st.fragment(run_every=1.0)
+def _live() -> bool:
+    """Whether a round is running now (open, answering, or its one-at-a-time contrast)."""
+    view = room.view()
+    return view is not None and not view.over
+
+
 def big_screen() -> None:
-    """The room's requests as they stand, redrawn each second while a round runs."""
+    """The newest round: live while it runs, else the last round's results, drawn once."""
     view = room.view()
     if view is None:
         together, alone = room.saved()
@@ -102,13 +107,22 @@ def big_screen() -> None:
             st.caption(_("The last round kept in History."))
             _results(together, alone)
         return
-    _status(view)
-    if view.over and view.runs.get("together"):
-        together, alone = lab.history.run(view.runs["together"]), None
-        if view.runs.get("alone"):
-            alone = lab.history.run(view.runs["alone"])
-        _results(together, alone)
+    if not view.over:
+        _big_screen_live()
         return
+    _status(view)
+    if view.runs.get("together"):
+        alone = lab.history.run(view.runs["alone"]) if view.runs.get("alone") else None
+        _results(lab.history.run(view.runs["together"]), alone)
+
+
+@st.fragment(run_every=1.0)
+def _big_screen_live() -> None:
+    """The round's requests as they stand, redrawn each second while it runs; the page redraws once it ends."""
+    view = room.view()
+    if view is None or view.over:
+        st.rerun(scope="app")
+    _status(view)
     lang = i18n.lang()
     ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
     job = lab.job(view.job_id)
@@ -117,10 +131,23 @@ def big_screen() -> None:
         ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
 
 
-@st.fragment(run_every=1.0)
 def my_request() -> None:
-    """This attendee's own request: the round's stage, their question and the answer as it streams, where it
-    joined the others."""
+    """This attendee's own request: the round's stage, their question and the answer as it streams (redrawn each
+    second while a round runs), where it joined the others."""
+    if _live():
+        _my_request_live()
+    else:
+        _my_request()
+
+
+@st.fragment(run_every=1.0)
+def _my_request_live() -> None:
+    if not _live():
+        st.rerun(scope="app")
+    _my_request()
+
+
+def _my_request() -> None:
     view = room.view()
     if view is None or view.over:
         st.caption(_("Waiting for the presenter to open a round."))
@@ -143,18 +170,33 @@ def my_request() -> None:
         st.caption(" · ".join(parts))
 
 
+@st.fragment(run_every=2.0)
+def _watch(drawn) -> None:
+    """Between rounds nothing moves: the page is drawn once, and redrawn when a round opens."""
+    view = room.view()
+    if (view.id if view else None) != drawn:
+        st.rerun(scope="app")
+
+
+# Each part in a slot of its own: a live round's timed fragments and a finished round's static charts take turns there
 if presenter:
     left, right = st.columns([1, 3], gap="large")
     with left:
         _controls()
         with st.expander(_("Press as an attendee"), icon=":material/touch_app:"):
             _press_form()
-            my_request()
-    with right:
+            with st.container():
+                my_request()
+    with right, st.container():
         big_screen()
 else:
     _press_form()
-    my_request()
+    with st.container():
+        my_request()
     if st.toggle(_("Show the room's timeline"), key="room_show",
                  help=_("The presenter's big screen: everyone's names and timings, never their questions.")):
-        big_screen()
+        with st.container():
+            big_screen()
+with st.container():
+    if not _live():
+        _watch(view.id if (view := room.view()) else None)
