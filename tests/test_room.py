@@ -225,3 +225,38 @@ def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vll
     typed = next(r for r in together.records if r.index == 1)
     assert typed.prompt == str(TYPED) and typed.output_text == ""
     assert "Why is the sky blue?" not in str(alone.load.prompts) + str([r.prompt for r in alone.records])
+
+
+# -- the figures ---------------------------------------------------------------------------------------
+def _room_run(records, names, scenario="room"):
+    from engine.results.records import RunResult
+
+    return RunResult(kind="vllm", scenario=scenario, label="x", records=records, duration=0.0, started_at=0.0,
+                     extra={"attendees": names})
+
+
+def test_the_timeline_names_who_joined_whom_and_counts_who_generated_together():
+    from engine import figures
+
+    a = _rec(0, 0.0, _ticks(0.1, 10))
+    b = _rec(1, 0.3, _ticks(0.45, 10))
+    fig = figures.room_timeline(_room_run([a, b], ["Otter 10", "Heron <b>11</b>"]))
+    texts = [t for trace in fig.data if getattr(trace, "mode", None) == "text" for t in trace.text]
+    assert texts == ["  ↳ joined at Otter 10's token 4"]
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert rows == ["Otter 10 · 100 ms", "Heron &lt;b&gt;11&lt;/b&gt; · 150 ms"]  # a name is text, never markup
+    together = next(trace for trace in fig.data if trace.name == "generating together")
+    assert max(together.y) == 2 and "up to 2 generating together" in fig.layout.title.text
+    assert "1 of the 2 requests joined" in figures.caption(fig)
+
+
+def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
+    from engine import figures
+
+    together = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["A", "B"])
+    alone = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 1.1, _ticks(1.2, 10))], ["A", "B"], "room-one-at-a-time")
+    last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
+    assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
+    fig = figures.room_contrast(together, alone)
+    assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
+    assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)

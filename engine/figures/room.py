@@ -135,7 +135,9 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
         if ttfts:
             cap.append(say("Time to first token: median {median}, longest {longest}.",
                            median=duration(statistics.median(ttfts), lang), longest=duration(max(ttfts), lang)))
-    return finish(fig, title, cap, placeholder=is_placeholder(run), height=min(1400, max(460, 30 * n + 260)), lang=lang)
+    # on the big screen's first 1080 pixels, with the page's title and the round's status line above it
+    return finish(fig, title, cap, placeholder=is_placeholder(run), height=min(820, max(460, 26 * n + 240)),
+                  lang=lang)
 
 
 def room_totals(together: RunResult, alone: RunResult) -> tuple[float, float, int, int]:
@@ -178,5 +180,5 @@ def room_contrast(together: RunResult, alone: RunResult, *, lang: str = "en") ->
         cap.append(say("{ratio:.1f}× as long one at a time, for {a:,} and {b:,} generated tokens.",
                        ratio=last_b / last_a, a=tok_a, b=tok_b))
     cap.append(say("Together also counts the seconds between the first press and the last."))
-    return finish(fig, title, cap, placeholder=is_placeholder(together), height=min(1400, max(420, 40 * n + 220)),
+    return finish(fig, title, cap, placeholder=is_placeholder(together), height=min(900, max(420, 40 * n + 220)),
                   lang=lang)
