@@ -73,21 +73,22 @@ def _status(view) -> None:
 
 
 def _results(together, alone) -> None:
-    """A finished round: its timeline, then both ways side by side with their totals."""
+    """A finished round: the total each way and each person's wait both ways first, then its timeline."""
     lang = i18n.lang()
-    ui.chart(figures.room_timeline(together, lang=lang), key="room_timeline")
-    ui.warmth(lab, together)
     if alone is None:
         st.caption(_("The one-at-a-time contrast was not kept: it was cancelled, or nobody's answer ended well."))
-        return
-    last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
-    c = st.columns(3)
-    c[0].metric(_("Together: all answers complete"), ui.fmt_s(last_a))
-    c[1].metric(_("One at a time"), ui.fmt_s(last_b))
-    c[2].metric(_("Tokens generated (together / one at a time)"), f"{i18n.number(tok_a)} / {i18n.number(tok_b)}")
-    ui.chart(figures.room_contrast(together, alone, lang=lang), key="room_contrast")
-    st.caption(_("Both are saved in History: {together} and {alone}, from {when}.", together=i18n.tr(together.label),
-                 alone=i18n.tr(alone.label), when=i18n.when(together.started_at)))
+    else:
+        last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
+        c = st.columns(3)
+        c[0].metric(_("Together: all answers complete"), ui.fmt_s(last_a))
+        c[1].metric(_("One at a time"), ui.fmt_s(last_b))
+        c[2].metric(_("Tokens generated (together / one at a time)"), f"{i18n.number(tok_a)} / {i18n.number(tok_b)}")
+        ui.chart(figures.room_contrast(together, alone, lang=lang), key="room_contrast")
+    ui.chart(figures.room_timeline(together, lang=lang), key="room_timeline")
+    ui.warmth(lab, together)
+    if alone is not None:
+        st.caption(_("Both are saved in History: {together} and {alone}, from {when}.", together=i18n.tr(together.label),
+                     alone=i18n.tr(alone.label), when=i18n.when(together.started_at)))
 
 
 def _live() -> bool:
@@ -124,11 +125,11 @@ def _big_screen_live() -> None:
         st.rerun(scope="app")
     _status(view)
     lang = i18n.lang()
-    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
     job = lab.job(view.job_id)
-    if job is not None and job.active and view.status == "one at a time":  # the contrast, as it goes
+    if job is not None and job.active and view.status == "one at a time":  # the contrast as it goes, on top
         run, now = job.live_run()
         ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
+    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
 
 
 def my_request() -> None:
