@@ -34,7 +34,8 @@ def _press_form() -> None:
                       help=_("Only you see your question and its answer; the room sees your name and your timings."))
         if st.form_submit_button(_("Send my request"), type="primary", icon=":material/send:", width="stretch"):
             try:
-                room.send(attendee, st.session_state.get("room_name") or "", st.session_state.get("room_question") or "")
+                room.send(attendee, st.session_state.get("room_name") or "",
+                          st.session_state.get("room_question") or "")
             except LabError as e:
                 st.error(ui.plain(e), icon=":material/block:")
 
@@ -87,8 +88,9 @@ def _results(together, alone) -> None:
     ui.chart(figures.room_timeline(together, lang=lang), key="room_timeline")
     ui.warmth(lab, together)
     if alone is not None:
-        st.caption(_("Both are saved in History: {together} and {alone}, from {when}.", together=i18n.tr(together.label),
-                     alone=i18n.tr(alone.label), when=i18n.when(together.started_at)))
+        st.caption(_("Both are saved in History: {together} and {alone}, from {when}.",
+                     together=i18n.tr(together.label), alone=i18n.tr(alone.label),
+                     when=i18n.when(together.started_at)))
 
 
 def _live() -> bool:
@@ -162,8 +164,8 @@ def _my_request() -> None:
         st.markdown(ui.plain(mine.text) if mine.typed else _("The lab's prompt: {prompt}", prompt=ui.plain(mine.text)))
     with st.chat_message("assistant"):
         st.markdown(ui.plain(r.output_text) or "…")
-        parts = [_("TTFT **{ttft}**", ttft=ui.fmt_s(r.ttft)) if r.ttft is not None else _("waiting for the first token"),
-                 _("{n} tokens", n=r.output_tokens)]
+        ttft = _("TTFT **{ttft}**", ttft=ui.fmt_s(r.ttft)) if r.ttft is not None else _("waiting for the first token")
+        parts = [ttft, _("{n} tokens", n=r.output_tokens)]
         if mine.join is not None:
             parts.append(_("you joined at {name}'s token {k}", name=ui.plain(mine.joined_name), k=mine.join.at_token))
         if mine.sharing:

@@ -30,7 +30,7 @@ from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.load.sse import StreamParser
 from engine.measure.workloads.prompts import LAB_CONCURRENT
-from engine.messages import Message, mark, say
+from engine.messages import mark, say
 from engine.results.records import RequestRecord, RunResult
 
 if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module, not the other way round
