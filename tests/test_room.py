@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from engine import figures  # plotly and numpy imported whole before a Lab's warm-up thread imports them too
 from engine.errors import ConfigError, LabError, NotPresenter, ServerBusy
 from engine.measure.judge.joins import first_joins, joins, sharing
 from engine.results.records import RequestRecord
@@ -250,8 +251,6 @@ def _room_run(records, names, scenario="room"):
 
 
 def test_the_timeline_names_who_joined_whom_and_counts_who_generated_together():
-    from engine import figures
-
     a = _rec(0, 0.0, _ticks(0.1, 10))
     b = _rec(1, 0.3, _ticks(0.45, 10))
     fig = figures.room_timeline(_room_run([a, b], ["Otter 10", "Heron <b>11</b>"]))
@@ -265,8 +264,6 @@ def test_the_timeline_names_who_joined_whom_and_counts_who_generated_together():
 
 
 def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
-    from engine import figures
-
     together = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["A", "B"])
     alone = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 1.1, _ticks(1.2, 10))], ["A", "B"], "room-one-at-a-time")
     last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
