@@ -111,7 +111,8 @@ def big_screen() -> None:
             _results(together, alone)
         return
     if not view.over:
-        _big_screen_live()
+        # the big screen each second; an attendee's copy of it every 2 s (a room of phones redrawing it costs the app)
+        (_big_screen_live if presenter else _big_screen_slow)()
         return
     _status(view)
     if view.runs.get("together"):
@@ -119,9 +120,8 @@ def big_screen() -> None:
         _results(lab.history.run(view.runs["together"]), alone)
 
 
-@st.fragment(run_every=1.0)
-def _big_screen_live() -> None:
-    """The round's requests as they stand, redrawn each second while it runs; the page redraws once it ends."""
+def _big_screen_body() -> None:
+    """The round's requests as they stand; the page redraws once the round ends."""
     view = room.view()
     if view is None or view.over:
         st.rerun(scope="app")
@@ -134,16 +134,21 @@ def _big_screen_live() -> None:
     ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
 
 
+_big_screen_live = st.fragment(run_every=1.0)(_big_screen_body)
+_big_screen_slow = st.fragment(run_every=2.0)(_big_screen_body)
+
+
 def my_request() -> None:
-    """This attendee's own request: the round's stage, their question and the answer as it streams (redrawn each
-    second while a round runs), where it joined the others."""
-    if _live():
+    """This attendee's own request: the round's stage, their question and the answer as it streams (redrawn every
+    2 s while a round runs: one timed redraw per phone, cheap, so that thirty of them leave the big screen its
+    second), where it joined the others. The presenter's own press is drawn with the page (the big screen is theirs)."""
+    if _live() and not presenter:
         _my_request_live()
     else:
         _my_request()
 
 
-@st.fragment(run_every=1.0)
+@st.fragment(run_every=2.0)
 def _my_request_live() -> None:
     if not _live():
         st.rerun(scope="app")

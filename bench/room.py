@@ -65,6 +65,24 @@ def start_stack(home: Path) -> tuple[str, subprocess.Popen, object]:
     return url, app, srv
 
 
+class Counted(LightViewer):
+    """A light viewer that also counts how its runs ended: fragment runs finished, runs ended early for a rerun."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.ends: dict[str, int] = {}
+
+    def _on(self, raw: bytes) -> bool:
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = ForwardMsg()
+        msg.ParseFromString(raw)
+        if msg.WhichOneof("type") == "script_finished":
+            name = ForwardMsg.ScriptFinishedStatus.Name(msg.script_finished)
+            self.ends[name] = self.ends.get(name, 0) + 1
+        return super()._on(raw)
+
+
 def typed(v: LightViewer, label: str, text: str) -> None:
     """A text field as the browser reports it once typed into (a field the page filled has no default to copy)."""
     v.widgets[v.labels[label]] = WidgetState(id=v.labels[label], string_value=text)
@@ -114,8 +132,8 @@ async def phase(name: str, app: psutil.Process, presenter: LightViewer, attendee
 
 async def one_round(url: str, app: psutil.Process, store, n: int, idle_s: float, tokens: int) -> list[Phase]:
     stop = asyncio.Event()
-    presenter = LightViewer(url, "room")
-    attendees = [LightViewer(url, "room") for _ in range(n)]
+    presenter = Counted(url, "room")
+    attendees = [Counted(url, "room") for _ in range(n)]
     tasks = await connected([presenter], stop)
     typed(presenter, "Presenter token", TOKEN)
     await presenter.change("Presenter token", TOKEN)  # the page redraws as the presenter's
@@ -136,6 +154,7 @@ async def one_round(url: str, app: psutil.Process, store, n: int, idle_s: float,
 
     out.append(await phase("round: the room's requests", app, presenter, attendees, saved("room")))
     out.append(await phase("round: one at a time", app, presenter, attendees, saved("room-one-at-a-time")))
+    print(f"  how runs ended: presenter {presenter.ends}; attendee 1 {attendees[0].ends}", flush=True)
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     return out

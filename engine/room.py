@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from engine.access import presenter_only
 from engine.errors import ConfigError, LabError, NotPresenter
 from engine.measure.judge import stats
-from engine.measure.judge.joins import Join, first_joins, sharing
+from engine.measure.judge.joins import Join, Sharing, first_joins, sharing
 from engine.measure.load import loadgen
 from engine.measure.load.drive import run_loop, shift
 from engine.measure.load.progress import RunPlan, notify
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module,
     from engine.runs import Runner, Target
 
 ROUND_S = (10, 600)  # how long a round may stay open
+VIEW_S = 0.25  # how long one reading of the round serves every viewer: a room of pages redraws it each second
 DEFAULT_ROUND_S = 60
 DEFAULT_TOKENS = 128
 MAX_QUESTION_CHARS = 200  # a short question, well within a viewer's chat message (ChatLimits.max_prompt_chars)
@@ -173,8 +174,9 @@ class Round:
 @dataclass(frozen=True)
 class RoundView:
     """What a page shows of the newest round: its stage, settings and clock, the attendees' names (by request
-    index), its requests as they stand (times from the first press; `now`: where unfinished bars end), and the
-    ids of its saved runs. `job_id`: the job running it (the one-at-a-time part's live view)."""
+    index), its requests as they stand (times from the first press; `now`: where unfinished bars end), who joined
+    whom and how many generated together then, and the ids of its saved runs. `job_id`: the job running it (the
+    one-at-a-time part's live view)."""
 
     id: str
     status: str
@@ -187,6 +189,8 @@ class RoundView:
     now: float
     runs: dict[str, str]
     job_id: str
+    joins: dict[int, Join]
+    sharing: Sharing
 
     @property
     def accepting(self) -> bool:
@@ -225,6 +229,7 @@ class Room:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requester: Requester | None = None
         self._progress = None
+        self._view: tuple[float, RoundView] | None = None  # the last reading (its clock), shared by every viewer
 
     # -- the presenter's actions -------------------------------------------------------------------
     @presenter_only
@@ -358,24 +363,33 @@ class Room:
         return result
 
     # -- reading (open to every viewer) ------------------------------------------------------------------
-    def view(self) -> RoundView | None:
-        """The newest round as it stands (None: none since the app started; `saved()` has the last one kept)."""
+    def view(self, fresh: bool = False) -> RoundView | None:
+        """The newest round as it stands (None: none since the app started; `saved()` has the last one kept), read
+        at most every VIEW_S and shared by every viewer in between (`fresh`: read now)."""
         with self._lock:
             rnd = self._round
             if rnd is None:
                 return None
             entries = list(rnd.entries)
+            cached = self._view
+        if not fresh and cached is not None and cached[1].id == rnd.id and cached[1].status == rnd.status and \
+                len(cached[1].names) == len(entries) and clock() - cached[0] < VIEW_S:
+            return cached[1]
         live = [e.live() for e in entries]
         first = min((r.send_time for r in live), default=0.0)
         shift(live, -first)
         t0 = entries[0].t0 if entries else 0.0
         now = clock() - t0 - first if entries else 0.0
+        names = [e.name for e in entries]
         run = RunResult(kind="vllm", scenario="room", label=say("The room's round"), records=live,
                         duration=max((r.end_time or 0.0 for r in live), default=0.0),
-                        started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": rnd.names})
+                        started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": names})
         closes_in = None if rnd.closes_at is None else max(0.0, rnd.closes_at - time.time())
-        return RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, rnd.names,
-                         run, now, dict(rnd.runs), rnd.job_id)
+        view = RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, names, run,
+                         now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live))
+        with self._lock:
+            self._view = (clock(), view)
+        return view
 
     def mine(self, attendee: str) -> Mine | None:
         """This attendee's own request in the newest round (None: they have not pressed in it)."""
@@ -384,10 +398,12 @@ class Room:
             entry = next((e for e in self._round.entries if e.attendee == attendee), None) if self._round else None
         if view is None or entry is None:
             return None
-        record = next(r for r in view.run.records if r.index == entry.record.index)
+        if entry.record.index >= len(view.names):  # pressed a moment after the shared reading was taken
+            view = self.view(fresh=True)
+        record = copy.copy(next(r for r in view.run.records if r.index == entry.record.index))
         record.output_text = "".join(entry.parser.texts)
-        join = first_joins(view.run.records).get(record.index)
-        share = sharing(view.run.records)
+        join = view.joins.get(record.index)
+        share = view.sharing
         at_first = next((c for t, c in zip(share.times, share.counts)
                          if record.first_token_time is not None and t >= record.first_token_time), 0)
         return Mine(entry.name, entry.text, entry.typed, record, join, view.names[join.early] if join else "",
