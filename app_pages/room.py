@@ -86,7 +86,7 @@ def _results(together, alone) -> None:
         c[2].metric(_("Tokens generated (together / one at a time)"), f"{i18n.number(tok_a)} / {i18n.number(tok_b)}")
         ui.chart(figures.room_contrast(together, alone, lang=lang), key="room_contrast")
     ui.chart(figures.room_timeline(together, lang=lang), key="room_timeline")
-    ui.warmth(lab, together)
+    ui.warmth(together)
     if alone is not None:
         st.caption(_("Both are saved in History: {together} and {alone}, from {when}.",
                      together=i18n.tr(together.label), alone=i18n.tr(alone.label),

@@ -179,11 +179,12 @@ class Lab:
             lambda job: work(self._runner(job), spec, target)), **submit)
 
     @presenter_only
-    def run_load(self, spec, label: str | None = None, repeats: int = 1) -> Job:
-        """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs."""
+    def run_load(self, spec, label: str | None = None, repeats: int = 1, fixed_seed: bool = False) -> Job:
+        """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs,
+        each with synthetic prompts of a new seed unless `fixed_seed`."""
         n = check_repeats(repeats)
         return self._measure("load", label or spec.label or spec.scenario, spec,
-                             lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n),
+                             lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n, fixed_seed),
                              scenario=spec.scenario)
 
     @presenter_only
@@ -220,7 +221,7 @@ class Lab:
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:
         """The same load against the server the app measures (A: its own or the attached one) and the one at
-        `url_b` (B) at once, on one clock (Runner.side_by_side; issue #13 item 2). B is discovered first: a
+        `url_b` (B) at once, on one clock (Runner.side_by_side). B is discovered first: a
         dead address, an answer that is not an OpenAI-style server or a refused key is one sentence and
         nothing runs. Two servers sharing this machine's CPU or its one GPU are refused with
         side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""
