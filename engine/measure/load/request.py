@@ -200,8 +200,10 @@ class Requester:
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
                   on_sent: Callable[[RequestRecord], None] | None = None,
-                  history: list[dict[str, str]] | None = None) -> RequestRecord:
-        """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
+                  history: list[dict[str, str]] | None = None,
+                  parser: StreamParser | None = None) -> RequestRecord:
+        """Send one request and fill `rec`; never raises except CancelledError (after recording it). A `parser`
+        given is the one its answer is read into, for a caller that shows the answer while it streams (the room)."""
         if self.slots.locked():
             self.waited += 1
         try:
@@ -211,14 +213,14 @@ class Requester:
             rec.error = "cancelled before it was sent"
             raise
         try:
-            return await self._run(rec, max_tokens, on_sent, history)
+            return await self._run(rec, max_tokens, on_sent, history, parser)
         finally:
             self.slots.release()
 
     async def _run(self, rec: RequestRecord, max_tokens: int | None,
                    on_sent: Callable[[RequestRecord], None] | None,
-                   history: list[dict[str, str]] | None) -> RequestRecord:
-        st = StreamParser(self.chat)
+                   history: list[dict[str, str]] | None, parser: StreamParser | None) -> RequestRecord:
+        st = parser or StreamParser(self.chat)
         body = self.body(rec.prompt, max_tokens, history)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
