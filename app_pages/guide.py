@@ -8,6 +8,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.measure.judge import worker_memory
 from engine.serving import models
 from engine.serving.states import FAILED, STARTING, startup_fraction
 from i18n import _
@@ -131,19 +132,23 @@ def _result(s) -> None:
         if not fact:
             st.info(_("Not run yet: press the button on the left."), icon=":material/info:")
         else:
-            where = _("GPU memory") if fact.get("gpu") else _("system RAM")
             c = st.columns(4)
             gb = lambda v: "–" if v is None else _("{v:.2f} GB", v=v)  # noqa: E731
-            c[0].metric(_("{where} before the naive run", where=where), gb(fact.get("before_gb")))
-            c[1].metric(_("The worker's peak"), gb(fact.get("worker_peak_gb")))
-            c[2].metric(_("{where} after it exited", where=where), gb(fact.get("after_gb")))
-            c[3].metric(_("Left behind"), gb(fact.get("left_gb")))
-            st.markdown(_("The naive worker's process exited: its {peak} came back to the operating system, nothing "
-                          "stays reserved.", peak=gb(fact.get("worker_peak_gb"))) if not fact.get("worker_alive") else
+            if fact.get("gpu"):  # the device's memory through NVML
+                c[0].metric(_("GPU memory before the naive run"), gb(fact.get("before_gb")))
+                c[1].metric(_("The worker's peak"), gb(fact.get("worker_peak_gb")))
+                c[2].metric(_("GPU memory after it exited"), gb(fact.get("after_gb")))
+                c[3].metric(_("Left behind"), gb(fact.get("left_gb")))
+            else:  # the worker's own memory: the system's RAM moves with every other program too
+                c[0].metric(_("The worker's peak (its RAM)"), gb(fact.get("worker_peak_gb")))
+                c[1].metric(_("After its cleanup (del + gc)"), gb(fact.get("after_cleanup_gb")))
+                c[2].metric(_("Its process"), _("exited") if fact.get("exited") else _("running"))
+                c[3].metric(_("Held now"), gb(fact.get("held_gb")))
+            st.markdown(ui.plain(worker_memory.said(fact)) if not fact.get("worker_alive") else
                         _("A naive worker is still running: wait for it to end, then check again."))
             if not fact.get("gpu"):
-                st.caption(_("No GPU here: the numbers are the system's RAM (other programs on this machine move it "
-                             "too) and the worker's own resident memory."))
+                st.caption(_("No GPU here: these are the worker's own resident memory (RSS), not the system's RAM, "
+                             "which other programs on this machine move too."))
     elif s.id == "start":
         _server_line()
         snap = lab.server_snapshot()

@@ -14,6 +14,7 @@ from engine.errors import NotPresenter
 from engine.lab import Lab
 from engine.measure.workloads import scenarios
 from engine.measure.judge import stats
+from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import translate
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
@@ -183,6 +184,47 @@ def test_the_naive_memory_row_says_ram_where_there_is_no_gpu():
     assert labels["gpu"][3] == "GPU memory after loading"
 
 
+# The issue's step 2 on a CPU: other programs raised the system's RAM by 7.5 GB while the 0.9 GB worker ran and exited
+MOVED_RAM = {"before": {"ram_used": 7.09e9}, "after_exit": {"ram_used": 14.59e9}, "worker_peak_rss": 9e8,
+             "after_cleanup": {"rss": 6e8}, "worker_exited": True}
+
+
+def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
+    """Without a GPU step 2 shows the worker's own memory (its peak, and nothing once its process is gone): the
+    7.5 GB other programs added to the system's RAM is no number of the worker's, and the sentence says what the
+    numbers say."""
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM, worker_exit_code=0)
+    lab.store.save(naive)
+    lab.guide._state.runs["naive"] = [naive.id]
+    fact = lab.guide.run_step("free", token="secret")
+    assert fact["gpu"] is False and fact["worker_peak_gb"] == 0.9 and fact["exited"] and fact["held_gb"] == 0.0
+    rows = g.numbers("free", {"naive": [naive]}, fact)
+    assert [str(r.here) for r in rows] == ["0.00 GB", "0.00 GB"]  # not 7.50 GB of other programs' RAM
+    assert "worker's RAM once its process exited" in str(rows[0].label)
+    said = translate(worker_memory_said(fact), "ko")
+    assert "0.90 GB" in said and "7.5" not in said
+
+
+def worker_memory_said(fact):
+    from engine.measure.judge.worker_memory import said
+
+    return said(fact)
+
+
+def test_a_gpu_that_did_not_come_back_is_not_said_to_have():
+    """On a GPU the device's memory through NVML: a device using more after the worker exited than before is
+    said so, never "back"."""
+    from engine.measure.judge.worker_memory import came_back, said
+
+    base = {"worker_peak_device": 17e9, "worker_exited": True}
+    back = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
+        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 1.02e9}}))
+    held = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
+        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 9e9}}))
+    assert came_back(back) and "again" in str(said(back))
+    assert not came_back(held) and "8.00 GB more" in str(said(held)) and "again" not in str(said(held))
+
+
 def test_the_report_starts_with_the_findings(lab):
     naive = _run("naive-5", "naive", [(2.0, 50)] * 5)
     lab.store.save(naive)
@@ -261,8 +303,7 @@ def test_every_step_draws_the_runs_it_made(app_lab):
     import ui
 
     lab = ui.get_lab()
-    mem = {"before": {"ram_used": 4e9}, "after_exit": {"ram_used": 4.1e9}, "worker_peak_rss": 9e8}
-    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=mem)],
+    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM)],
             "test-query": [_run("test-query", "vllm", [(0.4, 20)])],
             "sequential": [_run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)],
             "concurrent": [_run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)],
@@ -274,7 +315,7 @@ def test_every_step_draws_the_runs_it_made(app_lab):
         for r in rs:
             lab.store.save(r)
         lab.guide._state.runs[sid] = [r.id for r in rs]
-    lab.guide._state.facts["free"] = {"checked_at": time.time(), **g.memory_returned(runs["naive"][0])}
+    lab.guide._state.facts["free"] = {"checked_at": time.time(), **worker_memory(runs["naive"][0])}
     lab.guide._state.facts["start"] = {"asked_at": time.time(), "already": False, "ready_s": 42.0}
     for lang in ("en", "ko"):
         for sid in g.STEP_IDS:

@@ -24,6 +24,7 @@ READ_ONLY = {
     "engine.measure.judge.repeats": "N repeats' median and 95 % interval, and whether the prefix cache was emptied",
     "engine.measure.judge.lateness": "whether a run's client sent on its schedule, from its stored notes",
     "engine.measure.judge.kvcache": "a run's KV cache row and sentence, from its stored notes",
+    "engine.measure.judge.worker_memory": "the naive worker's own memory and whether it came back, from its notes",
     "engine.measure.load.snippets": "the Python behind a run, as text",
     "engine.measure.load.spec": "a load spec and its deadlines' sentence",
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",

@@ -6,24 +6,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.guide.steps import seed_text, step, value_text
+from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import Message, mark, say
 
 if TYPE_CHECKING:
     from engine.results.records import RunResult
-
-
-def memory_returned(naive: "RunResult") -> dict[str, Any]:
-    """From a naive run's memory record: GB used before it, the worker's peak, after it exited, and what
-    came back (peak − after); on a GPU the device's memory, else the system's RAM and the worker's RSS."""
-    mem = naive.extra.memory or {}
-    before, after = mem.get("before") or {}, mem.get("after_exit") or {}
-    gpu = "device_used" in before and "device_used" in after
-    key = "device_used" if gpu else "ram_used"
-    peak = mem.get("worker_peak_device") if gpu else mem.get("worker_peak_rss")
-    gb = lambda b: None if b is None else round(b / 1e9, 2)  # noqa: E731  GB as the notebook prints (1e9)
-    return {"gpu": gpu, "before_gb": gb(before.get(key)), "after_gb": gb(after.get(key)),
-            "worker_peak_gb": gb(peak), "left_gb": gb(after.get(key) - before.get(key))
-            if before.get(key) is not None and after.get(key) is not None else None}
 
 
 # -- the notebook's 실험 결과, with this lab's numbers ---------------------------------------------------
@@ -163,9 +150,10 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     here: list[float | None] = [None] * len(s.seed)
     if step_id == "naive" and run:
         pace = naive_pace(run)
-        here = [_mean(run), run.duration, 1 / pace if pace else None, memory_returned(run)["worker_peak_gb"]]
-    elif step_id == "free" and facts:
-        here = [facts.get("left_gb"), 0.0 if facts.get("after_gb") is not None else None]
+        here = [_mean(run), run.duration, 1 / pace if pace else None, worker_memory(run)["worker_peak_gb"]]
+    elif step_id == "free" and facts:  # on a GPU the device's memory; else the worker's own, gone with its process
+        here = ([facts.get("left_gb"), 0.0 if facts.get("after_gb") is not None else None] if facts.get("gpu") else
+                [facts.get("held_gb"), facts.get("held_gb")])
     elif step_id == "test-query" and run:
         here = [_mean(run)]
     elif step_id == "sequential" and run:
@@ -181,6 +169,9 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
         total = first.e2e or 0.0
         here = [first.ttft * 1000, total, first.output_tokens, first.output_tokens / total if total else None]
     labels = [n.label for n in s.seed]
-    if step_id == "naive" and run and not memory_returned(run)["gpu"]:  # no GPU here: the worker's peak RAM
+    if step_id == "naive" and run and not worker_memory(run)["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
+    if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
+        labels = [mark("allocated after cleanup (here: the worker's RAM once its process exited)"),
+                  mark("still reserved (here: by the exited worker)")]
     return [Row(label, seed_text(n), _said(n.unit, v)) for label, n, v in zip(labels, s.seed, here)]

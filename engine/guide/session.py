@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine.access import presenter_only
 from engine.errors import LabError, ServerBusy
-from engine.guide.findings import Finding, Row, findings, memory_returned, numbers
+from engine.guide.findings import Finding, Row, findings, numbers
 from engine.guide.steps import LAB_FLAGS, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE, step, tokens_for
+from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.messages import say
 from engine.paths import history_path
@@ -250,7 +251,7 @@ class Guide:
         if naive is None:
             raise ServerBusy(say("Run step {n} (naive inference) first: this step reads what its worker gave back.",
                                  n=step("naive").number))
-        fact = {"checked_at": time.time(), "run": naive.id, **memory_returned(naive),
+        fact = {"checked_at": time.time(), "run": naive.id, **worker_memory(naive),
                 "worker_alive": any(j.kind == "naive" and j.active for j in [self.lab.latest_job("naive")] if j)}
         with self._lock:
             self._state.facts["free"] = fact

@@ -59,7 +59,7 @@ STEPS: tuple[Step, ...] = (
          say("In Jupyter, `del model` is not enough: the output history (`Out[]`, `_`, `__`) can keep references alive, and "
              "PyTorch's caching allocator keeps memory reserved (the notebook shows 15.01 GB still reserved). A process "
              "that exits returns everything to the operating system, which is what this app does."),
-         say("The memory after the worker exited is back where it was before the run."),
+         say("The worker's own memory: what it held at its peak, and nothing once its process exited."),
          mark("Check what was returned"), None, None,
          (SeedNumber(mark("allocated after cleanup"), 0.01, "GB"), SeedNumber(mark("still reserved"), 15.01, "GB"))),
     Step("start", mark("Start vLLM"),
