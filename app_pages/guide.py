@@ -191,6 +191,8 @@ def _result(s) -> None:
         if (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
             st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
         ui.failure_causes([run] if run else guide.runs("tuning", state))
+        for r in [run] if run else guide.runs("tuning", state):  # what else ran beside it, next to its numbers
+            ui.disturbance(r, r.label if s.id == "tuning" else None)
         st.caption(_("From this step's run of {when}.", when=i18n.when((run or guide.runs("tuning", state)[-1]).started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
         st.info(_("Not run yet: press the button on the left."), icon=":material/info:")

@@ -123,6 +123,8 @@ def results() -> None:
             st.warning(ui.plain(_("{label}: {sentence}", label=names[figures.contender(run)], sentence=said)),
                        icon=":material/ac_unit:")
     ui.failure_causes(ran, prefix=True)  # a failed request's bar is empty
+    for run in ran:  # what else ran beside each, next to its numbers
+        ui.disturbance(run, names[figures.contender(run)])
     # The physical limit, said once: the chart's caption gives each run's share of its ceiling.
     if ceilings := [r for r in ran if run_ceiling(r)]:
         with st.expander(_("Decode speed against the memory-bandwidth ceiling"), icon=":material/speed:"):

@@ -35,6 +35,7 @@ READ_ONLY = {
     "engine.serving.config": "server settings: presets, limits, checked configs, the GPU picker's names",
     "engine.serving.cluster": "commands a person runs on other machines, and the side-by-side sentence",
     "engine.metrics": "metric names and the answer deadline the pages quote",
+    "engine.observe.disturbance": "whether a run was measured beside other programs or clients, from its notes",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}

@@ -6,6 +6,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
     from engine.measure.judge import ceiling, cost, failures, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
+    from engine.observe import disturbance
 
     s = r.summary
     check = token_check.token_check(r.extra)  # the server's count of the output tokens against the client's
@@ -23,6 +24,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"output tokens          {s.get('total_output_tokens', 0)}",
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
         f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
+        *((f"  {beside}",) if (beside := disturbance.said(r.extra)) else ()),  # what else ran beside it
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),

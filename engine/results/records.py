@@ -164,6 +164,10 @@ class Notes(_Typed):
     pair_side: str = ""
     series: str = ""  # which line of a sweep chart (default: the scenario)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
+    # What else ran beside the measured part (engine.observe.disturbance): its length and the machine's cores, the
+    # CPU other programs used and the hypervisor took (cores on average), the requests another client sent the
+    # server; None: not watched (a run saved before this field, an import)
+    disturbance: dict | None = None
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
     # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)
     server_output_tokens: int | None = None
