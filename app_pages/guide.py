@@ -96,6 +96,9 @@ def _button(s) -> None:
     if st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
                  icon=":material/play_arrow:", disabled=not presenter or running, key=f"run-{s.id}"):
         ui.act(lab, guide.run_step, s.id, rerun=True)
+    if (n := guide.repeats(s)) > 1:
+        st.caption(_("Runs {n} times: the numbers are their means, and a difference counts only beyond their "
+                     "spread.", n=n))
     if not presenter:
         st.caption(_("The presenter runs the steps; their results appear here for everyone."))
 
@@ -189,7 +192,9 @@ def _result(s) -> None:
             ui.chart(figures.token_timeline(run, lang=lang), key="g-stream")
     if run is not None or (s.id == "tuning" and guide.runs("tuning", state)):
         if (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
-            st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
+            # the summary's heading and sentence, the same numbers: a claim only beyond noise on a quiet machine
+            (st.success if found.claim == 1 else st.info)(
+                f"**{ui.plain(found.title)}** · {ui.plain(found.text)}", icon=":material/insights:")
         ui.failure_causes([run] if run else guide.runs("tuning", state))
         for r in [run] if run else guide.runs("tuning", state):  # what else ran beside it, next to its numbers
             ui.disturbance(r, r.label if s.id == "tuning" else None)

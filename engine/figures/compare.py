@@ -76,6 +76,8 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         lab = wrap(esc(run_label(run, lang)), 20)
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
+        if (run.extra.repeats or 1) > 1:  # a setting's repeats side by side, each its own bar
+            notes.append(translate(say("repeat {i} of {n}", i=run.extra.repeat_index, n=run.extra.repeats), lang))
         notes = [x for x in notes if x]
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)

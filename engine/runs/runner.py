@@ -412,10 +412,12 @@ class Runner:
         return run, bool(verdict is not None and verdict.meets and not watch.saturated)
 
     def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
-               model_max_len: int | None = None, labels: list[str] | None = None) -> list[RunResult]:
-        """Restart `server` with each configuration and run the same load on it (notebook step 4);
-        the server is left running with the last one. `labels` names the configurations (default:
-        tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
+               model_max_len: int | None = None, labels: list[str] | None = None, repeats: int = 1) -> list[RunResult]:
+        """Restart `server` with each configuration and run the same load on it (notebook step 4), `repeats`
+        times (Runner.repeat: each configuration's runs one group); the server is left running with the last one.
+        `labels` names the configurations (default: tuning_label); the runs keep the spec's scenario ("tuning"
+        when it has none)."""
+        check_repeats(repeats)
         out: list[RunResult] = []
         for i, cfg in enumerate(configs):
             if self.cancel.is_set():
@@ -431,8 +433,11 @@ class Runner:
                 server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
                     say("{label}: {stage}", label=label, stage=s.stage)))
             self.progress.on_stage(say("{label}: measuring", label=label))
-            out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), Target.of(server),
-                                 not_restarted=kept))
+            one = replace(spec, scenario=spec.scenario or "tuning", label=label)
+            if repeats > 1:
+                out.extend(self.repeat(one, Target.of(server), repeats))
+            else:
+                out.append(self.load(one, Target.of(server), not_restarted=kept))
         self.progress.on_step(len(out), len(configs), mark("done"))
         return out
 
