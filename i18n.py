@@ -2,7 +2,6 @@
 See docs/internals.md#messages-and-i18n."""
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -11,15 +10,18 @@ import streamlit as st
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
-from engine import messages
-from engine.messages import Message, catalog, translate
+from engine import messages, settings
+from engine.messages import Message, catalog, catalog_problem, filled, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
 
 
 def default_lang() -> str:
     """A room's fixed language (SERVING_LAB_LANG), else the browser's, else English."""
-    fixed = os.environ.get("SERVING_LAB_LANG", "").strip().lower()[:2]
+    try:
+        fixed = settings.current().lang
+    except settings.ConfigError:
+        fixed = ""  # another variable is wrong: the app says which (app.py), in the browser's language
     if fixed in LANGS:
         return fixed
     browser = (getattr(st.context, "locale", None) or "").lower()[:2]
@@ -36,8 +38,7 @@ def lang() -> str:
 def _(message: str, /, **values) -> str:
     """`message` in this viewer's language, its {placeholders} filled with `values` (engine sentences among
     them said in this language too)."""
-    text = catalog(lang()).gettext(message)
-    return text.format(**_said(values)) if values else text
+    return filled(catalog(lang()).gettext(message), _said(values), lang())
 
 
 def _said(values: dict) -> dict:
@@ -50,8 +51,7 @@ def N_(message: str) -> str:
 
 
 def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
-    text = catalog(lang()).ngettext(singular, plural, n)
-    return text.format(n=n, **_said(values))
+    return filled(catalog(lang()).ngettext(singular, plural, n), {"n": n, **_said(values)}, lang())
 
 
 def tr(text: object) -> str:
@@ -98,6 +98,8 @@ def switch() -> None:
     st.session_state.setdefault("lang", lang())
     st.segmented_control("Language / 언어", list(LANGS), format_func=LANGS.get, key="lang", required=True,
                          on_change=_relabel, label_visibility="collapsed")
+    if problem := catalog_problem(lang()):  # chosen, yet shown in English: say why, in both languages' stead
+        st.warning(str(problem), icon=":material/translate:")
     if (chosen := lang()) != default_lang():
         st.query_params["lang"] = chosen
     else:

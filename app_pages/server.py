@@ -337,7 +337,7 @@ def live_status() -> None:
                    help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
     mml = s.config.max_model_len if s.config else None
     cols[4].metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
-                   f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
+                   _("{n} requests", n=number(s.max_concurrency, 1)) if s.max_concurrency else "–",
                    help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
     cols[5].metric(_("KV cache in use"), f"{live['kv_usage']:.0%}" if "kv_usage" in live else "–",
                    delta=_("{n} preempted since start", n=number(live["preemptions_total"]))

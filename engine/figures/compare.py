@@ -104,7 +104,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                      row=1, col=1)
     fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang), range=[0, max(wall or [1]) * 1.2 or 1],
                      row=1, col=2)
-    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category")
+    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category", tickangle=0)  # wrapped, never turned
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
     if len(runs) >= 2 and tput[0]:
@@ -158,8 +158,9 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     missing = len(pts) - len(have)
     # the start time under each label keeps runs with the same label apart
     cats = []
+    width = max(8, min(18, 160 // max(len(have), 1)))  # the narrower each bar, the shorter a label's lines
     for r, _ in have:
-        lab = wrap(esc(run_label(r, lang)), 18)
+        lab = wrap(esc(run_label(r, lang)), width)
         if getattr(r, "started_at", 0):
             when = _when(r.started_at, lang)
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
@@ -172,7 +173,8 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
     fig.update_layout(
-        xaxis=dict(type="category", tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
+        xaxis=dict(type="category", tickangle=0,  # wrapped to the bar's width, never turned on its side
+                   tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
         yaxis=dict(title=translate(say("{metric} ({unit})", metric=label, unit=unit), lang) if unit else name,
                    range=[0, (max(vals) if vals else 1) * 1.18]),
         bargap=0.35,

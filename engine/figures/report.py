@@ -322,6 +322,7 @@ def _num(v: float | None, digits: int) -> str:
 _CSS = f"""
 *{{box-sizing:border-box}}
 body{{margin:0;background:#f6f6f4;color:{INK};font:16px/1.5 {FONT}}}
+:lang(ko){{word-break:keep-all;overflow-wrap:anywhere}}
 main{{max-width:1180px;margin:0 auto;padding:32px 28px 48px}}
 header{{border-bottom:3px solid #0072B2;margin-bottom:24px}}
 h1{{font-size:30px;margin:0 0 4px}}

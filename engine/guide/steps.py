@@ -41,6 +41,13 @@ class Step:
     # (ten 150-token answers: 4.5 s cold against 0.86 s warm on an H200, docs/results-h200.md), not the lesson
     warmup: int = 0
 
+    def told(self, text: Message, scale: float) -> Message:
+        """One of its texts (narrative, more, notice) with the token budget it runs at this scale: a text that
+        names its budget says {tokens}, so what the page says is what the button sends."""
+        if "{tokens}" not in text.template:
+            return text
+        return Message(text.template, values={"tokens": tokens_for(self, scale)})
+
     @property
     def number(self) -> int:
         return next(i for i, s in enumerate(STEPS, 1) if s.id == self.id)
@@ -96,11 +103,11 @@ STEPS: tuple[Step, ...] = (
          (SeedNumber(mark("wall time for 10"), 3.9, "s"), SeedNumber(mark("mean latency"), 3.6, "s"),
           SeedNumber(mark("throughput"), 354, "tok/s"), SeedNumber(mark("naive would take"), 50, "s")), warmup=10),
     Step("tuning", mark("Tuning"),
-         say("Restart vLLM with max-model-len 512 and gpu-memory-utilization 0.90, and send the 10 requests again "
-             "with 100 tokens each."),
-         say("A shorter context caps how long a request may grow; a larger memory share gives the KV cache more room. "
-             "The app runs the same 100-token workload on both settings (2048 / 0.85, then 512 / 0.90), so the "
-             "comparison is fair; the notebook compared against its 150-token run."),
+         mark("Restart vLLM with max-model-len 512 and gpu-memory-utilization 0.90, and send the 10 requests again "
+              "with {tokens} tokens each."),
+         mark("A shorter context caps how long a request may grow; a larger memory share gives the KV cache more room. "
+              "The app runs the same {tokens}-token workload on both settings (2048 / 0.85, then 512 / 0.90), so the "
+              "comparison is fair; the notebook sent 100 tokens and compared against its 150-token run."),
          say("Throughput and wall time side by side: whether the shorter context helped depends on whether the KV "
              "cache was the limit."),
          mark("Restart with 512 / 0.90 and compare"), "tuning", 100,
@@ -108,8 +115,8 @@ STEPS: tuple[Step, ...] = (
                                                                           "tok/s"),
           SeedNumber(mark("throughput change"), -20, "%"))),
     Step("streaming", mark("Streaming and TTFT"),
-         say("Users expect words to appear at once. Stream a 300-token answer to \"Explain PagedAttention in vLLM "
-             "and why it matters for serving.\" and time the first token."),
+         mark("Users expect words to appear at once. Stream a {tokens}-token answer to \"Explain PagedAttention in "
+              "vLLM and why it matters for serving.\" and time the first token."),
          say("stream=True in the OpenAI API. The time to first token (TTFT) is what a chat user feels; without "
              "streaming they would see nothing until the whole answer is done."),
          say("The first token arrives long before the answer ends: that gap is what streaming saves."),

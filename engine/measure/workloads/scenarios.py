@@ -171,7 +171,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              tuple(prompts.SPECULATION), 96, shape="burst", concurrency=len(prompts.SPECULATION), warmup=4,
              configs=({"extra_args": ("--speculative-config", NGRAM)}, {}),
              config_labels=(say("n-gram speculation on"), say("speculation off"))),
-    Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
+    Scenario("stream-300", say("One streamed answer, TTFT ({tokens} tokens)", tokens=300), "vllm", (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
