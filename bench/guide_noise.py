@@ -3,7 +3,7 @@ benchmark): the loaded pass must say it was disturbed, and no finding that one p
 opposite by the other. Headless, through the Guide's own steps (as bench/guide_gpu.py); it starts its own vLLM
 server (the embedded model, the lab's flags) and stops it at the end.
 
-    .venv/bin/python bench/guide_noise.py --out OUTDIR [--scale 0.25] [--hog "stress-ng --cpu 2"]
+    .venv/bin/python bench/guide_noise.py --out OUTDIR [--scale 0.25] [--hog "stress-ng --cpu 2"] [--loaded-first]
 
 Writes OUTDIR/history.sqlite (every run), bench/results/guide-noise-cpu.json and .md (--results to change)."""
 from __future__ import annotations
@@ -112,8 +112,10 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=0.25)
     ap.add_argument("--hog", default="stress-ng --cpu 2")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "guide-noise-cpu")
+    ap.add_argument("--loaded-first", action="store_true", help="the loaded pass first (the quiet one's session stays)")
     a = ap.parse_args()
     os.environ.setdefault("SERVING_LAB_GUIDE_EAGER", "1")  # no compiling: each restart ready sooner
+    os.environ.setdefault("SERVING_LAB_RUNTIME", str(a.out / "runtime"))  # its server's record, apart from others
     lab = bench_lab(a.out, free_port())
     lab.guide.set_model(models.pick(a.model).path)
     from engine.guide import REPEATS
@@ -122,15 +124,17 @@ def main() -> int:
            "machine": hardware.summary_line(hardware.describe()), "model": a.model, "scale": a.scale,
            "repeats": REPEATS, "hog": a.hog, "command": " ".join(["python", *sys.argv])}
     try:
-        print("== quiet", flush=True)
-        out["quiet"] = run_steps(lab, a.scale)
-        print("== loaded", flush=True)
-        proc = hog(a.hog)
-        try:
-            out["loaded"] = run_steps(lab, a.scale)
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+        for name in ("loaded", "quiet") if a.loaded_first else ("quiet", "loaded"):
+            print(f"== {name}", flush=True)
+            if name == "quiet":
+                out["quiet"] = run_steps(lab, a.scale)
+                continue
+            proc = hog(a.hog)
+            try:
+                out["loaded"] = run_steps(lab, a.scale)
+            finally:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=30)
     finally:
         lab.server.stop()
         lab.shutdown()
