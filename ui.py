@@ -276,7 +276,7 @@ def server_view(runs, key: str, lang: str | None = None, names: list[str] | None
         head = f"{names[i]}: " if names and len(runs) > 1 else ""
         if line := figures.energy_line(run, lang=lang):
             st.markdown(f":material/bolt: {plain(head + line)}")
-        for line in (speculation.said(run), utilization.said(run)):  # only where the server counted them
+        for line in (speculation.said(run), utilization.said(run), *utilization.why_absent(run)):  # or why not
             if line:
                 st.caption(plain(head + i18n.tr(line)))
 

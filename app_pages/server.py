@@ -198,7 +198,9 @@ with c3:
                       help=_("Skip CUDA-graph capture and compilation: starts faster, decodes slower."))
     prefixes = [N_("vLLM default"), N_("on"), N_("off")]
     prefix = st.selectbox(_("Prefix caching"), prefixes, key="cfg_prefix", format_func=i18n.shown(prefixes),
-                          help=_("Reuse the KV cache of a shared prompt prefix across requests."))
+                          help=_("Reuse the KV cache of a shared prompt prefix across requests (vLLM's default: "
+                                 "on). Off: every request computes its whole prompt, so a run that repeats earlier "
+                                 "prompts measures their prefill instead of the cache."))
 
 gpu_names = gpu_choices()
 with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded=len(gpu_names) > 1):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import particles
+from engine.digits import significant
 
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
@@ -72,7 +73,7 @@ def seconds(x: float | str, lang: str, digits: int = 1) -> str:
 
 def duration(x: float, lang: str) -> str:
     """A short time: milliseconds under a second (a name-like unit in both languages), else seconds."""
-    return f"{x * 1000:.0f} ms" if x < 1 else seconds(x, lang)
+    return f"{significant(x * 1000)} ms" if x < 1 else seconds(x, lang)
 
 
 @functools.cache

@@ -37,6 +37,8 @@ READ_ONLY = {
     "engine.metrics": "metric names and the answer deadline the pages quote",
     "engine.observe.disturbance": "whether a run was measured beside other programs or clients, from its notes",
     "engine.settings": "the SERVING_LAB_* settings (a room's fixed language)",
+    "engine.digits": "a measured number in significant figures",
+    "engine.measure.judge.prefix": "the share of a run's prompt tokens its server took from the prefix cache",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}
@@ -147,10 +149,9 @@ def test_no_page_file_looks_like_a_test():
 # The engine's packages, lowest first (docs/architecture.md): a module may import its own package, the
 # shared root modules and the packages ranked below its own, never one above (a `TYPE_CHECKING` import of a
 # type is no dependency).
-ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "results": 1,
-                "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6,
-                "lab": 7, "cli": 7,
-                "__main__": 8, "__init__": 8}
+ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
+                "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
+                "guide": 6, "lab": 7, "cli": 7, "__main__": 8, "__init__": 8}
 
 
 def _runtime_engine_imports(path: Path) -> set[str]:

@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     BLUE,
@@ -21,7 +22,6 @@ from engine.figures.theme import (
     VERMILLION,
     esc,
     finish,
-    fmt_num,
     is_placeholder,
     rgba,
     run_colors,
@@ -168,7 +168,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
     fig = go.Figure(go.Bar(
-        x=cats, y=vals, marker_color=colors, text=[f"<b>{fmt_num(v)}</b>" for v in vals],
+        x=cats, y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
         textposition="outside", cliponaxis=False, showlegend=False, name=name,
         hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
@@ -181,7 +181,7 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     )
     if have:
         best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
-        best = dict(run=run_label(best_r, lang), value=fmt_num(best_v), unit=unit)
+        best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
         cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
                say("{run} is best at {value} {unit} (lower is better).", **best)]
     else:

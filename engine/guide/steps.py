@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.digits import significant
 from engine.errors import LabError
 from engine.messages import Message, mark, say
 
@@ -160,12 +161,14 @@ def tokens_for(s: Step, scale: float) -> int | None:
 
 
 def seed_text(n: SeedNumber) -> Message:
-    """A SeedNumber as a short phrase in its unit (said in the reader's language)."""
-    return value_text(n.value, n.unit)
+    """A SeedNumber as a short phrase in its unit, with the digits the notebook printed (said in the reader's
+    language)."""
+    return value_text(n.value, n.unit, f"{n.value:g}")
 
 
-def value_text(v: float, unit: str) -> Message:
-    """A number in one of the SeedNumber units, said in the reader's language."""
-    return {"s": say("{v:.1f} s", v=v), "ms": say("{v:.0f} ms", v=v), "x": say("{v:.1f}×", v=v),
-            "%": say("{v:+.0%}", v=v / 100), "GB": say("{v:.2f} GB", v=v) if v < 1 else say("{v:.1f} GB", v=v),
-            "tok/s": say("{v:.0f} tok/s", v=v), "tokens": say("{v:.0f} tokens", v=v)}[unit]
+def value_text(v: float, unit: str, shown: str | None = None) -> Message:
+    """A number in one of the SeedNumber units, said in the reader's language: a measurement in significant figures
+    (0.40 tok/s, never 0 tok/s), or as `shown`."""
+    n = shown or significant(v)
+    return {"s": say("{v} s", v=n), "ms": say("{v} ms", v=n), "x": say("{v}×", v=n), "%": say("{v:+.0%}", v=v / 100),
+            "GB": say("{v} GB", v=n), "tok/s": say("{v} tok/s", v=n), "tokens": say("{v:.0f} tokens", v=v)}[unit]
