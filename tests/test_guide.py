@@ -258,7 +258,7 @@ def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
     fact = lab.guide.run_step("free", token="secret")
     assert fact["gpu"] is False and fact["worker_peak_gb"] == 0.9 and fact["exited"] and fact["held_gb"] == 0.0
     rows = g.numbers("free", {"naive": [naive]}, fact)
-    assert [str(r.here) for r in rows] == ["0.00 GB", "0.00 GB"]  # not 7.50 GB of other programs' RAM
+    assert [str(r.here) for r in rows] == ["0 GB", "0 GB"]  # not 7.5 GB of other programs' RAM
     assert "worker's RAM once its process exited" in str(rows[0].label)
     said = translate(worker_memory_said(fact), "ko")
     assert "0.90 GB" in said and "7.5" not in said
