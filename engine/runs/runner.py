@@ -322,14 +322,14 @@ class Runner:
             setattr(result.extra, name, value)
         return self._keep(result, target, served, beside)
 
-    def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
+    def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False, **notes) -> list[RunResult]:
         """The same load `n` times (issue #21 item 5), each run saved as it ends and marked as one of the group
         (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
         interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
         (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
         False says it refused, so later repeats may have found earlier prompts cached). Synthetic prompts are made
         again from a new seed for each repeat after the first unless `fixed_seed` (workloads.seeds: each run records
-        its own)."""
+        its own). `notes` (Notes fields) are set on every run."""
         check_repeats(n)
         group, out = uuid.uuid4().hex[:12], []
         for i in range(n):
@@ -339,7 +339,7 @@ class Runner:
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
             sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
             out.append(self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n,
-                                 prefix_cache_reset=reset))
+                                 prefix_cache_reset=reset, **notes))
         self.progress.on_step(len(out), n, mark("done"))
         return out
 
@@ -423,26 +423,28 @@ class Runner:
         when it has none)."""
         check_repeats(repeats)
         out: list[RunResult] = []
+        done = 0  # configurations measured
         for i, cfg in enumerate(configs):
             if self.cancel.is_set():
                 break
             label = labels[i] if labels else tuning_label(cfg)
             kept = already_running(server, cfg)
             if kept:  # a restart would only cost a minute and change nothing
-                self.progress.on_step(len(out), len(configs), say("{label}: the server already runs these "
-                                                                  "settings, not restarted", label=label))
+                self.progress.on_step(done, len(configs), say("{label}: the server already runs these "
+                                                              "settings, not restarted", label=label))
             else:
-                self.progress.on_step(len(out), len(configs), say("{label}: restarting vLLM", label=label))
+                self.progress.on_step(done, len(configs), say("{label}: restarting vLLM", label=label))
                 server.restart(cfg, model_max_len=model_max_len)
                 server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
                     say("{label}: {stage}", label=label, stage=s.stage)))
             self.progress.on_stage(say("{label}: measuring", label=label))
             one = replace(spec, scenario=spec.scenario or "tuning", label=label)
             if repeats > 1:
-                out.extend(self.repeat(one, Target.of(server), repeats))
+                out.extend(self.repeat(one, Target.of(server), repeats, not_restarted=kept))
             else:
                 out.append(self.load(one, Target.of(server), not_restarted=kept))
-        self.progress.on_step(len(out), len(configs), mark("done"))
+            done += 1
+        self.progress.on_step(done, len(configs), mark("done"))
         return out
 
     def naive(self, spec) -> RunResult:
