@@ -234,8 +234,8 @@ def _result(s) -> None:
             ui.chart(_fit(figures.token_timeline(run, lang=lang)), key="g-stream")
     if made:
         ui.failure_causes(made)
-        for r in guide.runs(s.id, state):  # what else ran beside each of its runs, next to their numbers
-            ui.disturbance(r, r.label if s.id == "tuning" else None)
+        if FINDING.get(s.id) is None:  # what else ran beside its runs (a step with a finding says it there)
+            ui.disturbance(guide.runs(s.id, state))
         st.caption(_("From this step's run of {when}.", when=i18n.when(made[-1].started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
         _not_run_yet()

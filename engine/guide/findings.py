@@ -82,8 +82,8 @@ def _first(run):
 
 
 def _busy(runs) -> Message | None:
-    """The first disturbance among `runs`, said; None when every one was quiet."""
-    return next((said for r in runs if r is not None and (said := disturbance.said(r.extra))), None)
+    """What disturbed `runs` (the first disturbed one's sentence, with how many were); None when all were quiet."""
+    return disturbance.said_of([r for r in runs if r is not None])
 
 
 def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = False) -> tuple[Message, int | None]:

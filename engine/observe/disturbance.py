@@ -129,3 +129,11 @@ def said(notes: Any) -> Message | None:
     for clause in reversed(what[:-2]):
         listed = say("{first}, {rest}", first=clause, rest=listed)
     return say("Measured while {what}: this machine can do better than these numbers.", what=listed)
+
+
+def said_of(runs: list) -> Message | None:
+    """One sentence for a set of runs (a step's repeats): the first disturbed one's, with how many were."""
+    hit = [s for r in runs if r is not None and (s := said(r.extra)) is not None]
+    if not hit:
+        return None
+    return hit[0] if len(runs) == 1 else say("{k} of {n} runs: {sentence}", k=len(hit), n=len(runs), sentence=hit[0])
