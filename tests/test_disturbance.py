@@ -102,6 +102,15 @@ def test_another_clients_requests_and_chats_are_said():
     assert str(disturbance.said(steal)).startswith("Measured while the hypervisor took 20% of the CPU time (steal)")
 
 
+def test_a_steps_repeats_are_said_once_with_how_many_were_disturbed():
+    quiet, busy = Notes(disturbance={"other_requests": 0}), Notes(disturbance={"other_requests": 4})
+    runs = [RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1.0, started_at=time.time(),
+                      extra=n) for n in (quiet, busy, quiet)]
+    assert str(disturbance.said_of(runs)).startswith("1 of 3 runs: Measured while the server answered 4 requests")
+    assert disturbance.said_of([runs[0], runs[2]]) is None
+    assert str(disturbance.said_of([runs[1]])).startswith("Measured while")
+
+
 def test_the_disturbance_survives_the_save_load_round_trip_and_an_export(tmp_path):
     recs = [RequestRecord(index=0, prompt="p", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=8)]
     d = {"seconds": 12.5, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0, "other_requests": 3}
