@@ -83,7 +83,8 @@ def verdict(quiet: dict, loaded: dict) -> dict:
 
 def markdown(out: dict) -> str:
     lines = [f"# The guided lab's findings, quiet and beside a CPU hog ({out['when']})", "",
-             f"Machine: {out['machine']}. Model: {out['model']}, answers at {out['scale']:g} of the lab's token budget, "
+             f"Machine: {out['machine']}. Model: {out['model']}, answers at {out['scale']:g} of the lab's token "
+             "budget, "
              f"each short vLLM step run {out['repeats']} times. Hog in the loaded pass: `{out['hog']}`.", "",
              f"Command: `{out['command']}`", "",
              "| # | quiet pass | loaded pass |", "|---|---|---|"]

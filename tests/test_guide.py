@@ -172,7 +172,7 @@ def test_the_six_findings_from_known_runs():
     assert str(rows[1].here) == translate(g.value_text(float(found[1].text.values["x"]), "x"), "en")
 
 
-# The tuning step: 36 → 129 tok/s, its own text calling it spread, the same configuration at 101 minutes before
+# The tuning step: 36 → 129 tok/s, its own text calling it spread (the same setting gave 101 minutes before)
 SPREAD = ([0.28, 0.08, 0.10], [0.11, 0.09, 0.16])  # seconds per request of 20 tokens: overlapping throughputs
 
 
