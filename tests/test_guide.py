@@ -156,7 +156,7 @@ def test_the_six_findings_from_known_runs():
     assert [f.claim for f in found] == [None, 1, 1, 1, 1, None]
     assert found[1].title == "vLLM serves the same model faster"
     assert found[1].text.values["x"] == "4.00" and "95 % interval" in str(found[1].text.values["interval"])
-    assert "15 and 5 requests" in str(found[1].text)  # vLLM's 3 repeats pooled against naive's answers
+    assert "paired" in str(found[1].text) and "5 requests each" in str(found[1].text)  # prompt by prompt
     conc_said = str(found[2].text)  # 250 tokens at naive's 0.04 s a token; the repeats' mean wall time
     assert "All 10 answers in 1.5 s (3 runs' mean)" in conc_said and "about 10 s" in conc_said
     assert "Throughput 6.67× naive's (95 % interval" in conc_said and "5 naive answers and 3 runs" in conc_said

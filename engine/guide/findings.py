@@ -6,7 +6,7 @@ clients (engine.observe.disturbance) decides nothing (issue #29)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import fmean
+from statistics import fmean, geometric_mean
 from typing import TYPE_CHECKING, Any
 
 from engine.guide.steps import seed_text, step, value_text
@@ -106,14 +106,22 @@ def _with_busy(text: Message, runs) -> Message:
 # -- one computation per step: its numbers, its verdict (the table and the finding both read these) ----------
 def speedup(naive, sequential: list) -> dict[str, Any] | None:
     """Naive against vLLM one request at a time, the same prompts: both means and the verdict on their answer
-    times (vLLM's requests pooled over its repeats; the ratio is naive's over vLLM's: the speed-up)."""
+    times prompt by prompt (paired, as Naive vs vLLM judges it; each prompt's vLLM time the geometric mean of its
+    repeats), the ratio naive's over vLLM's: the speed-up."""
     if naive is None or not sequential:
         return None
     mean_naive, mean_vllm = _mean_latency([naive]), _mean_latency(sequential)
     if mean_naive is None or mean_vllm is None:
         return None
-    v = verdict.compare([r.e2e for r in _ok(sequential)], [r.e2e for r in _ok([naive])], name="",
-                        label_a="vLLM", label_b="naive", per=verdict.REQUESTS, unit="s")
+    slow = {r.index: r.e2e for r in naive.measured if r.ok and r.e2e}
+    fast: dict[int, list[float]] = {}
+    for run in sequential:
+        for r in run.measured:
+            if r.ok and r.e2e:
+                fast.setdefault(r.index, []).append(r.e2e)
+    both = sorted(slow.keys() & fast.keys())
+    v = verdict.compare([geometric_mean(fast[i]) for i in both], [slow[i] for i in both], label_a="vLLM",
+                        label_b="naive", per=verdict.REQUESTS, unit="s", paired=True)
     return {"naive": mean_naive, "vllm": mean_vllm, "verdict": v, "x": v.ratio if v else None}
 
 
