@@ -58,7 +58,7 @@ def test_a_busy_program_beside_the_measured_part_is_detected(busy):
     cpu = watch.stop()
     assert cpu["seconds"] >= 3 and cpu["cores"] == psutil.cpu_count()
     # two busy loops beside a sleeping client: at least the threshold of the machine's cores went to them
-    assert cpu["others_cores"] >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu["cores"])
+    assert cpu["others_cores"] >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu["cores"]) + 0.05 / 3
     notes = Notes(disturbance=disturbance.record(cpu, None, None, 0))
     assert disturbance.disturbed(notes)
     said = str(disturbance.said(notes))
@@ -96,8 +96,11 @@ def test_another_clients_requests_and_chats_are_said():
     quiet = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.1, "steal_cores": 0.0,
                                "other_requests": 0})
     assert not disturbance.disturbed(quiet) and disturbance.said(quiet) is None
-    short = Notes(disturbance={"seconds": 0.4, "cores": 2, "others_cores": 1.9, "steal_cores": 0.0})
+    short = Notes(disturbance={"seconds": 0.2, "cores": 2, "others_cores": 1.9, "steal_cores": 0.0})
     assert not disturbance.disturbed(short)  # too short for the CPU ticks to judge
+    brief = Notes(disturbance={"seconds": 0.5, "cores": 2, "others_cores": 0.3, "steal_cores": 0.0})
+    assert not disturbance.disturbed(brief)  # 0.3 cores over half a second: within the ticks' 0.1 cores of slack
+    assert disturbance.disturbed(Notes(disturbance={**brief.disturbance, "others_cores": 1.5}))
     steal = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4})
     assert str(disturbance.said(steal)).startswith("Measured while the hypervisor took 20% of the CPU time (steal)")
 

@@ -21,7 +21,10 @@ from engine.messages import Message, say, say_n
 OTHERS_SHARE = 0.1
 MIN_CORES = 0.25
 STEAL_SHARE = 0.05
-MIN_SECONDS = 1.0  # below, the kernel's 10 ms ticks make the CPU shares too coarse to judge
+# The kernel counts CPU time in 10 ms ticks, per process: the others' share of a short span is that coarse, so the
+# threshold grows by TICK_SLACK_S over the span, and a span under MIN_SECONDS is not judged at all
+TICK_SLACK_S = 0.05
+MIN_SECONDS = 0.25
 
 
 def _tree_seconds(roots: Iterable[int]) -> float:
@@ -93,11 +96,11 @@ def record(cpu: dict[str, Any] | None, served_before: int | None, served_after: 
 
 
 def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
-    """(other programs used enough CPU to matter, the hypervisor took enough): judged only over a second or more."""
+    """(other programs used enough CPU to matter, the hypervisor took enough), beyond the ticks' coarseness."""
     if not d.get("seconds") or d["seconds"] < MIN_SECONDS:
         return False, False
     cores = d.get("cores") or 1
-    others = (d.get("others_cores") or 0) >= max(MIN_CORES, OTHERS_SHARE * cores)
+    others = (d.get("others_cores") or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d["seconds"]
     return others, (d.get("steal_cores") or 0) >= STEAL_SHARE * cores
 
 
