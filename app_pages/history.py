@@ -171,8 +171,8 @@ else:
             fig = figures.history_compare(shown, metric, lang=i18n.lang())
             ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
             # two sets of repeats among them: is their difference beyond the noise of the repeats?
-            if said := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
-                st.caption(ui.plain(i18n.tr(said)))
+            if v := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
+                st.caption(ui.plain(i18n.tr(v.said)))
         with table_col:  # every number, flag and fact of the selected runs, side by side
             if chosen:
                 compare_table(shown)
@@ -243,7 +243,7 @@ else:
                     ui.failure_causes([run])
                 ui.disturbance(run)  # other programs, another client, chats beside it: one sentence
                 ui.token_check(run)
-                ui.warmth(lab, run)
+                ui.warmth(run)
                 if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
                 if run.extra.endpoint:

@@ -218,7 +218,7 @@ class Runner:
     PAIR_LEAD_S = 0.05
 
     def side_by_side(self, a: Target, b: Target, spec: LoadSpec) -> list[RunResult]:
-        """The same load against two servers at once (issue #13 item 2): each side warms up on its own
+        """The same load against two servers at once: each side warms up on its own
         (not counted), then both measured parts start together on ONE clock (the same perf_counter origin,
         the same started_at), each side in its own thread through run_load, reported to
         `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
@@ -322,14 +322,14 @@ class Runner:
             setattr(result.extra, name, value)
         return self._keep(result, target, served, beside)
 
-    def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False, **notes) -> list[RunResult]:
-        """The same load `n` times (issue #21 item 5), each run saved as it ends and marked as one of the group
+    def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
+        """The same load `n` times, each run saved as it ends and marked as one of the group
         (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
         interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
         (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
         False says it refused, so later repeats may have found earlier prompts cached). Synthetic prompts are made
         again from a new seed for each repeat after the first unless `fixed_seed` (workloads.seeds: each run records
-        its own). `notes` (Notes fields) are set on every run."""
+        its own)."""
         check_repeats(n)
         group, out = uuid.uuid4().hex[:12], []
         for i in range(n):
@@ -339,14 +339,14 @@ class Runner:
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
             sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
             out.append(self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n,
-                                 prefix_cache_reset=reset, **notes))
+                                 prefix_cache_reset=reset))
         self.progress.on_step(len(out), n, mark("done"))
         return out
 
     def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float = 64,
                    tolerance: float = 1, time_cap_s: float = 600.0, rounds: int = 2,
                    by: str = "concurrency") -> "SloSearch":
-        """The largest load at which `slo` holds (issue #21 item 6): requests in flight (`by` "concurrency",
+        """The largest load at which `slo` holds: requests in flight (`by` "concurrency",
         whole numbers, each level through run_level) or requests per second (`by` "rate": the spec's
         num_requests arriving as Poisson at that rate). Bisection between `low` and `high` (each level saved as
         it ends, marked Notes.slo_search), until the last level that held and the first that did not are
@@ -416,35 +416,39 @@ class Runner:
         return run, bool(verdict is not None and verdict.meets and not watch.saturated)
 
     def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
-               model_max_len: int | None = None, labels: list[str] | None = None, repeats: int = 1) -> list[RunResult]:
-        """Restart `server` with each configuration and run the same load on it (notebook step 4), `repeats`
-        times (Runner.repeat: each configuration's runs one group); the server is left running with the last one.
-        `labels` names the configurations (default: tuning_label); the runs keep the spec's scenario ("tuning"
-        when it has none)."""
+               model_max_len: int | None = None, labels: list[str] | None = None,
+               repeats: int = 1) -> list[RunResult]:
+        """Restart `server` with each configuration and run the same load on it (notebook step 4), `repeats` times
+        (more than 1: each configuration's runs one repeat group, so engine.measure.judge.verdict can tell a
+        difference from noise); the server is left running with the last one. `labels` names the configurations
+        (default: tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
         check_repeats(repeats)
         out: list[RunResult] = []
-        done = 0  # configurations measured
         for i, cfg in enumerate(configs):
             if self.cancel.is_set():
                 break
             label = labels[i] if labels else tuning_label(cfg)
             kept = already_running(server, cfg)
             if kept:  # a restart would only cost a minute and change nothing
-                self.progress.on_step(done, len(configs), say("{label}: the server already runs these "
-                                                              "settings, not restarted", label=label))
+                self.progress.on_step(i, len(configs), say("{label}: the server already runs these "
+                                                           "settings, not restarted", label=label))
             else:
-                self.progress.on_step(done, len(configs), say("{label}: restarting vLLM", label=label))
+                self.progress.on_step(i, len(configs), say("{label}: restarting vLLM", label=label))
                 server.restart(cfg, model_max_len=model_max_len)
                 server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
                     say("{label}: {stage}", label=label, stage=s.stage)))
-            self.progress.on_stage(say("{label}: measuring", label=label))
-            one = replace(spec, scenario=spec.scenario or "tuning", label=label)
-            if repeats > 1:
-                out.extend(self.repeat(one, Target.of(server), repeats, not_restarted=kept))
-            else:
-                out.append(self.load(one, Target.of(server), not_restarted=kept))
-            done += 1
-        self.progress.on_step(done, len(configs), mark("done"))
+            target, group = Target.of(server), uuid.uuid4().hex[:12]
+            for k in range(repeats):
+                if self.cancel.is_set():
+                    break
+                self.progress.on_stage(say("{label}: measuring", label=label) if repeats == 1 else
+                                       say("{label}: measuring, repeat {i} of {n}", label=label, i=k + 1, n=repeats))
+                notes = {} if repeats == 1 else dict(  # as Runner.repeat marks its runs
+                    repeat_group=group, repeat_index=k + 1, repeats=repeats,
+                    prefix_cache_reset=endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None)
+                out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), target,
+                                     not_restarted=kept, **notes))
+        self.progress.on_step(len(configs), len(configs), mark("done"))
         return out
 
     def naive(self, spec) -> RunResult:
