@@ -98,3 +98,13 @@ def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_n
             f"{first}, but with one value a side the noise is unknown, so this decides nothing") in cap
     ttft = figures.caption(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests: no difference
     assert "Mean TTFT: no measurable difference on this machine between" in ttft and "8 requests each" in ttft
+
+
+def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():
+    """Seen on a real server: three repeats of one label started within a minute shared one category, so their
+    bars were drawn over each other and the label on top was another repeat's value."""
+    runs = [_run("concurrent-10", 4, cold=False, repeat_group="g", repeat_index=i + 1, repeats=3) for i in range(3)]
+    for i, r in enumerate(runs):
+        r.started_at = runs[0].started_at + i
+    bar = figures.history_compare(runs, "output_throughput").data[0]
+    assert len(set(bar.x)) == 3 and [x.endswith(f"{i}/3</span>") for i, x in enumerate(bar.x, 1)] == [True] * 3

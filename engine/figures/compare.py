@@ -187,7 +187,11 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         lab = wrap(esc(run_label(r, lang)), width)
         if getattr(r, "started_at", 0):
             when = _when(r.started_at, lang)
+            if r.extra.repeat_index:  # repeats share a label and a minute: one bar each, never one stacked on another
+                when += f" · {r.extra.repeat_index}/{r.extra.repeats or '?'}"
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
+        while lab in cats:  # still the same (two runs of one label in one minute): the run's id tells them apart
+            lab += f" <span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{esc(str(getattr(r, 'id', ''))[:4])}</span>"
         cats.append(lab)
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]

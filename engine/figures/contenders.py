@@ -26,6 +26,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
+from engine.digits import significant
 from engine.measure.judge import verdict
 from engine.messages import mark, say, seconds, translate
 from engine.results.records import RunResult
@@ -208,7 +209,7 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.14,
                         subplot_titles=(translate(say("Wall time"), lang), translate(say("Throughput"), lang)))
     colors = [(VERMILLION, GREEN, BLUE, SKY)[k] for k in range(len(CONTENDERS))]
-    for col, values, fmt in ((1, wall, lambda v: seconds(v, lang)), (2, tput, lambda v: f"{v:,.0f}")):
+    for col, values, fmt in ((1, wall, lambda v: seconds(v, lang)), (2, tput, significant)):  # 0.47, not 0
         fig.add_bar(y=wrapped, x=[v or 0 for v in values], orientation="h", marker_color=colors, width=0.7,
                     # the cold mark once, on the time (a long mark would run off the throughput panel)
                     text=[f"<b>{fmt(v)}</b>{tag(r) if col == 1 else ''}" if v is not None else not_run
