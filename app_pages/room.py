@@ -157,7 +157,9 @@ def _my_request_live() -> None:
 
 def _my_request() -> None:
     view = room.view()
-    if view is None or view.over:
+    if presenter:  # the big screen beside it says the round's stage, live
+        pass
+    elif view is None or view.over:
         st.caption(_("Waiting for the presenter to open a round."))
     elif view.accepting:
         st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)), icon=":material/timer:")
