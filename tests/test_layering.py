@@ -34,6 +34,7 @@ READ_ONLY = {
     "engine.serving.config": "server settings: presets, limits, checked configs, the GPU picker's names",
     "engine.serving.cluster": "commands a person runs on other machines, and the side-by-side sentence",
     "engine.metrics": "metric names and the answer deadline the pages quote",
+    "engine.guide.sheet": "a rehearsal's sheet in words, and its machine against the day's",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}
@@ -145,8 +146,8 @@ def test_no_page_file_looks_like_a_test():
 # shared root modules and the packages ranked below its own, never one above (a `TYPE_CHECKING` import of a
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "errors": 0, "paths": 0, "metrics": 0, "results": 1, "observe": 2, "serving": 3,
-                "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "lab": 7, "cli": 7,
-                "__main__": 8, "__init__": 8}
+                "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "lab": 7, "cli": 8,
+                "__main__": 9, "__init__": 9}  # cli over lab: `rehearse` drives a Lab
 
 
 def _runtime_engine_imports(path: Path) -> set[str]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.cli import cluster, history, run, server
+from engine.cli import cluster, guide, history, run, server
 from engine.errors import LabError
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m engine", description="Serving Lab, headless.")
     sub = p.add_subparsers(dest="command", required=True)
-    for commands in (server, run, cluster, history):  # in this order in --help
+    for commands in (server, run, cluster, history, guide):  # in this order in --help
         commands.register(sub)
     return p
 
