@@ -7,6 +7,7 @@ import streamlit as st
 
 import i18n
 import ui
+from app_pages.parts import rehearsal
 from engine import figures
 from engine.serving import models
 from engine.serving.states import FAILED, STARTING, startup_fraction
@@ -75,6 +76,7 @@ st.progress(done / (len(ids) - 1), text=_("Step {n} of {total}: {title} · {done
 if state.scale != 1.0:
     st.caption(_("Answers are {share} of the lab's length here, to keep this machine quick: times are not comparable "
                  "with the notebook's, ratios are.", share=f"{state.scale:.0%}"))
+rehearsal.beside_agenda(lab, shown.id, presenter)  # each step's time in the last rehearsal
 
 
 def _numbers(step_id: str) -> None:
@@ -248,3 +250,4 @@ if presenter:
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))
         if st.button(_("Start over"), icon=":material/restart_alt:"):
             ui.act(lab, guide.reset, rerun=True)
+    rehearsal.presenter_tools(lab)

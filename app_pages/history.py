@@ -89,7 +89,7 @@ if not rows:
             icon=":material/info:")
 else:
     table = pd.DataFrame([{
-        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario,
+        "status": status(r), "started": ui.started(r), "run": (_("🎭 rehearsal · ") if r.extra.rehearsal else "") + (i18n.tr(r.label) or r.scenario),
         "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
         # the viewer just typed a price: its column is in sight, not past the table's right edge
         **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
