@@ -134,7 +134,8 @@ def test_the_launcher_entry_and_the_lab_through_jupyters_proxy(browser, jupyter)
         # vLLM started from the app, through the proxy
         presenter.get_by_role("button", name="Start vLLM with the lab's flags").click()
         expect(presenter.get_by_text("Ready after", exact=True)).to_be_visible(timeout=START_MS)
-        press_until(presenter, presenter.get_by_role("button", name="Next step"), lambda: _current(saved) == "test-query")
+        press_until(presenter, presenter.get_by_role("button", name="Next step"),
+                    lambda: _current(saved) == "test-query")
         expect(_heading(follower, g.step("test-query"))).to_be_visible(timeout=FOLLOW_MS)
 
         # a guided-lab step run through the proxy; the follower sees its result
@@ -160,8 +161,8 @@ def _current(saved: Path) -> str | None:
 def test_make_run_with_a_base_path(browser, tmp_path):
     """`make run BASE=/lab`: the app, its pages and their deep links under /lab, as behind a reverse proxy."""
     port = free_port()
-    env = {**os.environ, "SERVING_LAB_DB": str(tmp_path / "history.sqlite"), "SERVING_LAB_RUNTIME": str(tmp_path / "rt"),
-           "SERVING_LAB_VLLM_PORT": str(free_port())}
+    env = {**os.environ, "SERVING_LAB_DB": str(tmp_path / "history.sqlite"),
+           "SERVING_LAB_RUNTIME": str(tmp_path / "rt"), "SERVING_LAB_VLLM_PORT": str(free_port())}
     log = open(tmp_path / "make.log", "wb")
     proc = subprocess.Popen(["make", "run", "HOST=127.0.0.1", f"PORT={port}", "BASE=/lab"], cwd=ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

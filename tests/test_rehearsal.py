@@ -71,8 +71,8 @@ def test_the_days_machine_against_the_rehearsals():
     assert sheets.differences(s.machine, dict(s.machine)) == []
     now = {**s.machine, "gpus": ["NVIDIA H100 80GB HBM3"], "scale": 0.25, "vllm": "0.33.0"}
     said = [translate(d, "en") for d in sheets.differences(s.machine, now)]
-    assert said == ["GPU: none in rehearsal, NVIDIA H100 80GB HBM3 now", "vLLM version: 0.32.0 in rehearsal, 0.33.0 now",
-                    "token budget: 10% in rehearsal, 25% now"]
+    assert said == ["GPU: none in rehearsal, NVIDIA H100 80GB HBM3 now",
+                    "vLLM version: 0.32.0 in rehearsal, 0.33.0 now", "token budget: 10% in rehearsal, 25% now"]
     assert "리허설" in translate(sheets.differences(s.machine, now)[0], "ko")
 
 

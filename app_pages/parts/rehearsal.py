@@ -58,13 +58,11 @@ def _rehearse(lab: Lab) -> None:
                          format_func=i18n.shown(scales, labels.get), key="rehearse_scale")
     talk = c2.number_input(_("Your talk per step (minutes)"), 0.0, 30.0, 3.0, 0.5, key="rehearse_talk",
                            help=_("Added to each step's own time for the session's expected length."))
-    job = lab.latest_job("rehearsal")
-    running = job is not None and job.active
     c3.space("small")  # the button level with the inputs
-    if c3.button(_("Rehearse"), icon=":material/play_arrow:", type="primary", disabled=running or lab.measuring() is not None,
+    if c3.button(_("Rehearse"), icon=":material/play_arrow:", type="primary", disabled=lab.measuring() is not None,
                  key="rehearse_go", width="stretch"):
         ui.act(lab, lab.rehearse, scale, guide.model_spec().path, talk * 60, rerun=True)
-    if job is not None:
+    if (job := lab.latest_job("rehearsal")) is not None:
         ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
                      key="rehearse_cancel")
     _sheet(lab)

@@ -36,7 +36,8 @@ class Check:
 PROXIED = "SERVING_LAB_BEHIND"  # set by the Jupyter launcher (jupyter_proxy.py): served through Jupyter's proxy
 
 
-def checks(lab: "Lab", host: str | None, port: int, base: str | None = "", *, own_pid: int | None = None) -> list[Check]:
+def checks(lab: "Lab", host: str | None, port: int, base: str | None = "", *,
+           own_pid: int | None = None) -> list[Check]:
     """Every check, in the order a presenter fixes them. `host`/`port`/`base`: where the app listens (None or
     "" host: every interface) and its path prefix; `own_pid`: the app's own process (default: this one, the
     app asking; the CLI asks from outside)."""

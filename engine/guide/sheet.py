@@ -167,16 +167,20 @@ def memory(s: StepSheet, lang: str) -> str:
     return ", ".join(f"{translate(k, lang)} {v:.1f} GB" for k, v in s.memory_gb.items())
 
 
+TITLE = say("Guided lab rehearsal")
+COLUMNS = (say("Step"), say("Time"), say("vLLM ready after"), say("Memory at its peak"), say("Result"))
+
+
 def text(sheet: Sheet, lang: str = "en") -> str:
     """The sheet as Markdown in `lang`: what `python -m engine rehearse` prints and writes beside the JSON."""
     t = lambda m: translate(m, lang)  # noqa: E731
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(sheet.started_at))
-    lines = [f"# {t(say('Guided lab rehearsal'))}", "", t(heading(sheet, when)), "",
-             f"| {t(say('Step'))} | {t(say('Time'))} | {t(say('vLLM ready after'))} | "
-             f"{t(say('Memory at its peak'))} | {t(say('Result'))} |", "|---|---|---|---|---|"]
+    lines = [f"# {t(TITLE)}", "", t(heading(sheet, when)), "",
+             "| " + " | ".join(t(c) for c in COLUMNS) + " |", "|---" * len(COLUMNS) + "|"]
     for s in sheet.steps:
-        lines.append(f"| {s.step.number}. {t(s.step.title)} | {'–' if s.seconds is None else t(length(s.seconds))} | "
-                     f"{'' if s.ready_s is None else t(length(s.ready_s))} | {memory(s, lang)} | {t(result(s)).replace('|', '/')} |")
+        cells = [f"{s.step.number}. {t(s.step.title)}", "–" if s.seconds is None else t(length(s.seconds)),
+                 "" if s.ready_s is None else t(length(s.ready_s)), memory(s, lang), t(result(s))]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     lines += ["", t(expected(sheet))]
     if sheet.cancelled:
         lines += ["", t(say("The rehearsal was stopped before its end: the steps not listed did not run."))]
