@@ -81,13 +81,12 @@ class Lab:
         if busy := self.measuring():
             raise ServerBusy(say("'{label}' is still running: wait for it to finish or cancel it, then rehearse.",
                                  label=busy.label))
+        rehearsal = Rehearsal(self, scale, model, who=who, talk_s=TALK_S if talk_s is None else talk_s)  # checked now
 
         def work(job: Job):
-            job.steps = True
-            return Rehearsal(self, scale, model, who=who, talk_s=TALK_S if talk_s is None else talk_s,
-                             cancel=job.cancel, on_step=job.on_step).run()
+            rehearsal.cancel, rehearsal.on_step = job.cancel, job.on_step
+            return rehearsal.run()
 
-        Rehearsal(self, scale, model, who=who, talk_s=TALK_S if talk_s is None else talk_s)  # its checks, now
         return self.jobs.submit("rehearsal", say("rehearsal of the guided lab"), work, lane="rehearsal")
 
     def rehearsal(self):

@@ -216,3 +216,21 @@ def test_the_cli_rehearses_the_whole_lab_on_the_real_server(tmp_path):
     from engine.serving.server import VLLMServer
 
     assert VLLMServer(port=int(env["SERVING_LAB_VLLM_PORT"]), clean=False).snapshot().state == "stopped"
+
+
+def test_history_marks_a_rehearsals_runs(app_lab):
+    import ui
+
+    from .test_guide import _run
+
+    lab = ui.get_lab()
+    room, rehearsed = _run("test-query", "vllm", [(1.0, 20)]), _run("test-query", "vllm", [(1.0, 20)])
+    rehearsed.extra.rehearsal = "rehearsal-1765000000"
+    lab.store.save(room)
+    lab.store.save(rehearsed)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    at.switch_page("app_pages/history.py").run()
+    assert not at.exception, at.exception
+    table = next(df.value for df in at.dataframe if "run" in df.value.columns)
+    assert sorted(table["run"].str.startswith("🎭 rehearsal · ")) == [False, True], list(table["run"])
