@@ -168,25 +168,35 @@ def test_the_presenters_tools_show_the_sheet_and_check_the_room(app_lab):
 
 # -- for real ------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_a_rehearsal_with_its_vllm_port_taken_says_why_and_leaves_the_room_as_it_was(lab, tmp_path):
-    """The naive step runs for real; step 3 cannot start vLLM (another program holds its port) and says so; the
-    steps after it say what they need; the room's guide.json is byte for byte what it was; the runs the
-    rehearsal saved are marked as its own."""
-    from engine.guide import guide_path
+def test_a_rehearsal_pressed_with_vllms_port_taken_says_why_and_leaves_the_room_as_it_was(app_lab, monkeypatch):
+    """Pressed on the page: the naive step runs for real; step 3 cannot start vLLM (another program holds its port)
+    and says so; the steps after it say what they need; the room's guide.json is byte for byte what it was; the
+    runs the rehearsal saved are marked as its own."""
+    import ui
+    from engine.guide import STEPS, guide_path
 
-    lab.guide.go_to("concurrent", token="secret")
-    lab.guide.set_scale(0.5, token="secret")
+    port = free_port()
+    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(port))
+    ui.get_lab.clear()
+    lab = ui.get_lab()
+    lab.guide.go_to("concurrent", token=None)
+    lab.guide.set_scale(0.5, token=None)
     room = guide_path(lab.store.path).read_bytes()
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", lab.server_port))
+        taken.bind(("127.0.0.1", port))
         taken.listen()
-        job = lab.rehearse(0.1, token="secret")
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        at.selectbox(key="rehearse_scale").set_value(0.1).run()
+        at.button(key="rehearse_go").click().run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        job = lab.latest_job("rehearsal")
         deadline = time.time() + 1800  # a liveness bound: the naive model's load and five answers on a busy CPU
         while job.active and time.time() < deadline:
             time.sleep(0.5)
     assert job.status == "done", job.error
     sheet = lab.rehearsal()
-    assert [s.id for s in sheet.steps] == [s.id for s in __import__("engine.guide", fromlist=["STEPS"]).STEPS]
+    assert sheet.scale == 0.1 and [s.id for s in sheet.steps] == [s.id for s in STEPS]
     naive, start, query = sheet.of("naive"), sheet.of("start"), sheet.of("test-query")
     assert naive.ok and naive.seconds > 0 and naive.requests == 5 and naive.runs, naive
     assert any("naive worker" in k for k in naive.memory_gb), naive.memory_gb
@@ -196,6 +206,8 @@ def test_a_rehearsal_with_its_vllm_port_taken_says_why_and_leaves_the_room_as_it
     assert lab.history.run(naive.runs[0]).extra.rehearsal == sheet.id
     md = rh.sheet_path(lab.store.path).with_suffix(".md").read_text()
     assert "| 3. Start vLLM |" in md and "already in use" in md
+    at.run()  # the page: the sheet, and step 1's time beside the agenda
+    assert any("Step 1 took" in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 @pytest.mark.server

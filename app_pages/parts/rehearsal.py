@@ -11,6 +11,7 @@ import i18n
 import ui
 from engine.guide import sheet as sheets
 from engine.lab import Lab
+from engine.serving import models
 from i18n import _
 
 LEVEL_ICON = {"ok": ":green[:material/check_circle:]", "warn": ":orange[:material/warning:]",
@@ -53,15 +54,23 @@ def _rehearse(lab: Lab) -> None:
     guide = lab.guide
     labels = {1.0: _("the lab's"), 0.5: _("half"), 0.25: _("a quarter"), 0.1: _("a tenth")}
     scales = list(guide.scales)
-    c1, c2, c3 = st.columns([2, 2, 1])
-    scale = c1.selectbox(_("Answer length"), scales, index=scales.index(guide.state().scale),
-                         format_func=i18n.shown(scales, labels.get), key="rehearse_scale")
-    talk = c2.number_input(_("Your talk per step (minutes)"), 0.0, 30.0, 3.0, 0.5, key="rehearse_talk",
-                           help=_("Added to each step's own time for the session's expected length."))
-    c3.space("small")  # the button level with the inputs
-    if c3.button(_("Rehearse"), icon=":material/play_arrow:", type="primary", disabled=lab.measuring() is not None,
-                 key="rehearse_go", width="stretch"):
-        ui.act(lab, lab.rehearse, scale, guide.model_spec().path, talk * 60, rerun=True)
+    choices = models.catalogue()  # the models prepared here, the room's own offered first
+    if not choices:
+        st.info(_("Prepare a model on the Server page first: the rehearsal runs every step with it."),
+                icon=":material/info:")
+    else:
+        c1, c2, c3, c4 = st.columns([2, 3, 2, 1])
+        scale = c1.selectbox(_("Answer length"), scales, index=scales.index(guide.state().scale),
+                             format_func=i18n.shown(scales, labels.get), key="rehearse_scale")
+        paths, now = [m.path for m in choices], guide.model_spec().path
+        model = c2.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0, key="rehearse_model",
+                             format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)))
+        talk = c3.number_input(_("Your talk per step (minutes)"), 0.0, 30.0, 3.0, 0.5, key="rehearse_talk",
+                               help=_("Added to each step's own time for the session's expected length."))
+        c4.space("small")  # the button level with the inputs
+        if c4.button(_("Rehearse"), icon=":material/play_arrow:", type="primary",
+                     disabled=lab.measuring() is not None, key="rehearse_go", width="stretch"):
+            ui.act(lab, lab.rehearse, scale, model, talk * 60, rerun=True)
     if (job := lab.latest_job("rehearsal")) is not None:
         ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
                      key="rehearse_cancel")
