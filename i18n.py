@@ -2,7 +2,6 @@
 See docs/internals.md#messages-and-i18n."""
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
@@ -11,7 +10,7 @@ import streamlit as st
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
-from engine import messages
+from engine import messages, settings
 from engine.messages import Message, catalog, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
@@ -19,7 +18,10 @@ LANGS = {"en": "English", "ko": "한국어"}
 
 def default_lang() -> str:
     """A room's fixed language (SERVING_LAB_LANG), else the browser's, else English."""
-    fixed = os.environ.get("SERVING_LAB_LANG", "").strip().lower()[:2]
+    try:
+        fixed = settings.current().lang
+    except settings.ConfigError:
+        fixed = ""  # another variable is wrong: the app says which (app.py), in the browser's language
     if fixed in LANGS:
         return fixed
     browser = (getattr(st.context, "locale", None) or "").lower()[:2]

@@ -3,7 +3,6 @@ server, the jobs and the telemetry. Reading a finished run lives with its concep
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Callable, Iterator
 
@@ -27,18 +26,20 @@ from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
 from engine.serving.remote import Attached, Remote
 from engine.serving.server import READY, STARTING, VLLMServer
+from engine.settings import Settings, from_env
 
-DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
 
 class Lab:
-    def __init__(self, port: int = DEFAULT_PORT, store: RunStore | None = None, telemetry_interval_s: float = 1.0,
-                 listen_host: str = "127.0.0.1", presenter_token: str | None = None):
-        self.server = VLLMServer(port=port)
+    def __init__(self, port: int | None = None, store: RunStore | None = None, telemetry_interval_s: float = 1.0,
+                 listen_host: str = "127.0.0.1", presenter_token: str | None = None, settings: Settings | None = None):
+        # read once, here: what the environment said when the app started (arguments given win)
+        self.settings = settings if settings is not None else from_env()
+        self.server = VLLMServer(port=port or self.settings.vllm_port, start_timeout_s=self.settings.start_timeout_s)
         self.jobs = JobManager()
         # a server at a URL, measured instead of our own (attach), and whether it still answers
         self.connection = Remote(self.server, self.jobs, self.measuring, Target.at)
-        self.store = store if store is not None else RunStore()  # an empty store is falsy (__len__)
+        self.store = store if store is not None else RunStore(self.settings.db)  # an empty store is falsy (__len__)
         self.history = History(self.store)  # what the pages read of it
         self.telemetry = Telemetry(
             server_pid=lambda: self.server.snapshot().pid,
@@ -50,14 +51,14 @@ class Lab:
         )
         self.device = self.telemetry.device
         self.monitor = Monitor(self.telemetry, self.server.snapshot, self._worker_pids)  # what the pages read of it
-        self.access = Access(presenter_token or os.environ.get("SERVING_LAB_PRESENTER_TOKEN"), listen_host)
+        self.access = Access(presenter_token or self.settings.presenter_token, listen_host)
         self._flags: set[str] | None = None
         self.chat_desk = ChatDesk(self.measuring)  # who may chat how much and when; the chats beside each run
         # The batch sizes each server instance has run, shared by every job (cold or warm runs); an
         # instance first met here (an adopted server) is recalled from the history
         self.warmth = WarmthLedger.of_history(lambda: (r.extra for r in self.store.list(kind="vllm")))
-        # what the Server page names for every viewer, looked up at most every few seconds
         self.rehearsing = ""  # the guided lab's rehearsal running now (its sheet's id): it marks the runs saved
+        # what the Server page names for every viewer, looked up at most every few seconds
         self.foreign_holders = orphans.Every(orphans.foreign_holders)
         self.servers_on_other_ports = orphans.Every(lambda: orphans.on_other_ports(self.server.port))
         threading.Thread(target=self._warm_up, daemon=True, name="lab-warm-up").start()

@@ -36,7 +36,7 @@ def isolated_lab(tmp_path_factory):
     d = tmp_path_factory.mktemp("apptest")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))  # read when engine.lab is first imported
+        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))  # read when the Lab is built
         import ui
 
         ui.get_lab.clear()

@@ -120,9 +120,15 @@ def test_no_korean_font_is_said_with_what_to_install(tmp_path, monkeypatch):
     assert pf.korean_font().level == pf.WARN
 
 
-def test_behind_jupyters_proxy_the_room_is_told_who_can_reach_it(lab, monkeypatch):
-    monkeypatch.setenv(pf.PROXIED, "jupyter")
-    found = {str(c.what): c for c in pf.checks(lab, "127.0.0.1", free_port(), "/user/kim/serving-lab")}
+def test_behind_jupyters_proxy_the_room_is_told_who_can_reach_it(tmp_path, monkeypatch):
+    from engine.settings import from_env
+
+    monkeypatch.setenv("SERVING_LAB_BEHIND", "jupyter")  # what jupyter_proxy.py gives the app's process
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), settings=from_env())
+    try:
+        found = {str(c.what): c for c in pf.checks(lab, "127.0.0.1", free_port(), "/user/kim/serving-lab")}
+    finally:
+        lab.shutdown()
     assert found["Address for the room"].level == pf.WARN
     assert "/user/kim/serving-lab/" in found["Address for the room"].said
     assert found["Presenter token"].level == pf.OK and "Jupyter" in found["Presenter token"].said

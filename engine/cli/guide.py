@@ -2,7 +2,6 @@
 engine.guide.rehearsal) and the room's pre-flight (engine.guide.preflight), each said in English or Korean."""
 from __future__ import annotations
 
-import os
 import threading
 
 from engine.cli.output import say_line
@@ -23,7 +22,7 @@ def register(sub) -> None:
     r.add_argument("--lang", choices=("en", "ko"), default="en", help="the language of the printed sheet")
     r.set_defaults(func=_rehearse)
     p = sub.add_parser("preflight", help="check this machine and the app's address before the room fills")
-    p.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"),
+    p.add_argument("--host", default="127.0.0.1",
                    help="where the app listens, as `make run HOST=` (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8501, help="the app's port, as `make run PORT=` (default 8501)")
     p.add_argument("--base", default="", help="the app's path prefix behind a proxy, as `make run BASE=` (e.g. /lab)")

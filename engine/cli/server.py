@@ -9,9 +9,8 @@ import sys
 import time
 
 from engine.cli.output import say_line
+from engine import settings
 from engine.errors import ConfigError, LabError
-
-DEFAULT_PORT = int(os.environ.get("SERVING_LAB_VLLM_PORT", "9000"))
 
 # The options that set up a server the app starts. None (or False) = not given: the lab's default, and
 # `run --url` can tell the options it would ignore.
@@ -19,6 +18,14 @@ SERVER_OPTIONS = ("model", "port", "host", "dtype", "max_model_len", "gpu_memory
                   "max_num_seqs", "enforce_eager", "tensor_parallel_size", "pipeline_parallel_size",
                   "data_parallel_size", "gpus", "extra")
 GPU_OPTIONS = ("gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus")
+
+
+PORT_HELP = f"default $SERVING_LAB_VLLM_PORT, else {settings.DEFAULT_PORT}"
+
+
+def port_of(args) -> int:
+    """The port given, else the one the environment sets for the app's own server."""
+    return settings.current().vllm_port if args.port is None else args.port
 
 
 def register(sub) -> None:
@@ -34,13 +41,13 @@ def register(sub) -> None:
     s.set_defaults(func=_serve)
     for name, fn in (("status", _status), ("stop", _stop)):
         c = sub.add_parser(name, help=f"{name} of the server this app started")
-        c.add_argument("--port", type=int, default=DEFAULT_PORT)
+        c.add_argument("--port", type=int, help=PORT_HELP)
         c.set_defaults(func=fn)
 
 
 def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="embedded (default) | shape-only | a folder | hub:owner/name")
-    p.add_argument("--port", type=int, help=f"default {DEFAULT_PORT} (SERVING_LAB_VLLM_PORT)")
+    p.add_argument("--port", type=int, help=PORT_HELP)
     p.add_argument("--host", help="default 127.0.0.1")
     p.add_argument("--dtype")
     p.add_argument("--max-model-len", type=int, help="default: 2048, or less when the model's limit is lower")
@@ -83,7 +90,7 @@ def config(args):
                           "--gpu-memory-utilization instead.")
     spec = models.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(
-        spec, device, port=DEFAULT_PORT if args.port is None else args.port, host=args.host, dtype=args.dtype,
+        spec, device, port=port_of(args), host=args.host, dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
         cpu_kvcache_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
@@ -151,7 +158,7 @@ def _status(args) -> int:
     from engine.serving.server import VLLMServer
 
     # Only reports: it follows a live server and stops nothing (a leftover is stopped by `stop`).
-    s = VLLMServer(port=args.port, starter="cli", clean=False).snapshot()
+    s = VLLMServer(port=port_of(args), starter="cli", clean=False).snapshot()
     left = leftovers()
     say_line(json.dumps({"state": s.state, "pid": s.pid, "stage": s.stage, "command": s.command,
                          "started_by": s.started_by, "leftovers": [p.pid for p in left]}, indent=2))
@@ -166,16 +173,17 @@ def _stop(args) -> int:
     from engine.serving.port_record import starter_said
     from engine.serving.server import VLLMServer
 
-    srv = VLLMServer(port=args.port, starter="cli")
+    port = port_of(args)
+    srv = VLLMServer(port=port, starter="cli")
     if notice := srv.snapshot().notice:
         say_line(notice)
     if (pid := srv.snapshot().pid) is not None:
         rec = srv.record() or {}
         srv.stop()
-        say_line(f"stopped the vLLM server on port {args.port} (API server pid {pid}, started by "
+        say_line(f"stopped the vLLM server on port {port} (API server pid {pid}, started by "
                  f"{starter_said(rec.get('starter'))}) and every process it started")
     elif not notice:
-        say_line(f"no server of this app on port {args.port}")
+        say_line(f"no server of this app on port {port}")
     if cleared := clear_leftovers():  # an earlier server's processes on any port of this app
         say_line(cleared)
     return 0

@@ -33,16 +33,13 @@ class Check:
     said: Message  # what was found, and what to do about it
 
 
-PROXIED = "SERVING_LAB_BEHIND"  # set by the Jupyter launcher (jupyter_proxy.py): served through Jupyter's proxy
-
-
 def checks(lab: "Lab", host: str | None, port: int, base: str | None = "", *,
            own_pid: int | None = None) -> list[Check]:
     """Every check, in the order a presenter fixes them. `host`/`port`/`base`: where the app listens (None or
     "" host: every interface) and its path prefix; `own_pid`: the app's own process (default: this one, the
     app asking; the CLI asks from outside)."""
     base = "/" + base.strip("/") if base and base.strip("/") else ""
-    proxied = os.environ.get(PROXIED) == "jupyter"
+    proxied = lab.settings.behind == "jupyter"
     return [address(host, port, base, proxied), token(lab, proxied), app_port(port, own_pid or os.getpid()),
             vllm_port(lab), korean_font(), gpu(lab), model(lab), memory(lab)]
 

@@ -219,7 +219,7 @@ class Guide:
         lab = self.lab
         return lab.default_config(self.model_spec()).with_changes(
             max_model_len=LAB_FLAGS["max_model_len"], gpu_memory_utilization=LAB_FLAGS["gpu_memory_utilization"],
-            enforce_eager=os.environ.get("SERVING_LAB_GUIDE_EAGER") == "1")  # no compiling: ready sooner (README)
+            enforce_eager=lab.settings.guide_eager)  # no compiling: ready sooner (README)
 
     def _start(self, kw) -> None:
         lab = self.lab

@@ -8,13 +8,25 @@ from typing import Any
 
 from engine.results.records import RunResult
 
-# Keys that hold credentials, whatever the casing or prefix: api_key, Authorization, hf_token, Password.
-# Anchored at the end so that max_tokens, kv_cache_tokens and tokenizer are kept.
-_SECRET_KEY = re.compile(r"(?:^|[_\-. ])(?:api[_\-]?key|apikey|authorization|auth|token|password|passwd|secret)$",
-                         re.I)
+# The keys that hold a credential, compared after lower-casing and turning '-', '.' and ' ' into '_'. An explicit
+# list, never a pattern: a measurement named like a secret (first_token, joules_per_token) must never vanish.
+CREDENTIAL_KEYS = frozenset({
+    "api_key", "apikey", "x_api_key", "openai_api_key", "vllm_api_key",
+    "authorization", "proxy_authorization", "cookie", "set_cookie",
+    "token", "access_token", "auth_token", "bearer_token", "refresh_token", "id_token", "session_token",
+    "hf_token", "hugging_face_hub_token", "huggingface_token", "huggingface_hub_token",
+    "password", "passwd", "secret", "client_secret", "private_key",
+})
+
+
+def is_credential_key(key: object) -> bool:
+    """Whether a settings or header key names a credential ("Authorization", "hf-token", "API_KEY")."""
+    return isinstance(key, str) and re.sub(r"[-. ]", "_", key.strip().lower()) in CREDENTIAL_KEYS
+
+
 # `--api-key X`, `--hf-token=X` in a command line: the value becomes the variable it should come from.
-_SECRET_FLAG = re.compile(r"(--(?:[\w-]*-)?(?:api-key|token|password|secret))(=|[ \t]+)('[^']*'|\"[^\"]*\"|[^\s\\]+)",
-                          re.I)
+_FLAG_NAMES = "|".join(sorted((k.replace("_", "[-_]") for k in CREDENTIAL_KEYS), key=len, reverse=True))
+_SECRET_FLAG = re.compile(rf"(--(?:{_FLAG_NAMES}))(=|[ \t]+)('[^']*'|\"[^\"]*\"|[^\s\\]+)", re.I)
 # `VLLM_API_KEY=X python -m ...`, `HF_TOKEN=X`
 _SECRET_ENV = re.compile(r"\b([A-Z][A-Z0-9_]*(?:API_KEY|TOKEN|PASSWORD|SECRET))=('[^']*'|\"[^\"]*\"|[^\s\\]+)")
 _BEARER = re.compile(r"(Bearer\s+)[^\s\"',;]+")
@@ -53,10 +65,10 @@ def _scrub_argv(items: list) -> list:
 
 
 def scrub(obj: Any) -> Any:
-    """A copy of `obj` (JSON-like) without credentials: secret-named keys dropped at any depth,
-    secret values in strings and argv lists replaced by their variable's name."""
+    """A copy of `obj` (JSON-like) without credentials: CREDENTIAL_KEYS dropped at any depth, secret values in
+    strings and argv lists replaced by their variable's name; every other key and number kept as it is."""
     if isinstance(obj, dict):
-        return {k: scrub(v) for k, v in obj.items() if not _SECRET_KEY.search(str(k))}
+        return {k: scrub(v) for k, v in obj.items() if not is_credential_key(k)}
     if isinstance(obj, (list, tuple)):
         return _scrub_argv(list(obj))
     if isinstance(obj, str):

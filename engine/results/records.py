@@ -197,7 +197,7 @@ class Notes(_Typed):
     # None: no goodput was asked for (engine.measure.judge.slo)
     slo_ms: dict | None = None
     # What one decode step of the model reads (engine.measure.judge.ceiling.model_bytes), for its ceiling: the
-    # weights, and the KV cache per token of context (a key ending in "token" would be taken for a secret)
+    # weights, and the KV cache per token of context
     weight_bytes: int | None = None
     kv_token_bytes: int | None = None
     # Cold or warm (engine.measure.judge.warmth): the server instance it ran on (its pid and start time), the most

@@ -15,6 +15,7 @@ from typing import Callable
 import httpx
 import psutil
 
+from engine import settings
 from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
 from engine.messages import Message, mark, say, say_n
 from engine.paths import runtime_dir
@@ -71,7 +72,7 @@ class VLLMServer:
         self.python = python
         self.poll_s = poll_s
         # A start that never reaches "serving" ends as failed (CPU compile ~100 s, 8B on a GPU ~2 min).
-        self.start_timeout_s = start_timeout_s or float(os.environ.get("SERVING_LAB_START_TIMEOUT_S", 1200))
+        self.start_timeout_s = start_timeout_s or settings.current().start_timeout_s
         # vLLM says it serves but nothing answers on our port (a --port smuggled in): failed after this.
         self.serving_grace_s = serving_grace_s
         self._lock = threading.RLock()

@@ -1,0 +1,87 @@
+"""One settings object: every SERVING_LAB_* variable read in engine/settings.py when a process starts, none at
+import, so a test's (or a second app's) environment is the one its Lab uses."""
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import pytest
+
+import engine.lab  # noqa: F401  (imported at collection, as many test modules do: it must freeze nothing)
+from engine import settings
+from engine.cli import main
+from engine.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = [*sorted((ROOT / "engine").rglob("*.py")), *sorted((ROOT / "app_pages").rglob("*.py")),
+           ROOT / "ui.py", ROOT / "app.py", ROOT / "i18n.py"]
+
+
+def test_a_fixtures_lab_uses_its_own_port(lab):
+    """conftest's `lab` sets a free port for its Lab after engine.lab was imported: the Lab listens there."""
+    port = int(os.environ["SERVING_LAB_VLLM_PORT"])
+    assert port != settings.DEFAULT_PORT
+    assert lab.server.port == port and lab.settings.vllm_port == port
+
+
+def _is_environment(n: ast.AST) -> bool:
+    """`os.environ` or `os.getenv`."""
+    return isinstance(n, ast.Attribute) and n.attr in ("environ", "getenv") and getattr(n.value, "id", "") == "os"
+
+
+def _variable_read(n: ast.AST) -> object:
+    """The name `os.environ.get(NAME)`, `os.getenv(NAME)` or `os.environ[NAME]` reads; None for any other node."""
+    if isinstance(n, ast.Call) and n.args and (_is_environment(n.func) or isinstance(n.func, ast.Attribute)
+                                               and _is_environment(n.func.value)):
+        return getattr(n.args[0], "value", "?")
+    if isinstance(n, ast.Subscript) and _is_environment(n.value):
+        return getattr(n.slice, "value", "?")
+    return None
+
+
+def test_no_module_reads_the_environment_at_import():
+    """A read in a module's or a class's body happens once, at import: one from before a test (or the app) set
+    the variable. Reads belong in functions, SERVING_LAB_* ones in engine/settings.py alone."""
+    at_import, elsewhere = [], []
+    for path in SOURCES:
+        tree = ast.parse(path.read_text())
+        body = list(tree.body)
+        while body:
+            node = body.pop()
+            if isinstance(node, ast.ClassDef):
+                body += node.body
+            elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    any(_is_environment(n) for n in ast.walk(node)):
+                at_import.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+        if path != ROOT / "engine" / "settings.py":
+            elsewhere += [f"{path.relative_to(ROOT)}:{n.lineno} {name}" for n in ast.walk(tree)
+                          if isinstance(name := _variable_read(n), str) and name.startswith("SERVING_LAB_")]
+    assert at_import == [] and elsewhere == []
+
+
+def test_the_environment_is_read_with_its_defaults():
+    s = settings.from_env({"SERVING_LAB_HOME": "/lab", "SERVING_LAB_VLLM_PORT": " 9123 ", "SERVING_LAB_LANG": "ko-KR",
+                           "SERVING_LAB_GUIDE_EAGER": "1", "SERVING_LAB_START_TIMEOUT_S": "90"})
+    assert (s.home, s.models, s.runtime, s.db) == (Path("/lab"), Path("/lab/models"), Path("/lab/runtime"),
+                                                   Path("/lab/history.sqlite"))
+    assert (s.vllm_port, s.lang, s.guide_eager, s.start_timeout_s, s.presenter_token) == (9123, "ko", True, 90.0, None)
+    empty = settings.from_env({"SERVING_LAB_VLLM_PORT": "", "SERVING_LAB_PRESENTER_TOKEN": "", "SERVING_LAB_LANG": "fr"})
+    assert (empty.vllm_port, empty.presenter_token, empty.lang) == (9000, None, "")
+    with pytest.raises(AttributeError):
+        s.vllm_port = 1  # frozen: one object, the same for everyone who holds it
+
+
+@pytest.mark.parametrize("name, value", [("SERVING_LAB_VLLM_PORT", "abc"), ("SERVING_LAB_VLLM_PORT", "70000"),
+                                         ("SERVING_LAB_START_TIMEOUT_S", "soon")])
+def test_a_bad_value_is_one_sentence_naming_the_variable(name, value):
+    with pytest.raises(ConfigError) as e:
+        settings.from_env({name: value})
+    assert f"{name}={value}" in str(e.value)
+
+
+def test_the_cli_says_a_bad_port_variable_in_one_sentence(monkeypatch, capsys):
+    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", "nine")
+    assert main(["status"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: SERVING_LAB_VLLM_PORT=nine") and "Traceback" not in err and err.count("\n") == 1
