@@ -68,7 +68,7 @@ def jupyter(tmp_path):
         [sys.executable, "-m", "jupyter_server", f"--config={ROOT / 'scripts' / 'jupyter_server_config.py'}",
          f"--ServerApp.port={port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.base_url={PREFIX}",
          f"--IdentityProvider.token={JUPYTER_TOKEN}", "--ServerApp.open_browser=False",
-         f"--ServerApp.root_dir={tmp_path}"],
+         f"--ServerApp.root_dir={tmp_path}", "--allow-root"],  # CI runs as root
         cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}{PREFIX}"
     try:
