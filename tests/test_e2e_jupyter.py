@@ -132,8 +132,10 @@ def test_the_launcher_entry_and_the_lab_through_jupyters_proxy(browser, jupyter)
         expect(_heading(follower, g.step("start"))).to_be_visible(timeout=FOLLOW_MS)
 
         # vLLM started from the app, through the proxy
-        presenter.get_by_role("button", name="Start vLLM with the lab's flags").click()
-        expect(presenter.get_by_text("Ready after", exact=True)).to_be_visible(timeout=START_MS)
+        start = presenter.get_by_role("button", name="Start vLLM with the lab's flags")
+        ready = presenter.get_by_text("Ready after", exact=True)
+        press_until(presenter, start, lambda: start.is_disabled() or ready.is_visible(), each_ms=30000)
+        expect(ready).to_be_visible(timeout=START_MS)
         press_until(presenter, presenter.get_by_role("button", name="Next step"),
                     lambda: _current(saved) == "test-query")
         expect(_heading(follower, g.step("test-query"))).to_be_visible(timeout=FOLLOW_MS)

@@ -133,7 +133,7 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
     assert not at.exception, at.exception
     captions = [c.value.replace("\\", "") for c in at.caption]  # as shown: markdown's escapes taken off
     assert any("Step 3 took 121 s in rehearsal (vLLM ready after 98 s)." in c for c in captions), captions
-    assert any("1 52 s · 2 0 s · 3 121 s · 4 ✗" in c for c in captions), captions
+    assert any("1: 52 s · 2: 0 s · 3: 121 s · 4: ✗" in c for c in captions), captions
     assert not [w.value for w in at.warning if "rehearsal's setup" in w.value]  # the same setup: no warning
     at.session_state["lang"] = "ko"
     at.run()

@@ -24,7 +24,7 @@ def beside_agenda(lab: Lab, step_id: str, presenter: bool) -> None:
     sheet = lab.rehearsal()
     if sheet is None:
         return
-    times = " · ".join(f"{s.step.number} {'✗' if not s.ok else i18n.tr(sheets.length(s.seconds or 0))}"
+    times = " · ".join(f"{s.step.number}: {'✗' if not s.ok else i18n.tr(sheets.length(s.seconds or 0))}"
                        for s in sheet.steps if s.id != "summary")
     line = _("Rehearsal of {when}: {times} · about {total} in all", when=i18n.when(sheet.started_at, "short"),
              times=times, total=sheets.length(sheet.expected_s, 90))
@@ -65,8 +65,9 @@ def _rehearse(lab: Lab) -> None:
         paths, now = [m.path for m in choices], guide.model_spec().path
         model = c2.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0, key="rehearse_model",
                              format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)))
-        talk = c3.number_input(_("Your talk per step (minutes)"), 0.0, 30.0, 3.0, 0.5, key="rehearse_talk",
-                               help=_("Added to each step's own time for the session's expected length."))
+        talk = c3.number_input(_("Your talk per step (minutes)"), 0.0, 30.0, 3.0, 0.5, format="%.1f",
+                               key="rehearse_talk", help=_("Added to each step's own time for the session's expected "
+                                                           "length."))
         c4.space("small")  # the button level with the inputs
         if c4.button(_("Rehearse"), icon=":material/play_arrow:", type="primary",
                      disabled=lab.measuring() is not None, key="rehearse_go", width="stretch"):
