@@ -206,8 +206,8 @@ def test_a_rehearsal_pressed_with_vllms_port_taken_says_why_and_leaves_the_room_
     assert lab.history.run(naive.runs[0]).extra.rehearsal == sheet.id
     md = rh.sheet_path(lab.store.path).with_suffix(".md").read_text()
     assert "| 3. Start vLLM |" in md and "already in use" in md
-    at.run()  # the page: the sheet, and step 1's time beside the agenda
-    assert any("Step 1 took" in c.value for c in at.caption), [c.value for c in at.caption]
+    at.run()  # the page: beside the agenda, the room's step (6) as the rehearsal left it
+    assert any("Step 6 failed in rehearsal after" in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 @pytest.mark.server
