@@ -27,7 +27,9 @@ nav = st.navigation([
     st.Page("app_pages/chat.py", title=_("Chat"), icon=":material/chat:"),
     st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
-ui.sidebar(lab, on_guide=nav is guide)
+status = ui.sidebar(lab, on_guide=nav is guide)
+ui.line_breaking()
 with st.container():  # one slot, shown or not: the page's elements (and its fragments) keep their places
     ui.pending_error()
 nav.run()
+ui.server_status(status)  # after the page: never older than the result it shows

@@ -11,7 +11,7 @@ from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
 from engine import messages, settings
-from engine.messages import Message, catalog, translate
+from engine.messages import Message, catalog, catalog_problem, filled, translate
 
 LANGS = {"en": "English", "ko": "한국어"}
 
@@ -38,8 +38,7 @@ def lang() -> str:
 def _(message: str, /, **values) -> str:
     """`message` in this viewer's language, its {placeholders} filled with `values` (engine sentences among
     them said in this language too)."""
-    text = catalog(lang()).gettext(message)
-    return text.format(**_said(values)) if values else text
+    return filled(catalog(lang()).gettext(message), _said(values), lang())
 
 
 def _said(values: dict) -> dict:
@@ -52,8 +51,7 @@ def N_(message: str) -> str:
 
 
 def ngettext(singular: str, plural: str, n: int, /, **values) -> str:
-    text = catalog(lang()).ngettext(singular, plural, n)
-    return text.format(n=n, **_said(values))
+    return filled(catalog(lang()).ngettext(singular, plural, n), {"n": n, **_said(values)}, lang())
 
 
 def tr(text: object) -> str:
@@ -100,6 +98,8 @@ def switch() -> None:
     st.session_state.setdefault("lang", lang())
     st.segmented_control("Language / 언어", list(LANGS), format_func=LANGS.get, key="lang", required=True,
                          on_change=_relabel, label_visibility="collapsed")
+    if problem := catalog_problem(lang()):  # chosen, yet shown in English: say why, in both languages' stead
+        st.warning(str(problem), icon=":material/translate:")
     if (chosen := lang()) != default_lang():
         st.query_params["lang"] = chosen
     else:

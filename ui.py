@@ -76,6 +76,17 @@ def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> A
     return result
 
 
+def on_press(lab: Lab, fn: Callable[..., Any], *args, **kw) -> None:
+    """A widget's callback (on_click / on_change): one Lab action with this viewer's token, run before the script
+    draws, with the arguments the page was drawn with. A press handled in the script's body is lost when anything
+    above it reruns the script first (a choice changed elsewhere meanwhile, a session that moved); a callback is
+    not. Its error sentence shows at the top of the page that follows (pending_error)."""
+    try:
+        fn(*args, token=st.session_state.get("presenter_token"), caller=caller(), **kw)
+    except LabError as e:
+        st.session_state["action_error"] = i18n.said(e)
+
+
 def pending_error() -> None:
     """Show the error of an action that redrew the page (see act)."""
     if err := st.session_state.pop("action_error", None):
@@ -116,6 +127,15 @@ def file_uploader(label: str, types: list[str], key: str):
                  for sel, size, text in texts]
         st.html("<style>" + "\n".join(rules) + "</style>")
     return up
+
+
+def line_breaking() -> None:
+    """Korean breaks lines between words, never inside one ("배칭을", not "배/칭을"): CSS keep-all for a Korean
+    viewer (a long name or URL may still break anywhere rather than overflow). Drawn on every run, in either
+    language, so the page's elements keep their places."""
+    rule = ("[data-testid=stApp] { word-break: keep-all; overflow-wrap: anywhere; }" if i18n.lang() == "ko"
+            else "/* English breaks at spaces already */")
+    st.html(f"<style>{rule}</style>")
 
 
 def chart(fig, key: str | None = None) -> None:
@@ -247,7 +267,7 @@ def server_view(runs, key: str, lang: str | None = None, names: list[str] | None
         head = f"{names[i]}: " if names and len(runs) > 1 else ""
         if line := figures.energy_line(run, lang=lang):
             st.markdown(f":material/bolt: {plain(head + line)}")
-        for line in (speculation.said(run), utilization.said(run)):  # only where the server counted them
+        for line in (speculation.said(run), utilization.said(run), *utilization.why_absent(run)):  # or why not
             if line:
                 st.caption(plain(head + i18n.tr(line)))
 
@@ -261,13 +281,16 @@ def cancelled_note(job) -> None:
                    icon=":material/cancel:")
 
 
-def sidebar(lab: Lab, on_guide: bool = False) -> None:
+def sidebar(lab: Lab, on_guide: bool = False):
+    """The sidebar; returns the slot of its server status, which the app fills after the page (server_status):
+    drawn before it, the status could be older than the result the page shows (a server killed while the page
+    drew its run's failures still read "ready" above them)."""
     # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
     st.session_state["drawn_state"] = _drawn_for(lab)
     st.session_state["on_guide"] = on_guide  # read by the follower's tick between full runs
     with st.sidebar:
         i18n.switch()
-        _server_status()
+        slot = st.container()
         if lab.access.locked:
             st.warning(_("Viewing only: the app is reachable from the network and no presenter token is set. "
                          "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."), icon=":material/lock:")
@@ -280,6 +303,13 @@ def sidebar(lab: Lab, on_guide: bool = False) -> None:
                 st.caption(_("Viewing only: the presenter drives the server and the benchmarks."))
         if not can_act(lab):
             _follow()
+    return slot
+
+
+def server_status(slot) -> None:
+    """The sidebar's server status, drawn into its slot once the page is drawn (see sidebar)."""
+    with slot:
+        _server_status()
 
 
 def _follow() -> None:

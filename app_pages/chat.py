@@ -8,6 +8,7 @@ import ui
 from engine import figures
 from engine.lab import LabError
 from engine.serving.models import SHAPE_ONLY_NOTE
+from engine.serving.states import STARTING, STOPPING
 from i18n import _
 
 lab = ui.get_lab()
@@ -76,8 +77,14 @@ for m in history:
         if m.get("record"):
             st.caption(_stats_line(m))
 
-if not lab.ready():
-    st.info(_("Start the server on the Server page to chat."), icon=":material/info:")
+if not lab.ready() and snap.state in (STARTING, STOPPING):  # what is true now, for whoever reads it
+    st.info(ui.plain(_("The vLLM server is {state} ({stage}): chat opens once it is ready.",
+                       state=_(ui.STATE_BADGE[snap.state][1]), stage=i18n.tr(snap.stage) or "…")),
+            icon=":material/hourglass_top:")
+elif not lab.ready() and presenter:
+    st.info(_("Start the server on the Server page (or step 3 of the guided lab) to chat."), icon=":material/info:")
+elif not lab.ready():
+    st.info(_("No vLLM server is running: chat opens once the presenter starts one."), icon=":material/info:")
 elif lab.access.locked:
     st.info(ui.plain(lab.access.why_not()), icon=":material/lock:")
 can_chat = lab.ready() and not lab.access.locked

@@ -26,53 +26,77 @@ if presenter or following or st.session_state.get("guide_view") not in ids:
     st.session_state["guide_view"] = state.current
 shown = guide.step(st.session_state["guide_view"])
 st.session_state["guide_seen"] = (state.current, state.moved_at)
+running = guide.running(state)  # a step is ticked once its run finished, not while it runs
+
+
+# Every press is a callback with the step it was drawn for (ui.on_press): it acts before the script draws, so no
+# rerun above it can drop it, and two presenter tabs pressing "Next step" on step 2 both ask for step 3.
+def _view(step_id: str) -> None:
+    """A viewer who does not follow browses on their own."""
+    st.session_state["guide_view"] = step_id
+
+
+def _move(step_id: str) -> None:
+    if ui.can_act(lab):
+        ui.on_press(lab, guide.go_to, step_id)
+    else:
+        _view(step_id)
+
+
+def _picked() -> None:
+    if (pick := st.session_state.get("guide_pick")) is not None:
+        _move(pick)
+
+
+def _chosen(key: str, action) -> None:
+    if (value := st.session_state.get(key)) is not None:
+        ui.on_press(lab, action, value)
+
 
 head, side = st.columns([3, 1], vertical_alignment="bottom")
 head.title(_("Guided lab"))
 with side:
     if presenter:
         labels = {1.0: _("the lab's"), 0.5: _("half"), 0.25: _("a quarter"), 0.1: _("a tenth")}
-        scale = st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale,
-                                     format_func=labels.get, key=f"guide_scale_{state.scale}",
-                                     help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
-                                            "busy one) keeps each step to a minute or two; the ratios stay "
-                                            "comparable, the times do not."))
-        if scale is not None and scale != state.scale:
-            ui.act(lab, guide.set_scale, scale, rerun=True)
+        key = f"guide_scale_{state.scale}"  # one widget per scale: its default is the session's, never a stale one
+        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale, format_func=labels.get,
+                             key=key, on_change=_chosen, args=(key, guide.set_scale),
+                             help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
+                                    "busy one) keeps each step to a minute or two; the ratios stay "
+                                    "comparable, the times do not."))
         choices = models.catalogue()
         if len(choices) > 1:  # the model of every step; on a GPU the lab's Llama 3 8B (or its shape-only stand-in)
             paths = [m.path for m in choices]
             now = guide.model_spec().path
-            picked = st.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0,
-                                  format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)),
-                                  key="guide_model", help=_("The model every step uses: the naive baseline and vLLM "
-                                                            "alike, so their numbers compare."))
-            if picked != now:
-                ui.act(lab, guide.set_model, picked, rerun=True)
+            key = f"guide_model_{now}"  # as the scale: a choice made elsewhere (another tab, the server) is shown
+            st.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0,
+                         format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)),
+                         key=key, on_change=_chosen, args=(key, guide.set_model),
+                         help=_("The model every step uses: the naive baseline and vLLM alike, so their numbers "
+                                "compare."))
     elif following:
         st.caption(_("Following the presenter: step {n} of {total}.", n=shown.number, total=len(steps)))
 
 
 def _agenda_label(step_id: str) -> str:
     s = guide.step(step_id)
-    mark = "✓ " if state.done(step_id) else ""
+    mark = "⏳ " if step_id in running else "✓ " if state.done(step_id) else ""
     return f"{mark}{s.number} · {i18n.tr(s.title)}"
 
 
 # The agenda: every step, done ones ticked; the presenter's choice moves the room.
-st.session_state["guide_pick"] = shown.id
-pick = st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
-                            label_visibility="collapsed", disabled=following)
-if pick and pick != shown.id:
-    if presenter:
-        ui.act(lab, guide.go_to, pick, rerun=True)
-    else:
-        st.session_state["guide_view"] = pick
-        st.rerun()
-done = sum(state.done(i) for i in ids[:-1])
-st.progress(done / (len(ids) - 1), text=_("Step {n} of {total}: {title} · {done} of {steps} steps run",
-                                          n=shown.number, total=len(steps), title=shown.title, done=done,
-                                          steps=len(ids) - 1))
+st.session_state["guide_pick"] = shown.id  # after _picked ran: the step shown, wherever it came from
+st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
+                     label_visibility="collapsed", disabled=following, on_change=_picked)
+# Previous and Next beside the progress line: on the first screen of every step, however long the step's result
+i = ids.index(shown.id)
+prev, line, nxt = st.columns([1, 5, 1], vertical_alignment="bottom")
+done = sum(state.done(sid) and sid not in running for sid in ids[:-1])
+line.progress(done / (len(ids) - 1), text=_("{done} of the {steps} steps run", done=done, steps=len(ids) - 1))
+prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following or i == 0,
+            on_click=_move, args=(ids[max(i - 1, 0)],))
+nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch",
+           disabled=following or i == len(ids) - 1, on_click=_move, args=(ids[min(i + 1, len(ids) - 1)],))
 if state.scale != 1.0:
     st.caption(_("Answers are {share} of the lab's length here, to keep this machine quick: times are not comparable "
                  "with the notebook's, ratios are.", share=f"{state.scale:.0%}"))
@@ -92,11 +116,11 @@ def _numbers(step_id: str) -> None:
 def _button(s) -> None:
     tokens = guide.tokens(s, state.scale)
     label = i18n.tr(s.button) if tokens is None else _("{action} ({tokens} tokens)", action=s.button, tokens=tokens)
-    again = state.done(s.id) and s.id not in ("summary",)
-    running = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
-    if st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
-                 icon=":material/play_arrow:", disabled=not presenter or running, key=f"run-{s.id}"):
-        ui.act(lab, guide.run_step, s.id, rerun=True)
+    again = state.done(s.id) and s.id not in running and s.id != "summary"
+    busy = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
+    st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
+              icon=":material/play_arrow:", disabled=not presenter or busy, key=f"run-{s.id}",
+              on_click=ui.on_press, args=(lab, guide.run_step, s.id))
     if not presenter:
         st.caption(_("The presenter runs the steps; their results appear here for everyone."))
 
@@ -116,6 +140,19 @@ def _job(s) -> None:
                      key=f"cancel-{s.id}")
 
 
+def _fit(fig):
+    """A step's chart at the height that leaves its finding and caption on a 1080-pixel screen."""
+    return fig.update_layout(height=min(fig.layout.height or CHART_H, CHART_H))
+
+
+CHART_H = 430
+
+
+def _not_run_yet() -> None:
+    st.info(_("Not run yet: press the button on the left.") if presenter else
+            _("Not run yet: the presenter runs this step, and its result appears here."), icon=":material/info:")
+
+
 # The summary's finding a step's run fills in (engine.guide.findings' order)
 FINDING = {"naive": 0, "sequential": 1, "concurrent": 2, "tuning": 3, "streaming": 4}
 
@@ -124,14 +161,17 @@ def _result(s) -> None:
     """The step's picture from the runs the step itself made."""
     lang = i18n.lang()
     run = guide.latest(s.id, state)
+    made = [run] if run else guide.runs("tuning", state) if s.id == "tuning" else []
+    if made and (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
+        st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
     if s.id == "naive":
         if run:
-            ui.chart(figures.latency_bars(run, None, lang=lang), key="g-naive")
+            ui.chart(_fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
             ui.warmth(lab, run)
     elif s.id == "free":
         fact = state.facts.get("free")
         if not fact:
-            st.info(_("Not run yet: press the button on the left."), icon=":material/info:")
+            _not_run_yet()
         else:
             where = _("GPU memory") if fact.get("gpu") else _("system RAM")
             c = st.columns(4)
@@ -172,25 +212,23 @@ def _result(s) -> None:
                 st.caption(_("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
     elif s.id == "sequential":
         if run:
-            ui.chart(figures.latency_bars(guide.latest("naive", state), run, lang=lang), key="g-seq")
+            ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang)), key="g-seq")
     elif s.id == "concurrent":
         if run:
-            ui.chart(figures.concurrent_latency_bars(run, lang=lang), key="g-conc")
+            ui.chart(_fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
             ui.warmth(lab, run)
     elif s.id == "tuning":
         runs = guide.runs("tuning", state)
         if runs:
-            ui.chart(figures.tuning_compare(runs, lang=lang), key="g-tune")
+            ui.chart(_fit(figures.tuning_compare(runs, lang=lang)), key="g-tune")
     elif s.id == "streaming":
         if run:
-            ui.chart(figures.token_timeline(run, lang=lang), key="g-stream")
-    if run is not None or (s.id == "tuning" and guide.runs("tuning", state)):
-        if (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
-            st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
-        ui.failure_causes([run] if run else guide.runs("tuning", state))
-        st.caption(_("From this step's run of {when}.", when=i18n.when((run or guide.runs("tuning", state)[-1]).started_at)))
+            ui.chart(_fit(figures.token_timeline(run, lang=lang)), key="g-stream")
+    if made:
+        ui.failure_causes(made)
+        st.caption(_("From this step's run of {when}.", when=i18n.when(made[-1].started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
-        st.info(_("Not run yet: press the button on the left."), icon=":material/info:")
+        _not_run_yet()
 
 
 def _summary() -> None:
@@ -210,7 +248,7 @@ def _summary() -> None:
 def body() -> None:
     """The step, redrawn while its job runs; the whole page redraws when the session changed (a step's run
     came back, the presenter moved), so the agenda's ticks and a follower's step follow."""
-    if guide.state().to_dict() != state.to_dict():
+    if (now := guide.state()).to_dict() != state.to_dict() or guide.running(now) != running:
         st.rerun(scope="app")
     if shown.id == "summary":
         _summary()
@@ -218,36 +256,22 @@ def body() -> None:
     left, right = st.columns([5, 6], gap="large")  # the numbers table keeps its three columns, the button its label
     with left:
         st.subheader(f"{shown.number}. {i18n.tr(shown.title)}")
-        st.markdown(i18n.tr(shown.narrative))  # the catalogue's own text: its `code` stays code
+        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))  # the catalogue's own text: its `code` stays code
         _button(shown)
         _job(shown)
         _numbers(shown.id)
         st.caption(_("The notebook's numbers: {source}; it does not name its GPU.", source=guide.seed_source))
         with st.expander(_("More about this step")):
-            st.markdown(i18n.tr(shown.more))
+            st.markdown(i18n.tr(shown.told(shown.more, state.scale)))
     with right:
-        st.info(ui.plain(shown.notice), icon=":material/visibility:")
+        st.info(ui.plain(shown.told(shown.notice, state.scale)), icon=":material/visibility:")
         _result(shown)
 
 
 body()
 
-i = ids.index(shown.id)
-prev, _gap, nxt = st.columns([1, 3, 1])
-if i > 0 and prev.button(_("Previous step"), icon=":material/arrow_back:", width="stretch", disabled=following):
-    if presenter:
-        ui.act(lab, guide.go_to, ids[i - 1], rerun=True)
-    st.session_state["guide_view"] = ids[i - 1]
-    st.rerun()
-if i < len(ids) - 1 and nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", width="stretch",
-                                   disabled=following):
-    if presenter:
-        ui.act(lab, guide.go_to, ids[i + 1], rerun=True)
-    st.session_state["guide_view"] = ids[i + 1]
-    st.rerun()
 if presenter:
     with st.expander(_("Start the guided lab over")):
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))
-        if st.button(_("Start over"), icon=":material/restart_alt:"):
-            ui.act(lab, guide.reset, rerun=True)
+        st.button(_("Start over"), icon=":material/restart_alt:", on_click=ui.on_press, args=(lab, guide.reset))
     rehearsal.presenter_tools(lab)

@@ -7,6 +7,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.digits import rounded
 from engine.figures.report import report_html
 from engine.lab import LabError
 from engine.measure.judge import cost as pricing
@@ -47,8 +48,9 @@ def cost(r, price: float):
     return None if c is None else round(c, 2 if c >= 0.1 else 4)
 
 
-def number(v, digits: int):
-    return None if v is None else round(v, digits)
+def number(v):
+    """A measured number for the table: rounded to its significant figures, still a number (the column sorts)."""
+    return rounded(v)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -96,9 +98,9 @@ else:
         "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
         "model": r.model.split("/")[-1], "server": r.extra.endpoint, "requests": r.n_requests, "failed": r.n_failed,
         "wall time (s)": round(r.duration, 2),
-        "output tok/s": number(r.summary.get("output_throughput"), 1),
-        "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms"), 0),
-        "J / output token": number(figures.j_per_token(r), 4),
+        "output tok/s": number(r.summary.get("output_throughput")),
+        "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms")),
+        "J / output token": number(figures.j_per_token(r)),
         "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
     } for r in rows])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new

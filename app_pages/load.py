@@ -9,7 +9,8 @@ from app_pages.parts import pair, sweep, viewer_limits, workload_form
 from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
-from engine.measure.judge import lateness, repeats, stats
+from engine.digits import significant
+from engine.measure.judge import lateness, prefix, repeats, stats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -109,6 +110,12 @@ with st.form("load"):
                                           "its throughput and TTFT with a 95 % bootstrap interval, so you see how "
                                           "much a number varies from run to run. The server's prefix cache is "
                                           "emptied between repeats where it allows it."))
+        seed = st.number_input(_("Seed of the synthetic prompts"), min_value=0, max_value=2**31 - 1, value=None,
+                               step=1, key="load_seed", placeholder=_("a new one each run"),
+                               disabled=what not in ("synthetic", "lengths"),
+                               help=_("Empty: every run and every repeat makes new prompts, so none finds another's "
+                                      "in the server's prefix cache. A number sends the same prompts each time (the "
+                                      "cache then serves their prefill, and the results say how much of it)."))
     submitted = st.form_submit_button(_("Run load test"), type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab) or chosen.blocked)
 
@@ -118,11 +125,11 @@ if submitted:
         spec = load_test_spec(shape, int(n_requests), int(max_tokens), max_len=lab.serving_max_len(),
                               ignore_eos=bool(ignore_eos), rate=rate, concurrency=int(concurrency),
                               synthetic=what == "synthetic", warmup=warmup, plan=wl_plan, ramp_up_s=float(ramp_up),
-                              burstiness=float(burstiness))
+                              burstiness=float(burstiness), seed=None if seed is None else int(seed))
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
     else:
-        ui.act(lab, lab.run_load, spec, repeats=int(repeat_n))
+        ui.act(lab, lab.run_load, spec, repeats=int(repeat_n), fixed_seed=seed is not None)
 
 viewer_limits.boxes()  # this viewer's SLO and prices: they judge the run, the sweep and the search below
 
@@ -132,12 +139,13 @@ def _summary_metrics(run) -> None:
     s = run.summary
     cols = st.columns(6)
     cols[0].metric(_("Wall time"), ui.fmt_s(run.duration))
-    cols[1].metric(_("Output throughput"), f"{s.output_throughput or 0:,.0f} tok/s")
+    cols[1].metric(_("Output throughput"), f"{significant(s.output_throughput)} tok/s")
     ms = lambda key: None if s.get(key) is None else s.get(key) / 1000  # noqa: E731 - none measured it: "–"
     cols[2].metric(_("Mean TTFT"), ui.fmt_s(ms("mean_ttft_ms")),
                    help=_("Time to first token: what a user waits before text starts."))
     cols[3].metric(_("p99 TTFT"), ui.fmt_s(ms("p99_ttft_ms")))
-    cols[4].metric(_("Mean TPOT"), "–" if s.get("mean_tpot_ms") is None else f"{s.get('mean_tpot_ms'):,.0f} ms",
+    tpot = s.get("mean_tpot_ms")
+    cols[4].metric(_("Mean TPOT"), "–" if tpot is None else f"{significant(tpot)} ms",
                    help=_("Time per output token after the first: the speed text appears at."))
     cols[5].metric(_("OK / failed"), f"{s.completed or 0} / {s.failed or 0}")
 
@@ -153,12 +161,12 @@ def _summary_said(run) -> None:
     ui.token_check(run)
     serial = s.total_latency_s
     if serial and run.duration and stats.peak_in_flight(run.records) <= 1:
-        wall = f"{run.duration:.1f}"
+        wall = significant(run.duration)
         st.markdown(_("These requests ran one after another, so the wall time (**{wall} s**) is the sum of their "
                       "latencies: nothing was batched. Send them at once to see continuous batching.", wall=wall))
     elif serial and run.duration:
         done = s.completed or 0
-        wall, total = f"{run.duration:.1f}", f"{serial:.0f}"
+        wall, total = significant(run.duration), significant(serial)
         st.markdown(_("The **{done}** requests that succeeded finished in **{wall} s**. One after another they would "
                       "have taken about **{total} s** (the sum of their latencies): that is continuous batching.",
                       done=done, wall=wall, total=total) if s.failed else
@@ -218,6 +226,8 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     run = _shown_run(job)
     ui.cancelled_note(job)
     _summary_metrics(run)
+    if cached := prefix.cached_said(run):  # its prefill mostly skipped: said beside its throughput and TTFT
+        st.warning(ui.plain(cached), icon=":material/cached:")
     ui.chart(_first_screen(figures.request_timeline(run, lang=lang)), key="tl")  # the key picture
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?

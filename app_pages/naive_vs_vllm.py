@@ -5,6 +5,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.digits import significant
 from engine.measure.judge import warmth
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
@@ -110,7 +111,7 @@ def results() -> None:
         col.metric(names[k], ui.fmt_s(run.duration),
                    help=_("Wall time: from the first prompt sent to the last answer."))
         col.caption(_("wall time for all {n} · {tput} tok/s · {mean} per request",
-                      n=len(run.measured), tput=i18n.number(run.summary.output_throughput or 0, 0),
+                      n=len(run.measured), tput=significant(run.summary.output_throughput),
                       mean=ui.fmt_s(mean)))
     left, right = st.columns(2, gap="large")
     with left:

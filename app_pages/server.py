@@ -198,7 +198,9 @@ with c3:
                       help=_("Skip CUDA-graph capture and compilation: starts faster, decodes slower."))
     prefixes = [N_("vLLM default"), N_("on"), N_("off")]
     prefix = st.selectbox(_("Prefix caching"), prefixes, key="cfg_prefix", format_func=i18n.shown(prefixes),
-                          help=_("Reuse the KV cache of a shared prompt prefix across requests."))
+                          help=_("Reuse the KV cache of a shared prompt prefix across requests (vLLM's default: "
+                                 "on). Off: every request computes its whole prompt, so a run that repeats earlier "
+                                 "prompts measures their prefill instead of the cache."))
 
 gpu_names = gpu_choices()
 with st.expander(_("Several GPUs: tensor, pipeline and data parallel"), expanded=len(gpu_names) > 1):
@@ -337,7 +339,7 @@ def live_status() -> None:
                    help=_("How many tokens of context vLLM can hold at once, as it reported at startup."))
     mml = s.config.max_model_len if s.config else None
     cols[4].metric(_("Max concurrency at {tokens} tokens/request", tokens=mml or "–"),
-                   f"{number(s.max_concurrency, 1)}×" if s.max_concurrency else "–",
+                   _("{n} requests", n=number(s.max_concurrency, 1)) if s.max_concurrency else "–",
                    help=_("How many full-length requests fit in the KV cache together (vLLM's own figure)."))
     cols[5].metric(_("KV cache in use"), f"{live['kv_usage']:.0%}" if "kv_usage" in live else "–",
                    delta=_("{n} preempted since start", n=number(live["preemptions_total"]))

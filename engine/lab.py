@@ -211,11 +211,12 @@ class Lab:
             lambda job: work(self._runner(job), spec, target)), **submit)
 
     @presenter_only
-    def run_load(self, spec, label: str | None = None, repeats: int = 1) -> Job:
-        """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs."""
+    def run_load(self, spec, label: str | None = None, repeats: int = 1, fixed_seed: bool = False) -> Job:
+        """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs,
+        each with synthetic prompts of a new seed unless `fixed_seed`."""
         n = check_repeats(repeats)
         return self._measure("load", label or spec.label or spec.scenario, spec,
-                             lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n),
+                             lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n, fixed_seed),
                              scenario=spec.scenario)
 
     @presenter_only

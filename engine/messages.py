@@ -9,6 +9,9 @@ import string
 from pathlib import Path
 from typing import Any
 
+from engine import particles
+from engine.digits import significant
+
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
 
@@ -70,13 +73,52 @@ def seconds(x: float | str, lang: str, digits: int = 1) -> str:
 
 def duration(x: float, lang: str) -> str:
     """A short time: milliseconds under a second (a name-like unit in both languages), else seconds."""
-    return f"{x * 1000:.0f} ms" if x < 1 else seconds(x, lang)
+    return f"{significant(x * 1000)} ms" if x < 1 else seconds(x, lang)
 
 
 @functools.cache
 def catalog(lang: str) -> gettext.NullTranslations:
-    """The compiled catalogue of `lang` (English, or a catalogue not compiled yet: the text as written)."""
-    return gettext.translation(DOMAIN, localedir=LOCALES, languages=[lang], fallback=True)
+    """The catalogue of `lang`: its compiled .mo (make run compiles it), else its .po compiled here in memory
+    (`streamlit run app.py` alone, a fresh clone), else English with the reason kept for catalog_problem."""
+    if lang == "en":
+        return gettext.NullTranslations()
+    mo, po = (LOCALES / lang / "LC_MESSAGES" / f"{DOMAIN}{ext}" for ext in (".mo", ".po"))
+    try:
+        if mo.exists() and (not po.exists() or mo.stat().st_mtime >= po.stat().st_mtime):
+            with mo.open("rb") as f:
+                return gettext.GNUTranslations(f)
+        from io import BytesIO
+
+        from babel.messages.mofile import write_mo
+        from babel.messages.pofile import read_po
+
+        with po.open("rb") as f:
+            compiled = BytesIO()
+            write_mo(compiled, read_po(f, locale=lang))
+        compiled.seek(0)
+        return gettext.GNUTranslations(compiled)
+    except (OSError, ValueError, ImportError) as e:  # missing, unreadable or malformed: English, and why
+        _PROBLEMS[lang] = say("The {lang} translations could not be read ({why}): the app shows English. Run "
+                              "`make run` (it compiles them), or check {path}.", lang=lang, why=str(e) or type(e).__name__,
+                              path=str(po))
+        return gettext.NullTranslations()
+
+
+_PROBLEMS: dict[str, "Message"] = {}
+
+
+def catalog_problem(lang: str) -> "Message | None":
+    """Why `lang` shows English, when its catalogue could not be read (None when it could)."""
+    catalog(lang)
+    return _PROBLEMS.get(lang)
+
+
+def filled(template: str, values: dict, lang: str) -> str:
+    """A translated template with its values; in Korean each particle in the form the word before it takes
+    (engine.particles: "0.84 GB가", never "0.84 GB이")."""
+    if lang == "ko":
+        return particles.fill(template, values) if values else particles.resolve(template)
+    return template.format(**values) if values else template
 
 
 def translate(text: object, lang: str) -> str:
@@ -89,13 +131,12 @@ def translate(text: object, lang: str) -> str:
         return str(text)
     cat = catalog(lang)
     if not isinstance(text, Message):
-        return cat.gettext(str(text))
+        return filled(cat.gettext(str(text)), {}, lang)
     try:
         values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
         if text.plural is not None:
-            return cat.ngettext(text.template, text.plural, text.n).format(**values)
-        done = cat.gettext(text.template)
-        return done.format(**values) if values else done
+            return filled(cat.ngettext(text.template, text.plural, text.n), values, lang)
+        return filled(cat.gettext(text.template), values, lang)
     except Exception:  # noqa: BLE001 - a translation that cannot be filled in: the English, never a traceback
         return str(text)
 

@@ -15,8 +15,9 @@ import pytest
 from engine.cli import build_parser
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
-from engine.errors import LabError
-from engine.measure.workloads import scenarios
+from engine.errors import ConfigError, LabError
+from engine.measure.workloads import scenarios, seeds
+from engine.measure.workloads.base import named
 
 from .conftest import ROOT, cli_in_process
 
@@ -68,12 +69,31 @@ def test_num_prompts_sample_and_output_len_choose_rows_and_answer_lengths(five):
 def test_input_and_output_len_draw_the_same_seeded_lengths_the_page_would():
     from engine.measure.workloads.defaults import workload_plan
 
-    load = load_of("concurrent-10", "--input-len", "100-300", "--output-len", "40:10", "--num-prompts", "6")
+    load = load_of("concurrent-10", "--input-len", "100-300", "--output-len", "40:10", "--num-prompts", "6",
+                   "--seed", "0")
     page = workload_plan({"kind": "lengths", "n": 6, "input": {"kind": "uniform", "low": 100, "high": 300},
                           "output": {"kind": "normal", "mean": 40, "stdev": 10, "low": 1, "high": 80}, "seed": 0})
     assert load.prompts == page.prompts and load.max_tokens_each == page.max_tokens_each
-    assert load.workload["inputs"] == {"kind": "uniform", "mean": 128, "stdev": 0.0, "low": 100, "high": 300}
+    assert load.workload["inputs"] == {"kind": "uniform", "low": 100, "high": 300}  # no unused mean beside them
     assert load_of("concurrent-10", "--input-len", "64", "--num-prompts", "3").workload["input_tokens"]["max"] >= 1
+
+
+def test_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given():
+    """Issue #29: synthetic prompts were always seed 0, so a repeated random-512-64 found them in the prefix cache."""
+    a, b = load_of("random-512-64"), load_of("random-512-64")
+    assert a.prompt_seed != b.prompt_seed and a.prompts != b.prompts
+    assert a.workload["seed"] == a.prompt_seed and "seed" in str(named(a.workload))
+    fixed = [load_of("random-512-64", "--seed", "42") for _ in range(2)]
+    assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 42 == fixed[0].workload["seed"]
+    assert load_of("concurrent-10", "--input-len", "64", "--num-prompts", "3", "--seed", "7").prompt_seed == 7
+    # each repeat after the first a new draw of the same shape, its seed recorded
+    again = seeds.reseed(fixed[0], 43)
+    assert again.prompts != fixed[0].prompts and again.workload["seed"] == 43 and len(again.prompts) == 32
+    assert again.max_tokens_each == fixed[0].max_tokens_each and again.label == fixed[0].label
+    for argv, says in ((["concurrent-10", "--seed", "1"], "the concurrent-10 scenario sends prompts of its own"),
+                       (["random-512-64", "--seed", "-1"], "--seed must be a whole number from 0")):
+        with pytest.raises(ConfigError, match=says):
+            load_of(*argv)
 
 
 def test_turns_trace_time_scale_ramp_up_and_burstiness_reach_the_spec():

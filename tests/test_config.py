@@ -1,10 +1,11 @@
 """ServerConfig: rendering to argv / shell command, validation before anything starts, presets."""
 import socket
+from pathlib import Path
 
 import pytest
 
 from engine.errors import ConfigError
-from engine.serving.config import PRESETS, ServerConfig, parse_extra_args, preset
+from engine.serving.config import OWN_CONTROLS, PRESETS, ServerConfig, parse_extra_args, preset
 from engine.serving.server import port_is_free
 
 LAB_MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
@@ -121,3 +122,38 @@ def test_presets_are_the_labs():
 def test_round_trip_through_dict():
     cfg = ServerConfig(model="m", extra_args=("--seed", "0"), max_num_seqs=8)
     assert ServerConfig.from_dict(cfg.to_dict() | {"api_key": None}) == cfg
+
+
+@pytest.mark.parametrize("flag", sorted(OWN_CONTROLS))
+def test_a_refused_flag_names_a_control_that_exists(flag):
+    """Issue #29: `--extra "--no-enable-prefix-caching"` was refused for "an option of `python -m engine serve`" that
+    serve did not have. Each flag refused for a control of its own names the Server page's field (a label the page
+    draws) and, where it names one, an option `serve` takes."""
+    import re
+
+    from engine.cli import build_parser
+    from engine.serving.config import refuse_extra_flags
+
+    with pytest.raises(ConfigError) as e:
+        refuse_extra_flags([flag, "1"])
+    field, option = OWN_CONTROLS[flag]
+    said = str(e.value)
+    assert f"{field} on the Server page" in said
+    page = (Path(__file__).resolve().parent.parent / "app_pages" / "server.py").read_text()
+    assert re.search(rf'_\(\s*"{re.escape(field)}"', page), f"the Server page has no field {field!r}"
+    if option is not None:
+        assert option in said
+        value = [] if "caching" in option or option == "--enforce-eager" else ["1"]
+        args = build_parser().parse_args(["serve", option, *value])  # argparse exits on an unknown option
+        assert getattr(args, option.removeprefix("--no-").removeprefix("--").replace("-", "_")) is not None
+
+
+def test_prefix_caching_turns_off_from_the_command_line():
+    from engine.cli import build_parser
+    from engine.cli.server import config, given
+
+    args = build_parser().parse_args(["serve", "--no-enable-prefix-caching"])
+    cfg, _spec = config(args)
+    assert cfg.enable_prefix_caching is False and "--no-enable-prefix-caching" in cfg.argv()
+    assert "enable_prefix_caching" in given(args)  # `run --url` refuses it as an option it would ignore
+    assert config(build_parser().parse_args(["serve"]))[0].enable_prefix_caching is None  # vLLM's default

@@ -167,7 +167,7 @@ def test_the_numbers_beside_the_notebook(lab):
     vllm = _run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)
     rows = g.numbers("sequential", {"naive": [naive], "sequential": [vllm]}, {})
     assert [str(r.seed) for r in rows] == ["3.2 s", "1.2×"]
-    assert [str(r.here) for r in rows] == ["0.5 s", "4.0×"]
+    assert [str(r.here) for r in rows] == ["0.50 s", "4.0×"]  # measured: significant figures
     assert all(r.here is None for r in g.numbers("concurrent", {}, {}))
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from engine.digits import significant
 from engine import figures
 from engine.figures.report import build_report
 from engine.measure.judge import stats
@@ -66,7 +67,7 @@ def test_the_compare_table_puts_runs_side_by_side_with_their_flags_and_warmth():
     assert columns == ["Compared", "1. max-model-len 512", "2. max-model-len 2048"]
     rows = {r["Compared"]: [r[c] for c in columns[1:]] for r in table}
     assert rows["Requests completed"] == ["10", "4"]
-    assert rows["Output tokens / s"] == [f"{r.summary.output_throughput:,.1f}" for r in runs]
+    assert rows["Output tokens / s"] == [significant(r.summary.output_throughput) for r in runs]
     assert rows["Cold / warm"] == ["❄ cold", "warm"]
     assert rows["Flags"] == ["VLLM_CPU_KVCACHE_SPACE=2 --max-model-len 512 --enforce-eager"] * 2
     assert rows["Where it ran"] == ["this app's server", "http://gpu-box:8000"]

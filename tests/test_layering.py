@@ -35,6 +35,8 @@ READ_ONLY = {
     "engine.serving.cluster": "commands a person runs on other machines, and the side-by-side sentence",
     "engine.metrics": "metric names and the answer deadline the pages quote",
     "engine.settings": "the SERVING_LAB_* settings (a room's fixed language)",
+    "engine.digits": "a measured number in significant figures",
+    "engine.measure.judge.prefix": "the share of a run's prompt tokens its server took from the prefix cache",
     "engine.guide.sheet": "a rehearsal's sheet in words, and its machine against the day's",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
@@ -146,9 +148,9 @@ def test_no_page_file_looks_like_a_test():
 # The engine's packages, lowest first (docs/architecture.md): a module may import its own package, the
 # shared root modules and the packages ranked below its own, never one above (a `TYPE_CHECKING` import of a
 # type is no dependency).
-ENGINE_RANKS = {"messages": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "results": 1, "observe": 2,
-                "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5, "guide": 6, "lab": 7,
-                "cli": 8, "__main__": 9, "__init__": 9}  # cli over lab: `rehearse` drives a Lab
+ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
+                "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
+                "guide": 6, "lab": 7, "cli": 8, "__main__": 9, "__init__": 9}  # cli over lab: `rehearse` drives a Lab
 
 
 def _runtime_engine_imports(path: Path) -> set[str]:

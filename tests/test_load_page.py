@@ -271,3 +271,20 @@ def test_a_multi_turn_chat_runs_through_the_page_and_draws_ttft_per_turn(lab, vl
         assert per_turn and per_turn[0]["data"][0]["x"] == [1, 2, 3]
     finally:
         lab.detach()
+
+
+def test_synthetic_prompts_have_a_seed_field_and_a_new_seed_each_run_unless_one_is_given(lab):
+    """Issue #29: the Load test's synthetic prompts were always seed 0, so a second run found them in the prefix
+    cache. The form takes a seed (empty: a new one each run); the prompts the lab's own are not seeded."""
+    from engine.measure.workloads.defaults import load_test_spec
+
+    at = app_page("app_pages/load.py")
+    assert at.number_input(key="load_seed").disabled  # the lab's 10 prompts: nothing to seed
+    at = _what(at, "Synthetic prompts (seeded)")
+    seed = at.number_input(key="load_seed")
+    assert not seed.disabled and seed.value is None and "a new one each run" in seed.proto.placeholder
+    fresh = [load_test_spec("burst", 6, 16, max_len=2048, synthetic=True) for _ in range(2)]
+    assert fresh[0].prompt_seed != fresh[1].prompt_seed and fresh[0].prompts != fresh[1].prompts
+    fixed = [load_test_spec("burst", 6, 16, max_len=2048, synthetic=True, seed=9) for _ in range(2)]
+    assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 9
+    assert load_test_spec("burst", 6, 16, max_len=2048).prompt_seed is None  # the lab's prompts

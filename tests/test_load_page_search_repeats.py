@@ -12,6 +12,7 @@ from dataclasses import replace
 import pytest
 
 from engine import figures
+from engine.digits import significant
 from engine.measure.judge import repeats, stats
 from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
@@ -62,7 +63,7 @@ def test_the_pareto_chart_stars_the_search_answer_at_its_own_point_with_its_sent
     assert "SLO search: 16 in flight" in [a.text for a in fig.layout.annotations]
     cap = figures.caption(fig)
     assert (f"The star is the SLO search's answer under its SLO (TTFT ≤ 2000 ms and TPOT ≤ 25 ms): 16 requests in "
-            f"flight, {point.total:,.0f} tok/s in total, {point.per_user:,.1f} tok/s per user.") in cap
+            f"flight, {significant(point.total)} tok/s in total, {significant(point.per_user)} tok/s per user.") in cap
     assert not any(t.name == STAR for t in figures.pareto_chart(runs).data)  # no search: no star
     assert figures.caption(figures.pareto_chart(runs, lang="ko", search_best=best))  # said in Korean too
 

@@ -9,6 +9,7 @@ import time
 import pandas as pd
 import pytest
 
+from engine.digits import significant
 from engine.results.records import RequestRecord, RunResult
 from tests.conftest import app_page
 from tests.test_load_page import _connected, _ran
@@ -53,7 +54,7 @@ def test_a_real_run_shows_where_its_time_went_and_its_energy_then_history_does_t
         e2e = sum(client.values())
         assert sum(server.values()) == pytest.approx(e2e)  # the gap named closes the bar at the client's E2E
         said = _said(at)
-        assert any(f"{server['decode']:,.0f} ms in decode" in s for s in said), said  # the caption is the bars'
+        assert any(f"{significant(server['decode'])} ms in decode" in s for s in said), said  # the caption is the bars'
         energy = [s for s in said if s.startswith(":material/bolt:")]  # the energy line (the kWh field's caption aside)
         assert len(energy) == 1, said  # this machine's meter, or why there is none
         # History: the run's row has its energy column, and selecting it draws the same picture

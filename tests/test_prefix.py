@@ -164,3 +164,41 @@ def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
     assert snippets.spec_of(run) is None
     run.load.other.pop("system")
     assert snippets.spec_of(run) is not None
+
+
+def _cached_run(hits: int | None, queries: int | None) -> RunResult:
+    recs = [RequestRecord(index=i, prompt="q", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=64,
+                          prompt_tokens=1000) for i in range(4)]
+    return RunResult(kind="vllm", scenario="random-512-64", label="random", records=recs, duration=1.0,
+                     started_at=1.7e9, extra={"prefix_cache_hits": hits, "prefix_cache_queries": queries})
+
+
+def test_a_run_that_took_most_prompt_tokens_from_the_cache_says_so_wherever_its_numbers_are():
+    """Issue #29: a repeated random-512-64 took 25,600 of its 31,600 prompt tokens from the prefix cache, and nothing
+    on screen said so beside its throughput (twice vllm bench serve's)."""
+    from engine.cli.summary import summary_table
+    from engine.figures.report import build_report
+    from engine.messages import translate
+
+    run = _cached_run(25_600, 31_600)
+    said = prefix.cached_said(run)
+    assert said.startswith("81% of this run's prompt tokens (25,600 of 31,600) came from the server's prefix cache")
+    assert "--no-enable-prefix-caching" in said and translate(said, "ko") != said
+    table = summary_table(run)
+    assert "81% of this run's prompt tokens" in table
+    assert table.index("output throughput") < table.index("81% of this run's prompt tokens") < table.index("TTFT")
+    assert "81% of this run" in build_report([run], made_at=1.7e9)
+    assert "81%" in build_report([run], lang="ko", made_at=1.7e9)
+    for quiet in (_cached_run(100, 31_600), _cached_run(None, None), _cached_run(0, 0)):  # a chat template's block
+        assert prefix.cached_said(quiet) is None and "prefix cache" not in summary_table(quiet)
+
+
+def test_a_sweep_says_which_levels_found_their_prompts_cached():
+    """A sweep sends the same prompts at every level: levels after the first may find them in the cache."""
+    runs = [_cached_run(0, 4000), _cached_run(2400, 4000), _cached_run(3000, 4000)]
+    for r, level in zip(runs, (1, 2, 4)):
+        r.load.concurrency = level
+    said = prefix.levels_said(runs)
+    assert said.startswith("2 of the 3 levels took 60%–75% of their prompt tokens from the server's prefix cache")
+    assert said in figures.caption(figures.sweep_chart(runs))
+    assert prefix.levels_said(runs[:1]) is None and said not in figures.caption(figures.sweep_chart(runs[:1]))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
+from engine.digits import significant
 from engine.figures.report import build_report, report_html
 from engine.messages import mark, translate
 from engine.results.store import RunStore
@@ -94,7 +95,7 @@ def test_each_run_has_its_label_machine_flags_and_numbers(report):
     # the numbers History and the Load test show, as the summary holds them
     for run in runs:
         s = run.summary
-        assert f"{s.output_throughput:,.1f} tok/s" in text and f"{s.completed} / {s.failed}" in text
+        assert f"{significant(s.output_throughput)} tok/s" in text and f"{s.completed} / {s.failed}" in text
         assert f"<td>{s.get('mean_ttft_ms'):,.0f}</td>" in text and f"<td>{s.get('p99_e2el_ms'):,.0f}</td>" in text
     assert text.count("<section class='run'") == 2 and "Runs compared" in text
 

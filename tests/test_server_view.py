@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from fakes import FakeOpenAIServer  # noqa: E402
 
+from engine.digits import significant  # noqa: E402
 from engine.measure.judge import server_time  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.observe import histograms  # noqa: E402
@@ -54,11 +55,47 @@ def test_bucket_percentiles_interpolate_as_histogram_quantile_does():
     h = histograms.Histogram(bounds=(0.1, 0.5, 1.0, float("inf")), cumulative=(2, 7, 10, 10), sum=4.0, count=10)
     assert h.quantile(0.5) == pytest.approx(0.1 + 0.4 * (5 - 2) / (7 - 2))  # rank 5 in (0.1, 0.5]
     assert h.quantile(0.9) == pytest.approx(0.5 + 0.5 * (9 - 7) / (10 - 7))
-    assert h.quantile(0.1) == pytest.approx(0.1 * 1 / 2)  # the first bucket starts at 0
+    assert h.percentile(0.1) == histograms.Percentile(0.1, "below")  # the first bucket: below its top, no estimate
     assert h.bucket_of(0.5) == (0.1, 0.5)
     assert h.mean == 0.4  # exact: the sum over the count
     tail = histograms.Histogram(bounds=(1.0, float("inf")), cumulative=(1, 4), sum=20, count=4)
     assert tail.quantile(0.99) == 1.0 and tail.bucket_of(0.99) == (1.0, None)  # +Inf: the highest finite bound
+
+
+def test_a_percentile_is_never_placed_past_the_observed_data():
+    """Issue #29: a queue of 0.3 ms in every request (all 20 in vLLM's first bucket, 0-0.3 s) was shown as "p50
+    150 ms ... mean 0 ms": the interpolation put the median at the bucket's middle. It is a bound there, and never
+    above what the sum allows (no observation is negative: the q-quantile is at most mean / (1 - q))."""
+    queue = histograms.Histogram(bounds=(0.3, 0.5, 0.8, float("inf")), cumulative=(20, 20, 20, 20), sum=20 * 0.0003,
+                                 count=20)
+    for q in histograms.QUANTILES:
+        p = queue.percentile(q)
+        assert p.kind == "below" and p.value <= queue.mean / (1 - q) + 1e-12 and p.value <= 0.3
+    assert queue.said()["p50"] == pytest.approx(0.0006) and queue.said()["p50_kind"] == "below"
+    # prefill (an H100's): a mean of 20 ms with some in the next bucket; the interpolated p50 (150 ms) was above
+    # what 40 ms of mean allows for the upper half
+    prefill = histograms.Histogram(bounds=(0.01, 0.3, 0.5, float("inf")), cumulative=(4, 10, 10, 10), sum=0.2, count=10)
+    p50 = prefill.percentile(0.5)
+    assert p50 == histograms.Percentile(pytest.approx(0.04), "below")
+    # a percentile inside its bucket and within the bound stays the interpolated estimate
+    h = histograms.Histogram(bounds=(0.1, 0.5, 1.0, float("inf")), cumulative=(2, 7, 10, 10), sum=4.0, count=10)
+    assert h.percentile(0.5).kind == "estimate"
+    # what a run kept, judged again (an old run stored the interpolated 150 ms)
+    old = {**queue.said(), "p50": 0.15}
+    old.pop("p50_kind")
+    assert histograms.percentile(old, 0.5).value == pytest.approx(0.0006)
+
+
+def test_the_server_view_says_a_bound_and_a_mean_with_its_digits():
+    queue = histograms.Histogram(bounds=(0.3, 0.5, float("inf")), cumulative=(20, 20, 20), sum=20 * 0.0003, count=20)
+    view = {"histograms": {"queue": queue.said(), "prefill": {"mean": 0.02}, "decode": {"mean": 1.0},
+                           "e2e": {"mean": 1.95, "count": 2}}, "missing": []}
+    run = _run(view, [1.0, 1.0], [2.0, 2.2])
+    text = " ".join(server_time.said(run))
+    assert "0.30 ms waiting in the queue" in text and "20 ms in prefill" in text  # not "0 ms"
+    assert str(server_time.BOUNDS) in text
+    line = server_time.percentiles_said(view["histograms"]["queue"])
+    assert line.startswith("p50 < 0.60 ms · p90 < 3.0 ms · p99 < 30 ms"), line
 
 
 def test_the_captured_decode_percentiles_lie_in_the_bucket_every_request_fell_in():
@@ -130,8 +167,8 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
     said = " ".join(server_time.said(run))
     # the gap split where vLLM timed the whole request too: inside it but outside its engine's steps, and outside it
     assert t.front + t.outside == pytest.approx(t.gap, abs=1e-6)
-    assert (f"{t.front * 1000:,.0f} ms more inside vLLM but outside its engine's steps" in said
-            and f"{t.outside * 1000:,.0f} ms outside the server" in said), said
+    assert (f"{significant(t.front * 1000)} ms more inside vLLM but outside its engine's steps" in said
+            and f"{significant(t.outside * 1000)} ms outside the server" in said), said
     assert view["steps"]["mean_batch"] > 1  # four in flight: the server decoded them together
     assert "decoded" in server_time.batch_said(run)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.digits import significant
 from engine.measure.judge import speculation, utilization
 from engine.measure.workloads import scenarios
 from engine.messages import translate
@@ -78,7 +79,7 @@ def test_the_estimated_work_is_a_rate_against_the_bandwidth():
     u = utilization.of(run)
     assert u.tflop_s == pytest.approx(2.0) and u.read_gb_s == pytest.approx(10.0)
     said = utilization.said(run)
-    assert "2.00 TFLOP/s" in said and "10 GB/s read" in said and "50% of this hardware's memory bandwidth" in said
+    assert "2.0 TFLOP/s" in said and "10 GB/s read" in said and "50% of this hardware's memory bandwidth" in said
     assert utilization.of(_run({})) is None
 
 
@@ -98,7 +99,29 @@ def test_on_a_known_gpu_in_half_precision_the_estimate_is_an_mfu_of_its_datashee
         assert u.mfu is None and "MFU" not in said and "50% of this hardware's memory bandwidth" in said
     else:
         assert u.mfu == pytest.approx(mfu)
-        assert f"an MFU of {mfu:.1%}" in said and "50% of its memory bandwidth" in said, said
+        assert f"an MFU of {significant(100 * mfu)}%" in said and "50% of its memory bandwidth" in said, said
+    why = " ".join(utilization.why_absent(run))
+    if mfu is not None:
+        assert why == ""
+    elif dtype == "float32":
+        assert "No MFU: the model ran in float32" in why and "float16 or bfloat16" in why
+    else:
+        assert "no datasheet peak for the NVIDIA RTX A6000" in why
+
+
+def test_absent_mfu_and_bandwidth_say_why_and_how_to_see_them():
+    """Issue #29: MFU and the bandwidth used were simply absent unless the server ran with --enable-mfu-metrics."""
+    plain = _run({"histograms": {"e2e": {"mean": 1.0, "count": 1}}})
+    (why,) = utilization.why_absent(plain)
+    assert "not started with --enable-mfu-metrics" in why and "Server page's extra flags" in why
+    assert "python -m engine serve --extra \"--enable-mfu-metrics\"" in why
+    assert "--enable-mfu-metrics" in translate(why, "ko") and translate(why, "ko") != why
+    plain.config = {"device": "cpu", "extra_args": ["--enable-mfu-metrics"]}
+    assert "published no estimates" in utilization.why_absent(plain)[0]
+    on_cpu = _run({"estimated": {"flops": 4e12, "read_bytes": 20e9}})  # measured CPU bandwidth, no peak
+    (why,) = utilization.why_absent(on_cpu)
+    assert why.startswith("No MFU: vLLM computed on this machine's CPU")
+    assert utilization.why_absent(_run({})) == []  # no server view at all: its own sentence says so
 
 
 def test_the_speculation_scenario_turns_ngram_on_then_off():

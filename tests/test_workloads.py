@@ -167,6 +167,24 @@ def test_synthetic_prompts_have_exactly_their_token_lengths_with_the_tokenizer(t
     assert "estimated" in lengths.plan(2, lengths.Lengths(), None).summary["counted"]
 
 
+def test_the_record_states_the_distribution_asked_for_and_the_sample_that_was_sent():
+    """Issue #29: a uniform 16-64 output length was recorded with "mean": 128 (the unused default) while the
+    requests' real mean was 41.65. The record states each kind's own parameters, and the drawn lengths' statistics."""
+    p = lengths.plan(20, lengths.Lengths("fixed", mean=64), lengths.Lengths("uniform", low=16, high=64, side="output"),
+                     seed=7)
+    s = json.loads(json.dumps(p.summary))  # as the history keeps it
+    assert s["outputs"] == {"kind": "uniform", "low": 16, "high": 64}
+    assert s["inputs"] == {"kind": "fixed", "mean": 64}
+    assert s["output_tokens"]["mean"] == pytest.approx(statistics.mean(p.output_tokens))
+    assert 16 <= s["output_tokens"]["min"] and s["output_tokens"]["max"] <= 64
+    # what was recorded makes the same plan again
+    again = kinds.plan_of({"kind": "lengths", "n": 20, "input": s["inputs"], "output": s["outputs"], "seed": 7},
+                          tokens.estimated())
+    assert again.output_tokens == p.output_tokens
+    normal = lengths.Lengths("normal", mean=200, stdev=50, low=1, high=400).as_dict()
+    assert normal == {"kind": "normal", "mean": 200, "stdev": 50, "low": 1, "high": 400}
+
+
 def test_a_bad_distribution_is_one_sentence():
     for bad in (dict(kind="zipf"), dict(kind="uniform", low=50, high=10), dict(kind="normal", stdev=-1)):
         with pytest.raises(WorkloadError) as e:

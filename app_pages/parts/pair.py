@@ -7,6 +7,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.digits import significant
 from engine.lab import LabError
 from engine.measure.workloads.base import one_workload, run_workload
 from engine.measure.workloads.defaults import load_test_spec
@@ -97,9 +98,9 @@ def _pair_table(runs) -> None:
     """The pair's numbers, one column a server."""
     def ms(run, key):
         v = run.summary.get(key)
-        return "–" if v is None else f"{v:,.0f} ms"
+        return "–" if v is None else f"{significant(v)} ms"
 
-    rows = [(_("Output throughput"), lambda r: f"{r.summary.get('output_throughput') or 0:,.1f} tok/s"),
+    rows = [(_("Output throughput"), lambda r: f"{significant(r.summary.get('output_throughput'))} tok/s"),
             (_("Mean TTFT"), lambda r: ms(r, "mean_ttft_ms")), (_("p99 TTFT"), lambda r: ms(r, "p99_ttft_ms")),
             (_("Mean TPOT"), lambda r: ms(r, "mean_tpot_ms")), (_("Wall time"), lambda r: ui.fmt_s(r.duration)),
             (_("OK / failed"), lambda r: f"{r.summary.completed or 0} / {r.summary.failed or 0}")]

@@ -69,9 +69,9 @@ def _rehearse(lab: Lab) -> None:
                                key="rehearse_talk", help=_("Added to each step's own time for the session's expected "
                                                            "length."))
         c4.space("small")  # the button level with the inputs
-        if c4.button(_("Rehearse"), icon=":material/play_arrow:", type="primary",
-                     disabled=lab.measuring() is not None, key="rehearse_go", width="stretch"):
-            ui.act(lab, lab.rehearse, scale, model, talk * 60, rerun=True)
+        c4.button(_("Rehearse"), icon=":material/play_arrow:", type="primary", disabled=lab.measuring() is not None,
+                  key="rehearse_go", width="stretch", on_click=ui.on_press, args=(lab, lab.rehearse, scale, model,
+                                                                                   talk * 60))
     if (job := lab.latest_job("rehearsal")) is not None:
         ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
                      key="rehearse_cancel")
@@ -100,12 +100,16 @@ def _sheet(lab: Lab) -> None:
                        mime="text/markdown", icon=":material/download:", key="rehearse_download")
 
 
+def _check(lab: Lab) -> None:
+    """Where this app listens, as Streamlit was started (make run HOST= PORT= BASE=), checked from the room's side."""
+    st.session_state["preflight"] = (time.time(), lab.preflight(
+        st.get_option("server.address"), st.get_option("server.port"), st.get_option("server.baseUrlPath")))
+
+
 def _preflight(lab: Lab) -> None:
     st.caption(_("Whether the room can reach this app and this machine is ready for the lab: each line says what to "
                  "do."))
-    if st.button(_("Check the room"), icon=":material/fact_check:", key="preflight_go"):
-        st.session_state["preflight"] = (time.time(), lab.preflight(
-            st.get_option("server.address"), st.get_option("server.port"), st.get_option("server.baseUrlPath")))
+    st.button(_("Check the room"), icon=":material/fact_check:", key="preflight_go", on_click=_check, args=(lab,))
     if (found := st.session_state.get("preflight")) is None:
         return
     at, rows = found

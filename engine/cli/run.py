@@ -102,9 +102,10 @@ def _run(args) -> int:
         _sharing(target, versus)
     elif target is not None:
         _deadline(load)
-        results = _measure(runner, scn, load, levels, target, args.repeats)
+        results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None)
     else:
-        results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats)
+        results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
+                                 args.seed is not None)
     _said(results, scn, slo, args.price_per_gpu_hour)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]),
@@ -140,7 +141,7 @@ class Runs(list):
     search = None
 
 
-def _measure(runner, scn, load, levels, target, repeats: int | None = None) -> list:
+def _measure(runner, scn, load, levels, target, repeats: int | None = None, fixed_seed: bool = False) -> list:
     if scn.kind == "sweep":
         return runner.sweep(load, levels, target)
     if scn.kind == "slo-search":  # bisection between the lowest and the highest level (run_options._levels)
@@ -149,7 +150,7 @@ def _measure(runner, scn, load, levels, target, repeats: int | None = None) -> l
         out.search = search
         return out
     if repeats:
-        return runner.repeat(load, target, repeats)
+        return runner.repeat(load, target, repeats, fixed_seed)
     return [runner.load(load, target)]
 
 
@@ -163,7 +164,8 @@ def _sharing(a, b) -> None:
             say_line(f"note: both servers run on this machine. {why}")
 
 
-def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None) -> list:
+def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None,
+                   fixed_seed: bool = False) -> list:
     """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
     unless --detach; a failed run never leaves a server behind."""
     from engine.measure.workloads import scenarios
@@ -186,7 +188,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
                                     labels=list(scn.config_labels) or None)
         else:
             srv.start_and_wait(cfg, model_max_len=spec.max_len, log=say_line)
-            results = _measure(runner, scn, load, levels, Target.of(srv), repeats)
+            results = _measure(runner, scn, load, levels, Target.of(srv), repeats, fixed_seed)
         done = True
     finally:
         if not (done and detach):

@@ -16,7 +16,8 @@ from engine.errors import ConfigError, LabError
 # `run --url` can tell the options it would ignore.
 SERVER_OPTIONS = ("model", "port", "host", "dtype", "max_model_len", "gpu_memory_utilization", "kv_cache_gib",
                   "max_num_seqs", "enforce_eager", "tensor_parallel_size", "pipeline_parallel_size",
-                  "data_parallel_size", "gpus", "extra")
+                  "data_parallel_size", "gpus", "enable_prefix_caching", "extra")
+TWO_WAY = ("enable_prefix_caching",)  # --x / --no-x: False is given too (None: not given)
 GPU_OPTIONS = ("gpu_memory_utilization", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "gpus")
 
 
@@ -61,6 +62,9 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-parallel-size", type=int,
                    help="GPU only: whole copies of the model, each serving a share of the requests (default 1)")
     p.add_argument("--gpus", help="GPU only: which GPUs, e.g. 0,1 (CUDA_VISIBLE_DEVICES; default all)")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                   help="vLLM's prefix caching (on by default in vLLM): --no-enable-prefix-caching turns it off, so no "
+                        "request's prefill is taken from an earlier one's cached prompt")
     p.add_argument("--extra", help='other vLLM flags, quoted: --extra "--seed 0" (or --extra="--seed 0")')
 
 
@@ -69,7 +73,8 @@ def flag(option: str) -> str:
 
 
 def given(args, options=SERVER_OPTIONS) -> list[str]:
-    return [o for o in options if getattr(args, o, None) not in (None, False)]
+    return [o for o in options if getattr(args, o, None) not in (None, False)
+            or o in TWO_WAY and getattr(args, o, None) is False]
 
 
 def config(args):
@@ -95,7 +100,7 @@ def config(args):
         cpu_kvcache_gib=args.kv_cache_gib, max_num_seqs=args.max_num_seqs, enforce_eager=args.enforce_eager,
         tensor_parallel_size=args.tensor_parallel_size, pipeline_parallel_size=args.pipeline_parallel_size,
         data_parallel_size=args.data_parallel_size, gpus=_gpu_list(args.gpus),
-        extra_args=parse_extra_args(args.extra or ""))
+        enable_prefix_caching=args.enable_prefix_caching, extra_args=parse_extra_args(args.extra or ""))
     cfg.validate(model_max_len=spec.max_len)
     return cfg, spec
 

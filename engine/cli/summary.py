@@ -4,7 +4,8 @@ from __future__ import annotations
 
 def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
-    from engine.measure.judge import ceiling, cost, failures, token_check, warmth
+    from engine.digits import significant
+    from engine.measure.judge import ceiling, cost, failures, prefix, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
 
     s = r.summary
@@ -13,16 +14,19 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 
     def ms(key: str) -> str:
         v = s.get(key)
-        return "–" if v is None else f"{v:,.0f} ms"
+        return "–" if v is None else f"{significant(v)} ms"
 
     lines = [
         f"== {r.label or r.scenario} [{r.kind}] ==",
+        *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
+          if (seed := r.load.other.get("prompt_seed")) is not None else ()),
         f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
         *(f"  {sentence}" for _, sentence in failures.failure_causes(r.records)),
         f"wall time              {r.duration:.2f} s",
         f"output tokens          {s.get('total_output_tokens', 0)}",
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
-        f"output throughput      {s.get('output_throughput') or 0:,.1f} tok/s",
+        f"output throughput      {significant(s.get('output_throughput'))} tok/s",
+        *((f"  {cached}",) if (cached := prefix.cached_said(r)) else ()),
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),
@@ -51,6 +55,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 def _server_and_energy(r) -> list[str]:
     """Where vLLM says a request's time went (its histograms' medians, bucket estimates, and exact means) and the
     energy per output token, where the run recorded them."""
+    from engine.digits import significant
     from engine.measure.judge import server_time
     from engine.observe import energy
 
@@ -59,13 +64,16 @@ def _server_and_energy(r) -> list[str]:
     hist = view.get("histograms") or {}
 
     def ms(key: str, stat: str) -> str:
-        v = (hist.get(key) or {}).get(stat)
-        return "–" if v is None else f"{v * 1000:,.0f}"
+        h = hist.get(key) or {}
+        return server_time.percentile_ms(h, 0.5) if stat == "p50" else significant(
+            None if h.get(stat) is None else h[stat] * 1000)
 
     if any(k in hist for k in ("queue", "prefill", "decode")):
         phases = ("queue", "prefill", "decode")
         lines.append(f"server queue / prefill / decode  p50 {' / '.join(ms(k, 'p50') for k in phases)} ms (bucket "
                      f"estimates), mean {' / '.join(ms(k, 'mean') for k in phases)} ms")
+        if server_time.bounded(r):
+            lines.append(f"  {server_time.BOUNDS}")
         if (t := server_time.of(r)) is not None and t.queue_dominates:
             lines += [f"  {m}" for m in server_time.said(r) if "--max-num-seqs" in m]
     use = energy.use(r.extra.energy, r.summary.get("total_output_tokens"))
@@ -76,7 +84,7 @@ def _server_and_energy(r) -> list[str]:
         lines.append(f"energy                 – ({energy.missing_said(r.extra.energy_missing)})")
     from engine.measure.judge import speculation, utilization
 
-    lines += [str(m) for m in (speculation.said(r), utilization.said(r)) if m]
+    lines += [str(m) for m in (speculation.said(r), utilization.said(r), *utilization.why_absent(r)) if m]
     return lines
 
 

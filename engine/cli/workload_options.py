@@ -6,11 +6,12 @@ import re
 from dataclasses import replace
 
 from engine.errors import ConfigError
+from engine.measure.workloads.seeds import SEED_LIMIT
 from engine.messages import say
 
 # The options in the order a sentence names them (argparse's dest)
 OPTIONS = ("dataset", "trace", "turns", "input_len", "output_len", "time_scale", "num_prompts", "sample", "ramp_up",
-           "burstiness")
+           "burstiness", "seed")
 # Two options that cannot go together, and why (the first named is the one that says what to send)
 _CONFLICTS = (
     ("dataset", "trace", say("both say what to send")),
@@ -55,6 +56,10 @@ def add_workload_options(r) -> None:
     g.add_argument("--ramp-up", type=float, metavar="SECONDS",
                    help="raise the requests in flight from 1 (a Poisson rate from a tenth of it) linearly to the "
                         "scenario's over this many seconds")
+    g.add_argument("--seed", type=int, metavar="N",
+                   help="the seed synthetic prompts are made from (--input-len, random-512-64, lengths-chat-like); "
+                        "default: a new one for every run and every repeat, so none finds another's prompts in the "
+                        "server's prefix cache. Fixed, every repeat sends the same prompts. Each run records its seed")
     g.add_argument("--burstiness", type=float, metavar="B",
                    help="gamma arrivals of shape B for a Poisson scenario, as vllm bench serve --burstiness: 1 is "
                         "Poisson, below 1 burstier, above 1 steadier")
@@ -120,6 +125,15 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if kind == "dataset" and not re.fullmatch(r"\s*\d+\s*", args.output_len):
             raise ConfigError(say("With --dataset, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
+    if args.seed is not None:
+        if (kind or scn.workload.get("kind")) != "lengths":
+            raise ConfigError(say("--seed makes synthetic prompts from that seed, and the {name} scenario sends "
+                                  "prompts of its own: give --input-len with it, or run random-512-64 or "
+                                  "lengths-chat-like.",
+                                  name=scn.name))
+        if not 0 <= args.seed < SEED_LIMIT:
+            raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,
+                                  v=args.seed))
     shape = "trace" if kind == "trace" else scn.shape
     if args.burstiness is not None and shape != "poisson":
         raise ConfigError(say("--burstiness shapes Poisson arrivals, and the {name} scenario {how}: run sustained or "
@@ -137,9 +151,13 @@ def workload_of(scn, args):
     from engine.measure.workloads.base import read_file
     from engine.measure.workloads.lengths import from_text
 
+    from engine.measure.workloads import seeds
+
     over = {k: v for k, v in (("ramp_up_s", args.ramp_up), ("burstiness", args.burstiness)) if v is not None}
     kind = kind_asked(scn, args)
     if kind is None:
+        if scn.workload.get("kind") == "lengths":  # synthetic prompts: the seed given, else a new one
+            scn = replace(scn, workload={**scn.workload, "seed": seeds.fresh() if args.seed is None else args.seed})
         return scn, None, over
     path = args.trace if kind == "trace" else args.dataset
     data, name = read_file(path) if path is not None else (None, None)
@@ -154,6 +172,7 @@ def workload_of(scn, args):
             desc["max_tokens"] = int(args.output_len)
     elif kind == "lengths":
         desc["n"] = n or desc.get("n") or scn.num_requests or 32
+        desc["seed"] = seeds.fresh() if args.seed is None else args.seed
         if args.input_len is not None:
             desc["input"] = from_text(args.input_len, "input", "--input-len").as_dict()
         if args.output_len is not None:

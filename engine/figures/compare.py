@@ -10,6 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     BLUE,
@@ -21,7 +22,6 @@ from engine.figures.theme import (
     VERMILLION,
     esc,
     finish,
-    fmt_num,
     is_placeholder,
     rgba,
     run_colors,
@@ -102,7 +102,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                      row=1, col=1)
     fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang), range=[0, max(wall or [1]) * 1.2 or 1],
                      row=1, col=2)
-    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category")
+    fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category", tickangle=0)  # wrapped, never turned
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
     if len(runs) >= 2 and tput[0]:
@@ -156,8 +156,9 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     missing = len(pts) - len(have)
     # the start time under each label keeps runs with the same label apart
     cats = []
+    width = max(8, min(18, 160 // max(len(have), 1)))  # the narrower each bar, the shorter a label's lines
     for r, _ in have:
-        lab = wrap(esc(run_label(r, lang)), 18)
+        lab = wrap(esc(run_label(r, lang)), width)
         if getattr(r, "started_at", 0):
             when = _when(r.started_at, lang)
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
@@ -165,19 +166,20 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
     fig = go.Figure(go.Bar(
-        x=cats, y=vals, marker_color=colors, text=[f"<b>{fmt_num(v)}</b>" for v in vals],
+        x=cats, y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
         textposition="outside", cliponaxis=False, showlegend=False, name=name,
         hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
     fig.update_layout(
-        xaxis=dict(type="category", tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
+        xaxis=dict(type="category", tickangle=0,  # wrapped to the bar's width, never turned on its side
+                   tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
         yaxis=dict(title=translate(say("{metric} ({unit})", metric=label, unit=unit), lang) if unit else name,
                    range=[0, (max(vals) if vals else 1) * 1.18]),
         bargap=0.35,
     )
     if have:
         best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
-        best = dict(run=run_label(best_r, lang), value=fmt_num(best_v), unit=unit)
+        best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
         cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
                say("{run} is best at {value} {unit} (lower is better).", **best)]
     else:

@@ -12,12 +12,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from engine.digits import significant
 from engine.figures.ceiling import ceiling_bars
 from engine.figures.compare import history_compare
 from engine.figures.sweep import sweep_chart
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
-from engine.measure.judge import ceiling, failures, token_check, warmth
+from engine.measure.judge import ceiling, failures, prefix, token_check, warmth
 from engine.measure.judge.slo import Slo, judge
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
@@ -97,7 +98,7 @@ class _Writer:
         return f"<{name}{f' class={cls!r}' if cls else ''}>{self.t(text)}</{name}>"
 
     def seconds(self, v: float | None) -> str:
-        return "–" if v is None else html.escape(seconds(v, self.lang, 2))
+        return "–" if v is None else html.escape(seconds(significant(v, 3), self.lang))
 
     def when(self, t: float) -> str:
         if not is_sane_time(t):
@@ -130,7 +131,7 @@ class _Writer:
         rows = [[f"<a href='#run-{i}'>{i}. {self.t(run.label or run.scenario)}</a>",
                  html.escape(self.when(run.started_at)), self.cold_warm(run), self.ok_failed(run),
                  self.seconds(run.duration),
-                 *(_num(run.summary.get(k), 1 if k == "output_throughput" else 0) for k in keys)]
+                 *(_num(run.summary.get(k)) for k in keys)]
                 for i, run in enumerate(runs, 1)]
         parts = ["<section>" + self.tag("h2", mark("Runs compared")), self.table(head, rows, "numbers")]
         for metric in ("output_throughput", "mean_ttft_ms"):
@@ -230,13 +231,13 @@ class _Writer:
         """The headline numbers, then the latency distributions as vllm bench serve reports them."""
         s = run.summary
         head = [(mark("OK / failed"), self.ok_failed(run)), (mark("Wall time"), self.seconds(run.duration)),
-                (mark("Output throughput"), _num(s.get("output_throughput"), 1) + " tok/s"),
-                (mark("Request throughput"), _num(s.get("request_throughput"), 2) + " req/s"),
+                (mark("Output throughput"), _num(s.get("output_throughput")) + " tok/s"),
+                (mark("Request throughput"), _num(s.get("request_throughput")) + " req/s"),
                 (mark("Output tokens"), _num(s.get("total_output_tokens"), 0))]
         if s.get("request_goodput") is not None:
-            head.append((mark("Goodput"), _num(s.get("request_goodput"), 2) + " req/s"))
+            head.append((mark("Goodput"), _num(s.get("request_goodput")) + " req/s"))
         tiles = "".join(f"<div class='tile'><div class='muted'>{self.t(k)}</div><b>{v}</b></div>" for k, v in head)
-        rows = [[self.t(name), *(_num(s.get(f"{stat}_{d}_ms"), 0) for stat, _ in _STATS)]
+        rows = [[self.t(name), *(_num(s.get(f"{stat}_{d}_ms")) for stat, _ in _STATS)]
                 for d, name in DISTRIBUTIONS.items() if any(s.get(f"{stat}_{d}_ms") is not None for stat, _ in _STATS)]
         head_row = [self.t(mark("ms")), *(self.t(said) for _, said in _STATS)]
         return f"<div class='tiles'>{tiles}</div>" + (self.table(head_row, rows, "numbers") if rows else "")
@@ -244,6 +245,8 @@ class _Writer:
     def notes(self, run: RunResult) -> list[str]:
         """What the pages say about the run in words, each sentence escaped."""
         out = [self.t(sentence) for _, sentence in failures.failure_causes(run.records)]
+        if cached := prefix.cached_said(run):  # its prefill mostly skipped: not new prompts' numbers
+            out.append(self.t(cached))
         if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm
             out.append(self.t(cold))
         if n := run.extra.chat_requests_beside:
@@ -314,14 +317,16 @@ def _run_figures(run: RunResult, lang: str) -> list[go.Figure]:
     return figs
 
 
-def _num(v: float | None, digits: int) -> str:
-    return "–" if v is None else f"{v:,.{digits}f}"
+def _num(v: float | None, digits: int | None = None) -> str:
+    """A measurement in significant figures (engine.digits); a count with `digits` decimals."""
+    return significant(v) if digits is None else "–" if v is None else f"{v:,.{digits}f}"
 
 
 # System fonts only (the charts' own stack): a web font would be a network request.
 _CSS = f"""
 *{{box-sizing:border-box}}
 body{{margin:0;background:#f6f6f4;color:{INK};font:16px/1.5 {FONT}}}
+:lang(ko){{word-break:keep-all;overflow-wrap:anywhere}}
 main{{max-width:1180px;margin:0 auto;padding:32px 28px 48px}}
 header{{border-bottom:3px solid #0072B2;margin-bottom:24px}}
 h1{{font-size:30px;margin:0 0 4px}}

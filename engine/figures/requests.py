@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     BLACK,
@@ -49,11 +50,11 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
     lat = [r.e2e if r.e2e is not None else 0.0 for r in recs]
     colors = [DECODE_COLOR if r.ok else FAILED_COLOR for r in recs]
     failed = translate(say("failed"), lang)
-    text = [translate(say("{latency:.1f} s · {tokens} tok", latency=v, tokens=r.output_tokens), lang)
+    text = [translate(say("{latency} s · {tokens} tok", latency=significant(v), tokens=r.output_tokens), lang)
             if r.ok else failed for v, r in zip(lat, recs)]
     hover = [f"<b>{esc(r.prompt)}</b><br>" + (
-        translate(say("latency {latency:.2f} s · first token after {ttft} · {tokens} tokens",
-                      latency=r.e2e, ttft=duration(r.ttft or 0, lang), tokens=r.output_tokens), lang)
+        translate(say("latency {latency} s · first token after {ttft} · {tokens} tokens",
+                      latency=significant(r.e2e), ttft=duration(r.ttft or 0, lang), tokens=r.output_tokens), lang)
         if r.ok else f"{failed}<br>{why_failed(r, lang)}") + preview(r, placeholder, lang=lang)
         for r in recs]
     fig = go.Figure(go.Bar(
@@ -68,8 +69,9 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
     ok = [r.e2e for r in recs if r.ok and r.e2e is not None]
     serial = sum(ok)
     avg = serial / len(ok) if ok else 0.0
+    said = dict(wall=significant(wall), avg=significant(avg), serial=significant(serial))  # the captions' numbers
     fig.add_vline(x=wall, line=dict(color=BLACK, dash="dash", width=2.5),
-                  annotation=dict(text=translate(say("wall time {wall:.1f} s", wall=wall), lang),
+                  annotation=dict(text=translate(say("wall time {wall} s", wall=said["wall"]), lang),
                                   font=dict(size=BASE_SIZE - 1),
                                   yanchor="bottom", xanchor="right"),
                   annotation_position="top right")
@@ -85,29 +87,29 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
         title = say("{count} requests at once: all {count} failed", count=n)
         cap = [say("No request was answered; each grey bar ends when it failed (hover a bar for why).")]
     elif nfail:
-        title = say("{count} requests at once: {done} done, {failed} failed in {wall:.1f} s",
-                    count=n, done=n - nfail, failed=nfail, wall=wall)
-        cap = [say("The {done} requests that succeeded were in flight together and finished within {wall:.1f} s "
-                   "of wall time (average latency {avg:.1f} s); served one after another they would have taken "
-                   "about {serial:.0f} s, the serial sum of their latencies.",
-                   done=n - nfail, wall=wall, avg=avg, serial=serial),
+        title = say("{count} requests at once: {done} done, {failed} failed in {wall} s",
+                    count=n, done=n - nfail, failed=nfail, wall=said["wall"])
+        cap = [say("The {done} requests that succeeded were in flight together and finished within {wall} s "
+                   "of wall time (average latency {avg} s); served one after another they would have taken "
+                   "about {serial} s, the serial sum of their latencies.",
+                   done=n - nfail, **said),
                say("{failed} failed (grey; hover a bar for why).", failed=nfail)]
     elif stats.peak_in_flight(recs) <= 1:  # e.g. the naive-vs-vLLM step: no batching to claim
-        title = say("{count} requests one after another: all done in {wall:.1f} s", count=n, wall=wall)
-        cap = [say("Each request waited for the one before it, so the wall time ({wall:.1f} s) is the sum of their "
-                   "latencies (average {avg:.1f} s): nothing was batched. Send them at once to see continuous "
-                   "batching.", wall=wall, avg=avg)]
+        title = say("{count} requests one after another: all done in {wall} s", count=n, wall=said["wall"])
+        cap = [say("Each request waited for the one before it, so the wall time ({wall} s) is the sum of their "
+                   "latencies (average {avg} s): nothing was batched. Send them at once to see continuous "
+                   "batching.", wall=said["wall"], avg=said["avg"])]
     elif (peak := stats.peak_in_flight(recs)) < n:  # a limit on requests in flight, or turns of conversations
-        title = say("{count} requests, up to {peak} at once: all done in {wall:.1f} s", count=n, peak=peak, wall=wall)
-        cap = [say("Up to {peak} of the {done} requests were in flight together, and all finished within {wall:.1f} s "
-                   "of wall time (average latency {avg:.1f} s); served one after another they would have taken about "
-                   "{serial:.0f} s, the serial sum of their latencies.", peak=peak, done=n, wall=wall, avg=avg,
-                   serial=serial)]
+        title = say("{count} requests, up to {peak} at once: all done in {wall} s", count=n, peak=peak,
+                    wall=said["wall"])
+        cap = [say("Up to {peak} of the {done} requests were in flight together, and all finished within {wall} s "
+                   "of wall time (average latency {avg} s); served one after another they would have taken about "
+                   "{serial} s, the serial sum of their latencies.", peak=peak, done=n, **said)]
     else:
-        title = say("{count} requests at once: all done in {wall:.1f} s", count=n, wall=wall)
-        cap = [say("All {done} requests were in flight together and finished within {wall:.1f} s of wall time "
-                   "(average latency {avg:.1f} s); served one after another they would have taken about "
-                   "{serial:.0f} s, the serial sum of their latencies.", done=n, wall=wall, avg=avg, serial=serial)]
+        title = say("{count} requests at once: all done in {wall} s", count=n, wall=said["wall"])
+        cap = [say("All {done} requests were in flight together and finished within {wall} s of wall time "
+                   "(average latency {avg} s); served one after another they would have taken about "
+                   "{serial} s, the serial sum of their latencies.", done=n, **said)]
     return finish(fig, title, cap, placeholder=placeholder, height=max(420, 46 * n + 190), lang=lang)
 
 
@@ -272,7 +274,7 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
             x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color, dash=DASHES[i % len(DASHES)]),
             fill="tozeroy" if len(runs) == 1 else None,
             fillcolor="rgba(0,114,178,0.15)" if len(runs) == 1 else None,
-            name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=esc(run_label(run, lang)), avg=avg), lang),
+            name=translate(say("{run} (avg {avg} tok/s)", run=esc(run_label(run, lang)), avg=significant(avg)), lang),
             hovertemplate=translate(say("{x}-{end} s: {y} tok/s", x="%{x:.1f}", end="%{customdata:.1f}",
                                         y="%{y:,.0f}"), lang) + "<extra></extra>",
             customdata=xs[1:] + [xs[-1]],
@@ -282,13 +284,13 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
     unit = say("{seconds} s", seconds=f"{bucket_s:g}")
     if len(avgs) == 1:
         run, avg, peak = avgs[0]
-        cap = say("Tokens generated per second, in {bucket} buckets: {peak:,.0f} tok/s at the peak, "
-                  "{avg:,.0f} tok/s on average over the whole run (output tokens ÷ wall time).",
-                  bucket=unit, peak=peak, avg=avg)
+        cap = say("Tokens generated per second, in {bucket} buckets: {peak} tok/s at the peak, "
+                  "{avg} tok/s on average over the whole run (output tokens ÷ wall time).",
+                  bucket=unit, peak=significant(peak), avg=significant(avg))
     elif avgs:
         best = max(avgs, key=lambda a: a[1])
         cap = say("Tokens generated per second, in {bucket} buckets; {run} sustains the most "
-                  "({avg:,.0f} tok/s on average).", bucket=unit, run=run_label(best[0], lang), avg=best[1])
+                  "({avg} tok/s on average).", bucket=unit, run=run_label(best[0], lang), avg=significant(best[1]))
     else:
         cap = say("No tokens received yet.")
     return finish(fig, say("Output tokens per second"), cap, height=480, lang=lang)

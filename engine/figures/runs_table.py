@@ -7,17 +7,18 @@ from datetime import datetime
 from collections.abc import Sequence
 from typing import Any
 
+from engine.digits import significant
 from engine.messages import say, translate
 from engine.results.exchange import run_row
 from engine.results.records import RunResult
 
-# (row name, run_row key, decimals); None decimals: text
+# (row name, run_row key, decimals): None a measurement, in significant figures (engine.digits); 0 a count
 _NUMBERS = (
     (say("Requests completed"), "completed", 0), (say("Requests failed"), "failed", 0),
-    (say("Wall time (s)"), "duration", 2), (say("Output tokens / s"), "output_throughput", 1),
-    (say("Requests / s"), "request_throughput", 2), (say("Most in flight"), "max_concurrent_requests", 0),
-    (say("Mean TTFT (ms)"), "mean_ttft_ms", 0), (say("P99 TTFT (ms)"), "p99_ttft_ms", 0),
-    (say("Mean TPOT (ms)"), "mean_tpot_ms", 1), (say("Mean E2E latency (ms)"), "mean_e2el_ms", 0),
+    (say("Wall time (s)"), "duration", None), (say("Output tokens / s"), "output_throughput", None),
+    (say("Requests / s"), "request_throughput", None), (say("Most in flight"), "max_concurrent_requests", 0),
+    (say("Mean TTFT (ms)"), "mean_ttft_ms", None), (say("P99 TTFT (ms)"), "p99_ttft_ms", None),
+    (say("Mean TPOT (ms)"), "mean_tpot_ms", None), (say("Mean E2E latency (ms)"), "mean_e2el_ms", None),
     (say("Output tokens"), "total_output_tokens", 0),
 )
 # the server's command line without what only says where it listens or which files it read
@@ -47,9 +48,11 @@ def flags(command: str) -> str:
     return " ".join(out)
 
 
-def _num(v: Any, digits: int, lang: str) -> str:
+def _num(v: Any, digits: int | None, lang: str) -> str:
     if v is None or isinstance(v, str):
         return "–" if v in (None, "") else str(v)
+    if digits is None:
+        return significant(float(v))
     from babel.numbers import format_decimal
 
     return format_decimal(round(float(v), digits), format=f"#,##0{'.' + '0' * digits if digits else ''}",

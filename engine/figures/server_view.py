@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from engine.digits import significant
 from engine.figures.theme import (BASE_SIZE, BLUE, GREEN, INK, MUTED, ORANGE, SKY, VERMILLION, esc, finish,
                                   is_placeholder, rgba, run_label, summary_of)
 from engine.measure.judge import server_time
@@ -27,16 +28,16 @@ def _runs(runs: Any) -> list:
 
 
 def _percentiles(run: Any, key: str, lang: str) -> str:
-    """The hover's line of bucket-estimated percentiles of one of the server's histograms ('' when none)."""
+    """The hover's line of bucket-estimated percentiles of one of the server's histograms, bounds marked ('' when
+    none)."""
     h = ((getattr(run.extra, "server_view", None) or {}).get("histograms") or {}).get(key) or {}
     if h.get("p50") is None:
         return ""
-    return "<br>" + translate(say("p50 {p50} ms · p90 {p90} ms · p99 {p99} ms (bucket estimates)",
-                                  p50=_ms(h["p50"]), p90=_ms(h.get("p90")), p99=_ms(h.get("p99"))), lang)
+    return "<br>" + translate(server_time.percentiles_said(h), lang)
 
 
 def _ms(s: float | None) -> str:
-    return "–" if s is None else f"{s * 1000:,.0f}"
+    return significant(None if s is None else s * 1000)
 
 
 def segments(t: ServerTime) -> list[tuple[str, Any, float]]:
@@ -69,9 +70,9 @@ def server_view_chart(runs: Any, *, lang: str = "en", names: list[str] | None = 
         fig.add_bar(y=[y], x=[seconds * 1000], orientation="h", name=label, legendgroup=key,
                     showlegend=key not in shown, marker=dict(color=color, pattern=dict(shape=pattern) if pattern
                                                              else None, line=dict(color="white", width=1)),
-                    text=[f"{seconds * 1000:,.0f}"], textposition="inside", insidetextanchor="middle", textangle=0,
+                    text=[_ms(seconds)], textposition="inside", insidetextanchor="middle", textangle=0,
                     textfont=dict(size=BASE_SIZE - 2, color="white" if key in PHASE_COLORS else INK),
-                    hovertext=[f"<b>{esc(label)}</b><br>{seconds * 1000:,.0f} ms" + hover], hoverinfo="text")
+                    hovertext=[f"<b>{esc(label)}</b><br>{_ms(seconds)} ms" + hover], hoverinfo="text")
         shown.add(key)
 
     named = dict(zip(map(id, runs), names or ()))
@@ -134,7 +135,9 @@ def _caption(drawn: list, named: dict | None = None) -> list:
     out += [say("{run}: most of the TTFT ({share:.0%}) was waiting for a slot: raise --max-num-seqs or add KV "
                 "cache.", run=named.get(id(r)) or r.label or r.scenario, share=t.queue_share)
             for r, t in drawn if t.queue_dominates]
-    out.append(server_time.said(drawn[0][0])[-1])  # means exact, percentiles bucket estimates
+    out.append(server_time.MEANS)
+    if any(server_time.bounded(r) for r, _ in drawn):
+        out.append(server_time.BOUNDS)
     return out
 
 

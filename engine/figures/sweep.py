@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     FAILED_COLOR,
@@ -16,10 +17,10 @@ from engine.figures.theme import (
     PURPLE,
     esc,
     finish,
-    fmt_num,
     is_placeholder,
     summary_of,
 )
+from engine.measure.judge import prefix
 from engine.measure.judge import slo as slos
 from engine.messages import say, translate
 from engine.results.records import RunResult
@@ -71,10 +72,10 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                       marker=dict(size=11, color=color),
                       textfont=dict(size=BASE_SIZE - 3, color=color), cliponaxis=False, legendgroup=name)
         shown = esc(translate(name, lang))
-        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[fmt_num(v) for v in tp],
+        fig.add_scatter(x=cs, y=tp, name=shown, showlegend=show, text=[significant(v) for v in tp],
                         hovertemplate=at_tok_s + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(tp), row=1, col=1, **common)
-        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[fmt_num(v) for v in ttft],
+        fig.add_scatter(x=cs, y=ttft, name=shown, showlegend=False, text=[significant(v) for v in ttft],
                         hovertemplate=at_ms + "<extra>" + shown + "</extra>",
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
@@ -89,12 +90,14 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     if first_last and None not in first_last:
         c0, c1, t0, t1, f0, f1 = first_last
-        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0:,.0f} to "
-                  "{t1:,.0f} tok/s while the median wait for the first token goes from {f0:,.0f} to "
-                  "{f1:,.0f} ms: more users per GPU, each waiting a little longer.",
-                  c0=c0, c1=c1, t0=t0, t1=t1, f0=f0, f1=f1)
+        cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0} to "
+                  "{t1} tok/s while the median wait for the first token goes from {f0} to "
+                  "{f1} ms: more users per GPU, each waiting a little longer.",
+                  c0=c0, c1=c1, **{k: significant(v) for k, v in dict(t0=t0, t1=t1, f0=f0, f1=f1).items()})
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
+    if cached := prefix.levels_said([r for group in groups.values() for _c, r in group]):
+        cap = [cap, cached]
     return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
 
 
@@ -179,8 +182,8 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
             fig.add_annotation(x=p.per_user, y=p.total, showarrow=True, arrowhead=2, arrowwidth=2, ax=-110, ay=70,
                                text=star_text, font=dict(size=BASE_SIZE, color=INK), bgcolor="rgba(255,255,255,0.85)")
         star = [say("The star is the SLO search's answer under its SLO ({slo}): {users:g} requests in flight, "
-                    "{total:,.0f} tok/s in total, {per_user:,.1f} tok/s per user.", slo=(search_slo or slo).said,
-                    users=p.users, total=p.total, per_user=p.per_user)]
+                    "{total} tok/s in total, {per_user} tok/s per user.", slo=(search_slo or slo).said,
+                    users=p.users, total=significant(p.total), per_user=significant(p.per_user))]
     fig.update_layout(showlegend=bool(caps or star),
                       xaxis=dict(title=translate(say("Output tokens / s per user"), lang), rangemode="tozero"),
                       yaxis=dict(title=translate(say("Output tokens / s in total"), lang), rangemode="tozero"))

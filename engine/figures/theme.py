@@ -3,7 +3,6 @@ See docs/internals.md#theme."""
 from __future__ import annotations
 
 import html
-import math
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -191,14 +190,3 @@ def preview(r: RequestRecord, placeholder: bool, n: int = 90, lang: str = "en") 
     return "<br>" + translate(say("answer: {text}", text=text), lang)
 
 
-def fmt_num(v: float) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "–"
-    a = abs(v)
-    if a >= 1000:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.0f}"
-    if a >= 1:
-        return f"{v:.1f}"
-    return f"{v:.2f}"

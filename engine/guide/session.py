@@ -19,7 +19,7 @@ from engine.measure.workloads import scenarios
 from engine.messages import say
 from engine.paths import history_path
 from engine.serving import models
-from engine.serving.states import READY, STARTING
+from engine.serving.states import READY, STARTING, STOPPING
 
 if TYPE_CHECKING:  # the Guide is handed its Lab; engine.lab imports this module, not the other way round
     from engine.lab import Lab
@@ -56,6 +56,11 @@ class State:
         return cls(current, scale, runs, facts, float(moved), model)
 
     def done(self, step_id: str) -> bool:
+        """Whether the step's run finished: its saved runs, the free step's reading, a start that became ready
+        (asking for a start is not having one)."""
+        if step_id == "start":
+            f = self.facts.get("start") or {}
+            return bool(f.get("already") or f.get("ready_s") is not None)
         return bool(self.runs.get(step_id) or self.facts.get(step_id))
 
 
@@ -108,6 +113,17 @@ class Guide:
             if changed:
                 self._write()
             return State.from_dict(json.loads(json.dumps(self._state.to_dict())))
+
+    def running(self, state: State | None = None) -> frozenset[str]:
+        """The steps whose run is under way: a job a step started and not ended, or the vLLM start the start step
+        asked for while the server is still coming up (a tick or "Run again" only once it finished)."""
+        state = state or self.state()
+        with self._lock:
+            out = {sid for sid, job_id in self._jobs.items() if (job := self.lab.job(job_id)) and job.active}
+        f = state.facts.get("start") or {}
+        if f and not state.done("start") and self.lab.server_snapshot().state in (STARTING, STOPPING):
+            out.add("start")
+        return frozenset(out)
 
     def job(self, step_id: str):
         """The job this step started, while it runs or just ended (None after an app restart)."""

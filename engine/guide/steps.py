@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.digits import significant
 from engine.errors import LabError
 from engine.messages import Message, mark, say
 
@@ -36,6 +37,13 @@ class Step:
     # requests sent first and not counted: a server's first batch of a new size pays one-off start-up work
     # (ten 150-token answers: 4.5 s cold against 0.86 s warm on an H200, docs/results-h200.md), not the lesson
     warmup: int = 0
+
+    def told(self, text: Message, scale: float) -> Message:
+        """One of its texts (narrative, more, notice) with the token budget it runs at this scale: a text that
+        names its budget says {tokens}, so what the page says is what the button sends."""
+        if "{tokens}" not in text.template:
+            return text
+        return Message(text.template, values={"tokens": tokens_for(self, scale)})
 
     @property
     def number(self) -> int:
@@ -92,11 +100,11 @@ STEPS: tuple[Step, ...] = (
          (SeedNumber(mark("wall time for 10"), 3.9, "s"), SeedNumber(mark("mean latency"), 3.6, "s"),
           SeedNumber(mark("throughput"), 354, "tok/s"), SeedNumber(mark("naive would take"), 50, "s")), warmup=10),
     Step("tuning", mark("Tuning"),
-         say("Restart vLLM with max-model-len 512 and gpu-memory-utilization 0.90, and send the 10 requests again "
-             "with 100 tokens each."),
-         say("A shorter context caps how long a request may grow; a larger memory share gives the KV cache more room. "
-             "The app runs the same 100-token workload on both settings (2048 / 0.85, then 512 / 0.90), so the "
-             "comparison is fair; the notebook compared against its 150-token run."),
+         mark("Restart vLLM with max-model-len 512 and gpu-memory-utilization 0.90, and send the 10 requests again "
+              "with {tokens} tokens each."),
+         mark("A shorter context caps how long a request may grow; a larger memory share gives the KV cache more room. "
+              "The app runs the same {tokens}-token workload on both settings (2048 / 0.85, then 512 / 0.90), so the "
+              "comparison is fair; the notebook sent 100 tokens and compared against its 150-token run."),
          say("Throughput and wall time side by side: whether the shorter context helped depends on whether the KV "
              "cache was the limit."),
          mark("Restart with 512 / 0.90 and compare"), "tuning", 100,
@@ -104,8 +112,8 @@ STEPS: tuple[Step, ...] = (
                                                                           "tok/s"),
           SeedNumber(mark("throughput change"), -20, "%"))),
     Step("streaming", mark("Streaming and TTFT"),
-         say("Users expect words to appear at once. Stream a 300-token answer to \"Explain PagedAttention in vLLM "
-             "and why it matters for serving.\" and time the first token."),
+         mark("Users expect words to appear at once. Stream a {tokens}-token answer to \"Explain PagedAttention in "
+              "vLLM and why it matters for serving.\" and time the first token."),
          say("stream=True in the OpenAI API. The time to first token (TTFT) is what a chat user feels; without "
              "streaming they would see nothing until the whole answer is done."),
          say("The first token arrives long before the answer ends: that gap is what streaming saves."),
@@ -144,12 +152,14 @@ def tokens_for(s: Step, scale: float) -> int | None:
 
 
 def seed_text(n: SeedNumber) -> Message:
-    """A SeedNumber as a short phrase in its unit (said in the reader's language)."""
-    return value_text(n.value, n.unit)
+    """A SeedNumber as a short phrase in its unit, with the digits the notebook printed (said in the reader's
+    language)."""
+    return value_text(n.value, n.unit, f"{n.value:g}")
 
 
-def value_text(v: float, unit: str) -> Message:
-    """A number in one of the SeedNumber units, said in the reader's language."""
-    return {"s": say("{v:.1f} s", v=v), "ms": say("{v:.0f} ms", v=v), "x": say("{v:.1f}×", v=v),
-            "%": say("{v:+.0%}", v=v / 100), "GB": say("{v:.2f} GB", v=v) if v < 1 else say("{v:.1f} GB", v=v),
-            "tok/s": say("{v:.0f} tok/s", v=v), "tokens": say("{v:.0f} tokens", v=v)}[unit]
+def value_text(v: float, unit: str, shown: str | None = None) -> Message:
+    """A number in one of the SeedNumber units, said in the reader's language: a measurement in significant figures
+    (0.40 tok/s, never 0 tok/s), or as `shown`."""
+    n = shown or significant(v)
+    return {"s": say("{v} s", v=n), "ms": say("{v} ms", v=n), "x": say("{v}×", v=n), "%": say("{v:+.0%}", v=v / 100),
+            "GB": say("{v} GB", v=n), "tok/s": say("{v} tok/s", v=n), "tokens": say("{v:.0f} tokens", v=v)}[unit]

@@ -23,6 +23,20 @@ QUANTILES = (0.5, 0.9, 0.99)
 
 
 @dataclass(frozen=True)
+class Percentile:
+    """A bucket-estimated percentile: `value` and what it is: "estimate" (interpolated inside its bucket), "below"
+    (the percentile is at most `value`: the first bucket's top, or what the sum allows) or "above" (at least
+    `value`: the highest finite bound, the +Inf bucket holding it)."""
+
+    value: float
+    kind: str
+
+    def shown(self, text: str) -> str:
+        """`text` (the value as written) marked with what it is: "< 0.30", "> 10", or as it is for an estimate."""
+        return {"below": f"< {text}", "above": f"> {text}"}.get(self.kind, text)
+
+
+@dataclass(frozen=True)
 class Histogram:
     """One histogram summed over its label sets (engines): cumulative counts at each upper bound (the
     last +Inf), the sum and the count of what it observed."""
@@ -48,9 +62,18 @@ class Histogram:
         return self.sum / self.count if self.count else None
 
     def quantile(self, q: float) -> float | None:
-        """The q-quantile estimated from the buckets (Prometheus' histogram_quantile): the bucket that holds
-        rank q x count, interpolated linearly from its lower bound (0 for the first) to its upper; in the
-        +Inf bucket, the highest finite bound (all the buckets can say). None when nothing was observed."""
+        """The q-quantile as far as the data allow (`percentile`'s value); None when nothing was observed."""
+        p = self.percentile(q)
+        return None if p is None else p.value
+
+    def percentile(self, q: float) -> "Percentile | None":
+        """The q-quantile estimated from the buckets (Prometheus' histogram_quantile: interpolated linearly inside
+        the bucket that holds rank q x count), never placed past what the data allow. In the first bucket the
+        interpolation would put it at the bucket's middle whatever the values were (a 0.3 ms queue read as 150 ms),
+        so it is a bound there: below the bucket's top. No observation is negative, so at most a share 1 - q of them
+        lie at or above the q-quantile, and their sum is at most the histogram's: the quantile is at most
+        mean / (1 - q), a bound too where the interpolation lies above it. In the +Inf bucket: above the highest
+        finite bound. None when nothing was observed."""
         if not self.count:
             return None
         rank = q * self.count
@@ -58,10 +81,14 @@ class Histogram:
         for bound, cum in zip(self.bounds, self.cumulative):
             if cum >= rank and cum > below:
                 if math.isinf(bound):
-                    return lower
-                return lower + (bound - lower) * (rank - below) / (cum - below)
+                    break
+                most = max(lower, min(bound, self.sum / (self.count * (1 - q)))) if q < 1 else bound
+                if not lower:
+                    return Percentile(most, "below")
+                estimate = lower + (bound - lower) * (rank - below) / (cum - below)
+                return Percentile(most, "below") if estimate > most else Percentile(estimate, "estimate")
             lower, below = bound, cum
-        return lower
+        return Percentile(lower, "above")
 
     def bucket_of(self, q: float) -> tuple[float, float | None] | None:
         """The bounds of the bucket the q-quantile lies in (its upper None for +Inf): all the estimate knows
@@ -86,9 +113,30 @@ class Histogram:
     def said(self) -> dict:
         """What a run keeps of it: count, exact mean and sum, bucket-estimated percentiles with the bucket each
         lies in, the buckets."""
+        ps = {f"p{round(q * 100)}": self.percentile(q) for q in QUANTILES}
         return {"count": self.count, "sum": self.sum, "mean": self.mean,
-                **{f"p{round(q * 100)}": self.quantile(q) for q in QUANTILES},
+                **{k: p and p.value for k, p in ps.items()}, **{f"{k}_kind": p and p.kind for k, p in ps.items()},
                 **{f"p{round(q * 100)}_bucket": self.bucket_of(q) for q in QUANTILES}, "buckets": self.buckets()}
+
+
+def stored(said: dict) -> Histogram | None:
+    """A Histogram again from what a run kept of it (`Histogram.said`: its buckets, sum and count), so a percentile
+    is judged as today even in a run saved before; None when its buckets were not kept."""
+    rows = said.get("buckets") or []
+    if not rows or said.get("count") is None:
+        return None
+    bounds = tuple(math.inf if b is None else float(b) for b, _n in rows)
+    cum, total = [], 0.0
+    for _b, n in rows:
+        total += n
+        cum.append(total)
+    return Histogram(bounds, tuple(cum), float(said.get("sum") or 0.0), float(said["count"]))
+
+
+def percentile(said: dict, q: float) -> Percentile | None:
+    """The q-quantile of a histogram a run kept, as `Histogram.percentile` judges it (None without one)."""
+    h = stored(said)
+    return None if h is None else h.percentile(q)
 
 
 def histograms(text: str, model: str | None = None) -> dict[str, Histogram]:

@@ -19,6 +19,7 @@ from engine.measure.judge.slo import Slo, judge, record_goodput
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.judge.stats import peak_in_flight
 from engine.measure.load.ledger import WarmthLedger
+from engine.measure.workloads import seeds
 from engine.messages import mark, say
 from engine.observe import hardware
 from engine.observe.energy import EnergyMeter
@@ -308,12 +309,14 @@ class Runner:
             setattr(result.extra, name, value)
         return self._keep(result, target, served)
 
-    def repeat(self, spec: LoadSpec, target: Target, n: int) -> list[RunResult]:
+    def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
         """The same load `n` times (issue #21 item 5), each run saved as it ends and marked as one of the group
         (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
         interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
         (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
-        False says it refused, so later repeats may have found earlier prompts cached)."""
+        False says it refused, so later repeats may have found earlier prompts cached). Synthetic prompts are made
+        again from a new seed for each repeat after the first unless `fixed_seed` (workloads.seeds: each run records
+        its own)."""
         check_repeats(n)
         group, out = uuid.uuid4().hex[:12], []
         for i in range(n):
@@ -321,7 +324,8 @@ class Runner:
                 break
             self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
-            out.append(self.load(spec, target, repeat_group=group, repeat_index=i + 1, repeats=n,
+            sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
+            out.append(self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n,
                                  prefix_cache_reset=reset))
         self.progress.on_step(len(out), n, mark("done"))
         return out

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from engine.errors import ConfigError, ServerBusy
-from engine.messages import mark, say, say_n
+from engine.messages import Message, mark, say, say_n
 from engine.observe import nvml
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -239,8 +239,31 @@ _TRUST = mark("it trusts code from the model folder or from requests; start vLLM
 _TLS = mark("the app talks to its server over plain HTTP on this machine; put TLS in front of the app instead")
 _CORS = mark("which web pages may call the server is not for a shared dashboard to widen")
 _REMOTE = mark("it sends data to or takes it from other machines")
-_FORM = mark("that setting has its own control (a field on the Server page, an option of `python -m engine "
-             "serve`): set it there")
+
+
+def _own(field: str, option: str | None) -> Message:
+    """Why a setting with a control of its own is refused among the extra flags: where that control is (the
+    Server page's field, and `python -m engine serve`'s option where it has one)."""
+    if option is None:
+        return say("that setting has its own control, {field} on the Server page: set it there", field=mark(field))
+    return say("that setting has its own control, {field} on the Server page or {option} of `python -m engine "
+               "serve`: set it there", field=mark(field), option=option)
+
+
+# The Server page's field and the CLI's option of each setting the app sets itself
+OWN_CONTROLS: dict[str, tuple[str, str | None]] = {
+    "--model": ("Model", "--model"), "--served-model-name": ("Served model name", None),
+    "--max-model-len": ("Max model length (tokens)", "--max-model-len"),
+    "--gpu-memory-utilization": ("GPU memory utilization", "--gpu-memory-utilization"),
+    "--dtype": ("Data type", "--dtype"), "--max-num-seqs": ("Max requests in a batch (max-num-seqs)", "--max-num-seqs"),
+    "--enforce-eager": ("Enforce eager (no graphs)", "--enforce-eager"),
+    **dict.fromkeys(("--tensor-parallel-size", "-tp"), ("Tensor parallel size", "--tensor-parallel-size")),
+    **dict.fromkeys(("--pipeline-parallel-size", "-pp"), ("Pipeline parallel size", "--pipeline-parallel-size")),
+    **dict.fromkeys(("--data-parallel-size", "-dp"), ("Data parallel size", "--data-parallel-size")),
+    "--enable-prefix-caching": ("Prefix caching", "--enable-prefix-caching"),
+    "--no-enable-prefix-caching": ("Prefix caching", "--no-enable-prefix-caching"),
+    "--load-format": ("Model", "--model"),  # the model picked sets it (the shape-only model: random weights)
+}
 REFUSED_EXTRA_FLAGS: dict[str, str] = {
     **dict.fromkeys(("--host", "--port", "--uds", "--root-path", "--grpc-port", "--headless", "--master-port",
                      "--data-parallel-address", "--data-parallel-rpc-port", "--data-parallel-supervisor-port"),
@@ -259,10 +282,7 @@ REFUSED_EXTRA_FLAGS: dict[str, str] = {
     **dict.fromkeys(("--config", "--log-config-file"), mark("it reads settings from a file on this machine")),
     **dict.fromkeys(("--otlp-traces-endpoint", "--kv-transfer-config", "--kv-events-config", "--ec-transfer-config",
                      "--weight-transfer-config"), _REMOTE),
-    **dict.fromkeys(("--model", "--served-model-name", "--max-model-len", "--gpu-memory-utilization", "--dtype",
-                     "--max-num-seqs", "--enforce-eager", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size",
-                     "-pp", "--data-parallel-size", "-dp", "--enable-prefix-caching",
-                     "--no-enable-prefix-caching", "--load-format"), _FORM),
+    **{flag: _own(*control) for flag, control in OWN_CONTROLS.items()},
 }
 
 

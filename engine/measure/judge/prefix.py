@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.messages import say
+from engine.messages import Message, say
 from engine.results.records import RequestRecord
 
 
@@ -26,6 +26,43 @@ def hit_rate(run: Any) -> float | None:
     part (vllm:prefix_cache_hits_total / queries_total); None without its counters or lookups."""
     hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
     return hits / queries if hits is not None and queries else None
+
+
+CACHED_NOTABLE = 0.1  # from this share of its prompt tokens on, a run's prefill was not that of new prompts
+
+
+def cached_share(run: Any) -> float | None:
+    """The share of a run's prompt tokens its server found in the prefix cache over the measured part (its counters);
+    None without them or without lookups."""
+    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    return None if hits is None or not queries else hits / queries
+
+
+def levels_said(runs: Sequence[Any]) -> Message | None:
+    """A sweep's levels that took CACHED_NOTABLE or more of their prompt tokens from the cache (a sweep sends the same
+    prompts at every level), in one sentence; None when none did."""
+    cached = [(r, share) for r in runs if (share := cached_share(r)) is not None and share >= CACHED_NOTABLE]
+    if not cached:
+        return None
+    shares = sorted(s for _r, s in cached)
+    return say("{n} of the {total} levels took {low}–{high} of their prompt tokens from the server's prefix cache (the "
+               "same prompts at every level): their prefill was partly skipped, so their throughput and TTFT are "
+               "not those of new prompts.", n=len(cached), total=len(runs), low=f"{shares[0]:.0%}",
+               high=f"{shares[-1]:.0%}")
+
+
+def cached_said(run: Any) -> Message | None:
+    """The share of a run's prompt tokens its server took from the prefix cache, said wherever its throughput or TTFT
+    is (issue #29: a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
+    fresh prompts); None below CACHED_NOTABLE or without the server's counters (vllm:prefix_cache_hits/queries)."""
+    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    if hits is None or not queries or hits / queries < CACHED_NOTABLE:
+        return None
+    return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache, so "
+               "their prefill was skipped: its throughput and TTFT are not those of new prompts. To measure new ones, "
+               "send prompts the server has not seen (a new seed, other rows) or turn prefix caching off on the "
+               "Server page (python -m engine serve --no-enable-prefix-caching).", share=f"{hits / queries:.0%}",
+               hits=hits, queries=queries)
 
 
 def ok_in_order(run: Any) -> list[RequestRecord]:

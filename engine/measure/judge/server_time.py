@@ -6,13 +6,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.measure.judge import stats
+from engine.digits import significant
 from engine.messages import Message, mark, say
-from engine.observe.histograms import HISTOGRAMS
+from engine.observe import histograms
+from engine.observe.histograms import HISTOGRAMS, QUANTILES
 
 QUEUE_DOMINATES = 0.5  # the share of the client's mean TTFT spent waiting for a slot that makes it the story
 
 # our key -> how a sentence names the server's phase
 PHASES = {"queue": mark("waiting in the queue"), "prefill": mark("prefill"), "decode": mark("decode")}
+MEANS = mark("Means are exact (the histograms' sums over their counts); percentiles are estimated from the "
+             "histograms' buckets.")
+# what "<" and ">" before a percentile mean (engine.observe.histograms.Percentile)
+BOUNDS = mark("A percentile marked < is a bound, not an estimate: its values lay in the histogram's first bucket, "
+              "or their sum allows no more; one marked > lay beyond the highest bucket. No percentile is placed "
+              "past what was observed.")
 # what the client's E2E holds beyond them: a stacked picture's last part
 GAP = mark("HTTP, detokenising, streaming, the client")
 
@@ -94,8 +102,30 @@ def of(run: Any) -> ServerTime | None:
                       tuple(HISTOGRAMS[k] for k in view.get("missing", ()) if k in HISTOGRAMS))
 
 
-def _ms(s: float) -> str:
-    return f"{s * 1000:,.0f}"
+def _ms(s: float | None) -> str:
+    return significant(None if s is None else s * 1000)
+
+
+def percentile_ms(h: dict, q: float) -> str:
+    """A histogram's (as a run kept it) q-quantile in ms, marked where it is a bound ("< 0.60": below the first
+    bucket's top or what the sum allows; "> 10,000": in the +Inf bucket); "–" without one."""
+    p = histograms.percentile(h, q)
+    if p is None:  # kept without its buckets: the stored estimate as it is
+        return _ms(h.get(f"p{round(q * 100)}"))
+    return p.shown(_ms(p.value))
+
+
+def percentiles_said(h: dict) -> Message:
+    """A histogram's p50, p90 and p99 in one line (bucket estimates, bounds marked)."""
+    return say("p50 {p50} ms · p90 {p90} ms · p99 {p99} ms (bucket estimates)", p50=percentile_ms(h, 0.5),
+               p90=percentile_ms(h, 0.9), p99=percentile_ms(h, 0.99))
+
+
+def bounded(run: Any) -> bool:
+    """Whether any percentile of the run's server view is a bound rather than an estimate."""
+    hists = ((getattr(run.extra, "server_view", None) or {}).get("histograms") or {}).values()
+    return any(p is not None and p.kind != "estimate" for h in hists for q in QUANTILES
+               if (p := histograms.percentile(h, q)) is not None)
 
 
 def said(run: Any) -> list[Message]:
@@ -125,8 +155,9 @@ def said(run: Any) -> list[Message]:
                        share=t.queue_share))
     if t.missing:
         out.append(say("This server does not export {names}: those parts are not shown.", names=", ".join(t.missing)))
-    out.append(say("Means are exact (the histograms' sums over their counts); percentiles are estimated from the "
-                   "histograms' buckets."))
+    out.append(MEANS)
+    if bounded(run):
+        out.append(BOUNDS)
     return out
 
 

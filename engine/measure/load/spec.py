@@ -64,6 +64,7 @@ class LoadSpec:
     timeout_s: float | None = None  # whole request; None: request_deadline_s(max_tokens)
     read_timeout_s: float = 60.0  # longest silence between bytes
     seed: int = 0  # poisson arrivals
+    prompt_seed: int | None = None  # the seed synthetic prompts were made from (workloads.seeds); None: not seed-made
     scenario: str = ""
     label: str = ""
     workers: int = 0  # client processes; 0 = auto (1 unless concurrency is high and cores allow)

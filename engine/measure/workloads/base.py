@@ -89,7 +89,8 @@ class Plan:
         runs compare exactly (vLLM's extension; a server that lacks it ends at EOS)."""
         over: dict[str, Any] = {"prompts": list(self.prompts), "num_requests": None, "workload": dict(self.summary),
                                 "max_tokens_each": self.max_tokens_each, "offsets": self.offsets,
-                                "conversations": self.conversations}
+                                "conversations": self.conversations,
+                                "prompt_seed": self.summary.get("seed") if self.kind == "lengths" else None}
         if self.conversations is not None:
             over["think_time_s"] = self.think_time_s
         if self.max_tokens_each:
@@ -117,6 +118,8 @@ def named(workload: dict | None) -> Message | str:
             pass
     kinds = {"dataset": say("dataset"), "lengths": say("lengths"), "multi-turn": say("multi-turn"),
              "trace": say("trace")}
+    if kind == "lengths" and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
+        return say("{kind} · {name} · seed {seed}", kind=kinds["lengths"], name=name, seed=workload["seed"])
     return say("{kind} · {name}", kind=kinds.get(kind, kind or ""), name=name) if name else kinds.get(kind, kind or "")
 
 
@@ -127,6 +130,9 @@ def run_workload(run) -> Message | str:
         return w
     if not run.load.prompts:  # an imported or older record that kept no prompts
         return say("{n} requests", n=len(run.measured))
+    if (seed := run.load.other.get("prompt_seed")) is not None:
+        return say("{n} requests drawn from {k} synthetic prompts of seed {seed}", n=len(run.measured),
+                   k=len(run.load.prompts), seed=seed)
     return say("{n} requests drawn from {k} prompts", n=len(run.measured), k=len(run.load.prompts))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from engine.measure.load.spec import LoadSpec
-from engine.measure.workloads import kinds, prompts, scenarios
+from engine.measure.workloads import kinds, prompts, scenarios, seeds
 from engine.measure.workloads import tokens as toks
 from engine.measure.workloads.base import MAX_FILE_BYTES, Plan
 from engine.messages import say
@@ -76,27 +76,30 @@ def workload_plan(desc: dict, data: bytes | None = None) -> Plan:
 def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: int | None, ignore_eos: bool = False,
                    rate: float | None = None, concurrency: int | None = None, synthetic: bool = False,
                    warmup: bool = True, plan: Plan | None = None, ramp_up_s: float = 0.0,
-                   burstiness: float = 1.0) -> LoadSpec:
+                   burstiness: float = 1.0, seed: int | None = None) -> LoadSpec:
     """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
     checked against the ready server's `max_len` (ConfigError), and named by what happens: how many
     requests were really in flight, or the arrival rate. With `warmup`, one batch as big as the measured
     part's is sent first and not counted (engine.measure.judge.warmth: the first batch of a size pays
     start-up work). A workload `plan` (workload_plan) replaces the prompts with its own requests (their lengths,
     turns or trace clock); `ramp_up_s` and `burstiness` as LoadSpec's. Named by the workload's kind (a scenario
-    of the catalogue starts with it), else by its arrival."""
-    plist = prompts.seeded_prompts(num_requests) if synthetic else prompts.LAB_CONCURRENT
+    of the catalogue starts with it), else by its arrival. Synthetic prompts (seeded, or a length distribution's) are
+    made from `seed`, a new one when None (seeds.fresh: no run finds another's prompts in the prefix cache)."""
+    seed = seeds.fresh() if seed is None else seed
+    plist = prompts.seeded_prompts(num_requests, seed) if synthetic else prompts.LAB_CONCURRENT
     spec = scenarios.get("concurrent-10").load_spec(
         prompts=list(plist), shape=shape, num_requests=num_requests, max_tokens=max_tokens, ignore_eos=ignore_eos,
-        rate=rate, concurrency=concurrency if shape == "concurrency" else None)
+        rate=rate, concurrency=concurrency if shape == "concurrency" else None,
+        prompt_seed=seed if synthetic else None)
     if plan is not None:
-        spec = plan.apply(spec)
+        spec = seeds.reseed(plan.apply(spec), seed)
     if plan is None or plan.offsets is None:  # a trace keeps its own clock
         spec = replace(spec, ramp_up_s=ramp_up_s if shape in ("concurrency", "poisson") else 0.0,
                        burstiness=burstiness if shape == "poisson" else 1.0)
     spec.validate(max_len)
     scenario = (plan.kind if plan is not None else "poisson" if shape == "poisson"
                 else f"concurrent-{min(spec.in_flight(), spec.n)}")
-    return replace(spec, label=spec.describe(), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
+    return replace(spec, label=seeds.described(spec), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
                    scenario=scenario)
 
 

@@ -14,6 +14,8 @@ from engine.measure.workloads.tokens import Tokens, estimated
 from engine.messages import Message, say
 
 KINDS = ("fixed", "uniform", "normal", "chat-like")
+PARAMETERS = {"fixed": ("mean",), "uniform": ("low", "high"), "normal": ("mean", "stdev", "low", "high"),
+              "chat-like": ("low", "high")}  # the fields each kind reads
 SHAPES_FILE = Path(__file__).with_name("shapes.json")
 
 
@@ -70,7 +72,9 @@ class Lengths:
         return say("chat-like long tail (shipped shape)")
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "mean": self.mean, "stdev": self.stdev, "low": self.low, "high": self.high}
+        """The parameters its kind has, and only those: a uniform range records no mean (its default 128 was
+        recorded beside a 16-64 range whose requests averaged 41.65); what was drawn is the plan's to say."""
+        return {"kind": self.kind, **{k: getattr(self, k) for k in PARAMETERS[self.kind]}}
 
 
 # A length as one word (the CLI's --input-len / --output-len): "200" fixed, "100-300" a uniform range, "200:50"

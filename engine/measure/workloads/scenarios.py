@@ -71,7 +71,8 @@ class Scenario:
 
             spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
-                spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each])
+                spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
+                               workload={**spec.workload, "max_tokens_cap": over["max_tokens"]})
         if self.read_timeout_s is not None:  # the wait for room comes on top of the answer's own deadline
             spec = replace(spec, read_timeout_s=self.read_timeout_s,
                            timeout_s=self.read_timeout_s + request_deadline_s(spec.max_tokens))
@@ -171,7 +172,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              tuple(prompts.SPECULATION), 96, shape="burst", concurrency=len(prompts.SPECULATION), warmup=4,
              configs=({"extra_args": ("--speculative-config", NGRAM)}, {}),
              config_labels=(say("n-gram speculation on"), say("speculation off"))),
-    Scenario("stream-300", say("One streamed 300-token answer (TTFT)"), "vllm", (prompts.LAB_STREAM,), 300),
+    Scenario("stream-300", say("One streamed answer, TTFT ({tokens} tokens)", tokens=300), "vllm", (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
