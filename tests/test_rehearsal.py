@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+import ui  # noqa: F401 - numpy & co. whole before any Lab's warm-up thread imports them (a concurrent first import
+# can hand a thread a half-made numpy: "partially initialized module 'numpy'")
 from engine.guide import rehearsal as rh
 from engine.guide import sheet as sheets
 from engine.guide.sheet import Sheet, StepSheet
