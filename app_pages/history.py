@@ -245,7 +245,7 @@ else:
                     st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
                               "traffic.", n=n), icon=":material/forum:")
                 ui.token_check(run)
-                ui.warmth(lab, run)
+                ui.warmth(run)
                 if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
                 if run.extra.endpoint:

@@ -51,7 +51,7 @@ tokens_help = (
     _("The lab uses 150. The running server accepts up to {len} (its max-model-len); this slider stops at {cap} "
       "to keep runs short.", len=server_len, cap=TOKENS_CAP)
     if server_len else _("The lab uses 150. Once the server runs, this stops at its max-model-len."))
-# What to send (issue #20): the lab's prompts stay the default
+# What to send: the lab's prompts stay the default
 chosen = workload_form.choose(top_what, top_said, tokens_hi)
 what, wl_plan = chosen.what, chosen.plan
 
@@ -232,7 +232,7 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
-    ui.warmth(lab, run)
+    ui.warmth(run)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -289,7 +289,7 @@ def live() -> None:
     if (run := _shown_run(job)) is not None:
         _draw_numbers(job.id, job.status, i18n.lang())
         viewer_limits.slo_verdict(run)  # this viewer's own SLO: not in the drawings shared by every viewer
-        viewer_limits.cost(lab, run)  # this viewer's own price, likewise
+        viewer_limits.cost(run)  # this viewer's own price, likewise
         _draw_charts(job.id, job.status, i18n.lang())
 
 live()

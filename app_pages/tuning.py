@@ -24,12 +24,12 @@ scn = scenarios.get("tuning")
 st.title(_("Tuning"))
 # Every section keeps the same elements in the same order whatever the server's state: a redraw of the whole
 # app (the sidebar's, when the server stops and starts mid-comparison) must find each fragment where the
-# browser has it. What depends on the state lives inside a fixed st.container() slot (issue #18: the page
+# browser has it. What depends on the state lives inside a fixed st.container() slot (the page
 # went blank with "Bad delta path index 16" when an element appeared or vanished before a fragment).
 st.caption(_("The lab's step 4: restart vLLM with each row's settings, send each the same workload (the lab's 10 "
              "concurrent requests, or a shipped example), compare throughput and wall time."))
 
-# What each configuration is sent (issue #20 item 6): the lab's prompts, or one of the shipped example workloads
+# What each configuration is sent: the lab's prompts, or one of the shipped example workloads
 WORKLOADS = example_workloads()
 LAB_PROMPTS = "lab"
 
@@ -232,7 +232,7 @@ def compare(scenario, spec, label: str, icon: str, key: str) -> None:
     progress(scenario.name, f"{key}_cancel")
 
 
-# -- 2. the KV cache as the scarce resource (issue #12) ------------------------------------------------
+# -- 2. the KV cache as the scarce resource ------------------------------------------------
 st.divider()
 st.subheader(_("The KV cache as the scarce resource"))
 squeeze = scenarios.get("kv-squeeze")
@@ -289,7 +289,7 @@ with right:
     kv_results()
 
 
-# -- 3. prefix caching (issue #12 item 3): its own comparison, on vs off, with its own chart ----------
+# -- 3. prefix caching: its own comparison, on vs off, with its own chart ----------
 st.divider()
 st.subheader(_("Prefix caching"))
 pscn = scenarios.get("prefix-cache")

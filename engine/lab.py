@@ -253,7 +253,7 @@ class Lab:
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:
         """The same load against the server the app measures (A: its own or the attached one) and the one at
-        `url_b` (B) at once, on one clock (Runner.side_by_side; issue #13 item 2). B is discovered first: a
+        `url_b` (B) at once, on one clock (Runner.side_by_side). B is discovered first: a
         dead address, an answer that is not an OpenAI-style server or a refused key is one sentence and
         nothing runs. Two servers sharing this machine's CPU or its one GPU are refused with
         side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""

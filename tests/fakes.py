@@ -18,7 +18,9 @@ The request's model name picks the behaviour:
 Every request's JSON is kept in `bodies`, in arrival order.
 With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
 --max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
-are in flight.
+are in flight. An answer's chunks keep the fake's own schedule (chunk_delay_s apart from its first, a late
+wake-up not carried over), so its length and the capacity are the same on a busy machine; only the client's
+own delays add to what it measures.
 With endless=True it is a server that answers GET /v1/models (one model, "endless") and then never ends
 any other answer: GET /metrics, GET /version and every completion stream a chunk every 0.2 s forever.
 With metrics=True it also serves GET /metrics: vLLM's vllm:generation_tokens_total, every content
@@ -197,11 +199,15 @@ class FakeOpenAIServer:
         serial = len(self.bodies)
         texts = ([U2028_TEXT] if model == "u2028" else [f" r{serial} t{i}" for i in range(n)] if model == "numbered"
                  else [f" t{i}" for i in range(n)])
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         for i, text in enumerate(texts):
             self.generated += 1
             finish = "length" if i == len(texts) - 1 else None
             await send(_chunk(_content(text, chat, finish), sep), slices=7 if model == "crlf" else 1)
-            await asyncio.sleep(self.chunk_delay_s)
+            # Paced by its own clock: chunk i+1 is due chunk_delay_s x (i+1) after the first, however late this
+            # wake-up was, so an answer takes as long (and `slots` serve as many per second) on a busy machine.
+            await asyncio.sleep(max(0.0, start + self.chunk_delay_s * (i + 1) - loop.time()))
         cached = 4 if model == "cached" else None
         self.prefix_queries += 5
         self.prefix_hits += cached or 0

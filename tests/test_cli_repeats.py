@@ -1,4 +1,4 @@
-"""The CLI's repeats and SLO search (issue #21 items 5-6): `run … --repeats N` prints each run, then the median
+"""The CLI's repeats and SLO search: `run … --repeats N` prints each run, then the median
 and 95 % interval of throughput and TTFT; the summary prints the server's queue / prefill / decode and the energy;
 `run slo-search` bisects to the most requests in flight that meet the SLO. Bad options are one sentence."""
 import subprocess

@@ -1,4 +1,4 @@
-"""Every wait has an end (issue #19 item 2): a server that answers GET /v1/models and then never ends an
+"""Every wait has an end: a server that answers GET /v1/models and then never ends an
 answer (tests/fakes.py, endless=True: the one fault a real vLLM will not produce on demand) against
 Connect, a chat, a load test and the CLI: each ends at its deadline, in its sentence. The deadlines are
 the product's own (10 s per GET of discovery, 30 s + 0.5 s per token of an answer); these tests ask for

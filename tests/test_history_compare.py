@@ -1,4 +1,4 @@
-"""History's "Compare" and exports (issue #18 item 3): a per-run CSV beside the per-request one (the app and the
+"""History's "Compare" and exports: a per-run CSV beside the per-request one (the app and the
 CLI), the runs side by side in a table from the same rows, and the HTML report's cold marker."""
 from __future__ import annotations
 

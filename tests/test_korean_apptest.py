@@ -1,4 +1,4 @@
-"""The quick tier's Korean check (issue #18 item 5), no browser and no server: every page that renders with
+"""The quick tier's Korean check, no browser and no server: every page that renders with
 the server stopped, driven through app.py with Streamlit's AppTest in Korean (?lang=ko, as a link would
 carry it), on a history holding the shipped example runs, shows no English word but names (tests/korean.py's
 rule) in any text it draws: titles, sentences, captions, boxes, labels, options, placeholders, tooltips,

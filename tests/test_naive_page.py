@@ -1,4 +1,4 @@
-"""Naive vs vLLM teaches batching the right way round (issue #18): each contender's whole job (wall time and
+"""Naive vs vLLM teaches batching the right way round: each contender's whole job (wall time and
 throughput for all the prompts) beside the per-request latency, the four contenders numbered as the buttons
 are and drawn in that order, "vLLM, all at once" in the chart and the numbers, the legend clear of the
 title, a cold vLLM run said, the ceiling sentence once. Figures from hand-made runs; the page with AppTest."""
@@ -105,7 +105,7 @@ def test_the_page_shows_only_its_own_load_jobs(lab):
 
 
 def test_the_vllm_side_shows_where_its_time_went_inside_the_server_and_its_energy(lab):
-    """Issue #21 item 1 on this page: both vLLM contenders' server view in one chart (a row pair each, the bars
+    """The server's view on this page: both vLLM contenders' server view in one chart (a row pair each, the bars
     their own notes), each energy line headed by the contender's name; the naive runs, which have no server, none."""
     import json
 

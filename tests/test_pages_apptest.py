@@ -467,7 +467,7 @@ def _drawn(node) -> str:
 
 @pytest.mark.server
 def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
-    """Issue #13: the Server page's "Connect to an existing server" attaches the session's real vLLM by URL
+    """The Server page's "Connect to an existing server" attaches the session's real vLLM by URL
     (with a made-up key: vLLM without --api-key accepts any); then a load test and a chat go there, every page
     renders, and what cannot work on a server the app did not start is greyed with the reason."""
     import ui

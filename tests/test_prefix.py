@@ -1,4 +1,4 @@
-"""Prefix caching (issue #12 item 3): cached prompt tokens read from the answers' usage, the server's
+"""Prefix caching: cached prompt tokens read from the answers' usage, the server's
 prefix-cache counters over a run's measured part, the sentence that compares caching on and off, the
 chart. The real comparison on vLLM's CPU build runs through the CLI in tests/test_e2e_browser.py, which checks
 its runs and the Tuning page's view of them."""

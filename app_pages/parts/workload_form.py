@@ -1,4 +1,4 @@
-"""What a load test sends (issue #20): the lab's prompts, synthetic ones, a dataset, lengths, chats or a trace,
+"""What a load test sends: the lab's prompts, synthetic ones, a dataset, lengths, chats or a trace,
 chosen on the page and previewed (its settings, a sample, the length histogram) before anything runs."""
 import json
 from dataclasses import dataclass

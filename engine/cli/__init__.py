@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from engine.cli import cluster, guide, history, run, server
+from engine.cli import app, cluster, guide, history, run, server
 from engine.errors import LabError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m engine", description="Serving Lab, headless.")
+    installed = Path(sys.argv[0]).name == "serving-lab"  # the console command pipx install . puts on the PATH
+    p = argparse.ArgumentParser(prog="serving-lab" if installed else "python -m engine",
+                                description="Serving Lab: the dashboard (app) and the headless commands.")
     sub = p.add_subparsers(dest="command", required=True)
-    for commands in (server, run, cluster, history, guide):  # in this order in --help
+    for commands in (server, run, cluster, history, guide, app):  # in this order in --help
         commands.register(sub)
     return p
 

@@ -173,7 +173,7 @@ class Notes(_Typed):
     # (found in the cache) and of vllm:prefix_cache_queries_total (looked up); None: not published or reset
     prefix_cache_hits: int | None = None
     prefix_cache_queries: int | None = None
-    # The server's own view of the measured part (engine.observe.histograms.view, issue #21): vLLM's queue /
+    # The server's own view of the measured part (engine.observe.histograms.view): vLLM's queue /
     # prefill / decode / inference / TTFT / ITL / TPOT / E2E histograms' deltas (exact means, bucket-estimated
     # percentiles), its engine steps' tokens and mean batch, and the histograms it did not export; None: no
     # /metrics (or a run saved before this field)

@@ -210,7 +210,7 @@ class Runner:
     PAIR_LEAD_S = 0.05
 
     def side_by_side(self, a: Target, b: Target, spec: LoadSpec) -> list[RunResult]:
-        """The same load against two servers at once (issue #13 item 2): each side warms up on its own
+        """The same load against two servers at once: each side warms up on its own
         (not counted), then both measured parts start together on ONE clock (the same perf_counter origin,
         the same started_at), each side in its own thread through run_load, reported to
         `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
@@ -310,7 +310,7 @@ class Runner:
         return self._keep(result, target, served)
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
-        """The same load `n` times (issue #21 item 5), each run saved as it ends and marked as one of the group
+        """The same load `n` times, each run saved as it ends and marked as one of the group
         (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
         interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
         (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
@@ -333,7 +333,7 @@ class Runner:
     def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float = 64,
                    tolerance: float = 1, time_cap_s: float = 600.0, rounds: int = 2,
                    by: str = "concurrency") -> "SloSearch":
-        """The largest load at which `slo` holds (issue #21 item 6): requests in flight (`by` "concurrency",
+        """The largest load at which `slo` holds: requests in flight (`by` "concurrency",
         whole numbers, each level through run_level) or requests per second (`by` "rate": the spec's
         num_requests arriving as Poisson at that rate). Bisection between `low` and `high` (each level saved as
         it ends, marked Notes.slo_search), until the last level that held and the first that did not are

@@ -58,7 +58,7 @@ def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None) -> LoadSpec:
     return spec if plan is None else plan.apply(spec)
 
 
-# What the Load test page offers to send (issue #20): the lab's prompts first, then each workload kind
+# What the Load test page offers to send: the lab's prompts first, then each workload kind
 WHAT = ("lab", "synthetic", *kinds.KINDS)
 # The shipped files (examples/workloads/) each kind can read; an upload replaces them
 EXAMPLES = {"dataset": ("chat-prompts.jsonl", "conversations.json"),
@@ -103,7 +103,7 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
                    scenario=scenario)
 
 
-# The Tuning comparison's "what to send" (issue #20 item 6): the lab's prompts, or a shipped example workload
+# The Tuning comparison's "what to send": the lab's prompts, or a shipped example workload
 # (EXAMPLES: no upload there), each with the settings the Load test page offers first
 _EXAMPLE_SETTINGS = {"dataset": {"n": 40, "how": "random", "seed": 0},
                      "multi-turn": {"conversations": 8, "turns": 3}, "trace": {"time_scale": 1.0}}

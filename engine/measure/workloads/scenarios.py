@@ -143,7 +143,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              warmup=10,
              configs=({"max_model_len": 2048, "gpu_memory_utilization": 0.85},
                       {"max_model_len": 512, "gpu_memory_utilization": 0.90})),
-    # Issue #12 item 3: the first request fills the cache, the rest reuse it; one at a time, so each TTFT is
+    # Prefix caching: the first request fills the cache, the rest reuse it; one at a time, so each TTFT is
     # its prefill alone. Both servers report cached tokens in their answers' usage.
     Scenario("prefix-cache", say("{n} questions after one long shared system prompt, one at a time ({tokens} tokens): "
                                  "prefix caching on vs off", n=len(prompts.WORKSHOP_QUESTIONS), tokens=32),
@@ -165,7 +165,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                       {"max_model_len": 256, "cpu_kvcache_gib": 1, "gpu_memory_utilization": 0.85}),
              # named by what they are, not by a size such as "KV 0.00824 GiB" (the flags are in the caption)
              config_labels=(say("KV cache squeezed"), say("KV cache with room to spare"))),
-    # Issue #21 item 7: n-gram speculation (the drafter needs no second model, and the CPU build runs it) on
+    # Speculative decoding: n-gram speculation (the drafter needs no second model, and the CPU build runs it) on
     # answers that copy their prompt, against the same server without it; the server counts what it accepted.
     Scenario("speculation", say("n-gram speculative decoding on vs off: {n} answers that copy their prompt "
                                 "({tokens} tokens)", n=len(prompts.SPECULATION), tokens=96), "tuning",
@@ -177,7 +177,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
              ignore_eos=True, levels=(1, 2, 4, 8, 16, 32)),
-    # Issue #21 item 6: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
+    # The SLO search: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
     # flight that meet the SLO given (the CLI's --slo-ttft-ms / --slo-tpot-ms), between levels[0] and levels[-1]
     Scenario("slo-search", say("SLO search: the most requests in flight, from 1 to 32, that meet the SLO ({tokens} "
                                "tokens)", tokens=128), "slo-search",
@@ -187,7 +187,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                               tokens=128), "vllm",
              tuple(prompts.seeded_prompts(30, seed=1)), 128, shape="poisson", rate=2.0, num_requests=30,
              ignore_eos=True),
-    # Issue #20: real traffic. Each runs offline on the files shipped in examples/workloads/ (README there).
+    # Real traffic (datasets, lengths, chats, traces, ramps, bursts). Each runs offline on the files shipped in examples/workloads/ (README there).
     Scenario("dataset-chat", say("Your own dataset: 40 of the shipped chat prompts at random, 4 in flight ({tokens} "
                                  "tokens)", tokens=64), "vllm", (), 64, shape="concurrency", concurrency=4,
              workload={"kind": "dataset", "file": "chat-prompts.jsonl", "n": 40, "how": "random", "seed": 0}),
