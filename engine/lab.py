@@ -71,6 +71,13 @@ class Lab:
 
         return Guide(self)
 
+    @functools.cached_property
+    def room(self):
+        """The room as the load (engine.room.Room): the presenter's rounds and the attendees' requests in them."""
+        from engine.room import Room
+
+        return Room(self)
+
     # -- the guided lab's rehearsal and the room's pre-flight (engine.guide.rehearsal, engine.guide.preflight) --
     @presenter_only(who=True)
     def rehearse(self, scale: float, model: str | None = None, talk_s: float | None = None, *, who) -> Job:

@@ -163,6 +163,10 @@ class Notes(_Typed):
     pair: str = ""
     pair_side: str = ""
     series: str = ""  # which line of a sweep chart (default: the scenario)
+    # A round of the room (engine.room): the round's id, shared by its two runs (the attendees' requests as they
+    # pressed, then the same requests one at a time), and each request's attendee by the request's index
+    room_round: str = ""
+    attendees: list = field(default_factory=list)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
     # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)

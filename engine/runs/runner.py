@@ -189,6 +189,14 @@ class Runner:
         """One load test; `notes` (Notes fields) are set on the run before it is saved."""
         spec = target.aim(spec)
         self.progress.on_stage(say("sending requests"))
+        return self.gathered(spec, target, lambda on_measure: loadgen.run_load(
+            spec, observer=self.progress, cancel=self.cancel, on_measure=on_measure), **notes)
+
+    def gathered(self, spec: LoadSpec, target: Target, send: Callable[[Callable[[], None]], RunResult],
+                 **notes) -> RunResult:
+        """A run whose requests `send(on_measure)` sends and returns as a RunResult, calling on_measure right
+        before its measured part (a load test's loadgen.run_load; the room's attendees as they press): the
+        server's own counts, its KV cache and the energy around it, cold or warm, `notes` set, saved."""
         # the run's own label (a Message: said in each viewer's language), never its scenario's id
         self.mark(say("{run}: start", run=spec.label or spec.scenario))
         count = ServerCount(target)
@@ -196,8 +204,7 @@ class Runner:
         served = self.served(target)
         meter = self._meter(target)
         try:
-            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel,
-                                      on_measure=lambda: (count.start(), kv.start(), meter and meter.start()))
+            result = send(lambda: (count.start(), kv.start(), meter and meter.start()))
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))

@@ -108,9 +108,11 @@ class Requester:
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
                   on_sent: Callable[[RequestRecord], None] | None = None,
-                  history: list[dict[str, str]] | None = None) -> RequestRecord:
-        """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
-        st = StreamParser(self.chat)
+                  history: list[dict[str, str]] | None = None,
+                  parser: StreamParser | None = None) -> RequestRecord:
+        """Send one request and fill `rec`; never raises except CancelledError (after recording it). A `parser`
+        given is the one its answer is read into, for a caller that shows the answer while it streams (the room)."""
+        st = parser or StreamParser(self.chat)
         body = self.body(rec.prompt, max_tokens, history)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
