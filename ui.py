@@ -133,9 +133,12 @@ def line_breaking() -> None:
     """Korean breaks lines between words, never inside one ("배칭을", not "배/칭을"): CSS keep-all for a Korean
     viewer (a long name or URL may still break anywhere rather than overflow). Drawn on every run, in either
     language, so the page's elements keep their places."""
-    rule = ("[data-testid=stApp] { word-break: keep-all; overflow-wrap: anywhere; }" if i18n.lang() == "ko"
+    rule = ("[data-testid=stApp] * { word-break: keep-all !important; overflow-wrap: break-word; }"  # over the
+            if i18n.lang() == "ko"  # markdown's own break-word on each paragraph
             else "/* English breaks at spaces already */")
-    st.html(f"<style>{rule}</style>")
+    # not a style-only st.html (its paragraphs kept break-word in Chromium): an empty element first keeps the rule
+    # in the sanitized body; at the sidebar's end, where its empty block takes no room that matters
+    st.sidebar.html(f"<span></span><style>{rule}</style>")
 
 
 def chart(fig, key: str | None = None) -> None:

@@ -79,7 +79,7 @@ with side:
 
 def _agenda_label(step_id: str) -> str:
     s = guide.step(step_id)
-    mark = "⏳ " if step_id in running else "✓ " if state.done(step_id) else ""
+    mark = "… " if step_id in running else "✓ " if state.done(step_id) else ""
     return f"{mark}{s.number} · {i18n.tr(s.title)}"
 
 
