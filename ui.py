@@ -166,7 +166,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
     OK / failed counts or a run's bars are shown."""
     for run in runs:
-        for _cause, sentence in failures.failure_causes(run.records):
+        for _cause, sentence in failures.run_causes(run):
             st.warning(plain(_("{label}: {sentence}", label=run.label, sentence=sentence) if prefix else sentence),
                        icon=":material/error:")
 
@@ -238,13 +238,13 @@ def refusal(check: Callable[..., Any], *values) -> str | None:
     return None
 
 
-def cost_text(lab: Lab, run, price: float | None) -> str | None:
+def cost_text(run, price: float | None) -> str | None:
     """A run's cost per million output tokens at `price`, in the viewer's digits; None without a price."""
     cost = pricing.run_cost_per_million(run, price)
     return None if cost is None else i18n.number(cost, 2 if cost >= 0.1 else 4)
 
 
-def warmth(lab: Lab, run) -> None:
+def warmth(run) -> None:
     """What the run's warm-up cost, and whether the measured batch was cold (a warning) or warm (a caption)."""
     if warm := warmup_cost(run.records):
         st.caption(plain(warm.said))

@@ -1,4 +1,4 @@
-"""Guided lab: the seed notebook's steps in its order, one button each, for a presenter and a room (issue #18).
+"""Guided lab: the seed notebook's steps in its order, one button each, for a presenter and a room.
 
 The session (the presenter's step, the runs each step made) lives in the engine (`lab.guide`, engine/guide/),
 so a reload or an app restart keeps it and every viewer sees the same; a viewer who follows the presenter
@@ -165,7 +165,7 @@ def _result(s) -> None:
     if s.id == "naive":
         if run:
             ui.chart(_fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
-            ui.warmth(lab, run)
+            ui.warmth(run)
     elif s.id == "free":
         fact = state.facts.get("free")
         if not fact:
@@ -212,9 +212,10 @@ def _result(s) -> None:
         if run:
             ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang)), key="g-seq")
     elif s.id == "concurrent":
+        st.page_link("app_pages/room.py", label=_("Try it with the room as the load"), icon=":material/groups:")
         if run:
             ui.chart(_fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
-            ui.warmth(lab, run)
+            ui.warmth(run)
     elif s.id == "tuning":
         runs = guide.runs("tuning", state)
         if runs:

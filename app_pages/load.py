@@ -10,7 +10,7 @@ from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.digits import significant
-from engine.measure.judge import lateness, prefix, repeats, stats
+from engine.measure.judge import failures, lateness, prefix, repeats, stats, verdict
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -51,7 +51,7 @@ tokens_help = (
     _("The lab uses 150. The running server accepts up to {len} (its max-model-len); this slider stops at {cap} "
       "to keep runs short.", len=server_len, cap=TOKENS_CAP)
     if server_len else _("The lab uses 150. Once the server runs, this stops at its max-model-len."))
-# What to send (issue #20): the lab's prompts stay the default
+# What to send: the lab's prompts stay the default
 chosen = workload_form.choose(top_what, top_said, tokens_hi)
 what, wl_plan = chosen.what, chosen.plan
 
@@ -107,9 +107,10 @@ with st.form("load"):
                                   "see that cost in the run itself."))
         repeat_n = st.number_input(_("Repeat"), min_value=1, max_value=10, value=1, step=1, key="load_repeats",
                                    help=_("Run the same load test this many times: the results show the median of "
-                                          "its throughput and TTFT with a 95 % bootstrap interval, so you see how "
-                                          "much a number varies from run to run. The server's prefix cache is "
-                                          "emptied between repeats where it allows it."))
+                                          "its throughput and TTFT with the range of the runs (from 6 repeats up, an "
+                                          "interval holding the median with 95 % probability), so you see how much a "
+                                          "number varies from run to run. The server's prefix cache is emptied "
+                                          "between repeats where it allows it."))
         seed = st.number_input(_("Seed of the synthetic prompts"), min_value=0, max_value=2**31 - 1, value=None,
                                step=1, key="load_seed", placeholder=_("a new one each run"),
                                disabled=what not in ("synthetic", "lengths"),
@@ -147,7 +148,13 @@ def _summary_metrics(run) -> None:
     tpot = s.get("mean_tpot_ms")
     cols[4].metric(_("Mean TPOT"), "–" if tpot is None else f"{significant(tpot)} ms",
                    help=_("Time per output token after the first: the speed text appears at."))
-    cols[5].metric(_("OK / failed"), f"{s.completed or 0} / {s.failed or 0}")
+    c = failures.counts(run)  # adds up to the requests planned: those never sent are said apart
+    if c.never_sent:
+        cols[5].metric(_("OK / failed / never sent"), f"{c.answered} / {c.failed} / {c.never_sent}",
+                       help=_("Never sent: a conversation's later turns after one failed, or what a stopped run had "
+                              "not sent yet."))
+    else:
+        cols[5].metric(_("OK / failed"), f"{c.answered} / {c.failed}")
 
 
 def _summary_said(run) -> None:
@@ -198,25 +205,41 @@ def _shown_run(job):
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _draw_repeats(job_id: str, status: str, lang: str) -> None:
-    """A load test's repeats: the median and 95 % bootstrap interval of its throughput and mean TTFT
-    (engine.measure.judge.repeats), each repeat's value, and whether the prefix cache was emptied between them."""
-    runs = lab.job(job_id).result
-    st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and its 95 % bootstrap "
-                         "interval.", "**{n} repeats** of this load test: the median of each number and its 95 % "
-                         "bootstrap interval.", len(runs)))
+    """A load test's repeats: the median of its throughput and mean TTFT with their range (an interval from six
+    repeats up, engine.measure.judge.repeats), each repeat's value, a repeat far from the others, and whether the
+    prefix cache was emptied between them; why the rest did not run when their server went away."""
+    ran = lab.job(job_id).result
+    if (stopped := getattr(ran, "stopped", None)) is not None:
+        st.error(ui.plain(stopped), icon=":material/error:")
+    runs = failures.counted_repeats(ran)  # a repeat that failed never enters the statistics as a zero
+    if not runs:
+        return
+    st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and the spread of the runs.",
+                         "**{n} repeats** of this load test: the median of each number and the spread of the runs.",
+                         len(runs)))
     numbers = (("output_throughput", _("Output throughput (tok/s)")), ("mean_ttft_ms", _("Mean TTFT (ms)")))
-    rows = [(name, spread, [r.summary.get(key) for r in runs]) for key, name in numbers
-            if (spread := repeats.of_runs(runs, key)) is not None]
-    median, low, high = _("Median"), _("95 % bootstrap low"), _("95 % bootstrap high")
-    st.dataframe({_("Number"): [row[0] for row in rows], median: [row[1].median for row in rows],
-                  low: [row[1].low for row in rows], high: [row[1].high for row in rows],
-                  _("Each repeat"): [" · ".join("–" if v is None else f"{v:,.1f}" for v in row[2]) for row in rows]},
-                 hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.1f")
-                                                 for c in (median, low, high)})
+    rows = [(name, spread) for key, name in numbers if (spread := repeats.of_runs(runs, key)) is not None]
+    st.dataframe({_("Number"): [name for name, _s in rows], _("Median"): [s.shown(s.median) for _n, s in rows],
+                  _("Spread"): [spread_said(s) for _n, s in rows],
+                  _("Each repeat"): [" · ".join(s.shown(v) for v in s.values) for _n, s in rows]}, hide_index=True)
+    for name, s in rows:  # a repeat far from the others is said, not averaged away
+        for said in s.outliers_said:
+            st.warning(ui.plain(_("{number}: {sentence}", number=name, sentence=i18n.tr(said))),
+                       icon=":material/warning:")
     if said := repeats.reset_said(runs):  # emptied between them, or why later repeats may have found it warm
         st.info(ui.plain(said), icon=":material/cached:")
     st.caption(_("The numbers and charts below are the last repeat's ({i} of {n}).", i=len(runs),
                  n=runs[-1].extra.repeats or len(runs)))
+
+
+def spread_said(s) -> str:
+    """The spread's cell: the range of a few repeats (never a "95 % interval" of three), the interval from six."""
+    if s.n == 1:
+        return _("one run: its noise is unknown")
+    if s.method == repeats.RANGE:
+        return _("range {low}–{high} of {n} runs", low=s.shown(s.low), high=s.shown(s.high), n=s.n)
+    return _("{level} interval {low}–{high} (order statistics)", level=verdict.percent(repeats.LEVEL),
+             low=s.shown(s.low), high=s.shown(s.high))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -232,7 +255,9 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
-    ui.warmth(lab, run)
+    if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files
+        st.warning(ui.plain(held), icon=":material/lan:")
+    ui.warmth(run)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -289,7 +314,7 @@ def live() -> None:
     if (run := _shown_run(job)) is not None:
         _draw_numbers(job.id, job.status, i18n.lang())
         viewer_limits.slo_verdict(run)  # this viewer's own SLO: not in the drawings shared by every viewer
-        viewer_limits.cost(lab, run)  # this viewer's own price, likewise
+        viewer_limits.cost(run)  # this viewer's own price, likewise
         _draw_charts(job.id, job.status, i18n.lang())
 
 live()

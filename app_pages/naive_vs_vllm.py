@@ -128,7 +128,7 @@ def results() -> None:
     if ceilings := [r for r in ran if run_ceiling(r)]:
         with st.expander(_("Decode speed against the memory-bandwidth ceiling"), icon=":material/speed:"):
             ui.chart(figures.ceiling_bars(ceilings, lang=lang), key="ceiling")
-    if served := [r for r in (vllm, batch) if r]:  # vLLM's side as its server timed it (issue #21)
+    if served := [r for r in (vllm, batch) if r]:  # vLLM's side as its server timed it
         with st.expander(_("Where vLLM's time went inside the server, and its energy"), icon=":material/dns:"):
             ui.server_view(served, key="server-view", lang=lang, names=[names[figures.contender(r)] for r in served])
     slots(static, batch)

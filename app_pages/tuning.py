@@ -24,12 +24,12 @@ scn = scenarios.get("tuning")
 st.title(_("Tuning"))
 # Every section keeps the same elements in the same order whatever the server's state: a redraw of the whole
 # app (the sidebar's, when the server stops and starts mid-comparison) must find each fragment where the
-# browser has it. What depends on the state lives inside a fixed st.container() slot (issue #18: the page
+# browser has it. What depends on the state lives inside a fixed st.container() slot (the page
 # went blank with "Bad delta path index 16" when an element appeared or vanished before a fragment).
 st.caption(_("The lab's step 4: restart vLLM with each row's settings, send each the same workload (the lab's 10 "
              "concurrent requests, or a shipped example), compare throughput and wall time."))
 
-# What each configuration is sent (issue #20 item 6): the lab's prompts, or one of the shipped example workloads
+# What each configuration is sent: the lab's prompts, or one of the shipped example workloads
 WORKLOADS = example_workloads()
 LAB_PROMPTS = "lab"
 
@@ -137,6 +137,11 @@ with left:
                            help=_("The lab uses 100. At most {tokens_hi}: the shortest max-model-len in the table, "
                                   "whose server refuses longer answers.", tokens_hi=tokens_hi)
                            if shortest and shortest <= 512 else _("The lab uses 100."))
+    tuning_repeats = st.number_input(
+        _("Measure each configuration"), min_value=1, max_value=5, value=1, step=1, key="tuning_repeats",
+        help=_("How many times to run the workload on each configuration after its restart. Once is quickest, but "
+               "a single run's noise is unknown and no difference is called real; from 2 the chart shows each "
+               "configuration's median and range, and the caption says which differences are beyond noise."))
     with st.container():  # what the chosen workload sends: one slot
         if wl_error is not None:
             st.error(ui.plain(wl_error), icon=":material/error:")
@@ -163,7 +168,8 @@ with left:
                                          [(int(r["max-model-len"]), float(r[mem_col]))
                                           for _i, r in rows.dropna().iterrows()])
                 if wl_error is None:
-                    ui.act(lab, lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan))
+                    ui.act(lab, lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan),
+                           repeats=int(tuning_repeats))
             except ValueError as e:
                 st.error(_("The table has a value that is not a number ({error}): fix the row and run again.",
                            error=e))
@@ -174,8 +180,8 @@ with left:
         st.markdown(_("Each row is one server configuration. The app restarts vLLM with it (a row the running server "
                       "already has is measured as it is), waits until it is ready, sends one batch as a warm-up (not "
                       "counted), then the workload chosen above (by default the lab's step 4: 10 concurrent requests "
-                      "of 100 tokens), the same for every row, and puts the "
-                      "results side by side with the KV-cache capacity vLLM reported. The server stays up with the "
+                      "of 100 tokens), the same for every row and as many times as set above, and puts "
+                      "the results side by side with the KV-cache capacity vLLM reported. The server stays up with the "
                       "last row's settings."))
 
 
@@ -232,7 +238,7 @@ def compare(scenario, spec, label: str, icon: str, key: str) -> None:
     progress(scenario.name, f"{key}_cancel")
 
 
-# -- 2. the KV cache as the scarce resource (issue #12) ------------------------------------------------
+# -- 2. the KV cache as the scarce resource ------------------------------------------------
 st.divider()
 st.subheader(_("The KV cache as the scarce resource"))
 squeeze = scenarios.get("kv-squeeze")
@@ -289,7 +295,7 @@ with right:
     kv_results()
 
 
-# -- 3. prefix caching (issue #12 item 3): its own comparison, on vs off, with its own chart ----------
+# -- 3. prefix caching: its own comparison, on vs off, with its own chart ----------
 st.divider()
 st.subheader(_("Prefix caching"))
 pscn = scenarios.get("prefix-cache")

@@ -12,7 +12,7 @@ and level so that neither run hits prefix-cache blocks the other left behind.
     python bench/fidelity.py --base-url http://127.0.0.1:8011 --concurrency 1 8 32 \
         --out bench/results/fidelity-cpu.md
 
-With --dataset FILE (issue #20) both sides send the same prompts from a dataset file instead, over
+With --dataset FILE both sides send the same prompts from a dataset file instead, over
 /v1/chat/completions (the server applies the chat template for both), ignore_eos and --output-len tokens each:
 our side through engine.measure.workloads.datasets (parse, then plan), `vllm bench serve` through its `custom`
 dataset (`--dataset-name custom --skip-chat-template --disable-shuffle --custom-output-len`). vLLM reads
@@ -62,7 +62,7 @@ VLLM_BENCH = ("import sys\n"
               "from bench.fidelity import vllm_parser\n"
               "from vllm.benchmarks.serve import main\n"
               "main(vllm_parser().parse_args(sys.argv[1:]))\n")
-TARGET_RATIO = 0.98  # issue #13 item 4
+TARGET_RATIO = 0.98  # our client within 2 % of vllm bench serve's output throughput at every level
 
 
 def served_model(base_url: str) -> tuple[str, str]:

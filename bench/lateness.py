@@ -1,4 +1,4 @@
-"""Does the client keep its schedule? (issue #20, "the client keeps up"): Poisson runs at rising rates against
+"""Does the client keep its schedule? Poisson runs at rising rates against
 tests/fakes.py in its own process, paced (a chunk every --chunk-delay s, a server that never slows down), and
 for each the planned sends that went out late (engine.measure.judge.lateness: more than 10 ms behind) and the
 99th percentile of the lateness. Where p99 climbs, the client itself is the bottleneck, not the server.

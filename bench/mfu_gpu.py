@@ -1,4 +1,4 @@
-"""What --enable-mfu-metrics costs and says (issue #21 item 3), by the product's own code without Streamlit: the
+"""What --enable-mfu-metrics costs and says, by the product's own code without Streamlit: the
 shape-only Llama 3 8B served with the flag, without it, and with it again (interleaved, so drift hits both), at each
 level one warmed-up load test through the Lab; per run its throughput, TTFT and, with the flag, vLLM's estimated
 TFLOP/s, MFU and bytes read (judge/utilization). Then the cost of the server view's reading: one /metrics read and

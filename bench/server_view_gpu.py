@@ -1,4 +1,4 @@
-"""The server's view of a run (issue #21), measured by the product's own code without Streamlit: start vLLM,
+"""The server's view of a run, measured by the product's own code without Streamlit: start vLLM,
 then at each level of requests in flight one warmed-up load test through the Lab, and print what the server
 said about it (queue / prefill / decode against the client's TTFT and E2E, tokens per engine step) and, on an
 NVIDIA GPU, the energy it used. Writes server-view.json (the runs' summaries, server views and energy).

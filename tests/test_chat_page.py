@@ -1,5 +1,5 @@
 """The Chat page's answer length follows the server's max-model-len and says why when that is below the
-lab's 300 (issue #18: after Tuning, Chat was capped at 256 tokens without a word). AppTest, no browser."""
+lab's 300 (after Tuning, Chat was capped at 256 tokens without a word). AppTest, no browser."""
 from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest

@@ -1,4 +1,4 @@
-"""Small CLI and page traps (issue #19 item 5), through the real command line where a person meets them."""
+"""Small CLI and page traps, through the real command line where a person meets them."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""`run`'s "what to send" options (issue #20): the workload they build is the one the Load test page builds
+"""`run`'s "what to send" options: the workload they build is the one the Load test page builds
 (known answers), every bad value or pair of options is one sentence with exit code 2, and one real run
 sends a dataset file to the session's vLLM server and records the workload, not the file."""
 from __future__ import annotations

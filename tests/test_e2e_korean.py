@@ -1,4 +1,4 @@
-"""Korean a Korean engineer would write, on every page (issue #18 item 5), and the projector's first screen
+"""Korean a Korean engineer would write, on every page, and the projector's first screen
 (item 4), in the real app in headless Chromium against the session's real vLLM server.
 
 One walk opens every page in Korean through the address (?lang=ko, as a reload or a shared link would) at

@@ -1,4 +1,4 @@
-"""Two real Streamlit apps on one data folder, Start pressed in both browsers at once (issue #19 item 1):
+"""Two real Streamlit apps on one data folder, Start pressed in both browsers at once:
 one vLLM server tree; the page that came second follows it and says who started it; `python -m engine
 status` leaves it running; Stop on one page is said as a stop, naming who, on the other; nothing is left.
 And every bounded input of the Load test page given a value outside its bounds (item 3): the engine's

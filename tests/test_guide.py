@@ -1,4 +1,4 @@
-"""The guided lab (issue #18 items 1-2): the step catalogue, the shared session kept across an app restart,
+"""The guided lab: the step catalogue, the shared session kept across an app restart,
 the summary's arithmetic from known runs, and the page through AppTest (no server running)."""
 from __future__ import annotations
 

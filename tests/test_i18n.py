@@ -1,4 +1,4 @@
-"""Two languages (issue #11): the catalogue follows the code, every string shown has a Korean
+"""Two languages: the catalogue follows the code, every string shown has a Korean
 translation, and a translation keeps the placeholders and code the English has."""
 import re
 import subprocess

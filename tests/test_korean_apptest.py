@@ -1,4 +1,4 @@
-"""The quick tier's Korean check (issue #18 item 5), no browser and no server: every page that renders with
+"""The quick tier's Korean check, no browser and no server: every page that renders with
 the server stopped, driven through app.py with Streamlit's AppTest in Korean (?lang=ko, as a link would
 carry it), on a history holding the shipped example runs, shows no English word but names (tests/korean.py's
 rule) in any text it draws: titles, sentences, captions, boxes, labels, options, placeholders, tooltips,
@@ -18,7 +18,7 @@ from tests.conftest import free_port
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 PAGES = ["app_pages/server.py", "app_pages/monitor.py", "app_pages/naive_vs_vllm.py", "app_pages/load.py",
-         "app_pages/tuning.py", "app_pages/chat.py", "app_pages/history.py"]
+         "app_pages/tuning.py", "app_pages/chat.py", "app_pages/room.py", "app_pages/history.py"]
 
 
 @pytest.fixture(scope="module", autouse=True)

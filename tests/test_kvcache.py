@@ -1,4 +1,4 @@
-"""The KV cache as the scarce resource (issue #12): its capacity and preemptions read from vLLM's
+"""The KV cache as the scarce resource: its capacity and preemptions read from vLLM's
 /metrics text, a run's preemptions as a counter's rise, the sentence's arithmetic, the charts. The kv-squeeze scenario
 runs for real from the browser (tests/test_e2e_browser.py), which checks its runs and its views."""
 from __future__ import annotations

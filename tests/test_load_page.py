@@ -1,4 +1,4 @@
-"""The Load test page shows its own runs and tells the warm-up from the run (issue #18: before anything ran it
+"""The Load test page shows its own runs and tells the warm-up from the run (before anything ran it
 showed the Naive page's "5 at once" run under its own form; during a run the warm-up was drawn as if it were
 the measured part). The job's warm-up state from the progress protocol, and the page with AppTest."""
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_a_naive_page_run_is_not_shown_as_this_page_s_result(lab):
         lab.jobs = jobs
 
 
-# -- what to send (issue #20): each workload kind chosen on the page, its preview, a bad upload, two real runs ------
+# -- what to send: each workload kind chosen on the page, its preview, a bad upload, two real runs ------
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
 

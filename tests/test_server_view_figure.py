@@ -1,4 +1,4 @@
-"""The server's view drawn (issue #21 item 1, engine.figures.server_view): on records with known numbers the bars
+"""The server's view drawn (engine.figures.server_view): on records with known numbers the bars
 are the notes' means and the caption says the bars' very numbers; a queue that dominates is named; a run without
 a server view is a sentence, not an empty chart; the energy line and J per output token."""
 from __future__ import annotations

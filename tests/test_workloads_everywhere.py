@@ -1,4 +1,4 @@
-"""What to send, everywhere (issue #20 item 6): the workload chosen in the Load test page's "what to send" goes
+"""What to send, everywhere: the workload chosen in the Load test page's "what to send" goes
 to the sweep and to both servers of a pair; Tuning's comparison sends the lab's prompts or a shipped example
 workload to every configuration; each run records it, and the pages name it.
 

@@ -1,4 +1,4 @@
-"""Issue #20's workloads against the real vLLM (CPU) server, through engine.runs.Runner as the app and the CLI
+"""The workload kinds against the real vLLM (CPU) server, through engine.runs.Runner as the app and the CLI
 run a scenario: a multi-turn chat (each turn's prompt holds the history the server really answered) and a
 dataset (exactly the file's prompts sent, the workload recorded, not the file)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Two servers at once (issue #13 item 2): the same workload sent to this app's server (A) and one at a URL (B),
+"""Two servers at once: the same workload sent to this app's server (A) and one at a URL (B),
 both measured on one clock; its form, its live chart and its finished numbers."""
 import time
 

@@ -1,4 +1,4 @@
-"""The concurrency sweep and the SLO search (issue #21 item 6): the same workload at several levels in flight, and
+"""The concurrency sweep and the SLO search: the same workload at several levels in flight, and
 the most in flight that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
 import streamlit as st
 
@@ -27,7 +27,7 @@ def section(lab, defaults, wl_plan) -> None:
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
         ui.act(lab, lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
-    # The SLO search (issue #21 item 6): the sweep's workload at levels found by bisection between the lowest and the
+    # The SLO search: the sweep's workload at levels found by bisection between the lowest and the
     # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
     search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
                     "that meet it.") if ui.refusal(viewer_limits.slo) else
@@ -77,7 +77,7 @@ def sweep_live() -> None:
                 st.warning(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)),
                            icon=":material/ac_unit:")
         costs = [(r.extra.sweep_level or r.load.concurrency, c) for r in job.result
-                 if (c := ui.cost_text(lab, r, viewer_limits.price())) is not None]
+                 if (c := ui.cost_text(r, viewer_limits.price())) is not None]
         if costs:
             st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
                           price=i18n.number(viewer_limits.price(), 2),

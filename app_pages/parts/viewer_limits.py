@@ -60,9 +60,9 @@ def price():
     return st.session_state.get("gpu_price")
 
 
-def cost(lab, run) -> None:
+def cost(run) -> None:
     """What a million of the run's output tokens cost at this viewer's price."""
-    if (said := ui.cost_text(lab, run, price())) is not None:
+    if (said := ui.cost_text(run, price())) is not None:
         st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost **{cost}** ({tokens} output tokens "
                       "in {wall} s).", price=i18n.number(price(), 2), cost=said,
                       tokens=i18n.number(run.summary.get("total_output_tokens", 0)), wall=f"{run.duration:.1f}"))

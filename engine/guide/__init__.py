@@ -1,4 +1,4 @@
-"""The guided lab (issue #18): the seed notebook's steps in its order (`steps`), one presenter session for the
+"""The guided lab: the seed notebook's steps in its order (`steps`), one presenter session for the
 room (`session.Guide`, reached as `Lab.guide`), and its findings with this lab's numbers (`findings`)."""
 from engine.guide.findings import (Finding, Row, findings, memory_returned, naive_pace, naive_would_take, numbers,
                                    tuning_said)

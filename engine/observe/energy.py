@@ -163,11 +163,6 @@ class EnergyUse:
         return self.output_tokens / self.joules if self.joules > 0 else None
 
     @property
-    def above_idle_j(self) -> float | None:
-        """The energy beyond what the machine would have drawn idle over the same time."""
-        return None if self.idle_w is None else self.joules - self.idle_w * self.seconds
-
-    @property
     def cost_per_million(self) -> float | None:
         """Cost per million output tokens at `price_per_kwh`; None without a price or tokens."""
         if self.price_per_kwh is None or self.j_per_token is None:

@@ -140,13 +140,6 @@ def read_metrics_text(base_url: str, api_key: str | None = None, timeout_s: floa
     return r.text if r.status_code == 200 else None
 
 
-def read_generation_tokens(base_url: str, model: str | None = None, api_key: str | None = None,
-                           timeout_s: float = 5.0) -> float | None:
-    """The server's own count of generated output tokens now, from its /metrics; None when it publishes none."""
-    text = read_metrics_text(base_url, api_key, timeout_s)
-    return None if text is None else generation_tokens(text, model)
-
-
 SERVED = "vllm:request_success_total"  # requests finished since the server started, by finish reason
 
 
@@ -165,17 +158,6 @@ def read_requests_served(base_url: str, model: str | None = None, api_key: str |
 
 
 PREFIX_HITS, PREFIX_QUERIES = "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
-
-
-def read_prefix_cache(base_url: str, model: str | None = None, api_key: str | None = None,
-                      timeout_s: float = 5.0) -> tuple[float, float] | None:
-    """vLLM's prefix-cache counters now, (hits, queries) in prompt tokens (V1's names, vLLM 0.10 on);
-    None when the server publishes neither."""
-    text = read_metrics_text(base_url, api_key, timeout_s)
-    if text is None:
-        return None
-    hits, queries = counter(text, PREFIX_HITS, model), counter(text, PREFIX_QUERIES, model)
-    return None if hits is None or queries is None else (hits, queries)
 
 
 def read_process_start(base_url: str, api_key: str | None = None, timeout_s: float = 5.0) -> float | None:

@@ -20,7 +20,7 @@ from engine.runs.target import Target
 class ServerCount:
     """The server's own view of one run's measured part, from ONE read of its /metrics page when the
     warm-up is over (`start`, the load generator's on_measure) and one after the last request (`finish`),
-    so warm-up answers are left out (issue #12, "numbers you can check"; issue #21, "the server's view").
+    so warm-up answers are left out: numbers a reader can check against the server's own.
     From the two pages: its count of the output tokens it generated (vllm:generation_tokens_total, to
     check the client's), the prefix cache's hits and queries, and the deltas of its per-request and
     per-step histograms (engine.observe.histograms.view: queue, prefill, decode, ... and tokens per engine

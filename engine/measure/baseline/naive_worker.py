@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from engine.measure.load.lifeline import die_with_parent
@@ -152,65 +153,124 @@ def count_generated(ids: list[int], eos: set[int]) -> int:
 
 # -- the run -----------------------------------------------------------------------------------
 def run(spec: dict, emit: Emitter) -> None:
+    """The whole run in the lab's order: the stack, the device, the prompts, the model, a warm-up, the measured
+    requests (one at a time, or one padded batch), then the lab's cleanup cell. A Fail is the user's sentence."""
+    torch, transformers = _import_stack(emit)
+    device, dtype, dtype_reason, spec = _device(torch, spec, emit)
+    prompts = _Prompts.read(spec, emit)
+    t_load = time.perf_counter()
+    model = _load_model(torch, device, dtype, spec, prompts.config, emit)
+    gen = _Generator(torch, device, spec, prompts, model, emit)
+    del model  # the generator holds it: the cleanup below lets go of the one reference
+    emit("loaded", load_s=time.perf_counter() - t_load, params=sum(p.numel() for p in gen.model.parameters()),
+         dtype=spec["dtype"], dtype_reason=dtype_reason, device=describe_device(torch, device),
+         sampling=gen.sampling, versions={"torch": torch.__version__, "transformers": transformers.__version__})
+    emit("memory", point="after_load", value=memory_snapshot(torch, device))
+    if spec["mode"] == "static-batch":
+        prompts.tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
+    if spec.get("warmup", True):
+        gen.warm_up()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    failure = gen.sequential() if spec["mode"] == "sequential" else gen.static_batch()
+    emit("memory", point="after_run", value=memory_snapshot(torch, device))
+
+    # The lab's cleanup cell, inside the worker: what is left after del + gc + empty_cache. The real
+    # return of the memory is the process exit, which the parent measures from outside.
+    emit.stage(say("cleaning up"))
+    del gen
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize(device)
+    emit("memory", point="after_cleanup", value=memory_snapshot(torch, device))
+    if failure:
+        raise failure
+
+
+def _import_stack(emit: Emitter) -> tuple[Any, Any]:
     emit.stage(say("importing torch and transformers"))
     try:
         import torch
         import transformers
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: F401 (lazy: fail here)
     except Exception as e:  # the interpreter lacks the stack
         raise Fail("setup", say("This Python cannot import torch/transformers ({kind}: {why}): run `make setup` "
                                 "or point the lab at the environment that has them.", kind=type(e).__name__,
                                 why=str(e))) from e
+    return torch, transformers
 
+
+def _device(torch: Any, spec: dict, emit: Emitter) -> tuple[Any, Any, str | None, dict]:
+    """The device and dtype the run uses (the spec then names the dtype chosen), said before anything can fail on
+    them; the seed set."""
     device = resolve_device(torch, spec["device"])
     dtype, dtype_reason = resolve_dtype(torch, spec["dtype"], device)
-    dtype_name = str(dtype).removeprefix("torch.")
-    spec = {**spec, "dtype": dtype_name}
-    emit("device", device=describe_device(torch, device), dtype=dtype_name)  # before anything can fail on it
+    spec = {**spec, "dtype": str(dtype).removeprefix("torch.")}
+    emit("device", device=describe_device(torch, device), dtype=spec["dtype"])
     torch.manual_seed(int(spec["seed"]))
     if device.type == "cuda":
         torch.cuda.manual_seed_all(int(spec["seed"]))
-    path = spec["model_path"]
-    prompts: list[str] = spec["prompts"]
-    max_new = int(spec["max_new_tokens"])
-    n = len(prompts)
+    return device, dtype, dtype_reason, spec
 
-    # Tokenizer first: the length check costs nothing and needs no model.
-    emit.stage(say("loading tokenizer"))
-    try:
-        tok = AutoTokenizer.from_pretrained(path)
-        config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as e:
-        raise Fail("model", say("transformers could not read the model folder {path} ({why}): check that it is a "
-                                "complete Hugging Face model folder.", path=path,
-                                why=str(e).splitlines()[0][:200])) from e
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token  # as the lab does
-    if getattr(tok, "chat_template", None) is None:
-        raise Fail("model", say("The tokenizer in {path} has no chat template: use an instruct/chat model, "
-                                "or add chat_template.jinja to the folder.", path=path))
-    texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-             for p in prompts]
-    lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
-    max_len = int(getattr(config, "max_position_embeddings", 0) or 0)
-    if max_len:
+
+@dataclass
+class _Prompts:
+    """The tokenizer and the prompts as the chat template renders them, with their lengths checked against the
+    model's context before any weight is loaded."""
+
+    tok: Any
+    config: Any
+    prompts: list[str]
+    texts: list[str]
+    lengths: list[int]
+    max_len: int
+
+    @staticmethod
+    def read(spec: dict, emit: Emitter) -> "_Prompts":
+        from transformers import AutoConfig, AutoTokenizer
+
+        path, max_new = spec["model_path"], int(spec["max_new_tokens"])
+        emit.stage(say("loading tokenizer"))
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+            config = AutoConfig.from_pretrained(path)
+        except (OSError, ValueError) as e:
+            raise Fail("model", say("transformers could not read the model folder {path} ({why}): check that it is "
+                                    "a complete Hugging Face model folder.", path=path,
+                                    why=str(e).splitlines()[0][:200])) from e
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token  # as the lab does
+        if getattr(tok, "chat_template", None) is None:
+            raise Fail("model", say("The tokenizer in {path} has no chat template: use an instruct/chat model, "
+                                    "or add chat_template.jinja to the folder.", path=path))
+        prompts: list[str] = spec["prompts"]
+        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                         add_generation_prompt=True) for p in prompts]
+        lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        max_len = int(getattr(config, "max_position_embeddings", 0) or 0)
         for i, L in enumerate(lengths):
-            if L + max_new > max_len:
+            if max_len and L + max_new > max_len:
                 raise Fail("too_long", say("Prompt {i} is {length} tokens and with {new} new tokens needs "
                                            "{needs}, but the model allows {max_len}: shorten the prompt or "
                                            "lower max new tokens.", i=i + 1, length=L, new=max_new,
                                            needs=L + max_new, max_len=max_len))
+        return _Prompts(tok, config, prompts, texts, lengths, max_len)
 
-    # The model.
-    t_load = time.perf_counter()
+
+def _load_model(torch: Any, device: Any, dtype: Any, spec: dict, config: Any, emit: Emitter) -> Any:
+    """The model in eval mode on `device`: its weights from the folder, or random ones of its shape."""
+    from transformers import AutoModelForCausalLM
+
+    path = spec["model_path"]
     try:
         if spec["random_weights"]:
-            emit.stage(say("building the model with random weights ({dtype} on {device})", dtype=dtype_name,
+            emit.stage(say("building the model with random weights ({dtype} on {device})", dtype=spec["dtype"],
                            device=str(device)))
             with torch.device(device):
                 model = AutoModelForCausalLM.from_config(config, dtype=dtype)
         else:
-            emit.stage(say("loading model ({dtype} on {device})", dtype=dtype_name, device=str(device)))
+            emit.stage(say("loading model ({dtype} on {device})", dtype=spec["dtype"], device=str(device)))
             kwargs: dict[str, Any] = {"dtype": dtype}
             if device.type == "cuda":
                 kwargs["device_map"] = {"": str(device)}  # straight onto the GPU, no CPU copy
@@ -229,123 +289,122 @@ def run(spec: dict, emit: Emitter) -> None:
             raise Fail("model", say("transformers could not load the weights in {path} ({why}): check that the "
                                     "folder is complete.", path=path, why=str(e).splitlines()[0][:200])) from e
         raise
-    load_s = time.perf_counter() - t_load
-    params = sum(p.numel() for p in model.parameters())
+    return model
 
-    eos: set[int] = set()
-    for src in (model.generation_config.eos_token_id, tok.eos_token_id):
-        if src is None:
-            continue
-        eos.update(src if isinstance(src, (list, tuple)) else [src])
-    gen_kwargs: dict[str, Any] = {
-        "max_new_tokens": max_new,
-        "pad_token_id": tok.pad_token_id,
-        "do_sample": float(spec["temperature"]) > 0,
-    }
-    if gen_kwargs["do_sample"]:
-        gen_kwargs["temperature"] = float(spec["temperature"])
-    if spec["random_weights"]:
-        gen_kwargs["remove_invalid_values"] = True  # random fp16 weights may produce inf/nan logits
-    gc_cfg = model.generation_config
-    sampling = {"do_sample": gen_kwargs["do_sample"], "temperature": gen_kwargs.get("temperature"),
-                "top_k": getattr(gc_cfg, "top_k", None), "top_p": getattr(gc_cfg, "top_p", None)}
-    emit("loaded", load_s=load_s, params=params, dtype=dtype_name, dtype_reason=dtype_reason,
-         device=describe_device(torch, device), sampling=sampling,
-         versions={"torch": torch.__version__, "transformers": transformers.__version__})
-    emit("memory", point="after_load", value=memory_snapshot(torch, device))
 
-    def encode(batch_texts: list[str]) -> Any:
-        enc = tok(batch_texts, return_tensors="pt", padding=len(batch_texts) > 1, add_special_tokens=False)
-        return {k: v.to(device) for k, v in enc.items()}
+class _Generator:
+    """model.generate() as the lab calls it, over the run's prompts: the warm-up, then the measured requests one
+    at a time or as one padded batch, each finished request sent to the parent as it ends."""
 
-    if spec["mode"] == "static-batch":
-        tok.padding_side = "left"  # decoder-only: pad on the left so every row continues from its last token
-    if spec.get("warmup", True):
+    def __init__(self, torch: Any, device: Any, spec: dict, prompts: _Prompts, model: Any, emit: Emitter) -> None:
+        self.torch, self.device, self.spec, self.p, self.model, self.emit = torch, device, spec, prompts, model, emit
+        self.max_new = int(spec["max_new_tokens"])
+        self.eos: set[int] = set()
+        for src in (model.generation_config.eos_token_id, prompts.tok.eos_token_id):
+            if src is not None:
+                self.eos.update(src if isinstance(src, (list, tuple)) else [src])
+        self.kwargs: dict[str, Any] = {"max_new_tokens": self.max_new, "pad_token_id": prompts.tok.pad_token_id,
+                                       "do_sample": float(spec["temperature"]) > 0}
+        if self.kwargs["do_sample"]:
+            self.kwargs["temperature"] = float(spec["temperature"])
+        if spec["random_weights"]:
+            self.kwargs["remove_invalid_values"] = True  # random fp16 weights may produce inf/nan logits
+        config = model.generation_config
+        self.sampling = {"do_sample": self.kwargs["do_sample"], "temperature": self.kwargs.get("temperature"),
+                         "top_k": getattr(config, "top_k", None), "top_p": getattr(config, "top_p", None)}
+        self.t0 = 0.0
+
+    def _encode(self, texts: list[str]) -> Any:
+        enc = self.p.tok(texts, return_tensors="pt", padding=len(texts) > 1, add_special_tokens=False)
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    def _generate(self, enc: Any, clock: Any, **overrides: Any) -> Any:
+        with self.torch.no_grad():
+            out = self.model.generate(**enc, **{**self.kwargs, **overrides}, streamer=clock)
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+        return out
+
+    def _oom(self) -> Fail:
+        return Fail("oom", oom_sentence(self.device, "generate", self.spec))
+
+    def warm_up(self) -> None:
+        """Every shape the run will meet, generated once and not measured (warmup_plan)."""
         t_w = time.perf_counter()
-        plan = warmup_plan(lengths, max_new, max_len, spec["mode"])
-        emit.stage(say("warming up, not measured: every sequence length the run will meet"))
+        plan = warmup_plan(self.p.lengths, self.max_new, self.p.max_len, self.spec["mode"])
+        self.emit.stage(say("warming up, not measured: every sequence length the run will meet"))
         try:
             # `steps`, not `n`: `n` is the number of prompts, which the run's progress says after this
             for k, (rows, steps) in enumerate(plan):
-                clock = make_clock(torch, t_w, len(rows), set(), lambda s, k=k, steps=steps: emit.stage(
+                clock = make_clock(self.torch, t_w, len(rows), set(), lambda s, k=k, steps=steps: self.emit.stage(
                     say("warming up, not measured ({k}/{of}): {s}/{n} tokens", k=k + 1, of=len(plan), s=s, n=steps),
                     throttle_s=0.5))
-                with torch.no_grad():
-                    model.generate(**encode([texts[i] for i in rows]),
-                                   **{**gen_kwargs, "max_new_tokens": steps, "min_new_tokens": steps}, streamer=clock)
+                self._generate(self._encode([self.p.texts[i] for i in rows]), clock, max_new_tokens=steps,
+                               min_new_tokens=steps)
         except Exception as e:
-            if is_oom(torch, e):
-                raise Fail("oom", oom_sentence(device, "generate", spec)) from e
+            if is_oom(self.torch, e):
+                raise self._oom() from e
             raise
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        emit("warmup", seconds=time.perf_counter() - t_w)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+        self.emit("warmup", seconds=time.perf_counter() - t_w)
 
-    t0 = time.perf_counter()
-    emit("started", started_at=time.time())
-    done = 0
+    def _start(self) -> None:
+        self.t0 = time.perf_counter()
+        self.emit("started", started_at=time.time())
 
-    def send_record(rec: RequestRecord) -> None:
-        nonlocal done
-        done += 1
-        emit("record", record=rec.__dict__, elapsed=time.perf_counter() - t0)
+    def _send(self, rec: RequestRecord) -> None:
+        self.emit("record", record=rec.__dict__, elapsed=time.perf_counter() - self.t0)
 
-    def generate(enc: Any, clock: Any) -> Any:
-        with torch.no_grad():
-            out = model.generate(**enc, **gen_kwargs, streamer=clock)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return out
-
-    failure: Fail | None = None
-    if spec["mode"] == "sequential":
-        for i, (prompt, text) in enumerate(zip(prompts, texts)):
-            emit.stage(say("request {i}/{n}", i=i + 1, n=n))
-            send = time.perf_counter() - t0
-            rec = RequestRecord(index=i, prompt=prompt, send_time=send, tokens_source="generated")
+    def sequential(self) -> Fail | None:
+        """One request at a time, as the lab's loop calls model.generate(); the first out of memory ends it."""
+        self._start()
+        n, tok = len(self.p.prompts), self.p.tok
+        for i, (prompt, text) in enumerate(zip(self.p.prompts, self.p.texts)):
+            self.emit.stage(say("request {i}/{n}", i=i + 1, n=n))
+            rec = RequestRecord(index=i, prompt=prompt, send_time=time.perf_counter() - self.t0,
+                                tokens_source="generated")
             try:
-                enc = encode([text])
+                enc = self._encode([text])
                 plen = int(enc["input_ids"].shape[1])
-                clock = make_clock(torch, t0, 1, eos, lambda s, i=i: emit.stage(
-                    say("request {i}/{n}: {s}/{max_new} tokens", i=i + 1, n=n, s=s, max_new=max_new),
+                clock = make_clock(self.torch, self.t0, 1, self.eos, lambda s, i=i: self.emit.stage(
+                    say("request {i}/{n}: {s}/{max_new} tokens", i=i + 1, n=n, s=s, max_new=self.max_new),
                     throttle_s=0.5))
-                out = generate(enc, clock)
-                end = time.perf_counter() - t0
+                out = self._generate(enc, clock)
+                rec.end_time = time.perf_counter() - self.t0
                 gen_ids = out[0, plen:].tolist()
-                k = count_generated(gen_ids, eos)
-                rec.end_time = end
-                rec.prompt_tokens = plen
-                rec.output_tokens = k
+                k = count_generated(gen_ids, self.eos)
+                rec.prompt_tokens, rec.output_tokens = plen, k
                 rec.chunk_times = clock.times[0][:k]
                 rec.first_token_time = rec.chunk_times[0] if rec.chunk_times else None
                 rec.output_text = tok.decode(gen_ids[:k], skip_special_tokens=True)
                 del out, enc
             except Exception as e:
-                if not is_oom(torch, e):
+                if not is_oom(self.torch, e):
                     raise
-                failure = Fail("oom", oom_sentence(device, "generate", spec))
-                rec.error = failure.message
-                rec.prompt_tokens = lengths[i]
-            send_record(rec)
-            if failure:
-                break
-    else:
-        emit.stage(say("static batch of {n}: padding and generating", n=n))
+                failure = self._oom()
+                rec.error, rec.prompt_tokens = failure.message, self.p.lengths[i]
+                self._send(rec)
+                return failure
+            self._send(rec)
+        return None
+
+    def static_batch(self) -> Fail | None:
+        """Every prompt in one padded generate(), as a static batch: all end together."""
+        self._start()
+        n, tok = len(self.p.prompts), self.p.tok
+        self.emit.stage(say("static batch of {n}: padding and generating", n=n))
         try:
-            enc = encode(texts)
+            enc = self._encode(self.p.texts)
             plen = int(enc["input_ids"].shape[1])
-            clock = make_clock(torch, t0, n, eos, lambda s: emit.stage(
-                say("static batch of {n}: step {s}/{max_new}", n=n, s=s, max_new=max_new), throttle_s=0.5))
-            out = generate(enc, clock)
-            end = time.perf_counter() - t0
+            clock = make_clock(self.torch, self.t0, n, self.eos, lambda s: self.emit.stage(
+                say("static batch of {n}: step {s}/{max_new}", n=n, s=s, max_new=self.max_new), throttle_s=0.5))
+            out = self._generate(enc, clock)
+            end = time.perf_counter() - self.t0
             prompt_lens = enc["attention_mask"].sum(dim=1).tolist()
-            for i, prompt in enumerate(prompts):
+            for i, prompt in enumerate(self.p.prompts):
                 gen_ids = out[i, plen:].tolist()
-                k = count_generated(gen_ids, eos)
+                k = count_generated(gen_ids, self.eos)
                 times = clock.times[i][:k]
-                send_record(RequestRecord(
+                self._send(RequestRecord(
                     index=i, prompt=prompt, send_time=0.0, end_time=end,
                     first_token_time=times[0] if times else None, chunk_times=times,
                     prompt_tokens=int(prompt_lens[i]), output_tokens=k, tokens_source="generated",
@@ -353,26 +412,14 @@ def run(spec: dict, emit: Emitter) -> None:
                 ))
             del out, enc
         except Exception as e:
-            if not is_oom(torch, e):
+            if not is_oom(self.torch, e):
                 raise
-            failure = Fail("oom", oom_sentence(device, "generate", spec))
-            for i, prompt in enumerate(prompts):
-                send_record(RequestRecord(index=i, prompt=prompt, send_time=0.0, prompt_tokens=lengths[i],
-                                          tokens_source="generated", error=failure.message))
-
-    emit("memory", point="after_run", value=memory_snapshot(torch, device))
-
-    # The lab's cleanup cell, inside the worker: what is left after del + gc + empty_cache. The real
-    # return of the memory is the process exit, which the parent measures from outside.
-    emit.stage(say("cleaning up"))
-    del model
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.synchronize(device)
-    emit("memory", point="after_cleanup", value=memory_snapshot(torch, device))
-    if failure:
-        raise failure
+            failure = self._oom()
+            for i, prompt in enumerate(self.p.prompts):
+                self._send(RequestRecord(index=i, prompt=prompt, send_time=0.0, prompt_tokens=self.p.lengths[i],
+                                         tokens_source="generated", error=failure.message))
+            return failure
+        return None
 
 
 def main() -> int:

@@ -63,13 +63,6 @@ class ServerTime:
         return None if self.server_e2e is None or self.client_e2e is None else max(0.0, self.client_e2e - self.server_e2e)
 
     @property
-    def ttft_gap(self) -> float | None:
-        """The client's mean TTFT beyond the server's queue + prefill."""
-        if self.queue is None or self.prefill is None or self.client_ttft is None:
-            return None
-        return self.client_ttft - self.queue - self.prefill
-
-    @property
     def queue_share(self) -> float | None:
         """The share of the client's mean TTFT that was waiting in the server's queue."""
         if self.queue is None or not self.client_ttft:

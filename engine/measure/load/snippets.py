@@ -81,7 +81,7 @@ def spec_of(run: Any) -> LoadSpec | None:
     if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
         return None
     if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
-            or load.other.get("think_time_s")):  # a workload's own lengths, turns or schedule (issue #20): likewise
+            or load.other.get("think_time_s")):  # a workload's own lengths, turns or schedule: likewise
         return None
     try:
         return LoadSpec(base_url=load.base_url, model=run.model, prompts=[str(p) for p in load.prompts],

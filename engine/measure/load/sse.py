@@ -29,11 +29,6 @@ class SSEDecoder:
         *events, self._buf = buf.split(b"\n\n")
         return [d for d in map(_event_data, events) if d is not None]
 
-    @property
-    def pending(self) -> bytes:
-        """Bytes of an event not yet terminated (dropped at end of stream, as the SSE spec says)."""
-        return self._buf
-
 
 def _event_data(event: bytes) -> bytes | None:
     if event.startswith(b"data: ") and b"\n" not in event:  # the common case, one data line

@@ -54,10 +54,11 @@ class Scenario:
         return (max(len(p) for p in self.prompts) + len(self.system)) // 4 + 16 if self.prompts else 16
 
     def load_spec(self, base_url: str = "", model: str = "", tokens: Any = None, data: bytes | None = None,
-                  **over: Any) -> LoadSpec:
+                  report: Any = None, **over: Any) -> LoadSpec:
         """The spec this scenario sends. A workload scenario builds its plan here: `tokens` counts and makes its
         tokens (engine.measure.workloads.tokens; default: the embedded model's tokenizer when prepared, else the
-        estimate), `data` replaces its shipped file with an uploaded one."""
+        estimate), `data` replaces its shipped file with an uploaded one, `report` hears how far a large file is
+        read (kinds.plan_of)."""
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts) or ["(workload)"], system=self.system,
             # a trace's schedule comes with its plan: until then the spec is a plain one
@@ -69,7 +70,7 @@ class Scenario:
             from engine.measure.workloads import kinds
             from engine.measure.workloads import tokens as toks
 
-            spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data).apply(spec)
+            spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
                 spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
                                workload={**spec.workload, "max_tokens_cap": over["max_tokens"]})
@@ -143,7 +144,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              warmup=10,
              configs=({"max_model_len": 2048, "gpu_memory_utilization": 0.85},
                       {"max_model_len": 512, "gpu_memory_utilization": 0.90})),
-    # Issue #12 item 3: the first request fills the cache, the rest reuse it; one at a time, so each TTFT is
+    # Prefix caching: the first request fills the cache, the rest reuse it; one at a time, so each TTFT is
     # its prefill alone. Both servers report cached tokens in their answers' usage.
     Scenario("prefix-cache", say("{n} questions after one long shared system prompt, one at a time ({tokens} tokens): "
                                  "prefix caching on vs off", n=len(prompts.WORKSHOP_QUESTIONS), tokens=32),
@@ -165,7 +166,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                       {"max_model_len": 256, "cpu_kvcache_gib": 1, "gpu_memory_utilization": 0.85}),
              # named by what they are, not by a size such as "KV 0.00824 GiB" (the flags are in the caption)
              config_labels=(say("KV cache squeezed"), say("KV cache with room to spare"))),
-    # Issue #21 item 7: n-gram speculation (the drafter needs no second model, and the CPU build runs it) on
+    # Speculative decoding: n-gram speculation (the drafter needs no second model, and the CPU build runs it) on
     # answers that copy their prompt, against the same server without it; the server counts what it accepted.
     Scenario("speculation", say("n-gram speculative decoding on vs off: {n} answers that copy their prompt "
                                 "({tokens} tokens)", n=len(prompts.SPECULATION), tokens=96), "tuning",
@@ -177,7 +178,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
              ignore_eos=True, levels=(1, 2, 4, 8, 16, 32)),
-    # Issue #21 item 6: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
+    # The SLO search: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
     # flight that meet the SLO given (the CLI's --slo-ttft-ms / --slo-tpot-ms), between levels[0] and levels[-1]
     Scenario("slo-search", say("SLO search: the most requests in flight, from 1 to 32, that meet the SLO ({tokens} "
                                "tokens)", tokens=128), "slo-search",
@@ -187,7 +188,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                               tokens=128), "vllm",
              tuple(prompts.seeded_prompts(30, seed=1)), 128, shape="poisson", rate=2.0, num_requests=30,
              ignore_eos=True),
-    # Issue #20: real traffic. Each runs offline on the files shipped in examples/workloads/ (README there).
+    # Real traffic (datasets, lengths, chats, traces, ramps, bursts). Each runs offline on the files shipped in examples/workloads/ (README there).
     Scenario("dataset-chat", say("Your own dataset: 40 of the shipped chat prompts at random, 4 in flight ({tokens} "
                                  "tokens)", tokens=64), "vllm", (), 64, shape="concurrency", concurrency=4,
              workload={"kind": "dataset", "file": "chat-prompts.jsonl", "n": 40, "how": "random", "seed": 0}),

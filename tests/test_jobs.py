@@ -1,0 +1,37 @@
+"""engine.jobs.JobManager lets finished jobs go: a long-lived app does not hold every result it ever ran, while
+running jobs and what a page asks for (each kind's newest) stay."""
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.jobs import JobManager
+
+
+def _until(cond, limit_s: float = 60.0) -> None:
+    """A liveness bound, not a timing."""
+    deadline = time.monotonic() + limit_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert cond()
+
+
+def test_finished_jobs_are_pruned_running_ones_and_each_kinds_newest_kept():
+    jobs = JobManager()
+    release = threading.Event()
+    running = jobs.submit("sweep", "a long one", lambda job: release.wait(60), lane="other")
+    tuning = jobs.submit("tuning", "the one tuning run", lambda job: "tuned", lane="tuning")
+    _until(lambda: not tuning.active)
+    loads = []
+    for i in range(JobManager.KEEP_FINISHED + 20):
+        loads.append(jobs.submit("load", f"run {i}", lambda job: 1))
+        _until(lambda: not loads[-1].active)
+    try:
+        kept = [j for j in [running, tuning, *loads] if jobs.get(j.id) is j]
+        assert jobs.get(loads[0].id) is None  # the oldest results are let go...
+        assert len(kept) <= JobManager.KEEP_FINISHED + 3  # ...so the jobs held stay bounded
+        assert jobs.get(running.id) is running and running in jobs.active()
+        assert jobs.latest("tuning") is tuning and jobs.latest("tuning").result == "tuned"  # each kind's newest
+        assert jobs.latest("load") is loads[-1] and jobs.get(loads[-2].id) is loads[-2]
+    finally:
+        release.set()
