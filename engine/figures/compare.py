@@ -78,7 +78,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                    if len({str(getattr(r.load, k)) for r in runs}) > 1]
     cats = []
     for run, label in zip(firsts, labels):
-        lab = wrap(esc(label), 20)
+        lab = wrap(esc(label), 14)  # two bars in half a page: short lines keep them apart
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
         if labels.count(label) > 1:  # the same settings measured another time: told apart by when
