@@ -1,11 +1,13 @@
 # Two commands for a fresh machine (see README.md). Both are idempotent.
 PORT ?= 8501
 HOST ?= 127.0.0.1
+BASE ?=
 
 .PHONY: run test test-quick setup bench catalogue lock
 run:
 	scripts/setup.sh run
-	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
+		$(if $(BASE),--server.baseUrlPath $(BASE))
 
 # Two workers, each test file on one of them (its module fixtures, servers and browsers stay together): most of
 # a real test's time is vLLM starting, a page drawing or a run waiting on its answers, which the other worker
