@@ -2,7 +2,7 @@
 PORT ?= 8501
 HOST ?= 127.0.0.1
 
-.PHONY: run test test-quick setup bench catalogue lock
+.PHONY: run test test-quick check setup bench catalogue lock
 run:
 	scripts/setup.sh run
 	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT)
@@ -13,7 +13,13 @@ run:
 WORKERS ?= 2
 test:
 	scripts/setup.sh test
+	$(MAKE) --no-print-directory check
 	.venv/bin/python -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The static checks CI runs before the tests (pyproject.toml: [tool.ruff], [tool.mypy]).
+check:
+	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 # The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py).
 test-quick:
