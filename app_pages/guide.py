@@ -238,7 +238,8 @@ def _summary() -> None:
         for line in guide.which_engine:
             st.markdown(f"- {ui.plain(line)}")
     lang = i18n.lang()  # made when clicked (a callable): the report inlines plotly.js, megabytes
-    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang), file_name="serving-lab-guide.html",
+    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang),
+                       file_name="serving-lab-guide.html",
                        mime="text/html", icon=":material/download:", type="primary")
 
 
@@ -254,7 +255,8 @@ def body() -> None:
     left, right = st.columns([5, 6], gap="large")  # the numbers table keeps its three columns, the button its label
     with left:
         st.subheader(f"{shown.number}. {i18n.tr(shown.title)}")
-        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))  # the catalogue's own text: its `code` stays code
+        # the catalogue's own text: its `code` stays code
+        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))
         _button(shown)
         _job(shown)
         _numbers(shown.id)

@@ -258,7 +258,8 @@ def second_server(vllm_server, tmp_path_factory):
     env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
-                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--enforce-eager", "--detach"], cwd=ROOT, env=env,
+                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--enforce-eager", "--detach"], cwd=ROOT,
+                          env=env,
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     try:

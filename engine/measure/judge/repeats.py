@@ -130,7 +130,7 @@ def groups_compared(runs: Sequence, key: str, name: str) -> Message | None:
         return None
     values = dict(name=name, a=a[0].label, b=b[0].label, n_a=len(a), n_b=len(b), diff=d.diff, low=d.low, high=d.high)
     if d.within_noise:
-        return say("{name}: '{b}' ({n_b} repeats) differs from '{a}' ({n_a} repeats) by {diff:+,.2f}, within noise (the "
-                   "95 % bootstrap interval of the difference, {low:+,.2f} to {high:+,.2f}, holds 0).", **values)
+        return say("{name}: '{b}' ({n_b} repeats) differs from '{a}' ({n_a} repeats) by {diff:+,.2f}, within noise "
+                   "(the 95 % bootstrap interval of the difference, {low:+,.2f} to {high:+,.2f}, holds 0).", **values)
     return say("{name}: '{b}' ({n_b} repeats) differs from '{a}' ({n_a} repeats) by {diff:+,.2f}, beyond noise (95 % "
                "bootstrap interval {low:+,.2f} to {high:+,.2f}).", **values)
