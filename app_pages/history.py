@@ -172,8 +172,8 @@ else:
             fig = figures.history_compare(shown, metric, lang=i18n.lang())
             ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
             # two sets of repeats among them: is their difference beyond the noise of the repeats?
-            if said := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
-                st.caption(ui.plain(i18n.tr(said)))
+            if v := repeats.groups_compared(shown, metric, figures.metric_info(metric).label):
+                st.caption(ui.plain(i18n.tr(v.said)))
         with table_col:  # every number, flag and fact of the selected runs, side by side
             if chosen:
                 compare_table(shown)

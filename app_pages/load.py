@@ -10,7 +10,7 @@ from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.digits import significant
-from engine.measure.judge import lateness, prefix, repeats, stats
+from engine.measure.judge import lateness, prefix, repeats, stats, verdict
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -108,9 +108,10 @@ with st.form("load"):
                                   "see that cost in the run itself."))
         repeat_n = st.number_input(_("Repeat"), min_value=1, max_value=10, value=1, step=1, key="load_repeats",
                                    help=_("Run the same load test this many times: the results show the median of "
-                                          "its throughput and TTFT with a 95 % bootstrap interval, so you see how "
-                                          "much a number varies from run to run. The server's prefix cache is "
-                                          "emptied between repeats where it allows it."))
+                                          "its throughput and TTFT with the range of the runs (from 6 repeats up, an "
+                                          "interval holding the median with 95 % probability), so you see how much a "
+                                          "number varies from run to run. The server's prefix cache is emptied "
+                                          "between repeats where it allows it."))
         seed = st.number_input(_("Seed of the synthetic prompts"), min_value=0, max_value=2**31 - 1, value=None,
                                step=1, key="load_seed", placeholder=_("a new one each run"),
                                disabled=what not in ("synthetic", "lengths"),
@@ -199,25 +200,36 @@ def _shown_run(job):
 
 @st.cache_resource(max_entries=4, show_spinner=False)
 def _draw_repeats(job_id: str, status: str, lang: str) -> None:
-    """A load test's repeats: the median and 95 % bootstrap interval of its throughput and mean TTFT
-    (engine.measure.judge.repeats), each repeat's value, and whether the prefix cache was emptied between them."""
+    """A load test's repeats: the median of its throughput and mean TTFT with their range (an interval from six
+    repeats up, engine.measure.judge.repeats), each repeat's value, a repeat far from the others, and whether the
+    prefix cache was emptied between them."""
     runs = lab.job(job_id).result
-    st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and its 95 % bootstrap "
-                         "interval.", "**{n} repeats** of this load test: the median of each number and its 95 % "
-                         "bootstrap interval.", len(runs)))
+    st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and the spread of the runs.",
+                         "**{n} repeats** of this load test: the median of each number and the spread of the runs.",
+                         len(runs)))
     numbers = (("output_throughput", _("Output throughput (tok/s)")), ("mean_ttft_ms", _("Mean TTFT (ms)")))
-    rows = [(name, spread, [r.summary.get(key) for r in runs]) for key, name in numbers
-            if (spread := repeats.of_runs(runs, key)) is not None]
-    median, low, high = _("Median"), _("95 % bootstrap low"), _("95 % bootstrap high")
-    st.dataframe({_("Number"): [row[0] for row in rows], median: [row[1].median for row in rows],
-                  low: [row[1].low for row in rows], high: [row[1].high for row in rows],
-                  _("Each repeat"): [" · ".join("–" if v is None else f"{v:,.1f}" for v in row[2]) for row in rows]},
-                 hide_index=True, column_config={c: st.column_config.NumberColumn(format="%.1f")
-                                                 for c in (median, low, high)})
+    rows = [(name, spread) for key, name in numbers if (spread := repeats.of_runs(runs, key)) is not None]
+    st.dataframe({_("Number"): [name for name, _s in rows], _("Median"): [s.shown(s.median) for _n, s in rows],
+                  _("Spread"): [spread_said(s) for _n, s in rows],
+                  _("Each repeat"): [" · ".join(s.shown(v) for v in s.values) for _n, s in rows]}, hide_index=True)
+    for name, s in rows:  # a repeat far from the others is said, not averaged away
+        for said in s.outliers_said:
+            st.warning(ui.plain(_("{number}: {sentence}", number=name, sentence=i18n.tr(said))),
+                       icon=":material/warning:")
     if said := repeats.reset_said(runs):  # emptied between them, or why later repeats may have found it warm
         st.info(ui.plain(said), icon=":material/cached:")
     st.caption(_("The numbers and charts below are the last repeat's ({i} of {n}).", i=len(runs),
                  n=runs[-1].extra.repeats or len(runs)))
+
+
+def spread_said(s) -> str:
+    """The spread's cell: the range of a few repeats (never a "95 % interval" of three), the interval from six."""
+    if s.n == 1:
+        return _("one run: its noise is unknown")
+    if s.method == repeats.RANGE:
+        return _("range {low}–{high} of {n} runs", low=s.shown(s.low), high=s.shown(s.high), n=s.n)
+    return _("{level} interval {low}–{high} (order statistics)", level=verdict.percent(repeats.LEVEL),
+             low=s.shown(s.low), high=s.shown(s.high))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

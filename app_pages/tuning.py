@@ -137,6 +137,11 @@ with left:
                            help=_("The lab uses 100. At most {tokens_hi}: the shortest max-model-len in the table, "
                                   "whose server refuses longer answers.", tokens_hi=tokens_hi)
                            if shortest and shortest <= 512 else _("The lab uses 100."))
+    tuning_repeats = st.number_input(
+        _("Measure each configuration"), min_value=1, max_value=5, value=1, step=1, key="tuning_repeats",
+        help=_("How many times to run the workload on each configuration after its restart. Once is quickest, but "
+               "a single run's noise is unknown and no difference is called real; from 2 the chart shows each "
+               "configuration's median and range, and the caption says which differences are beyond noise."))
     with st.container():  # what the chosen workload sends: one slot
         if wl_error is not None:
             st.error(ui.plain(wl_error), icon=":material/error:")
@@ -163,7 +168,7 @@ with left:
                                          [(int(r["max-model-len"]), float(r[mem_col]))
                                           for _i, r in rows.dropna().iterrows()])
                 if wl_error is None:
-                    ui.act(lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan))
+                    ui.act(lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan), repeats=int(tuning_repeats))
             except ValueError as e:
                 st.error(_("The table has a value that is not a number ({error}): fix the row and run again.",
                            error=e))
@@ -174,8 +179,8 @@ with left:
         st.markdown(_("Each row is one server configuration. The app restarts vLLM with it (a row the running server "
                       "already has is measured as it is), waits until it is ready, sends one batch as a warm-up (not "
                       "counted), then the workload chosen above (by default the lab's step 4: 10 concurrent requests "
-                      "of 100 tokens), the same for every row, and puts the "
-                      "results side by side with the KV-cache capacity vLLM reported. The server stays up with the "
+                      "of 100 tokens), the same for every row and as many times as set above, and puts "
+                      "the results side by side with the KV-cache capacity vLLM reported. The server stays up with the "
                       "last row's settings."))
 
 

@@ -197,10 +197,11 @@ class Lab:
                              lambda r, spec, t: r.slo_search(spec, t, slo, low, high, tolerance, by=by))
 
     @presenter_only
-    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None) -> Job:
-        """Restart vLLM with each config, run the same workload, keep each run (notebook step 4); `labels`
-        names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
+    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None, repeats: int = 1) -> Job:
+        """Restart vLLM with each config, run the same workload `repeats` times, keep each run (notebook step 4);
+        `labels` names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
         prefix-cache comparisons send their scenario's configs_after() and spec."""
+        n = check_repeats(repeats)
         if self.remote is not None:
             raise ServerBusy(say("Tuning restarts a server this app started, and {url} is not one: disconnect on "
                                  "the Server page to tune a server here.", url=self.remote.base_url))
@@ -209,7 +210,8 @@ class Lab:
         kind = spec.scenario if spec.scenario in ("kv-squeeze", "prefix-cache") else "tuning"
         label = say("prefix caching on vs off") if kind == "prefix-cache" else say("tuning comparison")
         return self.jobs.submit(kind, label,
-                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels))
+                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels,
+                                                                     repeats=n))
 
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:

@@ -1,6 +1,6 @@
-"""The CLI's repeats and SLO search: `run … --repeats N` prints each run, then the median
-and 95 % interval of throughput and TTFT; the summary prints the server's queue / prefill / decode and the energy;
-`run slo-search` bisects to the most requests in flight that meet the SLO. Bad options are one sentence."""
+"""The CLI's repeats and SLO search: `run … --repeats N` prints each run, then the median and range of throughput
+and TTFT (a repeat far from the others flagged); the summary prints the server's queue / prefill / decode and the
+energy; `run slo-search` bisects to the most requests in flight that meet the SLO. Bad options are one sentence."""
 import subprocess
 import sys
 
@@ -17,22 +17,39 @@ def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.server
-def test_repeats_print_an_interval_and_the_server_s_view(vllm_server):
+def test_repeats_print_their_range_and_the_server_s_view(vllm_server):
     p = cli("run", "concurrent-10", "--url", vllm_server.base_url, "--max-tokens", "8", "--repeats", "2")
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert out.count("requests ok / failed   10 / 0") == 2 and out.count("saved as run ") == 2
-    table = out.split("== 2 repeats ==", 1)[1].splitlines()
+    table = out.split("== 2 repeats of ", 1)[1].splitlines()
     tput = next(line for line in table if line.startswith("output throughput (tok/s)"))
-    assert "median" in tput and "95 % bootstrap interval" in tput and "(2 repeats)" in tput, tput
-    low, high = (float(x.replace(",", "")) for x in tput.split("interval ")[1].split(" (")[0].split("–"))
-    assert low <= float(tput.split("median ")[1].split(",")[0]) <= high
-    assert any(line.startswith("mean TTFT (ms)") and "95 % bootstrap interval" in line for line in table), table
+    assert "median" in tput and "range" in tput and tput.endswith(" of 2 runs") and "interval" not in tput, tput
+    low, high = (float(x.replace(",", "")) for x in tput.split("range ")[1].split(" of")[0].split("–"))
+    assert low <= float(tput.split("median ")[1].split(", range")[0].replace(",", "")) <= high
+    assert any(line.startswith("mean TTFT (ms)") and "range" in line for line in table), table
     # the prefix cache between the two: emptied, or why not (vLLM serves the reset only in its dev mode)
     assert "prefix cache was emptied" in out or "did not empty its prefix cache" in out
     # each run's summary: vLLM's own phases (bucket-estimated medians, exact means) and the energy, or why none
     assert out.count("server queue / prefill / decode  p50 ") == 2, out
     assert out.count("energy                 ") == 2
+
+
+def test_three_repeats_with_one_far_slower_print_their_range_and_flag_it():
+    """On an H100, three repeats, one 3.5× slower, printed "median 5,475.68, 95 % bootstrap interval
+    1,563.07–5,629.59" and nothing on the odd one."""
+    from engine.cli.summary import repeats_table
+    from engine.results.records import RunResult
+
+    runs = [RunResult(kind="vllm", scenario="chat", label="chat", records=[], duration=1.0, started_at=1.7e9 + i,
+                      summary={"output_throughput": v},
+                      extra={"repeat_group": "g", "repeat_index": i + 1, "repeats": 3})
+            for i, v in enumerate((5475.68, 5629.59, 1563.07))]
+    lines = repeats_table(runs).splitlines()
+    assert lines[0] == "== 3 repeats of chat =="
+    assert lines[1] == "output throughput (tok/s)  median 5,476, range 1,563–5,630 of 3 runs"
+    assert lines[2].startswith("  repeat 3 (1,563) is 3.5× below the median: something else may have run then")
+    assert "interval" not in "\n".join(lines)
 
 
 @pytest.mark.server
@@ -46,7 +63,8 @@ def test_slo_search_finds_the_top_level_meets_a_loose_slo(vllm_server):
 
 @pytest.mark.parametrize("argv, says", [
     (["run", "concurrent-10", "--url", DEAD, "--repeats", "0"], "--repeats must be a whole number of at least 1"),
-    (["run", "sweep", "--url", DEAD, "--repeats", "2"], "--repeats repeats one load test, and sweep is not one"),
+    (["run", "sweep", "--url", DEAD, "--repeats", "2"],
+     "--repeats repeats one load test or each tuning configuration, and sweep is neither"),
     (["run", "concurrent-10", "--url", DEAD, "--versus", "http://127.0.0.1:10", "--repeats", "2"],
      "--repeats and --versus cannot be combined"),
     (["run", "slo-search", "--url", DEAD], "give --slo-ttft-ms and/or --slo-tpot-ms"),
@@ -59,3 +77,27 @@ def test_a_bad_repeat_or_search_option_is_one_sentence(argv, says):
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
     line, = p.stderr.splitlines()
     assert line.startswith("error: ") and says in line, line
+
+
+def test_tuning_with_repeats_judges_each_configuration_against_the_first(capsys):
+    """`run tuning --repeats N`: each configuration's repeats as a set with its range, then its throughput against
+    the first configuration's, said beyond noise or as no measurable difference."""
+    from engine.cli.run import _said
+    from engine.measure.workloads import scenarios
+    from engine.results.records import RunResult
+
+    def runs(group: str, label: str, values) -> list:
+        return [RunResult(kind="vllm", scenario="tuning", label=label, records=[], duration=1.0,
+                          started_at=1.7e9 + i, summary={"output_throughput": v},
+                          extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
+                for i, v in enumerate(values)]
+
+    results = (runs("a", "max-model-len 512", [100, 104, 98]) + runs("b", "max-model-len 2048", [150, 148, 153])
+               + runs("c", "max-model-len 1024", [101, 99, 105]))
+    _said(results, scenarios.get("tuning"), None, None)
+    out = capsys.readouterr().out
+    assert out.count("== 3 repeats of ") == 3
+    assert "Output throughput: 'max-model-len 2048'" not in out  # labels as runs carry them, no quotes added
+    assert "Output throughput: max-model-len 2048 is higher than max-model-len 512, 1.49× (+49 %), beyond noise" in out
+    assert ("Output throughput: no measurable difference on this machine between max-model-len 512 and "
+            "max-model-len 1024") in out

@@ -4,6 +4,7 @@ The `make_*` builders are also used to render the figures for review (see __main
 `python tests/test_figures.py /tmp/figs`)."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 import sys
@@ -200,9 +201,20 @@ def test_latency_bars():
     assert len(bars) == 2 and all(len(b.y) == 5 for b in bars)
     assert list(bars[0].y) == pytest.approx([r.e2e for r in naive.records])
     assert "avg 3.7 s" in bars[0].name and "avg 3.2 s" in bars[1].name
-    assert "1.2× faster" in fig.layout.title.text
-    assert len(fig.layout.title.text) < 60
-    assert "3.2 s" in figures.caption(fig)
+    # one computation for the title and the caption: prompt by prompt, with its interval
+    assert fig.layout.title.text == "Latency per request: vLLM 1.18× faster"
+    assert ("vLLM answers 1.18× faster than the naive loop (95 % interval 1.12× to 1.24×; paired t on log values "
+            "(the same prompts), 5 requests each)") in figures.caption(fig)
+    same = make_vllm_sequential()
+    for r, n in zip(same.records, naive.records):  # within a few per cent either way of the naive loop's
+        shift = 1.02 if r.index % 2 else 0.98
+        r.end_time = r.send_time + n.e2e * shift
+    one = figures.latency_bars(_run("naive", "naive-5-sequential", "n", naive.records[:1], 4.3),
+                               _run("vllm", "vllm-5-sequential", "v", vllm.records[:1], 3.4))
+    assert one.layout.title.text == "Latency per request: vLLM 1.26× faster, noise unknown"  # one prompt a side
+    flat = figures.latency_bars(naive, same)
+    assert flat.layout.title.text == "Latency per request: no measurable difference on this machine"
+    assert "faster" not in figures.caption(flat)
     fig3 = figures.latency_bars(naive, vllm, extra_runs=[make_static_batch()])
     assert len(_bars(fig3)) == 3
     assert figures.latency_bars(None, vllm).layout.title.text == "Latency per request"
@@ -314,6 +326,36 @@ def test_tuning_compare():
     assert tput.y[0] == pytest.approx(a.summary.get("output_throughput"))
     assert "KV cache 105 k tok" in tput.x[0] and "KV" not in tput.x[1]
     assert "max_tokens (100 vs 150)" in figures.caption(fig)
+
+
+def _repeated(run: RunResult, group: str, values: list[float]) -> list[RunResult]:
+    """`run` measured len(values) times as one repeat group, each with its own throughput."""
+    out = []
+    for i, v in enumerate(values):
+        r = copy.deepcopy(run)
+        r.id, r.started_at = f"{group}{i}", run.started_at + i
+        r.summary.output_throughput = v
+        r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, len(values)
+        out.append(r)
+    return out
+
+
+def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
+    """Once "+254 %" headed a tuning finding that the run-to-run spread explained. One run a configuration
+    decides nothing; repeats are one bar each (the median, a whisker over the range) and judged by the verdict."""
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
+    once = figures.caption(figures.tuning_compare([a, b]))
+    assert "noise unknown" in once and "no difference here is called real" in once and "beyond noise" not in once
+    quiet = _repeated(a, "g1", [100.0, 104.0, 98.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
+    fig = figures.tuning_compare(quiet)
+    tput, wall = _bars(fig)
+    assert list(tput.y) == [100.0, 150.0] and len(tput.x) == 2
+    assert list(tput.error_y.array) == [4.0, 3.0] and list(tput.error_y.arrayminus) == [2.0, 2.0]
+    cap = figures.caption(fig)
+    assert "1.49× (+49 %), beyond noise" in cap and "Welch's t on log values" in cap and "3 runs each" in cap
+    assert "the median of its runs; the whisker spans their range" in cap
+    noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])
+    assert "no measurable difference" in figures.caption(figures.tuning_compare(noisy))
 
 
 def test_token_timeline():
@@ -453,7 +495,7 @@ def test_history_compare():
     fig = figures.history_compare(runs, "output_throughput")
     (bar,) = _bars(fig)
     assert len(bar.x) == 3
-    assert figures.caption(fig).startswith("vLLM, max-model-len 2048 is best")
+    assert figures.caption(fig).startswith("Highest: vLLM, max-model-len 2048")
     fig = figures.history_compare(runs, "mean_ttft_ms")  # naive has no TTFT: left out
     assert len(_bars(fig)[0].x) == 2 and "left out" in figures.caption(fig)
 

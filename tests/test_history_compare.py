@@ -80,3 +80,21 @@ def test_the_html_report_marks_a_cold_run():
     cold, warm = _run("first batch", 5, cold=True, cold_why="first"), _run("second batch", 5, cold=False)
     page = build_report([cold, warm])
     assert "❄ cold" in page and "warm" in page
+
+
+def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_noise():
+    """It said "X is best at …" over any difference, and two runs of one label read as the same. Now the top run
+    is named as measured, and its lead over the next is a verdict: from the requests for a typical request's
+    number, undecided for a whole run's number from one run each; runs of one label told apart by their start."""
+    from datetime import datetime
+
+    a, b = _run("concurrent-10", 8, cold=False), _run("concurrent-10", 8, cold=False)
+    b.started_at = a.started_at + 300
+    b.summary = stats.summarize(b.records, 1.9)  # 5 % more throughput: one run each, its noise unknown
+    cap = figures.caption(figures.history_compare([a, b], "output_throughput"))
+    assert "is best" not in cap and cap.startswith("Highest: concurrent-10, ")
+    first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (a.started_at, b.started_at))
+    assert (f"Output throughput: concurrent-10 from {second} measured 1.05× (+5 %) against concurrent-10 from "
+            f"{first}, but with one value a side the noise is unknown, so this decides nothing") in cap
+    ttft = figures.caption(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests: no difference
+    assert "Mean TTFT: no measurable difference on this machine between" in ttft and "8 requests each" in ttft

@@ -179,3 +179,29 @@ def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
     assert any("Cold: the first batch of 4 in flight since the server started" in w for w in said), said
     assert any("The warm-up (1 request, 0.5 s, TTFT 0.10 s) was not counted" in c.value.replace("\\", "")
                for c in at.caption)
+
+
+def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_noise(lab):
+    """Two groups of repeats of the identical workload read "'X' differs from 'X' … beyond noise". Now
+    each set is named by its start too, and an A/A pair is no measurable difference."""
+    from datetime import datetime
+
+    runs = []
+    for group, start, values in (("g1", 1_764_600_000.0, (100.0, 104.0, 98.0)), ("g2", 1_764_600_600.0,
+                                                                                (101.0, 99.0, 103.0))):
+        for i, v in enumerate(values):
+            r = make_run(start + i, "repeated")
+            r.summary.output_throughput = v
+            r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, 3
+            runs.append(r)
+    for r in runs:
+        lab.store.save(r)
+    try:
+        at = page()
+        said = " ".join(c.value.replace("\\", "") for c in at.caption)
+        first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1_764_600_000.0, 1_764_600_600.0))
+        assert (f"Output throughput: no measurable difference on this machine between 'repeated' from {first} and "
+                f"'repeated' from {second}") in said, said
+        assert "differs from" not in said
+    finally:
+        lab.store.delete([r.id for r in runs])

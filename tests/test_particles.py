@@ -29,7 +29,7 @@ def test_the_catalogue_says_them_right():
     text = translate(say("The naive worker's process exited: its {peak} came back to the operating system, "
                          "nothing stays reserved.", peak=say("{v:.2f} GB", v=0.84)), "ko")
     assert "0.84 GB가" in text, text
-    text = translate(say("{fast} answered all {n} prompts in {t_fast:.1f} s, {x:.1f}× sooner than {slow} "
-                         "({t_slow:.1f} s).", fast=say("Naive, one at a time"), n=5, t_fast=4.0, x=2.0,
+    text = translate(say("{fast} answered all {n} prompts soonest, in {t_fast:.1f} s; {slow} took longest, "
+                         "{t_slow:.1f} s (one run each).", fast=say("Naive, one at a time"), n=5, t_fast=4.0,
                          slow=say("Static batch"), t_slow=8.0), "ko")
-    assert "(는)" not in text and "하나씩은 " in text, text
+    assert "(가)" not in text and "하나씩이 " in text and "정적 배치가 " in text, text

@@ -223,3 +223,27 @@ def test_a_real_runs_report_draws_its_charts_with_the_network_blocked(vllm_serve
             browser.close()
     assert charts >= 3 and drawn == charts, (charts, drawn)
     assert not errors and not refused, (errors, refused)
+
+
+def test_repeats_and_a_pair_are_said_with_their_spread_and_verdicts():
+    """The report compared repeated runs only bar by bar. Now each set of repeats is its median and range
+    (a repeat 3.5× off flagged), two sets of one label are told apart and judged, and a pair's servers judged."""
+    def repeated(group: str, start: float, values) -> list:
+        runs = []
+        for i, v in enumerate(values):
+            r = make_run(start + i, "concurrent-4")
+            r.summary.output_throughput = v
+            r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, len(values)
+            runs.append(r)
+        return runs
+
+    runs = repeated("g1", 1_764_500_000.0, [100.0, 104.0, 29.0]) + repeated("g2", 1_764_500_600.0, [101.0, 99.0, 103.0])
+    page = build_report(runs, "en")
+    assert "concurrent-4, Output throughput: median 100, range 29–104 of 3 runs" in page
+    assert "concurrent-4: repeat 3 (29) is 3.4× below the median" in page
+    assert "Output throughput: no measurable difference on this machine between &#x27;concurrent-4&#x27; from" in page
+    a, b = make_run(1_764_500_000.0, "A: here"), make_run(1_764_500_000.0, "B: there")
+    a.extra.pair = b.extra.pair = "p1"
+    pair = build_report([a, b], "en")
+    assert "Mean TTFT: no measurable difference on this machine between A: here and B: there" in pair
+    assert "Output throughput: B: there measured 1.00× (+0.0 %) against A: here, but with one value a side" in pair

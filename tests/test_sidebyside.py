@@ -109,6 +109,42 @@ def test_the_figure_draws_both_servers_on_one_time_axis():
     assert "1 failed" in cap and "Median TTFT" in cap and "still in flight" not in cap
 
 
+def _ttfts(label: str, ttfts: list[float], duration: float, pair: str = "") -> RunResult:
+    run = _run(label, [_rec(i, 0.0, t, t + 0.5) for i, t in enumerate(ttfts)], duration)
+    run.extra.pair = pair
+    return run
+
+
+A_TTFT = [0.20, 0.22, 0.19, 0.21, 0.23, 0.20, 0.18, 0.21]
+
+
+def test_which_server_did_better_is_said_only_beyond_the_noise_of_its_requests():
+    """The pair's caption named numbers and let the room read a winner into any difference. Now TTFT and
+    TPOT are judged from each side's requests, and throughput, one run a side, decides nothing."""
+    a = _ttfts("A: max-model-len 2048", A_TTFT, 1.0)
+    slow = _ttfts("B: 127.0.0.1:8001", [2 * t for t in A_TTFT], 1.2)
+    cap = caption(side_by_side(a, slow))
+    assert "Mean TTFT: B: 127.0.0.1:8001 is higher than A: max-model-len 2048, 2.00× (+100 %), beyond noise" in cap
+    assert "8 requests each" in cap
+    assert "Output throughput: B: 127.0.0.1:8001 measured" in cap and "decides nothing" in cap
+    same = caption(side_by_side(a, _ttfts("B: 127.0.0.1:8001", list(reversed(A_TTFT)), 1.0)))
+    assert "Mean TTFT: no measurable difference on this machine between A: max-model-len 2048 and B" in same
+
+
+def test_the_cli_says_the_pairs_verdicts_after_its_two_runs(capsys):
+    from engine.cli.run import _said
+    from engine.measure.workloads import scenarios
+
+    a, b = _ttfts("A: x", A_TTFT, 1.0, pair="p1"), _ttfts("B: y", [2 * t for t in A_TTFT], 1.2, pair="p1")
+    for r in (a, b):
+        r.summary = __import__("engine.measure.judge.stats", fromlist=["x"]).summarize(r.records, r.duration)
+    _said([a, b], scenarios.get("concurrent-10"), None, None)
+    out = capsys.readouterr().out.splitlines()
+    higher = "Mean TTFT: B: y is higher than A: x, 2.00× (+100 %), beyond noise"
+    assert any(line.startswith(higher) for line in out), out
+    assert any(line.startswith("Output throughput: B: y measured") and "decides nothing" in line for line in out)
+
+
 def test_a_live_pair_draws_requests_in_flight_up_to_now():
     a = _run("A", [_rec(0, 0.0, 0.2, None), _rec(1, 0.0, None, None)], 0)
     b = _run("B", [_rec(0, 0.0, 0.3, 0.9)], 0)

@@ -183,3 +183,40 @@ def test_a_comparison_from_the_history_is_headed_with_where_it_ran_and_never_hal
     kv = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
               if "KV cache per configuration" in json.loads(c.proto.spec)["layout"]["title"]["text"])
     assert len(kv["data"][0]["x"]) == 1  # the one configuration measured here, alone
+
+
+def test_each_configuration_measured_several_times_is_judged_against_noise(page, monkeypatch):
+    """The page's Repeat goes to the runner, and the chart shows each configuration's median and range
+    with the verdict against the first, said in words ("beyond noise", or "no measurable difference")."""
+    lab, render = page
+    asked = {}
+    runs = []
+    for cfg, (label, values) in enumerate((("max-model-len 256 / KV 2 GiB", (100.0, 104.0, 98.0)),
+                                            ("max-model-len 256 / KV 4 GiB", (150.0, 148.0, 153.0)))):
+        for i, v in enumerate(values):
+            r = _run("tuning", label, repeat_group=f"g{cfg}", repeat_index=i + 1, repeats=3)
+            r.summary.output_throughput = v
+            runs.append(r)
+
+    class Runner:
+        def tuning(self, *a, **k):
+            asked.update(k)
+            return [lab._save(r) for r in runs]
+
+    monkeypatch.setattr(lab, "_runner", lambda job: Runner())
+    configs = [ServerConfig(model="/m", max_model_len=256, cpu_kvcache_gib=g) for g in (2, 4)]
+    job = lab.run_tuning(configs, scenarios.get("tuning").load_spec(max_tokens=100), repeats=3, token=None,
+                         caller="test")
+    deadline = time.time() + 60  # a liveness bound
+    while job.active and time.time() < deadline:
+        time.sleep(0.05)
+    assert job.result and asked["repeats"] == 3, job.error
+    at = render()
+    assert at.number_input(key="tuning_repeats").value == 1
+    fig = next(json.loads(c.proto.spec) for c in at.get("plotly_chart")
+               if "Tuning: throughput and wall time" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    tput = fig["data"][0]
+    assert tput["y"] == [100.0, 150.0] and tput["error_y"]["array"] == [4.0, 3.0]
+    said = re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown))  # under the chart (ui.chart)
+    assert "max-model-len 256 / KV 4 GiB: 1.49× (+49 %), beyond noise" in said, said
+    assert "the median of its runs; the whisker spans their range" in said

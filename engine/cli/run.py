@@ -32,8 +32,9 @@ def register(sub) -> None:
                    help="the sweep's top level, or the requests in flight of a scenario that keeps some in flight")
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
     r.add_argument("--repeats", type=int, metavar="N",
-                   help="run the load test N times and print the median and 95 %% interval of its throughput and "
-                        "TTFT (the prefix cache emptied between repeats where the server allows it)")
+                   help="run the load test (or each tuning configuration) N times and print the median and range of "
+                        "its throughput and TTFT, a repeat far off flagged; tuning judges each configuration against "
+                        "the first beyond noise (the prefix cache emptied between repeats where the server allows it)")
     r.add_argument("--json", help="also write the runs as JSON here")
     r.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
                    help="print what a million output tokens cost at this price per GPU-hour (the whole machine, "
@@ -185,7 +186,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     try:
         if scn.kind == "tuning":
             results = runner.tuning(srv, configs, load, model_max_len=spec.max_len,
-                                    labels=list(scn.config_labels) or None)
+                                    labels=list(scn.config_labels) or None, repeats=repeats or 1)
         else:
             srv.start_and_wait(cfg, model_max_len=spec.max_len, log=say_line)
             results = _measure(runner, scn, load, levels, Target.of(srv), repeats, fixed_seed)
@@ -219,5 +220,18 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
         say_line(slos.knee_said(slos.levels(results, slo), slo))
     if getattr(results, "search", None) is not None:
         say_line(results.search.said)
-    if len(results) > 1 and results[0].extra.repeats:
-        say_line(repeats_table(results))
+    from engine.measure.judge import repeats, verdict
+
+    sets = repeats.sets(results)
+    for runs in (g for g in sets if len(g) > 1):  # each set of repeats: its median and range
+        say_line(repeats_table(runs))
+    if scn.kind == "tuning" and len(sets) > 1:  # each configuration against the first, beyond noise or not
+        first = sets[0]
+        for runs in sets[1:]:
+            if v := verdict.compare_runs(first, runs, "output_throughput", name="Output throughput",
+                                         label_a=first[0].label, label_b=runs[0].label):
+                say_line(v.said)
+    if len(results) == 2 and results[0].extra.pair and results[0].extra.pair == results[1].extra.pair:
+        a, b = results  # --versus: which server did better, only beyond the noise
+        for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label)):
+            say_line(v.said)

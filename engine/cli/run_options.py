@@ -52,14 +52,14 @@ def check_run_options(scn, args) -> list[int] | None:
 
 
 def _check_repeats(scn, args) -> None:
-    """--repeats: a whole number of at least 1, for one load test on one server."""
+    """--repeats: a whole number of at least 1, for one load test on one server or each tuning configuration."""
     if args.repeats is None:
         return
     if args.repeats < 1:
         raise ConfigError(f"--repeats must be a whole number of at least 1, not {args.repeats}.")
-    if scn.kind != "vllm":
-        raise ConfigError(f"--repeats repeats one load test, and {scn.name} is not one: pick a load scenario "
-                          "(python -m engine list), or leave --repeats out.")
+    if scn.kind not in ("vllm", "tuning"):
+        raise ConfigError(f"--repeats repeats one load test or each tuning configuration, and {scn.name} is neither: "
+                          "pick a load or tuning scenario (python -m engine list), or leave --repeats out.")
     if args.versus is not None:
         raise ConfigError("--repeats and --versus cannot be combined: repeat the load test on one server.")
 

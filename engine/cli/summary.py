@@ -90,15 +90,16 @@ def _server_and_energy(r) -> list[str]:
 
 
 def repeats_table(runs) -> str:
-    """N repeats of one load test: the median and 95 % interval of its throughput and TTFT, and whether the
-    prefix cache was emptied between them."""
+    """N repeats of one load test: the median of its throughput and TTFT with their range (an interval from six
+    repeats up), a repeat far from the others, and whether the prefix cache was emptied between them."""
     from engine.measure.judge import repeats
 
-    lines = [f"== {len(runs)} repeats =="]
+    lines = [f"== {len(runs)} repeats of {runs[0].label} ==" if runs[0].label else f"== {len(runs)} repeats =="]
     for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),
                       ("p99_ttft_ms", "p99 TTFT (ms)")):
         if (spread := repeats.of_runs(runs, key)) is not None:
             lines.append(f"{name:26} {spread.said}")
+            lines += [f"  {said}" for said in spread.outliers_said]
     if said := repeats.reset_said(runs):
         lines.append(f"  {said}")
     return "\n".join(lines)

@@ -30,7 +30,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
-from engine.measure.judge import stats
+from engine.measure.judge import repeats, stats, verdict
 from engine.messages import say, seconds, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
@@ -66,54 +66,77 @@ def _kv_label(run: RunResult) -> str:
 
 
 def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
-    """Two panels side by side: output throughput (tok/s) and wall time per config, values on the
-    bars, KV-cache capacity under each label when known."""
+    """Two panels side by side: output throughput (tok/s) and wall time per configuration, values on the bars,
+    KV-cache capacity under each label when known. A configuration measured several times (a repeat group) is
+    one bar, its median, with a whisker over the runs' range; the caption judges each against the first by
+    engine.measure.judge.verdict."""
     runs = list(runs)
+    sets = repeats.sets(runs)
+    firsts = [g[0] for g in sets]
+    labels = [run_label(r, lang) for r in firsts]
     differ_keys = [k for k in ("max_tokens", "concurrency", "rate")
                    if len({str(getattr(r.load, k)) for r in runs}) > 1]
     cats = []
-    for run in runs:
-        lab = wrap(esc(run_label(run, lang)), 20)
+    for run, label in zip(firsts, labels):
+        lab = wrap(esc(label), 20)
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
+        if labels.count(label) > 1:  # the same settings measured another time: told apart by when
+            notes.append(_when(run.started_at, lang))
         notes = [x for x in notes if x]
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
         cats.append(lab)
-    tput = []
-    for run in runs:
-        s = summary_of(run)
-        v = s.get("output_throughput")
-        if v is None:
-            v = sum(r.output_tokens for r in run.measured if r.ok) / run.duration if run.duration else 0.0
-        tput.append(v)
-    wall = [float(run.duration) for run in runs]
-    colors = run_colors(runs)
+    tput = [repeats.spread([verdict.value(r, "output_throughput") or 0.0 for r in g]) for g in sets]
+    wall = [repeats.spread([float(r.duration) for r in g]) for g in sets]
+    colors = run_colors(firsts)
+    several = any(len(g) > 1 for g in sets)
+
+    def whisker(spreads) -> dict | None:  # the range of each configuration's repeats
+        if not several:
+            return None
+        return dict(type="data", symmetric=False, array=[s.high - s.median for s in spreads],
+                    arrayminus=[s.median - s.low for s in spreads], color=MUTED, thickness=2, width=8)
+
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Wall time (lower is better)"), lang)))
-    fig.add_bar(x=cats, y=tput, marker_color=colors, text=[f"<b>{v:,.0f}</b>" for v in tput],
-                textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("throughput"), lang),
+    fig.add_bar(x=cats, y=[s.median for s in tput], error_y=whisker(tput), marker_color=colors,
+                text=[f"<b>{s.median:,.0f}</b>" for s in tput], textposition="outside", cliponaxis=False,
+                showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
-    fig.add_bar(x=cats, y=wall, marker_color=colors, text=[f"<b>{seconds(v, lang)}</b>" for v in wall],
-                textposition="outside", cliponaxis=False, showlegend=False, name=translate(say("wall time"), lang),
+    fig.add_bar(x=cats, y=[s.median for s in wall], error_y=whisker(wall), marker_color=colors,
+                text=[f"<b>{seconds(s.median, lang)}</b>" for s in wall], textposition="outside", cliponaxis=False,
+                showlegend=False, name=translate(say("wall time"), lang),
                 hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>", row=1, col=2)
-    fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), range=[0, max(tput or [1]) * 1.2 or 1],
-                     row=1, col=1)
-    fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang), range=[0, max(wall or [1]) * 1.2 or 1],
-                     row=1, col=2)
+    fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang),
+                     range=[0, max([s.high for s in tput] or [1]) * 1.2 or 1], row=1, col=1)
+    fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang),
+                     range=[0, max([s.high for s in wall] or [1]) * 1.2 or 1], row=1, col=2)
     fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category", tickangle=0)  # wrapped, never turned
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
-    if len(runs) >= 2 and tput[0]:
-        parts = [f"{run_label(r, lang)} {(v / tput[0] - 1) * 100:+.0f}%" for r, v in zip(runs[1:], tput[1:])]
-        cap = [say("Throughput compared with {run}: {changes}.", run=run_label(runs[0], lang),
-                   changes=", ".join(parts))]
-    elif runs:
-        cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=run_label(runs[0], lang), tput=tput[0],
-                   wall=wall[0])]
+    if len(sets) >= 2:  # each against the first, a finding only beyond the noise of their runs
+        named = [f"{label} ({_when(r.started_at, lang)})" if labels.count(label) > 1 else label
+                 for r, label in zip(firsts, labels)]  # one label twice: told apart by when, as under the bars
+        judged = [verdict.compare_runs(sets[0], g, "output_throughput", name=say("Output throughput"),
+                                       label_a=named[0], label_b=name) for g, name in zip(sets[1:], named[1:])]
+        parts = [f"{name}: {translate(v.short, lang)}" for name, v in zip(named[1:], judged) if v is not None]
+        cap = [say("Throughput against {run}: {changes}.", run=named[0], changes="; ".join(parts))]
+        if any(v is not None and not v.decided for v in judged):
+            cap.append(say("A configuration measured once has unknown noise, so no difference here is called real: "
+                           "repeat each configuration at least twice to know."))
+        elif decided := next((v for v in judged if v is not None), None):
+            cap.append(say("Judged by {how}; within noise is no measurable difference on this machine.",
+                           how=decided.how))
+    elif sets:
+        cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=labels[0], tput=tput[0].median,
+                   wall=wall[0].median)]
     else:
         cap = [say("No runs to compare yet.")]
+    if several:
+        cap.append(say("A configuration measured several times is one bar, the median of its runs; the whisker spans "
+                       "their range."))
     differ = []
     for key in ("max_tokens", "concurrency"):  # setting names: data, not words
         vals = {str(getattr(r.load, key)) for r in runs if getattr(r.load, key) is not None}
@@ -178,10 +201,15 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         bargap=0.35,
     )
     if have:
-        best_r, best_v = (max if better == "higher" else min)(have, key=lambda p: p[1])
+        ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
+        (best_r, best_v), runner_up = ranked[0], ranked[1][0] if len(ranked) > 1 else None
         best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
-        cap = [say("{run} is best at {value} {unit} (higher is better).", **best) if better == "higher" else
-               say("{run} is best at {value} {unit} (lower is better).", **best)]
+        cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
+               say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
+        if runner_up is not None:  # first or not is a finding only beyond the noise of the two
+            a, b = verdict.labels_apart(runner_up, best_r, run_label(runner_up, lang), run_label(best_r, lang))
+            if v := verdict.compare_runs([runner_up], [best_r], metric, name=label, label_a=a, label_b=b, unit=unit):
+                cap.append(v.said)
     else:
         cap = [say("No saved run has {metric} yet.", metric=label)]
     if missing:
@@ -288,6 +316,8 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     if None not in meds:
         cap.append(say("Median TTFT: {ttft_a:,.0f} ms on {a}, {ttft_b:,.0f} ms on {b}.", a=labels[0], b=labels[1],
                        ttft_a=meds[0], ttft_b=meds[1]))
+    if not in_flight:  # which server did better is a finding only beyond the noise of its requests
+        cap += [v.said for v in verdict.of_pair([run_a], [run_b], *verdict.labels_apart(run_a, run_b, *labels))]
     cap.append(say("In each timeline a bar is one request: pale while it waits for its first token, solid while "
                    "it generates."))
     if in_flight:

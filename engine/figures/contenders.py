@@ -26,17 +26,43 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
+from engine.measure.judge import verdict
 from engine.messages import mark, say, seconds, translate
 from engine.results.records import RunResult
 
 
-def _speedup_phrase(slow: float, fast: float, who: str = "vLLM") -> str:
-    if not slow or not fast:
-        return ""
-    s = slow / fast
-    if abs(s - 1) < 0.05:
-        return say("{who} about as fast", who=who)
-    return say("{who} {x:.1f}× faster", who=who, x=s) if s > 1 else say("{who} {x:.1f}× slower", who=who, x=1 / s)
+def speedup(naive_run: Any, vllm_run: Any, lang: str = "en") -> verdict.Verdict | None:
+    """vLLM against the naive loop on the same prompts, prompt by prompt (verdict.per_prompt): the naive latency
+    over vLLM's, so a ratio above 1 is vLLM's speed-up. The one computation of it that the Naive page shows."""
+    if naive_run is None or vllm_run is None:
+        return None
+    return verdict.per_prompt(vllm_run, naive_run, name=say("Latency per request"),
+                              label_a=_name(vllm_run, lang), label_b=_name(naive_run, lang))
+
+
+def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
+    """The speed-up as a title's few words and a caption's sentence, from one verdict: the same number in both."""
+    def times(r: float) -> str:  # 1.18×, 21×: three figures below ten, two above (the interval is wider there)
+        return verdict.figures(r, 3 if r < 10 else 2)
+
+    x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
+    if v.beyond_noise is None:  # one prompt answered on both sides: no interval
+        return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else
+                say("vLLM {x}× slower, noise unknown", x=x),
+                say("One prompt answered on both sides: how much of that is noise is unknown."))
+    interval = dict(low=times(1 / v.high if v.ratio < 1 else v.low), high=times(1 / v.low if v.ratio < 1 else v.high),
+                    how=v.how, level=verdict.percent(v.level))
+    if not v.beyond_noise:
+        return (say("no measurable difference on this machine"),
+                say("Prompt by prompt, vLLM and the naive loop differ by no more than their noise ({how}).",
+                    **interval))
+    if v.ratio >= 1:
+        return (say("vLLM {x}× faster", x=x),
+                say("Prompt by prompt, vLLM answers {x}× faster than the naive loop ({level} interval {low}× to "
+                    "{high}×; {how}): the engine alone, before any batching.", x=x, **interval))
+    return (say("vLLM {x}× slower", x=x),
+            say("Prompt by prompt, vLLM answers {x}× slower than the naive loop ({level} interval {low}× to "
+                "{high}×; {how}).", x=x, **interval))
 
 
 # -- step 1-2: naive vs vLLM ------------------------------------------------------------------------
@@ -124,13 +150,10 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
                                  categoryarray=[xcat[i] for i in indices]),
                       # under the plot: on top, a legend of four long names wraps into the title
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top"))
-    na = avgs.get(id(naive_run)) if naive_run is not None else None
-    va = avgs.get(id(vllm_run)) if vllm_run is not None else None
-    if na and va and not (math.isnan(na) or math.isnan(va)):
-        title = say("Latency per request: {speedup}", speedup=_speedup_phrase(na, va))
-        cap = say("Each group of bars is the same prompt: vLLM answers in {vllm:.1f} s on average, the "
-                  "naive transformers loop in {naive:.1f} s, a {speedup:.1f}× speed-up from the engine "
-                  "alone, before any batching.", vllm=va, naive=na, speedup=na / va)
+    if (v := speedup(naive_run, vllm_run, lang)) is not None:  # one computation: the title's and caption's number
+        phrase, sentence = speedup_said(v)
+        title = say("Latency per request: {speedup}", speedup=phrase)
+        cap = say("Each group of bars is the same prompt. {sentence}", sentence=sentence)
     else:
         title = say("Latency per request")
         said = []
@@ -203,9 +226,10 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     n = counts.pop() if len(counts) == 1 else None
     if len(ran) >= 2 and n:
         (kf, fast), (ks, slow) = min(ran, key=lambda p: p[1].duration), max(ran, key=lambda p: p[1].duration)
-        cap = [say("{fast} answered all {n} prompts in {t_fast:.1f} s, {x:.1f}× sooner than {slow} ({t_slow:.1f} s).",
-                   fast=contender_name(kf, lang), slow=contender_name(ks, lang), n=n, t_fast=fast.duration,
-                   t_slow=slow.duration, x=slow.duration / fast.duration)]
+        # the times, not their ratio: one run each, so how much of the gap is noise is unknown
+        cap = [say("{fast} answered all {n} prompts soonest, in {t_fast:.1f} s; {slow} took longest, {t_slow:.1f} s "
+                   "(one run each).", fast=contender_name(kf, lang), slow=contender_name(ks, lang), n=n,
+                   t_fast=fast.duration, t_slow=slow.duration)]
         if by.get(0) is not None and by.get(1) is not None and by[1].duration < by[0].duration:
             cap.append(say("The static batch's answers each waited for its longest, yet it finished the whole job "
                            "in {batch:.1f} s against {naive:.1f} s one at a time: batching pays in total time, not "

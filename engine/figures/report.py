@@ -18,7 +18,7 @@ from engine.figures.compare import history_compare
 from engine.figures.sweep import sweep_chart
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
-from engine.measure.judge import ceiling, failures, prefix, token_check, warmth
+from engine.measure.judge import ceiling, failures, prefix, repeats, token_check, verdict, warmth
 from engine.measure.judge.slo import Slo, judge
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
@@ -134,6 +134,8 @@ class _Writer:
                  *(_num(run.summary.get(k)) for k in keys)]
                 for i, run in enumerate(runs, 1)]
         parts = ["<section>" + self.tag("h2", mark("Runs compared")), self.table(head, rows, "numbers")]
+        if said := _together(runs):  # repeats' spread, and differences only beyond their noise
+            parts.append("<ul class='notes'>" + "".join(f"<li>{self.t(m)}</li>" for m in said) + "</ul>")
         for metric in ("output_throughput", "mean_ttft_ms"):
             parts.append(self.figure(history_compare(runs, metric, lang=self.lang)))
         levels = [r for r in runs if r.extra.sweep_level is not None and r.kind == "vllm"]
@@ -301,6 +303,29 @@ def _workload_said(w: dict) -> list:
         out.append(say("estimated at {n} characters a token (no tokenizer given)", n=CHARS_PER_TOKEN))
     if w.get("sha256"):
         out.append(say("file sha256 {sha}", sha=w["sha256"]))
+    return out
+
+
+def _together(runs: Sequence[RunResult]) -> list:
+    """What the runs say together, as the pages say it: each set of repeats' spread (a repeat far off flagged),
+    the first two sets compared, and a pair's two servers compared (engine.measure.judge.verdict)."""
+    out: list = []
+    sets = [g for g in repeats.sets(runs) if len(g) > 1]
+    for g in sets:
+        for key in ("output_throughput", "mean_ttft_ms"):
+            if (spread := repeats.of_runs(g, key)) is not None:
+                out.append(say("{run}, {metric}: {spread}", run=g[0].label, metric=metric_info(key).label,
+                               spread=spread.said))
+                out += [say("{run}: {sentence}", run=g[0].label, sentence=m) for m in spread.outliers_said]
+    for key in ("output_throughput", "mean_ttft_ms") if len(sets) > 1 else ():
+        if v := repeats.groups_compared(runs, key, metric_info(key).label, metric_info(key).unit):
+            out.append(v.said)
+    pairs: dict[str, list] = {}
+    for r in runs:
+        if r.extra.pair:
+            pairs.setdefault(r.extra.pair, []).append(r)
+    for a, b in (p for p in pairs.values() if len(p) == 2):
+        out += [v.said for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label))]
     return out
 
 

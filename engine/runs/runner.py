@@ -403,10 +403,13 @@ class Runner:
         return run, bool(verdict is not None and verdict.meets and not watch.saturated)
 
     def tuning(self, server: VLLMServer, configs: list[ServerConfig], spec: LoadSpec,
-               model_max_len: int | None = None, labels: list[str] | None = None) -> list[RunResult]:
-        """Restart `server` with each configuration and run the same load on it (notebook step 4);
-        the server is left running with the last one. `labels` names the configurations (default:
-        tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
+               model_max_len: int | None = None, labels: list[str] | None = None,
+               repeats: int = 1) -> list[RunResult]:
+        """Restart `server` with each configuration and run the same load on it (notebook step 4), `repeats` times
+        (more than 1: each configuration's runs one repeat group, so engine.measure.judge.verdict can tell a
+        difference from noise); the server is left running with the last one. `labels` names the configurations
+        (default: tuning_label); the runs keep the spec's scenario ("tuning" when it has none)."""
+        check_repeats(repeats)
         out: list[RunResult] = []
         for i, cfg in enumerate(configs):
             if self.cancel.is_set():
@@ -414,17 +417,25 @@ class Runner:
             label = labels[i] if labels else tuning_label(cfg)
             kept = already_running(server, cfg)
             if kept:  # a restart would only cost a minute and change nothing
-                self.progress.on_step(len(out), len(configs), say("{label}: the server already runs these "
-                                                                  "settings, not restarted", label=label))
+                self.progress.on_step(i, len(configs), say("{label}: the server already runs these "
+                                                           "settings, not restarted", label=label))
             else:
-                self.progress.on_step(len(out), len(configs), say("{label}: restarting vLLM", label=label))
+                self.progress.on_step(i, len(configs), say("{label}: restarting vLLM", label=label))
                 server.restart(cfg, model_max_len=model_max_len)
                 server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
                     say("{label}: {stage}", label=label, stage=s.stage)))
-            self.progress.on_stage(say("{label}: measuring", label=label))
-            out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), Target.of(server),
-                                 not_restarted=kept))
-        self.progress.on_step(len(out), len(configs), mark("done"))
+            target, group = Target.of(server), uuid.uuid4().hex[:12]
+            for k in range(repeats):
+                if self.cancel.is_set():
+                    break
+                self.progress.on_stage(say("{label}: measuring", label=label) if repeats == 1 else
+                                       say("{label}: measuring, repeat {i} of {n}", label=label, i=k + 1, n=repeats))
+                notes = {} if repeats == 1 else dict(  # as Runner.repeat marks its runs
+                    repeat_group=group, repeat_index=k + 1, repeats=repeats,
+                    prefix_cache_reset=endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None)
+                out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), target,
+                                     not_restarted=kept, **notes))
+        self.progress.on_step(len(configs), len(configs), mark("done"))
         return out
 
     def naive(self, spec) -> RunResult:

@@ -1,104 +1,106 @@
-"""Results you can repeat: a median of N runs with a 95 % interval, and differences beyond noise.
-See docs/measuring.md#repeats."""
+"""Results you can repeat: one number's spread over N runs (its median with the range, or an interval once there
+are enough runs for one), the runs far from the others, and two sets of repeats compared through
+engine.measure.judge.verdict. See docs/measuring.md#repeats."""
 from __future__ import annotations
 
-import random
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.measure.judge import verdict
 from engine.messages import Message, say
 
-BOOTSTRAP = 2000
-LEVEL = 0.95
-SEED = 21
-METHOD = "bootstrap"  # how the interval was made, as a record or a caption says it
+LEVEL = verdict.LEVEL
+# Below this many runs no distribution-free interval of the median reaches LEVEL (at 5 the range covers it only
+# 94 % of the time): fewer runs are shown as their range, never as a "95 % interval".
+INTERVAL_N = 6
+RANGE, ORDER = "range", "order statistics"  # how a Spread's low and high were found
+# A run at least this many times off the median (either way) is flagged: noise on a quiet machine stays
+# within a few per cent, and an H100 showed one repeat of three 3.5× slower than the others, unexplained.
+OUTLIER_FACTOR = 1.5
 
 
-def _percentile(sorted_xs: list[float], q: float) -> float:
-    """Linear interpolation between the closest ranks (numpy's default)."""
-    pos = q * (len(sorted_xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_xs) - 1)
-    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
-
-
-def _medians(values: Sequence[float], rng: random.Random, n: int) -> list[float]:
-    k = len(values)
-    return [statistics.median(rng.choices(values, k=k)) for _ in range(n)]
+def figures(x: float, like: Sequence[float] = ()) -> str:
+    """`x` with the decimals that give the largest of `like` (else x) three significant figures: a median and its
+    range share their decimals ("100, 98–104"; "0.41, 0.38–0.44"; "5,476, 1,563–5,630")."""
+    top = max((abs(v) for v in (x, *like) if v and math.isfinite(v)), default=0.0)
+    decimals = max(0, 2 - math.floor(math.log10(top))) if top else 0
+    return f"{x:,.{decimals}f}"
 
 
 @dataclass(frozen=True)
 class Spread:
-    """N repeats of one number: the median and a 95 % bootstrap interval of it."""
+    """N runs of one number: the median, and `low`/`high` — their range below INTERVAL_N runs (`method` RANGE),
+    else the median's distribution-free interval at LEVEL (ORDER); `outliers` the 0-based indices of runs at least
+    OUTLIER_FACTOR off the median, `values` the runs' values in their order."""
 
     n: int
     median: float
     low: float
     high: float
-    method: str = METHOD
+    method: str
+    values: tuple[float, ...] = ()
+    outliers: tuple[int, ...] = ()
+
+    def shown(self, x: float) -> str:
+        """A number of this spread with the spread's decimals."""
+        return figures(x, (self.median, self.low, self.high))
 
     @property
     def said(self) -> Message:
-        return say("median {median:,.2f}, 95 % bootstrap interval {low:,.2f}–{high:,.2f} ({n} repeats)",
-                   median=self.median, low=self.low, high=self.high, n=self.n)
-
-
-def spread(values: Sequence[float], seed: int = SEED, resamples: int = BOOTSTRAP) -> Spread | None:
-    """The median and 95 % bootstrap interval of `values` (None when there are none; one value is its own
-    interval: a single run says nothing of its noise)."""
-    xs = [float(v) for v in values if v is not None]
-    if not xs:
-        return None
-    if len(xs) == 1:
-        return Spread(1, xs[0], xs[0], xs[0])
-    meds = sorted(_medians(xs, random.Random(seed), resamples))
-    tail = (1 - LEVEL) / 2
-    return Spread(len(xs), statistics.median(xs), _percentile(meds, tail), _percentile(meds, 1 - tail))
-
-
-@dataclass(frozen=True)
-class Difference:
-    """B's median minus A's, with the 95 % bootstrap interval of that difference."""
-
-    diff: float
-    low: float
-    high: float
+        if self.n == 1:
+            return say("{median} (one run: its noise is unknown)", median=self.shown(self.median))
+        if self.method == RANGE:
+            return say("median {median}, range {low}–{high} of {n} runs", median=self.shown(self.median),
+                       low=self.shown(self.low), high=self.shown(self.high), n=self.n)
+        return say("median {median}, {level} interval {low}–{high} ({n} runs, order statistics)",
+                   median=self.shown(self.median), level=verdict.percent(LEVEL), low=self.shown(self.low),
+                   high=self.shown(self.high), n=self.n)
 
     @property
-    def within_noise(self) -> bool:
-        return self.low <= 0.0 <= self.high
+    def outliers_said(self) -> list[Message]:
+        """One sentence per run far from the others: which repeat, its value, how far off the median and which way."""
+        out = []
+        for i in self.outliers:
+            v = self.values[i]
+            values = dict(i=i + 1, value=self.shown(v), x=verdict.figures(max(v, self.median) / min(v, self.median), 2))
+            out.append(say("repeat {i} ({value}) is {x}× below the median: something else may have run then; repeat "
+                            "the test or check the machine.", **values) if v < self.median else
+                       say("repeat {i} ({value}) is {x}× above the median: something else may have run then; repeat "
+                           "the test or check the machine.", **values))
+        return out
 
 
-def difference(a: Sequence[float], b: Sequence[float], seed: int = SEED,
-               resamples: int = BOOTSTRAP) -> Difference | None:
-    """How B's median differs from A's, or None when either has fewer than two repeats (then their noise is
-    unknown and no claim is made)."""
-    xa, xb = [float(v) for v in a if v is not None], [float(v) for v in b if v is not None]
-    if len(xa) < 2 or len(xb) < 2:
+def outliers(xs: Sequence[float]) -> tuple[int, ...]:
+    """The runs at least OUTLIER_FACTOR off the median of all (three runs at least: of two, neither is the odd one;
+    and fewer than half of them: else the runs are spread, not one odd)."""
+    if len(xs) < 3:
+        return ()
+    med = statistics.median(xs)
+    out = tuple(i for i, v in enumerate(xs) if v > 0 and med > 0 and max(v / med, med / v) >= OUTLIER_FACTOR)
+    return out if len(out) < len(xs) / 2 else ()
+
+
+def spread(values: Sequence[float | None]) -> Spread | None:
+    """The median of `values` and their range, or the median's interval at LEVEL from INTERVAL_N values up
+    (scipy's quantile test: the order statistics that hold the median with at least that probability); None
+    when there are none."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not xs:
         return None
-    rng = random.Random(seed)
-    diffs = sorted(mb - ma for ma, mb in zip(_medians(xa, rng, resamples), _medians(xb, rng, resamples)))
-    tail = (1 - LEVEL) / 2
-    return Difference(statistics.median(xb) - statistics.median(xa), _percentile(diffs, tail),
-                      _percentile(diffs, 1 - tail))
+    med = statistics.median(xs)
+    if len(xs) < INTERVAL_N:
+        return Spread(len(xs), med, min(xs), max(xs), RANGE, tuple(xs), outliers(xs))
+    from scipy import stats
 
-
-def compared_said(name: str, a: Sequence[float], b: Sequence[float]) -> Message:
-    """One sentence on whether B's `name` differs from A's beyond the noise of their repeats."""
-    d = difference(a, b)
-    if d is None:
-        return say("{name}: each side needs at least two repeats to tell a difference from noise.", name=name)
-    if d.within_noise:
-        return say("{name}: B differs from A by {diff:+,.2f}, within noise (the 95 % bootstrap interval of the "
-                   "difference, {low:+,.2f} to {high:+,.2f}, holds 0).", name=name, diff=d.diff, low=d.low, high=d.high)
-    return say("{name}: B differs from A by {diff:+,.2f}, beyond noise (95 % bootstrap interval {low:+,.2f} to "
-               "{high:+,.2f}).", name=name, diff=d.diff, low=d.low, high=d.high)
+    ci = stats.quantile_test(xs, q=med, p=0.5).confidence_interval(LEVEL)
+    return Spread(len(xs), med, float(ci.low), float(ci.high), ORDER, tuple(xs), outliers(xs))
 
 
 def of_runs(runs: Sequence, key: str) -> Spread | None:
     """The spread of a summary metric (engine.metrics.METRICS' key) over repeated runs."""
-    return spread([v for r in runs if (v := r.summary.get(key)) is not None])
+    return spread([verdict.value(r, key) for r in runs])
 
 
 def reset_said(runs: Sequence) -> Message | None:
@@ -113,24 +115,38 @@ def reset_said(runs: Sequence) -> Message | None:
                "with VLLM_SERVER_DEV_MODE=1), so later repeats may have found earlier prompts cached.")
 
 
-def groups_compared(runs: Sequence, key: str, name: str) -> Message | None:
-    """Whether the first two sets of repeats among `runs` (Runner.repeat's groups, in the order they appear, each
-    of at least two runs) differ in a summary metric beyond their noise, naming each by its label; None without two
-    such sets."""
-    groups: dict[str, list] = {}
+def groups(runs: Sequence) -> list[list]:
+    """Runner.repeat's sets among `runs` (by Notes.repeat_group), in the order they first appear."""
+    found: dict[str, list] = {}
     for r in runs:
         if r.extra.repeat_group:
-            groups.setdefault(r.extra.repeat_group, []).append(r)
-    sets = [g for g in groups.values() if len(g) >= 2][:2]
+            found.setdefault(r.extra.repeat_group, []).append(r)
+    return list(found.values())
+
+
+def sets(runs: Sequence) -> list[list]:
+    """`runs` as the sets they were measured in: a repeat group's runs together, any other run a set of its own,
+    in the order each first appears (an overlaid run of the same label from another day stays apart)."""
+    found: dict[str, list] = {}
+    for r in runs:
+        found.setdefault(r.extra.repeat_group or f"run:{r.id}", []).append(r)
+    return list(found.values())
+
+
+def group_names(a: Sequence, b: Sequence) -> tuple[str, str]:
+    """Two sets of repeats as a sentence names them: by their labels, told apart by when each set's first run
+    started where the labels are the same (verdict.labels_apart)."""
+    first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (a, b))
+    return verdict.labels_apart(first_a, first_b, f"'{first_a.label}'", f"'{first_b.label}'")
+
+
+def groups_compared(runs: Sequence, key: str, name: str, unit: str = "") -> verdict.Verdict | None:
+    """The first two sets of repeats among `runs` (each of at least two runs) compared on a summary metric, the
+    earlier against the later, each named by its label (and start time where the labels are the same); None
+    without two such sets."""
+    sets = [g for g in groups(runs) if len(g) >= 2][:2]
     if len(sets) < 2:
         return None
-    (a, b) = sets
-    d = difference([r.summary.get(key) for r in a], [r.summary.get(key) for r in b])
-    if d is None:
-        return None
-    values = dict(name=name, a=a[0].label, b=b[0].label, n_a=len(a), n_b=len(b), diff=d.diff, low=d.low, high=d.high)
-    if d.within_noise:
-        return say("{name}: '{b}' ({n_b} repeats) differs from '{a}' ({n_a} repeats) by {diff:+,.2f}, within noise "
-                   "(the 95 % bootstrap interval of the difference, {low:+,.2f} to {high:+,.2f}, holds 0).", **values)
-    return say("{name}: '{b}' ({n_b} repeats) differs from '{a}' ({n_a} repeats) by {diff:+,.2f}, beyond noise (95 % "
-               "bootstrap interval {low:+,.2f} to {high:+,.2f}).", **values)
+    a, b = sorted(sets, key=lambda g: min(r.started_at for r in g))  # the earlier set is A, as a reader expects
+    label_a, label_b = group_names(a, b)
+    return verdict.compare_runs(a, b, key, name=name, label_a=label_a, label_b=label_b, unit=unit)

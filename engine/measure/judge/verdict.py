@@ -1,0 +1,313 @@
+"""Two samples of one metric compared: the effect as a ratio and a difference, its interval, and whether it lies
+beyond the noise the samples themselves show. Every difference the app states as a finding comes from here
+(docs/measuring.md#verdicts).
+
+The test is Welch's t on the logarithms of the values: run-to-run noise on a shared machine is multiplicative
+(a busy neighbour slows a run by a share, not by a fixed amount), the log makes a ratio's interval symmetric, and
+Welch's t holds its stated false-call rate from two values a side up, where a bootstrap of 2-3 values only
+returns their range. Where each value has its partner on the other side (the same prompt sent to both), the paired
+t on the log ratios: the prompts' own spread cancels. tests/test_verdict.py runs both on A/A pairs (Gaussian,
+log-normal, one repeat 3.5× slower) at 2, 3, 5 and 10 a side and checks that rate."""
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.messages import Message, mark, say
+
+LEVEL = 0.95  # the interval's level; 1 - LEVEL is the stated rate of calling an A/A pair "beyond noise"
+WELCH_LOG = mark("Welch's t on log values (a ratio of geometric means)")  # every value above 0
+WELCH = mark("Welch's t (a difference of means)")  # some value at or below 0: no logarithm
+PAIRED = mark("paired t on log values (the same prompts)")  # each prompt's ratio: the prompts' own spread cancels
+UNKNOWN = mark("one value a side")  # no spread measured on at least one side: nothing decided
+
+RUNS, REQUESTS = "runs", "requests"  # what each value of a sample is: a run's summary, or one request's
+
+
+def figures(x: float, digits: int = 3) -> str:
+    """`x` with `digits` significant figures, thousands grouped: 21.1, 1.21, 0.0452, 5,476."""
+    if x is None or not math.isfinite(x):
+        return "–"
+    if x == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
+    return f"{x:,.{decimals}f}"
+
+
+def percent(level: float) -> str:
+    """A level as written before "interval": "95 %" (a value, so that no template holds a "% i" that gettext
+    would take for a C format)."""
+    return f"{round(level * 100)} %"
+
+
+def _clean(values: Sequence[float | None]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """B against A for one metric. `ratio` is B's centre over A's (geometric means on the log scale, means
+    otherwise), `diff` B's centre minus A's in the metric's unit; `low`/`high` bound the ratio at `level` (None
+    when the values are not all positive: then `diff_low`/`diff_high` bound the difference). `beyond_noise` is
+    the decision: True beyond noise, False within it, None when a side has a single value, so its noise is
+    unknown and nothing is decided."""
+
+    name: str
+    label_a: str
+    label_b: str
+    n_a: int
+    n_b: int
+    per: str  # RUNS | REQUESTS
+    center_a: float
+    center_b: float
+    ratio: float | None
+    low: float | None
+    high: float | None
+    diff: float
+    diff_low: float | None
+    diff_high: float | None
+    p: float | None
+    level: float
+    method: str
+    beyond_noise: bool | None
+    unit: str = ""
+
+    @property
+    def decided(self) -> bool:
+        return self.beyond_noise is not None
+
+    @property
+    def percent(self) -> float | None:
+        """B against A in per cent (+21 for a ratio of 1.21)."""
+        return None if self.ratio is None else (self.ratio - 1) * 100
+
+    @property
+    def counts(self) -> Message:
+        """How many values each side had: "3 runs each", "3 and 5 runs", "48 and 50 requests"."""
+        if self.n_a == self.n_b:
+            return (say("{n} runs each", n=self.n_a) if self.per == RUNS else
+                    say("{n} requests each", n=self.n_a))
+        return (say("{a} and {b} runs", a=self.n_a, b=self.n_b) if self.per == RUNS else
+                say("{a} and {b} requests", a=self.n_a, b=self.n_b))
+
+    @property
+    def interval(self) -> Message | None:
+        """The effect's interval as shown: "95 % interval 1.12× to 1.31×" (or of the difference)."""
+        level = percent(self.level)
+        if self.low is not None and self.high is not None:
+            return say("{level} interval {low}× to {high}×", level=level, low=figures(self.low),
+                       high=figures(self.high))
+        if self.diff_low is not None and self.diff_high is not None:
+            return say("{level} interval {low} to {high} {unit}", level=level, low=f"{self.diff_low:+,.4g}",
+                       high=f"{self.diff_high:+,.4g}", unit=self.unit)
+        return None
+
+    @property
+    def how(self) -> Message:
+        """The method and the sample sizes, as said after a verdict: "Welch's t on log values, 3 runs each"."""
+        return say("{method}, {counts}", method=self.method, counts=self.counts)
+
+    @property
+    def effect(self) -> Message:
+        """The measured effect in a few characters: "1.21× (+21 %)", or the difference when there is no ratio."""
+        if self.ratio is None:
+            diff = f"{self.diff:+,.4g}"
+            return say("{diff} {unit}", diff=diff, unit=self.unit) if self.unit else say("{diff}", diff=diff)
+        pct = self.percent
+        return say("{ratio}× ({change} %)", ratio=figures(self.ratio),
+                   change=f"{pct:+.1f}" if abs(pct) < 1 else f"{pct:+.0f}")
+
+    @property
+    def said(self) -> Message:
+        """The sentence to show. Within noise it claims nothing; beyond it, the claim and how sure."""
+        values = dict(name=self.name, a=self.label_a, b=self.label_b, effect=self.effect, how=self.how)
+        if self.beyond_noise is None:
+            return say("{name}: {b} measured {effect} against {a}, but with one value a side the noise is unknown, "
+                       "so this decides nothing: repeat each at least twice.", **values)
+        interval = self.interval
+        if not self.beyond_noise:
+            return say("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; "
+                       "{interval}, which holds no change; {how}).", interval=interval, **values)
+        if self.ratio is not None and self.ratio < 1:
+            return say("{name}: {b} is lower than {a}, {effect}, beyond noise ({interval}; {how}).",
+                       interval=interval, **values)
+        return say("{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how}).",
+                   interval=interval, **values)
+
+    @property
+    def short(self) -> Message:
+        """A few words for a list or a table's cell: "1.21× (+21 %), beyond noise", "no measurable difference (1.02×
+        (+2 %) measured)", "1.21× (+21 %), noise unknown"."""
+        if self.beyond_noise is None:
+            return say("{effect}, noise unknown", effect=self.effect)
+        if not self.beyond_noise:
+            return say("no measurable difference ({effect} measured)", effect=self.effect)
+        return say("{effect}, beyond noise", effect=self.effect)
+
+
+def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str = "", label_a: str = "A",
+            label_b: str = "B", per: str = RUNS, unit: str = "", level: float = LEVEL,
+            paired: bool = False) -> Verdict | None:
+    """B against A. `a` and `b` are samples of one metric: the summary values of each side's repeats (`per`
+    RUNS), or, for a metric measured per request from a single run a side, its requests' values (REQUESTS).
+    `paired`: a[i] and b[i] measured the same thing (the same prompt on both sides), compared by their ratios
+    (a pair with a value missing is left out). None when a side has no value at all."""
+    if paired:
+        both = [(x, y) for x, y in zip(_clean_keep(a), _clean_keep(b)) if x is not None and y is not None]
+        xa, xb = [x for x, _y in both], [y for _x, y in both]
+    else:
+        xa, xb = _clean(a), _clean(b)
+    if not xa or not xb:
+        return None
+    base = dict(name=name, label_a=label_a, label_b=label_b, n_a=len(xa), n_b=len(xb), per=per, level=level,
+                unit=unit)
+    positive = min(xa + xb) > 0
+    if positive:
+        la, lb = [math.log(x) for x in xa], [math.log(x) for x in xb]
+        ca, cb = math.exp(_mean(la)), math.exp(_mean(lb))
+    else:
+        la, lb, ca, cb = xa, xb, _mean(xa), _mean(xb)
+    ratio = cb / ca if ca > 0 else None
+    if len(xa) < 2 or len(xb) < 2:  # one value has no spread: the noise is unknown
+        return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=None,
+                       diff_high=None, p=None, method=UNKNOWN, beyond_noise=None, **base)
+    lo, hi, p = _paired(la, lb, level) if paired else _welch(la, lb, level)
+    method = PAIRED if paired else WELCH_LOG if positive else WELCH
+    if positive:
+        return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=math.exp(lo), high=math.exp(hi), diff=cb - ca,
+                       diff_low=None, diff_high=None, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
+    return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=lo,
+                   diff_high=hi, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
+
+
+def _clean_keep(values: Sequence[float | None]) -> list[float | None]:
+    """`values` with what is not a finite number as None, in place (a pair keeps its partner's position)."""
+    return [float(v) if v is not None and math.isfinite(float(v)) else None for v in values]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _paired(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
+    """The interval of mean(b - a) at `level` and the two-sided p, by the paired t test (scipy); differences that
+    do not vary at all are the difference itself."""
+    d = [y - x for x, y in zip(a, b)]
+    if max(d) == min(d):
+        return d[0], d[0], (1.0 if d[0] == 0 else 0.0)
+    from scipy import stats
+
+    r = stats.ttest_rel(b, a)
+    ci = r.confidence_interval(level)
+    return float(ci.low), float(ci.high), float(r.pvalue)
+
+
+def _welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
+    """The interval of mean(b) - mean(a) at `level` and the two-sided p, by Welch's t (scipy). Two samples that
+    do not vary at all have no noise to measure against: equal, they are the same; unequal, the difference
+    stands (a count, not a timing)."""
+    if max(a) == min(a) and max(b) == min(b):
+        d = _mean(b) - _mean(a)
+        return d, d, (1.0 if d == 0 else 0.0)
+    from scipy import stats  # imported on first use: a page that compares nothing never pays for it
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # one side without spread: Welch still holds on the other's
+        r = stats.ttest_ind(b, a, equal_var=False)
+        ci = r.confidence_interval(level)
+    return float(ci.low), float(ci.high), float(r.pvalue)
+
+
+# -- which values stand for a metric --------------------------------------------------------------------
+
+def per_request_values(run, key: str) -> list[float] | None:
+    """A run's per-request values of a summary metric that is a typical request's (the mean or median of
+    TTFT, TPOT, E2E latency, in the summary's unit), or None for a metric of the whole run (throughput, a
+    percentile): then only repeats tell its noise."""
+    from engine.measure.judge import stats
+
+    stat, _, rest = key.partition("_")
+    done = [r for r in getattr(run, "measured", ()) if r.ok]
+    if key == "mean_latency_s":
+        return [r.e2e for r in done if r.e2e is not None]
+    if stat not in ("mean", "median") or not rest.endswith("_ms"):
+        return None
+    dist = rest.removesuffix("_ms")
+    take = {"ttft": lambda r: r.ttft, "tpot": stats.tpot, "e2el": lambda r: r.e2e}.get(dist)
+    if take is None:
+        return None
+    return [v * 1000.0 for r in done if (v := take(r)) is not None]
+
+
+def value(run, key: str) -> float | None:
+    """A run's summary value of `key` (its wall time for "duration"; a run without a summary yet, as a live one,
+    summarised from its requests)."""
+    if key == "duration":
+        return float(run.duration) if run.duration else None
+    summary = run.summary
+    if getattr(summary, "empty", False) and getattr(run, "records", None):
+        from engine.measure.judge import stats
+
+        summary = stats.summarize(run.records, run.duration)
+    v = summary.get(key) if hasattr(summary, "get") else None
+    return None if v is None else float(v)
+
+
+def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, label_a: str, label_b: str,
+                 unit: str = "", level: float = LEVEL) -> Verdict | None:
+    """Two sets of runs compared on a summary metric: their runs' values when a side has repeats, else, for a
+    single run a side and a metric measured per request, those runs' requests; else the undecided verdict of
+    one value a side. None when a side has no value of it."""
+    if len(runs_a) == 1 and len(runs_b) == 1:
+        pa, pb = per_request_values(runs_a[0], key), per_request_values(runs_b[0], key)
+        if pa is not None and pb is not None and len(pa) >= 2 and len(pb) >= 2:
+            return compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit,
+                           level=level)
+    return compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
+                   label_b=label_b, per=RUNS, unit=unit, level=level)
+
+
+# The numbers a pair of runs is judged on, in the order they are said: the whole job's throughput (one run a side:
+# only repeats tell its noise), then a typical request's first token and decode step (decided from the requests).
+HEADLINE = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def of_pair(runs_a: Sequence, runs_b: Sequence, label_a: str, label_b: str,
+            keys: Sequence[str] = HEADLINE) -> list[Verdict]:
+    """B's runs against A's on each of `keys` (engine.metrics' summary keys) that both sides measured."""
+    from engine.metrics import metric_info
+
+    out = []
+    for key in keys:
+        info = metric_info(key)
+        v = compare_runs(runs_a, runs_b, key, name=info.label, label_a=label_a, label_b=label_b, unit=info.unit)
+        if v is not None:
+            out.append(v)
+    return out
+
+
+def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
+    """Two runs' labels as a verdict names them: as they are, or, when they are the same, each with its start time
+    ("X from 16:02:11"), so a sentence never compares 'X' with 'X'."""
+    if label_a != label_b:
+        return label_a, label_b
+    from datetime import datetime
+
+    times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
+    if times[0] == times[1]:
+        times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
+    return (say("{name} from {time}", name=label_a, time=times[0]),
+            say("{name} from {time}", name=label_b, time=times[1]))
+
+
+def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdict | None:
+    """Two runs of the same prompts (the Naive page's contenders: one request per prompt, by index) compared on each
+    prompt's end-to-end latency, paired: B's latency over A's, so a ratio above 1 means B is slower. None when no
+    prompt was answered on both sides."""
+    lat_a = {r.index: r.e2e for r in getattr(run_a, "measured", ()) if r.ok and r.e2e}
+    lat_b = {r.index: r.e2e for r in getattr(run_b, "measured", ()) if r.ok and r.e2e}
+    both = sorted(lat_a.keys() & lat_b.keys())
+    return compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
+                   per=REQUESTS, unit="s", paired=True)
