@@ -25,6 +25,7 @@ nav = st.navigation([
     st.Page("app_pages/load.py", title=_("Load test"), icon=":material/stacked_bar_chart:", url_path="load_test"),
     st.Page("app_pages/tuning.py", title=_("Tuning"), icon=":material/tune:"),
     st.Page("app_pages/chat.py", title=_("Chat"), icon=":material/chat:"),
+    st.Page("app_pages/room.py", title=_("The room"), icon=":material/groups:"),
     st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
 status = ui.sidebar(lab, on_guide=nav is guide)

@@ -163,7 +163,7 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
     """Why requests failed, one sentence per cause (after the run's label with `prefix`), wherever
     OK / failed counts or a run's bars are shown."""
     for run in runs:
-        for _cause, sentence in failures.failure_causes(run.records):
+        for _cause, sentence in failures.run_causes(run):
             st.warning(plain(_("{label}: {sentence}", label=run.label, sentence=sentence) if prefix else sentence),
                        icon=":material/error:")
 

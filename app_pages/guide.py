@@ -212,6 +212,7 @@ def _result(s) -> None:
         if run:
             ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang)), key="g-seq")
     elif s.id == "concurrent":
+        st.page_link("app_pages/room.py", label=_("Try it with the room as the load"), icon=":material/groups:")
         if run:
             ui.chart(_fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
             ui.warmth(run)

@@ -1,5 +1,6 @@
 """History: every run the app measured (or imported), compared on one chart and exported."""
 import hashlib
+import statistics
 
 import pandas as pd
 import streamlit as st
@@ -90,22 +91,48 @@ if not rows:
     st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
             icon=":material/info:")
 else:
-    table = pd.DataFrame([{
-        "status": status(r), "started": ui.started(r), "run": i18n.tr(r.label) or r.scenario,
-        "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
-        # the viewer just typed a price: its column is in sight, not past the table's right edge
-        **({"cost / M output tokens": cost(r, price)} if price is not None else {}),
-        "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
-        "model": r.model.split("/")[-1], "server": r.extra.endpoint, "requests": r.n_requests, "failed": r.n_failed,
-        "wall time (s)": round(r.duration, 2),
-        "output tok/s": number(r.summary.get("output_throughput")),
-        "mean TTFT (ms)": number(r.summary.get("mean_ttft_ms")),
-        "J / output token": number(figures.j_per_token(r)),
-        "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
-    } for r in rows])
+    each = any(r.extra.repeat_group for r in rows) and st.toggle(
+        _("Show each repeat"), key="history_each_repeat",
+        help=_("The repeats of one load test share a line (the median of those that answered every request); "
+               "switch this on to list each repeat, or select the line to compare them."))
+    lines = lab.history.entries(rows, each)
+
+    def line(group) -> dict:
+        """A run, or a load test's repeats together: their medians over the repeats that answered every request."""
+        r = group[0]
+        counted = [g for g in group if not g.extra.repeat_failed and not failed(g)]
+
+        def median(value):
+            values = [v for g in counted if (v := value(g)) is not None]
+            return statistics.median(values) if values else None
+
+        label = i18n.tr(r.label) or r.scenario
+        if len(group) > 1:
+            label = _("{run} · {n} of {planned} repeats, medians of {k}", run=label, n=len(group),
+                      planned=r.extra.repeats or len(group), k=len(counted))
+        elif r.extra.repeat_group:
+            label = _("{run} · repeat {i} of {n}", run=label, i=r.extra.repeat_index or 1, n=r.extra.repeats or 1)
+        return {
+            "status": status(r) if len(group) == 1 else
+            _("✗ failed") if not counted else _("◐ some failed") if len(counted) < len(group) else _("✓ ok"),
+            "started": ui.started(r), "run": label,
+            "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
+            # the viewer just typed a price: its column is in sight, not past the table's right edge
+            **({"cost / M output tokens": median(lambda g: cost(g, price))} if price is not None else {}),
+            "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
+            "model": r.model.split("/")[-1], "server": r.extra.endpoint,
+            "requests": sum(g.n_requests for g in group), "failed": sum(g.n_failed for g in group),
+            "wall time (s)": round(sum(g.duration for g in group), 2),
+            "output tok/s": number(median(lambda g: g.summary.get("output_throughput"))),
+            "mean TTFT (ms)": number(median(lambda g: g.summary.get("mean_ttft_ms"))),
+            "J / output token": number(median(figures.j_per_token)),
+            "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
+        }
+
+    table = pd.DataFrame([line(group) for group in lines])
     # The selection holds row positions: a table with other rows (a run saved or deleted meanwhile) is a new
     # widget, so a selection never lands on a run the viewer did not pick.
-    drawn = hashlib.sha1("\n".join(r.id for r in rows).encode()).hexdigest()[:12]
+    drawn = hashlib.sha1("\n".join(",".join(r.id for r in group) for group in lines).encode()).hexdigest()[:12]
     picked = st.dataframe(
         table, width="stretch", height=255, hide_index=True, on_select="rerun", selection_mode="multi-row",
         key=f"history_table_{drawn}",
@@ -148,7 +175,7 @@ else:
             "hardware": st.column_config.Column(_("hardware"), width=320),
             "source": st.column_config.Column(_("source"), width=160),
         })
-    chosen = [rows[i] for i in picked.selection.rows if i < len(rows)]
+    chosen = [r for i in picked.selection.rows if i < len(lines) for r in lines[i]]  # a repeats line: all of them
     if not chosen:
         st.caption(_("Select rows (left edge of the table) to compare, export or delete them. Showing the latest 8."))
 
@@ -237,8 +264,9 @@ else:
             else:
                 if damaged:
                     st.warning(damaged, icon=":material/warning:")
-                if causes := failures.failure_causes(run.records):
-                    n_failed, n_total = sum(c[0] for c in causes), len(run.measured)
+                if causes := failures.run_causes(run):
+                    counted = failures.counts(run)  # out of the requests planned: never sent ones too
+                    n_failed, n_total = counted.planned - counted.answered - counted.in_flight, counted.planned
                     st.markdown(_("**{failed} of {total} requests failed**, so this run is left out of comparisons "
                                   "unless included.", failed=n_failed, total=n_total) if failed(row) else
                                 _("**{failed} of {total} requests failed**.", failed=n_failed, total=n_total))

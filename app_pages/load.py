@@ -10,7 +10,7 @@ from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.digits import significant
-from engine.measure.judge import lateness, prefix, repeats, stats, verdict
+from engine.measure.judge import failures, lateness, prefix, repeats, stats, verdict
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -149,7 +149,13 @@ def _summary_metrics(run) -> None:
     tpot = s.get("mean_tpot_ms")
     cols[4].metric(_("Mean TPOT"), "–" if tpot is None else f"{significant(tpot)} ms",
                    help=_("Time per output token after the first: the speed text appears at."))
-    cols[5].metric(_("OK / failed"), f"{s.completed or 0} / {s.failed or 0}")
+    c = failures.counts(run)  # adds up to the requests planned: those never sent are said apart
+    if c.never_sent:
+        cols[5].metric(_("OK / failed / never sent"), f"{c.answered} / {c.failed} / {c.never_sent}",
+                       help=_("Never sent: a conversation's later turns after one failed, or what a stopped run had "
+                              "not sent yet."))
+    else:
+        cols[5].metric(_("OK / failed"), f"{c.answered} / {c.failed}")
 
 
 def _summary_said(run) -> None:
@@ -202,8 +208,13 @@ def _shown_run(job):
 def _draw_repeats(job_id: str, status: str, lang: str) -> None:
     """A load test's repeats: the median of its throughput and mean TTFT with their range (an interval from six
     repeats up, engine.measure.judge.repeats), each repeat's value, a repeat far from the others, and whether the
-    prefix cache was emptied between them."""
-    runs = lab.job(job_id).result
+    prefix cache was emptied between them; why the rest did not run when their server went away."""
+    ran = lab.job(job_id).result
+    if (stopped := getattr(ran, "stopped", None)) is not None:
+        st.error(ui.plain(stopped), icon=":material/error:")
+    runs = failures.counted_repeats(ran)  # a repeat that failed never enters the statistics as a zero
+    if not runs:
+        return
     st.markdown(ngettext("**{n} repeat** of this load test: the median of each number and the spread of the runs.",
                          "**{n} repeats** of this load test: the median of each number and the spread of the runs.",
                          len(runs)))
@@ -245,6 +256,8 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
+    if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files
+        st.warning(ui.plain(held), icon=":material/lan:")
     ui.warmth(run)
 
 

@@ -70,6 +70,13 @@ class Lab:
 
         return Guide(self)
 
+    @functools.cached_property
+    def room(self):
+        """The room as the load (engine.room.Room): the presenter's rounds and the attendees' requests in them."""
+        from engine.room import Room
+
+        return Room(self)
+
     # -- who may act --------------------------------------------------------------------------
     def may_act(self, token: str | None) -> bool:
         """For drawing buttons; the actions themselves check again (access.Access.check)."""

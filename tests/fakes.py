@@ -15,6 +15,10 @@ The request's model name picks the behaviour:
               (prompt_tokens_details.cached_tokens, as vLLM with --enable-prompt-tokens-details)
   numbered    as ok, each answer's chunks naming the request's serial number (" r3 t0", " r3 t1", ...), so
               a test can tell which answer a later request carries (multi-turn history)
+  short       as ok, but a chat whose messages hold more than two turns (a third user turn and on) is refused
+              with HTTP 400 as vLLM refuses a prompt longer than its max-model-len (512 here)
+With models=("ok", ...) it answers GET /v1/models with those names (max_model_len 2048), so discovery
+(engine.serving.endpoint, the CLI's --url) takes it for a server; without, that GET is a 404.
 Every request's JSON is kept in `bodies`, in arrival order.
 With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
 --max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
@@ -65,8 +69,9 @@ class FakeOpenAIServer:
     """Use as a context manager: `with FakeOpenAIServer() as srv: srv.base_url`."""
 
     def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002, metrics: bool = False,
-                 endless: bool = False, slots: int | None = None) -> None:
+                 endless: bool = False, slots: int | None = None, models: tuple[str, ...] = ()) -> None:
         self.endless = endless
+        self.models = models
         self.slots = slots
         self._slots: asyncio.Semaphore | None = None
         self.die_after = die_after
@@ -158,6 +163,13 @@ class FakeOpenAIServer:
                          + str(len(text)).encode() + b"\r\n\r\n" + text)
             await writer.drain()
             return
+        if self.models and request_line.startswith(b"GET /v1/models"):
+            card = json.dumps({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "vllm",
+                                                           "max_model_len": 2048} for m in self.models]}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(card)).encode() + b"\r\n\r\n" + card)
+            await writer.drain()
+            return
         if not request_line.startswith(b"POST") or b"completions" not in request_line:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n"
                          b'{"error": {"message": "no such route"}}\n')
@@ -166,6 +178,14 @@ class FakeOpenAIServer:
         chat = b"/chat/completions" in request_line
         model = body.get("model", "ok")
         n = int(body.get("max_tokens") or 8)
+        if model == "short" and len(body.get("messages") or ()) > 3:
+            text = json.dumps({"object": "error", "type": "BadRequestError", "code": 400, "message": (
+                "This model's maximum context length is 512 tokens. However, your prompt contains 530 input tokens. "
+                "Please reduce the length of the input.")}).encode()
+            writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(text)).encode() + b"\r\n\r\n" + text)
+            await writer.drain()
+            return
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
 
         async def send(data: bytes, slices: int = 1) -> None:

@@ -18,7 +18,7 @@ from tests.conftest import free_port
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 PAGES = ["app_pages/server.py", "app_pages/monitor.py", "app_pages/naive_vs_vllm.py", "app_pages/load.py",
-         "app_pages/tuning.py", "app_pages/chat.py", "app_pages/history.py"]
+         "app_pages/tuning.py", "app_pages/chat.py", "app_pages/room.py", "app_pages/history.py"]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -30,6 +30,7 @@ READ_ONLY = {
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
     "engine.measure.workloads.base": "what a run records of its workload, named for History's column",
     "engine.measure.workloads.defaults": "the Load test page's first offers, from the server's facts passed in",
+    "engine.measure.workloads.traces": "a trace's replay time and what looks wrong in its timestamps",
     "engine.serving.states": "a server's states and how far its start has come",
     "engine.serving.models": "the model catalogue (reading folders; preparing one is a Lab action)",
     "engine.serving.config": "server settings: presets, limits, checked configs, the GPU picker's names",
@@ -152,7 +153,7 @@ def test_no_page_file_looks_like_a_test():
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
                 "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
-                "guide": 6, "lab": 7, "cli": 7, "__main__": 8, "__init__": 8}
+                "guide": 6, "room": 6, "lab": 7, "cli": 7, "__main__": 8, "__init__": 8}
 
 
 def _runtime_engine_imports(path: Path) -> set[str]:

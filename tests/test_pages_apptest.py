@@ -25,6 +25,7 @@ PAGES = {
     "app_pages/load.py": "Load test",  # served at /load_test
     "app_pages/tuning.py": "Tuning",
     "app_pages/chat.py": "Chat",
+    "app_pages/room.py": "The room",
     "app_pages/history.py": "History",
 }
 

@@ -9,6 +9,7 @@ import i18n
 import ui
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
+from engine.measure.workloads import traces
 from engine.measure.workloads.base import named as workload_named
 from engine.measure.workloads.defaults import EXAMPLES as WORKLOAD_EXAMPLES
 from engine.measure.workloads.defaults import UPLOAD_BYTES
@@ -24,10 +25,22 @@ DISTRIBUTIONS = {N_("Fixed"): "fixed", N_("Uniform range"): "uniform", N_("Norma
 UPLOAD = N_("Upload a file")
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _plan(desc_json: str, data: bytes | None):
-    """The workload's plan, made once per description and file (the preview and the run send the same)."""
-    return load_workload(json.loads(desc_json), data)
+def _plan(desc_json: str, data: bytes | None, report=None):
+    """The workload's plan, made once per description and file for every viewer (the preview and the run send the
+    same); `report` hears how far a large file is read while it is made."""
+    return load_workload(json.loads(desc_json), data, report)
+
+
+def _reading(slot):
+    """A progress bar in `slot` while a file is read and its prompts counted (a million rows take a minute), and
+    the report that moves it."""
+    bar = slot.empty()
+
+    def report(done: int, total: int, what) -> None:
+        bar.progress(done / total, text=_("{done} of {total} {what}", done=i18n.number(done), total=i18n.number(total),
+                                          what=i18n.tr(what)))
+
+    return bar, report
 
 
 def _lengths(side: str, key: str, mean: int, top: int) -> dict:
@@ -100,10 +113,15 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
         return {"kind": "multi-turn", "file": name, "conversations": int(convs), "turns": int(turns),
                 "think_time_s": float(think), "_data": data}
     name, data = _file("trace")
-    scale = st.number_input(_("Time scale"), value=1.0, step=0.25, key="wl_tr_scale",
-                            help=_("Multiplies the trace's gaps: 0.5 sends twice as fast, 2 half as fast."))
+    a, b = st.columns(2)
+    scale = a.number_input(_("Time scale"), value=1.0, step=0.25, key="wl_tr_scale",
+                           help=_("Multiplies the trace's gaps: 0.5 sends twice as fast, 2 half as fast."))
+    unit = b.radio(_("Timestamps in"), ["ms", "s"], horizontal=True, key="wl_tr_unit",
+                   format_func=lambda u: _("milliseconds") if u == "ms" else _("seconds"),
+                   help=_("What the file's numeric timestamps count (Mooncake's: milliseconds); date-times are read "
+                          "as such."))
     st.caption(_("A trace brings its own clock and answer lengths: the arrival above does not apply."))
-    return {"kind": "trace", "file": name, "time_scale": float(scale), "_data": data}
+    return {"kind": "trace", "file": name, "time_scale": float(scale), "time_unit": unit, "_data": data}
 
 
 
@@ -152,11 +170,13 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
         if chosen.workload.get("file") is None and what != "lengths":
             sample.info(_("Upload a file, or pick a shipped one."), icon=":material/upload_file:")
         else:
+            bar, report = _reading(sample)
             try:
-                chosen.plan = plan = _plan(json.dumps(chosen.workload, sort_keys=True), data)
+                chosen.plan = plan = _plan(json.dumps(chosen.workload, sort_keys=True), data, report)
             except LabError as e:  # a bad file or setting: the engine's one sentence, and nothing runs
                 chosen.error = e
-            else:
+            bar.empty()
+            if chosen.plan is not None:
                 top_said.caption(ui.plain(plan_said(plan)))
                 _preview(plan, sample, chart)
     if chosen.error is not None:
@@ -165,7 +185,12 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
 
 
 def _preview(plan, sample, chart) -> None:
-    """A sample of what the plan sends, and its lengths' histogram."""
+    """A sample of what the plan sends, and its lengths' histogram; a trace's replay time and what looks wrong in
+    its timestamps, before anything is sent."""
+    if plan.kind == "trace":
+        sample.markdown(ui.plain(traces.duration_said(plan.summary)))
+        for warning in traces.checks(plan.summary):
+            sample.warning(ui.plain(warning), icon=":material/schedule:")
     sample.markdown(_("**A sample of the prompts**"))
     if plan.conversations is not None:  # a chat: its turns side by side, one row a conversation
         turns = max(len(c) for c in plan.conversations)

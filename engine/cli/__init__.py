@@ -3,6 +3,8 @@ See docs/internals.md#cli."""
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -34,8 +36,24 @@ def _joined_extra(argv: list[str]) -> list[str]:
     return out
 
 
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush at exit finds no closed pipe to complain of
+    (Python's own advice, docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Every command: a user-caused error is one sentence on stderr ("error: ..."), exit 2."""
+    """Every command: a user-caused error is one sentence on stderr ("error: ..."), exit 2; a reader that went
+    away (`| head`) ends it quietly, as Unix tools end (exit 141, 128 + SIGPIPE)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
     try:
         if getattr(args, "port", None) is not None:
@@ -45,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except LabError as e:
         print(f"error: {e}", file=sys.stderr)
+    except BrokenPipeError:  # not a path's fault: main ends quietly
+        raise
     except OSError as e:  # a file or folder named on the command line, or the history's own folder
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}: check the path and that you may read and write there.",

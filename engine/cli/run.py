@@ -3,6 +3,7 @@ path the app's jobs take, in the foreground; each run printed (summary.py) and s
 from __future__ import annotations
 
 import os
+import time
 
 from engine.cli.output import check_writable, say_line, write
 from engine.cli.run_options import check_run_options, slo_of
@@ -35,6 +36,8 @@ def register(sub) -> None:
                    help="run the load test (or each tuning configuration) N times and print the median and range of "
                         "its throughput and TTFT, a repeat far off flagged; tuning judges each configuration against "
                         "the first beyond noise (the prefix cache emptied between repeats where the server allows it)")
+    r.add_argument("--many-repeats", action="store_true",
+                   help="allow more than 10 repeats (the Load test page's limit): they run one after another")
     r.add_argument("--json", help="also write the runs as JSON here")
     r.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE",
                    help="print what a million output tokens cost at this price per GPU-hour (the whole machine, "
@@ -71,6 +74,7 @@ def _run(args) -> int:
     if args.json:
         check_writable(args.json)
     load = _load(scn, args)  # its file read and its workload built before any server is asked
+    _looked_at(load.workload)
     store = RunStore()
     # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
@@ -107,11 +111,11 @@ def _run(args) -> int:
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
                                  args.seed is not None)
-    _said(results, scn, slo, args.price_per_gpu_hour)
+    complete = _said(results, scn, slo, args.price_per_gpu_hour)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]),
               after="; the runs are saved in the history (python -m engine export --out FILE)")
-    return 0
+    return 0 if complete else 1
 
 
 def _load(scn, args):
@@ -123,10 +127,40 @@ def _load(scn, args):
     levelled = scn.kind in ("sweep", "slo-search")  # --concurrency is their top level, not each run's limit
     if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
         over["concurrency"] = args.concurrency
-    load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens, **over)
+    load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens,
+                           report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""), **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
     return load
+
+
+class Reading:
+    """How far a large workload file is read, on the terminal: a line at most every 2 s once it takes longer than
+    that (a small file says nothing), and the last line when it ends."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, name: str) -> None:
+        self.name, self.last, self.said = os.path.basename(name), None, False
+
+    def __call__(self, done: int, total: int, what) -> None:
+        now = time.monotonic()
+        if self.last is None:  # timed from the first report: loading the tokenizer is not reading the file
+            self.last = now
+        if now - self.last >= self.EVERY_S or (self.said and done == total):
+            say_line(f"  {self.name}: {done:,} of {total:,} {what}")
+            self.last, self.said = now, True
+
+
+def _looked_at(workload: dict | None) -> None:
+    """A trace said before it runs: how long the replay takes, and what looks wrong in its timestamps."""
+    if (workload or {}).get("kind") != "trace":
+        return
+    from engine.measure.workloads import traces
+
+    say_line(f"{workload.get('name')}: {traces.duration_said(workload)}")
+    for warning in traces.checks(workload):
+        say_line(f"warning: {warning}")
 
 
 def _deadline(load) -> None:
@@ -200,8 +234,9 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     return results
 
 
-def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
-    """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee)."""
+def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> bool:
+    """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee);
+    False when repeats stopped before all ran (the command then exits 1)."""
     from engine.measure.judge import kvcache
 
     for r in results:
@@ -235,3 +270,7 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> None:
         a, b = results  # --versus: which server did better, only beyond the noise
         for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label)):
             say_line(v.said)
+    if getattr(results, "stopped", None) is not None:  # repeats cut short: why the rest did not run
+        say_line(results.stopped)
+        return False
+    return True

@@ -62,6 +62,36 @@ def _check_repeats(scn, args) -> None:
                           "pick a load or tuning scenario (python -m engine list), or leave --repeats out.")
     if args.versus is not None:
         raise ConfigError("--repeats and --versus cannot be combined: repeat the load test on one server.")
+    from engine.runs.runner import MAX_REPEATS
+
+    if args.repeats > MAX_REPEATS and not args.many_repeats:
+        raise ConfigError(f"--repeats {args.repeats} runs the load test {args.repeats} times, one after another"
+                          f"{_repeats_time(scn, args.repeats)}; the Load test page stops at {MAX_REPEATS}: give "
+                          f"--repeats {MAX_REPEATS} or fewer, or add --many-repeats to run all {args.repeats}.")
+
+
+def _repeats_time(scn, n: int) -> str:
+    """About how long `n` repeats take, from the latest run of the same scenario in the history ("" when none)."""
+    from engine.results.store import RunStore
+
+    try:
+        last = next((r for r in RunStore().list(limit=200, kind="vllm") if r.scenario == scn.name and r.duration > 0),
+                    None)
+    except Exception:  # noqa: BLE001 - an estimate only: a history that cannot be read gives none
+        last = None
+    if last is None:
+        return ""
+    return (f" (about {_hms(n * last.duration)}, at the {_hms(last.duration)} its last run in the history "
+            "measured, warm-ups not counted)")
+
+
+def _hms(s: float) -> str:
+    """A length of time as a person reads it: '45 s', '12 min', '3 h 20 min'."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
 
 
 def _check_servers(scn, args) -> None:

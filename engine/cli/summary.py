@@ -20,8 +20,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"== {r.label or r.scenario} [{r.kind}] ==",
         *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
           if (seed := r.load.other.get("prompt_seed")) is not None else ()),
-        f"requests ok / failed   {s.get('completed', 0)} / {s.get('failed', 0)}",
-        *(f"  {sentence}" for _, sentence in failures.failure_causes(r.records)),
+        f"requests ok / failed   {_counted(failures.counts(r))}",
+        *(f"  {sentence}" for _, sentence in failures.run_causes(r)),
         f"wall time              {r.duration:.2f} s",
         f"output tokens          {s.get('total_output_tokens', 0)}",
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
@@ -42,6 +42,10 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
                                                      s.get("total_output_tokens"))) is not None:
         lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
+    from engine.measure.judge import lateness
+
+    if held := lateness.budget_said(r.extra):
+        lines.append(f"  {held}")
     if warm := warmth.warmup_cost(r.records):
         lines.append(f"  {warm.said}")
     if cold := warmth.said(r.extra):
@@ -51,6 +55,17 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
+
+
+def _counted(c) -> str:
+    """'20 / 2' or, where some were never sent or are still out, '20 / 2, 78 never sent (100 planned)': the
+    counts always add up to the requests planned."""
+    text = f"{c.answered} / {c.failed}"
+    if c.never_sent or c.in_flight:
+        more = [f"{c.never_sent} never sent"] if c.never_sent else []
+        more += [f"{c.in_flight} unfinished"] if c.in_flight else []
+        text += f", {', '.join(more)} ({c.planned} planned)"
+    return text
 
 
 def _server_and_energy(r) -> list[str]:
@@ -91,10 +106,14 @@ def _server_and_energy(r) -> list[str]:
 
 def repeats_table(runs) -> str:
     """N repeats of one load test: the median of its throughput and TTFT with their range (an interval from six
-    repeats up), a repeat far from the others, and whether the prefix cache was emptied between them."""
-    from engine.measure.judge import repeats
+    repeats up), a repeat far from the others, and whether the prefix cache was emptied between them; a repeat that
+    did not answer every request is named and left out."""
+    from engine.measure.judge import failures, repeats
 
     lines = [f"== {len(runs)} repeats of {runs[0].label} ==" if runs[0].label else f"== {len(runs)} repeats =="]
+    if left := [r.extra.repeat_index for r in runs if r.extra.repeat_failed]:  # never a zero among the measured
+        lines.append(f"  left out: repeat {', '.join(map(str, left))} (not every request answered)")
+    runs = failures.counted_repeats(runs)
     for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),
                       ("p99_ttft_ms", "p99 TTFT (ms)")):
         if (spread := repeats.of_runs(runs, key)) is not None:

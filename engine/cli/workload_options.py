@@ -10,8 +10,8 @@ from engine.measure.workloads.seeds import SEED_LIMIT
 from engine.messages import say
 
 # The options in the order a sentence names them (argparse's dest)
-OPTIONS = ("dataset", "trace", "turns", "input_len", "output_len", "time_scale", "num_prompts", "sample", "ramp_up",
-           "burstiness", "seed")
+OPTIONS = ("dataset", "trace", "turns", "input_len", "output_len", "time_scale", "time_unit", "num_prompts", "sample",
+           "ramp_up", "burstiness", "seed")
 # Two options that cannot go together, and why (the first named is the one that says what to send)
 _CONFLICTS = (
     ("dataset", "trace", say("both say what to send")),
@@ -48,6 +48,8 @@ def add_workload_options(r) -> None:
                         "[, hash_ids] (Mooncake) or Azure's CSV (TIMESTAMP, ContextTokens, GeneratedTokens)")
     g.add_argument("--time-scale", type=float, metavar="X",
                    help="the trace's gaps times X: 0.5 replays twice as fast, 2 half as fast (default 1)")
+    g.add_argument("--time-unit", choices=("ms", "s"),
+                   help="what the trace's numeric timestamps count: milliseconds (default, Mooncake's) or seconds")
     g.add_argument("--num-prompts", type=int, metavar="N",
                    help="how many: dataset rows (default all), synthetic prompts (default 32), trace rows (default "
                         "all) or conversations with --turns (default 8)")
@@ -81,7 +83,8 @@ def kind_asked(scn, args) -> str | None:
     if args.input_len is not None:
         return "lengths"
     own = scn.workload.get("kind")
-    if own and any(getattr(args, o) is not None for o in ("output_len", "time_scale", "num_prompts", "sample")):
+    if own and any(getattr(args, o) is not None for o in ("output_len", "time_scale", "time_unit", "num_prompts",
+                                                          "sample")):
         return own
     return None
 
@@ -110,6 +113,8 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
                                       "out, or run a load scenario with it.", flag=_flag(o)))
     if args.time_scale is not None and kind != "trace":
         raise ConfigError(say("--time-scale scales a trace's clock: give --trace FILE with it, or run trace-tiny."))
+    if args.time_unit is not None and kind != "trace":
+        raise ConfigError(say("--time-unit says what a trace's timestamps count: give --trace FILE with it."))
     if args.sample is not None and kind != "dataset":
         raise ConfigError(say("--sample picks the rows of a dataset: give --dataset FILE with it."))
     if args.num_prompts is not None and kind is None:
@@ -181,5 +186,6 @@ def workload_of(scn, args):
         desc["conversations"] = n or desc.get("conversations", 8)
         desc["turns"] = args.turns if args.turns is not None else desc.get("turns", 3)
     else:
-        desc.update({k: v for k, v in (("n", n), ("time_scale", args.time_scale)) if v is not None})
+        desc.update({k: v for k, v in (("n", n), ("time_scale", args.time_scale), ("time_unit", args.time_unit))
+                     if v is not None})
     return replace(scn, workload=desc), data, over

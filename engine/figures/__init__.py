@@ -10,6 +10,7 @@ from engine.figures.machine import PLOT_PX, event_list, memory_chart, metrics_ch
 from engine.figures.prefix import prefix_cache_compare
 from engine.figures.server_view import energy_cost_line, energy_line, j_per_token, server_view_chart
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
+from engine.figures.room import room_contrast, room_timeline, room_totals
 from engine.figures.sweep import _label_sides, pareto_chart, sweep_chart
 from engine.figures.slots import slot_chart
 from engine.figures.theme import caption, template
@@ -39,6 +40,9 @@ __all__ = [
     "pareto_chart",
     "prefix_cache_compare",
     "request_timeline",
+    "room_contrast",
+    "room_timeline",
+    "room_totals",
     "server_view_chart",
     "side_by_side",
     "slot_chart",

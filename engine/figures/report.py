@@ -248,7 +248,7 @@ class _Writer:
 
     def notes(self, run: RunResult) -> list[str]:
         """What the pages say about the run in words, each sentence escaped."""
-        out = [self.t(sentence) for _, sentence in failures.failure_causes(run.records)]
+        out = [self.t(sentence) for _, sentence in failures.run_causes(run)]
         if cached := prefix.cached_said(run):  # its prefill mostly skipped: not new prompts' numbers
             out.append(self.t(cached))
         if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm

@@ -19,6 +19,27 @@ class SavedPair:
     started_at: float
 
 
+def entries(rows: list[RunRow], each: bool = False) -> list[list[RunRow]]:
+    """History's lines: each run alone, except the repeats of one load test (Runner.repeat's Notes.repeat_group),
+    which share one line where the newest of them stands, in repeat order; `each`: every run on its own line."""
+    if each:
+        return [[r] for r in rows]
+    out: list[list[RunRow]] = []
+    groups: dict[str, list[RunRow]] = {}
+    for r in rows:
+        key = r.extra.repeat_group
+        if key and not r.problem:
+            if key not in groups:
+                groups[key] = []
+                out.append(groups[key])
+            groups[key].append(r)
+        else:
+            out.append([r])
+    for g in groups.values():
+        g.sort(key=lambda r: r.extra.repeat_index or 0)
+    return out
+
+
 class History:
     """Reading a RunStore; what changes it (save, import, delete) stays with the Lab's actions."""
 
@@ -29,6 +50,8 @@ class History:
         """Saved runs, newest first, without their requests: read once per change of the history and
         shared by every viewer. Do not modify them."""
         return self._store.list_cached(limit, kind)
+
+    entries = staticmethod(entries)
 
     def run(self, run_id: str) -> RunResult:
         """One saved run with its requests, shared like runs(); a LabError says why a stored one is damaged."""

@@ -163,6 +163,10 @@ class Notes(_Typed):
     pair: str = ""
     pair_side: str = ""
     series: str = ""  # which line of a sweep chart (default: the scenario)
+    # A round of the room (engine.room): the round's id, shared by its two runs (the attendees' requests as they
+    # pressed, then the same requests one at a time), and each request's attendee by the request's index
+    room_round: str = ""
+    attendees: list = field(default_factory=list)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
     # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)
@@ -188,6 +192,7 @@ class Notes(_Typed):
     repeat_index: int | None = None
     repeats: int | None = None
     prefix_cache_reset: bool | None = None
+    repeat_failed: bool = False  # it did not answer every request it planned: left out of the repeats' statistics
     # A level of an SLO search (engine.runs.Runner.slo_search): the search's id, and whether the level was
     # stopped early as past saturation (requests in flight and TTFT both still growing)
     slo_search: str = ""
@@ -219,6 +224,12 @@ class Notes(_Typed):
     client: str = ""  # the load generator's transport
     client_workers: int | None = None
     client_errors: list = field(default_factory=list)
+    # The requests the run meant to send (a multi-turn chat's every turn), so its counts add up
+    # (engine.measure.judge.failures.counts); the connections the client could hold at once (its open-file limit,
+    # engine.measure.load.request.connection_budget) and how many measured requests waited for one
+    planned_requests: int | None = None
+    client_connections: int | None = None
+    client_waits: int | None = None
     # the naive baseline's worker
     memory: dict | None = None
     warmup_s: float | None = None

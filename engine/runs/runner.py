@@ -19,8 +19,9 @@ from engine.measure.judge.slo import Slo, judge, record_goodput
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.judge.stats import peak_in_flight
 from engine.measure.load.ledger import WarmthLedger
+from engine.measure.judge import failures
 from engine.measure.workloads import seeds
-from engine.messages import mark, say
+from engine.messages import Message, mark, say, say_n
 from engine.observe import hardware
 from engine.observe.energy import EnergyMeter
 from engine.observe.telemetry import read_requests_served
@@ -80,11 +81,24 @@ def check_sweep(spec: LoadSpec) -> None:
                               kind=say("trace") if spec.offsets is not None else say("multi-turn")))
 
 
-def check_repeats(n) -> int:
-    """`n` repeats of a load test, checked before the first is sent (a ConfigError says what is wrong)."""
+MAX_REPEATS = 10  # the Load test page's limit; the CLI asks for a flag beyond it
+
+
+def check_repeats(n, most: int | None = MAX_REPEATS) -> int:
+    """`n` repeats of a load test, checked before the first is sent (a ConfigError says what is wrong); `most`
+    None: no limit (the CLI's, once confirmed)."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ConfigError(say("Repeats must be a whole number of at least 1, not {n}.", n=n))
+    if most is not None and n > most:
+        raise ConfigError(say("Repeats run one after another, up to {most}, not {n}: give {most} or fewer.", most=most,
+                              n=n))
     return n
+
+
+class Repeats(list):
+    """The runs of Runner.repeat, in order, and why the rest were not run (None: all ran, or it was cancelled)."""
+
+    stopped: Message | None = None
 
 
 def check_search(low, high, tolerance, by: str = "concurrency") -> None:
@@ -189,6 +203,14 @@ class Runner:
         """One load test; `notes` (Notes fields) are set on the run before it is saved."""
         spec = target.aim(spec)
         self.progress.on_stage(say("sending requests"))
+        return self.gathered(spec, target, lambda on_measure: loadgen.run_load(
+            spec, observer=self.progress, cancel=self.cancel, on_measure=on_measure), **notes)
+
+    def gathered(self, spec: LoadSpec, target: Target, send: Callable[[Callable[[], None]], RunResult],
+                 **notes) -> RunResult:
+        """A run whose requests `send(on_measure)` sends and returns as a RunResult, calling on_measure right
+        before its measured part (a load test's loadgen.run_load; the room's attendees as they press): the
+        server's own counts, its KV cache and the energy around it, cold or warm, `notes` set, saved."""
         # the run's own label (a Message: said in each viewer's language), never its scenario's id
         self.mark(say("{run}: start", run=spec.label or spec.scenario))
         count = ServerCount(target)
@@ -196,14 +218,16 @@ class Runner:
         served = self.served(target)
         meter = self._meter(target)
         try:
-            result = loadgen.run_load(spec, observer=self.progress, cancel=self.cancel,
-                                      on_measure=lambda: (count.start(), kv.start(), meter and meter.start()))
+            result = send(lambda: (count.start(), kv.start(), meter and meter.start()))
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
         result = self._energy(kv.finish(count.finish(result)), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
+        if result.extra.repeat_group:  # a repeat that did not answer all it planned is left out of their statistics
+            c = failures.counts(result)
+            result.extra.repeat_failed = c.answered < c.planned
         return self._keep(result, target, served)
 
     # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
@@ -317,18 +341,43 @@ class Runner:
         False says it refused, so later repeats may have found earlier prompts cached). Synthetic prompts are made
         again from a new seed for each repeat after the first unless `fixed_seed` (workloads.seeds: each run records
         its own)."""
-        check_repeats(n)
-        group, out = uuid.uuid4().hex[:12], []
+        check_repeats(n, most=None)
+        group, out = uuid.uuid4().hex[:12], Repeats()
         for i in range(n):
             if self.cancel.is_set():
                 break
             self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
             sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
-            out.append(self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n,
-                                 prefix_cache_reset=reset))
+            run = self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n, prefix_cache_reset=reset)
+            out.append(run)
+            if run.extra.repeat_failed and i + 1 < n and not self.cancel.is_set():
+                out.stopped = self._repeats_stop(run, target, i + 1, n)
+                if out.stopped is not None:
+                    self.progress.on_stage(out.stopped)
+                    break
         self.progress.on_step(len(out), n, mark("done"))
         return out
+
+    @staticmethod
+    def _repeats_stop(run: RunResult, target: Target, i: int, n: int) -> Message | None:
+        """Why the repeats after repeat `i` (which failed) cannot run: its server no longer answers, or not one of
+        its requests was answered (the next would fare the same); None: go on."""
+        c = failures.counts(run)
+        try:
+            endpoint.discover(target.base_url, target.api_key)
+        except LabError:
+            return say_n("Repeat {i} of {total} failed ({counts}) and the server at {url} no longer answers, so the "
+                         "{n} repeat left was not run: the finished repeats are kept, and only those that answered "
+                         "every request count in the statistics.",
+                         "Repeat {i} of {total} failed ({counts}) and the server at {url} no longer answers, so the "
+                         "{n} repeats left were not run: the finished repeats are kept, and only those that answered "
+                         "every request count in the statistics.", n - i, i=i, total=n, counts=c.said,
+                         url=target.base_url)
+        if c.answered == 0:
+            return say("Repeat {i} of {n} answered none of its requests ({counts}), and the next would fare the same, "
+                       "so the rest were not run: see why its requests failed.", i=i, n=n, counts=c.said)
+        return None
 
     def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float = 64,
                    tolerance: float = 1, time_cap_s: float = 600.0, rounds: int = 2,

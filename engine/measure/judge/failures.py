@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from engine.measure.judge.stats import measured
-from engine.messages import say, say_n
+from engine.messages import Message, mark, say, say_n
 from engine.results.records import RequestRecord
 
 # Each rule reads one kind of RequestRecord.error: vLLM's own refusals (quoted by loadgen as
@@ -72,7 +73,50 @@ def _http(m: re.Match) -> tuple[str, Callable[[int], str], str]:
             say("change the setting it names and run again"))
 
 
+# Causes of requests that never went out (a multi-turn chat's turns after a failed one, requests a stopped run
+# had not sent yet): counted apart from those sent, so a summary's counts add up to the requests planned.
+NEVER_SENT = ("not-sent", "stopped")
+MOST_CAUSES = 6  # causes said one by one; the rest in one sentence
+
+_CLIENT_WHAT = {"open files": mark("open files"), "local ports": mark("local ports"), "memory": mark("memory")}
+_CLIENT_TODO = {
+    "open files": mark("raise this client's open-file limit (ulimit -n 65536 in the shell that starts the lab) or "
+                       "send fewer requests at once; the server is not the cause"),
+    "local ports": mark("send fewer requests at once, or wait a minute for closed connections to give their ports "
+                        "back; the server is not the cause"),
+    "memory": mark("send fewer requests at once or free memory on this machine; the server is not the cause"),
+}
+
+
+def _client(m: re.Match) -> tuple[str, Callable[[int], str], str]:
+    what = m["what"]
+    return (f"client:{what}",
+            lambda n: say_n("could not be sent because this client (the load generator, not the server) ran out of "
+                            "{what} ({why})",
+                            "could not be sent because this client (the load generator, not the server) ran out of "
+                            "{what} ({why})", n, what=_CLIENT_WHAT[what], why=m["why"]),
+            _CLIENT_TODO[what])
+
+
 _FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
+    (re.compile(r"^not sent: turn \d+ of its conversation failed"),
+     lambda m: ("not-sent", lambda n: say_n("was never sent because an earlier turn of its conversation failed (each "
+                                            "turn carries the answers before it)",
+                                            "were never sent because an earlier turn of their conversation failed "
+                                            "(each turn carries the answers before it)", n),
+                say("the earlier turn's cause is said beside this"))),
+    (re.compile(r"^cancelled before it was sent$"),
+     lambda m: ("stopped", lambda n: say_n("was never sent because the run was stopped",
+                                           "were never sent because the run was stopped", n),
+                say("the run was stopped and the finished requests were kept"))),
+    (re.compile(r"^this client ran out of (?P<what>open files|local ports|memory) \((?P<why>.*)\)$", re.S), _client),
+    (re.compile(r"the server kept streaming past the (?P<asked>\d+) tokens asked for \((?P<got>\d+) so far\) "
+                r"and had not ended within (?P<s>[\d.]+) s"),
+     lambda m: ("endless", lambda n: say_n("kept streaming past the {asked} tokens asked for and had not ended "
+                                           "after {s} s", "kept streaming past the {asked} tokens asked for and had "
+                                           "not ended after {s} s", n, asked=m["asked"], s=m["s"]),
+                say("that is the server's doing, not the load's (it ignores max_tokens or never ends its stream), so "
+                    "check its log and version"))),
     (re.compile(r"max_tokens=(?P<mt>\d+) cannot be greater than max_model_len=(?P<mml>\d+)"), _refused_tokens),
     (re.compile(r"maximum context length is (?P<mml>\d+) tokens.*prompt contains", re.S), _refused_prompt),
     (re.compile(r"maximum context length is (?P<mml>\d+) tokens", re.S), _refused_context),
@@ -131,11 +175,10 @@ def failure_cause(error: str) -> str:
     return say("This request {what}: {todo}.", what=what(1), todo=todo)
 
 
-def failure_causes(records: Iterable[RequestRecord]) -> list[tuple[int, str]]:
-    """The measured requests that failed, grouped by cause, most frequent first: (count, sentence),
-    e.g. (7, "7 of 10 requests were refused: the prompt plus 3000 output tokens exceed the server's
-    max-model-len of 2048: lower the max tokens per answer or restart ..."). Requests still in
-    flight are neither counted nor failed."""
+def _groups(records: Iterable[RequestRecord], planned: int | None) -> tuple[dict[str, list[Any]], int]:
+    """The failed measured requests by cause ({key: [count, what, todo]}, first seen first), the requests a
+    finished run planned but never recorded (stopped before they went out) among them; and the total they are
+    counted out of (the planned requests where known)."""
     recs = measured(records)
     groups: dict[str, list[Any]] = {}
     for r in recs:
@@ -143,11 +186,74 @@ def failure_causes(records: Iterable[RequestRecord]) -> list[tuple[int, str]]:
             key, what, todo = _explain(r.error)
             groups.setdefault(key, [0, what, todo])[0] += 1
     total = len(recs)
+    if planned is not None and planned > total:
+        _, what, todo = _explain("cancelled before it was sent")
+        groups.setdefault("stopped", [0, what, todo])[0] += planned - total
+        total = planned
+    return groups, total
+
+
+def planned_of(run) -> int | None:
+    """The requests a finished run planned (Notes.planned_requests; None for a live or older one)."""
+    return getattr(run.extra, "planned_requests", None)
+
+
+def run_causes(run) -> list[tuple[int, str]]:
+    """failure_causes of a run, counted out of the requests it planned (those it never sent said too)."""
+    return failure_causes(run.records, planned_of(run))
+
+
+@dataclass(frozen=True)
+class Counts:
+    """A run's requests as they add up: planned = answered + failed (sent, refused or broken) + never sent +
+    in flight."""
+
+    planned: int
+    answered: int
+    failed: int
+    never_sent: int
+    in_flight: int
+
+    @property
+    def said(self) -> Message:
+        return say("{planned} planned: {ok} answered, {failed} failed, {never} never sent", planned=self.planned,
+                   ok=self.answered, failed=self.failed, never=self.never_sent)
+
+
+def counts(run) -> Counts:
+    """How a run's measured requests add up to what it planned (its records' count where it does not say)."""
+    recs = measured(run.records)
+    groups, total = _groups(recs, planned_of(run))
+    never = sum(groups[k][0] for k in NEVER_SENT if k in groups)
+    ok = sum(r.ok for r in recs)
+    open_ = sum(r.error is None and r.end_time is None for r in recs)
+    return Counts(planned=total, answered=ok, failed=sum(g[0] for g in groups.values()) - never, never_sent=never,
+                  in_flight=open_)
+
+
+def counted_repeats(runs) -> list:
+    """The repeats whose numbers enter their statistics: those that answered every request they planned (a repeat
+    cut short by a dying server would enter as a zero, or as a fast run of a few requests)."""
+    return [r for r in runs if not r.extra.repeat_failed]
+
+
+def failure_causes(records: Iterable[RequestRecord], planned: int | None = None) -> list[tuple[int, str]]:
+    """The measured requests that failed or were never sent, grouped by cause, most frequent first: (count,
+    sentence), e.g. (7, "7 of 10 requests were refused: the prompt plus 3000 output tokens exceed the server's
+    max-model-len of 2048: lower the max tokens per answer or restart ..."). Requests still in flight are neither
+    counted nor failed. With `planned` (a finished run's), requests it never recorded count as never sent, and
+    every count is out of it."""
+    groups, total = _groups(records, planned)
     out = []
-    for n, what, todo in sorted(groups.values(), key=lambda g: -g[0]):  # stable: first seen first on ties
+    ranked = sorted(groups.values(), key=lambda g: -g[0])  # stable: first seen first on ties
+    for n, what, todo in ranked[:MOST_CAUSES]:
         if n == total:
             who = say("The request") if total == 1 else say("All {total} requests", total=total)
         else:
             who = say("{n} of {total} requests", n=n, total=total)
         out.append((n, say("{who} {what}: {todo}.", who=who, what=what(n), todo=todo)))
+    if rest := ranked[MOST_CAUSES:]:  # a sentence per cause, but never a wall of them
+        n = sum(g[0] for g in rest)
+        out.append((n, say("{n} of {total} requests failed for {k} other causes: each request's own error is kept "
+                           "with the run (its export or the CLI's request log).", n=n, total=total, k=len(rest))))
     return out

@@ -53,3 +53,16 @@ def said(n: Notes) -> Message | None:
                "(99th percentile {p99:.0f} ms), so the server saw less load than planned and the latencies may look "
                "better than that load would give: send fewer requests per second, or use more client processes.",
                late=n.late_sends, n=n.planned_sends, limit=LATE_S * 1000, p99=n.send_lateness_p99_ms)
+
+
+def budget_said(n: Notes) -> Message | None:
+    """One sentence when measured requests waited for a connection of the client's open-file budget
+    (engine.measure.load.request.connection_budget); None when none did."""
+    if not n.client_waits or n.client_connections is None:
+        return None
+    return say_n("{n} request waited for one of the {budget:,} connections this client can hold at once (set by its "
+                 "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
+                 "limit (ulimit -n) to send more at once.",
+                 "{n} requests waited for one of the {budget:,} connections this client can hold at once (set by its "
+                 "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
+                 "limit (ulimit -n) to send more at once.", n.client_waits, budget=n.client_connections)

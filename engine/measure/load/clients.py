@@ -73,8 +73,10 @@ async def _shard(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
         out_q.put(("warmed", k, clock()))
         if (t0 := await _start_signal(sync.go, sync.t0, stop)) is not None:
             req.t0 = t0
+            req.waited = 0
             job = measured_job(spec, _shared_take(sync.counter, spec.units), sync.shares[k], k, shards)
             await drive(req, job, False, sink, stop.is_set, sent)
+            out_q.put(("client", k, req.budget, req.waited))
         out_q.put(("done", k, clock()))
 
 
@@ -95,6 +97,7 @@ class _ShardSync:
     """What the parent and its client processes share (multiprocessing objects, picklable to spawn)."""
 
     # ("ready"|"warmed"|"done", k, t) · ("rec", record dict, t) · ("sent", index, t, warmup) · ("error", k, text)
+    # · ("client", k, connection budget, measured requests that waited for a connection)
     out_q: Any
     warm: Any  # Event: start the warm-up (its clock origin in tw)
     go: Any  # Event: start the measured part (its clock origin in t0)
@@ -123,6 +126,7 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
     with _main_hidden():
         for p in procs:
             p.start()
+    budgets: dict[int, tuple[int, int]] = {}  # process -> (its connection budget, measured requests that waited)
     try:
         _await_ready(sync.out_q, procs)
         tw = clock() + 0.02
@@ -134,7 +138,7 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
         notify(observer.on_clock, time.time() + (t0 - clock()))
         sync.t0.value = t0
         sync.go.set()
-        recs, end, failed = _collect(spec, sync, procs, observer, cancel, totals, t0, False, failed)
+        recs, end, failed = _collect(spec, sync, procs, observer, cancel, totals, t0, False, failed, budgets)
         errors = list(failed.values())
     finally:
         sync.stop.set()
@@ -151,7 +155,8 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
     if errors:
         log.warning("load generator: %s", "; ".join(errors))
     shift(warm, tw - t0)
-    return Outcome(warm + recs, t0, end, errors)
+    return Outcome(warm + recs, t0, end, errors, connections=min((b for b, _ in budgets.values()), default=None),
+                   waits=sum(w for _, w in budgets.values()))
 
 
 @contextlib.contextmanager
@@ -189,7 +194,8 @@ def _await_ready(out_q: Any, procs: list[Any], timeout_s: float = 120.0) -> None
 
 def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Progress, cancel: threading.Event,
              totals: Totals, t0: float, warmup: bool,
-             failed: dict[int, str]) -> tuple[list[RequestRecord], float, dict[int, str]]:
+             failed: dict[int, str], budgets: dict[int, tuple[int, int]] | None = None,
+             ) -> tuple[list[RequestRecord], float, dict[int, str]]:
     """Gather records of the warm-up or the measured part from the client processes until each
     reports the phase over ("warmed" or "done"), fails or dies. Warm-up records reach the observer
     but not the totals. `failed` (process -> why) holds those already lost; the returned one adds the new."""
@@ -225,6 +231,8 @@ def _collect(spec: LoadSpec, sync: _ShardSync, procs: list[Any], observer: Progr
         elif msg[0] == "error":
             failed[msg[1]] = msg[2]
             finished.add(msg[1])
+        elif msg[0] == "client" and budgets is not None:
+            budgets[msg[1]] = (msg[2], msg[3])
     return recs, (end if end > t0 else clock()), failed
 
 

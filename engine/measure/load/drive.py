@@ -47,6 +47,8 @@ class Outcome:
     t0: float  # perf_counter at the measured part's start
     end: float  # perf_counter when its last request finished
     errors: list[str] = field(default_factory=list)  # client processes that failed
+    connections: int | None = None  # the fewest connections a client loop could hold (its open-file budget)
+    waits: int = 0  # measured requests that waited for one of them
 
 
 async def drive(req: Requester, job: Job, warmup: bool, sink: Callable[[RequestRecord], None],

@@ -72,9 +72,10 @@ def _run_single(spec: LoadSpec, observer: Progress, cancel: threading.Event, tot
             while (wait := t0 - clock()) > 0:  # a shared origin a moment ahead (uvloop may wake early)
                 await asyncio.sleep(wait)
             shift(recs, tw - t0)
+            req.waited = 0
             job = measured_job(spec, counter(spec.units), min(spec.in_flight(), spec.units))
             await drive(req, job, False, sink, cancel.is_set, sent)
-            return Outcome(recs, t0, clock())
+            return Outcome(recs, t0, clock(), connections=req.budget, waits=req.waited)
 
     return run_loop(main)
 
@@ -120,6 +121,9 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
                              **lateness.notes(records)}
     if out.errors:
         extra["client_errors"] = out.errors
+    extra["planned_requests"] = spec.n
+    if out.connections is not None:
+        extra["client_connections"], extra["client_waits"] = out.connections, out.waits
     result = RunResult(
         kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
         records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
+from engine import paths
 from engine.measure.judge import failures, lateness
 from engine.results.records import RequestRecord, RunResult
 
@@ -88,24 +91,49 @@ class Progress:
 
 
 class Console(Progress):
-    """Progress on the terminal: stages, one line per request, a summary per run (the CLI)."""
+    """Progress on the terminal: stages, one line per request, a summary per run (the CLI). A run of more than
+    `lines` requests writes its request lines to a file in `log_dir` (default: the lab's logs folder) and prints
+    about `lines` progress lines instead: a terminal never gets 100,000 of them."""
 
-    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "") -> None:
+    LINES = 50
+
+    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "", lines: int = LINES,
+                 log_dir: Path | None = None) -> None:
         self.out = out or sys.stdout
         self.every = max(1, every)
         self.prefix = prefix
+        self.lines = lines
+        self.log_dir = log_dir
+        self.log: TextIO | None = None
+        self.log_path: Path | None = None
+        self._every = self.every
 
     def _print(self, text: str) -> None:
         print(self.prefix + text, file=self.out, flush=True)
 
     def side(self, name: str) -> "Console":
         """The same terminal, each line led by the side's name (two sides print between each other)."""
-        return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ")
+        return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ", lines=self.lines, log_dir=self.log_dir)
 
     def on_start(self, plan: RunPlan) -> None:
         self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
                     f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
                     f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
+        self._close()
+        self._every = self.every
+        if plan.num_requests > self.lines:
+            folder = self.log_dir or paths.data_home() / "logs"
+            folder.mkdir(parents=True, exist_ok=True)
+            side = "".join(c for c in self.prefix if c.isalnum())
+            self.log_path = folder / f"requests-{time.strftime('%Y%m%d-%H%M%S')}{'-' + side if side else ''}.log"
+            self.log = open(self.log_path, "w")  # noqa: SIM115 - closed when the run completes
+            self._every = max(self.every, -(-plan.num_requests // self.lines))
+            self._print(f"  each request's line goes to {self.log_path}; here, a line every {self._every} requests")
+
+    def _close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def on_stage(self, text: str) -> None:
         self._print(f"  {text}")
@@ -114,11 +142,18 @@ class Console(Progress):
         self._print(f"[{done}/{total}] {text}")
 
     def on_request_done(self, record: RequestRecord, totals: Totals) -> None:
-        if record.warmup or (totals.done % self.every and totals.done != totals.total):
+        if record.warmup:
             return
         state = (f"ok {record.e2e:6.2f} s {record.output_tokens:5d} tok" if record.ok
                  else f"FAILED: {record.error}")
-        self._print(f"  [{totals.done:>4}/{totals.total}] #{record.index:<4} {state}")
+        line = f"  [{totals.done:>4}/{totals.total}] #{record.index:<4} {state}"
+        if self.log is not None:
+            print(line, file=self.log)
+        if totals.done % self._every and totals.done != totals.total:
+            return
+        if self.log is not None:  # the file has each request; the terminal, how far the run is
+            line = f"  [{totals.done:>4}/{totals.total}] {totals.ok} ok, {totals.failed} failed"
+        self._print(line)
 
     def on_complete(self, result: RunResult) -> None:
         s = result.summary
@@ -126,10 +161,15 @@ class Console(Progress):
         self._print(f"done in {result.duration:.2f} s: {s.completed or 0} ok, {s.failed or 0} failed, "
                     f"{s.output_throughput or 0:.1f} output tok/s, mean TTFT "
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
-        for _, sentence in failures.failure_causes(result.records):
+        for _, sentence in failures.run_causes(result):
             self._print(f"  {sentence}")
         if (late := lateness.said(result.extra)) is not None:  # a rate-based run: did the client keep its schedule
             self._print(f"  {late}")
+        if (held := lateness.budget_said(result.extra)) is not None:
+            self._print(f"  {held}")
+        if self.log is not None:
+            self._close()
+            self._print(f"  each request's line: {self.log_path}")
 
 
 def notify(fn: Callable[..., None], *args: Any) -> None:

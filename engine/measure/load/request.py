@@ -3,7 +3,10 @@ fills a RequestRecord for each. See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,10 +21,91 @@ clock = time.perf_counter
 
 
 KEEPALIVE_S = 4.0  # below the server's keep-alive (uvicorn's 5 s): the client closes an idle connection first
+# Open files a loop keeps for itself beyond its connections: the event loop, the process pipes of a sharded run,
+# the tokenizer's and the log's files.
+FD_RESERVE = 64
 
-def describe(e: BaseException, spec: LoadSpec, deadline_s: float | None = None) -> str:
-    """An exception as a plain sentence for RequestRecord.error (engine.measure.judge.stats groups them)."""
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft limit of open files to its hard limit where that is allowed (as `ulimit -n`
+    may without privileges), and return the soft limit in force: each streamed request holds one socket."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        want = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):  # a platform cap below the hard limit (macOS): keep what there is
+            pass
+    return soft
+
+
+def open_files() -> int:
+    """File descriptors this process holds now (Linux's /proc; elsewhere a guess of the few a Python holds)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 16
+
+
+def local_ports() -> int | None:
+    """How many local ports this machine hands out to outgoing connections (Linux's ip_local_port_range), or None
+    where it does not say: each connection to one server holds one of them."""
+    try:
+        low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+        return high - low + 1
+    except (OSError, ValueError):
+        return None
+
+
+def connection_budget() -> int:
+    """How many connections one client loop may hold at once: the open-file limit (raised where allowed), less
+    those already open and a reserve, and no more than half the local ports (closed ones wait a while before
+    their port is free again). The loop never opens more, so it never runs out of files or ports mid-run."""
+    files = raise_fd_limit() - open_files() - FD_RESERVE
+    ports = local_ports()
+    return max(1, min(files, ports // 2) if ports else files)
+
+
+# errno values of a client out of its own resources, not a server's failure: how describe() names them
+_CLIENT_LIMITS = {
+    errno.EMFILE: "open files", errno.ENFILE: "open files",
+    errno.EADDRNOTAVAIL: "local ports", errno.EADDRINUSE: "local ports",
+    errno.ENOMEM: "memory", errno.ENOBUFS: "memory",
+}
+
+
+def client_limit(e: BaseException) -> OSError | None:
+    """The client's own resource error behind `e` (too many open files, no local port, no memory), or None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, OSError) and x.errno in _CLIENT_LIMITS:
+            return x
+        todo += [getattr(x, "os_error", None), x.__cause__, x.__context__]
+    return None
+
+
+def describe(e: BaseException, spec: LoadSpec, deadline_s: float | None = None, tokens: int = 0,
+             asked: int | None = None) -> str:
+    """An exception as a plain sentence for RequestRecord.error (engine.measure.judge.failures groups them).
+    `tokens`: the chunks that came before it; `asked`: the request's max_tokens."""
     detail = str(e) or type(e).__name__
+    if isinstance(e, MemoryError):
+        return f"this client ran out of memory ({detail})"
+    if (limit := client_limit(e)) is not None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        what = _CLIENT_LIMITS[limit.errno]  # type: ignore[index]
+        said = f"[Errno {limit.errno}] {limit.strerror or os.strerror(limit.errno or 0)}"
+        return (f"this client ran out of {what} ({said}; its open-file limit is {soft})" if what == "open files"
+                else f"this client ran out of {what} ({said})")
+    if isinstance(e, TimeoutError) and asked is not None and tokens > asked:
+        return (f"the server kept streaming past the {asked} tokens asked for ({tokens} so far) and had not ended "
+                f"within {deadline_s or spec.deadline_s:g} s")
     if isinstance(e, aiohttp.ConnectionTimeoutError):
         return f"could not connect to {spec.base_url} in time ({detail})"
     if isinstance(e, aiohttp.ClientConnectorError):
@@ -82,8 +166,16 @@ class Requester:
         # first request failed with "server disconnected". No proxies from the environment (trust_env=False);
         # no total timeout (asyncio.timeout in run).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, s.deadline_s), sock_read=s.read_timeout_s)
-        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
-                                             timeout=timeout, trust_env=False)
+        # At most as many connections as this process has files for (issue #31: a 100,000-request trace at
+        # time scale 0.001 opened one per request and every one failed with "Too many open files"): a request
+        # beyond the budget waits for a connection before it goes out, and its late send is counted
+        # (judge/lateness.py), not blamed on the server.
+        self.budget = connection_budget()
+        self.slots = asyncio.Semaphore(self.budget)
+        self.waited = 0  # requests that waited for a connection of the budget
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self.budget, keepalive_timeout=KEEPALIVE_S),
+            timeout=timeout, trust_env=False)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -108,9 +200,27 @@ class Requester:
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
                   on_sent: Callable[[RequestRecord], None] | None = None,
-                  history: list[dict[str, str]] | None = None) -> RequestRecord:
-        """Send one request and fill `rec`; never raises except CancelledError (after recording it)."""
-        st = StreamParser(self.chat)
+                  history: list[dict[str, str]] | None = None,
+                  parser: StreamParser | None = None) -> RequestRecord:
+        """Send one request and fill `rec`; never raises except CancelledError (after recording it). A `parser`
+        given is the one its answer is read into, for a caller that shows the answer while it streams (the room)."""
+        if self.slots.locked():
+            self.waited += 1
+        try:
+            await self.slots.acquire()  # the connection budget: sent only once a connection is free
+        except asyncio.CancelledError:
+            rec.send_time = rec.end_time = clock() - self.t0
+            rec.error = "cancelled before it was sent"
+            raise
+        try:
+            return await self._run(rec, max_tokens, on_sent, history, parser)
+        finally:
+            self.slots.release()
+
+    async def _run(self, rec: RequestRecord, max_tokens: int | None,
+                   on_sent: Callable[[RequestRecord], None] | None,
+                   history: list[dict[str, str]] | None, parser: StreamParser | None) -> RequestRecord:
+        st = parser or StreamParser(self.chat)
         body = self.body(rec.prompt, max_tokens, history)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
@@ -123,7 +233,7 @@ class Requester:
             self._finish(rec, st, "cancelled")
             raise
         except Exception as e:  # noqa: BLE001 - any failure becomes the record's error
-            self._finish(rec, st, describe(e, self.spec, deadline))
+            self._finish(rec, st, describe(e, self.spec, deadline, len(st.times), max_tokens))
         else:
             self._finish(rec, st, None)
         return rec

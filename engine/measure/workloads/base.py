@@ -4,7 +4,7 @@ content hash, the length summary — never the file). See docs/architecture.md."
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,20 @@ from engine.messages import Message, say
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_ROWS = 1_000_000
 MAX_PROMPT_CHARS = 200_000  # ~50k tokens: beyond any context this lab serves
+
+
+# How far reading a large file has come: report(done, total, what), `what` a Message such as "rows read"
+Report = Callable[[int, int, Message], None]
+REPORT_EVERY = 20_000  # items between two reports (a 1,000,000-row file: 50 of them)
+
+
+def reported(items: Sequence, report: Report | None, what: Message, every: int = REPORT_EVERY) -> Iterator:
+    """`items` one by one, with `report(done, total, what)` after every `every` of them and after the last."""
+    total = len(items)
+    for i, item in enumerate(items, 1):
+        yield item
+        if report is not None and (i % every == 0 or i == total):
+            report(i, total, what)
 
 
 class WorkloadError(LabError):

@@ -10,18 +10,20 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from engine.measure.load.spec import MAX_TOKENS
+from engine.measure.load.spec import MAX_REQUESTS, MAX_TOKENS
 from engine.measure.workloads.base import (
     MAX_FILE_BYTES,
     MAX_PROMPT_CHARS,
     MAX_ROWS,
     Plan,
+    Report,
     WorkloadError,
     length_summary,
+    reported,
     uploaded_text,
 )
 from engine.measure.workloads.tokens import Tokens, estimated
-from engine.messages import say
+from engine.messages import mark, say
 
 PROMPT_COLUMNS = ("prompt", "text", "input", "question")
 OUTPUT_COLUMNS = ("output_tokens", "output_len", "output_length", "max_tokens", "completion_tokens")
@@ -47,8 +49,9 @@ class Dataset:
     size_bytes: int
 
 
-def parse(data: bytes, name: str) -> Dataset:
-    """The rows of a dataset file's content; WorkloadError (one sentence) for the first problem."""
+def parse(data: bytes, name: str, report: Report | None = None) -> Dataset:
+    """The rows of a dataset file's content; WorkloadError (one sentence) for the first problem. `report` hears
+    how far the rows are read."""
     text = uploaded_text(data, name, too_big=say(
         "{name} is {mb:.0f} MB; a dataset is read up to {limit} MB: upload the first part or a sample of it.",
         name=name, mb=len(data) / 2**20, limit=MAX_FILE_BYTES // 2**20), binary=say(
@@ -61,7 +64,7 @@ def parse(data: bytes, name: str) -> Dataset:
         raise WorkloadError(say("{name} holds {n:,} rows; a dataset takes up to {limit:,}: sample it first.",
                                 name=name, n=len(items), limit=MAX_ROWS))
     layout = _layout(items[0], name)
-    rows = tuple(_row(item, layout, i + 1, name) for i, item in enumerate(items))
+    rows = tuple(_row(item, layout, i + 1, name) for i, item in enumerate(reported(items, report, mark("rows read"))))
     return Dataset(name=name, format=fmt, layout=layout, rows=rows, sha256=hashlib.sha256(data).hexdigest(),
                    size_bytes=len(data))
 
@@ -210,12 +213,16 @@ def sample(ds: Dataset, n: int | None = None, how: str = "first", seed: int = 0)
 
 
 def plan(ds: Dataset, n: int | None = None, how: str = "first", seed: int = 0, tokens: Tokens | None = None,
-         output_from_reply: bool = False, max_tokens: int | None = None) -> Plan:
+         output_from_reply: bool = False, max_tokens: int | None = None, report: Report | None = None) -> Plan:
     """A dataset as a single-turn workload: one request per sampled row, each with its answer length when the
     file gives one (its output column, or with `output_from_reply` the reply's length in tokens); rows without
     one get `max_tokens` (the spec's when None)."""
     tokens = tokens or estimated()
     rows = sample(ds, n, how, seed)
+    if len(rows) > MAX_REQUESTS:  # said before a minute of counting, not after it
+        raise WorkloadError(say("{name} holds {n:,} rows, and a load test sends at most {limit:,} requests: take a "
+                                "part of them (--num-prompts on the CLI, 'Prompts to send' on the page).", name=ds.name,
+                                n=len(rows), limit=MAX_REQUESTS))
     lengths: list[int | None] = []
     for r in rows:
         k = r.output_tokens
@@ -226,7 +233,7 @@ def plan(ds: Dataset, n: int | None = None, how: str = "first", seed: int = 0, t
     if each is None and any(k is not None for k in lengths):
         raise WorkloadError(say("Some rows of {name} give an answer length and some do not: give max tokens for the "
                                 "rest.", name=ds.name))
-    inputs = [tokens.count(r.prompt) for r in rows]
+    inputs = [tokens.count(r.prompt) for r in reported(rows, report, mark("prompts counted"))]
     summary = {"kind": "dataset", "name": ds.name, "format": ds.format, "layout": ds.layout, "rows": len(ds.rows),
                "sent": len(rows), "sampling": how if n is not None and n < len(ds.rows) else "all", "seed": seed,
                "sha256": ds.sha256, "size_bytes": ds.size_bytes, "input_tokens": length_summary(inputs),

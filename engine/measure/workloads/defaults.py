@@ -2,6 +2,8 @@
 (its device, its max-model-len, what a server at a URL says about itself), passed in by the caller."""
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, replace
 
 from engine.measure.load.spec import LoadSpec
@@ -66,11 +68,27 @@ EXAMPLES = {"dataset": ("chat-prompts.jsonl", "conversations.json"),
 UPLOAD_BYTES = MAX_FILE_BYTES  # the engine's own cap: the uploader refuses bigger files before reading them
 
 
-def workload_plan(desc: dict, data: bytes | None = None) -> Plan:
+_PLANS: dict[str, Plan] = {}  # the latest plans made, by description and file, oldest first
+PLANS_KEPT = 16
+
+
+def workload_plan(desc: dict, data: bytes | None = None, report=None) -> Plan:
     """The Plan of a workload the page describes (kinds.plan_of's keys; `data` an uploaded file's bytes),
     counted with the embedded model's tokenizer as the catalogue's scenarios are (its caption says which);
-    a WorkloadError's one sentence for a bad file or setting."""
-    return kinds.plan_of(desc, toks.embedded(), data)
+    a WorkloadError's one sentence for a bad file or setting. Made once per description and file for every
+    viewer (the latest PLANS_KEPT kept; a page redraws every second); `report` hears how far a large file is read
+    while it is made (kinds.plan_of). Not st.cache_data: its cached function may not move a page's progress bar."""
+    key = hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode() + b"\0" + (data or b"")).hexdigest()
+    if (plan := _PLANS.get(key)) is not None:
+        return plan
+    plan = kinds.plan_of(desc, toks.embedded(), data, report)
+    _PLANS[key] = plan
+    while len(_PLANS) > PLANS_KEPT:  # two viewers at once may both drop the oldest: one KeyError is harmless
+        try:
+            del _PLANS[next(iter(_PLANS))]
+        except (KeyError, StopIteration, RuntimeError):
+            break
+    return plan
 
 
 def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: int | None, ignore_eos: bool = False,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.measure.workloads import conversations, datasets, lengths, traces
-from engine.measure.workloads.base import Plan, WorkloadError
+from engine.measure.workloads.base import Plan, Report, WorkloadError
 from engine.measure.workloads.tokens import Tokens, estimated
 from engine.messages import say
 
@@ -24,13 +24,15 @@ def example(name: str) -> bytes:
     return path.read_bytes()
 
 
-def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | None = None) -> Plan:
+def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | None = None,
+            report: Report | None = None) -> Plan:
     """The Plan a workload description makes. `data`: an uploaded file's content (its name in desc["file"]),
     else desc["file"] is a shipped example. Keys by kind:
     dataset: file, n, how ("first" | "random"), seed, output_from_reply, max_tokens;
     lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed;
     multi-turn: file (a dataset; none: the shipped chat prompts), conversations, turns, think_time_s, seed;
-    trace: file, time_scale, time_unit, n."""
+    trace: file, time_scale, time_unit, n.
+    `report` hears how far a large file's rows are read and its prompts counted."""
     tokens = tokens or estimated()
     kind = desc.get("kind")
     if kind not in KINDS:
@@ -44,17 +46,17 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
         return (data, name) if data is not None else (example(name), name)
 
     if kind == "dataset":
-        ds = datasets.parse(*content())
+        ds = datasets.parse(*content(), report=report)
         return datasets.plan(ds, desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens,
-                             desc.get("output_from_reply", False), desc.get("max_tokens"))
+                             desc.get("output_from_reply", False), desc.get("max_tokens"), report=report)
     if kind == "lengths":
         out = desc.get("output")
         return lengths.plan(desc.get("n", 32), lengths.Lengths(**desc.get("input", {})),
                             lengths.Lengths(**{"side": "output", **out}) if out is not None else None,
                             desc.get("seed", 0), tokens)
     if kind == "multi-turn":
-        ds = datasets.parse(*content("chat-prompts.jsonl"))
+        ds = datasets.parse(*content("chat-prompts.jsonl"), report=report)
         return conversations.plan(desc.get("conversations", 4), desc.get("turns", 3), ds, desc.get("seed", 0),
                                   tokens, desc.get("think_time_s", 0.0))
-    tr = traces.parse(*content(), time_unit=desc.get("time_unit", "ms"))
-    return traces.plan(tr, desc.get("time_scale", 1.0), tokens, desc.get("n"))
+    tr = traces.parse(*content(), time_unit=desc.get("time_unit", "ms"), report=report)
+    return traces.plan(tr, desc.get("time_scale", 1.0), tokens, desc.get("n"), report=report)

@@ -54,10 +54,11 @@ class Scenario:
         return (max(len(p) for p in self.prompts) + len(self.system)) // 4 + 16 if self.prompts else 16
 
     def load_spec(self, base_url: str = "", model: str = "", tokens: Any = None, data: bytes | None = None,
-                  **over: Any) -> LoadSpec:
+                  report: Any = None, **over: Any) -> LoadSpec:
         """The spec this scenario sends. A workload scenario builds its plan here: `tokens` counts and makes its
         tokens (engine.measure.workloads.tokens; default: the embedded model's tokenizer when prepared, else the
-        estimate), `data` replaces its shipped file with an uploaded one."""
+        estimate), `data` replaces its shipped file with an uploaded one, `report` hears how far a large file is
+        read (kinds.plan_of)."""
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts) or ["(workload)"], system=self.system,
             # a trace's schedule comes with its plan: until then the spec is a plain one
@@ -70,7 +71,7 @@ class Scenario:
             from engine.measure.workloads import kinds
             from engine.measure.workloads import tokens as toks
 
-            spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data).apply(spec)
+            spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
                 spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
                                workload={**spec.workload, "max_tokens_cap": over["max_tokens"]})

@@ -1,0 +1,210 @@
+"""The room (issue #30 item 4): on the presenter's cue every attendee presses once on their own device; the big screen
+shows their requests on one clock (who joined whose answer mid-generation, how many generated together, each
+person's TTFT), then the same requests one at a time. The round lives in the engine (`lab.room`, engine/room.py),
+shared by every viewer; each attendee sees only their own question and answer, the room sees names and timings."""
+import uuid
+
+import streamlit as st
+
+import i18n
+import ui
+from engine import figures
+from engine.lab import LabError
+from i18n import _
+
+lab = ui.get_lab()
+room = lab.room
+presenter = ui.can_act(lab)
+# one request per attendee per round: the attendee is this browser session (many share one address behind a proxy)
+attendee = st.session_state.setdefault("room_attendee", uuid.uuid4().hex[:12])
+st.session_state.setdefault("room_name", room.suggest_name(i18n.lang()))
+
+st.title(_("The room"))
+st.caption(_("Continuous batching with the room as the load: when the presenter opens a round, everyone presses once "
+             "on their own device. The big screen shows each request joining the answers already being generated, "
+             "then the same requests sent one at a time."))
+
+
+def _press_form() -> None:
+    """An attendee's name, an optional short question and the one button."""
+    with st.form("room_press", border=True):
+        st.text_input(_("Your name on the big screen"), key="room_name", max_chars=room.max_name)
+        st.text_input(_("Your question (optional)"), key="room_question", max_chars=room.max_question,
+                      placeholder=_("Leave it empty to send one of the lab's prompts"),
+                      help=_("Only you see your question and its answer; the room sees your name and your timings."))
+        if st.form_submit_button(_("Send my request"), type="primary", icon=":material/send:", width="stretch"):
+            try:
+                room.send(attendee, st.session_state.get("room_name") or "",
+                          st.session_state.get("room_question") or "")
+            except LabError as e:
+                st.error(ui.plain(e), icon=":material/block:")
+
+
+def _controls() -> None:
+    """The presenter's round: how long it stays open and how long each answer is."""
+    with st.form("room_open", border=True):
+        lo, hi = room.round_s
+        seconds = st.slider(_("The round stays open (s)"), lo, hi, room.default_s, 5)
+        tokens = st.slider(_("Tokens per answer"), 16, lab.chat_limits.max_tokens, room.default_tokens, 16,
+                           help=_("Within a viewer's chat limit; on a CPU a short answer keeps the round to a minute."))
+        full = st.toggle(_("Every answer to its full length"), value=True,
+                         help=_("Ignores the end-of-text token (ignore_eos), so every answer has the same length and "
+                                "the one-at-a-time contrast does exactly the same work."))
+        if st.form_submit_button(_("Open a round"), type="primary", icon=":material/play_arrow:", width="stretch"):
+            ui.act(lab, room.open, seconds, tokens, full)
+
+
+def _status(view) -> None:
+    """The round's stage in one line, and the presenter's Close and Cancel while it runs."""
+    pressed = len(view.names)
+    answered = sum(1 for r in view.run.records if r.end_time is not None)
+    if view.accepting:
+        st.markdown(_(":green-badge[Round open] closes in **{s}** · **{n}** pressed · {done} answered",
+                      s=ui.fmt_s(view.closes_in), n=pressed, done=answered))
+    elif view.over:
+        st.markdown(_(":gray-badge[Round over: {stage}] {n} pressed", stage=i18n.tr(view.status), n=pressed))
+    else:
+        st.markdown(_(":orange-badge[{stage}] {n} pressed · {done} answered", stage=i18n.tr(view.status), n=pressed,
+                      done=answered))
+    if presenter and view.accepting and st.button(_("Close the round now"), icon=":material/stop_circle:"):
+        ui.act(lab, room.close)
+    if (job := lab.job(view.job_id)) is not None:
+        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}", key="room_cancel",
+                     error_for_s=600)
+
+
+def _results(together, alone) -> None:
+    """A finished round: the total each way and each person's wait both ways first, then its timeline."""
+    lang = i18n.lang()
+    if alone is None:
+        st.caption(_("The one-at-a-time contrast was not kept: it was cancelled, or nobody's answer ended well."))
+    else:
+        last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
+        c = st.columns(3)
+        c[0].metric(_("Together: all answers complete"), ui.fmt_s(last_a))
+        c[1].metric(_("One at a time"), ui.fmt_s(last_b))
+        c[2].metric(_("Tokens generated (together / one at a time)"), f"{i18n.number(tok_a)} / {i18n.number(tok_b)}")
+        ui.chart(figures.room_contrast(together, alone, lang=lang), key="room_contrast")
+    ui.chart(figures.room_timeline(together, lang=lang), key="room_timeline")
+    ui.warmth(together)
+    if alone is not None:
+        st.caption(_("Both are saved in History: {together} and {alone}, from {when}.",
+                     together=i18n.tr(together.label), alone=i18n.tr(alone.label),
+                     when=i18n.when(together.started_at)))
+
+
+def _live() -> bool:
+    """Whether a round is running now (open, answering, or its one-at-a-time contrast)."""
+    view = room.view()
+    return view is not None and not view.over
+
+
+def big_screen() -> None:
+    """The newest round: live while it runs, else the last round's results, drawn once."""
+    view = room.view()
+    if view is None:
+        together, alone = room.saved()
+        if together is None:
+            st.info(_("No round yet: the presenter opens one, then everyone presses once."), icon=":material/groups:")
+        else:
+            st.caption(_("The last round kept in History."))
+            _results(together, alone)
+        return
+    if not view.over:
+        # the big screen each second; an attendee's copy of it every 2 s (a room of phones redrawing it costs the app)
+        (_big_screen_live if presenter else _big_screen_slow)()
+        return
+    _status(view)
+    if view.runs.get("together"):
+        alone = lab.history.run(view.runs["alone"]) if view.runs.get("alone") else None
+        _results(lab.history.run(view.runs["together"]), alone)
+
+
+def _big_screen_body() -> None:
+    """The round's requests as they stand; the page redraws once the round ends."""
+    view = room.view()
+    if view is None or view.over:
+        st.rerun(scope="app")
+    _status(view)
+    lang = i18n.lang()
+    job = lab.job(view.job_id)
+    if job is not None and job.active and view.status == "one at a time":  # the contrast as it goes, on top
+        run, now = job.live_run()
+        ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
+    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
+
+
+_big_screen_live = st.fragment(run_every=1.0)(_big_screen_body)
+_big_screen_slow = st.fragment(run_every=2.0)(_big_screen_body)
+
+
+def my_request() -> None:
+    """This attendee's own request: the round's stage, their question and the answer as it streams (redrawn every
+    2 s while a round runs: one timed redraw per phone, cheap, so that thirty of them leave the big screen its
+    second), where it joined the others. The presenter's own press is drawn with the page (the big screen is theirs)."""
+    if _live() and not presenter:
+        _my_request_live()
+    else:
+        _my_request()
+
+
+@st.fragment(run_every=2.0)
+def _my_request_live() -> None:
+    if not _live():
+        st.rerun(scope="app")
+    _my_request()
+
+
+def _my_request() -> None:
+    view = room.view()
+    if view is None or view.over:
+        st.caption(_("Waiting for the presenter to open a round."))
+    elif view.accepting:
+        st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)), icon=":material/timer:")
+    mine = room.mine(attendee)
+    if mine is None:
+        return
+    r = mine.record
+    with st.chat_message("user"):
+        st.markdown(ui.plain(mine.text) if mine.typed else _("The lab's prompt: {prompt}", prompt=ui.plain(mine.text)))
+    with st.chat_message("assistant"):
+        st.markdown(ui.plain(r.output_text) or "…")
+        ttft = _("TTFT **{ttft}**", ttft=ui.fmt_s(r.ttft)) if r.ttft is not None else _("waiting for the first token")
+        parts = [ttft, _("{n} tokens", n=r.output_tokens)]
+        if mine.join is not None:
+            parts.append(_("you joined at {name}'s token {k}", name=ui.plain(mine.joined_name), k=mine.join.at_token))
+        if mine.sharing:
+            parts.append(_("{n} requests were generating together when your first token came", n=mine.sharing))
+        st.caption(" · ".join(parts))
+
+
+@st.fragment(run_every=2.0)
+def _watch(drawn) -> None:
+    """Between rounds nothing moves: the page is drawn once, and redrawn when a round opens."""
+    view = room.view()
+    if (view.id if view else None) != drawn:
+        st.rerun(scope="app")
+
+
+# Each part in a slot of its own: a live round's timed fragments and a finished round's static charts take turns there
+if presenter:
+    left, right = st.columns([1, 3], gap="large")
+    with left:
+        _controls()
+        with st.expander(_("Press as an attendee"), icon=":material/touch_app:"):
+            _press_form()
+            with st.container():
+                my_request()
+    with right, st.container():
+        big_screen()
+else:
+    _press_form()
+    with st.container():
+        my_request()
+    if st.toggle(_("Show the room's timeline"), key="room_show",
+                 help=_("The presenter's big screen: everyone's names and timings, never their questions.")):
+        with st.container():
+            big_screen()
+with st.container():
+    if not _live():
+        _watch(view.id if (view := room.view()) else None)

