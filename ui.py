@@ -21,6 +21,7 @@ from engine.measure.judge import failures, speculation, utilization
 from engine.measure.judge import token_check as token_counts
 from engine.measure.judge.warmth import said as warmth_said
 from engine.measure.judge.warmth import warmup_cost
+from engine.observe.disturbance import said_of as disturbed_said
 from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING
 from i18n import N_, _, ngettext
 
@@ -166,6 +167,14 @@ def failure_causes(runs: Iterable, prefix: bool = False) -> None:
         for _cause, sentence in failures.run_causes(run):
             st.warning(plain(_("{label}: {sentence}", label=run.label, sentence=sentence) if prefix else sentence),
                        icon=":material/error:")
+
+
+def disturbance(run, label: str | None = None) -> None:
+    """What else ran beside the run's measured part (other programs' CPU, another client, chats), one sentence
+    next to its numbers (for a list of runs, the first disturbed one's with how many were); nothing when quiet."""
+    if said := disturbed_said(run if isinstance(run, list) else [run]):
+        st.warning(plain(_("{label}: {sentence}", label=label, sentence=said) if label else said),
+                   icon=":material/speed:")
 
 
 def token_check(run) -> None:

@@ -8,6 +8,7 @@ import streamlit as st
 import i18n
 import ui
 from engine import figures
+from engine.measure.judge import worker_memory
 from engine.serving import models
 from engine.serving.states import FAILED, STARTING, startup_fraction
 from i18n import _
@@ -119,6 +120,9 @@ def _button(s) -> None:
     st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
               icon=":material/play_arrow:", disabled=not presenter or busy, key=f"run-{s.id}",
               on_click=ui.on_press, args=(lab, guide.run_step, s.id))
+    if (n := guide.repeats(s)) > 1:
+        st.caption(_("Runs {n} times: the numbers are their means, and a difference counts only beyond their "
+                     "spread.", n=n))
     if not presenter:
         st.caption(_("The presenter runs the steps; their results appear here for everyone."))
 
@@ -161,7 +165,9 @@ def _result(s) -> None:
     run = guide.latest(s.id, state)
     made = [run] if run else guide.runs("tuning", state) if s.id == "tuning" else []
     if made and (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
-        st.success(ui.plain(found.text), icon=":material/insights:")  # the summary's sentence, the same numbers
+        # the summary's heading and sentence, the same numbers: a claim only beyond noise on a quiet machine
+        (st.success if found.claim == 1 else st.info)(f"**{ui.plain(found.title)}** · {ui.plain(found.text)}",
+                                                      icon=":material/insights:")
     if s.id == "naive":
         if run:
             ui.chart(_fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
@@ -171,19 +177,23 @@ def _result(s) -> None:
         if not fact:
             _not_run_yet()
         else:
-            where = _("GPU memory") if fact.get("gpu") else _("system RAM")
             c = st.columns(4)
             gb = lambda v: "–" if v is None else _("{v:.2f} GB", v=v)  # noqa: E731
-            c[0].metric(_("{where} before the naive run", where=where), gb(fact.get("before_gb")))
-            c[1].metric(_("The worker's peak"), gb(fact.get("worker_peak_gb")))
-            c[2].metric(_("{where} after it exited", where=where), gb(fact.get("after_gb")))
-            c[3].metric(_("Left behind"), gb(fact.get("left_gb")))
-            st.markdown(_("The naive worker's process exited: its {peak} came back to the operating system, nothing "
-                          "stays reserved.", peak=gb(fact.get("worker_peak_gb"))) if not fact.get("worker_alive") else
+            if fact.get("gpu"):  # the device's memory through NVML
+                c[0].metric(_("GPU memory before the naive run"), gb(fact.get("before_gb")))
+                c[1].metric(_("The worker's peak"), gb(fact.get("worker_peak_gb")))
+                c[2].metric(_("GPU memory after it exited"), gb(fact.get("after_gb")))
+                c[3].metric(_("Left behind"), gb(fact.get("left_gb")))
+            else:  # the worker's own memory: the system's RAM moves with every other program too
+                c[0].metric(_("The worker's peak (its RAM)"), gb(fact.get("worker_peak_gb")))
+                c[1].metric(_("After its cleanup (del + gc)"), gb(fact.get("after_cleanup_gb")))
+                c[2].metric(_("Its process"), _("exited") if fact.get("exited") else _("running"))
+                c[3].metric(_("Held now"), gb(fact.get("held_gb")))
+            st.markdown(ui.plain(worker_memory.said(fact)) if not fact.get("worker_alive") else
                         _("A naive worker is still running: wait for it to end, then check again."))
             if not fact.get("gpu"):
-                st.caption(_("No GPU here: the numbers are the system's RAM (other programs on this machine move it "
-                             "too) and the worker's own resident memory."))
+                st.caption(_("No GPU here: these are the worker's own resident memory (RSS), not the system's RAM, "
+                             "which other programs on this machine move too."))
     elif s.id == "start":
         _server_line()
         snap = lab.server_snapshot()
@@ -225,6 +235,8 @@ def _result(s) -> None:
             ui.chart(_fit(figures.token_timeline(run, lang=lang)), key="g-stream")
     if made:
         ui.failure_causes(made)
+        if FINDING.get(s.id) is None:  # what else ran beside its runs (a step with a finding says it there)
+            ui.disturbance(guide.runs(s.id, state))
         st.caption(_("From this step's run of {when}.", when=i18n.when(made[-1].started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
         _not_run_yet()

@@ -271,9 +271,7 @@ else:
                                   "unless included.", failed=n_failed, total=n_total) if failed(row) else
                                 _("**{failed} of {total} requests failed**.", failed=n_failed, total=n_total))
                     ui.failure_causes([run])
-                if n := run.extra.chat_requests_beside:
-                    st.info(_("{n} chat answer(s) were streamed while this run measured: its numbers include that "
-                              "traffic.", n=n), icon=":material/forum:")
+                ui.disturbance(run)  # other programs, another client, chats beside it: one sentence
                 ui.token_check(run)
                 ui.warmth(run)
                 if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored

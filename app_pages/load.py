@@ -162,10 +162,7 @@ def _summary_said(run) -> None:
     """What the numbers mean, in sentences (under the timeline: the numbers and the picture come first)."""
     s = run.summary
     ui.failure_causes([run])
-    if n := run.extra.chat_requests_beside:
-        st.info(ngettext("{n} chat answer was streamed while this run measured: its numbers include that traffic.",
-                         "{n} chat answers were streamed while this run measured: its numbers include that traffic.",
-                         n), icon=":material/forum:")
+    ui.disturbance(run)  # other programs, another client, chats beside it: one sentence
     ui.token_check(run)
     serial = s.total_latency_s
     if serial and run.duration and stats.peak_in_flight(run.records) <= 1:

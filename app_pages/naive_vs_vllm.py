@@ -6,7 +6,7 @@ import i18n
 import ui
 from engine import figures
 from engine.digits import significant
-from engine.measure.judge import warmth
+from engine.measure.judge import warmth, worker_memory
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.load.snippets import run_code
@@ -125,6 +125,8 @@ def results() -> None:
             st.warning(ui.plain(_("{label}: {sentence}", label=names[figures.contender(run)], sentence=said)),
                        icon=":material/ac_unit:")
     ui.failure_causes(ran, prefix=True)  # a failed request's bar is empty
+    for run in ran:  # what else ran beside each, next to its numbers
+        ui.disturbance(run, names[figures.contender(run)])
     # The physical limit, said once: the chart's caption gives each run's share of its ceiling.
     if ceilings := [r for r in ran if run_ceiling(r)]:
         with st.expander(_("Decode speed against the memory-bandwidth ceiling"), icon=":material/speed:"):
@@ -137,7 +139,10 @@ def results() -> None:
         ui.code_behind(run_code(vllm, lang), _("The Python behind the vLLM run"))
     if naive and (mem := naive.extra.memory):
         with st.expander(_("Naive worker: memory before, during and after (it runs in its own process)")):
-            st.json(mem)
+            own = worker_memory.worker_memory(naive)
+            st.markdown(ui.plain(worker_memory.said(own)))
+            # no GPU: the system's RAM before and after moves with every other program, so only the worker's own
+            st.json(mem if own["gpu"] else {k: v for k, v in mem.items() if k not in ("before", "after_exit")})
     compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
         f"{names[figures.contender(r)]}: " + ", ".join(str(x) for x in (
             r.model.split('/')[-1], r.config.get('dtype'),

@@ -4,9 +4,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from engine import guide as g
 from engine.lab import Lab
 from engine.measure.judge import stats
+from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
@@ -41,7 +41,8 @@ def seed(folder: Path) -> None:
     try:
         guide = lab.guide
         guide.set_scale(0.1, token=None)
-        mem = {"before": {"ram_used": 4.2e9}, "after_exit": {"ram_used": 4.25e9}, "worker_peak_rss": 8.4e8}
+        mem = {"before": {"ram_used": 4.2e9}, "after_exit": {"ram_used": 4.25e9}, "worker_peak_rss": 8.4e8,
+               "after_cleanup": {"rss": 6.1e8}, "worker_exited": True}
         runs = {"naive": [_run("naive-5", "naive", [(9.0, 20)] * 5, 20, memory=mem)],
                 "test-query": [_run("test-query", "vllm", [(1.1, 20)], 20)],
                 "sequential": [_run("vllm-5-sequential", "vllm", [(2.0, 20)] * 5, 20)],
@@ -55,7 +56,7 @@ def seed(folder: Path) -> None:
             for r in rs:
                 lab.store.save(r)
             guide._state.runs[sid] = [r.id for r in rs]
-        guide._state.facts["free"] = {"checked_at": time.time(), **g.memory_returned(runs["naive"][0]),
+        guide._state.facts["free"] = {"checked_at": time.time(), **worker_memory(runs["naive"][0]),
                                       "worker_alive": False}
         guide._state.facts["start"] = {"asked_at": time.time(), "already": False, "ready_s": 121.4}
         guide.go_to("naive", token=None)

@@ -30,7 +30,8 @@ STEP_S = 2400_000  # ms: one step on two shared CPU cores (a restart, or naive g
 FOLLOW_MS = 60000
 SHOTS = ROOT / "artifacts" / "screenshots"
 # What each step shows once its own run is back
-DONE = {"free": ko("Left behind"), "start": ko("Ready after")}
+# no GPU in CI: the free step shows the worker's own memory, "Held now" once its process is gone
+DONE = {"free": ko("Held now"), "start": ko("Ready after")}
 
 
 @pytest.fixture  # its own per run: a rerun (tests/conftest.py) starts over at step 1, not where the first left off
@@ -126,8 +127,8 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
             tokens = g.tokens_for(s, 0.1)
             label = ko(str(s.button)) if tokens is None else ko("{action} ({tokens} tokens)").format(
                 action=ko(str(s.button)), tokens=tokens)
-            # a metric's own label, exactly: "남은 양" (Left behind) is also inside the numbers table's hidden
-            # accessible copy ("예약된 채 남은 양"), which a substring match found first and waited on for ever
+            # a metric's own label, exactly: a substring match may find the numbers table's hidden accessible copy
+            # first and wait on it for ever
             done = (presenter.get_by_text(DONE[s.id], exact=True) if s.id in DONE else
                     presenter.get_by_text(ko("From this step's run of {when}.").split("{when}")[0]))
             _press(presenter, label, done.first)
@@ -145,10 +146,15 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
         # the summary: every measured finding carries this lab's numbers, none asks for a step to be run
         main = presenter.locator("[data-testid=stMain]")
         text = main.inner_text()
-        for title in ("Naive inference is easy but slow", "vLLM serves the same model faster",
-                      "Concurrency is where the difference shows",
-                      "max-model-len and gpu-memory-utilization set the capacity", "Streaming gives an immediate TTFT"):
-            assert ko(title) in text
+        assert ko("Naive inference is easy but slow") in text
+        # each comparison headed by its verdict on this machine: the notebook's claim, its opposite, no measurable
+        # difference, or no verdict beside other programs (a shared CI machine decides which)
+        verdicts = [ko(str(t)) for t in (g.NO_DIFFERENCE, g.BUSY, g.UNDECIDED)]
+        for claim, opposite in (("vLLM serves the same model faster", "Naive inference answered faster here"),
+                                ("Concurrency is where the difference shows", "Concurrency did not pay off here"),
+                                ("max-model-len and gpu-memory-utilization set the capacity", None),
+                                ("Streaming gives an immediate TTFT", "Streaming gave no earlier first token here")):
+            assert ko(claim) in text or (opposite and ko(opposite) in text) or any(v in text for v in verdicts), text
         assert "단계를 실행하세요" not in text, text
         assert re.search(r"\d+\.\d초", text), text  # seconds in Korean units
         report = download(presenter, presenter.get_by_role("button", name=ko("Download the HTML report")))

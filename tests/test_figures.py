@@ -358,6 +358,16 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     assert "no measurable difference" in figures.caption(figures.tuning_compare(noisy))
 
 
+def test_a_failed_repeat_is_no_zero_in_the_tuning_chart():
+    """A repeat cut short when its server went away (issue #31) is left out of its configuration's median, range
+    and verdict: it was no measurement."""
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
+    runs = _repeated(a, "g1", [100.0, 104.0, 0.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
+    runs[2].extra.repeat_failed = True
+    tput, wall = _bars(figures.tuning_compare(runs))
+    assert list(tput.y) == [102.0, 150.0] and list(tput.error_y.arrayminus)[0] == 2.0
+
+
 def test_token_timeline():
     run = make_stream()
     fig = figures.token_timeline(run)

@@ -14,6 +14,7 @@ from engine.errors import NotPresenter
 from engine.lab import Lab
 from engine.measure.workloads import scenarios
 from engine.measure.judge import stats
+from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import translate
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
@@ -128,27 +129,86 @@ def test_check_memory_needs_a_naive_run_first(lab):
 
 
 # -- the summary's arithmetic ----------------------------------------------------------------------
+def _repeats(scenario: str, times: list[float], tokens: int, n: int, *, label: str = "", **kw) -> list[RunResult]:
+    """One run per value of `times` (each request of a run taking that long), marked as one group of repeats."""
+    out = []
+    for i, secs in enumerate(times):
+        run = _run(scenario, "vllm", [(secs, tokens)] * n, label=label or scenario, repeat_group=f"g-{label}",
+                   repeat_index=i + 1, repeats=len(times), **kw)
+        out.append(run)
+    return out
+
+
 def test_the_six_findings_from_known_runs():
-    naive = _run("naive-5", "naive", [(2.0, 50)] * 5)  # 2 s each, 50 tokens: 0.04 s a token
-    vllm = _run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)
-    conc = _run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)  # 250 tokens in 1.5 s
+    naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])  # ~0.04 s a token
+    vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)  # 250 tokens in ~1.5 s
     cpu = {"device": "cpu", "cpu_kvcache_gib": 2}
-    tuned = [_run("tuning", "vllm", [(2.0, 20)] * 10, at_once=True, label="max-model-len 2048", config=cpu),
-             _run("tuning", "vllm", [(1.6, 20)] * 10, at_once=True, label="max-model-len 512", config=cpu)]
-    stream = _run("stream-300", "vllm", [(4.0, 300)])
-    found = g.findings({"naive": [naive], "sequential": [vllm], "concurrent": [conc], "tuning": tuned,
-                        "streaming": [stream]})
+    tuned = (_repeats("tuning", [2.0, 2.05, 1.95], 20, 10, at_once=True, label="max-model-len 2048", config=cpu)
+             + _repeats("tuning", [1.6, 1.62, 1.58], 20, 10, at_once=True, label="max-model-len 512", config=cpu))
+    stream = _repeats("stream-300", [4.0, 4.1, 3.9], 300, 1)
+    found = g.findings({"naive": [naive], "sequential": vllm, "concurrent": conc, "tuning": tuned,
+                        "streaming": stream})
     assert [f.number for f in found] == [1, 2, 3, 4, 5, 6]
     assert all(f.measured for f in found[:5]) and not found[5].measured
     assert found[0].text.values == {"mean": 2.0, "total": 10.0}
-    assert found[1].text.values["x"] == pytest.approx(4.0)
-    assert found[2].text.values["would"] == pytest.approx(250 * 0.04) and found[2].text.values["wall"] == 1.5
-    tuning = found[3].text.values
-    assert tuning["change"] == pytest.approx(2.0 / 1.6 - 1)  # 100 tok/s -> 125 tok/s
-    assert "KV cache is 2 GiB in both" in str(tuning["why"])  # said on a CPU, where the fraction does nothing
-    assert found[4].text.values["ttft"] == pytest.approx(400) and found[4].text.values["total"] == 4.0
+    # beyond noise, each heading is the notebook's claim, with the interval and how sure
+    assert [f.claim for f in found] == [None, 1, 1, 1, 1, None]
+    assert found[1].title == "vLLM serves the same model faster"
+    assert found[1].text.values["x"] == "4.00" and "95 % interval" in str(found[1].text.values["interval"])
+    assert "paired" in str(found[1].text) and "5 requests each" in str(found[1].text)  # prompt by prompt
+    conc_said = str(found[2].text)  # 250 tokens at naive's 0.04 s a token; the repeats' mean wall time
+    assert "All 10 answers in 1.5 s (3 runs' mean)" in conc_said and "about 10 s" in conc_said
+    assert "Throughput 6.67× naive's (95 % interval" in conc_said and "5 naive answers and 3 runs" in conc_said
+    tuning = found[3].text
+    assert tuning.values["change"] == "+25%"  # 100 tok/s -> 125 tok/s, the repeats' means
+    assert "beyond this machine's noise" in str(tuning) and "3 runs each" in str(tuning)
+    assert "KV cache is 2 GiB in both" in str(tuning.values["why"])  # said on a CPU, where the fraction does nothing
+    assert str(found[4].text).startswith("The first token after 400 ms, the whole 300-token answer after 4.0 s")
     # Korean says the same numbers
-    assert "4.0배" in translate(found[1].text, "ko")
+    assert "4.00배" in translate(found[1].text, "ko")
+    # the table beside the notebook reads the same computation: one number per fact
+    rows = g.numbers("sequential", {"naive": [naive], "sequential": vllm}, {})
+    assert str(rows[1].here) == translate(g.value_text(float(found[1].text.values["x"]), "x"), "en")
+
+
+# The issue's tuning step: 36 → 129 tok/s, its own text calling it spread (the same setting gave 101 minutes before)
+SPREAD = ([0.28, 0.08, 0.10], [0.11, 0.09, 0.16])  # seconds per request of 20 tokens: overlapping throughputs
+
+
+def test_a_difference_within_noise_is_headed_no_measurable_difference_in_both_languages():
+    tuned = (_repeats("tuning", SPREAD[0], 20, 10, at_once=True, label="max-model-len 2048")
+             + _repeats("tuning", SPREAD[1], 20, 10, at_once=True, label="max-model-len 512"))
+    found = g.findings({"tuning": tuned})[3]
+    assert found.measured and found.claim == 0
+    assert found.title == "No measurable difference on this machine"
+    assert translate(found.title, "ko") == "이 머신에서는 측정 가능한 차이가 없습니다"
+    assert "within this machine's noise" in str(found.text) and "capacity" not in str(found.title)
+    # the same numbers in the table: the second setting's mean throughput and the change between the means
+    rows = g.numbers("tuning", {"tuning": tuned}, {})
+    assert str(rows[2].here) == found.text.values["change"]
+
+
+def test_one_value_a_side_decides_nothing():
+    """One tuning run a side (a session saved before repeats): no spread, so no claim and no denial."""
+    tuned = [_run("tuning", "vllm", [(2.0, 20)] * 10, at_once=True, label="max-model-len 2048"),
+             _run("tuning", "vllm", [(1.6, 20)] * 10, at_once=True, label="max-model-len 512")]
+    found = g.findings({"tuning": tuned})[3]
+    assert found.claim is None and found.title == "Not decided: one value a side shows no noise"
+    assert "noise is unknown" in str(found.text)
+
+
+def test_a_disturbed_run_never_claims():
+    """The same clear difference, measured while other programs used most of the machine: no verdict, and the
+    sentence that says why next to the numbers."""
+    busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    vllm[1].extra.disturbance = busy
+    naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
+    found = g.findings({"naive": [naive], "sequential": vllm})[1]
+    assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
+    assert "Measured while other programs used 1.4 of 2 cores" in str(found.text)
+    assert "faster" not in str(found.title)
 
 
 def test_findings_without_runs_say_which_step_to_run():
@@ -181,6 +241,47 @@ def test_the_naive_memory_row_says_ram_where_there_is_no_gpu():
               for name, mem in (("cpu", cpu), ("gpu", gpu))}
     assert labels["cpu"][3] == "memory after loading (here: the worker's RAM, no GPU)"
     assert labels["gpu"][3] == "GPU memory after loading"
+
+
+# The issue's step 2 on a CPU: other programs raised the system's RAM by 7.5 GB while the 0.9 GB worker ran and exited
+MOVED_RAM = {"before": {"ram_used": 7.09e9}, "after_exit": {"ram_used": 14.59e9}, "worker_peak_rss": 9e8,
+             "after_cleanup": {"rss": 6e8}, "worker_exited": True}
+
+
+def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
+    """Without a GPU step 2 shows the worker's own memory (its peak, and nothing once its process is gone): the
+    7.5 GB other programs added to the system's RAM is no number of the worker's, and the sentence says what the
+    numbers say."""
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM, worker_exit_code=0)
+    lab.store.save(naive)
+    lab.guide._state.runs["naive"] = [naive.id]
+    fact = lab.guide.run_step("free", token="secret")
+    assert fact["gpu"] is False and fact["worker_peak_gb"] == 0.9 and fact["exited"] and fact["held_gb"] == 0.0
+    rows = g.numbers("free", {"naive": [naive]}, fact)
+    assert [str(r.here) for r in rows] == ["0 GB", "0 GB"]  # not 7.5 GB of other programs' RAM
+    assert "worker's RAM once its process exited" in str(rows[0].label)
+    said = translate(worker_memory_said(fact), "ko")
+    assert "0.90 GB" in said and "7.5" not in said
+
+
+def worker_memory_said(fact):
+    from engine.measure.judge.worker_memory import said
+
+    return said(fact)
+
+
+def test_a_gpu_that_did_not_come_back_is_not_said_to_have():
+    """On a GPU the device's memory through NVML: a device using more after the worker exited than before is
+    said so, never "back"."""
+    from engine.measure.judge.worker_memory import came_back, said
+
+    base = {"worker_peak_device": 17e9, "worker_exited": True}
+    back = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
+        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 1.02e9}}))
+    held = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
+        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 9e9}}))
+    assert came_back(back) and "again" in str(said(back))
+    assert not came_back(held) and "8.00 GB more" in str(said(held)) and "again" not in str(said(held))
 
 
 def test_the_report_starts_with_the_findings(lab):
@@ -261,8 +362,7 @@ def test_every_step_draws_the_runs_it_made(app_lab):
     import ui
 
     lab = ui.get_lab()
-    mem = {"before": {"ram_used": 4e9}, "after_exit": {"ram_used": 4.1e9}, "worker_peak_rss": 9e8}
-    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=mem)],
+    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM)],
             "test-query": [_run("test-query", "vllm", [(0.4, 20)])],
             "sequential": [_run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)],
             "concurrent": [_run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)],
@@ -274,7 +374,7 @@ def test_every_step_draws_the_runs_it_made(app_lab):
         for r in rs:
             lab.store.save(r)
         lab.guide._state.runs[sid] = [r.id for r in rs]
-    lab.guide._state.facts["free"] = {"checked_at": time.time(), **g.memory_returned(runs["naive"][0])}
+    lab.guide._state.facts["free"] = {"checked_at": time.time(), **worker_memory(runs["naive"][0])}
     lab.guide._state.facts["start"] = {"asked_at": time.time(), "already": False, "ready_s": 42.0}
     for lang in ("en", "ko"):
         for sid in g.STEP_IDS:
@@ -291,6 +391,36 @@ def test_every_step_draws_the_runs_it_made(app_lab):
             if g.step(sid).seed:
                 here = at.dataframe[0].value.iloc[:, 2].tolist()
                 assert not any(v in ("not run yet", "아직 실행 안 함") for v in here), (sid, here)
+
+
+def test_the_steps_heading_and_the_summary_follow_the_verdict(app_lab):
+    """The tuning step of the issue: a change within the repeats' spread is headed "no measurable difference on this
+    machine" on the step, in the summary and in the report, never "max-model-len ... set the capacity"."""
+    import ui
+
+    lab = ui.get_lab()
+    tuned = (_repeats("tuning", SPREAD[0], 20, 10, at_once=True, label="max-model-len 2048")
+             + _repeats("tuning", SPREAD[1], 20, 10, at_once=True, label="max-model-len 512"))
+    for r in tuned:
+        lab.store.save(r)
+    lab.guide._state.runs["tuning"] = [r.id for r in tuned]
+    for lang, heading, claim in (("en", "No measurable difference on this machine", "set the capacity"),
+                                 ("ko", "이 머신에서는 측정 가능한 차이가 없습니다", "처리 용량을 정한다")):
+        lab.guide.go_to("tuning", token=None)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception, at.exception
+        shown = [e.value for e in at.info] + [e.value for e in at.success]
+        assert any(v.startswith(f"**{heading}**") for v in shown), shown
+        assert not any(claim in v for v in shown) and not at.success, shown
+        assert any("3" in c.value and ("times" in c.value or "번" in c.value) for c in at.caption)  # how many runs
+        lab.guide.go_to("summary", token=None)
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.session_state["lang"] = lang
+        at.run()
+        assert any(m.value.startswith(f"**4. {heading}**") for m in at.markdown), [m.value for m in at.markdown]
+        assert heading in lab.guide.report_html(lang) and claim not in lab.guide.report_html(lang)
 
 
 def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_switch_is_lost(app_lab, monkeypatch):

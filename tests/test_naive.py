@@ -141,6 +141,9 @@ def test_sequential_two_prompts(model_dir):
     assert res.extra.params > 100_000_000 and res.extra.load_s > 0 and res.extra.dtype_reason
     mem = res.extra.memory
     assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
+    # the worker's own peak (the kernel's high-water mark it reported) and that its process is gone: what the
+    # guided lab's "Free the memory" shows where there is no GPU, never the system's RAM
+    assert mem["worker_peak_rss"] >= mem["after_load"]["rss"] and mem["worker_exited"] is True
     assert res.summary.get("completed") == 2
     # observer saw the whole story
     assert obs.plan and obs.plan.total == 2
@@ -199,6 +202,8 @@ def test_random_weights_tiny_config(tiny_random_dir):
     assert len(res.records) == 2 and all(r.ok and r.output_tokens > 0 for r in res.records)
     assert res.extra.placeholder_text is True
     assert 0 < res.extra.params < 10_000_000
+    mem = res.extra.memory  # the worker's own peak as the kernel counted it, and its process gone
+    assert mem["worker_peak_rss"] >= mem["after_load"]["peak_rss"] > 0 and mem["worker_exited"] is True
 
 
 def test_warmup_plan_meets_every_shape_of_the_run():

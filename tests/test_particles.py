@@ -26,8 +26,9 @@ def test_a_particle_after_a_placeholder_takes_the_values_sound():
 
 
 def test_the_catalogue_says_them_right():
-    text = translate(say("The naive worker's process exited: its {peak} came back to the operating system, "
-                         "nothing stays reserved.", peak=say("{v:.2f} GB", v=0.84)), "ko")
+    text = translate(say("The naive worker's process has exited: the {peak} of RAM it held at its peak (its own "
+                         "resident memory) went back to the operating system with it.", peak=say("{v:.2f} GB", v=0.84)),
+                     "ko")
     assert "0.84 GB가" in text, text
     text = translate(say("{fast} answered all {n} prompts soonest, in {t_fast:.1f} s; {slow} took longest, "
                          "{t_slow:.1f} s (one run each).", fast=say("Naive, one at a time"), n=5, t_fast=4.0,

@@ -7,6 +7,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     from engine.digits import significant
     from engine.measure.judge import ceiling, cost, failures, prefix, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
+    from engine.observe import disturbance
 
     s = r.summary
     check = token_check.token_check(r.extra)  # the server's count of the output tokens against the client's
@@ -27,6 +28,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         *(f"  {sentence}" for sentence in (check.sentences if check else ())),
         f"output throughput      {significant(s.get('output_throughput'))} tok/s",
         *((f"  {cached}",) if (cached := prefix.cached_said(r)) else ()),
+        *((f"  {beside}",) if (beside := disturbance.said(r.extra)) else ()),  # what else ran beside it
         f"TTFT mean / p99        {ms('mean_ttft_ms')} / {ms('p99_ttft_ms')}",
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),

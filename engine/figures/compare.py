@@ -87,8 +87,11 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
         cats.append(lab)
-    tput = [repeats.spread([verdict.value(r, "output_throughput") or 0.0 for r in g]) for g in sets]
-    wall = [repeats.spread([float(r.duration) for r in g]) for g in sets]
+    def measured(g, key: str) -> list[float]:  # a failed repeat (verdict.value None) is left out, never a zero
+        return [v for r in g if (v := verdict.value(r, key)) is not None] or [0.0]
+
+    tput = [repeats.spread(measured(g, "output_throughput")) for g in sets]
+    wall = [repeats.spread(measured(g, "duration")) for g in sets]
     colors = run_colors(firsts)
     several = any(len(g) > 1 for g in sets)
 

@@ -22,6 +22,7 @@ from engine.measure.judge import ceiling, failures, prefix, repeats, token_check
 from engine.measure.judge.slo import Slo, judge
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
+from engine.observe import disturbance
 from engine.observe.bandwidth import Bandwidth, from_table
 from engine.observe.hardware import summary_line
 from engine.results.credentials import scrub_run, scrub_text
@@ -253,9 +254,8 @@ class _Writer:
             out.append(self.t(cached))
         if cold := warmth.said(run.extra):  # why it is cold (start-up work in its numbers) or warm
             out.append(self.t(cold))
-        if n := run.extra.chat_requests_beside:
-            out.append(self.t(say("{n} chat answer(s) were streamed while this run measured: its numbers include "
-                                  "that traffic.", n=n)))
+        if beside := disturbance.said(run.extra):  # other programs, another client, chats beside it
+            out.insert(0, self.t(beside))
         if check := token_check.token_check(run.extra):
             out.append(self.t(" ".join(translate(x, self.lang) for x in check.sentences)))
         if limit := ceiling.run_ceiling(run):

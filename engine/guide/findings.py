@@ -1,42 +1,50 @@
 """The notebook's 실험 결과 filled with this lab's numbers (`findings`), and its printed numbers beside this
-machine's (`numbers`), computed from the runs each step made."""
+machine's (`numbers`), computed from the runs each step made. A finding's heading states the notebook's claim only
+where engine.measure.judge.verdict finds the difference beyond the noise of the step's repeats; within it the
+heading says there is no measurable difference on this machine, and a run measured beside other programs or
+clients (engine.observe.disturbance) decides nothing (issue #29)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from statistics import fmean, geometric_mean
+from typing import Any
 
 from engine.guide.steps import seed_text, step, value_text
+from engine.measure.judge import verdict
+from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import Message, mark, say
+from engine.observe import disturbance
 
-if TYPE_CHECKING:
-    from engine.results.records import RunResult
-
-
-def memory_returned(naive: "RunResult") -> dict[str, Any]:
-    """From a naive run's memory record: GB used before it, the worker's peak, after it exited, and what
-    came back (peak − after); on a GPU the device's memory, else the system's RAM and the worker's RSS."""
-    mem = naive.extra.memory or {}
-    before, after = mem.get("before") or {}, mem.get("after_exit") or {}
-    gpu = "device_used" in before and "device_used" in after
-    key = "device_used" if gpu else "ram_used"
-    peak = mem.get("worker_peak_device") if gpu else mem.get("worker_peak_rss")
-    gb = lambda b: None if b is None else round(b / 1e9, 2)  # noqa: E731  GB as the notebook prints (1e9)
-    return {"gpu": gpu, "before_gb": gb(before.get(key)), "after_gb": gb(after.get(key)),
-            "worker_peak_gb": gb(peak), "left_gb": gb(after.get(key) - before.get(key))
-            if before.get(key) is not None and after.get(key) is not None else None}
+NO_DIFFERENCE = mark("No measurable difference on this machine")
+BUSY = mark("No verdict: something else ran beside the measurement")
+UNDECIDED = mark("Not decided: one value a side shows no noise")
 
 
 # -- the notebook's 실험 결과, with this lab's numbers ---------------------------------------------------
 @dataclass(frozen=True)
 class Finding:
     number: int
-    title: Message
+    title: Message  # the notebook's claim only where this lab's numbers carry it
     text: Message  # with this lab's numbers, or what to run for them
     measured: bool
+    # +1: the notebook's claim holds here beyond noise; -1: its opposite does; 0: no measurable difference;
+    # None: nothing decided (not measured, not a comparison, one value a side, a disturbed run)
+    claim: int | None = None
 
 
-def _mean(run) -> float | None:
-    return run.summary.mean_latency_s if run is not None else None
+def _ok(runs) -> list:
+    return [r for run in runs for r in run.measured if r.ok]
+
+
+def _mean_latency(runs) -> float | None:
+    """The mean answer time over every measured request of `runs` (a step's repeats pooled)."""
+    e2e = [r.e2e for r in _ok(runs) if r.e2e is not None]
+    return fmean(e2e) if e2e else None
+
+
+def _avg(values) -> float | None:
+    xs = [v for v in values if v is not None]
+    return fmean(xs) if xs else None
 
 
 def naive_pace(naive) -> float | None:
@@ -46,15 +54,22 @@ def naive_pace(naive) -> float | None:
     return busy / tokens if tokens and busy else None
 
 
+def _naive_rates(naive) -> list[float]:
+    """The naive baseline's decode speed per answer (tokens over its time), one value a request."""
+    return [r.output_tokens / r.e2e for r in naive.measured if r.ok and r.e2e and r.output_tokens] if naive else []
+
+
 def naive_would_take(concurrent, naive) -> tuple[float, str] | None:
-    """What naive inference would have taken for the concurrent run's answers, one after another: their
-    output tokens at naive's pace ("pace"), else (no naive run) the sum of their latencies ("serial")."""
-    if concurrent is None:
+    """What naive inference would have taken for one concurrent run's answers (the mean over `concurrent`, a
+    run or its repeats), one after another: their output tokens at naive's pace ("pace"), else (no naive run)
+    the sum of their latencies ("serial")."""
+    runs = concurrent if isinstance(concurrent, list) else [concurrent] if concurrent is not None else []
+    if not runs:
         return None
-    tokens = sum(r.output_tokens for r in concurrent.measured if r.ok)
+    tokens = _avg([sum(r.output_tokens for r in run.measured if r.ok) for run in runs])
     if (pace := naive_pace(naive)) is not None and tokens:
         return tokens * pace, "pace"
-    serial = concurrent.summary.total_latency_s or sum(r.e2e or 0 for r in concurrent.measured)
+    serial = _avg([run.summary.total_latency_s or sum(r.e2e or 0 for r in run.measured) for run in runs])
     return (serial, "serial") if serial else None
 
 
@@ -63,55 +78,182 @@ def _first(run):
     return ok[0] if ok else None
 
 
+def _busy(runs) -> Message | None:
+    """What disturbed `runs` (the first disturbed one's sentence, with how many were); None when all were quiet."""
+    return disturbance.said_of([r for r in runs if r is not None])
+
+
+def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = False) -> tuple[Message, int | None]:
+    """A finding's heading and claim from its verdict: the claim only beyond noise and on a quiet machine."""
+    if _busy(runs) is not None:
+        return BUSY, None
+    if v is None or v.beyond_noise is None:
+        return UNDECIDED, None
+    if not v.beyond_noise:
+        return NO_DIFFERENCE, 0
+    if either_way or (v.ratio or 0) > 1:
+        return claim, 1
+    return opposite, -1
+
+
+def _with_busy(text: Message, runs) -> Message:
+    return say("{text} {busy}", text=text, busy=said) if (said := _busy(runs)) is not None else text
+
+
+# -- one computation per step: its numbers, its verdict (the table and the finding both read these) ----------
+def speedup(naive, sequential: list) -> dict[str, Any] | None:
+    """Naive against vLLM one request at a time, the same prompts: both means and the verdict on their answer
+    times prompt by prompt (paired, as Naive vs vLLM judges it; each prompt's vLLM time the geometric mean of its
+    repeats), the ratio naive's over vLLM's: the speed-up."""
+    if naive is None or not sequential:
+        return None
+    mean_naive, mean_vllm = _mean_latency([naive]), _mean_latency(sequential)
+    if mean_naive is None or mean_vllm is None:
+        return None
+    slow = {r.index: r.e2e for r in naive.measured if r.ok and r.e2e}
+    fast: dict[int, list[float]] = {}
+    for run in sequential:
+        for r in run.measured:
+            if r.ok and r.e2e:
+                fast.setdefault(r.index, []).append(r.e2e)
+    both = sorted(slow.keys() & fast.keys())
+    v = verdict.compare([geometric_mean(fast[i]) for i in both], [slow[i] for i in both], label_a="vLLM",
+                        label_b="naive", per=verdict.REQUESTS, unit="s", paired=True)
+    return {"naive": mean_naive, "vllm": mean_vllm, "verdict": v, "x": v.ratio if v else None}
+
+
+def concurrency(concurrent: list, naive) -> dict[str, Any] | None:
+    """Ten at once through vLLM (its repeats) against naive inference: the mean wall time, latency and
+    throughput, what naive would have taken, and the verdict on the throughput (vLLM's runs against naive's
+    decode speed per answer; without a naive run, each run's wall time against its latencies one after another)."""
+    if not concurrent:
+        return None
+    would = naive_would_take(concurrent, naive)
+    tput = _avg([r.summary.output_throughput for r in concurrent])
+    if (rates := _naive_rates(naive)):
+        v = verdict.compare(rates, [r.summary.output_throughput for r in concurrent], name="", label_a="naive",
+                            label_b="vLLM", per=verdict.RUNS, unit="tok/s")
+    else:
+        v = verdict.compare([r.duration for r in concurrent],
+                            [r.summary.total_latency_s for r in concurrent], name="", label_a="wall",
+                            label_b="serial", per=verdict.RUNS, unit="s")
+    return {"wall": _avg([r.duration for r in concurrent]), "latency": _mean_latency(concurrent), "tput": tput,
+            "would": would, "verdict": v, "naive_tput": _avg(rates) if rates else None,
+            "tokens": _avg([sum(r.output_tokens for r in run.measured if r.ok) for run in concurrent])}
+
+
+def tuning_groups(runs: list) -> tuple[list, list]:
+    """The tuning comparison's two settings, each with its repeats, in the order they ran (by label)."""
+    labels = list(dict.fromkeys(r.label for r in runs))
+    if len(labels) < 2:
+        return runs[:1], runs[1:2]
+    return [r for r in runs if r.label == labels[-2]], [r for r in runs if r.label == labels[-1]]
+
+
+def tuned(runs: list) -> dict[str, Any] | None:
+    """The two settings' mean throughput and wall time and the verdict on their throughput."""
+    a, b = tuning_groups(runs)
+    if not a or not b or not all(r.summary.output_throughput for r in a + b):
+        return None
+    v = verdict.compare_runs(a, b, "output_throughput", name="", label_a=str(a[0].label), label_b=str(b[0].label),
+                             unit="tok/s")
+    return {"a": a, "b": b, "tput_a": _avg([r.summary.output_throughput for r in a]),
+            "tput_b": _avg([r.summary.output_throughput for r in b]), "wall_b": _avg([r.duration for r in b]),
+            "verdict": v}
+
+
+def streamed(runs: list) -> dict[str, Any] | None:
+    """The streamed answer's first token and end (means over the repeats) and the verdict that the first token
+    comes sooner than the whole answer."""
+    firsts = [f for r in runs if (f := _first(r)) is not None]
+    if not firsts:
+        return None
+    ttft, total = [f.ttft for f in firsts], [f.e2e or 0.0 for f in firsts]
+    v = verdict.compare(ttft, total, name="", label_a="TTFT", label_b="total", per=verdict.RUNS, unit="s")
+    tokens = _avg([f.output_tokens for f in firsts])
+    rates = [f.output_tokens / f.e2e for f in firsts if f.e2e]
+    return {"ttft": fmean(ttft), "total": fmean(total), "tokens": tokens, "rate": _avg(rates), "verdict": v,
+            "n": len(firsts)}
+
+
 def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
     """The notebook's six findings, each with this lab's numbers from the steps' runs (`runs`: step id ->
-    its runs, oldest first), or the step to run for them."""
-    last = {sid: rs[-1] for sid, rs in runs.items() if rs}
-    naive, vllm, conc, stream = last.get("naive"), last.get("sequential"), last.get("concurrent"), last.get("streaming")
+    the newest press's runs, its repeats), or the step to run for them."""
+    naive = (runs.get("naive") or [None])[-1]
     out: list[Finding] = []
 
-    def add(title, text, measured):
-        out.append(Finding(len(out) + 1, title, text, measured))
+    def add(title, text, measured, claim=None):
+        out.append(Finding(len(out) + 1, title, text, measured, claim))
 
     todo = lambda sid: say("Run step {n} ({title}) for this lab's number.", n=step(sid).number,  # noqa: E731
                            title=step(sid).title)
-    if naive and _mean(naive):
-        add(mark("Naive inference is easy but slow"),
+    if naive and (mean := _mean_latency([naive])):
+        add(mark("Naive inference is easy but slow"), _with_busy(
             say("{mean:.1f} s per request, {total:.1f} s for the 5 one after another: sequential, no batching.",
-                mean=_mean(naive), total=naive.duration), True)
+                mean=mean, total=naive.duration), [naive]), True)
     else:
         add(mark("Naive inference is easy but slow"), todo("naive"), False)
-    if vllm and _mean(vllm) and naive and _mean(naive):
-        add(mark("vLLM serves the same model faster"),
-            say("{mean:.1f} s per request through vLLM: {x:.1f}× naive's {naive:.1f} s, with the same prompts and "
-                "token budget.", mean=_mean(vllm), x=_mean(naive) / _mean(vllm), naive=_mean(naive)), True)
+    seq = runs.get("sequential") or []
+    if (sp := speedup(naive, seq)) is not None:
+        v, both = sp["verdict"], [naive, *seq]
+        title, claim = _heading(v, both, mark("vLLM serves the same model faster"),
+                                mark("Naive inference answered faster here"))
+        values = dict(mean=sp["vllm"], naive=sp["naive"], x=verdict.figures(sp["x"]) if sp["x"] else "–",
+                      interval=v.interval or "–", how=v.how)
+        text = (say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+                    "token budget: {x}× ({interval}; {how}).", **values) if claim else
+                say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+                    "token budget: {x}×, within this machine's noise ({interval}, which holds no change; {how}).",
+                    **values) if claim == 0 else
+                say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+                    "token budget: {x}× ({how}).", **values))
+        add(title, _with_busy(text, both), True, claim)
     else:
         add(mark("vLLM serves the same model faster"), todo("sequential" if naive else "naive"), False)
-    would = naive_would_take(conc, naive)
-    if conc and would:
-        text = (say("All 10 answers in {wall:.1f} s; naive inference would have taken about {would:.0f} s for the same "
-                    "{tokens} tokens at its pace: continuous batching keeps the hardware busy.", wall=conc.duration,
-                    would=would[0], tokens=sum(r.output_tokens for r in conc.measured if r.ok))
-                if would[1] == "pace" else
-                say("All 10 answers in {wall:.1f} s, against {would:.0f} s for their latencies one after another: "
-                    "continuous batching keeps the hardware busy.", wall=conc.duration, would=would[0]))
-        if conc.extra.cold:  # said where the number is: a first batch's start-up work is in it
+    conc = runs.get("concurrent") or []
+    if (c := concurrency(conc, naive)) is not None and c["would"] and c["wall"]:
+        v, both = c["verdict"], [naive, *conc] if naive else conc
+        title, claim = _heading(v, both, mark("Concurrency is where the difference shows"),
+                                mark("Concurrency did not pay off here"))
+        n = len(conc)
+        text = (say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
+                    "{would:.0f} s for the same {tokens:.0f} tokens at its pace: continuous batching keeps the "
+                    "hardware busy.", wall=c["wall"], n=n, would=c["would"][0], tokens=c["tokens"] or 0)
+                if c["would"][1] == "pace" else
+                say("All 10 answers in {wall:.1f} s ({n} runs' mean), against {would:.0f} s for their latencies one "
+                    "after another: continuous batching keeps the hardware busy.", wall=c["wall"], n=n,
+                    would=c["would"][0]))
+        if v is not None and v.decided:
+            how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
+                   if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
+            text = say("{text} Throughput {x}× naive's ({interval}; {how}).", text=text,
+                       x=verdict.figures(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
+                if claim else say("{text} The difference is within this machine's noise ({interval}; {how}).",
+                                  text=text, interval=v.interval or "–", how=how) if claim == 0 else text
+        if any(r.extra.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
             text = say("{text} (Cold: the server's first batch of 10, so it includes one-off start-up work.)",
                        text=text)
-        add(mark("Concurrency is where the difference shows"), text, True)
+        add(title, _with_busy(text, both), True, claim)
     else:
         add(mark("Concurrency is where the difference shows"), todo("concurrent"), False)
-    tuned = runs.get("tuning") or []
-    if len(tuned) >= 2 and all(r.summary.output_throughput for r in tuned[-2:]):
-        add(mark("max-model-len and gpu-memory-utilization set the capacity"), tuning_said(*tuned[-2:]), True)
+    if (t := tuned(runs.get("tuning") or [])) is not None:
+        group = t["a"] + t["b"]
+        title, claim = _heading(t["verdict"], group, mark("max-model-len and gpu-memory-utilization set the capacity"),
+                                mark("max-model-len and gpu-memory-utilization set the capacity"), either_way=True)
+        add(title, _with_busy(tuning_said(t), group), True, claim)
     else:
         add(mark("max-model-len and gpu-memory-utilization set the capacity"), todo("tuning"), False)
-    first = _first(stream)
-    if first is not None:
-        add(mark("Streaming gives an immediate TTFT"),
-            say("The first token after {ttft:.0f} ms, the whole {tokens}-token answer after {total:.1f} s: without "
-                "streaming the user would see nothing for {total:.1f} s.", ttft=first.ttft * 1000,
-                tokens=first.output_tokens, total=first.e2e or 0.0), True)
+    stream = runs.get("streaming") or []
+    if (sm := streamed(stream)) is not None:
+        v = sm["verdict"]
+        title, claim = _heading(v, stream, mark("Streaming gives an immediate TTFT"),
+                                mark("Streaming gave no earlier first token here"))
+        text = say("The first token after {ttft:.0f} ms, the whole {tokens:.0f}-token answer after {total:.1f} s: "
+                   "without streaming the user would see nothing for {total:.1f} s.", ttft=sm["ttft"] * 1000,
+                   tokens=sm["tokens"] or 0, total=sm["total"])
+        if v is not None and v.decided:
+            text = say("{text} ({how}.)", text=text, how=v.how)
+        add(title, _with_busy(text, stream), True, claim)
     else:
         add(mark("Streaming gives an immediate TTFT"), todo("streaming"), False)
     add(mark("The right engine for the job"),
@@ -120,26 +262,34 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
     return out
 
 
-def tuning_said(before, after) -> Message:
-    """The tuning comparison in one sentence: the throughput change and why, from the two runs' own notes
+def tuning_said(t: dict[str, Any]) -> Message:
+    """The tuning comparison in one sentence: the throughput change, how sure, and why, from the runs' own notes
     (whether requests waited for KV-cache room; on a CPU the fixed KV cache)."""
-    a, b = before.summary.output_throughput, after.summary.output_throughput
-    change = b / a - 1
-    cpu = (before.config or {}).get("device") == "cpu"
-    waited = [(r.extra.peak_waiting or 0) > 0 or (r.extra.preemptions or 0) > 0 for r in (before, after)]
+    a, b, v = t["a"], t["b"], t["verdict"]
+    cpu = (a[0].config or {}).get("device") == "cpu"
+    waited = [any((r.extra.peak_waiting or 0) > 0 or (r.extra.preemptions or 0) > 0 for r in side) for side in (a, b)]
+    beyond = v is not None and v.beyond_noise
+    if v is None or v.beyond_noise is None:
+        verdict_said = say("one run a side, so this machine's noise is unknown")
+    elif beyond:
+        verdict_said = say("beyond this machine's noise ({interval}; {how})", interval=v.interval, how=v.how)
+    else:
+        verdict_said = say("within this machine's noise ({interval}, which holds no change; {how})",
+                           interval=v.interval, how=v.how)
     if waited[0] and not waited[1]:
         why = say("requests waited for KV-cache room with the first setting and not with the second, so more of them "
                   "ran at once.")
     elif not any(waited):
         why = say("no request waited for KV-cache room with either setting: the cache was not the limit for 10 "
-                  "requests, so the change comes from elsewhere (this machine's run-to-run spread).")
+                  "requests.")
     else:
         why = say("requests waited for KV-cache room with the second setting too: its cache is still the limit.")
     if cpu:
         why = say("{why} On this CPU gpu-memory-utilization does nothing: the KV cache is {gib:g} GiB in both.",
-                  why=why, gib=(before.config or {}).get("cpu_kvcache_gib", 0))
-    return say("Throughput {a:.0f} → {b:.0f} tok/s ({change:+.0%}) from {first} to {second}: {why}", a=a, b=b,
-               change=change, first=before.label, second=after.label, why=why)
+                  why=why, gib=(a[0].config or {}).get("cpu_kvcache_gib", 0))
+    return say("Throughput {a:.0f} → {b:.0f} tok/s ({change}) from {first} to {second}, {verdict}: {why}",
+               a=t["tput_a"], b=t["tput_b"], change=f"{(t['tput_b'] / t['tput_a'] - 1):+.0%}", first=a[0].label,
+               second=b[0].label, verdict=verdict_said, why=why)
 
 
 # -- the notebook's numbers beside this lab's ----------------------------------------------------------
@@ -155,32 +305,34 @@ def _said(unit: str, v: float | None) -> Message | None:
 
 
 def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[Row]:
-    """Each of the step's SeedNumbers beside this lab's value (from the step's newest runs; the naive run
-    for the speed-up and for what naive would have taken; the free step's reading)."""
+    """Each of the step's SeedNumbers beside this lab's value (from the step's newest press: its repeats'
+    means, the same computation as its finding; the naive run for the speed-up and for what naive would have
+    taken; the free step's reading)."""
     s = step(step_id)
-    last = {sid: rs[-1] for sid, rs in runs.items() if rs}
-    run, naive = last.get(step_id), last.get("naive")
+    mine, naive = runs.get(step_id) or [], (runs.get("naive") or [None])[-1]
     here: list[float | None] = [None] * len(s.seed)
-    if step_id == "naive" and run:
+    if step_id == "naive" and mine:
+        run = mine[-1]
         pace = naive_pace(run)
-        here = [_mean(run), run.duration, 1 / pace if pace else None, memory_returned(run)["worker_peak_gb"]]
-    elif step_id == "free" and facts:
-        here = [facts.get("left_gb"), 0.0 if facts.get("after_gb") is not None else None]
-    elif step_id == "test-query" and run:
-        here = [_mean(run)]
-    elif step_id == "sequential" and run:
-        here = [_mean(run), _mean(naive) / _mean(run) if _mean(naive) and _mean(run) else None]
-    elif step_id == "concurrent" and run:
-        would = naive_would_take(run, naive)
-        here = [run.duration, _mean(run), run.summary.output_throughput, would[0] if would else None]
-    elif step_id == "tuning" and len(runs.get("tuning") or []) >= 2:
-        a, b = runs["tuning"][-2:]
-        ta, tb = a.summary.output_throughput, b.summary.output_throughput
-        here = [b.duration, tb, (tb / ta - 1) * 100 if ta and tb else None]
-    elif step_id == "streaming" and (first := _first(run)) is not None:
-        total = first.e2e or 0.0
-        here = [first.ttft * 1000, total, first.output_tokens, first.output_tokens / total if total else None]
+        here = [_mean_latency([run]), run.duration, 1 / pace if pace else None, worker_memory(run)["worker_peak_gb"]]
+    elif step_id == "free" and facts:  # on a GPU the device's memory; else the worker's own, gone with its process
+        here = ([facts.get("left_gb"), 0.0 if facts.get("after_gb") is not None else None] if facts.get("gpu") else
+                [facts.get("held_gb"), facts.get("held_gb")])
+    elif step_id == "test-query" and mine:
+        here = [_mean_latency(mine)]
+    elif step_id == "sequential" and mine:
+        sp = speedup(naive, mine)
+        here = [_mean_latency(mine), sp["x"] if sp else None]
+    elif step_id == "concurrent" and (c := concurrency(mine, naive)) is not None:
+        here = [c["wall"], c["latency"], c["tput"], c["would"][0] if c["would"] else None]
+    elif step_id == "tuning" and (t := tuned(mine)) is not None:
+        here = [t["wall_b"], t["tput_b"], (t["tput_b"] / t["tput_a"] - 1) * 100]
+    elif step_id == "streaming" and (sm := streamed(mine)) is not None:
+        here = [sm["ttft"] * 1000, sm["total"], sm["tokens"], sm["rate"]]
     labels = [n.label for n in s.seed]
-    if step_id == "naive" and run and not memory_returned(run)["gpu"]:  # no GPU here: the worker's peak RAM
+    if step_id == "naive" and mine and not worker_memory(mine[-1])["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
+    if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
+        labels = [mark("allocated after cleanup (here: the worker's RAM once its process exited)"),
+                  mark("still reserved (here: by the exited worker)")]
     return [Row(label, seed_text(n), _said(n.unit, v)) for label, n, v in zip(labels, s.seed, here)]

@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine.access import presenter_only
 from engine.errors import LabError, ServerBusy
-from engine.guide.findings import Finding, Row, findings, memory_returned, numbers
-from engine.guide.steps import LAB_FLAGS, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE, step, tokens_for
+from engine.guide.findings import Finding, Row, findings, numbers
+from engine.guide.steps import (LAB_FLAGS, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE, repeats_for, step,
+                                tokens_for)
+from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.messages import say
 from engine.paths import history_path
@@ -103,7 +105,7 @@ class Guide:
                 results = job.result if isinstance(job.result, list) else [job.result] if job.result else []
                 ids = [r.id for r in results if getattr(r, "measured", None)]
                 if ids:
-                    self._state.runs[sid] = [*self._state.runs.get(sid, [])[-4:], *ids]  # a few re-runs kept
+                    self._state.runs[sid] = ids  # the newest press's runs: its repeats (older stay in the history)
                     changed = True
             if (f := self._state.facts.get("start")) and f.get("ready_s") is None:
                 snap = self.lab.server_snapshot()
@@ -134,13 +136,9 @@ class Guide:
         return self.lab.job(job_id)
 
     def runs(self, step_id: str, state: State | None = None) -> list["RunResult"]:
-        """The saved runs of the step's newest run (one, or both of the tuning comparison's), oldest first;
-        runs deleted from the history since are left out."""
+        """The saved runs of the step's newest press (its repeats; both settings' for the tuning comparison),
+        oldest first; runs deleted from the history since are left out."""
         ids = (state or self.state()).runs.get(step_id, [])
-        if step_id == "tuning":
-            ids = ids[-2:]
-        else:
-            ids = ids[-1:]
         out = []
         for run_id in ids:
             try:
@@ -210,12 +208,13 @@ class Guide:
                                                                      max_new_tokens=tokens), **kw)
         elif s.id == "tuning":
             job = lab.run_tuning(scenarios.configs_after("tuning", lab.server_snapshot().config),
-                                 scenarios.get("tuning").load_spec(max_tokens=tokens), **kw)
+                                 scenarios.get("tuning").load_spec(max_tokens=tokens), repeats=repeats_for(s), **kw)
         else:
             if not lab.ready():
                 raise ServerBusy(say("This step needs the vLLM server: run step {n} (start vLLM) first.",
                                      n=step("start").number))
-            job = lab.run_load(scenarios.get(s.scenario).load_spec(max_tokens=tokens, warmup=s.warmup or None), **kw)
+            job = lab.run_load(scenarios.get(s.scenario).load_spec(max_tokens=tokens, warmup=s.warmup or None),
+                               repeats=repeats_for(s), **kw)
         with self._lock:
             self._jobs[s.id] = job.id
         return job
@@ -267,7 +266,7 @@ class Guide:
         if naive is None:
             raise ServerBusy(say("Run step {n} (naive inference) first: this step reads what its worker gave back.",
                                  n=step("naive").number))
-        fact = {"checked_at": time.time(), "run": naive.id, **memory_returned(naive),
+        fact = {"checked_at": time.time(), "run": naive.id, **worker_memory(naive),
                 "worker_alive": any(j.kind == "naive" and j.active for j in [self.lab.latest_job("naive")] if j)}
         with self._lock:
             self._state.facts["free"] = fact
@@ -297,6 +296,10 @@ class Guide:
     @staticmethod
     def tokens(s: Step, scale: float) -> int | None:
         return tokens_for(s, scale)
+
+    @staticmethod
+    def repeats(s: Step) -> int:
+        return repeats_for(s)
 
     def numbers(self, step_id: str, state: State | None = None) -> list["Row"]:
         """The step's notebook numbers beside this lab's, one row each."""

@@ -12,6 +12,10 @@ from engine.messages import Message, mark, say
 SEED = mark("the lab notebook's run on its GPU")  # where every SeedNumber comes from
 SEED_FILE = "000_aa4b3268376b761a"  # the notebook (shared/seed/), for a reader who checks
 SCALES = (0.1, 0.25, 0.5, 1.0)  # token budgets as a share of the lab's: a busy CPU may take a tenth
+# The short vLLM steps run this many times (each a run of its own), so that a finding's verdict has each side's
+# noise (engine.measure.judge.verdict); the naive baseline runs once (its worker loads the model each time)
+REPEATS = 3
+REPEATED = ("test-query", "sequential", "concurrent", "tuning", "streaming")
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ STEPS: tuple[Step, ...] = (
              "alive, and PyTorch's caching allocator keeps memory reserved (the notebook shows 15.01 GB still "
              "reserved). A process that exits returns everything to the operating system, which is what this app "
              "does."),
-         say("The memory after the worker exited is back where it was before the run."),
+         say("The worker's own memory: what it held at its peak, and nothing once its process exited."),
          mark("Check what was returned"), None, None,
          (SeedNumber(mark("allocated after cleanup"), 0.01, "GB"), SeedNumber(mark("still reserved"), 15.01, "GB"))),
     Step("start", mark("Start vLLM"),
@@ -145,6 +149,11 @@ def step(step_id: str) -> Step:
     except ValueError:
         raise LabError(say("There is no guided step '{name}': pick one of {names}.", name=step_id,
                            names=", ".join(STEP_IDS))) from None
+
+
+def repeats_for(s: Step) -> int:
+    """How many times the step runs its workload."""
+    return REPEATS if s.id in REPEATED else 1
 
 
 def tokens_for(s: Step, scale: float) -> int | None:

@@ -168,6 +168,10 @@ class Notes(_Typed):
     room_round: str = ""
     attendees: list = field(default_factory=list)
     chat_requests_beside: int = 0  # chat answers streamed while it measured
+    # What else ran beside the measured part (engine.observe.disturbance): its length and the machine's cores, the
+    # CPU other programs used and the hypervisor took (cores on average), the requests another client sent the
+    # server; None: not watched (a run saved before this field, an import)
+    disturbance: dict | None = None
     # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
     # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)
     server_output_tokens: int | None = None

@@ -22,7 +22,7 @@ from engine.measure.load.ledger import WarmthLedger
 from engine.measure.judge import failures
 from engine.measure.workloads import seeds
 from engine.messages import Message, mark, say, say_n
-from engine.observe import hardware
+from engine.observe import disturbance, hardware
 from engine.observe.energy import EnergyMeter
 from engine.observe.telemetry import read_requests_served
 from engine.results.records import RunResult
@@ -149,12 +149,17 @@ class Runner:
         self.slo = slo
         self.warmth = warmth or WarmthLedger()
 
-    def _keep(self, result: RunResult, target: Target, served_before: int | None = None) -> RunResult:
-        """A load run finished: stamped with its server, cold or warm, its goodput under the SLO, saved.
-        `served_before`: the server's served count read before the run began (served())."""
+    def _keep(self, result: RunResult, target: Target, served_before: int | None = None,
+              cpu: dict | None = None) -> RunResult:
+        """A load run finished: stamped with its server, cold or warm, what disturbed it, its goodput under the
+        SLO, saved. `served_before`: the server's served count read before the run began (served()); `cpu`: its
+        CpuWatch's reading over the measured part."""
         if self.slo is not None:
             record_goodput(result, self.slo)
-        return self.save(self._judge_warmth(target.stamp(result), target, served_before))
+        result = self._judge_warmth(target.stamp(result), target, served_before)
+        notes = result.extra
+        notes.disturbance = disturbance.record(cpu, notes.served_before, notes.served_after, len(result.records))
+        return self.save(result)
 
     @staticmethod
     def served(target: Target) -> int | None:
@@ -217,18 +222,20 @@ class Runner:
         kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
         served = self.served(target)
         meter = self._meter(target)
+        cpu = disturbance.CpuWatch([target.pid])  # the CPU used beside the measured part
         try:
-            result = send(lambda: (count.start(), kv.start(), meter and meter.start()))
+            result = send(lambda: (count.start(), kv.start(), meter and meter.start(), cpu.start()))
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
+        beside = cpu.stop()
         result = self._energy(kv.finish(count.finish(result)), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
         if result.extra.repeat_group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
             result.extra.repeat_failed = c.answered < c.planned
-        return self._keep(result, target, served)
+        return self._keep(result, target, served, beside)
 
     # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
     PAIR_LEAD_S = 0.05
@@ -260,11 +267,13 @@ class Runner:
             count = ServerCount(target)
             kv = KvWatch(target.base_url, target.api_key)
             served = self.served(target)
+            cpu = disturbance.CpuWatch([a.pid, b.pid])  # both servers' trees are the pair's own
 
             def on_measure() -> float:
                 count.start()
                 kv.start()
                 barrier.wait()  # BrokenBarrierError when the other side failed before measuring
+                cpu.start()
                 return origin["clock"]
 
             try:
@@ -273,9 +282,10 @@ class Runner:
                                               on_measure=on_measure)
                 finally:
                     kv.stop()
+                beside = cpu.stop()
                 result.started_at = origin.get("epoch", result.started_at)
                 result.extra.pair, result.extra.pair_side = pair, name
-                results[name] = self._keep(kv.finish(count.finish(result)), target, served)
+                results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside)
             except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
                 barrier.abort()
                 failures[name] = e
@@ -321,17 +331,19 @@ class Runner:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
         at that many per second instead) with the server's view and energy, saved."""
         count, served, meter = ServerCount(target), self.served(target), self._meter(target)
-        hooks = lambda: (count.start(), meter and meter.start())  # noqa: E731
+        cpu = disturbance.CpuWatch([target.pid])
+        hooks = lambda: (count.start(), meter and meter.start(), cpu.start())  # noqa: E731
         if rate is not None:  # arrivals at a rate (Poisson), not a fixed number in flight
             result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, label=say(
                 "{rate:g} requests/s", rate=rate)), observer=progress, cancel=cancel, on_measure=hooks)
         else:
             result = loadgen.run_level(spec, level, observer=progress, cancel=cancel, rounds=rounds,
                                        on_measure=hooks)
+        beside = cpu.stop()
         result = self._energy(count.finish(result), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
-        return self._keep(result, target, served)
+        return self._keep(result, target, served, beside)
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
         """The same load `n` times, each run saved as it ends and marked as one of the group
@@ -493,10 +505,13 @@ class Runner:
 
         static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one
         self.mark(say("static batch start") if static else say("naive start"))
+        cpu = disturbance.CpuWatch()  # its worker is this process's child: its own
+        cpu.start()
         try:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
             self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
+        result.extra.disturbance = disturbance.record(cpu.stop(), None, None, 0)
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         if self.slo is not None:

@@ -40,6 +40,8 @@ class Target:
     instance: str | None = None
     endpoint: Endpoint | None = None
     started: float | None = None  # a server at a URL: its process start (epoch s, /metrics), if it says
+    # its process on this machine, whose tree's CPU is the run's own (engine.observe.disturbance); None: elsewhere
+    pid: int | None = None
 
     @property
     def on_this_machine(self) -> bool:
@@ -67,7 +69,7 @@ class Target:
         if snap.state != READY or cfg is None:
             raise ServerBusy(say("The vLLM server is not running: start it on the Server page first."))
         return cls(cfg.base_url, cfg.model_name, cfg.api_key, cfg.max_model_len, cfg, snap.kv_cache_tokens,
-                   snap.max_concurrency, instance=_instance_of(snap.pid))
+                   snap.max_concurrency, instance=_instance_of(snap.pid), pid=snap.pid)
 
     @classmethod
     def at(cls, url: str, model: str | None = None, api_key: str | None = None) -> "Target":
@@ -86,6 +88,7 @@ class Target:
         started = read_process_start(found.base_url, api_key)
         return cls(found.base_url, model, api_key, found.models[model], endpoint=found,
                    kv_cache_tokens=found.kv_capacity_tokens, started=started,
+                   pid=_listener(urlsplit(found.base_url).port) if found.on_this_machine else None,
                    instance=None if started is None else f"{found.base_url.rstrip('/')} started {started:.2f}")
 
     def again(self, since: float | None) -> tuple["Target", str]:
@@ -153,6 +156,15 @@ def _instance_of(pid: int | None) -> str | None:
         return None
     try:
         return f"{socket.gethostname()} pid {pid} started {proctree.since_boot(psutil.Process(pid)):.2f} s after boot"
+    except psutil.Error:
+        return None
+
+
+def _listener(port: int | None) -> int | None:
+    """The process listening on `port` of this machine (a server at a loopback URL), if it may be seen."""
+    try:
+        return next((c.pid for c in psutil.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN
+                     and c.laddr and c.laddr.port == port and c.pid), None) if port else None
     except psutil.Error:
         return None
 

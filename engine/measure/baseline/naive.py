@@ -301,7 +301,12 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         memory["after_exit"].update(device_used=g_after["used"], device_total=g_after["total"])
     if g_before and g_after:
         memory["left_after_exit"] = g_after["used"] - g_before["used"]  # ~0: the memory really came back
-    memory["worker_peak_rss"] = peak["rss"] or None
+    # the worker's own peak: the kernel's high-water mark it reported (exact), else the parent's samples
+    reported = [st.memory[p].get("peak_rss") or 0 for p in ("after_load", "after_run", "after_cleanup")
+                if isinstance(st.memory.get(p), dict)]
+    memory["worker_peak_rss"] = max([peak["rss"], *reported]) or None
+    # reaped: the operating system has taken back everything the process held (its RSS, its CUDA context)
+    memory["worker_exited"] = proc.returncode is not None
     memory["worker_peak_device"] = peak["device"] or None  # NVML per-process; None where NVML can't see pids
 
     extra: dict[str, Any] = {

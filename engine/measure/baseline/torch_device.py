@@ -3,6 +3,8 @@ of it; torch is passed in (only the worker imports it). See docs/measuring.md#na
 from __future__ import annotations
 
 import os
+import resource
+import sys
 from typing import Any
 
 from engine.measure.baseline.protocol import CPU_DTYPE_BF16_REASON, CPU_DTYPE_FP32_REASON, CUDA_AUTO_DTYPE, Fail
@@ -54,6 +56,8 @@ def memory_snapshot(torch: Any, device: Any) -> dict[str, Any]:
         out["rss"] = int(psutil.Process().memory_info().rss)
     except Exception:
         pass
+    if sys.platform.startswith("linux"):  # the kernel's own high-water mark of this process's RSS (KiB on Linux)
+        out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         out["allocated"] = int(torch.cuda.memory_allocated(device))

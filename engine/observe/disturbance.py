@@ -1,0 +1,142 @@
+"""Whether a run was measured on a disturbed machine (issue #29 item 3), and the one sentence that says so next to
+its numbers. Over the measured part (`CpuWatch`): the CPU other programs used (the machine's busy time from
+/proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
+psutil) and the CPU time the hypervisor took (steal); from the server's own served count, the requests another
+client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
+(Notes.chat_requests_beside). Two readings, one at each end of the measured part: nothing runs beside the
+measurement. Kept in Notes.disturbance (a dict: it goes through every save, export and import as it is)."""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+
+from engine.messages import Message, say, say_n
+
+# Disturbed: other programs used at least this share of the machine's cores (and at least MIN_CORES), the
+# hypervisor took STEAL_SHARE of its CPU time, or any other request reached the server or any chat ran beside
+OTHERS_SHARE = 0.1
+MIN_CORES = 0.25
+STEAL_SHARE = 0.05
+# The kernel counts CPU time in 10 ms ticks, per process: the others' share of a short span is that coarse, so the
+# threshold grows by TICK_SLACK_S over the span, and a span under MIN_SECONDS is not judged at all
+TICK_SLACK_S = 0.05
+MIN_SECONDS = 0.25
+
+
+def _tree_seconds(roots: Iterable[int]) -> float:
+    """CPU seconds the processes under `roots` have used, with their ended children's (reaped: in their parent's
+    children_* times). A process that is gone counts nothing."""
+    seen: set[int] = set()
+    total = 0.0
+    for root in roots:
+        try:
+            procs = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+        except psutil.Error:
+            continue
+        for p in procs:
+            if p.pid in seen:
+                continue
+            seen.add(p.pid)
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+def _machine() -> tuple[float, float]:
+    """The machine's busy and stolen CPU seconds since boot, over all cores (/proc/stat)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return busy, getattr(t, "steal", 0.0)
+
+
+class CpuWatch:
+    """The CPU used beside a run's measured part: `start` when it begins, `stop` when it ends. Its own
+    processes are this one (the client, with any client worker processes and the naive worker it started)
+    and the trees under `servers` (the pids of the servers it measures on this machine)."""
+
+    def __init__(self, servers: Iterable[int | None] = ()) -> None:
+        self.roots = [os.getpid(), *(p for p in servers if p)]
+        self._begin: tuple[float, float, float, float] | None = None
+
+    def start(self) -> None:
+        busy, steal = _machine()
+        self._begin = (time.monotonic(), busy, steal, _tree_seconds(self.roots))
+
+    def stop(self) -> dict[str, Any] | None:
+        """{seconds, cores, others_cores, steal_cores} over the measured part; None when it never started."""
+        if self._begin is None:
+            return None
+        t0, busy0, steal0, own0 = self._begin
+        busy, steal = _machine()
+        own = _tree_seconds(self.roots)
+        seconds = time.monotonic() - t0
+        if seconds <= 0:
+            return None
+        others = max(0.0, (busy - busy0) - (own - own0)) / seconds
+        return {"seconds": round(seconds, 2), "cores": psutil.cpu_count() or 1, "others_cores": round(others, 2),
+                "steal_cores": round(max(0.0, steal - steal0) / seconds, 2)}
+
+
+def record(cpu: dict[str, Any] | None, served_before: int | None, served_after: int | None,
+           sent: int) -> dict[str, Any] | None:
+    """What Notes.disturbance keeps: the CPU reading, and the requests the server served from before the run's
+    warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
+    neither is known."""
+    out = dict(cpu or {})
+    if served_before is not None and served_after is not None and served_after >= served_before:
+        out["other_requests"] = max(0, served_after - served_before - sent)
+    return out or None
+
+
+def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
+    """(other programs used enough CPU to matter, the hypervisor took enough), beyond the ticks' coarseness."""
+    if not d.get("seconds") or d["seconds"] < MIN_SECONDS:
+        return False, False
+    cores = d.get("cores") or 1
+    others = (d.get("others_cores") or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d["seconds"]
+    return others, (d.get("steal_cores") or 0) >= STEAL_SHARE * cores
+
+
+def disturbed(notes: Any) -> bool:
+    """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
+    d = notes.disturbance or {}
+    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.chat_requests_beside)
+
+
+def said(notes: Any) -> Message | None:
+    """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
+    these numbers."; None for a quiet run (or one measured before this was recorded)."""
+    d = notes.disturbance or {}
+    others, steal = _cpu_disturbed(d)
+    what: list[Message] = []
+    if others:
+        what.append(say("other programs used {used:.1f} of {cores} cores", used=d["others_cores"], cores=d["cores"]))
+    if steal:
+        what.append(say("the hypervisor took {share:.0%} of the CPU time (steal)",
+                        share=d["steal_cores"] / (d.get("cores") or 1)))
+    if n := d.get("other_requests"):
+        what.append(say_n("the server answered {n} request from another client",
+                          "the server answered {n} requests from another client", n))
+    if n := notes.chat_requests_beside:
+        what.append(say_n("{n} chat answer streamed beside it", "{n} chat answers streamed beside it", n))
+    if not what:
+        return None
+    listed = what[-1] if len(what) == 1 else say("{first} and {last}", first=what[-2], last=what[-1])
+    for clause in reversed(what[:-2]):
+        listed = say("{first}, {rest}", first=clause, rest=listed)
+    return say("Measured while {what}: this machine can do better than these numbers.", what=listed)
+
+
+def said_of(runs: list) -> Message | None:
+    """One sentence for a set of runs (a step's repeats): the first disturbed one's, with how many were."""
+    hit = [s for r in runs if r is not None and (s := said(r.extra)) is not None]
+    if not hit:
+        return None
+    return hit[0] if len(runs) == 1 else say("{k} of {n} runs: {sentence}", k=len(hit), n=len(runs), sentence=hit[0])
