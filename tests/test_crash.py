@@ -201,11 +201,11 @@ def test_killing_the_app_while_it_saves_loses_no_finished_run(tmp_path):
         store = RunStore({str(db)!r})
         for i in range(100000):
             recs = [RequestRecord(index=k, prompt="p" * 200, send_time=k * 0.01, end_time=k * 0.01 + 1,
-                                  first_token_time=k * 0.01 + 0.1, chunk_times=[k * 0.01 + 0.1 * j for j in range(1,
-                                  60)],
+                                  first_token_time=k * 0.01 + 0.1,
+                                  chunk_times=[k * 0.01 + 0.1 * j for j in range(1, 60)],
                                   output_tokens=60, output_text="x" * 400) for k in range(64)]
             run = RunResult(kind="vllm", scenario="s", label=f"run {{i}}", records=recs, duration=1.0,
-            started_at=time.time())
+                            started_at=time.time())
             store.save(run)
             print(run.id, flush=True)
     """))
