@@ -7,6 +7,7 @@ import streamlit as st
 
 import i18n
 import ui
+from app_pages.parts import rehearsal
 from engine import figures
 from engine.measure.judge import worker_memory
 from engine.serving import models
@@ -100,6 +101,7 @@ nxt.button(_("Next step"), icon=":material/arrow_forward:", type="primary", widt
 if state.scale != 1.0:
     st.caption(_("Answers are {share} of the lab's length here, to keep this machine quick: times are not comparable "
                  "with the notebook's, ratios are.", share=f"{state.scale:.0%}"))
+rehearsal.beside_agenda(lab, shown.id, presenter)  # each step's time in the last rehearsal
 
 
 def _numbers(step_id: str) -> None:
@@ -287,3 +289,4 @@ if presenter:
     with st.expander(_("Start the guided lab over")):
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))
         st.button(_("Start over"), icon=":material/restart_alt:", on_click=ui.on_press, args=(lab, guide.reset))
+    rehearsal.presenter_tools(lab)

@@ -106,7 +106,7 @@ else:
             values = [v for g in counted if (v := value(g)) is not None]
             return statistics.median(values) if values else None
 
-        label = i18n.tr(r.label) or r.scenario
+        label = (_("🎭 rehearsal · ") if r.extra.rehearsal else "") + (i18n.tr(r.label) or r.scenario)
         if len(group) > 1:
             label = _("{run} · {n} of {planned} repeats, medians of {k}", run=label, n=len(group),
                       planned=r.extra.repeats or len(group), k=len(counted))

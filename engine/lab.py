@@ -57,6 +57,7 @@ class Lab:
         # The batch sizes each server instance has run, shared by every job (cold or warm runs); an
         # instance first met here (an adopted server) is recalled from the history
         self.warmth = WarmthLedger.of_history(lambda: (r.extra for r in self.store.list(kind="vllm")))
+        self.rehearsing = ""  # the guided lab's rehearsal running now (its sheet's id): it marks the runs saved
         # what the Server page names for every viewer, looked up at most every few seconds
         self.foreign_holders = orphans.Every(orphans.foreign_holders)
         self.servers_on_other_ports = orphans.Every(lambda: orphans.on_other_ports(self.server.port))
@@ -76,6 +77,44 @@ class Lab:
         from engine.room import Room
 
         return Room(self)
+
+    # -- the guided lab's rehearsal and the room's pre-flight (engine.guide.rehearsal, engine.guide.preflight) --
+    @presenter_only(who=True)
+    def rehearse(self, scale: float, model: str | None = None, talk_s: float | None = None, *, who) -> Job:
+        """The whole guided lab run unattended at `scale` with `model` (a catalogue path; None: the room's),
+        through the guide's own steps on a session of its own; its sheet is written beside the history."""
+        from engine.guide.rehearsal import Rehearsal
+        from engine.guide.sheet import TALK_S
+
+        if busy := self.measuring():
+            raise ServerBusy(say("'{label}' is still running: wait for it to finish or cancel it, then rehearse.",
+                                 label=busy.label))
+        rehearsal = Rehearsal(self, scale, model, who=who, talk_s=TALK_S if talk_s is None else talk_s)  # checked now
+
+        def work(job: Job):
+            rehearsal.cancel, rehearsal.on_step = job.cancel, job.on_step
+            return rehearsal.run()
+
+        return self.jobs.submit("rehearsal", say("rehearsal of the guided lab"), work, lane="rehearsal")
+
+    def rehearsal(self):
+        """The last rehearsal's sheet (engine.guide.sheet.Sheet), None before the first."""
+        from engine.guide.rehearsal import read_sheet, sheet_path
+
+        return read_sheet(sheet_path(self.store.path))
+
+    def rehearsal_differs(self, sheet) -> list:
+        """How today's machine and the room's model and budget differ from `sheet`'s, a phrase each."""
+        from engine.guide.rehearsal import machine
+        from engine.guide.sheet import differences
+
+        return differences(sheet.machine, machine(self.guide.model_spec().path, self.guide.state().scale))
+
+    def preflight(self, host: str | None, port: int, base: str | None = "") -> list:
+        """The room's pre-flight for this app at `host`:`port` under `base` (engine.guide.preflight.Check each)."""
+        from engine.guide import preflight
+
+        return preflight.checks(self, host, port, base)
 
     # -- who may act --------------------------------------------------------------------------
     def may_act(self, token: str | None) -> bool:
@@ -309,6 +348,7 @@ class Lab:
         """Keep a run that measured anything, marked when chat traffic ran beside it."""
         if n := self.chat_desk.beside(result.started_at, result.started_at + result.duration):
             result.extra.chat_requests_beside = n
+        result.extra.rehearsal = result.extra.rehearsal or self.rehearsing
         if result.measured:
             self.store.save(result)
         return result

@@ -26,6 +26,7 @@ class Settings:
     start_timeout_s: float = 1200.0  # SERVING_LAB_START_TIMEOUT_S: a start that never serves ends as failed
     guide_eager: bool = False  # SERVING_LAB_GUIDE_EAGER=1: the guided lab's server skips compiling
     lang: str = ""  # SERVING_LAB_LANG: a room's fixed language ("en" | "ko"); "": each browser's
+    behind: str = ""  # SERVING_LAB_BEHIND: "jupyter" when jupyter-server-proxy serves the app (jupyter_proxy.py)
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -46,6 +47,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         start_timeout_s=_number(get("START_TIMEOUT_S"), "SERVING_LAB_START_TIMEOUT_S", 1200.0, 1, 10 ** 6),
         guide_eager=get("GUIDE_EAGER") == "1",
         lang=lang if lang in ("en", "ko") else "",
+        behind=get("BEHIND").lower(),
     )
 
 

@@ -41,6 +41,7 @@ READ_ONLY = {
     "engine.settings": "the SERVING_LAB_* settings (a room's fixed language)",
     "engine.digits": "a measured number in significant figures",
     "engine.measure.judge.prefix": "the share of a run's prompt tokens its server took from the prefix cache",
+    "engine.guide.sheet": "a rehearsal's sheet in words, and its machine against the day's",
 }
 TRANSLATIONS = {"i18n.py": {"engine.messages"}}  # i18n.py alone says the engine's sentences again
 FROM_LAB = {"Lab", "LabError"}
@@ -155,7 +156,7 @@ def test_no_page_file_looks_like_a_test():
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
                 "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
-                "guide": 6, "room": 6, "lab": 7, "cli": 7, "__main__": 8, "__init__": 8}
+                "guide": 6, "room": 6, "lab": 7, "cli": 8, "__main__": 9, "__init__": 9}  # cli over lab: `rehearse`
 
 
 def _runtime_engine_imports(path: Path) -> set[str]:

@@ -16,6 +16,7 @@ def register(sub) -> None:
     a = sub.add_parser("app", help="start the dashboard (Streamlit) in this terminal; Ctrl+C stops it")
     a.add_argument("--host", default="127.0.0.1", help="where it listens (default 127.0.0.1; 0.0.0.0 for a room)")
     a.add_argument("--port", type=int, default=8501, help="default 8501")
+    a.add_argument("--base", default="", help="a path prefix behind a reverse proxy, e.g. /lab (as make run BASE=)")
     a.set_defaults(func=_app)
 
 
@@ -26,5 +27,7 @@ def _app(args) -> int:
     os.chdir(ROOT)  # Streamlit reads the app's settings from .streamlit/ in the working directory
     argv = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
             "--server.address", args.host, "--server.port", str(args.port)]
+    if args.base.strip("/"):
+        argv += ["--server.baseUrlPath", args.base.strip("/")]
     os.execv(sys.executable, argv)  # the dashboard in this process: its output and Ctrl+C stay here
     return 0  # not reached
