@@ -157,10 +157,12 @@ def _my_request_live() -> None:
 
 def _my_request() -> None:
     view = room.view()
-    if view is None or view.over:
-        st.caption(_("Waiting for the presenter to open a round."))
-    elif view.accepting:
-        st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)), icon=":material/timer:")
+    if not presenter:  # the presenter's big screen says the round's stage, live
+        if view is None or view.over:
+            st.caption(_("Waiting for the presenter to open a round."))
+        elif view.accepting:
+            st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)),
+                       icon=":material/timer:")
     mine = room.mine(attendee)
     if mine is None:
         return

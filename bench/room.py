@@ -213,18 +213,12 @@ def main() -> None:
 
 
 def report(args, started, load_before, load_after, phases, run, figure_ms, vllm) -> None:
+    """This run as a section appended to `--out` (its header, the method, written by hand above the first)."""
     others = [p for p in psutil.process_iter(["cmdline"]) if "vllm" in " ".join(p.info["cmdline"] or [])]
     lines = [
-        f"# The room with {args.attendees} attendees pressing at once", "",
-        f"Machine: {machine()}. vLLM {vllm} (CPU build) on the embedded model (SmolLM2-135M-Instruct), "
-        f"{args.tokens} tokens per answer, every answer to its full length. {started}; load average (1/5/15 min) "
-        f"{load_before} before, {load_after} after. Everything (vLLM, the app, the sessions) runs on this one "
-        "machine, shared with other work while it ran (other engineers' tests and servers: "
-        f"{len(others)} vLLM processes at the end): times stretch, CPU seconds do not.", "",
-        "Sessions are bench/viewers.py's light viewers (Streamlit's websocket protocol, timed fragment reruns "
-        "included, drawing nothing): one presenter with the token, N attendees. App CPU: the Streamlit process's CPU "
-        "seconds over the wall time, % of one core; it includes the room's own client (the aiohttp loop streaming "
-        "the N answers). Redraws kept: timed fragment reruns the app served / those the sessions sent.", "",
+        f"## {started}, {args.attendees} attendees, {args.tokens} tokens per answer", "",
+        f"Machine: {machine()}, vLLM {vllm} (CPU build). Load average (1/5/15 min) {load_before} before, {load_after} "
+        f"after; {len(others)} vLLM processes of other work still running at the end.", "",
         "| round | phase | seconds | app CPU % of one core | redraws kept | presenter's redraw median / p95 ms |",
         "|---:|---|---:|---:|---:|---:|",
     ]
@@ -234,11 +228,12 @@ def report(args, started, load_before, load_after, phases, run, figure_ms, vllm)
     n = len(run.measured)
     tokens = sum(len(r.chunk_times) for r in run.measured)
     lines += ["", f"The timeline figure alone (engine.figures.room_timeline, then its JSON) on the last round's saved "
-              f"run ({n} requests, {tokens} token ticks): {figure_ms:.0f} ms per redraw (median of 5), in this "
-              "process.", ""]
+              f"run ({n} requests, {tokens:,} token ticks): {figure_ms:.0f} ms per redraw (median of 5), in the "
+              "bench's process.", ""]
     text = "\n".join(lines) + "\n"
     print(text)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    out.write_text((out.read_text() + "\n" if out.exists() else "") + text)
 
 
 if __name__ == "__main__":
