@@ -344,6 +344,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     if step_id == "naive" and mine and not worker_memory(mine[-1])["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
     if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
-        labels = [mark("allocated after cleanup (the exited worker's RAM)"), mark("still reserved (by the exited worker)")]
+        labels = [mark("allocated after cleanup (the exited worker's RAM)"),
+                  mark("still reserved (by the exited worker)")]
     return [Row(label, seed_text(n), None if v is None else value_text(v, n.unit, shown=w))
             for label, n, v, w in zip(labels, s.seed, here, shown)]
