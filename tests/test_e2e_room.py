@@ -73,10 +73,10 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
                 contexts.append(ctx)
                 attendees.append(page)
                 if i:  # the first keeps the name suggested for it
-                    page.get_by_label(KO("Your name on the big screen") if lang == "ko" else
+                    page.get_by_role("textbox", name=KO("Your name on the big screen") if lang == "ko" else
                                       "Your name on the big screen").fill(f"Fox {i}")
                 if i == 1:
-                    page.get_by_label("Your question (optional)").fill(QUESTION)
+                    page.get_by_role("textbox", name="Your question (optional)").fill(QUESTION)
             # a press before the round opens is refused in one sentence
             _press(attendees[0])
             expect(attendees[0].get_by_text("No round is open: wait for the presenter's cue, then press.")) \
