@@ -60,7 +60,7 @@ def plain(text: object) -> str:
     return _MARKDOWN.sub(r"\\\1", i18n.tr(text))
 
 
-def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
+def act(fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
     """Run one Lab action (a @presenter_only method) with this viewer's token; a user-caused error
     becomes one st.error sentence, never a traceback. rerun=True redraws the whole page afterwards
     (buttons follow the new state); the error sentence survives that redraw and shows at the top."""
@@ -154,7 +154,7 @@ def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str
     if job.active:
         st.progress(job.progress, text=text)
         if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
-            act(lab, lab.cancel_job, job.id)
+            act(lab.cancel_job, job.id)
     recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
     if job.error and recent:
         st.error(plain(job.error), icon=":material/error:")
@@ -302,7 +302,8 @@ def sidebar(lab: Lab, on_guide: bool = False):
         slot = st.container()
         if lab.access.locked:
             st.warning(_("Viewing only: the app is reachable from the network and no presenter token is set. "
-                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."), icon=":material/lock:")
+                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."),
+                         icon=":material/lock:")
         elif lab.access.token:
             st.text_input(_("Presenter token"), type="password", key="presenter_token", on_change=_try_token,
                           help=_("Starting, stopping and running benchmarks is reserved for the presenter."))

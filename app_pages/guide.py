@@ -9,6 +9,7 @@ import i18n
 import ui
 from app_pages.parts import rehearsal
 from engine import figures
+from engine.digits import significant
 from engine.measure.judge import worker_memory
 from engine.serving import models
 from engine.serving.states import FAILED, STARTING, startup_fraction
@@ -180,7 +181,7 @@ def _result(s) -> None:
             _not_run_yet()
         else:
             c = st.columns(4)
-            gb = lambda v: "–" if v is None else _("{v:.2f} GB", v=v)  # noqa: E731
+            gb = lambda v: "–" if v is None else _("{v} GB", v=significant(v))  # noqa: E731 - as the table says it
             if fact.get("gpu"):  # the device's memory through NVML
                 c[0].metric(_("GPU memory before the naive run"), gb(fact.get("before_gb")))
                 c[1].metric(_("The worker's peak"), gb(fact.get("worker_peak_gb")))
@@ -222,7 +223,9 @@ def _result(s) -> None:
                 st.caption(_("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
     elif s.id == "sequential":
         if run:
-            ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang)), key="g-seq")
+            said = guide.findings(state)[FINDING["sequential"]]  # the finding's verdict, or none where it claims none
+            ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang,
+                                               speed=said.verdict if said.claim is not None else None)), key="g-seq")
     elif s.id == "concurrent":
         st.page_link("app_pages/room.py", label=_("Try it with the room as the load"), icon=":material/groups:")
         if run:
@@ -253,7 +256,8 @@ def _summary() -> None:
         for line in guide.which_engine:
             st.markdown(f"- {ui.plain(line)}")
     lang = i18n.lang()  # made when clicked (a callable): the report inlines plotly.js, megabytes
-    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang), file_name="serving-lab-guide.html",
+    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang),
+                       file_name="serving-lab-guide.html",
                        mime="text/html", icon=":material/download:", type="primary")
 
 
@@ -269,7 +273,8 @@ def body() -> None:
     left, right = st.columns([5, 6], gap="large")  # the numbers table keeps its three columns, the button its label
     with left:
         st.subheader(f"{shown.number}. {i18n.tr(shown.title)}")
-        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))  # the catalogue's own text: its `code` stays code
+        # the catalogue's own text: its `code` stays code
+        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))
         _button(shown)
         _job(shown)
         _numbers(shown.id)

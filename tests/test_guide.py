@@ -169,7 +169,7 @@ def test_the_six_findings_from_known_runs():
     assert "4.00배" in translate(found[1].text, "ko")
     # the table beside the notebook reads the same computation: one number per fact
     rows = g.numbers("sequential", {"naive": [naive], "sequential": vllm}, {})
-    assert str(rows[1].here) == translate(g.value_text(float(found[1].text.values["x"]), "x"), "en")
+    assert str(rows[1].here) == f"{found[1].text.values['x']}×"
 
 
 # The issue's tuning step: 36 → 129 tok/s, its own text calling it spread (the same setting gave 101 minutes before)
@@ -209,6 +209,10 @@ def test_a_disturbed_run_never_claims():
     assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
     assert "Measured while other programs used 1.4 of 2 cores" in str(found.text)
     assert "faster" not in str(found.title)
+    conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
+    conc[0].extra.disturbance = busy
+    found = g.findings({"naive": [naive], "concurrent": conc})[2]
+    assert found.claim is None and "continuous batching keeps the hardware busy" not in str(found.text)
 
 
 def test_findings_without_runs_say_which_step_to_run():
@@ -227,7 +231,7 @@ def test_the_numbers_beside_the_notebook(lab):
     vllm = _run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)
     rows = g.numbers("sequential", {"naive": [naive], "sequential": [vllm]}, {})
     assert [str(r.seed) for r in rows] == ["3.2 s", "1.2×"]
-    assert [str(r.here) for r in rows] == ["0.50 s", "4.0×"]  # measured: significant figures
+    assert [str(r.here) for r in rows] == ["0.50 s", "4.00×"]  # the speed-up as the chart writes it
     assert all(r.here is None for r in g.numbers("concurrent", {}, {}))
 
 
@@ -259,7 +263,7 @@ def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
     assert fact["gpu"] is False and fact["worker_peak_gb"] == 0.9 and fact["exited"] and fact["held_gb"] == 0.0
     rows = g.numbers("free", {"naive": [naive]}, fact)
     assert [str(r.here) for r in rows] == ["0 GB", "0 GB"]  # not 7.5 GB of other programs' RAM
-    assert "worker's RAM once its process exited" in str(rows[0].label)
+    assert str(rows[0].label) == "allocated after cleanup (the exited worker's RAM)"
     said = translate(worker_memory_said(fact), "ko")
     assert "0.90 GB" in said and "7.5" not in said
 
@@ -421,6 +425,40 @@ def test_the_steps_heading_and_the_summary_follow_the_verdict(app_lab):
         at.run()
         assert any(m.value.startswith(f"**4. {heading}**") for m in at.markdown), [m.value for m in at.markdown]
         assert heading in lab.guide.report_html(lang) and claim not in lab.guide.report_html(lang)
+
+
+def test_the_speed_up_is_one_number_on_the_step_and_its_chart_claims_nothing_the_heading_does_not(app_lab):
+    """Step 5: the table, the finding and the chart's title say the same speed-up; beside a disturbed run the
+    chart's title claims no speed-up either."""
+    import json as _json
+
+    import ui
+
+    lab = ui.get_lab()
+    naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
+    vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    for r in [naive, *vllm]:
+        lab.store.save(r)
+    lab.guide._state.runs.update(naive=[naive.id], sequential=[r.id for r in vllm])
+    lab.guide.go_to("sequential", token=None)
+
+    def shown():
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.run()
+        assert not at.exception, at.exception
+        title = _json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]["title"]["text"]
+        return at, title
+
+    at, title = shown()
+    x = g.findings({"naive": [naive], "sequential": vllm})[1].text.values["x"]
+    assert f"{x}×" in title and "faster" in title
+    assert at.dataframe[0].value.iloc[1, 2] == f"{x}×"
+    assert any(f"{x}×" in e.value.replace("\\", "") for e in at.success)  # markdown escapes the point
+    vllm[0].extra.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    lab.store.save(vllm[0])
+    at, title = shown()
+    assert "faster" not in title and not at.success
+    assert any(e.value.startswith("**No verdict") for e in at.info)
 
 
 def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_switch_is_lost(app_lab, monkeypatch):

@@ -67,7 +67,8 @@ def test_two_sets_of_repeats_are_compared_beyond_or_within_their_noise():
 
     far = groups_compared(runs("a", "512 / 0.90", [100, 101, 99]) + runs("b", "2048 / 0.85", [150, 151, 149]),
                           "output_throughput", "Output throughput")
-    assert far.beyond_noise and far.said.startswith("Output throughput: '2048 / 0.85' is higher than '512 / 0.90', 1.50×")
+    assert far.beyond_noise and far.said.startswith("Output throughput: '2048 / 0.85' is higher than '512 / 0.90', "
+                                                    "1.50×")
     near = groups_compared(runs("a", "A", [100, 110, 90]) + runs("b", "B", [101, 111, 91]), "output_throughput", "X")
     assert near.beyond_noise is False and "no measurable difference on this machine" in near.said
     assert groups_compared(runs("a", "A", [100, 110]), "output_throughput", "X") is None  # one set only

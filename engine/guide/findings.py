@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import fmean, geometric_mean
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.guide.steps import seed_text, step, value_text
 from engine.measure.judge import verdict
 from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import Message, mark, say
 from engine.observe import disturbance
-
-if TYPE_CHECKING:
-    from engine.results.records import RunResult
 
 NO_DIFFERENCE = mark("No measurable difference on this machine")
 BUSY = mark("No verdict: something else ran beside the measurement")
@@ -33,6 +30,7 @@ class Finding:
     # +1: the notebook's claim holds here beyond noise; -1: its opposite does; 0: no measurable difference;
     # None: nothing decided (not measured, not a comparison, one value a side, a disturbed run)
     claim: int | None = None
+    verdict: Any = None  # the engine.measure.judge.verdict.Verdict its heading follows, for a chart to say the same
 
 
 def _ok(runs) -> list:
@@ -97,6 +95,12 @@ def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = Fals
     if either_way or (v.ratio or 0) > 1:
         return claim, 1
     return opposite, -1
+
+
+def times(x: float) -> str:
+    """A speed-up as the Naive page's chart writes it (engine.figures.contenders.speedup_said): three figures below
+    ten, two above, so the table, the finding and the chart say one number."""
+    return verdict.figures(x, 3 if x < 10 else 2)
 
 
 def _with_busy(text: Message, runs) -> Message:
@@ -185,8 +189,8 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
     naive = (runs.get("naive") or [None])[-1]
     out: list[Finding] = []
 
-    def add(title, text, measured, claim=None):
-        out.append(Finding(len(out) + 1, title, text, measured, claim))
+    def add(title, text, measured, claim=None, v=None):
+        out.append(Finding(len(out) + 1, title, text, measured, claim, v))
 
     todo = lambda sid: say("Run step {n} ({title}) for this lab's number.", n=step(sid).number,  # noqa: E731
                            title=step(sid).title)
@@ -201,7 +205,7 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         v, both = sp["verdict"], [naive, *seq]
         title, claim = _heading(v, both, mark("vLLM serves the same model faster"),
                                 mark("Naive inference answered faster here"))
-        values = dict(mean=sp["vllm"], naive=sp["naive"], x=verdict.figures(sp["x"]) if sp["x"] else "–",
+        values = dict(mean=sp["vllm"], naive=sp["naive"], x=times(sp["x"]) if sp["x"] else "–",
                       interval=v.interval or "–", how=v.how)
         text = (say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
                     "token budget: {x}× ({interval}; {how}).", **values) if claim else
@@ -210,7 +214,7 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
                     **values) if claim == 0 else
                 say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
                     "token budget: {x}× ({how}).", **values))
-        add(title, _with_busy(text, both), True, claim)
+        add(title, _with_busy(text, both), True, claim, v)
     else:
         add(mark("vLLM serves the same model faster"), todo("sequential" if naive else "naive"), False)
     conc = runs.get("concurrent") or []
@@ -219,13 +223,19 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         title, claim = _heading(v, both, mark("Concurrency is where the difference shows"),
                                 mark("Concurrency did not pay off here"))
         n = len(conc)
-        text = (say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
-                    "{would:.0f} s for the same {tokens:.0f} tokens at its pace: continuous batching keeps the "
-                    "hardware busy.", wall=c["wall"], n=n, would=c["would"][0], tokens=c["tokens"] or 0)
+        # the lesson ("continuous batching keeps the hardware busy") only where the verdict carries it
+        text = ((say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
+                     "{would:.0f} s for the same {tokens:.0f} tokens at its pace: continuous batching keeps the "
+                     "hardware busy.", wall=c["wall"], n=n, would=c["would"][0], tokens=c["tokens"] or 0) if claim == 1
+                 else say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
+                          "{would:.0f} s for the same {tokens:.0f} tokens at its pace.", wall=c["wall"], n=n,
+                          would=c["would"][0], tokens=c["tokens"] or 0))
                 if c["would"][1] == "pace" else
                 say("All 10 answers in {wall:.1f} s ({n} runs' mean), against {would:.0f} s for their latencies one "
                     "after another: continuous batching keeps the hardware busy.", wall=c["wall"], n=n,
-                    would=c["would"][0]))
+                    would=c["would"][0]) if claim == 1 else
+                say("All 10 answers in {wall:.1f} s ({n} runs' mean), against {would:.0f} s for their latencies one "
+                    "after another.", wall=c["wall"], n=n, would=c["would"][0]))
         if v is not None and v.decided:
             how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
                    if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
@@ -303,10 +313,6 @@ class Row:
     here: Message | None  # this lab's, None: not measured yet
 
 
-def _said(unit: str, v: float | None) -> Message | None:
-    return None if v is None else value_text(v, unit)
-
-
 def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[Row]:
     """Each of the step's SeedNumbers beside this lab's value (from the step's newest press: its repeats'
     means, the same computation as its finding; the naive run for the speed-up and for what naive would have
@@ -314,6 +320,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     s = step(step_id)
     mine, naive = runs.get(step_id) or [], (runs.get("naive") or [None])[-1]
     here: list[float | None] = [None] * len(s.seed)
+    shown: list[str | None] = [None] * len(s.seed)  # a number written as another part of the page writes it
     if step_id == "naive" and mine:
         run = mine[-1]
         pace = naive_pace(run)
@@ -326,6 +333,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     elif step_id == "sequential" and mine:
         sp = speedup(naive, mine)
         here = [_mean_latency(mine), sp["x"] if sp else None]
+        shown[1] = times(sp["x"]) if sp and sp["x"] else None
     elif step_id == "concurrent" and (c := concurrency(mine, naive)) is not None:
         here = [c["wall"], c["latency"], c["tput"], c["would"][0] if c["would"] else None]
     elif step_id == "tuning" and (t := tuned(mine)) is not None:
@@ -336,6 +344,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     if step_id == "naive" and mine and not worker_memory(mine[-1])["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
     if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
-        labels = [mark("allocated after cleanup (here: the worker's RAM once its process exited)"),
-                  mark("still reserved (here: by the exited worker)")]
-    return [Row(label, seed_text(n), _said(n.unit, v)) for label, n, v in zip(labels, s.seed, here)]
+        labels = [mark("allocated after cleanup (the exited worker's RAM)"),
+                  mark("still reserved (by the exited worker)")]
+    return [Row(label, seed_text(n), None if v is None else value_text(v, n.unit, shown=w))
+            for label, n, v, w in zip(labels, s.seed, here, shown)]
