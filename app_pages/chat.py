@@ -49,7 +49,7 @@ with st.sidebar:
                                  "numbers are not distorted. On: chatting under load is a fair demo of TTFT; the "
                                  "run is marked as having had chat traffic beside it."))
         if allow != lab.chat_under_load:
-            ui.act(lab, lab.allow_chat_under_load, allow)
+            ui.act(lab.allow_chat_under_load, allow)
     else:
         st.caption(_("Viewers may send {per_minute} messages a minute, up to {chars} characters each; during a "
                      "benchmark a message waits until it ends.", per_minute=limits.per_minute,

@@ -82,7 +82,7 @@ with side:
 
 def _agenda_label(step_id: str) -> str:
     s = guide.step(step_id)
-    mark = "⏳ " if step_id in running else "✓ " if state.done(step_id) else ""
+    mark = "… " if step_id in running else "✓ " if state.done(step_id) else ""
     return f"{mark}{s.number} · {i18n.tr(s.title)}"
 
 
@@ -256,7 +256,8 @@ def _summary() -> None:
         for line in guide.which_engine:
             st.markdown(f"- {ui.plain(line)}")
     lang = i18n.lang()  # made when clicked (a callable): the report inlines plotly.js, megabytes
-    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang), file_name="serving-lab-guide.html",
+    st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang),
+                       file_name="serving-lab-guide.html",
                        mime="text/html", icon=":material/download:", type="primary")
 
 
@@ -272,7 +273,8 @@ def body() -> None:
     left, right = st.columns([5, 6], gap="large")  # the numbers table keeps its three columns, the button its label
     with left:
         st.subheader(f"{shown.number}. {i18n.tr(shown.title)}")
-        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))  # the catalogue's own text: its `code` stays code
+        # the catalogue's own text: its `code` stays code
+        st.markdown(i18n.tr(shown.told(shown.narrative, state.scale)))
         _button(shown)
         _job(shown)
         _numbers(shown.id)

@@ -161,7 +161,8 @@ else:
                                                 help=_("What the run sent besides the lab's prompts: a dataset, "
                                                        "lengths, multi-turn chats or a trace (blank: prompts).")),
             "model": st.column_config.Column(_("model"), width=190),
-            "server": st.column_config.Column(_("server"), width=200, help=_("The address of the server at a URL a run measured; "
+            "server": st.column_config.Column(_("server"), width=200,
+                                              help=_("The address of the server at a URL a run measured; "
                                                                   "empty for a server this app started.")),
             "requests": st.column_config.Column(_("requests")),
             "failed": st.column_config.Column(_("failed")),
@@ -225,7 +226,8 @@ else:
                        lambda: lab.history.export_csv(ids), "serving-lab-requests.csv",
                        "text/csv", icon=":material/download:", width="stretch",
                        help=_("One row per request, with its run's id and label."))
-    c2r.download_button(_("Export CSV per run ({n} selected)", n=len(chosen)) if chosen else _("Export CSV per run (all)"),
+    c2r.download_button(_("Export CSV per run ({n} selected)",
+                          n=len(chosen)) if chosen else _("Export CSV per run (all)"),
                         lambda: lab.history.export_csv(ids, per="run"), "serving-lab-runs.csv",
                         "text/csv", icon=":material/download:", width="stretch", key="history_csv_runs",
                         help=_("One row per run: its summary under `vllm bench serve`'s names (throughput, TTFT, TPOT, "
@@ -239,7 +241,7 @@ else:
                               "charts: it opens in any browser with no network, ready to mail."))
     if c4.button(_("Delete {n} selected", n=len(chosen)), icon=":material/delete:", width="stretch",
                  disabled=not chosen or not ui.can_act(lab)):
-        n = ui.act(lab, lab.delete_runs, [r.id for r in chosen])
+        n = ui.act(lab.delete_runs, [r.id for r in chosen])
         if n is not None:
             st.session_state["history_note"] = _("Deleted {n} run(s).", n=n)
             st.rerun()
@@ -292,7 +294,7 @@ with c1:
     up = ui.file_uploader(_("Import a JSON export (e.g. from a GPU box's `python -m engine run … --json`)"),
                           ["json"], key=f"history_upload_{st.session_state.get('history_uploads', 0)}")
     if up is not None and st.button(_("Import"), icon=":material/upload:", disabled=not ui.can_act(lab)):
-        imported = ui.act(lab, lab.import_runs, up.getvalue(), up.name)
+        imported = ui.act(lab.import_runs, up.getvalue(), up.name)
         if imported is not None:
             st.session_state["history_uploads"] = st.session_state.get("history_uploads", 0) + 1
             st.session_state["history_note"] = _("Imported {n} run(s); any that were already in the history are "
@@ -301,7 +303,7 @@ with c1:
 with c2:
     st.markdown(_("The repository ships example runs measured on an NVIDIA H200."))
     if st.button(_("Load the example runs"), icon=":material/dataset:", disabled=not ui.can_act(lab)):
-        new = ui.act(lab, lab.import_examples)
+        new = ui.act(lab.import_examples)
         if new is not None:
             st.session_state["history_note"] = (_("Loaded {n} example run(s).", n=len(new)) if new else
                                                 _("No new example runs (already loaded)."))

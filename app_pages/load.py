@@ -35,7 +35,8 @@ ARRIVALS = {N_("All at once (the lab)"): "burst", N_("Keep N in flight"): "concu
 # Outside the form: the controls below depend on it and redraw when it changes.
 # One row: how requests arrive, what they send, and in a few words what that makes
 top_arrival, top_what, top_said = st.columns([3, 2, 3], gap="large", vertical_alignment="bottom")
-arrival = top_arrival.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arrival", format_func=i18n.shown(ARRIVALS),
+arrival = top_arrival.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arrival",
+                            format_func=i18n.shown(ARRIVALS),
                    help=_("All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
                           "request as soon as one finishes. Poisson: requests arrive at random at a set rate."))
 shape = ARRIVALS[arrival]
@@ -130,7 +131,7 @@ if submitted:
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
     else:
-        ui.act(lab, lab.run_load, spec, repeats=int(repeat_n), fixed_seed=seed is not None)
+        ui.act(lab.run_load, spec, repeats=int(repeat_n), fixed_seed=seed is not None)
 
 viewer_limits.boxes()  # this viewer's SLO and prices: they judge the run, the sweep and the search below
 

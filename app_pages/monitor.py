@@ -19,7 +19,8 @@ st.caption(_("Memory and vLLM's live counters, sampled once a second and redrawn
              "runs; the numbered markers are listed under the charts.", s=REDRAW_S))
 # The labels are the control's values (English, kept in session state), shown in the viewer's language.
 WINDOWS = {N_("1 min"): 60, N_("5 min"): 300, N_("15 min"): 900, N_("1 h"): 3600}
-window = st.segmented_control(_("Window"), list(WINDOWS), default="5 min", key="mon_window", format_func=i18n.shown(WINDOWS))
+window = st.segmented_control(_("Window"), list(WINDOWS), default="5 min", key="mon_window",
+                              format_func=i18n.shown(WINDOWS))
 seconds = WINDOWS.get(window or "5 min", 300)
 
 
@@ -55,7 +56,8 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
     if power := figures.power_chart(lab.monitor.power_rows(seconds, MAX_POINTS), window=window, lang=lang):
         ui.chart(power, key="power")  # on a GPU only: NVML's power draw, on the same time axis
     if marks := figures.event_list(events, lang):  # what each numbered marker on the charts is
-        st.markdown(" &nbsp; ".join(f"**{n}** {time.strftime('%H:%M:%S', time.localtime(t))} {ui.plain(label)}" for n, t, label in marks))
+        st.markdown(" &nbsp; ".join(f"**{n}** {time.strftime('%H:%M:%S', time.localtime(t))} {ui.plain(label)}" for n,
+                                    t, label in marks))
 
 
 @st.fragment(run_every=REDRAW_S)

@@ -36,7 +36,8 @@ with c1:
         default = next((i for i, m in enumerate(choices) if remote.model in (m.served_name, m.path)), 0)
     elif snap.config:
         default = next((i for i, m in enumerate(choices) if m.path == snap.config.model), 0)
-    pick = st.selectbox(_("Model for the naive baseline"), labels, index=default, format_func=i18n.shown(labels, i18n.tr),
+    pick = st.selectbox(_("Model for the naive baseline"), labels, index=default,
+                        format_func=i18n.shown(labels, i18n.tr),
                         help=_("Use the same model vLLM serves, so the comparison is fair."))
     spec_model = choices[labels.index(pick)] if choices else None
 with c2:
@@ -66,19 +67,19 @@ may = ui.can_act(lab)
 names = [figures.contender_name(k, i18n.lang()) for k in range(len(figures.CONTENDERS))]
 b1, b2, b3, b4 = st.columns(4)
 if b1.button(names[0], type="primary", width="stretch", disabled=not may or gpu_busy or spec_model is None):
-    ui.act(lab, lab.run_naive, scenarios.get("naive-5").naive_spec(spec_model.path, spec_model.placeholder_text,
+    ui.act(lab.run_naive, scenarios.get("naive-5").naive_spec(spec_model.path, spec_model.placeholder_text,
                                                              max_new_tokens=max_tokens, temperature=temperature))
 if b2.button(names[1], width="stretch", disabled=not may or gpu_busy or spec_model is None,
              help=_("One padded `generate()` over all 5 prompts: every answer waits for the longest.")):
-    ui.act(lab, lab.run_naive, scenarios.get("static-batch-5").naive_spec(spec_model.path, spec_model.placeholder_text,
+    ui.act(lab.run_naive, scenarios.get("static-batch-5").naive_spec(spec_model.path, spec_model.placeholder_text,
                                                              max_new_tokens=max_tokens, temperature=temperature))
 if b3.button(names[2], type="primary", width="stretch", disabled=not may or not lab.ready()):
-    ui.act(lab, lab.run_load, scenarios.get("vllm-5-sequential").load_spec(max_tokens=max_tokens,
+    ui.act(lab.run_load, scenarios.get("vllm-5-sequential").load_spec(max_tokens=max_tokens,
                                                                          temperature=temperature))
 if b4.button(names[3], width="stretch", disabled=not may or not lab.ready(),
              help=_("The same 5 prompts sent together: vLLM decodes them in one running batch (continuous "
                     "batching).")):
-    ui.act(lab, lab.run_load, scenarios.get("vllm-5-batch").load_spec(max_tokens=max_tokens, temperature=temperature))
+    ui.act(lab.run_load, scenarios.get("vllm-5-batch").load_spec(max_tokens=max_tokens, temperature=temperature))
 if not lab.ready():
     st.caption(_("The vLLM buttons need a ready server: start it on the Server page."))
 elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; the naive ones run here

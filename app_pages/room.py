@@ -51,7 +51,7 @@ def _controls() -> None:
                          help=_("Ignores the end-of-text token (ignore_eos), so every answer has the same length and "
                                 "the one-at-a-time contrast does exactly the same work."))
         if st.form_submit_button(_("Open a round"), type="primary", icon=":material/play_arrow:", width="stretch"):
-            ui.act(lab, room.open, seconds, tokens, full)
+            ui.act(room.open, seconds, tokens, full)
 
 
 def _status(view) -> None:
@@ -67,7 +67,7 @@ def _status(view) -> None:
         st.markdown(_(":orange-badge[{stage}] {n} pressed · {done} answered", stage=i18n.tr(view.status), n=pressed,
                       done=answered))
     if presenter and view.accepting and st.button(_("Close the round now"), icon=":material/stop_circle:"):
-        ui.act(lab, room.close)
+        ui.act(room.close)
     if (job := lab.job(view.job_id)) is not None:
         ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}", key="room_cancel",
                      error_for_s=600)

@@ -39,7 +39,7 @@ def connecting(job_id: str) -> None:
         c1.status(ui.plain(_("{what}… (each answer it owes has {s} s)", what=job.label, s=number(ANSWER_DEADLINE_S))),
                   state="running")
         if c2.button(_("Give up"), icon=":material/close:", key=f"give_up_{job.id}"):
-            ui.act(lab, lab.cancel_job, job.id)
+            ui.act(lab.cancel_job, job.id)
             st.session_state.pop("connect_job", None)
             st.session_state["action_error"] = _("Gave up connecting: nothing was changed.")
             st.rerun(scope="app")
@@ -67,7 +67,7 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
                                 help=_("Sent as 'Authorization: Bearer' with every request; kept in memory only."))
             wanted = a3.text_input(_("Model (if it serves several)"), placeholder=_("the first it lists"))
             if st.form_submit_button(_("Connect"), icon=":material/link:", disabled=not may):
-                if (job := ui.act(lab, lab.connect, url, key or None, wanted or None)) is not None:
+                if (job := ui.act(lab.connect, url, key or None, wanted or None)) is not None:
                     st.session_state["connect_job"] = job.id
         if job_id := st.session_state.get("connect_job"):
             connecting(job_id)
@@ -104,7 +104,7 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
         else:
             st.warning(ui.plain(remote.metrics_said), icon=":material/monitoring:")
         if st.button(_("Disconnect"), icon=":material/link_off:", disabled=not may):
-            ui.act(lab, lab.detach, rerun=True)
+            ui.act(lab.detach, rerun=True)
 
 # -- model -----------------------------------------------------------------------------------
 left, right = st.columns([3, 2], gap="large")
@@ -138,7 +138,7 @@ with left:
         if preparing and preparing.active:
             st.caption(ui.plain(_("Preparing… {stage}", stage=preparing.stage)))
         elif st.button(_("Prepare it"), icon=":material/download:", disabled=not ui.can_act(lab)):
-            ui.act(lab, lab.prepare_model, kind)
+            ui.act(lab.prepare_model, kind)
             st.rerun()
         elif preparing and preparing.error:
             st.error(ui.plain(preparing.error), icon=":material/error:")
@@ -290,15 +290,15 @@ with first_screen:
     b1, b2, b3, _spare = st.columns([1, 1, 1, 3])  # not `_`: that is the translator
     if b1.button(_("Start"), type="primary", icon=":material/play_arrow:", width="stretch",
                  disabled=not may or cfg is None or state in (STARTING, READY) or remote is not None, help=elsewhere):
-        ui.act(lab, lab.start_server, cfg, spec, rerun=True)
+        ui.act(lab.start_server, cfg, spec, rerun=True)
     if b2.button(_("Stop"), icon=":material/stop:", width="stretch", disabled=not may or state not in (STARTING, READY),
                  help=elsewhere):
         with st.spinner(_("Stopping vLLM and every process it started…")):
-            ui.act(lab, lab.stop_server, rerun=True)
+            ui.act(lab.stop_server, rerun=True)
     if b3.button(_("Restart"), icon=":material/restart_alt:", width="stretch",
                  disabled=not may or cfg is None or state not in (READY, FAILED) or remote is not None, help=elsewhere):
         with st.spinner(_("Stopping the old server…")):
-            ui.act(lab, lab.restart_server, cfg, spec, rerun=True)
+            ui.act(lab.restart_server, cfg, spec, rerun=True)
     if not may:
         st.caption(ui.plain(lab.access.why_not()))
     if elsewhere:
@@ -306,7 +306,7 @@ with first_screen:
     if leftover := lab.leftovers():
         st.warning(ui.plain(leftover), icon=":material/memory:")
         if st.button(_("Clear leftovers"), icon=":material/cleaning_services:", disabled=not may):
-            if cleared := ui.act(lab, lab.clear_leftovers):
+            if cleared := ui.act(lab.clear_leftovers):
                 st.toast(ui.plain(cleared))
             st.rerun()
     if state not in (STARTING, READY) and not remote and (foreign := lab.foreign_holders()):

@@ -168,8 +168,7 @@ with left:
                                          [(int(r["max-model-len"]), float(r[mem_col]))
                                           for _i, r in rows.dropna().iterrows()])
                 if wl_error is None:
-                    ui.act(lab, lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan),
-                           repeats=int(tuning_repeats))
+                    ui.act(lab.run_tuning, configs, tuning_spec(max_tokens, wl_plan), repeats=int(tuning_repeats))
             except ValueError as e:
                 st.error(_("The table has a value that is not a number ({error}): fix the row and run again.",
                            error=e))
@@ -192,7 +191,8 @@ def results() -> None:
     saved = [r for r in lab.history.runs(limit=100)  # read once per change of the history
              if r.scenario == "tuning" and not r.problem and r.id not in {x.id for x in runs}]
     overlay = st.multiselect(_("Overlay saved tuning runs"), saved, format_func=_saved_named,
-                             key="tuning_overlay", placeholder=_("none")) if saved else []  # no empty, disabled box before the first run
+                             key="tuning_overlay",
+                             placeholder=_("none")) if saved else []  # no empty, disabled box before the first run
     for r in overlay:
         try:
             runs.append(lab.history.run(r.id))
@@ -231,7 +231,7 @@ def compare(scenario, spec, label: str, icon: str, key: str) -> None:
     with st.container():
         if pressed:
             try:
-                ui.act(lab, lab.run_tuning, scenarios.configs_after(scenario.name, lab.server_snapshot().config),
+                ui.act(lab.run_tuning, scenarios.configs_after(scenario.name, lab.server_snapshot().config),
                        spec, list(scenario.config_labels))
             except LabError as e:
                 st.error(ui.plain(e), icon=":material/error:")
@@ -314,7 +314,8 @@ with left:
 def prefix_results() -> None:
     job = lab.latest_job("prefix-cache")
     runs = list(job.result or []) if job else []
-    if not runs and not (job and job.active):  # the last comparison from the history: one run with the cache on, one with it off
+    # the last comparison from the history: one run with the cache on, one with it off
+    if not runs and not (job and job.active):
         try:
             if pair := lab.history.latest_pair("prefix-cache"):
                 saved_origin(pair)

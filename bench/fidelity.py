@@ -246,7 +246,8 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, c: int, i: int, log
             "client_us_per_token": ours.get("client_us_per_token"), "client_workers": ours.get("client_workers")}
 
 
-_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "output_throughput", "mean_ttft_ms",
+_KEYS = ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "output_throughput",
+         "mean_ttft_ms",
          "median_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "client_cpu_s",
          "client_us_per_token", "client_workers")
 
@@ -293,9 +294,8 @@ def markdown(report: dict[str, Any]) -> str:
          f"ignore_eos, /v1/completions, temperature {report['temperature']}, all queued, capped at the concurrency"),
         f"- Client: {report['client']}",
         f"- Command: `{report.get('command', 'python bench/fidelity.py')}`", "",
-        "| concurrency | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | "
-        "loadgen TTFT mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | loadgen CPU µs/token | "
-        "loadgen processes |",
+        "| concurrency | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | loadgen TTFT "
+        "mean ms | TTFT ratio | vllm bench TPOT ms | loadgen TPOT ms | loadgen CPU µs/token | loadgen processes |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in report["levels"]:
@@ -310,8 +310,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "Per run (prefix-cache hit tokens: the server's counter over that run; the side that "
                   "went second in a repeat sends prompts the first already sent; server TTFT: the mean of vLLM's own "
                   "time_to_first_token histogram over that run, from the request's arrival):", "",
-                  "| concurrency | repeat | side | first? | tok/s | TTFT mean ms | server TTFT mean ms | input tokens | "
-                  "prefix-cache hit tokens |",
+                  "| concurrency | repeat | side | first? | tok/s | TTFT mean ms | server TTFT mean ms | input tokens "
+                  "| prefix-cache hit tokens |",
                   "|---:|---:|---|---|---:|---:|---:|---:|---:|"]
         for r in report["levels"]:
             for who in ("vllm", "ours"):

@@ -73,7 +73,7 @@ def verdict(quiet: dict, loaded: dict) -> dict:
     """The bench's two checks: the loaded pass says it was disturbed; no finding called real by one pass is called
     the opposite by the other."""
     measured = [d for s in loaded["steps"].values() for d in s["disturbed"]]
-    contradictions = [q["number"] for q, l in zip(quiet["findings"], loaded["findings"]) if {q["claim"], l["claim"]}
+    contradictions = [q["number"] for q, ld in zip(quiet["findings"], loaded["findings"]) if {q["claim"], ld["claim"]}
                       == {1, -1}]
     loaded_claims = [f["number"] for f in loaded["findings"] if f["claim"] in (1, -1)]
     return {"loaded_runs_disturbed": f"{sum(measured)} of {len(measured)}", "loaded_says_disturbed": any(measured),
@@ -88,14 +88,14 @@ def markdown(out: dict) -> str:
              f"each short vLLM step run {out['repeats']} times. Hog in the loaded pass: `{out['hog']}`.", "",
              f"Command: `{out['command']}`", "",
              "| # | quiet pass | loaded pass |", "|---|---|---|"]
-    for q, l in zip(out["quiet"]["findings"], out["loaded"]["findings"]):
-        lines.append(f"| {q['number']} | **{q['title']}** ({CLAIM[q['claim']]}) {q['text']} | **{l['title']}** "
-                     f"({CLAIM[l['claim']]}) {l['text']} |")
+    for q, ld in zip(out["quiet"]["findings"], out["loaded"]["findings"]):
+        lines.append(f"| {q['number']} | **{q['title']}** ({CLAIM[q['claim']]}) {q['text']} | **{ld['title']}** "
+                     f"({CLAIM[ld['claim']]}) {ld['text']} |")
     lines += ["", "| step | quiet: s, runs disturbed | loaded: s, runs disturbed |", "|---|---|---|"]
     for sid in STEPS:
-        q, l = out["quiet"]["steps"][sid], out["loaded"]["steps"][sid]
-        lines.append(f"| {sid} | {q['seconds']} s, {sum(q['disturbed'])}/{q['runs']} | {l['seconds']} s, "
-                     f"{sum(l['disturbed'])}/{l['runs']} |")
+        q, ld = out["quiet"]["steps"][sid], out["loaded"]["steps"][sid]
+        lines.append(f"| {sid} | {q['seconds']} s, {sum(q['disturbed'])}/{q['runs']} | {ld['seconds']} s, "
+                     f"{sum(ld['disturbed'])}/{ld['runs']} |")
     v = out["verdict"]
     lines += ["", f"Loaded pass disturbed: {v['loaded_runs_disturbed']} runs. Findings the loaded pass still claims: "
               f"{v['loaded_claims_despite_disturbance'] or 'none'}. Contradictions between the passes: "

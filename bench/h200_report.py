@@ -32,7 +32,8 @@ def main() -> None:
     img = ROOT / "docs" / "img"
     window = figures.time_window(tel["memory"], tel["metrics"], tel["events"])  # one time axis for both
     items = [
-        (figures.latency_bars(by["naive-5"], by["vllm-5-sequential"], [by["static-batch-5"]]), img / "h200-latency.png"),
+        (figures.latency_bars(by["naive-5"], by["vllm-5-sequential"], [by["static-batch-5"]]),
+         img / "h200-latency.png"),
         (figures.concurrent_latency_bars(by["concurrent-10"]), img / "h200-concurrent-10.png"),
         (figures.request_timeline(by["concurrent-10"]), img / "h200-timeline-10.png"),
         (figures.token_timeline(by["stream-300"]), img / "h200-stream-300.png"),

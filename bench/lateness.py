@@ -38,7 +38,8 @@ def main() -> None:
                  f"{client_name()}, one client process, Poisson arrivals, {a.tokens} tokens an answer, a chunk every "
                  f"{a.chunk_delay * 1000:.0f} ms; late = more than 10 ms behind the plan. Machine shared with other "
                  "work while measured.", "",
-                 "| rate (req/s) | requests | late | p99 lateness (ms) | worst (ms) | peak in flight |", "|---|---|---|---|---|---|"]
+                 "| rate (req/s) | requests | late | p99 lateness (ms) | worst (ms) | peak in flight |",
+                 "|---|---|---|---|---|---|"]
         from engine.measure.judge import lateness, stats
 
         for rate in [float(r) for r in a.rates.split(",")]:

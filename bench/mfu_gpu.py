@@ -57,7 +57,8 @@ def main() -> int:
                   + (f"\n   {translate(said, 'en')}" if said else ""), flush=True)
             out.append({"mfu_flag": flag, "level": level, "requests": n, "tokens": a.tokens, "duration_s": run.duration,
                         "output_throughput": s.output_throughput, "mean_ttft_ms": s.get("mean_ttft_ms"),
-                        "mean_tpot_ms": s.get("mean_tpot_ms"), "estimated": (run.extra.server_view or {}).get("estimated"),
+                        "mean_tpot_ms": s.get("mean_tpot_ms"),
+                        "estimated": (run.extra.server_view or {}).get("estimated"),
                         "tflop_s": u.tflop_s if u else None, "mfu": u.mfu if u else None,
                         "read_gb_s": u.read_gb_s if u else None})
     # the reading's cost: the page as the server view reads it after a run, and its parse

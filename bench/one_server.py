@@ -92,9 +92,9 @@ def wait_line(p: subprocess.Popen, pred, timeout_s: float = 300) -> str:
 
 def answer(kind: str, p: subprocess.Popen) -> dict:
     if kind == "app":
-        return json.loads(wait_line(p, lambda l: l.startswith("{")))
+        return json.loads(wait_line(p, lambda line: line.startswith("{")))
     # the CLI prints the command line once its start returned (it launched), or one "error:" sentence
-    line = wait_line(p, lambda l: l.startswith("error:") or API_SERVER_MODULE in l)
+    line = wait_line(p, lambda line: line.startswith("error:") or API_SERVER_MODULE in line)
     if line.startswith("error:"):
         return {"said": line[len("error: "):], "pid": None, "adopted": False}
     return {"said": "", "pid": "launched", "adopted": False}
@@ -123,7 +123,7 @@ def one_round(mode: str, port: int, env: dict, home: str, runtime: Path) -> dict
     seen_api: set[int] = set()
     try:
         for p in procs:
-            wait_line(p, lambda l: l.strip() == "ready")
+            wait_line(p, lambda line: line.strip() == "ready")
         for p in procs:  # both at once
             p.stdin.write("go\n")
             p.stdin.flush()

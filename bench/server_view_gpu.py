@@ -35,7 +35,8 @@ def main() -> int:
             continue
         n, s = len(run.measured), run.summary
         print(f"\n== {level} in flight, {n} requests × {a.tokens} tokens: {run.duration:.2f} s, "
-              f"{s.output_throughput:,.0f} tok/s, TTFT median {s.latency_ms.get('median_ttft_ms') or 0:.0f} ms", flush=True)
+              f"{s.output_throughput:,.0f} tok/s, TTFT median {s.latency_ms.get('median_ttft_ms') or 0:.0f} ms",
+              flush=True)
         for line in server_time.said(run):
             print("  ", line)
         if b := server_time.batch_said(run):

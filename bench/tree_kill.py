@@ -29,7 +29,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engine.observe import nvml
+from engine.observe import nvml  # noqa: E402
 from engine.paths import runtime_dir  # noqa: E402
 from engine.serving import proctree  # noqa: E402
 
@@ -70,7 +70,7 @@ def serve(args, detach: bool) -> tuple[subprocess.Popen, int, list[int]]:
 
 def _cpu_model() -> str:
     try:
-        return next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+        return next(x.split(":", 1)[1].strip() for x in open("/proc/cpuinfo") if x.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or "CPU"
 
@@ -91,10 +91,11 @@ def main() -> int:
     os.kill(api, signal.SIGKILL)
     gone = wait_gone(tree, 60)
     out, _ = proc.communicate(timeout=60)
-    said = [l for l in out.splitlines() if l.startswith("error:")]
+    said = [line for line in out.splitlines() if line.startswith("error:")]
     lines += ["## 1. The CLI watches its server (as the app does)", "",
               f"Tree: {', '.join(names)}.",
-              "GPU memory held before the kill: " + (", ".join(f"pid {p} {b / 2**30:.1f} GiB" for p, b in before.items())
+              "GPU memory held before the kill: " + (", ".join(f"pid {p} {b / 2**30:.1f} GiB" for p,
+                                                               b in before.items())
                                                      or "none (no GPU)") + ".",
               f"kill -9 of the API server (pid {api}): **no process of the tree left"
               f"{' and no GPU process of ours' if before else ''} after {gone:.1f} s**." if gone is not None

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from engine.observe import hardware
+from engine.observe import hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402

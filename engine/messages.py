@@ -99,7 +99,8 @@ def catalog(lang: str) -> gettext.NullTranslations:
         return gettext.GNUTranslations(compiled)
     except (OSError, ValueError, ImportError) as e:  # missing, unreadable or malformed: English, and why
         _PROBLEMS[lang] = say("The {lang} translations could not be read ({why}): the app shows English. Run "
-                              "`make run` (it compiles them), or check {path}.", lang=lang, why=str(e) or type(e).__name__,
+                              "`make run` (it compiles them), or check {path}.", lang=lang,
+                              why=str(e) or type(e).__name__,
                               path=str(po))
         return gettext.NullTranslations()
 

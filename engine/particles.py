@@ -13,7 +13,8 @@ _MARK = "\x1f"
 # a particle right after a placeholder, as a word ends: "{peak}이 ", "{n}은 안", "{share}로 줄여"
 _AFTER_PLACEHOLDER = re.compile(r"(\{[^{}]*\})(으로|은|는|이|가|을|를|과|와|로)(?=[\s,.:;!?)\]'\"·]|$)")
 # a written-out choice anywhere: "은(는)", "이(가)", "(으)로" and their reversed forms
-_CHOICE = re.compile(r"(은\(는\)|는\(은\)|이\(가\)|가\(이\)|을\(를\)|를\(을\)|과\(와\)|와\(과\)|\(으\)로|으로\(로\)|로\(으로\))")
+_CHOICE = re.compile(r"(은\(는\)|는\(은\)|이\(가\)|가\(이\)|을\(를\)|를\(을\)|과\(와\)|와\(과\)"
+                     r"|\(으\)로|으로\(로\)|로\(으로\))")
 _MARKED = re.compile(_MARK + r"(으로|은|는|이|가|을|를|과|와|로)")
 _SILENT = "'\"`’”»)]*_ "  # closing quotes and brackets, markdown: the sound is the word's before them
 # digits as Korean reads them: (has a final consonant, it is ㄹ)

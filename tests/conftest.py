@@ -158,7 +158,7 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
             break
         if time.time() > deadline:
             break
-    if not any(l.startswith("ready in") for l in lines):
+    if not any(line.startswith("ready in") for line in lines):
         proc.kill()
         pytest.fail("`python -m engine serve` did not get the server ready:\n" + "\n".join(lines[-40:]))
     os.kill(proc.pid, signal.SIGKILL)

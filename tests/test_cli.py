@@ -161,7 +161,8 @@ BAD_ARGV = [
     (["stop", "--port", "70000"], "Port 70000 is not a valid port"),
     (["status", "--port", "x"], USAGE),
     # files
-    (["run", "concurrent-10", "--url", DEAD, "--json", "/no/such/dir/x.json"], "The folder /no/such/dir does not exist"),
+    (["run", "concurrent-10", "--url", DEAD, "--json", "/no/such/dir/x.json"],
+     "The folder /no/such/dir does not exist"),
     (["run", "concurrent-10", "--url", DEAD, "--json", "{tmp}"], "is a folder: give a file name in it"),
     (["export", "--out", "/no/such/dir/x.json"], "The folder /no/such/dir does not exist"),
     (["export", "--out", "{tmp}"], "{tmp} is a folder: give a file name in it"),
@@ -176,7 +177,8 @@ BAD_ARGV = [
 ]
 
 
-@pytest.mark.parametrize("argv, says", BAD_ARGV, ids=[" ".join(a).replace(DEAD, "DEAD") or "(nothing)" for a, _ in BAD_ARGV])
+@pytest.mark.parametrize("argv, says", BAD_ARGV,
+                         ids=[" ".join(a).replace(DEAD, "DEAD") or "(nothing)" for a, _ in BAD_ARGV])
 def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
     from engine.results.store import RunStore
 

@@ -1,6 +1,6 @@
 """The CLI's repeats and SLO search: `run … --repeats N` prints each run, then the median and range of throughput
-and TTFT (a repeat far from the others flagged); the summary prints the server's queue / prefill / decode and the energy;
-`run slo-search` bisects to the most requests in flight that meet the SLO. Bad options are one sentence."""
+and TTFT (a repeat far from the others flagged); the summary prints the server's queue / prefill / decode and the
+energy; `run slo-search` bisects to the most requests in flight that meet the SLO. Bad options are one sentence."""
 import subprocess
 import sys
 
@@ -42,7 +42,8 @@ def test_three_repeats_with_one_far_slower_print_their_range_and_flag_it():
     from engine.results.records import RunResult
 
     runs = [RunResult(kind="vllm", scenario="chat", label="chat", records=[], duration=1.0, started_at=1.7e9 + i,
-                      summary={"output_throughput": v}, extra={"repeat_group": "g", "repeat_index": i + 1, "repeats": 3})
+                      summary={"output_throughput": v},
+                      extra={"repeat_group": "g", "repeat_index": i + 1, "repeats": 3})
             for i, v in enumerate((5475.68, 5629.59, 1563.07))]
     lines = repeats_table(runs).splitlines()
     assert lines[0] == "== 3 repeats of chat =="
@@ -62,7 +63,8 @@ def test_slo_search_finds_the_top_level_meets_a_loose_slo(vllm_server):
 
 @pytest.mark.parametrize("argv, says", [
     (["run", "concurrent-10", "--url", DEAD, "--repeats", "0"], "--repeats must be a whole number of at least 1"),
-    (["run", "sweep", "--url", DEAD, "--repeats", "2"], "--repeats repeats one load test or each tuning configuration, and sweep is neither"),
+    (["run", "sweep", "--url", DEAD, "--repeats", "2"],
+     "--repeats repeats one load test or each tuning configuration, and sweep is neither"),
     (["run", "concurrent-10", "--url", DEAD, "--versus", "http://127.0.0.1:10", "--repeats", "2"],
      "--repeats and --versus cannot be combined"),
     (["run", "slo-search", "--url", DEAD], "give --slo-ttft-ms and/or --slo-tpot-ms"),
@@ -97,4 +99,5 @@ def test_tuning_with_repeats_judges_each_configuration_against_the_first(capsys)
     assert out.count("== 3 repeats of ") == 3
     assert "Output throughput: 'max-model-len 2048'" not in out  # labels as runs carry them, no quotes added
     assert "Output throughput: max-model-len 2048 is higher than max-model-len 512, 1.49× (+49 %), beyond noise" in out
-    assert "Output throughput: no measurable difference on this machine between max-model-len 512 and max-model-len 1024" in out
+    assert ("Output throughput: no measurable difference on this machine between max-model-len 512 and "
+            "max-model-len 1024") in out

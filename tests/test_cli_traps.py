@@ -57,7 +57,7 @@ def test_the_readmes_extra_lines_parse_as_written(line):
 
 def test_the_readme_has_extra_lines_of_both_kinds():
     lines = readme_extra_lines()
-    assert any(" " in shlex.split(l)[-1] for l in lines) and any(" " not in shlex.split(l)[-1] for l in lines)
+    assert any(" " in shlex.split(x)[-1] for x in lines) and any(" " not in shlex.split(x)[-1] for x in lines)
 
 
 @pytest.mark.parametrize("argv", [["serve", "--extra", "--seed=0"], ["serve", "--extra=--seed=0"],

@@ -83,7 +83,8 @@ def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_r
         snap = lab.server.wait_ready(timeout_s=600)
         tree = proctree.family(snap.pid)
         assert len(tree) >= 2, "vLLM should run as a tree (API server, EngineCore, worker)"
-        spec = LoadSpec(base_url="", model="", prompts=list(prompts.LAB_CONCURRENT), num_requests=12, shape="concurrency",
+        spec = LoadSpec(base_url="", model="", prompts=list(prompts.LAB_CONCURRENT), num_requests=12,
+                        shape="concurrency",
                         concurrency=2, max_tokens=96, ignore_eos=True, timeout_s=120, read_timeout_s=30,
                         scenario="crash", label="killed mid-run")
         job = lab.run_load(spec)
@@ -200,9 +201,11 @@ def test_killing_the_app_while_it_saves_loses_no_finished_run(tmp_path):
         store = RunStore({str(db)!r})
         for i in range(100000):
             recs = [RequestRecord(index=k, prompt="p" * 200, send_time=k * 0.01, end_time=k * 0.01 + 1,
-                                  first_token_time=k * 0.01 + 0.1, chunk_times=[k * 0.01 + 0.1 * j for j in range(1, 60)],
+                                  first_token_time=k * 0.01 + 0.1,
+                                  chunk_times=[k * 0.01 + 0.1 * j for j in range(1, 60)],
                                   output_tokens=60, output_text="x" * 400) for k in range(64)]
-            run = RunResult(kind="vllm", scenario="s", label=f"run {{i}}", records=recs, duration=1.0, started_at=time.time())
+            run = RunResult(kind="vllm", scenario="s", label=f"run {{i}}", records=recs, duration=1.0,
+                            started_at=time.time())
             store.save(run)
             print(run.id, flush=True)
     """))

@@ -146,7 +146,8 @@ def test_the_sentence_stands_next_to_the_numbers_on_the_cli_and_in_the_report():
                     extra={"disturbance": {"seconds": 8.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}})
     table = summary_table(run).splitlines()
     at = next(i for i, line in enumerate(table) if line.startswith("output throughput"))
-    assert any(line.strip().startswith("Measured while other programs used 1.4 of 2 cores") for line in table[at:at + 3])
+    said = "Measured while other programs used 1.4 of 2 cores"
+    assert any(line.strip().startswith(said) for line in table[at:at + 3])
     html = build_report([run], "ko")
     assert "다른 프로그램의 CPU 사용(코어 2개 중 1.4개)" in html and "측정했습니다" in html
 

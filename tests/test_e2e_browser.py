@@ -85,7 +85,8 @@ def test_server_page_shows_the_adopted_server_ready(page, app):
 # -- b. load test ------------------------------------------------------------------------------
 def test_load_test_draws_charts_and_summary(page, app):
     goto(page, app, "load_test", title="Load test")
-    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max tokens per answer").first.locator("input")  # the pair expander has one too
+    # the pair expander has one too
+    slider = page.locator("[data-testid=stSlider]").filter(has_text="Max tokens per answer").first.locator("input")
     expect(slider).to_have_value("150")  # the lab's default
     slider.focus()
     for _ in range((150 - MAX_TOKENS) // 2):  # step 2; inside the form, so no rerun per key
@@ -107,7 +108,8 @@ def test_load_test_draws_charts_and_summary(page, app):
     expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
     # Cold or warm (the warm-up is on by default), the SLO's verdict with goodput, the server's own token count.
     expect(page.get_by_text("Warm: the warm-up put a batch of 10 through the server first.")).to_be_visible()
-    expect(page.get_by_text(re.compile(r"of 10 requests \(\d+%\) met the SLO .* a goodput of [\d.]+ req/s"))).to_be_visible()
+    said = re.compile(r"of 10 requests \(\d+%\) met the SLO .* a goodput of [\d.]+ req/s")
+    expect(page.get_by_text(said)).to_be_visible()
     expect(page.get_by_text(re.compile(r"The server counted [\d,]+ output tokens, the client [\d,]+ \(ratio "
                                        r"(0\.9\d|1\.0\d)\)"))).to_be_visible()
     # The Python behind the run, as the lab's notebook writes it.
@@ -207,7 +209,8 @@ def test_monitor_and_tuning_pages(page, app):
 
 
 # -- f. the same pages in Korean --------------------------------------------------------------
-KO_PAGES = [("", "Guided lab"), ("server", "vLLM server"), ("load_test", "Load test"), ("naive_vs_vllm", "Naive vs vLLM"), ("chat", "Chat"),
+KO_PAGES = [("", "Guided lab"), ("server", "vLLM server"), ("load_test", "Load test"),
+            ("naive_vs_vllm", "Naive vs vLLM"), ("chat", "Chat"),
             ("monitor", "Monitor"), ("tuning", "Tuning"), ("history", "History")]
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 LATIN_WORD = re.compile(r"\b[A-Za-z]{4,}\b")
@@ -232,7 +235,8 @@ def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
             shot(pg, name)
             text = pg.evaluate(MAIN_TEXT)
             # Mostly Korean: technical names (vLLM, KV cache, TTFT, flags) stay Latin, as Korean engineers write them.
-            assert len(HANGUL.findall(text)) > len(LATIN_WORD.findall(text)), f"{name} reads mostly in English:\n{text[:1500]}"
+            assert len(HANGUL.findall(text)) > len(LATIN_WORD.findall(text)), \
+                f"{name} reads mostly in English:\n{text[:1500]}"
         compare_title = ko.gettext("{metric} ({unit})").format(metric=ko.gettext("Output throughput"),
                                                                unit=ko.gettext("tok/s"))
         expect(pg.locator(".js-plotly-plot").first).to_contain_text(compare_title, timeout=30000)  # the chart too
@@ -367,7 +371,8 @@ def _plotly(locator) -> list[dict]:
 
 def _chart_under(page, heading: str):
     """The first plotly chart after the subheader `heading`."""
-    return page.locator(f"xpath=//h3[contains(., {json.dumps(heading)})]/following::div[contains(@class,'js-plotly-plot')][1]")
+    return page.locator(f"xpath=//h3[contains(., "
+                        f"{json.dumps(heading)})]/following::div[contains(@class,'js-plotly-plot')][1]")
 
 
 def _section_shot(page, heading: str, name: str) -> None:
@@ -401,7 +406,8 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
     try:
         t0 = time.time()
         cli = subprocess.run([sys.executable, "-m", "engine", "run", "prefix-cache", "--port", str(port),
-                              "--kv-cache-gib", "1", "--enforce-eager", "--max-tokens", "4", "--detach"],  # eager: starts < 1 min
+                              # eager: starts in under a minute
+                              "--kv-cache-gib", "1", "--enforce-eager", "--max-tokens", "4", "--detach"],
                              cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
         assert cli.returncode == 0, cli.stdout[-3000:] + cli.stderr[-3000:]
         print(f"prefix-cache through the CLI: {time.time() - t0:.0f} s")
@@ -463,7 +469,8 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     # 1.5 requests of max-model-len 256 at SmolLM2-135M's 23,040 bytes a token: 3 blocks of 128
     assert squeezed.extra.kv_cache_tokens == 384 and squeezed.extra.kv_block_size == 128
     assert kvcache.need(squeezed).total > squeezed.extra.kv_cache_tokens  # the load cannot fit at once ...
-    assert squeezed.extra.peak_waiting > 0 and squeezed.extra.preemptions > 0  # ... so requests waited and were preempted
+    # ... so requests waited and were preempted
+    assert squeezed.extra.peak_waiting > 0 and squeezed.extra.preemptions > 0
     assert roomy.extra.kv_cache_tokens > kvcache.need(roomy).total and roomy.extra.preemptions == 0
     chart = _chart_under(pg, "The KV cache as the scarce resource")
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)

@@ -26,7 +26,8 @@ TOKEN = "guide-presenter"
 KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
 ko = KO.gettext
 STEP_S = 2400_000  # ms: one step on two shared CPU cores (a restart, or naive generate()); seen >20 min under load
-FOLLOW_MS = 60000  # a liveness bound (the follower polls every 1.5 s; a page on a busy 2-core CI machine redraws slower)
+# a liveness bound (the follower polls every 1.5 s; a page on a busy 2-core CI machine redraws slower)
+FOLLOW_MS = 60000
 SHOTS = ROOT / "artifacts" / "screenshots"
 # What each step shows once its own run is back
 # no GPU in CI: the free step shows the worker's own memory, "Held now" once its process is gone
@@ -164,7 +165,8 @@ def test_the_guided_lab_in_korean_with_a_follower(browser, app):
         # a reload keeps the session: the summary, with its steps ticked
         follower.reload()
         expect(follower.get_by_role("heading", name=ko("What this lab found"))).to_be_visible(timeout=60000)
-        expect(follower.get_by_text(re.compile(r"✓ 1 · ")).first).to_be_visible(timeout=30000)  # drawn after the heading
+        # drawn after the heading
+        expect(follower.get_by_text(re.compile(r"✓ 1 · ")).first).to_be_visible(timeout=30000)
     finally:
         presenter_ctx.close()
         follower_ctx.close()

@@ -109,7 +109,8 @@ def walk(browser, app):
                 before = len(RunStore(app.env["SERVING_LAB_DB"]))
                 page.get_by_role("button", name=KO.gettext("Run load test")).click()
                 page.locator(".js-plotly-plot").first.wait_for(timeout=180000)
-                wait_for(lambda: len(RunStore(app.env["SERVING_LAB_DB"])) > before, 180)  # its run saved: done drawing live
+                # its run saved: done drawing live
+                wait_for(lambda: len(RunStore(app.env["SERVING_LAB_DB"])) > before, 180)
             settle(page)
             exc = page.get_by_test_id("stException")
             assert not exc.count(), f"/{path} shows an exception: {exc.first.inner_text()[:500]}"

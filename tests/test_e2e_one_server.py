@@ -93,12 +93,14 @@ def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
 # Each bounded input of the Load test page, a value outside its bounds, and the engine's sentence for it
 # (the words LoadSpec.validate and cost.check_price say, the CLI's too).
 OUT_OF_BOUNDS = [
-    ("Number of requests", "0", "Run load test", "The number of requests must be a whole number from 1 to 100000, not 0."),
+    ("Number of requests", "0", "Run load test",
+     "The number of requests must be a whole number from 1 to 100000, not 0."),
     ("Number of requests", "100001", "Run load test", "The number of requests must be a whole number from 1 to 100000"),
     ("Rate (requests/s)", "0", "Run load test", "The Poisson rate must be above 0 and at most 1000 requests/s, not 0"),
     ("TTFT limit (ms)", "0", None, "The TTFT limit must be a number of milliseconds above 0, not 0"),
     ("TPOT limit (ms)", "-5", None, "The TPOT limit must be a number of milliseconds above 0, not -5"),
-    ("Price per GPU-hour", "1e30", None, "A price per GPU-hour of 1e+30 cannot be used: give a price from 0 to 1,000,000"),
+    ("Price per GPU-hour", "1e30", None,
+     "A price per GPU-hour of 1e+30 cannot be used: give a price from 0 to 1,000,000"),
 ]
 
 

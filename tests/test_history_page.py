@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import insert_raw, make_run  # noqa: E402
-from tests.conftest import free_port
+from tests.conftest import free_port  # noqa: E402
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import make_run  # noqa: E402
-from tests.conftest import free_port
+from tests.conftest import free_port  # noqa: E402
 
 APP = str(ROOT / "app.py")
 

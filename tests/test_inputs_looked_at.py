@@ -24,7 +24,8 @@ def _trace(times, unit: str = "ms", scale: float = 1.0) -> dict:
 
 @pytest.mark.parametrize("times, unit, scale, says", [
     ([5, 5, 5, 5], "ms", 1.0, "Every timestamp of t.jsonl is the same, so all 4 requests go out at once"),
-    ([0, 0, 0, 1000, 1000, 1000], "ms", 1.0, "4 of the 6 requests of t.jsonl share their timestamp with the one before"),
+    ([0, 0, 0, 1000, 1000, 1000], "ms", 1.0,
+     "4 of the 6 requests of t.jsonl share their timestamp with the one before"),
     ([-100, -50, 0, 50], "ms", 1.0, "t.jsonl has negative timestamps"),
     ([0.1, 0.5, 1.2, 2.0], "ms", 1.0, "its timestamps are likely seconds"),
     ([0, 3000, 60000, 120000], "s", 1.0, "its timestamps are likely milliseconds"),

@@ -26,7 +26,8 @@ vllm:num_preemptions_total{engine="1",model_name="m"} 5.0
 vllm:num_preemptions_created{engine="0",model_name="m"} 1.7961062229641585e+09
 # HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
 # TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",kv_cache_size_tokens="384",num_cpu_blocks="None",num_gpu_blocks="3"} 1.0
+vllm:cache_config_info{block_size="128",cache_dtype="auto",engine="0",kv_cache_size_tokens="384",\
+num_cpu_blocks="None",num_gpu_blocks="3"} 1.0
 """
 
 
@@ -93,8 +94,10 @@ def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
     run = _run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5)
     need = kvcache.need(run)
     assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
-    assert str(kvcache.said(run)) == ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: "
-                                      "8 requests of 230 tokens (prompt and answer) need 1,840, so requests waited (up to 5 at once) "
+    assert str(kvcache.said(run)) == ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 "
+                                      "tokens: "
+                                      "8 requests of 230 tokens (prompt and answer) need 1,840, so requests waited (up "
+                                      "to 5 at once) "
                                       "and 12 were preempted.")
     roomy = _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0)
     assert str(kvcache.said(roomy)).endswith("need 1,840, which fits: none waited and none was preempted.")
@@ -153,7 +156,8 @@ def test_preemptions_a_restarted_server_counted_before_its_first_sample_are_mark
 
 
 def test_a_pause_in_the_metrics_breaks_the_lines_and_the_crosses_sit_at_the_peak():
-    """No slope drawn across a restart's silence; a preemption marked at the cache's use before its blocks were freed."""
+    """No slope drawn across a restart's silence; a preemption marked at the cache's use before its blocks were
+    freed."""
     rows = [{"t": 1_764_500_000.0 + t, "kv_usage": u, "preemptions_total": p}
             for t, u, p in [(0, 0.0, 0), (1, 0.0, 0), (2, 0.0, 0), (40, 1.0, 0), (41, 0.0, 2), (42, 1.0, 2)]]
     fig = figures.metrics_chart(rows)

@@ -118,7 +118,8 @@ def test_read_only_modules_do_no_io_of_their_own(module):
     """A module the pages may import does not start processes, open sockets or databases, or run threads:
     its own imports, at any depth (a function's too), name none of those."""
     path = ROOT / (module.replace(".", "/") + ".py")
-    assert not _imports(path) & FORBIDDEN_IN_READ_ONLY, f"{module} imports {sorted(_imports(path) & FORBIDDEN_IN_READ_ONLY)}"
+    bad = sorted(_imports(path) & FORBIDDEN_IN_READ_ONLY)
+    assert not bad, f"{module} imports {bad}"
 
 
 def test_the_pages_use_the_read_only_modules():
@@ -146,7 +147,8 @@ def test_no_page_file_looks_like_a_test():
     """pytest's default file pattern (test_*.py, *_test.py) must not take a page for a test module."""
     import fnmatch
 
-    assert not [p.name for p in UI_FILES if fnmatch.fnmatch(p.name, "test_*.py") or fnmatch.fnmatch(p.name, "*_test.py")]
+    assert not [p.name for p in UI_FILES if fnmatch.fnmatch(p.name, "test_*.py") or fnmatch.fnmatch(p.name,
+                                                                                                    "*_test.py")]
 
 
 # The engine's packages, lowest first (docs/architecture.md): a module may import its own package, the

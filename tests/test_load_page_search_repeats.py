@@ -187,7 +187,8 @@ def test_a_load_test_repeated_twice_shows_the_median_and_range_of_its_two_saved_
         for key, name in (("output_throughput", "Output throughput (tok/s)"), ("mean_ttft_ms", "Mean TTFT (ms)")):
             spread = repeats.of_runs(saved, key)  # two runs: their range, never a "95 % interval"
             assert table.loc[name, "Median"] == spread.shown(spread.median)
-            assert table.loc[name, "Spread"] == f"range {spread.shown(spread.low)}–{spread.shown(spread.high)} of 2 runs"
+            shown = f"range {spread.shown(spread.low)}–{spread.shown(spread.high)} of 2 runs"
+            assert table.loc[name, "Spread"] == shown
         reset = str(repeats.reset_said(saved))
         assert reset in _plain(at.info), _plain(at.info)  # emptied between them, or why not
         assert "The numbers and charts below are the last repeat's (2 of 2)." in _plain(at.caption)

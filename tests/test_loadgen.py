@@ -16,7 +16,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 
 from engine.errors import ConfigError  # noqa: E402
-from engine.measure.workloads import prompts
+from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge import failures, token_check# noqa: E402
 from engine.measure.load.drive import poisson_offsets  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402

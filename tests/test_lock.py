@@ -70,19 +70,3 @@ def test_the_installed_command_is_the_cli():
     module, func = scripts["serving-lab"].split(":")
     assert getattr(importlib.import_module(module), func) is importlib.import_module("engine.cli").main
 
-
-def test_a_catalogue_not_compiled_yet_is_read_from_its_po(tmp_path, monkeypatch):
-    """A clone installed without make (pipx install .) has no .mo: its Korean still comes from the .po."""
-    from engine import messages
-
-    sentence = messages.say("Port {port} is not a valid port: pick a number between 1024 and 65535.", port=5)
-    folder = tmp_path / "ko" / "LC_MESSAGES"
-    folder.mkdir(parents=True)
-    (folder / "messages.po").write_bytes((messages.LOCALES / "ko" / "LC_MESSAGES" / "messages.po").read_bytes())
-    monkeypatch.setattr(messages, "LOCALES", tmp_path)
-    messages.catalog.cache_clear()
-    try:
-        said = messages.translate(sentence, "ko")
-    finally:
-        messages.catalog.cache_clear()
-    assert said != str(sentence) and "5" in said and not (folder / "messages.mo").exists()

@@ -417,8 +417,10 @@ def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
         at = _page("app_pages/naive_vs_vllm.py")
         assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
         said = [c.value.replace("\\", "") for c in at.caption if "were wasted" in c.value]
-        assert said[0].startswith("2 · Static batch: 17 of 30 decode slot-steps produced a token (57%); 13 were wasted.")
-        assert said[1].startswith("4 · vLLM, all at once: 17 of 17 decode slot-steps produced a token (100%); 0 were wasted.")
+        assert said[0].startswith("2 · Static batch: 17 of 30 decode slot-steps produced a token (57%); 13 were "
+                                  "wasted.")
+        assert said[1].startswith("4 · vLLM, all at once: 17 of 17 decode slot-steps produced a token (100%); 0 were "
+                                  "wasted.")
     finally:
         store.delete([static.id, batch.id])
 
@@ -451,7 +453,8 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         assert ("The warm-up (8 requests, 2.5 s, TTFT 2.00 s) was not counted; the measured batch's TTFT was"
                 in text(at.caption))
         assert "Cold: the first batch of 8 in flight since the server started" in text(at.warning)
-        assert at.number_input(key="gpu_price_load").value is None and "per GPU-hour, a million" not in text(at.markdown)
+        assert at.number_input(key="gpu_price_load").value is None
+        assert "per GPU-hour, a million" not in text(at.markdown)
         at.number_input(key="gpu_price_load").set_value(3.6).run()
         assert not at.exception
         # 3.6 an hour over 5.12 s for 2,048 tokens: 2.50 a million
@@ -572,8 +575,9 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
     try:
         at = _page("app_pages/tuning.py")
         said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
-        assert "With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: 8 requests of 130 tokens (prompt and answer) " \
-               "need 1,040, so requests waited (up to 7 at once) and 6 were preempted." in said
+        assert ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: 8 requests of "
+                "130 tokens (prompt and answer) need 1,040, so requests waited (up to 7 at once) and 6 were "
+                "preempted.") in said
         table = at.dataframe[-1].value  # after the tuning table's editor
         assert list(table["Preemptions"]) == [6, 0] and list(table["KV capacity (tokens)"]) == [384, 46_592]
     finally:

@@ -61,7 +61,8 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
     assert (check.ratio, check.level) == (1.0, "ok")
     assert check.sentences == ("The server counted 1,500 output tokens, the client 1,500 (ratio 1.00).",)
 
-    edge = token_check.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))  # 3.0 %: not more than 3 %
+    # 3.0 %: not more than 3 %
+    edge = token_check.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))
     assert edge.level == "ok" and edge.sentences[0].endswith("(ratio 1.03).")
 
     low = token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500))
@@ -74,7 +75,8 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
     assert chat.level == "warn" and chat.sentences[1:] == (
         "The server's count includes the 2 chat answers streamed during the run.",
         "They differ by 20.0%, more than 3%, likely because of the chat answers, which the server counts too.")
-    one_chat = token_check.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500, chat_requests_beside=1))
+    one_chat = token_check.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500,
+                                             chat_requests_beside=1))
     assert one_chat.level == "ok" and one_chat.sentences[1] == \
         "The server's count includes the 1 chat answer streamed during the run."
 

@@ -110,7 +110,6 @@ def test_the_cli_refuses_in_one_sentence():
 def app_lab(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
     monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-    import ui
 
     ui.get_lab.clear()
     yield tmp_path
@@ -126,7 +125,6 @@ def _saved(folder: Path, **machine) -> Sheet:
 
 
 def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
-    import ui
 
     _saved(app_lab, model=ui.get_lab().guide.model_spec().path, scale=1.0)
     ui.get_lab().guide.go_to("start", token=None)
@@ -143,7 +141,6 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
 
 
 def test_a_different_machine_is_warned_about(app_lab):
-    import ui
 
     _saved(app_lab, gpus=["NVIDIA H100 80GB HBM3"], model=ui.get_lab().guide.model_spec().path, scale=1.0)
     at = AppTest.from_file(APP, default_timeout=60)
@@ -174,7 +171,6 @@ def test_a_rehearsal_pressed_with_vllms_port_taken_says_why_and_leaves_the_room_
     """Pressed on the page: the naive step runs for real; step 3 cannot start vLLM (another program holds its port)
     and says so; the steps after it say what they need; the room's guide.json is byte for byte what it was; the
     runs the rehearsal saved are marked as its own."""
-    import ui
     from engine.guide import STEPS, guide_path
 
     port = free_port()
@@ -233,7 +229,6 @@ def test_the_cli_rehearses_the_whole_lab_on_the_real_server(tmp_path):
 
 
 def test_history_marks_a_rehearsals_runs(app_lab):
-    import ui
 
     from .test_guide import _run
 

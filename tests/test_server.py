@@ -30,9 +30,9 @@ def test_server_is_adopted_after_the_app_was_killed(vllm_server):
     _needs_own_server(vllm_server)
     snap = vllm_server.server.snapshot()
     assert snap.state == READY and snap.adopted
-    assert any("ready in" in l for l in vllm_server.cli_output)
+    assert any("ready in" in line for line in vllm_server.cli_output)
     # The CLI printed the startup stages it read from vLLM's log, in order (polling may skip a short one).
-    stages = [l.split("] ", 1)[1] for l in vllm_server.cli_output if l.strip().startswith("[")]
+    stages = [line.split("] ", 1)[1] for line in vllm_server.cli_output if line.strip().startswith("[")]
     order = [name for name, _ in STAGES]
     assert stages[-1] == "serving"
     assert [order.index(s) for s in stages] == sorted(order.index(s) for s in stages)

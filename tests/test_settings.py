@@ -66,7 +66,8 @@ def test_the_environment_is_read_with_its_defaults():
     assert (s.home, s.models, s.runtime, s.db) == (Path("/lab"), Path("/lab/models"), Path("/lab/runtime"),
                                                    Path("/lab/history.sqlite"))
     assert (s.vllm_port, s.lang, s.guide_eager, s.start_timeout_s, s.presenter_token) == (9123, "ko", True, 90.0, None)
-    empty = settings.from_env({"SERVING_LAB_VLLM_PORT": "", "SERVING_LAB_PRESENTER_TOKEN": "", "SERVING_LAB_LANG": "fr"})
+    empty = settings.from_env({"SERVING_LAB_VLLM_PORT": "", "SERVING_LAB_PRESENTER_TOKEN": "",
+                               "SERVING_LAB_LANG": "fr"})
     assert (empty.vllm_port, empty.presenter_token, empty.lang) == (9000, None, "")
     with pytest.raises(AttributeError):
         s.vllm_port = 1  # frozen: one object, the same for everyone who holds it

@@ -140,7 +140,8 @@ def test_the_cli_says_the_pairs_verdicts_after_its_two_runs(capsys):
         r.summary = __import__("engine.measure.judge.stats", fromlist=["x"]).summarize(r.records, r.duration)
     _said([a, b], scenarios.get("concurrent-10"), None, None)
     out = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("Mean TTFT: B: y is higher than A: x, 2.00× (+100 %), beyond noise") for line in out), out
+    higher = "Mean TTFT: B: y is higher than A: x, 2.00× (+100 %), beyond noise"
+    assert any(line.startswith(higher) for line in out), out
     assert any(line.startswith("Output throughput: B: y measured") and "decides nothing" in line for line in out)
 
 
@@ -293,7 +294,8 @@ def second_server(vllm_server, tmp_path_factory):
     env = {**os.environ, "SERVING_LAB_HOME": str(home), "SERVING_LAB_RUNTIME": str(home / "runtime")}
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
-                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--enforce-eager", "--detach"], cwd=ROOT, env=env,
+                          "--kv-cache-gib", "1", "--max-model-len", "1024", "--enforce-eager", "--detach"], cwd=ROOT,
+                          env=env,
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     try:

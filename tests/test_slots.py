@@ -8,7 +8,7 @@ from engine import figures
 from engine.measure.judge.slots import FINISHED, GENERATING, IDLE, MAX_COLUMNS, PROMPT, SlotGrid, occupancy
 from engine.results.records import RequestRecord, RunResult
 
-P, G, F, I = PROMPT, GENERATING, FINISHED, IDLE
+P, G, F, I = PROMPT, GENERATING, FINISHED, IDLE  # noqa: E741 (a grid reads as letters)
 STEP = 0.125  # a binary fraction: the column arithmetic below is exact
 
 

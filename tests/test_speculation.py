@@ -83,7 +83,8 @@ def test_the_estimated_work_is_a_rate_against_the_bandwidth():
     assert utilization.of(_run({})) is None
 
 
-@pytest.mark.parametrize("gpu,dtype,mfu", [("NVIDIA H200", "float16", 0.1), ("NVIDIA H100 PCIe", "bfloat16", 98.9 / 756),
+@pytest.mark.parametrize("gpu,dtype,mfu",
+                         [("NVIDIA H200", "float16", 0.1), ("NVIDIA H100 PCIe", "bfloat16", 98.9 / 756),
                                            ("NVIDIA H200", "float32", None), ("NVIDIA RTX A6000", "float16", None)])
 def test_on_a_known_gpu_in_half_precision_the_estimate_is_an_mfu_of_its_datasheet_peak(gpu, dtype, mfu):
     """MFU = estimated FLOP/s per GPU / the GPU's dense FP16/BF16 peak; none for FP32 (another peak) or a GPU the

@@ -111,7 +111,8 @@ def test_empty_and_all_failed_are_nan_free():
 
 def test_single_token_answers_have_no_tpot():
     s = stats.summarize([rec(0, 0.0, [0.3], out=1)], 1.0)
-    assert s.get("mean_tpot_ms") is None and s.get("mean_itl_ms") is None and s.get("mean_ttft_ms") == pytest.approx(300)
+    assert s.get("mean_tpot_ms") is None and s.get("mean_itl_ms") is None
+    assert s.get("mean_ttft_ms") == pytest.approx(300)
 
 
 def test_in_flight_series_steps():
@@ -186,7 +187,8 @@ def test_matches_vllm_calculate_metrics():
     m, _ = serve.calculate_metrics(input_requests=[], outputs=outputs, dur_s=2.0, tokenizer=None,
                                    selected_percentiles=pct, goodput_config_dict={"ttft": 250.0, "tpot": 150.0})
     s = stats.summarize(recs, 2.0, goodput_slo={"ttft": 250, "tpot": 150}, percentiles=pct)
-    assert (s.get("completed"), s.get("failed"), s.get("total_output_tokens")) == (m.completed, m.failed, m.total_output)
+    assert (s.get("completed"), s.get("failed"), s.get("total_output_tokens")) == (m.completed, m.failed,
+                                                                                   m.total_output)
     assert s.get("request_goodput") == pytest.approx(m.request_goodput)
     assert s.get("max_output_tokens_per_s") == pytest.approx(m.max_output_tokens_per_s)
     for name in ("ttft", "tpot", "itl", "e2el"):
@@ -252,7 +254,8 @@ def test_failure_cause_wording_for_all_and_for_one():
     ("the stream ended before [DONE]: the server stopped mid-answer", "cut off mid-answer"),
     ("the server sent nothing for 60 s (read timeout)", "got no data from the server for 60 s"),
     ("no complete answer within 300 s (request timeout)", "did not finish within 300 s, the deadline of its answer "
-                                                          "(30 s, plus 0.5 s per token asked for): lower the max tokens"),
+                                                          "(30 s, plus 0.5 s per token asked for): lower the max "
+                                                          "tokens"),
     ("cancelled", "was cancelled before finishing"),
     ("the server reported an error mid-stream: out of blocks", "failed mid-answer with the server's error "
                                                                "'out of blocks'"),

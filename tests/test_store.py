@@ -315,9 +315,11 @@ def insert_raw(conn: sqlite3.Connection, run: RunResult, **columns) -> None:
 
 def with_secrets(run: RunResult) -> RunResult:
     """A run carrying the key the way older versions stored it, and in places a future field might."""
-    run.load = Load.from_dict({**run.load.to_dict(), "api_key": SECRET, "headers": {"Authorization": f"Bearer {SECRET}"}})
+    run.load = Load.from_dict({**run.load.to_dict(), "api_key": SECRET,
+                               "headers": {"Authorization": f"Bearer {SECRET}"}})
     run.config = {**run.config, "api_key": SECRET, "tokenizer": "t", "extra_args": ["--api-key", SECRET]}
-    run.extra = Notes.from_dict({**run.extra.to_dict(), "client": [{"hf_token": SECRET, "Password": SECRET, "kept": 1}]})
+    run.extra = Notes.from_dict({**run.extra.to_dict(),
+                                 "client": [{"hf_token": SECRET, "Password": SECRET, "kept": 1}]})
     run.command = (f"python -m vllm.entrypoints.openai.api_server \\\n    --model /m \\\n    --api-key {SECRET} \\\n"
                    f"    --port 9000")
     return run

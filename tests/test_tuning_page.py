@@ -21,10 +21,12 @@ APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
 def _run(scenario: str, label: str, gib: float = 2, **extra) -> RunResult:
-    recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i, chunk_times=[1.0 + i, 2.0 + i],
+    recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i,
+                          chunk_times=[1.0 + i, 2.0 + i],
                           end_time=3.0 + i, prompt_tokens=30, output_tokens=100) for i in range(8)]
     return RunResult(kind="vllm", scenario=scenario, label=label, records=recs, duration=11.0, started_at=time.time(),
-                     model="/m/SmolLM2", summary=stats.summarize(recs, 11.0), load={"concurrency": 8, "max_tokens": 100},
+                     model="/m/SmolLM2", summary=stats.summarize(recs, 11.0),
+                     load={"concurrency": 8, "max_tokens": 100},
                      config={"device": "cpu", "cpu_kvcache_gib": gib, "max_model_len": 256},
                      extra={"kv_cache_tokens": 384, "kv_blocks": 3, "kv_block_size": 128, **extra})
 

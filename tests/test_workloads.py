@@ -414,7 +414,8 @@ def test_a_workload_run_gets_no_python_snippet_that_would_send_something_else():
     plain = LoadSpec(base_url="http://127.0.0.1:8000", model="m", prompts=["a", "b"], concurrency=2)
     assert snippets.run_code(RunResult(**base, load=plain.as_dict())) is not None
     for over in (dict(workload={"kind": "dataset"}), dict(ramp_up_s=5.0, ramp_from=1), dict(burstiness=0.5,
-                                                                                             shape="poisson", rate=2.0)):
+                                                                                             shape="poisson",
+                                                                                             rate=2.0)):
         sent = LoadSpec(**{**dict(base_url="http://127.0.0.1:8000", model="m", prompts=["a", "b"], concurrency=2),
                            **over})
         assert snippets.run_code(RunResult(**base, load=sent.as_dict())) is None

@@ -82,7 +82,7 @@ def section(lab, chosen, shape: str, arrival: str, defaults, tokens_hi: int, tok
                 except LabError as e:
                     st.error(ui.plain(e), icon=":material/error:")
                 else:
-                    ui.act(lab, lab.run_side_by_side, url_b.strip(), pair_spec, key_b or None, shared_ok=shared_ok)
+                    ui.act(lab.run_side_by_side, url_b.strip(), pair_spec, key_b or None, shared_ok=shared_ok)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -26,7 +26,7 @@ def section(lab, defaults, wl_plan) -> None:
         st.caption(ui.plain(defaults.said))
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
-        ui.act(lab, lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
+        ui.act(lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
     # The SLO search: the sweep's workload at levels found by bisection between the lowest and the
     # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
     search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
@@ -47,7 +47,7 @@ def section(lab, defaults, wl_plan) -> None:
                               "clearly past saturation is stopped early and counts as missed.", low=min(levels),
                               high=max(levels), slo=viewer_limits.slo().said)))
     if searched and search_why is None:
-        ui.act(lab, lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(levels),
+        ui.act(lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(levels),
                max(levels), int(tolerance))
 
 

@@ -53,7 +53,8 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype")
     p.add_argument("--max-model-len", type=int, help="default: 2048, or less when the model's limit is lower")
     p.add_argument("--gpu-memory-utilization", type=float, help="GPU only: the fraction vLLM may take (default 0.85)")
-    p.add_argument("--kv-cache-gib", type=float, help="CPU only: the KV cache in GiB (default 2; a fraction such as 0.01 squeezes it)")
+    p.add_argument("--kv-cache-gib", type=float,
+                   help="CPU only: the KV cache in GiB (default 2; a fraction such as 0.01 squeezes it)")
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, help="GPU only: GPUs to split the model over (default 1)")

@@ -38,7 +38,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
         cap = f"{n.kv_cache_tokens:,} tokens, " if n.kv_cache_tokens else ""
         peak = f"{n.peak_kv_usage:.0%}" if n.peak_kv_usage is not None else "–"
-        lines.append(f"KV cache               {cap}peak {peak} used, {n.preemptions if n.preemptions is not None else '–'}"
+        preempted = n.preemptions if n.preemptions is not None else "–"
+        lines.append(f"KV cache               {cap}peak {peak} used, {preempted}"
                      f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
     if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
                                                      s.get("total_output_tokens"))) is not None:

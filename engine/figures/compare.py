@@ -78,7 +78,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                    if len({str(getattr(r.load, k)) for r in runs}) > 1]
     cats = []
     for run, label in zip(firsts, labels):
-        lab = wrap(esc(label), 20)
+        lab = wrap(esc(label), 14)  # two bars in half a page: short lines keep them apart
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
         if labels.count(label) > 1:  # the same settings measured another time: told apart by when
@@ -296,14 +296,16 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color,
                                                             dash=DASHES[k % len(DASHES)]),
                         name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
-                        legendgroup=name, hovertemplate=f"{name}<br>{seconds('%{x:.0f}', lang)}: %{{y:,.0f}} tok/s<extra></extra>",
+                        legendgroup=name,
+                        hovertemplate=f"{name}<br>{seconds('%{x:.0f}', lang)}: %{{y:,.0f}} tok/s<extra></extra>",
                         row=3, col=1)
         got = [(r.first_token_time, r.ttft * 1000) for r in rs if r.ttft is not None]
         ttfts.append(sorted(v for _, v in got))
         fig.add_scatter(x=[t for t, _ in got], y=[v for _, v in got], mode="markers", name=name, legendgroup=name,
                         showlegend=False, marker=dict(color=color, size=11, symbol="circle" if k == 0 else "diamond",
                                                       line=dict(width=1, color="white")),
-                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}", time=seconds("%{x:.2f}", lang)),
+                        hovertemplate=f"{name}<br>" + translate(say("first token at {time}",
+                                                                    time=seconds("%{x:.2f}", lang)),
                                                                 lang) + "<br>TTFT %{y:,.0f} ms<extra></extra>",
                         row=4, col=1)
     fig.update_yaxes(title_text=translate(say("tok/s"), lang), rangemode="tozero", row=3, col=1)

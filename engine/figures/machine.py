@@ -187,7 +187,9 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
                            name=translate(say("{series} used", series=shown[name]), lang),
                            line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=rgba(color, 0.12),
                            showlegend=False,
-                           hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>", **where))
+                           hovertemplate=seconds("%{x:.0f}",
+                                                 lang) + ": %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>",
+                                                 **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
         peak = max(ys)
         top = peak * 1.35 or 1.0
@@ -292,7 +294,8 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
              showlegend=False, xaxis="x2", yaxis="y2",
              hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:.0f}%<extra></extra>"),
         dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
-             showlegend=False, xaxis="x3", yaxis="y3", hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:,.0f} tok/s<extra></extra>"),
+             showlegend=False, xaxis="x3", yaxis="y3",
+             hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:,.0f} tok/s<extra></extra>"),
     ]
     for tr in traces:
         tr.update(type="scatter", mode="lines")

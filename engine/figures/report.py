@@ -194,7 +194,8 @@ class _Writer:
         cpu = hw.get("cpu") if isinstance(hw.get("cpu"), dict) else {}
         if cpu:
             bw = Bandwidth.from_dict(cpu.get("memory_bandwidth"))
-            items.append((mark("CPU"), html.escape(str(cpu.get("model", "–"))) + (f" · {self.bandwidth(bw)}" if bw else "")))
+            items.append((mark("CPU"), html.escape(str(cpu.get("model",
+                                                               "–"))) + (f" · {self.bandwidth(bw)}" if bw else "")))
         if hw.get("os"):
             items.append((mark("System"), html.escape(str(hw["os"]))))
         return self.pairs(items)
@@ -222,7 +223,8 @@ class _Writer:
             if key not in cfg or (key == "gpu_memory_utilization" and cpu) or (key == "cpu_kvcache_gib" and not cpu):
                 continue
             value = cfg[key]
-            rows.append([html.escape(flag), self.t(mark("vLLM's default")) if value is None else html.escape(str(value))])
+            rows.append([html.escape(flag),
+                         self.t(mark("vLLM's default")) if value is None else html.escape(str(value))])
         if extra := cfg.get("extra_args"):
             rows.append([self.t(mark("other flags")), html.escape(" ".join(map(str, extra)))])
         out = self.table([self.t(mark("flag")), self.t(mark("value"))], rows, "flags")

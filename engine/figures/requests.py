@@ -154,15 +154,18 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
             continue
         first = r.first_token_time
         if first is None and (not running or not streaming):
-            took = (say("running for {time} (no per-token timing)", time=duration(end - r.send_time, lang)) if running else
+            took = (say("running for {time} (no per-token timing)",
+                        time=duration(end - r.send_time, lang)) if running else
                     say("took {time}, {tokens} tokens (no per-token timing)", time=duration(end - r.send_time, lang),
                         tokens=r.output_tokens))
             add("whole", row, r.send_time, end,
                 f"{head}<br>{translate(took, lang)}" + preview(r, placeholder, lang=lang))
             continue
         wait_end = first if first is not None else end
-        waited = (say("waiting for first token: {time}", time=duration(wait_end - r.send_time, lang)) if first is not None
-                  else say("waiting for first token: {time} (still waiting)", time=duration(wait_end - r.send_time, lang)))
+        waited = (say("waiting for first token: {time}",
+                      time=duration(wait_end - r.send_time, lang)) if first is not None
+                  else say("waiting for first token: {time} (still waiting)",
+                           time=duration(wait_end - r.send_time, lang)))
         add("wait", row, r.send_time, wait_end, f"{head}<br>{translate(waited, lang)}")
         if first is not None:
             tokens = r.output_tokens or len(r.chunk_times)
@@ -170,7 +173,8 @@ def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool
                 gen = translate(say("generating: {time}, {tokens} tokens (in flight)", time=duration(end - first, lang),
                                     tokens=tokens), lang)
             else:
-                gen = (translate(say("generating: {time}, {tokens} tokens", time=duration(end - first, lang), tokens=tokens),
+                gen = (translate(say("generating: {time}, {tokens} tokens", time=duration(end - first, lang),
+                                     tokens=tokens),
                                  lang)
                        + "<br>" + translate(say("total {time}", time=duration(end - r.send_time, lang)), lang))
             add("dec", row, first, end, f"{head}<br>{gen}" + preview(r, placeholder, lang=lang))
@@ -352,7 +356,8 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
                                   font=dict(color="#a66f00"),
                                   xanchor="left", yanchor="top"), annotation_position="top right")
     fig.add_vline(x=total, line=dict(color=BLUE, dash="dash", width=2), layer="below",
-                  annotation=dict(text=translate(say("done {time}", time=duration(total, lang)), lang), font=dict(color=BLUE),
+                  annotation=dict(text=translate(say("done {time}", time=duration(total, lang)), lang),
+                                  font=dict(color=BLUE),
                                   xanchor="right", yanchor="top"), annotation_position="top left")
     fig.update_layout(
         xaxis=dict(title=translate(say("Time since the request was sent (s)"), lang), range=[0, total * 1.04 or 1]),
@@ -364,7 +369,8 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
         title = say("Streaming: text after {ttft}, not {total}", ttft=duration(ttft, lang), total=duration(total, lang))
         cap = say("With streaming the first words appear after {ttft} and the rest flows in at "
                   "about {rate:.0f} tokens/s; without it the user would see nothing for {total} and then all "
-                  "{tokens:.0f} tokens at once.", ttft=duration(ttft, lang), rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
+                  "{tokens:.0f} tokens at once.", ttft=duration(ttft, lang),
+                  rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
                   total=duration(total, lang), tokens=ntok)
     else:
         title = say("No streaming: all text arrives at the end")

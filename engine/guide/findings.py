@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import fmean, geometric_mean
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.guide.steps import seed_text, step, value_text
 from engine.measure.judge import verdict
 from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import Message, mark, say
 from engine.observe import disturbance
-
-if TYPE_CHECKING:
-    from engine.results.records import RunResult
 
 NO_DIFFERENCE = mark("No measurable difference on this machine")
 BUSY = mark("No verdict: something else ran beside the measurement")
@@ -347,6 +344,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     if step_id == "naive" and mine and not worker_memory(mine[-1])["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
     if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
-        labels = [mark("allocated after cleanup (the exited worker's RAM)"), mark("still reserved (by the exited worker)")]
+        labels = [mark("allocated after cleanup (the exited worker's RAM)"),
+                  mark("still reserved (by the exited worker)")]
     return [Row(label, seed_text(n), None if v is None else value_text(v, n.unit, shown=w))
             for label, n, v, w in zip(labels, s.seed, here, shown)]

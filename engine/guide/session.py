@@ -109,7 +109,8 @@ class Guide:
                     changed = True
             if (f := self._state.facts.get("start")) and f.get("ready_s") is None:
                 snap = self.lab.server_snapshot()
-                if snap.state == "ready" and snap.started_at and snap.ready_at and snap.started_at >= f["asked_at"] - 1:  # this start, not an older one
+                # this start, not an older one
+                if snap.state == "ready" and snap.started_at and snap.ready_at and snap.started_at >= f["asked_at"] - 1:
                     f["ready_s"] = round(snap.ready_at - snap.started_at, 1)
                     changed = True
             if changed:

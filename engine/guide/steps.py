@@ -68,9 +68,10 @@ STEPS: tuple[Step, ...] = (
     Step("free", mark("Free the memory"),
          say("vLLM needs the memory the naive model holds. In the notebook that means deleting the model and "
              "emptying the CUDA cache; here the naive worker's process has exited, so its memory is already back."),
-         say("In Jupyter, `del model` is not enough: the output history (`Out[]`, `_`, `__`) can keep references alive, and "
-             "PyTorch's caching allocator keeps memory reserved (the notebook shows 15.01 GB still reserved). A process "
-             "that exits returns everything to the operating system, which is what this app does."),
+         say("In Jupyter, `del model` is not enough: the output history (`Out[]`, `_`, `__`) can keep references "
+             "alive, and PyTorch's caching allocator keeps memory reserved (the notebook shows 15.01 GB still "
+             "reserved). A process that exits returns everything to the operating system, which is what this app "
+             "does."),
          say("The worker's own memory: what it held at its peak, and nothing once its process exited."),
          mark("Check what was returned"), None, None,
          (SeedNumber(mark("allocated after cleanup"), 0.01, "GB"), SeedNumber(mark("still reserved"), 15.01, "GB"))),

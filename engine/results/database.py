@@ -203,7 +203,8 @@ def insert_run(conn: sqlite3.Connection, run: RunResult, source: str) -> None:
             run.id, run.kind, run.scenario, run.label, float(run.started_at),
             float(run.duration), run.model, _dumps(run.config), run.command,
             _dumps(run.load.to_dict()), _dumps(run.hardware), _dumps(run.versions),
-            _dumps(run.summary.to_dict()), _dumps(run.extra.to_dict()), len(measured), sum(1 for r in measured if not r.ok), source,
+            _dumps(run.summary.to_dict()), _dumps(run.extra.to_dict()), len(measured),
+            sum(1 for r in measured if not r.ok), source,
             time.time(),
         ),
     )

@@ -201,7 +201,8 @@ class Notes(_Typed):
     # stopped early as past saturation (requests in flight and TTFT both still growing)
     slo_search: str = ""
     oversaturated: bool = False
-    rehearsal: str = ""  # made by a rehearsal of the guided lab (its sheet's id, engine.guide.rehearsal); "": the room's
+    # made by a rehearsal of the guided lab (its sheet's id, engine.guide.rehearsal); "": the room's
+    rehearsal: str = ""
     # the SLO summary.request_goodput was judged by, as vllm bench serve's --goodput takes it ({"ttft": ms, ...});
     # None: no goodput was asked for (engine.measure.judge.slo)
     slo_ms: dict | None = None

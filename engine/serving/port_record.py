@@ -40,7 +40,8 @@ class PortRecord:
     def live(self) -> dict | None:
         """The record when its API server lives (read under the port's lock), else None."""
         rec = self.read()
-        api = proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) if isinstance(rec.get("pid"), int) else None
+        api = proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) if isinstance(rec.get("pid"),
+                                                                                           int) else None
         return rec if api is not None and API_SERVER_MODULE in " ".join(proctree.cmdline(api)) else None
 
     def write(self, rec: dict) -> None:

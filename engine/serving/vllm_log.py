@@ -19,7 +19,8 @@ STAGES: tuple[tuple[str, re.Pattern], ...] = (
     (mark("loading weights"), re.compile(r"Starting to load model|Loading safetensors|Loading weights")),
     (mark("weights loaded"), re.compile(r"Loading weights took|Model loading took")),
     # (not "Enforce eager set, disabling torch.compile": an eager start's first lines, before its weights load)
-    (mark("compiling"), re.compile(r"(?<!disabling )torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
+    (mark("compiling"),
+     re.compile(r"(?<!disabling )torch\.compile|Compiling a graph|Warming up model|Dynamo bytecode")),
     (mark("KV cache allocated"), re.compile(r"KV cache size:|Maximum concurrency for")),
     (mark("capturing graphs"), re.compile(r"Capturing CUDA graph|Capturing cudagraph|Graph capturing")),
     (mark("starting HTTP server"), re.compile(r"Starting vLLM API server|Available routes|Started server process")),
@@ -82,10 +83,12 @@ CAUSES: tuple[tuple[re.Pattern, Callable[..., Message]], ...] = (
     (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.I),
      lambda: say("The GPU ran out of memory while starting: lower max-model-len or gpu-memory-utilization, or free "
                  "the GPU (e.g. stop the naive baseline) and start again.")),
-    (re.compile(r"No available memory for the cache blocks|Insufficient memory|KV cache is needed, which is larger than the available", re.I),
+    (re.compile(r"No available memory for the cache blocks|Insufficient memory|KV cache is needed, which is larger "
+                r"than the available", re.I),
      lambda: say("There is not enough memory left for the KV cache at these settings: raise gpu-memory-utilization "
                  "(or the CPU KV cache size), or lower max-model-len.")),
-    (re.compile(r"larger than the maximum number of tokens that can be stored in KV cache|max_model_len.*is larger than|exceeds the maximum", re.I),
+    (re.compile(r"larger than the maximum number of tokens that can be stored in KV cache|max_model_len.*is larger "
+                r"than|exceeds the maximum", re.I),
      lambda: say("max-model-len does not fit in the KV cache at these settings: lower max-model-len or give vLLM "
                  "more memory.")),
     (re.compile(r"greater than the derived max_model_len|User-specified max_model_len", re.I),
@@ -101,7 +104,8 @@ CAUSES: tuple[tuple[re.Pattern, Callable[..., Message]], ...] = (
      lambda flag: say("vLLM rejected a flag ({flag}): fix its value and start again.", flag=flag)),
     (re.compile(r"Address already in use"),
      lambda: say("The port is already in use by another program: pick another port.")),
-    (re.compile(r"(?:does not appear to have a file named|is not a local folder|Repository Not Found|couldn't connect to)", re.I),
+    (re.compile(r"(?:does not appear to have a file named|is not a local folder|Repository Not Found|couldn't connect "
+                r"to)", re.I),
      lambda: say("vLLM could not find the model: check the folder or hub id (a hub id needs a network).")),
 )
 
@@ -122,7 +126,7 @@ def _known_cause(log_lines: list[str]) -> Message | None:
 
 
 def _explaining_line(log_lines: list[str]) -> str | None:
-    lines = [l.strip() for l in log_lines if _EXPLAINS.search(l) and not _CHATTER.search(l)]
+    lines = [line.strip() for line in log_lines if _EXPLAINS.search(line) and not _CHATTER.search(line)]
     return lines[-1][-200:] if lines else None
 
 
@@ -151,9 +155,11 @@ def describe_death(api_pid: int, returncode: int | None, ready_for_s: float, sto
     cause = _ends_sentence(cause) if cause else cause
     if stopped and cause:
         return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
-                     "({names}) was stopped in {took} and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     "({names}) was stopped in {took} and {freed} returned. Its log says: {cause} Start it again to "
+                     "serve.",
                      "The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other processes "
-                     "({names}) were stopped in {took} and {freed} returned. Its log says: {cause} Start it again to serve.",
+                     "({names}) were stopped in {took} and {freed} returned. Its log says: {cause} Start it again to "
+                     "serve.",
                      len(stopped), names=", ".join(stopped), freed=freed, cause=cause, took=took, **values)
     if stopped:
         return say_n("The vLLM API server (pid {pid}) {how} after serving for {served}; its {n} other process "
@@ -193,5 +199,5 @@ def ago(s: float) -> Message:
 def after_ready(lines: list[str]) -> list[str]:
     """The log lines after vLLM said it was serving (all of them if that line scrolled out)."""
     serving = STAGES[-1][1]
-    idx = max((i for i, l in enumerate(lines) if serving.search(l)), default=-1)
+    idx = max((i for i, line in enumerate(lines) if serving.search(line)), default=-1)
     return lines[idx + 1:]

@@ -111,7 +111,8 @@ class NaiveSpec:
     random_weights: bool = False  # shape-only: from_config + random init on the device; tokenizer from the folder
     scenario: str = ""
     label: str = ""
-    warmup: bool = True  # generate() over every shape of the run first (not recorded; see warmup_plan); False = the lab as written
+    # generate() over every shape of the run first (not recorded; see warmup_plan); False = the lab as written
+    warmup: bool = True
     model_name: str = ""  # what charts call the model; defaults to the folder's name
 
     @property

@@ -64,13 +64,14 @@ def said(run: RunResult) -> Message | None:
     values = dict(flags=flags(run) or "—", capacity=cap, answers=wanted.answers, tokens=wanted.tokens,
                   need=wanted.total, waiting=n.peak_waiting or 0, preempted=n.preemptions or 0)
     if n.preemptions:
-        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
-                   "{need:,}, so requests waited (up to {waiting} at once) and {preempted} were preempted.", **values)
+        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt "
+                   "and answer) need {need:,}, so requests waited (up to {waiting} at once) and {preempted} were "
+                   "preempted.", **values)
     if wanted.total > cap or n.peak_waiting:
-        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
-                   "{need:,}, so requests waited (up to {waiting} at once), none preempted.", **values)
-    return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and answer) need "
-               "{need:,}, which fits: none waited and none was preempted.", **values)
+        return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt "
+                   "and answer) need {need:,}, so requests waited (up to {waiting} at once), none preempted.", **values)
+    return say("With {flags} the cache holds {capacity:,} tokens: {answers} requests of {tokens:,} tokens (prompt and "
+               "answer) need {need:,}, which fits: none waited and none was preempted.", **values)
 
 
 def row(run: RunResult) -> dict:

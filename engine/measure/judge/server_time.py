@@ -60,7 +60,8 @@ class ServerTime:
     @property
     def outside(self) -> float | None:
         """Outside the server: the client's E2E beyond the server's own (HTTP, streaming, the client)."""
-        return None if self.server_e2e is None or self.client_e2e is None else max(0.0, self.client_e2e - self.server_e2e)
+        return None if self.server_e2e is None or self.client_e2e is None else max(0.0,
+                                                                                   self.client_e2e - self.server_e2e)
 
     @property
     def queue_share(self) -> float | None:

@@ -35,7 +35,8 @@ def of(run) -> Utilization | None:
     per_gpu = bw.gb_s / tp if bw and isinstance(tp, int) and tp > 1 else (bw.gb_s if bw else None)
     peak = _peak(run)
     return Utilization(est["flops"] / run.duration / 1e12, est.get("read_bytes", 0.0) / run.duration / 1e9,
-                       per_gpu, bw.said if bw else None, peak.tflop_s if peak else None, peak.reference if peak else None)
+                       per_gpu, bw.said if bw else None, peak.tflop_s if peak else None,
+                       peak.reference if peak else None)
 
 
 def _peak(run) -> peak_flops.PeakFlops | None:

@@ -300,7 +300,8 @@ def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
     times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
     if times[0] == times[1]:
         times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
-    return say("{name} from {time}", name=label_a, time=times[0]), say("{name} from {time}", name=label_b, time=times[1])
+    return (say("{name} from {time}", name=label_a, time=times[0]),
+            say("{name} from {time}", name=label_b, time=times[1]))
 
 
 def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdict | None:

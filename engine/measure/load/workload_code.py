@@ -199,7 +199,8 @@ def _send(load, c: _Comments, trace: bool) -> list[str]:
         gate = [f"IN_FLIGHT = asyncio.Semaphore({n})" + c.inline(say("at most {n} at a time", n=n))]
         wait = []
     ramp = load.other.get("ramp_up_s") if isinstance(load.other, dict) else None
-    note = _comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.", s=ramp)) if ramp else []
+    note = _comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.",
+                           s=ramp)) if ramp else []
     inner = ["    start = time.perf_counter()",
              *_create("    ", '[{"role": "user", "content": PROMPTS[i]}]', load, c, "LENGTHS[i]"),
              "    return time.perf_counter() - start, r.usage.completion_tokens"]

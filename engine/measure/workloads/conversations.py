@@ -52,7 +52,8 @@ def plan(conversations: int, turns: int, source: Dataset | Sequence[str], seed: 
     name = source.name if isinstance(source, Dataset) else str(say("{n} prompts", n=len(starts)))
     summary = {"kind": "multi-turn", "name": name, "conversations": conversations, "turns": turns,
                "sent": conversations * turns, "follow_ups_added": padded, "think_time_s": think_time_s,
-               "seed": seed, "input_tokens": length_summary(firsts), "input_of": "first turns", "counted": str(tokens.said()), "tokenizer": tokens.source}
+               "seed": seed, "input_tokens": length_summary(firsts), "input_of": "first turns",
+               "counted": str(tokens.said()), "tokenizer": tokens.source}
     if isinstance(source, Dataset):
         summary.update(rows=len(source.rows), sha256=source.sha256, size_bytes=source.size_bytes, format=source.format,
                        layout=source.layout)

