@@ -5,7 +5,6 @@ lines between words. The runs are saved ones (one per step, as the steps make th
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest

@@ -191,7 +191,8 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
                 when += f" · {r.extra.repeat_index}/{r.extra.repeats or '?'}"
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
         while lab in cats:  # still the same (two runs of one label in one minute): the run's id tells them apart
-            lab += f" <span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{esc(str(getattr(r, 'id', ''))[:4])}</span>"
+            rid = esc(str(getattr(r, 'id', ''))[:4])
+            lab += f" <span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{rid}</span>"
         cats.append(lab)
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
