@@ -137,9 +137,9 @@ def line_breaking() -> None:
     rule = ("[data-testid=stApp] * { word-break: keep-all !important; overflow-wrap: break-word; }"  # over the
             if i18n.lang() == "ko"  # markdown's own break-word on each paragraph
             else "/* English breaks at spaces already */")
-    # not a style-only st.html (its paragraphs kept break-word in Chromium): an empty element first keeps the rule
-    # in the sanitized body; at the sidebar's end, where its empty block takes no room that matters
-    st.sidebar.html(f"<span></span><style>{rule}</style>")
+    # markdown, not st.html: a style-only st.html (with or without an empty element before it) left the paragraphs
+    # at break-word in Chromium (tests/test_e2e_guide_keepall.py); at the sidebar's end, where it takes no room
+    st.sidebar.markdown(f"<style>{rule}</style>", unsafe_allow_html=True)
 
 
 def chart(fig, key: str | None = None) -> None:

@@ -128,3 +128,13 @@ def test_every_step_fits_the_first_screen(browser, app, lang):
         assert not late, f"below the first screen at 1920x1080 in {lang}: {late}"
     finally:
         ctx.close()
+
+
+def test_korean_breaks_lines_between_words(browser, app):
+    ctx, page = _open(browser, app, "ko", presenter=False)
+    try:
+        rule = page.evaluate("() => getComputedStyle(document.querySelector("
+                             "'[data-testid=stMainBlockContainer] [data-testid=stMarkdownContainer] p')).wordBreak")
+        assert rule == "keep-all", rule
+    finally:
+        ctx.close()

@@ -93,6 +93,7 @@ def _markup(text: str) -> str:
     """Streamlit's markdown syntax is not words: icons (:material/x:), badges (:green-badge[…]), escapes."""
     import re
 
+    text = re.sub(r"<style>.*?</style>", " ", text, flags=re.S)  # a page's CSS (ui.line_breaking) is no words
     return re.sub(r":material/\w+:|:\w+-badge\[", " ", text).replace("\\", "")
 
 
