@@ -213,6 +213,13 @@ def test_a_disturbed_run_never_claims():
     conc[0].extra.disturbance = busy
     found = g.findings({"naive": [naive], "concurrent": conc})[2]
     assert found.claim is None and "continuous batching keeps the hardware busy" not in str(found.text)
+    # tuning: a clear difference measured beside a busy machine is neither claimed in the heading nor in its sentence
+    tuned = (_repeats("tuning", [0.5, 0.52, 0.48], 20, 10, at_once=True, label="max-model-len 2048")
+             + _repeats("tuning", [0.25, 0.26, 0.24], 20, 10, at_once=True, label="max-model-len 512"))
+    tuned[4].extra.disturbance = busy
+    found = g.findings({"tuning": tuned})[3]
+    assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
+    assert "beyond" not in str(found.text) and "not judged" in str(found.text), str(found.text)
 
 
 def test_findings_without_runs_say_which_step_to_run():

@@ -253,7 +253,7 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         group = t["a"] + t["b"]
         title, claim = _heading(t["verdict"], group, mark("max-model-len and gpu-memory-utilization set the capacity"),
                                 mark("max-model-len and gpu-memory-utilization set the capacity"), either_way=True)
-        add(title, _with_busy(tuning_said(t), group), True, claim)
+        add(title, _with_busy(tuning_said(t, busy=_busy(group) is not None), group), True, claim)
     else:
         add(mark("max-model-len and gpu-memory-utilization set the capacity"), todo("tuning"), False)
     stream = runs.get("streaming") or []
@@ -275,14 +275,17 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
     return out
 
 
-def tuning_said(t: dict[str, Any]) -> Message:
+def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
     """The tuning comparison in one sentence: the throughput change, how sure, and why, from the runs' own notes
-    (whether requests waited for KV-cache room; on a CPU the fixed KV cache)."""
+    (whether requests waited for KV-cache room; on a CPU the fixed KV cache). `busy`: something ran beside the
+    runs, so the heading says "No verdict" and the sentence judges nothing either."""
     a, b, v = t["a"], t["b"], t["verdict"]
     cpu = (a[0].config or {}).get("device") == "cpu"
     waited = [any((r.extra.peak_waiting or 0) > 0 or (r.extra.preemptions or 0) > 0 for r in side) for side in (a, b)]
     beyond = v is not None and v.beyond_noise
-    if v is None or v.beyond_noise is None:
+    if busy:
+        verdict_said = say("not judged, because something else ran beside the measurement")
+    elif v is None or v.beyond_noise is None:
         verdict_said = say("one run a side, so this machine's noise is unknown")
     elif beyond:
         verdict_said = say("beyond this machine's noise ({interval}; {how})", interval=v.interval, how=v.how)
