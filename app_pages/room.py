@@ -115,9 +115,11 @@ def big_screen() -> None:
         (_big_screen_live if presenter else _big_screen_slow)()
         return
     _status(view)
-    if view.runs.get("together"):
-        alone = lab.history.run(view.runs["alone"]) if view.runs.get("alone") else None
-        _results(lab.history.run(view.runs["together"]), alone)
+    # read as History's export does: a run deleted there meanwhile is missing, not a traceback
+    kept = {r.id: r for r in lab.history.readable([i for i in (view.runs.get("together"), view.runs.get("alone"))
+                                                   if i])[0]}
+    if (together := kept.get(view.runs.get("together"))) is not None:
+        _results(together, kept.get(view.runs.get("alone")))
 
 
 def _big_screen_body() -> None:
