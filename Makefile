@@ -20,8 +20,8 @@ test:
 
 # The static checks CI runs before the tests (pyproject.toml: [tool.ruff], [tool.mypy]).
 check:
-	.venv/bin/ruff check .
-	.venv/bin/mypy
+	.venv/bin/python -m ruff check .
+	.venv/bin/python -m mypy  # not the script: its shebang names the folder the venv was made in
 
 # The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py).
 test-quick:

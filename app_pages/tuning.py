@@ -132,12 +132,13 @@ with left:
         except LabError as e:
             wl_error = e
     # A key keeps the value when the viewer switches language (the label is part of a keyless widget's id).
-    max_tokens = st.slider(_("Max tokens per answer"), 16, max(tokens_hi, 20), min(scn.max_tokens, tokens_hi), 4,
-                           key="tuning_max_tokens",
-                           help=_("The lab uses 100. At most {tokens_hi}: the shortest max-model-len in the table, "
-                                  "whose server refuses longer answers.", tokens_hi=tokens_hi)
-                           if shortest and shortest <= 512 else _("The lab uses 100."))
-    tuning_repeats = st.number_input(
+    # Tokens and repeats share a row: one more row pushes the next section's chart below a projector's fold.
+    tokens_col, repeats_col = st.columns([3, 2])
+    max_tokens = tokens_col.slider(
+        _("Max tokens per answer"), 16, max(tokens_hi, 20), min(scn.max_tokens, tokens_hi), 4, key="tuning_max_tokens",
+        help=_("The lab uses 100. At most {tokens_hi}: the shortest max-model-len in the table, whose server refuses "
+               "longer answers.", tokens_hi=tokens_hi) if shortest and shortest <= 512 else _("The lab uses 100."))
+    tuning_repeats = repeats_col.number_input(
         _("Measure each configuration"), min_value=1, max_value=5, value=1, step=1, key="tuning_repeats",
         help=_("How many times to run the workload on each configuration after its restart. Once is quickest, but "
                "a single run's noise is unknown and no difference is called real; from 2 the chart shows each "

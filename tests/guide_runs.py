@@ -48,9 +48,9 @@ def seed(folder: Path) -> None:
                 "sequential": [_run("vllm-5-sequential", "vllm", [(2.0, 20)] * 5, 20)],
                 "concurrent": [_run("concurrent-10", "vllm", [(3.5, 15)] * 10, 15, at_once=True)],
                 "tuning": [_run("tuning", "vllm", [(3.0, 10)] * 10, 10, at_once=True,
-                                label="max-model-len 2048, gpu-memory-utilization 0.85"),
+                                label="max-model-len 2048 / KV 2 GiB"),  # runs.tuning_label on a CPU
                            _run("tuning", "vllm", [(2.8, 10)] * 10, 10, at_once=True,
-                                label="max-model-len 512, gpu-memory-utilization 0.90")],
+                                label="max-model-len 512 / KV 2 GiB")],
                 "streaming": [_run("stream-300", "vllm", [(4.0, 30)], 30)]}
         for sid, rs in runs.items():
             for r in rs:

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.server]
 SCREEN = {"width": 1920, "height": 1080}
 # The app's pages by url path (app.py's st.navigation), with their English titles.
 PAGES = {"": "Guided lab", "server": "vLLM server", "monitor": "Monitor", "naive_vs_vllm": "Naive vs vLLM",
-         "load_test": "Load test", "tuning": "Tuning", "chat": "Chat", "history": "History"}
+         "load_test": "Load test", "tuning": "Tuning", "chat": "Chat", "history": "History", "room": "The room"}
 KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
 
 # What a viewer sees: text nodes that are rendered, outside code, charts and what is marked translate=no

@@ -592,6 +592,9 @@ def test_a_korean_label_wraps_at_its_drawn_width():
     assert wrap("KV cache squeezed", 10) == "KV cache<br>squeezed"
     assert wrap("줄인 KV 캐시", 10) == "줄인 KV<br>캐시"
     assert wrap("여유 있는 KV 캐시", 10) == "여유 있는<br>KV 캐시"
+    # a flag longer than a line breaks after its hyphens, not into the next bar's label
+    assert wrap("max-model-len 512, gpu-memory-utilization 0.90", 14) == (
+        "max-model-len<br>512, gpu-<br>memory-<br>utilization<br>0.90")
 
 
 

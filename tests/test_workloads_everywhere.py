@@ -185,9 +185,11 @@ def test_both_sides_of_a_pair_are_sent_the_same_plan_and_record_it(vllm_server):
     spec = load_test_spec("burst", 10, 16, max_len=None, ignore_eos=True, plan=plan)
     runner = Runner(save=lambda r: r)  # both sides on the session's server: the Lab refuses that, the Runner not
     a, b = runner.side_by_side(Target.at(vllm_server.base_url), Target.at(vllm_server.base_url), spec)
-    assert a.extra.pair == b.extra.pair and a.load.workload == b.load.workload == plan.summary
+    # the plan drawn again from the spec's own seed (seeds.reseed: no run meets another's prompts in the prefix cache)
+    assert spec.workload == {**plan.summary, "seed": spec.prompt_seed}
+    assert a.extra.pair == b.extra.pair and a.load.workload == b.load.workload == spec.workload
     for run in (a, b):
-        assert sorted(r.prompt for r in run.measured) == sorted(plan.prompts)
+        assert sorted(r.prompt for r in run.measured) == sorted(spec.prompts)
         assert all(r.ok and r.output_tokens == 8 for r in run.measured)
     assert one_workload([a, b]) and str(run_workload(a)).startswith("lengths · ")
 

@@ -3,6 +3,7 @@ See docs/internals.md#theme."""
 from __future__ import annotations
 
 import html
+import re
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -146,14 +147,20 @@ def _shown_width(text: str) -> int:
 
 
 def wrap(text: str, width: int = 18) -> str:
-    """Break a label into <br>-separated lines of about `width` Latin letters' width (Korean counts double)."""
-    words, lines, cur = text.split(), [], ""
-    for w in words:
-        if cur and _shown_width(cur) + 1 + _shown_width(w) > width:
+    """Break a label into <br>-separated lines of about `width` Latin letters' width (Korean counts double). A word
+    longer than a line breaks after its hyphens ("gpu-memory-" / "utilization"): unbroken, it runs into the next
+    bar's label."""
+    parts: list[tuple[str, str]] = []  # (piece, what joins it to the one before on a line)
+    for w in text.split():
+        pieces = re.findall(r"[^-]+-*|-+", w) if _shown_width(w) > width else [w]
+        parts += [(p, " " if i == 0 else "") for i, p in enumerate(pieces)]
+    lines, cur = [], ""
+    for piece, sep in parts:
+        if cur and _shown_width(cur) + len(sep) + _shown_width(piece) > width:
             lines.append(cur)
-            cur = w
+            cur = piece
         else:
-            cur = f"{cur} {w}".strip()
+            cur = f"{cur}{sep}{piece}" if cur else piece
     if cur:
         lines.append(cur)
     return "<br>".join(lines)

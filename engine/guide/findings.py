@@ -286,7 +286,7 @@ def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
     if busy:
         verdict_said = say("not judged, because something else ran beside the measurement")
     elif v is None or v.beyond_noise is None:
-        verdict_said = say("one run a side, so this machine's noise is unknown")
+        verdict_said = None  # its heading says it: "Not decided: one value a side shows no noise"
     elif beyond:
         verdict_said = say("beyond this machine's noise ({interval}; {how})", interval=v.interval, how=v.how)
     else:
@@ -303,9 +303,12 @@ def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
     if cpu:
         why = say("{why} On this CPU gpu-memory-utilization does nothing: the KV cache is {gib:g} GiB in both.",
                   why=why, gib=(a[0].config or {}).get("cpu_kvcache_gib", 0))
+    numbers = dict(a=t["tput_a"], b=t["tput_b"], change=f"{(t['tput_b'] / t['tput_a'] - 1):+.0%}", first=a[0].label,
+                   second=b[0].label, why=why)
+    if verdict_said is None:
+        return say("Throughput {a:.0f} → {b:.0f} tok/s ({change}) from {first} to {second}: {why}", **numbers)
     return say("Throughput {a:.0f} → {b:.0f} tok/s ({change}) from {first} to {second}, {verdict}: {why}",
-               a=t["tput_a"], b=t["tput_b"], change=f"{(t['tput_b'] / t['tput_a'] - 1):+.0%}", first=a[0].label,
-               second=b[0].label, verdict=verdict_said, why=why)
+               verdict=verdict_said, **numbers)
 
 
 # -- the notebook's numbers beside this lab's ----------------------------------------------------------

@@ -90,7 +90,7 @@ def why_absent(run) -> list[Message]:
                        "published no estimates (vllm:estimated_flops_per_gpu_total); its vLLM may predate them.")]
         return [say("No MFU or memory bandwidth used: the server was not started with --enable-mfu-metrics, so vLLM "
                    "estimated no FLOPs or bytes. To see them, add --enable-mfu-metrics to the Server page's extra "
-                   "flags (or python -m engine serve --extra \"--enable-mfu-metrics\"); it costs throughput under "
+                   "flags (or `python -m engine serve --extra \"--enable-mfu-metrics\"`); it costs throughput under "
                    "heavy load.")]
     u = of(run)
     if u is None:
