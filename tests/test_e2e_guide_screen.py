@@ -94,7 +94,8 @@ PLACES = """() => {
   const place = el => { if (!el) return null; const r = el.getBoundingClientRect(); return [r.top, r.bottom]; };
   const box = sel => place(document.querySelector('[data-testid=stMainBlockContainer] ' + sel));
   const finding = [...document.querySelectorAll('[data-testid=stMainBlockContainer] [data-testid=stAlert]')]
-      .find(a => [...a.querySelectorAll('[data-testid=stIconMaterial]')].some(i => i.innerText.trim() === 'insights'));
+      .find(a => [...a.querySelectorAll('[data-testid=stAlertDynamicIcon]')]
+                 .some(i => i.textContent.trim() === 'insights'));
   const next = [...document.querySelectorAll('[data-testid=stMainBlockContainer] button')]
       .find(b => /Next step|다음 단계/.test(b.innerText));
   const r = next ? next.getBoundingClientRect() : null;
