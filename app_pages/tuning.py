@@ -7,7 +7,7 @@ import ui
 from engine import figures
 from engine.lab import LabError
 from engine.measure.judge import kvcache
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.base import named as workload_named
 from engine.measure.workloads.base import one_workload, run_workload

@@ -412,7 +412,7 @@ class Lab:
                       lang: str = "en") -> str | None:
         """The short Python that streams `prompt`'s answer from the ready server as the Chat page does;
         None while no server is ready."""
-        from engine.measure.load import snippets
+        from engine.measure.snippets import load as snippets
 
         try:
             target = self._target()

@@ -26,7 +26,7 @@ READ_ONLY = {
     "engine.measure.judge.lateness": "whether a run's client sent on its schedule, from its stored notes",
     "engine.measure.judge.kvcache": "a run's KV cache row and sentence, from its stored notes",
     "engine.measure.judge.worker_memory": "the naive worker's own memory and whether it came back, from its notes",
-    "engine.measure.load.snippets": "the Python behind a run, as text",
+    "engine.measure.snippets.load": "the Python behind a run, as text",
     "engine.measure.load.spec": "a load spec and its deadlines' sentence",
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
     "engine.measure.workloads.base": "what a run records of its workload, named for History's column",

@@ -166,7 +166,7 @@ def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
 
 def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
     """The short openai-SDK code leaves a system prompt out: for a prefix-cache run it is not offered at all."""
-    from engine.measure.load import snippets
+    from engine.measure.snippets import load as snippets
 
     run = _run(True, [0.9, 0.1], [0, 1280])
     run.kind, run.model = "vllm", "m"
