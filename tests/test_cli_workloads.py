@@ -17,7 +17,7 @@ from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.errors import ConfigError, LabError
 from engine.measure.workloads import scenarios, seeds
-from engine.measure.workloads.base import named
+from engine.measure.workloads.named import named
 
 from .conftest import ROOT, cli_in_process
 

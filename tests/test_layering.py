@@ -29,7 +29,7 @@ READ_ONLY = {
     "engine.measure.snippets.load": "the Python behind a run, as text",
     "engine.measure.load.spec": "a load spec and its deadlines' sentence",
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
-    "engine.measure.workloads.base": "what a run records of its workload, named for History's column",
+    "engine.measure.workloads.named": "what a run records of its workload, named for History's column",
     "engine.measure.workloads.defaults": "the Load test page's first offers, from the server's facts passed in",
     "engine.measure.workloads.traces": "a trace's replay time and what looks wrong in its timestamps",
     "engine.serving.states": "a server's states and how far its start has come",

@@ -281,7 +281,7 @@ def _load_said(run: RunResult):
 
 def _workload_said(w: dict) -> list:
     """A recorded workload in a few lines: kind and name, what of it was sent, its lengths, the file's hash."""
-    from engine.measure.workloads.base import named
+    from engine.measure.workloads.named import named
     from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 
     out = [named(w)]

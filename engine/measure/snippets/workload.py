@@ -6,7 +6,7 @@ import hashlib
 from typing import Any
 
 from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit
-from engine.measure.workloads.base import named
+from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
 from engine.measure.workloads.kinds import EXAMPLES
 from engine.measure.workloads.lengths import shapes
