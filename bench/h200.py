@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from engine.cli.summary import summary_table  # noqa: E402
 from engine.errors import LabError  # noqa: E402
 from engine.measure.baseline.naive import run_naive  # noqa: E402
-from engine.measure.load.progress import Progress  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.workloads.scenarios import SCENARIOS  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 from engine.observe.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402

@@ -20,7 +20,8 @@ from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge import failures, token_check# noqa: E402
 from engine.measure.load.drive import poisson_offsets  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402
-from engine.measure.load.progress import Console, Progress  # noqa: E402
+from engine.cli.console import Console  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.load.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.load.sse import SSEDecoder  # noqa: E402
 from engine.observe.telemetry import generation_tokens  # noqa: E402

@@ -21,7 +21,7 @@ from engine.errors import ConfigError, LabError  # noqa: E402
 from engine.measure.judge import lateness, turns  # noqa: E402
 from engine.measure.load.drive import measured_job, poisson_offsets, ramp_starts  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402
-from engine.measure.load.progress import Progress  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import conversations, datasets, kinds, lengths, scenarios, tokens, traces  # noqa: E402
 from engine.measure.workloads.base import WorkloadError  # noqa: E402

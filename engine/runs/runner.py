@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from engine.errors import ConfigError, LabError, ServerBusy
 from engine.measure.load import loadgen
 from engine.observe.kvwatch import KvWatch
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from engine.measure.load.request import clock
 from engine.measure.judge.slo import Slo, judge, record_goodput
 from engine.measure.load.spec import LoadSpec, check_max_tokens

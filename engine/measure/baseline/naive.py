@@ -17,7 +17,7 @@ from typing import Any
 
 from engine.measure.baseline.protocol import ERROR_KINDS, NaiveSpec, WorkerFailed, check_model_folder, heard
 from engine.measure.judge.ceiling import model_bytes
-from engine.measure.load.progress import Progress, RunPlan, Totals, notify
+from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import mark, say
 from engine.observe import nvml
 from engine.results.records import RequestRecord, RunResult
