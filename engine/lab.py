@@ -10,7 +10,7 @@ from engine.access import Access, presenter_only
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
 from engine.measure.load.chat import ChatDesk
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.messages import mark, say
 from engine.observe import hardware
 from engine.observe.monitor import Monitor

@@ -10,7 +10,7 @@ from engine.cli.summary import summary_table
 from engine.measure.judge import cost, stats, warmth
 from engine.measure.load.spec import LoadSpec
 from engine.measure.judge.warmth import recall_from
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target

@@ -18,7 +18,7 @@ from engine.measure.load.request import clock
 from engine.measure.judge.slo import Slo, judge, record_goodput
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.judge.stats import peak_in_flight
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.measure.judge import failures
 from engine.measure.workloads import seeds
 from engine.messages import Message, mark, say, say_n
