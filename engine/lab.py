@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 from engine.access import Access, presenter_only
 from engine.errors import LabError, NotPresenter, ServerBusy
 from engine.jobs import Job, JobManager
-from engine.measure.load.chat import ChatDesk
+from engine.chat_desk import ChatDesk
 from engine.runs.ledger import WarmthLedger
 from engine.messages import mark, say
 from engine.observe import hardware
@@ -307,7 +307,7 @@ class Lab:
     def import_examples(self) -> list[str]:
         return self.store.import_examples()
 
-    # -- chat (engine.measure.load.chat.ChatDesk: who may chat how much, and when) --------------------
+    # -- chat (engine.chat_desk.ChatDesk: who may chat how much, and when) --------------------
     def chat(self, messages: list[dict], record: RequestRecord, *, max_tokens: int = 300, temperature: float = 0.7,
              stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None,
              token: str | None = None, caller: str | None = None) -> Iterator[str]:

@@ -1,4 +1,4 @@
-"""The chat desk (engine.measure.load.chat.ChatDesk): a viewer's message waits while a benchmark measures and
+"""The chat desk (engine.chat_desk.ChatDesk): a viewer's message waits while a benchmark measures and
 is never sent if the viewer gives up; an answer that streamed beside a run is counted for that run only."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.measure.load.chat import ChatDesk
+from engine.chat_desk import ChatDesk
 
 HELLO = [{"role": "user", "content": "Say hi."}]
 

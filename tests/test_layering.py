@@ -156,6 +156,7 @@ def test_no_page_file_looks_like_a_test():
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
                 "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
+                "chat_desk": 5,
                 "guide": 6, "room": 6, "lab": 7, "cli": 8, "__main__": 9, "__init__": 9}  # cli over lab: `rehearse`
 
 
