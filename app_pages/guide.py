@@ -219,7 +219,10 @@ def _result(s) -> None:
                 st.markdown(ui.plain(r.prompt))
             with st.chat_message("assistant"):
                 st.markdown(ui.plain(r.output_text[:600]))
-                st.caption(_("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
+                runs = len(guide.runs(s.id, state))  # the table's answer time is their mean: this is one answer
+                st.caption(_("{time} · {n} tokens (the last of {runs} runs)", time=ui.fmt_s(r.e2e),
+                             n=r.output_tokens, runs=runs) if runs > 1 else
+                           _("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
     elif s.id == "sequential":
         if run:
             # the finding's verdict, or none where it claims none
