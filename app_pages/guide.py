@@ -256,7 +256,7 @@ def _summary() -> None:
     st.subheader(_("What this lab found"))
     for f in guide.findings(state):
         icon = "✓" if f.measured else "·"
-        st.markdown(f"**{f.number}. {ui.plain(f.title)}** {icon} {ui.plain(f.text)}")
+        st.markdown(f"**{f.number}. {ui.plain(guide.heading(f))}** {icon} {ui.plain(f.text)}")
     with st.expander(_("Which engine when"), expanded=True):
         for line in guide.which_engine:
             st.markdown(f"- {ui.plain(line)}")

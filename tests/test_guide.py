@@ -432,7 +432,9 @@ def test_the_steps_heading_and_the_summary_follow_the_verdict(app_lab):
         at = AppTest.from_file(APP, default_timeout=60)
         at.session_state["lang"] = lang
         at.run()
-        assert any(m.value.startswith(f"**4. {heading}**") for m in at.markdown), [m.value for m in at.markdown]
+        tuning = translate(g.step("tuning").title, lang)  # the summary heads each finding after its step too
+        assert any(m.value.startswith(f"**4. {tuning} · {heading}**") for m in at.markdown), \
+            [m.value for m in at.markdown]
         assert heading in lab.guide.report_html(lang) and claim not in lab.guide.report_html(lang)
 
 
@@ -500,3 +502,16 @@ def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_swit
     monkeypatch.setattr(streamlit, "switch_page", lambda *a, **k: asked.append(a))
     at.switch_page("app_pages/guide.py").run()
     assert at.title[0].value == "Guided lab" and not asked
+
+
+def test_a_findings_heading_names_the_step_it_comes_from():
+    """Four findings headed "No verdict: ..." on a busy machine read the same in the summary and the report: each
+    is headed after its step too; the sixth, which no step measures, keeps its own heading."""
+    from engine.guide import BUSY, Finding, Guide
+    from engine.messages import mark, translate
+
+    busy = Finding(2, BUSY, mark("x"), True)
+    assert translate(Guide.heading(busy), "en") == f"5 sequential via vLLM · {translate(BUSY, 'en')}"
+    assert translate(Guide.heading(busy), "ko").startswith(translate(mark("5 sequential via vLLM"), "ko"))
+    sixth = Finding(6, mark("The right engine for the job"), mark("x"), False)
+    assert Guide.heading(sixth) == sixth.title

@@ -18,7 +18,7 @@ from engine.guide.steps import (LAB_FLAGS, SCALE_NAMES, SCALES, SEED, STEPS, STE
                                 repeats_for, step, tokens_for)
 from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
-from engine.messages import say
+from engine.messages import Message, say
 from engine.paths import history_path
 from engine.serving import models
 from engine.serving.states import READY, STARTING, STOPPING
@@ -285,13 +285,20 @@ class Guide:
         i = FINDING_OF.get(step_id)
         return None if i is None else self.findings(state)[i]
 
+    @staticmethod
+    def heading(f: "Finding") -> Message:
+        """A finding's heading in the summary and the report, after the step it comes from: a verdict-only
+        heading ("No verdict: something else ran beside the measurement") would not say which comparison it is."""
+        sid = next((k for k, i in FINDING_OF.items() if i == f.number - 1), None)
+        return f.title if sid is None else say("{step} · {finding}", step=step(sid).title, finding=f.title)
+
     def report_html(self, lang: str = "en") -> str:
         """History's HTML report of the guided lab's runs, the six findings first."""
         from engine.figures.report import build_report  # plotly (~1 s to import) only when a report is written
 
         state = self.state()
         runs = [r for sid in STEP_IDS for r in self.runs(sid, state)]
-        return build_report(runs, lang, findings=[(f.title, f.text) for f in self.findings(state)])
+        return build_report(runs, lang, findings=[(self.heading(f), f.text) for f in self.findings(state)])
 
     # what the page reads, so that it touches only `lab.guide`
     steps, scales, scale_names, which_engine, seed_source = STEPS, SCALES, SCALE_NAMES, WHICH_ENGINE, SEED
