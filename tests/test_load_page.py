@@ -288,3 +288,31 @@ def test_synthetic_prompts_have_a_seed_field_and_a_new_seed_each_run_unless_one_
     fixed = [load_test_spec("burst", 6, 16, max_len=2048, synthetic=True, seed=9) for _ in range(2)]
     assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 9
     assert load_test_spec("burst", 6, 16, max_len=2048).prompt_seed is None  # the lab's prompts
+
+
+def test_shared_prefixes_preview_their_lengths_what_the_cache_can_serve_and_take_the_seed(lab):
+    """Issue #33 item 3: the prefix-repetition workload chosen on the page, previewed as the other kinds are (its
+    prompts, their exact lengths, the histogram) with what a prefix cache can serve of it; seeded like synthetic
+    prompts; a bad setting its one sentence, and nothing runs."""
+    from engine.measure.workloads.defaults import load_test_spec, workload_plan
+
+    at = _what(app_page("app_pages/load.py"), "Shared prefixes")
+    at.number_input(key="wl_pr_n").set_value(6)
+    at.number_input(key="wl_pr_k").set_value(2)
+    at.number_input(key="wl_pr_prefix").set_value(40)
+    at.number_input(key="wl_pr_suffix").set_value(10)
+    at.number_input(key="wl_pr_out").set_value(12).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [50] * 6 and fig["data"][1]["x"] == [12] * 6
+    assert list(at.dataframe[0].value["Tokens"]) == [50] * 6
+    assert any("A prefix cache can serve up to 53%" in m.value for m in at.markdown)  # 4 × 40 of 6 × 50 tokens
+    assert not at.number_input(key="load_seed").disabled
+    plan = workload_plan({"kind": "prefix-repetition", "n": 6, "num_prefixes": 2, "prefix_len": 40, "suffix_len": 10,
+                          "output_len": 12, "seed": 0})
+    a, b = (load_test_spec("concurrency", 6, 12, max_len=2048, concurrency=2, plan=plan, seed=s) for s in (3, 4))
+    assert a.prompt_seed == 3 and a.workload["seed"] == 3 and a.prompts != b.prompts and len(a.prompts) == 6
+    assert a.scenario == "prefix-repetition"
+    at.number_input(key="wl_pr_k").set_value(9).run()
+    assert any("9 prefixes for 6 requests" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled

@@ -19,6 +19,8 @@ MAX_ROWS = 1_000_000
 MAX_PROMPT_CHARS = 200_000  # ~50k tokens: beyond any context this lab serves
 
 
+SEEDED = ("lengths", "prefix-repetition")  # the kinds a seed makes (kinds.SEEDED)
+
 # How far reading a large file has come: report(done, total, what), `what` a Message such as "rows read"
 Report = Callable[[int, int, Message], None]
 REPORT_EVERY = 20_000  # items between two reports (a 1,000,000-row file: 50 of them)
@@ -87,7 +89,7 @@ class Plan:
     """A workload ready to send. `summary` is what the run records (LoadSpec.workload -> Load.workload);
     `input_tokens` / `output_tokens` are each request's lengths (for a histogram before running)."""
 
-    kind: str  # "dataset" | "lengths" | "multi-turn" | "trace"
+    kind: str  # one of kinds.KINDS
     prompts: list[str]
     summary: dict[str, Any]
     max_tokens_each: list[int] | None = None
@@ -104,7 +106,7 @@ class Plan:
         over: dict[str, Any] = {"prompts": list(self.prompts), "num_requests": None, "workload": dict(self.summary),
                                 "max_tokens_each": self.max_tokens_each, "offsets": self.offsets,
                                 "conversations": self.conversations,
-                                "prompt_seed": self.summary.get("seed") if self.kind == "lengths" else None}
+                                "prompt_seed": self.summary.get("seed") if self.kind in SEEDED else None}
         if self.conversations is not None:
             over["think_time_s"] = self.think_time_s
         if self.max_tokens_each:
@@ -130,10 +132,16 @@ def named(workload: dict | None) -> Message | str:
             name = Lengths(**workload["inputs"]).said()
         except (LabError, TypeError):  # an older or imported record: its stored words
             pass
+    if kind == "prefix-repetition" and all(k in workload for k in ("prefix_len", "suffix_len", "num_prefixes")):
+        from engine.measure.workloads.prefixes import said
+
+        name = said(workload["prefix_len"], workload["suffix_len"], workload["num_prefixes"])
+    if kind == "lengths" and name and workload.get("prefix_len"):
+        name = say("{lengths} after a shared prefix of {n} tokens", lengths=name, n=workload["prefix_len"])
     kinds = {"dataset": say("dataset"), "lengths": say("lengths"), "multi-turn": say("multi-turn"),
-             "trace": say("trace")}
-    if kind == "lengths" and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
-        return say("{kind} · {name} · seed {seed}", kind=kinds["lengths"], name=name, seed=workload["seed"])
+             "trace": say("trace"), "prefix-repetition": say("shared prefixes")}
+    if kind in SEEDED and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
+        return say("{kind} · {name} · seed {seed}", kind=kinds[kind], name=name, seed=workload["seed"])
     return say("{kind} · {name}", kind=kinds.get(kind, kind or ""), name=name) if name else kinds.get(kind, kind or "")
 
 
