@@ -316,3 +316,20 @@ def test_shared_prefixes_preview_their_lengths_what_the_cache_can_serve_and_take
     at.number_input(key="wl_pr_k").set_value(9).run()
     assert any("9 prefixes for 6 requests" in e.value for e in at.error)
     assert next(b for b in at.button if b.label == "Run load test").disabled
+
+
+def test_a_fixed_text_previews_prompts_of_its_length_cut_from_the_text(lab):
+    at = _what(app_page("app_pages/load.py"), "Fixed text")
+    at.number_input(key="wl_ft_n").set_value(4)
+    at.number_input(key="wl_ft_len").set_value(90)
+    at.number_input(key="wl_ft_prefix").set_value(30)
+    at.number_input(key="wl_ft_out").set_value(8).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [90] * 4 and fig["data"][1]["x"] == [8] * 4
+    first = (EXAMPLES / "fixed-text.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert all(p.startswith(first[:60]) for p in at.dataframe[0].value["Prompt"])
+    assert not at.number_input(key="load_seed").disabled
+    at.number_input(key="wl_ft_prefix").set_value(90).run()
+    assert any("The shared opening is a whole number of tokens" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled

@@ -21,7 +21,7 @@ from i18n import N_, _
 UPLOAD_MB = max(1, UPLOAD_BYTES // (1024 * 1024))  # the uploader refuses what the engine would
 # The lab's prompts stay the default. Labels are the values (English, as tests set them).
 WHAT = {N_("The lab's 10 prompts"): "lab", N_("Synthetic prompts (seeded)"): "synthetic", N_("A dataset"): "dataset",
-        N_("Length distribution"): "lengths", N_("Shared prefixes"): "prefix-repetition",
+        N_("Length distribution"): "lengths", N_("Shared prefixes"): "prefix-repetition", N_("Fixed text"): "fixed-text",
         N_("Multi-turn chats"): "multi-turn", N_("Trace replay"): "trace"}
 DISTRIBUTIONS = {N_("Fixed"): "fixed", N_("Uniform range"): "uniform", N_("Normal"): "normal",
                  N_("Chat-like (shipped shape)"): "chat-like"}
@@ -122,6 +122,17 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
         out = a.number_input(_("Answer (tokens)"), value=min(32, tokens_hi), step=16, key="wl_pr_out")
         return {"kind": "prefix-repetition", "n": int(n), "num_prefixes": int(k), "prefix_len": int(p),
                 "suffix_len": int(sfx), "output_len": int(out), "seed": 0}
+    if what == "fixed-text":
+        a, b = st.columns(2)
+        n = a.number_input(_("Number of requests"), value=24, step=8, key="wl_ft_n")
+        length = b.number_input(_("Prompt (tokens)"), value=256, step=64, key="wl_ft_len")
+        head = a.number_input(_("Shared opening (tokens)"), value=128, step=64, key="wl_ft_prefix",
+                              help=_("Every prompt opens with the text's first this many tokens; the rest is lines of "
+                                     "the text drawn at random. 0: none shared."))
+        out = b.number_input(_("Answer (tokens)"), value=min(32, tokens_hi), step=16, key="wl_ft_out")
+        st.caption(_("The text: examples/workloads/fixed-text.txt, plain prose written for this project."))
+        return {"kind": "fixed-text", "n": int(n), "input_len": int(length), "prefix_len": int(head),
+                "output_len": int(out), "seed": 0}
     if what == "multi-turn":
         name, data = _file("multi-turn")
         a, b = st.columns(2)
@@ -176,7 +187,7 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
     what = WHAT[top_what.selectbox(_("What to send"), list(WHAT), key="load_what", format_func=i18n.shown(WHAT),
                                    help=_("The lab's ten prompts, seeded synthetic ones, your own dataset, prompts of "
                                           "chosen lengths, prompts that share a few prefixes (what prefix caching "
-                                          "saves), multi-turn chats that resend their history, or a replayed "
+                                          "saves), prompts cut from a fixed text, multi-turn chats that resend their history, or a replayed "
                                           "trace."))]
     chosen = Chosen(what)
     if what in ("lab", "synthetic"):

@@ -12,7 +12,7 @@ from engine.measure.workloads.seeds import SEED_LIMIT
 from engine.messages import say
 
 # The options in the order a sentence names them (argparse's dest)
-OPTIONS = ("dataset", "trace", "turns", "input_len", "prefix_len", "suffix_len", "num_prefixes", "random_prefix_len",
+OPTIONS = ("dataset", "trace", "turns", "fixed_text", "input_len", "prefix_len", "suffix_len", "num_prefixes", "random_prefix_len",
            "output_len", "time_scale", "time_unit", "num_prompts", "sample", "ramp_up", "burstiness", "seed")
 PREFIX_OPTIONS = ("prefix_len", "suffix_len", "num_prefixes")  # a shared-prefix workload's (prefixes.plan)
 # Two options that cannot go together, and why (the first named is the one that says what to send)
@@ -30,6 +30,9 @@ _CONFLICTS = (
       for b in (*PREFIX_OPTIONS, "random_prefix_len")),
     *(("input_len", b, say("--input-len draws each prompt's length, and a shared-prefix prompt is its prefix and "
                            "suffix")) for b in PREFIX_OPTIONS),
+    *((a, "fixed_text", say("both say what to send")) for a in ("dataset", "trace", "turns")),
+    *(("fixed_text", b, say("a fixed text's prompts share the opening --prefix-len gives, one length each"))
+      for b in ("suffix_len", "num_prefixes", "random_prefix_len")),
     *(("random_prefix_len", b, say("--random-prefix-len puts one prefix before random prompts, and --prefix-len "
                                    "makes several")) for b in PREFIX_OPTIONS),
 )
@@ -46,6 +49,10 @@ def add_workload_options(r) -> None:
                    help="synthetic prompts of this many tokens: N (exactly 200), LOW-HIGH (uniform, 100-300), "
                         "MEAN:STDEV (normal, 200:50, clipped to 1 and mean + 4 stdev) or chat-like (the shipped "
                         "long-tailed shape); made and counted with the embedded model's tokenizer, seeded")
+    g.add_argument("--fixed-text", action="store_const", const=True,
+                   help="prompts cut from the shipped fixed text (examples/workloads/fixed-text.txt, written for this "
+                        "project; vllm bench serve's sonnet without its poems): --input-len N tokens each (default "
+                        "256), the text's first --prefix-len tokens shared by all (default 128), seeded lines after")
     g.add_argument("--random-prefix-len", type=int, metavar="N",
                    help="with --input-len: one shared prefix of N random tokens before every prompt, on top of its "
                         "drawn length (vllm bench serve's --random-prefix-len)")
@@ -102,6 +109,9 @@ def kind_asked(scn, args) -> str | None:
         return "multi-turn"
     if args.dataset is not None:
         return "dataset"
+    text_asked = any(getattr(args, o) is not None for o in ("input_len", "prefix_len"))
+    if args.fixed_text or (scn.workload.get("kind") == "fixed-text" and text_asked):
+        return "fixed-text"
     if args.input_len is not None:
         return "lengths"
     if any(getattr(args, o) is not None for o in PREFIX_OPTIONS):
@@ -122,7 +132,10 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
     if scn.kind == "naive":
         raise ConfigError(say("The naive scenario sends the lab's prompts through transformers itself: leave {flag} "
                               "out, or pick a load scenario (python -m engine list).", flag=_flag(named[0])))
+    text = kind_asked(scn, args) == "fixed-text"  # its --input-len and --prefix-len go together
     for a, b, why in _CONFLICTS:
+        if text and (a, b) == ("input_len", "prefix_len"):
+            continue
         if getattr(args, a) is not None and getattr(args, b) is not None:
             raise ConfigError(say("{a} and {b} cannot go together: {why}. Give only one of them.", a=_flag(a),
                                   b=_flag(b), why=why))
@@ -149,6 +162,9 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
     if args.num_prompts is not None and kind is None:
         raise ConfigError(say("--num-prompts counts a workload's requests: give --dataset, --input-len, --prefix-len, "
                               "--turns or --trace with it."))
+    if kind == "fixed-text" and args.input_len is not None and not re.fullmatch(r"\s*[1-9]\d*\s*", args.input_len):
+        raise ConfigError(say("With --fixed-text, {flag} is one number of tokens, not '{v}'.", flag="--input-len",
+                              v=args.input_len[:40]))
     if args.random_prefix_len is not None and kind != "lengths":
         raise ConfigError(say("--random-prefix-len puts a shared prefix before random prompts: give --input-len with "
                               "it, or run random-512-64 or lengths-chat-like."))
@@ -162,6 +178,9 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if kind == "dataset" and not re.fullmatch(r"\s*\d+\s*", args.output_len):
             raise ConfigError(say("With --dataset, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
+        if kind == "fixed-text" and not re.fullmatch(r"\s*[1-9]\d*\s*", args.output_len):
+            raise ConfigError(say("With --fixed-text, {flag} is one number of tokens, not '{v}'.", flag="--output-len",
+                                  v=args.output_len[:40]))
         if kind == "prefix-repetition" and not re.fullmatch(r"\s*[1-9]\d*\s*", args.output_len):
             raise ConfigError(say("With shared prefixes, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
@@ -223,6 +242,14 @@ def workload_of(scn, args):
         desc["n"] = n or desc.get("n") or 100
         desc["seed"] = seeds.fresh() if args.seed is None else args.seed
         desc.update({k: getattr(args, k) for k in PREFIX_OPTIONS if getattr(args, k) is not None})
+        if args.output_len is not None:
+            desc["output_len"] = int(args.output_len)
+    elif kind == "fixed-text":
+        desc["n"] = n or desc.get("n") or 24
+        desc["seed"] = seeds.fresh() if args.seed is None else args.seed
+        desc.update({o: int(getattr(args, o)) for o in ("input_len", "prefix_len") if getattr(args, o) is not None})
+        if args.prefix_len is None and desc.get("prefix_len", 128) >= desc.get("input_len", 256):
+            desc["prefix_len"] = desc["input_len"] // 2  # a shorter prompt than the default opening: half shared
         if args.output_len is not None:
             desc["output_len"] = int(args.output_len)
     elif kind == "multi-turn":

@@ -63,8 +63,8 @@ def cached_said(run: Any) -> Message | None:
     w = getattr(run.load, "workload", None) or {}
     if hits is not None and queries and (most := shared_most(w)) is not None:  # what the workload was made to show
         return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache; "
-                   "its shared prefixes allowed up to {most} (in whole cache blocks, less).", share=f"{hits / queries:.0%}",
-                   hits=hits, queries=queries, most=f"{most:.0%}")
+                   "its shared prefixes allowed up to {most} (in whole cache blocks, less).",
+                   share=f"{hits / queries:.0%}", hits=hits, queries=queries, most=f"{most:.0%}")
     if hits is None or not queries or hits / queries < CACHED_NOTABLE:
         return None
     return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache, so "
@@ -82,7 +82,7 @@ def shared_most(workload: dict) -> float | None:
         return None
     if workload.get("kind") == "prefix-repetition":
         return workload.get("cacheable_tokens", 0) / (i["mean"] * n)
-    if workload.get("kind") == "lengths" and workload.get("prefix_len"):
+    if workload.get("kind") in ("lengths", "fixed-text") and workload.get("prefix_len"):
         return workload["prefix_len"] * (n - 1) / (i["mean"] * n)
     return None
 

@@ -19,7 +19,7 @@ MAX_ROWS = 1_000_000
 MAX_PROMPT_CHARS = 200_000  # ~50k tokens: beyond any context this lab serves
 
 
-SEEDED = ("lengths", "prefix-repetition")  # the kinds a seed makes (kinds.SEEDED)
+SEEDED = ("lengths", "prefix-repetition", "fixed-text")  # the kinds a seed makes (kinds.SEEDED)
 
 # How far reading a large file has come: report(done, total, what), `what` a Message such as "rows read"
 Report = Callable[[int, int, Message], None]
@@ -136,10 +136,14 @@ def named(workload: dict | None) -> Message | str:
         from engine.measure.workloads.prefixes import said
 
         name = said(workload["prefix_len"], workload["suffix_len"], workload["num_prefixes"])
+    if kind == "fixed-text" and all(k in workload for k in ("input_len", "prefix_len")):
+        from engine.measure.workloads.fixed_text import said as text_said
+
+        name = text_said(workload["input_len"], workload["prefix_len"])
     if kind == "lengths" and name and workload.get("prefix_len"):
         name = say("{lengths} after a shared prefix of {n} tokens", lengths=name, n=workload["prefix_len"])
     kinds = {"dataset": say("dataset"), "lengths": say("lengths"), "multi-turn": say("multi-turn"),
-             "trace": say("trace"), "prefix-repetition": say("shared prefixes")}
+             "trace": say("trace"), "prefix-repetition": say("shared prefixes"), "fixed-text": say("fixed text")}
     if kind in SEEDED and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
         return say("{kind} · {name} · seed {seed}", kind=kinds[kind], name=name, seed=workload["seed"])
     return say("{kind} · {name}", kind=kinds.get(kind, kind or ""), name=name) if name else kinds.get(kind, kind or "")

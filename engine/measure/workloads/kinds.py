@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.measure.workloads import conversations, datasets, lengths, prefixes, traces
+from engine.measure.workloads import conversations, datasets, fixed_text, lengths, prefixes, traces
 from engine.measure.workloads import base
 from engine.measure.workloads.base import Plan, Report, WorkloadError
 from engine.measure.workloads.tokens import Tokens, estimated
 from engine.messages import say
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "workloads"
-KINDS = ("dataset", "lengths", "prefix-repetition", "multi-turn", "trace")
+KINDS = ("dataset", "lengths", "prefix-repetition", "fixed-text", "multi-turn", "trace")
 SEEDED = base.SEEDED  # kinds whose prompts a seed makes: another seed, other prompts alike
 
 
@@ -34,6 +34,7 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
     lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed, prefix_len (one shared
       prefix of that many tokens before every prompt);
     prefix-repetition: n, prefix_len, suffix_len, num_prefixes, output_len, seed;
+    fixed-text: n, input_len, prefix_len (the text's opening every prompt shares), output_len, seed;
     multi-turn: file (a dataset; none: the shipped chat prompts), conversations, turns, think_time_s, seed;
     trace: file, time_scale, time_unit, n.
     `report` hears how far a large file's rows are read and its prompts counted."""
@@ -61,6 +62,10 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
     if kind == "prefix-repetition":
         return prefixes.plan(desc.get("n", 100), **{k: desc.get(k, v) for k, v in prefixes.DEFAULTS.items()},
                              seed=desc.get("seed", 0), tokens=tokens)
+    if kind == "fixed-text":
+        return fixed_text.plan(example(fixed_text.SHIPPED), fixed_text.SHIPPED, desc.get("n", 24),
+                               **{k: desc.get(k, v) for k, v in fixed_text.DEFAULTS.items()}, seed=desc.get("seed", 0),
+                               tokens=tokens)
     if kind == "multi-turn":
         ds = datasets.parse(*content("chat-prompts.jsonl"), report=report)
         return conversations.plan(desc.get("conversations", 4), desc.get("turns", 3), ds, desc.get("seed", 0),
@@ -76,4 +81,5 @@ def described(summary: dict) -> dict:
         outs = summary.get("outputs")
         return {"kind": "lengths", "n": int(summary["sent"]), "input": summary["inputs"],
                 "output": outs if outs else None, "prefix_len": summary.get("prefix_len", 0)}
-    return {"kind": summary["kind"], "n": int(summary["sent"]), **{k: summary[k] for k in prefixes.DEFAULTS}}
+    keys = fixed_text.DEFAULTS if summary.get("kind") == "fixed-text" else prefixes.DEFAULTS
+    return {"kind": summary["kind"], "n": int(summary["sent"]), **{k: summary[k] for k in keys}}
