@@ -284,8 +284,8 @@ def _draw_charts(job_id: str, status: str, lang: str) -> None:
 
 # The scenarios this page's form makes (defaults.load_test_spec: an arrival, or a workload's kind, which the
 # catalogue's workload scenarios start with too): the Naive page's vLLM runs are load tests too, and are not shown.
-OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "lengths", "random-", "prefix-", "fixed-", "multi-turn", "trace", "ramp-up",
-                 "bursty")
+OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "hub", "lengths", "random-", "prefix-", "fixed-", "multi-turn",
+                 "trace", "ramp-up", "bursty")
 
 
 @st.fragment(run_every=1)

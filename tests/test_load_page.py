@@ -333,3 +333,23 @@ def test_a_fixed_text_previews_prompts_of_its_length_cut_from_the_text(lab):
     at.number_input(key="wl_ft_prefix").set_value(90).run()
     assert any("The shared opening is a whole number of tokens" in e.value for e in at.error)
     assert next(b for b in at.button if b.label == "Run load test").disabled
+
+
+def test_a_hugging_face_dataset_by_name_previews_its_rows_and_says_what_it_lacks(lab, tmp_path):
+    """Issue #33 item 3: a Hugging Face dataset chosen by name on the page (here a folder written by save_to_disk, which
+    the library reads without the Hub), previewed like a file; one it cannot find is its one sentence."""
+    from datasets import Dataset
+
+    Dataset.from_dict({"instruction": [f"Say {i} in Korean." for i in range(6)]}).save_to_disk(str(tmp_path / "ds"))
+    at = _what(app_page("app_pages/load.py"), "A Hugging Face dataset")
+    assert any("Type the name of a Hugging Face dataset" in i.value for i in at.info)
+    at.text_input(key="wl_hub_name").set_value(str(tmp_path / "ds"))
+    at.text_input(key="wl_hub_column").set_value("instruction")
+    at.number_input(key="wl_hub_n").set_value(4)
+    at.radio(key="wl_hub_how").set_value("first").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert list(at.dataframe[0].value["Prompt"]) == [f"Say {i} in Korean." for i in range(4)]
+    assert "4 requests" in _histogram(at)["layout"]["title"]["text"]
+    at.text_input(key="wl_hub_column").set_value("nope").run()
+    assert any("has no column 'nope'\\: pick one of instruction" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled

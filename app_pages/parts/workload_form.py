@@ -21,7 +21,9 @@ from i18n import N_, _
 UPLOAD_MB = max(1, UPLOAD_BYTES // (1024 * 1024))  # the uploader refuses what the engine would
 # The lab's prompts stay the default. Labels are the values (English, as tests set them).
 WHAT = {N_("The lab's 10 prompts"): "lab", N_("Synthetic prompts (seeded)"): "synthetic", N_("A dataset"): "dataset",
-        N_("Length distribution"): "lengths", N_("Shared prefixes"): "prefix-repetition", N_("Fixed text"): "fixed-text",
+        N_("A Hugging Face dataset"): "hub",
+        N_("Length distribution"): "lengths", N_("Shared prefixes"): "prefix-repetition",
+        N_("Fixed text"): "fixed-text",
         N_("Multi-turn chats"): "multi-turn", N_("Trace replay"): "trace"}
 DISTRIBUTIONS = {N_("Fixed"): "fixed", N_("Uniform range"): "uniform", N_("Normal"): "normal",
                  N_("Chat-like (shipped shape)"): "chat-like"}
@@ -102,6 +104,22 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
         how = st.radio(_("Which rows"), ["random", "first"], horizontal=True, key="wl_ds_how",
                        format_func=lambda h: _("At random (seeded)") if h == "random" else _("The first ones"))
         return {"kind": "dataset", "file": name, "n": int(n), "how": how, "seed": 0, "_data": data}
+    if what == "hub":
+        name = st.text_input(_("Dataset name"), key="wl_hub_name", placeholder="owner/name",
+                             help=_("As datasets.load_dataset takes it, or a folder written by save_to_disk. Read from "
+                                    "this machine's Hugging Face cache when the Hub cannot be reached."))
+        a, b, c = st.columns(3)
+        split = a.text_input(_("Split"), value="train", key="wl_hub_split")
+        subset = b.text_input(_("Subset"), key="wl_hub_subset", placeholder=_("none"))
+        column = c.text_input(_("Prompt column"), key="wl_hub_column", placeholder=_("found by name"),
+                              help=_("Where it is not prompt, text, input or question (nor ShareGPT conversations or "
+                                     "OpenAI messages)."))
+        n = st.number_input(_("Prompts to send"), value=40, step=8, key="wl_hub_n")
+        how = st.radio(_("Which rows"), ["random", "first"], horizontal=True, key="wl_hub_how",
+                       format_func=lambda h: _("At random (seeded)") if h == "random" else _("The first ones"))
+        return {"kind": "hub", "dataset": name.strip(), "split": split.strip() or "train",
+                "subset": subset.strip() or None, "column": column.strip() or None, "n": int(n), "how": how,
+                "seed": 0}
     if what == "lengths":
         n = st.number_input(_("Number of requests"), value=32, step=8, key="wl_len_n")
         desc = {"kind": "lengths", "n": int(n), "input": _lengths("input", "wl_in", 256, 4096),
@@ -185,10 +203,11 @@ class Chosen:
 def choose(top_what, top_said, tokens_hi: int) -> Chosen:
     """The 'what to send' box in `top_what`, its one-line summary in `top_said`, and the folded settings and preview."""
     what = WHAT[top_what.selectbox(_("What to send"), list(WHAT), key="load_what", format_func=i18n.shown(WHAT),
-                                   help=_("The lab's ten prompts, seeded synthetic ones, your own dataset, prompts of "
+                                   help=_("The lab's ten prompts, seeded synthetic ones, your own dataset or a Hugging "
+                                          "Face dataset by name, prompts of "
                                           "chosen lengths, prompts that share a few prefixes (what prefix caching "
-                                          "saves), prompts cut from a fixed text, multi-turn chats that resend their history, or a replayed "
-                                          "trace."))]
+                                          "saves), prompts cut from a fixed text, multi-turn chats that resend their "
+                                          "history, or a replayed trace."))]
     chosen = Chosen(what)
     if what in ("lab", "synthetic"):
         return chosen
@@ -198,7 +217,9 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
         with settings:
             chosen.workload = _workload(what, tokens_hi)
         data = chosen.workload.pop("_data", None)
-        if chosen.workload.get("file") is None and what not in SEEDED:
+        if what == "hub" and not chosen.workload["dataset"]:
+            sample.info(_("Type the name of a Hugging Face dataset."), icon=":material/dataset:")
+        elif chosen.workload.get("file") is None and what not in (*SEEDED, "hub"):
             sample.info(_("Upload a file, or pick a shipped one."), icon=":material/upload_file:")
         else:
             bar, report = _reading(sample)

@@ -12,8 +12,10 @@ from engine.measure.workloads.seeds import SEED_LIMIT
 from engine.messages import say
 
 # The options in the order a sentence names them (argparse's dest)
-OPTIONS = ("dataset", "trace", "turns", "fixed_text", "input_len", "prefix_len", "suffix_len", "num_prefixes", "random_prefix_len",
-           "output_len", "time_scale", "time_unit", "num_prompts", "sample", "ramp_up", "burstiness", "seed")
+OPTIONS = ("dataset", "hf_dataset", "trace", "turns", "fixed_text", "input_len", "prefix_len", "suffix_len",
+           "num_prefixes", "random_prefix_len", "output_len", "time_scale", "time_unit", "num_prompts", "sample",
+           "hf_split", "hf_subset", "hf_column", "ramp_up", "burstiness", "seed")
+HUB_OPTIONS = ("hf_split", "hf_subset", "hf_column")  # which part of a Hugging Face dataset (hub.plan)
 PREFIX_OPTIONS = ("prefix_len", "suffix_len", "num_prefixes")  # a shared-prefix workload's (prefixes.plan)
 # Two options that cannot go together, and why (the first named is the one that says what to send)
 _CONFLICTS = (
@@ -31,6 +33,8 @@ _CONFLICTS = (
     *(("input_len", b, say("--input-len draws each prompt's length, and a shared-prefix prompt is its prefix and "
                            "suffix")) for b in PREFIX_OPTIONS),
     *((a, "fixed_text", say("both say what to send")) for a in ("dataset", "trace", "turns")),
+    *(("hf_dataset", b, say("both say what to send")) for b in ("dataset", "trace", "turns", "fixed_text", "input_len",
+                                                                *PREFIX_OPTIONS, "random_prefix_len")),
     *(("fixed_text", b, say("a fixed text's prompts share the opening --prefix-len gives, one length each"))
       for b in ("suffix_len", "num_prefixes", "random_prefix_len")),
     *(("random_prefix_len", b, say("--random-prefix-len puts one prefix before random prompts, and --prefix-len "
@@ -49,6 +53,16 @@ def add_workload_options(r) -> None:
                    help="synthetic prompts of this many tokens: N (exactly 200), LOW-HIGH (uniform, 100-300), "
                         "MEAN:STDEV (normal, 200:50, clipped to 1 and mean + 4 stdev) or chat-like (the shipped "
                         "long-tailed shape); made and counted with the embedded model's tokenizer, seeded")
+    g.add_argument("--hf-dataset", metavar="NAME",
+                   help="a Hugging Face dataset by name (owner/name, as datasets.load_dataset takes it) or a folder "
+                        "written by save_to_disk: from this machine's Hugging Face cache when the Hub cannot be "
+                        "reached (HF_DATASETS_OFFLINE=1), its rows read as --dataset's are; the run records its name, "
+                        "split, rows and fingerprint")
+    g.add_argument("--hf-split", metavar="SPLIT", help="the split of --hf-dataset to send (default train)")
+    g.add_argument("--hf-subset", metavar="NAME", help="the subset (configuration) of --hf-dataset, where it has some")
+    g.add_argument("--hf-column", metavar="COLUMN",
+                   help="the column of --hf-dataset that holds the prompt, where it is not prompt, text, input or "
+                        "question (nor ShareGPT conversations or OpenAI messages)")
     g.add_argument("--fixed-text", action="store_const", const=True,
                    help="prompts cut from the shipped fixed text (examples/workloads/fixed-text.txt, written for this "
                         "project; vllm bench serve's sonnet without its poems): --input-len N tokens each (default "
@@ -109,6 +123,8 @@ def kind_asked(scn, args) -> str | None:
         return "multi-turn"
     if args.dataset is not None:
         return "dataset"
+    if args.hf_dataset is not None:
+        return "hub"
     text_asked = any(getattr(args, o) is not None for o in ("input_len", "prefix_len"))
     if args.fixed_text or (scn.workload.get("kind") == "fixed-text" and text_asked):
         return "fixed-text"
@@ -157,8 +173,12 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         raise ConfigError(say("--time-scale scales a trace's clock: give --trace FILE with it, or run trace-tiny."))
     if args.time_unit is not None and kind != "trace":
         raise ConfigError(say("--time-unit says what a trace's timestamps count: give --trace FILE with it."))
-    if args.sample is not None and kind != "dataset":
+    if args.sample is not None and kind not in ("dataset", "hub"):
         raise ConfigError(say("--sample picks the rows of a dataset: give --dataset FILE with it."))
+    for o in HUB_OPTIONS:
+        if getattr(args, o) is not None and kind != "hub":
+            raise ConfigError(say("{flag} picks a part of a Hugging Face dataset: give --hf-dataset NAME with it.",
+                                  flag=_flag(o)))
     if args.num_prompts is not None and kind is None:
         raise ConfigError(say("--num-prompts counts a workload's requests: give --dataset, --input-len, --prefix-len, "
                               "--turns or --trace with it."))
@@ -175,7 +195,7 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if kind in ("multi-turn", "trace"):
             raise ConfigError(say("The {name} scenario sends a {kind} workload, which --output-len does not apply to: "
                                   "leave it out.", name=scn.name, kind=kind))
-        if kind == "dataset" and not re.fullmatch(r"\s*\d+\s*", args.output_len):
+        if kind in ("dataset", "hub") and not re.fullmatch(r"\s*\d+\s*", args.output_len):
             raise ConfigError(say("With --dataset, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
         if kind == "fixed-text" and not re.fullmatch(r"\s*[1-9]\d*\s*", args.output_len):
@@ -244,6 +264,12 @@ def workload_of(scn, args):
         desc.update({k: getattr(args, k) for k in PREFIX_OPTIONS if getattr(args, k) is not None})
         if args.output_len is not None:
             desc["output_len"] = int(args.output_len)
+    elif kind == "hub":
+        desc = {"kind": "hub", "dataset": args.hf_dataset, "split": args.hf_split or "train", "subset": args.hf_subset,
+                "column": args.hf_column, "seed": 0}
+        desc.update({k: v for k, v in (("n", n), ("how", args.sample)) if v is not None})
+        if args.output_len is not None:
+            desc["max_tokens"] = int(args.output_len)
     elif kind == "fixed-text":
         desc["n"] = n or desc.get("n") or 24
         desc["seed"] = seeds.fresh() if args.seed is None else args.seed

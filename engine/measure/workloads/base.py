@@ -143,7 +143,8 @@ def named(workload: dict | None) -> Message | str:
     if kind == "lengths" and name and workload.get("prefix_len"):
         name = say("{lengths} after a shared prefix of {n} tokens", lengths=name, n=workload["prefix_len"])
     kinds = {"dataset": say("dataset"), "lengths": say("lengths"), "multi-turn": say("multi-turn"),
-             "trace": say("trace"), "prefix-repetition": say("shared prefixes"), "fixed-text": say("fixed text")}
+             "trace": say("trace"), "prefix-repetition": say("shared prefixes"), "fixed-text": say("fixed text"),
+             "hub": say("Hugging Face dataset")}
     if kind in SEEDED and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
         return say("{kind} · {name} · seed {seed}", kind=kinds[kind], name=name, seed=workload["seed"])
     return say("{kind} · {name}", kind=kinds.get(kind, kind or ""), name=name) if name else kinds.get(kind, kind or "")

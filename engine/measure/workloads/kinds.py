@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.measure.workloads import conversations, datasets, fixed_text, lengths, prefixes, traces
+from engine.measure.workloads import conversations, datasets, fixed_text, hub, lengths, prefixes, traces
 from engine.measure.workloads import base
 from engine.measure.workloads.base import Plan, Report, WorkloadError
 from engine.measure.workloads.tokens import Tokens, estimated
 from engine.messages import say
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "workloads"
-KINDS = ("dataset", "lengths", "prefix-repetition", "fixed-text", "multi-turn", "trace")
+KINDS = ("dataset", "hub", "lengths", "prefix-repetition", "fixed-text", "multi-turn", "trace")
 SEEDED = base.SEEDED  # kinds whose prompts a seed makes: another seed, other prompts alike
 
 
@@ -31,6 +31,8 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
     """The Plan a workload description makes. `data`: an uploaded file's content (its name in desc["file"]),
     else desc["file"] is a shipped example. Keys by kind:
     dataset: file, n, how ("first" | "random"), seed, output_from_reply, max_tokens;
+    hub: dataset (a Hugging Face dataset's name, or a folder saved with save_to_disk), subset, split, column, n,
+      how, seed, max_tokens, output_from_reply (as dataset's);
     lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed, prefix_len (one shared
       prefix of that many tokens before every prompt);
     prefix-repetition: n, prefix_len, suffix_len, num_prefixes, output_len, seed;
@@ -54,6 +56,10 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
         ds = datasets.parse(*content(), report=report)
         return datasets.plan(ds, desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens,
                              desc.get("output_from_reply", False), desc.get("max_tokens"), report=report)
+    if kind == "hub":
+        return hub.plan(desc.get("dataset", ""), desc.get("subset"), desc.get("split", "train"), desc.get("column"),
+                        desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens, desc.get("max_tokens"),
+                        desc.get("output_from_reply", False), report=report)
     if kind == "lengths":
         out = desc.get("output")
         return lengths.plan(desc.get("n", 32), lengths.Lengths(**desc.get("input", {})),

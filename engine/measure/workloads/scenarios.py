@@ -212,8 +212,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              workload={"kind": "prefix-repetition", "n": 24, "prefix_len": 256, "suffix_len": 32, "num_prefixes": 4,
                        "output_len": 32}),
     # A fixed text (vllm bench serve's sonnet, without its copied poems): real sentences of chosen lengths
-    Scenario("fixed-text", say("Fixed text: 24 prompts of 256 tokens cut from the shipped text, the first 128 shared, 4 "
-                               "in flight (answers of {tokens} tokens)", tokens=32), "vllm", (), 32,
+    Scenario("fixed-text", say("Fixed text: 24 prompts of 256 tokens cut from the shipped text, the first 128 shared, "
+                               "4 in flight (answers of {tokens} tokens)", tokens=32), "vllm", (), 32,
              shape="concurrency", concurrency=4,
              workload={"kind": "fixed-text", "n": 24, "input_len": 256, "prefix_len": 128, "output_len": 32}),
     Scenario("multi-turn", say("Multi-turn chats: 8 conversations × 3 turns, each turn with the whole history, 4 at "
