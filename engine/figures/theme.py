@@ -149,11 +149,14 @@ def _shown_width(text: str) -> int:
 def _cut(piece: str, width: int) -> list[str]:
     """A piece still wider than a line (a label without spaces or hyphens) in line-wide parts, an HTML entity
     (the label is escaped) never cut."""
-    if _shown_width(piece) <= width:
+    def shown(text: str) -> int:  # an entity is drawn as one character
+        return _shown_width(re.sub(r"&#?\w+;", "x", text))
+
+    if shown(piece) <= width:
         return [piece]
     out, cur = [], ""
     for ch in re.findall(r"&#?\w+;|.", piece):
-        if cur and _shown_width(cur) + _shown_width(ch) > width:
+        if cur and shown(cur) + shown(ch) > width:
             out.append(cur)
             cur = ""
         cur += ch
