@@ -14,7 +14,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 from engine.measure.judge import prefix  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import fixed_text, kinds, seeds, tokens  # noqa: E402
-from engine.measure.workloads.base import WorkloadError, named  # noqa: E402
+from engine.measure.workloads.base import WorkloadError  # noqa: E402
+from engine.measure.workloads.named import named  # noqa: E402
 
 TEXT = HERE.parent / "examples" / "workloads" / "fixed-text.txt"
 

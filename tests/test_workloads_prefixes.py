@@ -133,7 +133,7 @@ def test_the_cli_makes_the_shared_prefix_workload_the_page_makes():
     assert _load("prefix-repetition").prompt_seed != own.prompt_seed
     rnd = _load("random-512-64", "--random-prefix-len", "16", "--num-prompts", "3", "--seed", "1")
     assert rnd.workload["prefix_len"] == 16 and rnd.workload["input_tokens"]["min"] == 512 + 16
-    from engine.measure.workloads.base import named
+    from engine.measure.workloads.named import named
 
     assert "shared prefixes · 2 shared prefixes of 32 tokens" in str(named(w)) and "seed 9" in str(named(w))
     assert "after a shared prefix of 16 tokens" in str(named(rnd.workload))
