@@ -15,8 +15,7 @@ from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.snippets.load import run_code
 from engine.measure.load.spec import deadline_said
-from engine.measure.workloads.base import SEEDED
-from engine.measure.workloads.defaults import load_defaults, load_test_spec
+from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec
 from i18n import N_, _, ngettext
 
 lab = ui.get_lab()

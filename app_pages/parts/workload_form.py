@@ -11,9 +11,9 @@ from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.measure.judge import prefix
 from engine.measure.workloads import traces
-from engine.measure.workloads.base import SEEDED
 from engine.measure.workloads.named import named as workload_named
 from engine.measure.workloads.defaults import EXAMPLES as WORKLOAD_EXAMPLES
+from engine.measure.workloads.defaults import SEEDED
 from engine.measure.workloads.defaults import UPLOAD_BYTES
 from engine.measure.workloads.defaults import workload_plan as load_workload
 from i18n import N_, _
