@@ -157,14 +157,14 @@ def _drawn(w: dict, load, c: Comments) -> list[str | None]:
 def _shared(w: dict, c: Comments) -> list[str]:
     """A shared-prefix run's requests: its prefixes, which request opens with which (shuffled as the run's were, not
     by the same draws), each request's own suffix, its answer length."""
-    k, p, s = w.get("num_prefixes"), w.get("prefix_len"), w.get("suffix_len")
+    k, p, s = w.get("num_prefixes"), int(w.get("prefix_len") or 1), int(w.get("suffix_len") or 1)
     return [f"N, K, rng = {w.get('sent')}, {k}, random.Random({w.get('seed', 0)})",
             *comment(c, say("K prefixes of about {p} tokens (a word a token; the run made them exact with the model's "
                             "tokenizer), each request's own suffix of about {s} after one.", p=p, s=s)),
-            f'PREFIXES = [f"Prefix {{j}}: " + "word " * {int(p) - 3} for j in range(K)]',
+            f'PREFIXES = [f"Prefix {{j}}: " + "word " * {max(0, p - 3)} for j in range(K)]',
             "WHICH = [i % K for i in range(N)]",
             "rng.shuffle(WHICH)",
-            f'PROMPTS = [PREFIXES[j] + f" Request {{i}}: " + "word " * {max(0, int(s) - 3)}',
+            f'PROMPTS = [PREFIXES[j] + f" Request {{i}}: " + "word " * {max(0, s - 3)}',
             "           for i, j in enumerate(WHICH)]",
             f"LENGTHS = [{w.get('output_len')}] * N"]
 
