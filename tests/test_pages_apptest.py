@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
 from tests.conftest import free_port
+from tests.said import values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -207,6 +208,7 @@ def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
 def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
     """The Tuning page draws the newest saved prefix-caching pair (on, off) and says what to notice."""
     import ui
+    from engine.measure.judge import prefix
     from engine.results.records import RequestRecord, RunResult
 
     runs = []
@@ -222,9 +224,12 @@ def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
     try:
         at = _page("app_pages/tuning.py")
         said = [m.value.replace("\\", "") for m in at.markdown if "came from the cache" in m.value]
+        sentence = prefix.sentence(*runs)  # on, off: what the page must say of them
+        assert said and str(sentence) in said[0], said
         # a fall said only beyond the noise of the questions after the first, with its interval
-        assert said and "median TTFT fell from 820 ms to 110 ms, beyond noise (95 % interval" in said[0], said
-        assert "2,560 of 3,900 prompt tokens" in said[0]
+        assert "fell" in sentence.template and "interval" in values(sentence)
+        assert {k: round(values(sentence)[k]) for k in ("off", "on", "cached", "prompt")} == {
+            "off": 820, "on": 110, "cached": 2560, "prompt": 3900}
     finally:
         ui.get_lab().store.delete([r.id for r in runs])
 
