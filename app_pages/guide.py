@@ -60,7 +60,8 @@ head.title(_("Guided lab"))
 with side:
     if presenter:
         key = f"guide_scale_{state.scale}"  # one widget per scale: its default is the session's, never a stale one
-        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale,
+        # required: a click on the chosen share keeps it (else it showed none chosen while the session kept it)
+        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale, required=True,
                              format_func=i18n.shown(guide.scales, lambda v: i18n.tr(guide.scale_names[v])),
                              key=key, on_change=_chosen, args=(key, guide.set_scale),
                              help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
