@@ -6,6 +6,7 @@ import os
 import time
 
 from engine.cli.output import check_writable, say_line, write
+from engine.cli.rate_options import add_rate_options, rate_over
 from engine.cli.run_options import check_run_options, slo_of
 from engine.cli.server import add_server_options, config, own_server
 from engine.cli.summary import repeats_table, summary_table
@@ -47,6 +48,7 @@ def register(sub) -> None:
     r.add_argument("--slo-tpot-ms", type=float, metavar="MS",
                    help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
     add_workload_options(r)
+    add_rate_options(r)
     add_server_options(r)
     r.set_defaults(func=_run)
 
@@ -124,6 +126,7 @@ def _load(scn, args):
     from dataclasses import replace
 
     sends, data, over = workload_of(scn, args)
+    over.update(rate_over(scn, args))
     levelled = scn.kind in ("sweep", "slo-search")  # --concurrency is their top level, not each run's limit
     if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
         over["concurrency"] = args.concurrency

@@ -31,10 +31,12 @@ def check_run_options(scn, args) -> list[int] | None:
     server starts or request is sent); return the sweep's levels (None for other scenarios)."""
     from engine.measure.judge.cost import check_price
 
+    from engine.cli.rate_options import check_rate_options
     from engine.cli.workload_options import check_workload_options
 
     _check_servers(scn, args)
     check_workload_options(scn, args, _HOW)
+    check_rate_options(scn, args, _HOW)
     if args.detach and scn.kind == "naive":
         raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
     sets = tuple(sorted({_OPTION_OF.get(k, k) for c in scn.configs for k in c}))

@@ -7,6 +7,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     from engine.digits import significant
     from engine.measure.judge import ceiling, cost, failures, prefix, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
+    from engine.measure.load.progress import in_flight_said
+    from engine.measure.load.spec import arrivals_recorded
     from engine.observe import disturbance
 
     s = r.summary
@@ -21,6 +23,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"== {r.label or r.scenario} [{r.kind}] ==",
         *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
           if (seed := r.load.other.get("prompt_seed")) is not None else ()),
+        *((f"arrivals               {arrivals}",) if (arrivals := arrivals_recorded(r.load)) else ()),
+        *((f"  {peak}",) if (peak := in_flight_said(r)) else ()),
         f"requests ok / failed   {_counted(failures.counts(r))}",
         *(f"  {sentence}" for _, sentence in failures.run_causes(r)),
         f"wall time              {r.duration:.2f} s",

@@ -139,7 +139,9 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if not 0 <= args.seed < SEED_LIMIT:
             raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,
                                   v=args.seed))
-    shape = "trace" if kind == "trace" else scn.shape
+    from engine.cli.rate_options import at_rate
+
+    shape = "trace" if kind == "trace" else "poisson" if at_rate(args) else scn.shape
     if args.burstiness is not None and shape != "poisson":
         raise ConfigError(say("--burstiness shapes Poisson arrivals, and the {name} scenario {how}: run sustained or "
                               "bursty with it.", name=scn.name, how=how.get(shape, shape)))

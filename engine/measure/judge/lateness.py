@@ -24,8 +24,9 @@ class Lateness:
 
 
 def of(records: Iterable[RequestRecord]) -> Lateness | None:
-    """The measured requests' sends against their plan; None when none had a planned time (a closed loop)."""
-    gaps = [max(0.0, r.send_time - r.planned_time) for r in records
+    """The measured requests' sends against their plan; None when none had a planned time (a closed loop). A wait
+    for a slot under a cap on requests in flight is by design, not lateness."""
+    gaps = [max(0.0, r.send_time - r.planned_time - (r.slot_wait or 0.0)) for r in records
             if not r.warmup and r.planned_time is not None]
     if not gaps:
         return None

@@ -12,6 +12,8 @@ from typing import Any, TextIO
 
 from engine import paths
 from engine.measure.judge import failures, lateness
+from engine.measure.judge.stats import peak_in_flight
+from engine.messages import say
 from engine.results.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -27,6 +29,7 @@ class RunPlan:
     workers: int
     url: str
     model: str
+    arrivals: str = ""  # how requests arriving at a rate come (LoadSpec.arrivals_said); "": a closed loop
 
     @property
     def total(self) -> int:
@@ -116,8 +119,9 @@ class Console(Progress):
         return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ", lines=self.lines, log_dir=self.log_dir)
 
     def on_start(self, plan: RunPlan) -> None:
-        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
-                    f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
+        # arrivals at a rate have no fixed number in flight: their rate and cap are said instead
+        pace = f"arrivals {plan.arrivals}" if plan.arrivals else f"{plan.shape}, concurrency {plan.concurrency}"
+        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {pace}, warm-up {plan.warmup}, "
                     f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
         self._close()
         self._every = self.every
@@ -163,6 +167,8 @@ class Console(Progress):
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
         for _, sentence in failures.run_causes(result):
             self._print(f"  {sentence}")
+        if (peak := in_flight_said(result)) is not None:
+            self._print(f"  {peak}")
         if (late := lateness.said(result.extra)) is not None:  # a rate-based run: did the client keep its schedule
             self._print(f"  {late}")
         if (held := lateness.budget_said(result.extra)) is not None:
@@ -170,6 +176,21 @@ class Console(Progress):
         if self.log is not None:
             self._close()
             self._print(f"  each request's line: {self.log_path}")
+
+
+def in_flight_said(result: RunResult):
+    """For a run whose requests arrived on a schedule (a rate, a trace): the most that were in flight at once, as
+    observed, and its cap; None for a closed loop, whose number in flight was set."""
+    measured = [r for r in result.records if not r.warmup]
+    if not any(r.planned_time is not None for r in measured):
+        return None
+    cap = result.load.other.get("max_in_flight")
+    peak = peak_in_flight(result.records)
+    if cap:
+        waited = sum(1 for r in measured if (r.slot_wait or 0) > lateness.LATE_S)
+        return say("At most {peak} requests were in flight at once (observed; capped at {cap}), and {waited} of {n} "
+                   "arrivals waited for a slot.", peak=peak, cap=cap, waited=waited, n=len(measured))
+    return say("At most {peak} requests were in flight at once (observed; no cap).", peak=peak)
 
 
 def notify(fn: Callable[..., None], *args: Any) -> None:

@@ -72,6 +72,13 @@ def load_code(spec: LoadSpec, *, key_needed: bool | None = None, lang: str = "en
     return _concurrent(spec, head, key_needed, c)
 
 
+def paced_beyond_code(load: Any) -> bool:
+    """Whether a run's arrivals are more than this code writes (constant gaps, a cap on requests in flight, a ramp
+    by rate): its code is left unwritten rather than shown sending another load."""
+    other = load.other if isinstance(load.other, dict) else {}
+    return bool(other.get("arrival") == "constant" or other.get("max_in_flight") or other.get("ramp_strategy"))
+
+
 def spec_of(run: Any) -> LoadSpec | None:
     """The LoadSpec a stored run sent (from its Load), aimed at the server it ran against; None for a run
     not sent through the API (the naive baseline) or one whose Load lacks what a request needs (an import)."""
@@ -81,7 +88,8 @@ def spec_of(run: Any) -> LoadSpec | None:
     if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
         return None
     if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
-            or load.other.get("think_time_s")):  # a workload's own lengths, turns or schedule: likewise
+            or load.other.get("think_time_s") or paced_beyond_code(load)):  # a workload's own lengths, turns or
+        # schedule: likewise
         return None
     try:
         return LoadSpec(base_url=load.base_url, model=run.model, prompts=[str(p) for p in load.prompts],

@@ -1,0 +1,209 @@
+"""Requests arriving at a rate, as `vllm bench serve` sends them: the seeded arrival times (Poisson, gamma, constant,
+ramped by rate), the cap on requests in flight, the header and summary that say them, every bad value refused in
+one sentence, and one run against the real server whose record holds its rate and whose sends follow it."""
+from __future__ import annotations
+
+import io
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from engine.cli import build_parser
+from engine.cli.run import _load
+from engine.cli.run_options import check_run_options
+from engine.errors import ConfigError
+from engine.measure.load import arrivals
+from engine.measure.load.loadgen import run_load
+from engine.measure.load.progress import Console
+from engine.measure.load.spec import LoadSpec
+from engine.measure.workloads import scenarios
+
+from .conftest import ROOT, cli_in_process
+from .fakes import FakeOpenAIServer
+
+
+def gaps(xs: list[float]) -> list[float]:
+    return [b - a for a, b in zip([0.0, *xs], xs)]
+
+
+# -- the arrival times (seeded, no clock) ---------------------------------------------------------------------------
+
+def test_poisson_arrivals_come_at_the_rate_and_gamma_ones_vary_as_their_burstiness_says():
+    n, rate = 20_000, 5.0
+    for b in (0.25, 1.0, 4.0):
+        g = gaps(arrivals.offsets(n, rate, seed=3, burstiness=b))
+        assert statistics.fmean(g) == pytest.approx(1 / rate, rel=1e-9)  # rescaled: the last at n/rate exactly
+        cv2 = statistics.pvariance(g) / statistics.fmean(g) ** 2  # a gamma of shape b: squared CV 1/b
+        assert cv2 == pytest.approx(1 / b, rel=0.1)
+
+
+def test_constant_arrivals_are_evenly_spaced():
+    assert arrivals.offsets(5, 4.0, seed=9, arrival="constant") == pytest.approx([0.25, 0.5, 0.75, 1.0, 1.25])
+
+
+def test_a_ramp_by_rate_starts_and_ends_at_its_rates_as_vllm_bench_serve_computes_them():
+    lin = gaps(arrivals.offsets(5, 9.0, seed=0, arrival="constant", ramp_strategy="linear", ramp_start_rps=1.0))
+    assert lin == pytest.approx([1 / 1, 1 / 3, 1 / 5, 1 / 7, 1 / 9])  # request i at 1 + 8 i / 4 requests/s
+    exp = gaps(arrivals.offsets(5, 16.0, seed=0, arrival="constant", ramp_strategy="exponential",
+                                ramp_start_rps=1.0))
+    assert exp == pytest.approx([1 / 1, 1 / 2, 1 / 4, 1 / 8, 1 / 16])  # 1 × 16^(i/4)
+    # Poisson under a linear ramp: the first requests arrive near the start rate, the last near the end rate
+    g = gaps(arrivals.offsets(40_000, 20.0, seed=1, ramp_strategy="linear", ramp_start_rps=2.0))
+    assert 1 / statistics.fmean(g[:400]) == pytest.approx(2.0, rel=0.15)
+    assert 1 / statistics.fmean(g[-400:]) == pytest.approx(20.0, rel=0.15)
+
+
+def test_arrivals_are_the_same_for_a_seed_and_differ_for_another():
+    a = arrivals.offsets(50, 3.0, seed=7, burstiness=0.5, ramp_strategy="linear", ramp_start_rps=1.0)
+    assert a == arrivals.offsets(50, 3.0, seed=7, burstiness=0.5, ramp_strategy="linear", ramp_start_rps=1.0)
+    assert a != arrivals.offsets(50, 3.0, seed=8, burstiness=0.5, ramp_strategy="linear", ramp_start_rps=1.0)
+
+
+# -- the spec -------------------------------------------------------------------------------------------------------
+
+def spec(**over) -> LoadSpec:
+    return LoadSpec(**{"base_url": "http://h:1", "model": "m", "prompts": ["p"], "num_requests": 4, **over})
+
+
+def test_the_arrivals_are_named_by_what_they_draw_and_said_with_their_rate_ramp_and_cap():
+    assert spec(shape="poisson", rate=2.0).arrival == "poisson"
+    assert spec(shape="poisson", rate=2.0, burstiness=0.5).arrival == "gamma"
+    assert spec(shape="poisson", rate=2.0, arrival="gamma").arrival == "poisson"  # burstiness 1 is Poisson
+    assert str(spec(shape="poisson", rate=4.0, arrival="constant", max_in_flight=8).describe()) == \
+        "4 requests, constant 4/s, at most 8 in flight, 200 tokens"
+    assert str(spec(shape="poisson", rate=8.0, ramp_strategy="exponential", ramp_start_rps=1.0).describe()) == \
+        "4 requests, Poisson from 1 to 8/s, exponential by request, 200 tokens"
+    assert spec(shape="poisson", rate=4.0, max_in_flight=3).in_flight() == 3
+
+
+BAD = [
+    (dict(shape="poisson", rate=0.0, arrival="constant"), "The rate must be above 0 and at most 1000 requests/s"),
+    (dict(shape="poisson", rate=-1.0), "The Poisson rate must be above 0"),
+    (dict(shape="poisson", rate=2.0, arrival="constant", burstiness=0.5), "Constant arrivals are evenly spaced"),
+    (dict(shape="poisson", rate=2.0, arrival="zigzag"), "The arrivals 'zigzag' are unknown"),
+    (dict(shape="concurrency", concurrency=2, max_in_flight=2), "A cap on requests in flight holds back arrivals"),
+    (dict(shape="poisson", rate=2.0, max_in_flight=0), "The most requests in flight (max concurrency) must be"),
+    (dict(shape="poisson", rate=2.0, ramp_strategy="linear", ramp_start_rps=3.0), "is above its end rate"),
+    (dict(shape="poisson", rate=2.0, ramp_strategy="linear", ramp_start_rps=0.0), "starting rate must be above 0"),
+    (dict(shape="poisson", rate=2.0, ramp_strategy="sideways", ramp_start_rps=1.0), "strategy 'sideways' is unknown"),
+    (dict(shape="poisson", rate=2.0, ramp_start_rps=1.0), "needs its strategy"),
+    (dict(shape="poisson", rate=2.0, ramp_strategy="linear", ramp_start_rps=1.0, ramp_up_s=5.0), "give only one"),
+    (dict(shape="concurrency", ramp_strategy="linear", ramp_start_rps=1.0), "A ramp by rate raises the rate"),
+]
+
+
+@pytest.mark.parametrize("over,said", BAD)
+def test_each_bad_rate_setting_is_one_sentence(over, said):
+    with pytest.raises(ConfigError) as e:
+        spec(**over)
+    assert said in str(e.value) and str(e.value).count(". ") == 0 and "\n" not in str(e.value)
+
+
+# -- the command line -----------------------------------------------------------------------------------------------
+
+def load_of(*argv: str) -> LoadSpec:
+    args = build_parser().parse_args(["run", *argv])
+    scn = scenarios.get(args.scenario)
+    check_run_options(scn, args)
+    return _load(scn, args)
+
+
+def test_request_rate_and_its_companions_reach_the_spec():
+    load = load_of("concurrent-10", "--request-rate", "4", "--max-concurrency", "3")
+    assert (load.shape, load.rate, load.arrival, load.max_in_flight) == ("poisson", 4.0, "poisson", 3)
+    assert "Poisson 4/s, at most 3 in flight" in str(load.label)
+    gamma = load_of("concurrent-10", "--request-rate", "2", "--burstiness", "0.5")
+    assert (gamma.arrival, gamma.burstiness) == ("gamma", 0.5)
+    constant = load_of("bursty", "--arrival", "constant")  # the scenario's rate, evenly spaced: its burstiness gone
+    assert (constant.shape, constant.rate, constant.arrival, constant.burstiness) == ("poisson", 2.0, "constant", 1.0)
+    ramp = load_of("sustained", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "6")
+    assert (ramp.rate, ramp.ramp_strategy, ramp.ramp_start_rps) == (6.0, "linear", 1.0)
+    assert load_of("concurrent-10", "--request-rate", "inf").shape == "burst"  # vllm bench serve's default
+    capped = load_of("concurrent-10", "--request-rate", "inf", "--max-concurrency", "4")
+    assert (capped.shape, capped.concurrency) == ("concurrency", 4)
+    assert load_of("concurrent-10", "--request-rate", "4").as_dict()["max_in_flight"] is None  # recorded
+
+
+CLI_BAD = [
+    (["concurrent-10", "--request-rate", "-1"], "--request-rate must be above 0"),
+    (["concurrent-10", "--request-rate", "0"], "--request-rate must be above 0"),
+    (["concurrent-10", "--request-rate", "nan"], "--request-rate must be above 0"),
+    (["sustained", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "5", "--ramp-up-end-rps", "2"],
+     "--ramp-up-start-rps (5) is above --ramp-up-end-rps (2)"),
+    (["sustained", "--ramp-up-strategy", "exponential", "--ramp-up-start-rps", "0", "--ramp-up-end-rps", "2"],
+     "--ramp-up-start-rps must be above 0"),
+    (["sustained", "--ramp-up-strategy", "linear", "--ramp-up-end-rps", "2"], "needs both --ramp-up-start-rps"),
+    (["sustained", "--ramp-up-start-rps", "1"], "give --ramp-up-strategy linear or exponential"),
+    (["sustained", "--request-rate", "3", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+      "--ramp-up-end-rps", "2"], "leave --request-rate out"),
+    (["concurrent-10", "--request-rate", "2", "--arrival", "gamma"], "give --burstiness B"),
+    (["concurrent-10", "--request-rate", "2", "--arrival", "constant", "--burstiness", "0.5"],
+     "--arrival constant is not"),
+    (["concurrent-10", "--arrival", "constant"], "give --request-rate with it"),
+    (["concurrent-10", "--max-concurrency", "4"], "give --request-rate with it"),
+    (["concurrent-10", "--request-rate", "2", "--max-concurrency", "0"], "--max-concurrency must be a whole number"),
+    (["dataset-chat", "--request-rate", "2", "--concurrency", "4"], "cap them with --max-concurrency"),
+    (["sweep", "--request-rate", "2"], "The sweep scenario runs a closed loop"),
+    (["naive-5", "--request-rate", "2"], "The naive-5 scenario runs transformers itself"),
+    (["trace-tiny", "--request-rate", "2"], "A trace brings its own clock"),
+]
+
+
+@pytest.mark.parametrize("argv,said", CLI_BAD)
+def test_each_bad_rate_option_is_one_sentence_and_exit_2(argv, said):
+    p = cli_in_process("run", *argv)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert said in p.stderr and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert "Traceback" not in p.stderr
+
+
+# -- a run at a rate: its header, its cap, its record -----------------------------------------------------------------
+
+def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_keeps_its_cap():
+    out = io.StringIO()
+    with FakeOpenAIServer(chunk_delay_s=0.05) as srv:
+        s = LoadSpec(base_url=srv.base_url, model="ok", prompts=["a", "b"], num_requests=8, max_tokens=6,
+                     shape="poisson", rate=200.0, arrival="constant", max_in_flight=2, timeout_s=60)
+        result = run_load(s, observer=Console(out=out))
+    text = out.getvalue()
+    header = text.splitlines()[0]
+    assert "arrivals constant 200/s, at most 2 in flight" in header and "concurrency" not in header, header
+    assert re.search(r"At most 2 requests were in flight at once \(observed; capped at 2\), and \d+ of 8 arrivals "
+                     r"waited for a slot\.", text), text
+    measured = [r for r in result.records if not r.warmup]
+    assert all(r.ok for r in measured)
+    events = sorted([(r.send_time, 1) for r in measured] + [(r.end_time, -1) for r in measured])
+    peak = level = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert peak <= 2  # never more than the cap at once, whatever the pace
+    assert [r.planned_time for r in measured] == pytest.approx([(i + 1) / 200 for i in range(8)])
+    assert sum(r.slot_wait > 0 for r in measured) >= 1  # 8 answers of 6 × 50 ms cannot all fit in 2 slots on time
+    assert result.extra.planned_sends == 8
+    assert result.load.other["max_in_flight"] == 2 and result.load.other["arrival"] == "constant"
+
+
+# -- the real server ------------------------------------------------------------------------------------------------
+
+@pytest.mark.server
+def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_server, tmp_path):
+    from engine.results.store import RunStore
+
+    prompts = tmp_path / "four.jsonl"
+    prompts.write_text("".join(f'{{"prompt": "Say the number {i}."}}\n' for i in range(4)), encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "engine", "run", "dataset-chat", "--url", vllm_server.base_url,
+                        "--dataset", str(prompts), "--max-tokens", "4", "--request-rate", "2", "--max-concurrency",
+                        "3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "arrivals Poisson 2/s, at most 3 in flight" in p.stdout and "concurrency 4" not in p.stdout
+    run = RunStore().load(re.search(r"saved as run (\S+)", p.stdout).group(1))
+    assert (run.load.shape, run.load.rate, run.load.other["max_in_flight"]) == ("poisson", 2.0, 3)
+    measured = sorted(run.measured, key=lambda r: r.index)
+    planned = arrivals.offsets(4, 2.0, run.load.other["seed"])
+    assert [r.planned_time for r in measured] == pytest.approx(planned)  # the schedule the rate draws, recorded
+    for r in measured:  # each sent at its planned time, never before (liveness bound only: a loaded machine)
+        assert r.planned_time <= r.send_time < r.planned_time + (r.slot_wait or 0) + 30
