@@ -257,7 +257,7 @@ def test_load_test_shows_only_the_controls_its_arrival_uses():
     assert "Requests in flight" not in labels() and "Rate (requests/s)" not in labels()  # all at once
     at.radio(key="load_arrival").set_value("Keep N in flight").run()
     assert "Requests in flight" in labels() and "Rate (requests/s)" not in labels()
-    at.radio(key="load_arrival").set_value("Poisson arrivals").run()
+    at.radio(key="load_arrival").set_value("At a rate").run()
     assert "Rate (requests/s)" in labels() and "Requests in flight" not in labels()
 
 

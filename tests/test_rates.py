@@ -4,6 +4,7 @@ one sentence, and one run against the real server whose record holds its rate an
 from __future__ import annotations
 
 import io
+import math
 import re
 import statistics
 import subprocess
@@ -207,3 +208,180 @@ def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_serv
     assert [r.planned_time for r in measured] == pytest.approx(planned)  # the schedule the rate draws, recorded
     for r in measured:  # each sent at its planned time, never before (liveness bound only: a loaded machine)
         assert r.planned_time <= r.send_time < r.planned_time + (r.slot_wait or 0) + 30
+
+
+# -- the Load test page ---------------------------------------------------------------------------------------------
+
+def _number(at, label: str):
+    return next(n for n in at.number_input if n.label == label)
+
+
+def _at_a_rate(at, rate: float, spacing: str, cap: int, ramp: str, value: float):
+    at.radio(key="load_arrival").set_value("At a rate").run()
+    _number(at, "Rate (requests/s)").set_value(rate)
+    at.selectbox(key="load_spacing").set_value(spacing)
+    at.number_input(key="load_cap").set_value(cap)
+    at.selectbox(key="load_ramp").set_value(ramp)
+    at.number_input(key="load_ramp_value").set_value(value)
+    next(b for b in at.button if b.label == "Run load test").click().run()
+    return at
+
+
+def test_the_load_page_sends_a_rate_with_its_spacing_cap_and_ramp_records_and_shows_them(lab):
+    from .conftest import app_page, wait_done
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        wait_done(lab.connect(srv.base_url), 60)
+        try:
+            at = _at_a_rate(app_page("app_pages/load.py"), 50.0, "Evenly spaced", 2, "Linear by request", 10.0)
+            assert not at.exception and not at.error, [e.value for e in at.error]
+            job = lab.latest_job("load")
+            wait_done(job, 120)
+            run = job.result
+            load = run.load
+            assert (load.shape, load.rate) == ("poisson", 50.0)
+            assert {k: load.other.get(k) for k in ("arrival", "max_in_flight", "ramp_strategy", "ramp_start_rps")} == \
+                {"arrival": "constant", "max_in_flight": 2, "ramp_strategy": "linear", "ramp_start_rps": 10.0}
+            planned = [r.planned_time for r in sorted(run.measured, key=lambda r: r.index)]
+            assert planned == pytest.approx(arrivals.offsets(run.load.num_requests, 50.0, 0, arrival="constant",
+                                                             ramp_strategy="linear", ramp_start_rps=10.0))
+            at.run()
+            shown = [c.value.replace("\\", "") for c in at.caption]
+            assert any("Arrivals: constant from 10 to 50/s, linear by request, at most 2 in flight. At most" in c
+                       and "(observed; capped at 2)" in c for c in shown), shown
+            # every bad value: one sentence where Run was pressed, nothing sent
+            random = "Random (Poisson, gamma)"
+            for args, said in (((0.0, random, 0, "No ramp", 0.0), "The Poisson rate must be above 0"),
+                               ((-2.0, "Evenly spaced", 0, "No ramp", 0.0), "The rate must be above 0"),
+                               ((4.0, random, -1, "No ramp", 0.0), "The most requests in flight"),
+                               ((4.0, random, 0, "Exponential by request", 0.0), "starting rate must be above 0"),
+                               ((4.0, random, 0, "Linear by request", 8.0), "is above its end rate (4)")):
+                at = _at_a_rate(app_page("app_pages/load.py"), *args)
+                errors = [e.value.replace("\\", "") for e in at.error]
+                assert len(errors) == 1 and said in errors[0], (args, errors)
+                assert lab.latest_job("load") is job
+        finally:
+            lab.detach()
+
+
+# -- sweeps and SLO searches at rates, their ranges from the server's capacity ----------------------------------------
+
+def test_the_levels_follow_the_servers_kv_cache_its_reported_concurrency_and_max_num_seqs():
+    from types import SimpleNamespace
+
+    from engine.runs.capacity import capacity
+
+    kv = capacity(SimpleNamespace(kv_cache_tokens=46_592, max_concurrency=None, config=None), 168, [1, 32])
+    assert kv.fits == 277 and kv.levels == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # past 277: where requests wait
+    assert "46,592 tokens hold about 277 requests of 168 tokens" in kv.said and "up to 512" in kv.said
+    seqs = capacity(SimpleNamespace(kv_cache_tokens=46_592, max_concurrency=None,
+                                    config=SimpleNamespace(max_num_seqs=64)), 168, [1, 32])
+    assert seqs.fits == 64 and seqs.levels[-1] == 128 and "--max-num-seqs lets 64 run at once" in seqs.said
+    h100 = capacity(SimpleNamespace(kv_cache_tokens=None, max_concurrency=205.3, config=None), 168, [1, 32])
+    assert h100.fits == 205 and h100.levels[-1] == 256  # the H100: not "32, search higher"
+    silent = capacity(SimpleNamespace(kv_cache_tokens=None, max_concurrency=None, config=None), 168, [1, 32])
+    assert silent.fits is None and silent.levels == [1, 32] and "does not say" in silent.said
+
+
+def test_a_search_without_a_top_doubles_until_the_slo_misses_then_bisects():
+    from engine.measure.judge.slo import Slo
+    from engine.runs import Runner, Target
+
+    base = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=1, max_tokens=20, ignore_eos=True)
+    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:  # at 5 or more in flight a TTFT of 400 ms or more
+        search = Runner(save=lambda r: r).slo_search(base, Target(srv.base_url, "ok"), Slo(ttft_ms=350.0), low=1,
+                                                     high=None)
+    assert search.levels == [1, 2, 4, 8, 6, 5] and (search.best, search.above) == (4, 5), search.tried
+    assert search.high == 8 and search.doubled  # the top it reached, not a fixed 32 or 64
+
+
+def test_a_search_by_rate_doubles_from_its_lowest_and_every_level_arrives_at_its_rate():
+    from engine.measure.judge.slo import Slo
+    from engine.runs import Runner, Target
+
+    base = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=2, max_tokens=20, ignore_eos=True,
+                    shape="poisson", rate=1.0, arrival="constant")
+    runner = Runner(save=lambda r: r)
+    runner.rate_level_s = 2.0
+    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:  # about 10 answers a second at most
+        search = runner.slo_search(base, Target(srv.base_url, "ok"), Slo(ttft_ms=350.0), low=2.0, high=None,
+                                   tolerance=2.0, by="rate")
+    levels = search.levels
+    first_miss = next((i for i, (_, held, _) in enumerate(search.tried) if not held), len(levels))
+    assert levels[:first_miss + 1] == [2.0 * 2 ** i for i in range(first_miss + 1)][:len(levels)]  # doubling
+    assert all(search.best is None or search.best < lv for lv in levels[first_miss + 1:] if lv == search.above)
+    for level, _, run in search.tried:  # each level at its own rate, its arrivals evenly spaced, 2 s of them at least
+        assert (run.load.shape, run.load.rate, run.load.other["arrival"]) == ("poisson", level, "constant")
+        assert run.load.num_requests == max(2, math.ceil(level * 2.0))
+    assert search.high == max(levels)
+
+
+def test_a_rate_sweep_runs_each_rate_in_order_and_records_it():
+    from engine.runs import Runner, Target
+
+    base = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=2, max_tokens=4, shape="poisson", rate=1.0,
+                    max_in_flight=3)
+    runner = Runner(save=lambda r: r)
+    runner.rate_level_s = 1.0
+    with FakeOpenAIServer() as srv:
+        runs = runner.rate_sweep(base, [2.0, 8.0], Target(srv.base_url, "ok"))
+    assert [(r.load.rate, r.load.num_requests, r.load.other["max_in_flight"]) for r in runs] == [(2.0, 2, 3),
+                                                                                               (8.0, 8, 3)]
+    assert [str(r.label) for r in runs] == ["2 requests/s", "8 requests/s"]
+
+
+def test_sweep_and_search_options_by_rate_reach_the_spec():
+    sweep = load_of("sweep", "--rates", "2,0.5,1", "--arrival", "constant", "--max-concurrency", "8")
+    assert (sweep.shape, sweep.rate, sweep.arrival, sweep.max_in_flight) == ("poisson", 0.5, "constant", 8)
+    args = build_parser().parse_args(["run", "sweep", "--rates", "2,0.5,1"])
+    assert check_run_options(scenarios.get("sweep"), args) == [0.5, 1.0, 2.0]
+    args = build_parser().parse_args(["run", "slo-search", "--search-by", "rate", "--slo-ttft-ms", "500"])
+    assert check_run_options(scenarios.get("slo-search"), args) == [0.25, None]  # doubling: no fixed top
+    args = build_parser().parse_args(["run", "slo-search", "--slo-ttft-ms", "500"])
+    assert check_run_options(scenarios.get("slo-search"), args) == [1, None]  # the server's capacity says
+    args = build_parser().parse_args(["run", "sweep"])
+    assert check_run_options(scenarios.get("sweep"), args) is None
+
+
+LEVEL_BAD = [
+    (["sweep", "--rates", "0,1"], "Each rate of the sweep must be above 0"),
+    (["sweep", "--rates", "fast"], "are not a comma-separated list of numbers"),
+    (["sweep", "--rates", "1,2", "--levels", "1,2"], "give only --rates"),
+    (["sweep", "--request-rate", "2"], "give --rates LIST to run it at arrival rates"),
+    (["concurrent-10", "--rates", "1,2"], "--rates are the levels of the sweep scenario"),
+    (["sweep", "--search-by", "rate"], "run slo-search with it"),
+    (["slo-search", "--slo-ttft-ms", "500", "--request-rate", "4"], "give --search-by rate"),
+    (["slo-search", "--slo-ttft-ms", "500", "--search-by", "rate", "--concurrency", "4"], "not --concurrency"),
+    (["slo-search", "--slo-ttft-ms", "500", "--search-by", "rate", "--request-rate", "0.1"], "from 0.25 on"),
+]
+
+
+@pytest.mark.parametrize("argv,said", LEVEL_BAD)
+def test_each_bad_level_option_is_one_sentence_and_exit_2(argv, said):
+    p = cli_in_process("run", *argv)
+    assert p.returncode == 2 and said in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_rate_sweep_says_its_highest_rate_that_met_the_slo_as_judge_slo_judges_each():
+    from engine.cli.rate_options import rates_said
+    from engine.measure.judge.slo import Slo, judge
+
+    from .test_figures import make_slo_sweep
+
+    runs = make_slo_sweep()
+    for i, r in enumerate(runs):
+        r.load.rate = float(2 ** i)  # each level as if it had arrived at a rate
+    slo = Slo(ttft_ms=500.0)
+    held = [r.load.rate for r in runs if judge(r, slo).meets]
+    said = str(rates_said(runs, slo))
+    assert held == [1.0, 2.0, 4.0, 8.0, 16.0]  # the fixture's TTFT grows past 0.5 s from the sixth level
+    assert said == "The highest rate of the sweep that met the SLO (TTFT ≤ 500 ms) is 16 requests/s; 32 did not.", said
+    assert "sweep higher" in str(rates_said(runs[:3], slo))
+
+
+def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on_the_command_line():
+    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02, models=("ok",)) as srv:
+        p = cli_in_process("run", "slo-search", "--url", srv.base_url, "--slo-ttft-ms", "350", "--max-tokens", "20")
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+    assert "the search doubles the requests in flight from 1 until the SLO misses" in p.stdout
+    assert "The most requests in flight that meet the SLO (TTFT ≤ 350 ms) is 4: 5 did not" in p.stdout, p.stdout[-1500:]

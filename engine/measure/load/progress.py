@@ -12,8 +12,6 @@ from typing import Any, TextIO
 
 from engine import paths
 from engine.measure.judge import failures, lateness
-from engine.measure.judge.stats import peak_in_flight
-from engine.messages import say
 from engine.results.records import RequestRecord, RunResult
 
 log = logging.getLogger(__name__)
@@ -167,7 +165,7 @@ class Console(Progress):
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
         for _, sentence in failures.run_causes(result):
             self._print(f"  {sentence}")
-        if (peak := in_flight_said(result)) is not None:
+        if (peak := lateness.in_flight_said(result)) is not None:
             self._print(f"  {peak}")
         if (late := lateness.said(result.extra)) is not None:  # a rate-based run: did the client keep its schedule
             self._print(f"  {late}")
@@ -176,21 +174,6 @@ class Console(Progress):
         if self.log is not None:
             self._close()
             self._print(f"  each request's line: {self.log_path}")
-
-
-def in_flight_said(result: RunResult):
-    """For a run whose requests arrived on a schedule (a rate, a trace): the most that were in flight at once, as
-    observed, and its cap; None for a closed loop, whose number in flight was set."""
-    measured = [r for r in result.records if not r.warmup]
-    if not any(r.planned_time is not None for r in measured):
-        return None
-    cap = result.load.other.get("max_in_flight")
-    peak = peak_in_flight(result.records)
-    if cap:
-        waited = sum(1 for r in measured if (r.slot_wait or 0) > lateness.LATE_S)
-        return say("At most {peak} requests were in flight at once (observed; capped at {cap}), and {waited} of {n} "
-                   "arrivals waited for a slot.", peak=peak, cap=cap, waited=waited, n=len(measured))
-    return say("At most {peak} requests were in flight at once (observed; no cap).", peak=peak)
 
 
 def notify(fn: Callable[..., None], *args: Any) -> None:
