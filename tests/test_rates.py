@@ -385,3 +385,15 @@ def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     assert "the search doubles the requests in flight from 1 until the SLO misses" in p.stdout
     assert "The most requests in flight that meet the SLO (TTFT ≤ 350 ms) is 4: 5 did not" in p.stdout, p.stdout[-1500:]
+
+
+def test_the_report_says_a_poisson_runs_rate_and_its_observed_peak_not_up_to_1_in_flight():
+    from engine.figures.report import _load_said
+    from engine.results.records import RequestRecord, RunResult
+
+    recs = [RequestRecord(index=i, prompt="p", send_time=0.5 * i, planned_time=0.5 * i, first_token_time=0.5 * i + 0.1,
+                          chunk_times=[0.5 * i + 0.1], end_time=0.5 * i + 1.2) for i in range(3)]
+    run = RunResult(kind="vllm", scenario="sustained", label="x", records=recs, duration=2.2, started_at=0.0, model="m",
+                    load={"shape": "poisson", "rate": 2.0, "concurrency": 1, "num_requests": 3, "max_tokens": 8})
+    said = str(_load_said(run))
+    assert said == "3 requests, Poisson 2/s; at most 3 in flight (observed); at most 8 output tokens each.", said
