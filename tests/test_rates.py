@@ -18,7 +18,7 @@ from engine.cli.run_options import check_run_options
 from engine.errors import ConfigError
 from engine.measure.load import arrivals
 from engine.measure.load.loadgen import run_load
-from engine.measure.load.progress import Console
+from engine.cli.console import Console
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import scenarios
 

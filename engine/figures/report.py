@@ -22,6 +22,8 @@ from engine.measure.judge import ceiling, failures, prefix, repeats, token_check
 from engine.measure.judge.slo import Slo, judge
 from engine.measure.judge.stats import peak_in_flight
 from engine.measure.load.spec import arrivals_recorded
+from engine.measure.workloads.named import named
+from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
 from engine.observe import disturbance
@@ -286,9 +288,6 @@ def _load_said(run: RunResult):
 
 def _workload_said(w: dict) -> list:
     """A recorded workload in a few lines: kind and name, what of it was sent, its lengths, the file's hash."""
-    from engine.measure.workloads.base import named
-    from engine.measure.workloads.tokens import CHARS_PER_TOKEN
-
     out = [named(w)]
     if w.get("kind") == "multi-turn":
         out.append(say("{convs} conversations × {turns} turns ({n} requests)", convs=w.get("conversations"),
