@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.digits import rounded, significant
+from engine.digits import rounded, significant, times
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
@@ -59,3 +59,34 @@ def test_the_cli_summary_keeps_the_digits_of_a_slow_run():
     text = summary_table(_slow_run())
     assert "output throughput      0.40 tok/s" in text
     assert "TTFT mean / p99        0.30 ms" in text
+
+
+@pytest.mark.parametrize("x, figures, shown", [
+    (0.9996, 3, "1.00"), (0.09996, 3, "0.100"), (9.9996, 3, "10.0"), (99.96, 2, "100"), (0.99996, 2, "1.0")])
+def test_a_rounding_that_carries_into_a_new_digit_keeps_the_figures_asked(x, figures, shown):
+    """0.9996 to three figures is 1.00: the carry makes a new leading digit, and "1.000" would claim a fourth."""
+    assert significant(x, figures) == shown
+
+
+@pytest.mark.parametrize("ratio, shown", [
+    (1.184, "1.18"), (0.9996, "1.00"), (9.996, "10"), (21.14, "21"), (354.2, "354"), (None, "–")])
+def test_a_ratio_has_three_figures_below_ten_and_two_from_ten_up(ratio, shown):
+    """The Naive page's chart, the guided lab's table and its finding say a speed-up through this one helper."""
+    assert times(ratio) == shown
+
+
+def test_a_median_and_its_range_share_the_decimals_of_the_largest_after_the_carry():
+    from engine.measure.judge import repeats
+
+    assert significant(0.38, 3, like=(0.41, 0.44)) == "0.380" and significant(1563.07, 3, like=(5629.59,)) == "1,563"
+    assert significant(0, 3, like=(0.41,)) == "0.000" and significant(0, 3) == "0"
+    s = repeats.spread([0.9996, 0.9994, 0.9997])
+    assert s.said == "median 1.00, range 1.00–1.00 of 3 runs"  # was "median 1.000, range 0.999–1.000"
+
+
+def test_a_verdict_says_a_ratio_just_under_one_with_three_figures():
+    from engine.measure.judge import verdict
+
+    v = verdict.compare([100.0, 101.0, 99.0], [99.96, 100.97, 98.96], label_a="A", label_b="B", per=verdict.RUNS)
+    assert str(v.effect).startswith("1.00× (") and "1.000" not in v.effect
+    assert "1.000" not in (v.interval or "")

@@ -26,7 +26,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
-from engine.digits import significant
+from engine.digits import significant, times
 from engine.measure.judge import verdict
 from engine.messages import mark, say, seconds, translate
 from engine.results.records import RunResult
@@ -43,9 +43,6 @@ def speedup(naive_run: Any, vllm_run: Any, lang: str = "en") -> verdict.Verdict 
 
 def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
     """The speed-up as a title's few words and a caption's sentence, from one verdict: the same number in both."""
-    def times(r: float) -> str:  # 1.18×, 21×: three figures below ten, two above (the interval is wider there)
-        return verdict.figures(r, 3 if r < 10 else 2)
-
     x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
     if v.beyond_noise is None:  # one prompt answered on both sides: no interval
         return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from statistics import fmean, geometric_mean
 from typing import Any
 
+from engine.digits import times
 from engine.guide.steps import seed_text, step, value_text
 from engine.measure.judge import verdict
 from engine.measure.judge.worker_memory import worker_memory
@@ -95,12 +96,6 @@ def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = Fals
     if either_way or (v.ratio or 0) > 1:
         return claim, 1
     return opposite, -1
-
-
-def times(x: float) -> str:
-    """A speed-up as the Naive page's chart writes it (engine.figures.contenders.speedup_said): three figures below
-    ten, two above, so the table, the finding and the chart say one number."""
-    return verdict.figures(x, 3 if x < 10 else 2)
 
 
 def _with_busy(text: Message, runs) -> Message:
@@ -240,7 +235,7 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
             how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
                    if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
             text = say("{text} Throughput {x}× naive's ({interval}; {how}).", text=text,
-                       x=verdict.figures(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
+                       x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
                 if claim else say("{text} The difference is within this machine's noise ({interval}; {how}).",
                                   text=text, interval=v.interval or "–", how=how) if claim == 0 else text
         if any(r.extra.cold for r in conc):  # said where the number is: a first batch's start-up work is in it

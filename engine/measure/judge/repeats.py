@@ -8,6 +8,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.digits import significant
 from engine.measure.judge import verdict
 from engine.messages import Message, say
 
@@ -19,14 +20,6 @@ RANGE, ORDER = "range", "order statistics"  # how a Spread's low and high were f
 # A run at least this many times off the median (either way) is flagged: noise on a quiet machine stays
 # within a few per cent, and an H100 showed one repeat of three 3.5× slower than the others, unexplained.
 OUTLIER_FACTOR = 1.5
-
-
-def figures(x: float, like: Sequence[float] = ()) -> str:
-    """`x` with the decimals that give the largest of `like` (else x) three significant figures: a median and its
-    range share their decimals ("100, 98–104"; "0.41, 0.38–0.44"; "5,476, 1,563–5,630")."""
-    top = max((abs(v) for v in (x, *like) if v and math.isfinite(v)), default=0.0)
-    decimals = max(0, 2 - math.floor(math.log10(top))) if top else 0
-    return f"{x:,.{decimals}f}"
 
 
 @dataclass(frozen=True)
@@ -44,8 +37,8 @@ class Spread:
     outliers: tuple[int, ...] = ()
 
     def shown(self, x: float) -> str:
-        """A number of this spread with the spread's decimals."""
-        return figures(x, (self.median, self.low, self.high))
+        """A number of this spread with the spread's decimals (three figures of the largest)."""
+        return significant(x, 3, like=(self.median, self.low, self.high))
 
     @property
     def said(self) -> Message:
@@ -64,7 +57,7 @@ class Spread:
         out = []
         for i in self.outliers:
             v = self.values[i]
-            values = dict(i=i + 1, value=self.shown(v), x=verdict.figures(max(v, self.median) / min(v, self.median), 2))
+            values = dict(i=i + 1, value=self.shown(v), x=significant(max(v, self.median) / min(v, self.median)))
             out.append(say("repeat {i} ({value}) is {x}× below the median: something else may have run then; repeat "
                             "the test or check the machine.", **values) if v < self.median else
                        say("repeat {i} ({value}) is {x}× above the median: something else may have run then; repeat "
