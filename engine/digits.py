@@ -43,6 +43,15 @@ def rounded(x: float | None, figures: int = FIGURES) -> float | None:
     return round(float(x), _decimals(float(x), figures)) if x else 0.0
 
 
+def change(ratio: float | None) -> str:
+    """A ratio as a signed change in per cent, without the sign "%": 1.21 is "+21", 0.9997 "-0.030" (never "-0",
+    never "-0.0"), 1 "0"; "–" for no ratio."""
+    if not _finite(ratio):
+        return "–"
+    pct = (float(ratio) - 1) * 100
+    return f"{pct:+.0f}" if abs(pct) >= 1 else ("+" if pct > 0 else "") + significant(pct)
+
+
 def _finite(x: object) -> TypeGuard[float]:
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.digits import rounded, significant, times
+from engine.figures import caption
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
@@ -90,3 +91,59 @@ def test_a_verdict_says_a_ratio_just_under_one_with_three_figures():
     v = verdict.compare([100.0, 101.0, 99.0], [99.96, 100.97, 98.96], label_a="A", label_b="B", per=verdict.RUNS)
     assert str(v.effect).startswith("1.00× (") and "1.000" not in v.effect
     assert "1.000" not in (v.interval or "")
+
+
+def _fast_run(kind: str, label: str, e2e: float, tokens: int = 2) -> RunResult:
+    recs = [RequestRecord(index=i, prompt=f"q{i}", send_time=0.0, first_token_time=e2e / 4, end_time=e2e,
+                          output_tokens=tokens) for i in range(3)]
+    run = RunResult(kind=kind, scenario="s", label=label, records=recs, duration=e2e, started_at=1.7e9)
+    run.summary = summarize(recs, e2e)
+    return run
+
+
+def test_the_naive_page_s_charts_keep_the_digits_of_a_fast_request():
+    """A 40 ms answer was "0.0 s" on the bars, in the legend and in the whole job's caption."""
+    from engine.figures.contenders import contenders_chart, latency_bars
+
+    fast = _fast_run("vllm", "fast", 0.04)
+    fast.scenario = "vllm-5-sequential"  # contender 3: vLLM one at a time
+    bars = latency_bars(None, fast)
+    assert bars.data[0].text[0] == "0.040" and "(avg 0.040 s)" in bars.data[0].name, bars.data[0].name
+    assert "latency 0.040 s · 2 tokens · 50 tok/s" in bars.data[0].hovertext[0]
+    job = contenders_chart([None, None, fast])
+    assert "in 0.040 s; run the others to compare" in caption(job)
+
+
+def test_the_tuning_finding_says_a_slow_throughput_with_its_digits():
+    """0.40 → 0.60 tok/s was "Throughput 0 → 1 tok/s (+50%)"."""
+    from engine.guide.findings import tuning_said
+
+    a, b = _fast_run("vllm", "512", 5.0), _fast_run("vllm", "2048", 5.0)
+    said = tuning_said({"a": [a], "b": [b], "tput_a": 0.40, "tput_b": 0.60, "verdict": None})
+    assert said.startswith("Throughput 0.40 → 0.60 tok/s (+50 %) from 512 to 2048")
+    assert translate(said, "ko").startswith("512에서 2048로 바꾸자 처리량이 0.40 → 0.60 tok/s(+50 %)")
+
+
+def test_the_worker_s_memory_sentence_keeps_a_small_peak():
+    from engine.measure.judge.worker_memory import said
+
+    m = {"exited": True, "gpu": True, "worker_peak_gb": 0.004, "before_gb": 14.59, "after_gb": 14.6, "left_gb": 0.01}
+    assert said(m) == ("The naive worker's process has exited: the GPU uses 15 GB again, as before the run (15 GB); "
+                       "the worker's peak was 0.0040 GB.")
+
+
+def test_the_server_metrics_chart_keeps_a_small_kv_usage_and_rate():
+    from engine.figures.machine import metrics_chart
+
+    samples = [{"t": 100.0 + k, "running": 1, "waiting": 0, "kv_usage": 0.004, "gen_tok_s": 0.4} for k in range(3)]
+    fig = metrics_chart(samples)
+    kv, tok = fig.data[2], fig.data[3]
+    assert kv.text[0] == "0.40" and "%{text}%" in kv.hovertemplate
+    assert tok.text[0] == "0.40" and "%{text} tok/s" in tok.hovertemplate
+    assert "the KV cache peaked at 0.40 % full" in caption(fig)
+
+
+def test_a_rehearsed_step_s_length_is_not_zero_seconds():
+    from engine.guide.sheet import length
+
+    assert length(0.4) == "0.40 s" and length(121) == "121 s" and length(5400, 90) == "90 min"

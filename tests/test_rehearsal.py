@@ -133,7 +133,7 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
     assert not at.exception, at.exception
     captions = [c.value.replace("\\", "") for c in at.caption]  # as shown: markdown's escapes taken off
     assert any("Step 3 took 121 s in rehearsal (vLLM ready after 98 s)." in c for c in captions), captions
-    assert any("1: 52 s · 2: 0 s · 3: 121 s · 4: ✗" in c for c in captions), captions
+    assert any("1: 52 s · 2: 0.40 s · 3: 121 s · 4: ✗" in c for c in captions), captions
     assert not [w.value for w in at.warning if "rehearsal's setup" in w.value]  # the same setup: no warning
     at.session_state["lang"] = "ko"
     at.run()
@@ -155,7 +155,7 @@ def test_the_presenters_tools_show_the_sheet_and_check_the_room(app_lab):
     at.run()
     assert not at.exception, at.exception
     table = next(df.value for df in at.dataframe if "Memory at its peak" in df.value.columns)
-    assert list(table["Time"]) == ["52 s", "0 s", "121 s", "3 s"]
+    assert list(table["Time"]) == ["52 s", "0.40 s", "121 s", "3.0 s"]  # a 0.4 s step was "0 s"
     assert "failed" in table["Result"].iloc[3]
     assert any("Expected length: about 11 min" in m.value.replace("\\", "") for m in at.markdown)
     next(b for b in at.button if b.label == "Check the room").click().run()

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.digits import significant
+from engine.digits import change, significant
 from engine.messages import Message, mark, say
 
 LEVEL = 0.95  # the interval's level; 1 - LEVEL is the stated rate of calling an A/A pair "beyond noise"
@@ -106,9 +106,7 @@ class Verdict:
         if self.ratio is None:
             diff = f"{self.diff:+,.4g}"
             return say("{diff} {unit}", diff=diff, unit=self.unit) if self.unit else say("{diff}", diff=diff)
-        pct = self.percent  # below 1 % in significant figures: -0.030, never "-0.0"
-        change = f"{pct:+.0f}" if abs(pct) >= 1 else ("+" if pct > 0 else "") + significant(pct)
-        return say("{ratio}× ({change} %)", ratio=significant(self.ratio, 3), change=change)
+        return say("{ratio}× ({change} %)", ratio=significant(self.ratio, 3), change=change(self.ratio))
 
     @property
     def said(self) -> Message:
