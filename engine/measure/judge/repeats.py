@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from engine.digits import significant
-from engine.measure.judge import verdict
+from engine.measure.judge import failures, verdict
 from engine.messages import Message, say
 
 LEVEL = verdict.LEVEL
@@ -42,14 +43,21 @@ class Spread:
 
     @property
     def said(self) -> Message:
+        """The median and its spread: "median 100, range 98–104 of 3 runs"."""
         if self.n == 1:
             return say("{median} (one run: its noise is unknown)", median=self.shown(self.median))
+        return say("median {median}, {spread}", median=self.shown(self.median), spread=self.spread_said)
+
+    @property
+    def spread_said(self) -> Message:
+        """The spread alone, as a table's cell beside the median says it: the range of a few runs (never a "95 %
+        interval" of three), the interval from INTERVAL_N runs."""
+        if self.n == 1:
+            return say("one run: its noise is unknown")
         if self.method == RANGE:
-            return say("median {median}, range {low}–{high} of {n} runs", median=self.shown(self.median),
-                       low=self.shown(self.low), high=self.shown(self.high), n=self.n)
-        return say("median {median}, {level} interval {low}–{high} ({n} runs, order statistics)",
-                   median=self.shown(self.median), level=verdict.percent(LEVEL), low=self.shown(self.low),
-                   high=self.shown(self.high), n=self.n)
+            return say("range {low}–{high} of {n} runs", low=self.shown(self.low), high=self.shown(self.high), n=self.n)
+        return say("{level} interval {low}–{high} ({n} runs, order statistics)", level=verdict.percent(LEVEL),
+                   low=self.shown(self.low), high=self.shown(self.high), n=self.n)
 
     @property
     def outliers_said(self) -> list[Message]:
@@ -92,8 +100,19 @@ def spread(values: Sequence[float | None]) -> Spread | None:
 
 
 def of_runs(runs: Sequence, key: str) -> Spread | None:
-    """The spread of a summary metric (engine.metrics.METRICS' key) over repeated runs."""
-    return spread([verdict.value(r, key) for r in runs])
+    """The spread of a summary metric (engine.metrics.METRICS' key, or "duration": the wall time) over repeated runs,
+    those that count (failures.counted_repeats: a repeat that did not answer every request is no measurement)."""
+    return spread([verdict.value(r, key) for r in failures.counted_repeats(runs)])
+
+
+def median(runs: Sequence, value: str | Callable[[Any], float | None]) -> float | None:
+    """The median over the repeats that count (failures.counted_repeats) of a summary metric (`value` a key, as
+    of_runs) or of what `value(run)` gives (a cost, joules per token); None where none has one. History's line of a
+    set of repeats says these, as the report's and the Load test's spreads (of_runs) do."""
+    if isinstance(value, str):
+        return None if (s := of_runs(runs, value)) is None else s.median
+    values = [v for r in failures.counted_repeats(runs) if (v := value(r)) is not None]
+    return statistics.median(values) if values else None
 
 
 def reset_said(runs: Sequence) -> Message | None:
