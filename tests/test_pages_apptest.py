@@ -336,7 +336,7 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
 
 def test_a_saved_vllm_run_shows_the_python_behind_it():
     """Naive vs vLLM's vLLM step: under the bars, folded away, the openai-SDK code that sends the same five
-    prompts one after another (engine.measure.load.snippets; tests/test_snippets.py runs such code for real)."""
+    prompts one after another (engine.measure.snippets.load; tests/test_snippets.py runs such code for real)."""
     import ui
     from engine.measure.workloads import prompts
     from engine.results.records import RequestRecord, RunResult

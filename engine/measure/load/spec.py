@@ -82,7 +82,7 @@ class LoadSpec:
     # their value over ramp_up_s seconds (0: no ramp); ramp_from None: 1 in flight, or a tenth of the rate
     ramp_up_s: float = 0.0
     ramp_from: float | None = None
-    workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.base.Workload)
+    workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.named says it)
     # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
