@@ -111,7 +111,7 @@ def test_tuning_with_two_repeats_on_the_real_server_keeps_each_configuration_a_r
         out = p.stdout
         for g in sets:  # the median and range printed are the saved records'
             assert f"== 2 repeats of {g[0].label} ==" in out
-            assert f"output throughput (tok/s) {repeats.of_runs(g, 'output_throughput').said}" in out, out
+            assert f"{'output throughput (tok/s)':26} {repeats.of_runs(g, 'output_throughput').said}" in out, out
         assert (f"Output throughput: {sets[1][0].label} " in out or
                 "Output throughput: no measurable difference on this machine between " in out), out
     finally:
