@@ -66,7 +66,7 @@ def test_a_stopped_rehearsal_states_no_session_length():
     s.cancelled = True
     said = translate(sheets.expected(s), "en")
     assert said == ("Stopped after 4 of the 9 steps, so there is no session length to expect: the steps that ran "
-                    "took 3 min of their own time."), said
+                    "took 2.9 min of their own time."), said  # 174 s in two figures, as every length
     assert "예상 시간: 약" not in sheets.text(s, "ko") and "Expected length" not in sheets.text(s, "en")
     s.cancelled, s.ended_at = False, None  # read while it runs
     assert translate(sheets.expected(s), "en").startswith("Under way: 4 of the 9 steps so far")
