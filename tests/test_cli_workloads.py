@@ -95,7 +95,7 @@ def test_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given():
     assert again.prompts != fixed[0].prompts and again.workload["seed"] == 43 and len(again.prompts) == 32
     assert again.max_tokens_each == fixed[0].max_tokens_each and again.label == fixed[0].label
     for argv, says in ((["concurrent-10", "--seed", "1"], "the concurrent-10 scenario sends prompts of its own: give "
-                        "--input-len with it, or run one of .*sweep, slo-search, sustained"),
+                        "--input-len or --prefix-len with it, or run one of .*sweep, slo-search, sustained"),
                        (["random-512-64", "--seed", "-1"], "--seed must be a whole number from 0")):
         with pytest.raises(ConfigError, match=says):
             load_of(*argv)
