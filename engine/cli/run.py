@@ -46,6 +46,9 @@ def register(sub) -> None:
                    help="judge each run by this TTFT limit and report its goodput (vllm bench serve --goodput ttft:MS)")
     r.add_argument("--slo-tpot-ms", type=float, metavar="MS",
                    help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
+    r.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="judge each run by these limits in ms and report its goodput, as vllm bench serve "
+                        "--goodput: ttft:MS, tpot:MS and/or e2el:MS (end-to-end latency), e.g. ttft:200 e2el:2000")
     add_workload_options(r)
     add_server_options(r)
     r.set_defaults(func=_run)

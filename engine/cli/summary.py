@@ -33,6 +33,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
+        *_by_turn(r),
     ]
     n = r.extra
     if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
@@ -57,6 +58,25 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
+
+
+def _by_turn(r) -> list[str]:
+    """A multi-turn chat's TTFT turn by turn (judge/turns.py, the Load test page's chart): does a later turn, sent
+    with the whole history so far, still start fast?"""
+    from engine.digits import significant
+    from engine.measure.judge.turns import by_turn
+
+    turns = by_turn(r.records)
+    if len(turns) < 2:
+        return []
+    lines = ["TTFT by turn           median and p99 of each turn's first token; the prompt its history grew to"]
+    for t in turns:
+        cached = (f", {t.mean_cached_tokens:,.0f} from the prefix cache" if t.mean_cached_tokens is not None
+                  else "")
+        lines.append(f"  turn {t.turn + 1}: TTFT median {significant((t.median_ttft_s or 0) * 1000)} ms, p99 "
+                     f"{significant((t.p99_ttft_s or 0) * 1000)} ms; {t.mean_prompt_tokens or 0:,.0f} prompt "
+                     f"tokens{cached} ({t.requests} answered)")
+    return lines
 
 
 def _counted(c) -> str:
