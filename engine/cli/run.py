@@ -6,6 +6,7 @@ import os
 import time
 
 from engine.cli.output import check_writable, say_line, write
+from engine.cli.request_options import add_request_options, request_of
 from engine.cli.run_options import check_run_options, slo_of
 from engine.cli.server import add_server_options, config, own_server
 from engine.cli.summary import repeats_table, summary_table
@@ -50,6 +51,7 @@ def register(sub) -> None:
                    help="judge each run by these limits in ms and report its goodput, as vllm bench serve "
                         "--goodput: ttft:MS, tpot:MS and/or e2el:MS (end-to-end latency), e.g. ttft:200 e2el:2000")
     add_workload_options(r)
+    add_request_options(r)
     add_server_options(r)
     r.set_defaults(func=_run)
 
@@ -134,7 +136,7 @@ def _load(scn, args):
                            report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""), **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
-    return load
+    return replace(load, **shaped) if (shaped := request_of(args)) else load  # replace validates it
 
 
 class Reading:

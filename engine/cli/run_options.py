@@ -42,6 +42,11 @@ def check_run_options(scn, args) -> list[int] | None:
 
     _check_servers(scn, args)
     check_workload_options(scn, args, _HOW)
+    from engine.cli.request_options import asked
+
+    if scn.kind == "naive" and (named := asked(args)):
+        raise ConfigError(say("The naive scenario runs transformers itself, with no HTTP request to shape: leave "
+                              "{flag} out.", flag=named[0]))
     if args.detach and scn.kind == "naive":
         raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
     sets = tuple(sorted({_OPTION_OF.get(k, k) for c in scn.configs for k in c}))

@@ -21,6 +21,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"== {r.label or r.scenario} [{r.kind}] ==",
         *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
           if (seed := r.load.other.get("prompt_seed")) is not None else ()),
+        *((f"request shape          {shape}",) if (shape := request_shape(r)) else ()),
         f"requests ok / failed   {_counted(failures.counts(r))}",
         *(f"  {sentence}" for _, sentence in failures.run_causes(r)),
         f"wall time              {r.duration:.2f} s",
@@ -58,6 +59,21 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
+
+
+def request_shape(r) -> str:
+    """What a run's requests carried beyond a plain chat request (as recorded: a credential header's value never
+    is): "completions, top_p 0.9, extra body {"seed": 1}, headers X-Team"; "" for a plain chat request."""
+    import json
+
+    other = r.load.other
+    parts = ["completions"] if r.load.endpoint == "completions" else []
+    parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
+    if body := other.get("extra_body"):
+        parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
+    if headers := other.get("headers"):
+        parts.append(f"headers {', '.join(headers)}")
+    return ", ".join(parts)
 
 
 def _by_turn(r) -> list[str]:

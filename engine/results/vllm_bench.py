@@ -68,11 +68,12 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
+    backend = load.backend or ("openai" if load.endpoint == "completions" else _BACKENDS.get(run.kind, run.kind))
     conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": load.backend or _BACKENDS.get(run.kind, run.kind),
-        "backend": load.backend or _BACKENDS.get(run.kind, run.kind),
+        "endpoint_type": backend,  # vllm's names: openai-chat, openai (completions)
+        "backend": backend,
         "label": run.label,
         "model_id": run.model,
         "tokenizer_id": run.config.get("tokenizer") or run.model,

@@ -157,6 +157,7 @@ class Requester:
         self.headers = {"Content-Type": "application/json"}
         if spec.api_key:
             self.headers["Authorization"] = f"Bearer {spec.api_key}"
+        self.headers.update(spec.headers)  # the user's own (an Authorization given replaces the key's)
 
     async def __aenter__(self) -> "Requester":
         s = self.spec
@@ -196,6 +197,8 @@ class Requester:
             b["max_tokens"] = max_tokens
         if s.ignore_eos:
             b["ignore_eos"] = True
+        b.update(s.sampling)
+        b.update(s.extra_body)  # last, as vllm bench serve merges --extra-body (its own fields refused: spec.py)
         return json.dumps(b).encode()
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
