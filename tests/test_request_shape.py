@@ -104,3 +104,19 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
                        "completions", "--extra-body", '{"min_tokens": 3}')
     assert p.returncode == 0 and "requests ok / failed   0 / 10" in p.stdout, p.stdout + p.stderr
     assert "HTTP 400" in p.stdout and "min_tokens" in p.stdout, p.stdout
+
+
+def test_no_python_behind_a_run_that_would_leave_its_shape_out():
+    """The Python behind a run sends what the run sent: with sampling parameters, headers or an extra body it would
+    not, so none is offered."""
+    from engine.measure.load.snippets import run_code
+    from engine.results.records import RunResult
+
+    def run(**shape):
+        spec = LoadSpec(base_url="http://127.0.0.1:8000", model="m", prompts=["hi"], **shape)
+        return RunResult(kind="vllm", scenario="concurrent-10", label="x", records=[], duration=1.0,
+                         started_at=1.76e9, model="m", load=spec.as_dict())
+
+    assert run_code(run()) is not None
+    for shape in ({"sampling": {"top_p": 0.9}}, {"headers": {"X-Team": "a"}}, {"extra_body": {"seed": 1}}):
+        assert run_code(run(**shape)) is None, shape

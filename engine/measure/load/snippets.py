@@ -78,8 +78,8 @@ def spec_of(run: Any) -> LoadSpec | None:
     load = run.load
     if run.kind != "vllm" or not load.prompts or load.shape not in SHAPES or not load.base_url or not run.model:
         return None
-    if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
-        return None
+    if load.other.get("system") or shaped(load):  # a long shared system prompt (prefix-cache), or sampling
+        return None  # parameters, headers or an extra body: the short code would leave them out
     if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
             or load.other.get("think_time_s")):  # a workload's own lengths, turns or schedule: likewise
         return None
@@ -91,6 +91,11 @@ def spec_of(run: Any) -> LoadSpec | None:
                         endpoint=load.endpoint or "chat")
     except ConfigError:
         return None
+
+
+def shaped(load: Any) -> bool:
+    """Whether a stored load sent sampling parameters, headers or an extra body (LoadSpec's request shape)."""
+    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body"))
 
 
 def run_code(run: Any, lang: str = "en") -> str | None:

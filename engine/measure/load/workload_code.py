@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine.measure.load.snippets import WIDTH, _client, _Comments, lit
+from engine.measure.load.snippets import WIDTH, _client, _Comments, lit, shaped
 from engine.messages import say
 
 MAX_LINES = 50
@@ -17,7 +17,8 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     write as the run sent it."""
     load, w = run.load, run.load.workload or {}
     kind = w.get("kind")
-    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat":
+    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat" \
+            or shaped(load):  # its sampling parameters, headers or extra body are not written here
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace"):
         return None
