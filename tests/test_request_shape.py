@@ -120,3 +120,37 @@ def test_no_python_behind_a_run_that_would_leave_its_shape_out():
     assert run_code(run()) is not None
     for shape in ({"sampling": {"top_p": 0.9}}, {"headers": {"X-Team": "a"}}, {"extra_body": {"seed": 1}}):
         assert run_code(run(**shape)) is None, shape
+
+
+def test_lora_modules_take_turns_a_conversation_keeps_its_own_and_the_server_must_serve_them():
+    from engine.runs.target import Target, _lora_names
+    from engine.serving.endpoint import Endpoint
+
+    spec = _spec(lora_modules=["sql", "chat"])
+    req = Requester(spec)
+    models = [json.loads(req.body("hi", 4, None, spec.model_for(i)))["model"] for i in range(5)]
+    assert models == ["sql", "chat", "sql", "chat", "sql"]
+    assert [spec.model_for(i, conversation=1) for i in (4, 5, 6)] == ["chat"] * 3
+    assert _spec().model_for(3) == "m" and spec.as_dict()["lora_modules"] == ["sql", "chat"]
+    served = Target(DEAD, "m", endpoint=Endpoint(DEAD, {"m": 2048, "sql": 2048}, vllm=True, metrics=False))
+    assert served.aim(_spec(lora_modules=["sql"])).lora_modules == ["sql"]
+    with pytest.raises(ConfigError) as e:
+        served.aim(spec)
+    assert str(e.value).startswith(f"The server at {DEAD} serves no model 'chat' (it serves m, sql): start it with "
+                                   "--enable-lora --lora-modules chat=PATH")
+    assert _lora_names(("--enable-lora", "--lora-modules", "a=/x", '{"name": "b", "path": "/y"}', "--max-loras",
+                        "2")) == ["a", "b"]
+    assert _lora_names(("--lora-modules=c=/z",)) == ["c"]
+
+
+def test_a_lora_module_named_twice_is_one_sentence():
+    p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--lora-modules", "a", "a")
+    assert p.returncode == 2 and "A LoRA module is named twice" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+@pytest.mark.server
+def test_a_lora_module_the_real_server_does_not_serve_is_refused_before_a_request(vllm_server):
+    p = cli_in_process("run", "concurrent-10", "--url", vllm_server.base_url, "--lora-modules", "no-such-adapter")
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    line, = p.stderr.splitlines()
+    assert "serves no model 'no-such-adapter'" in line and "--enable-lora --lora-modules no-such-adapter=PATH" in line

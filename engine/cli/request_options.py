@@ -25,6 +25,9 @@ def add_request_options(r) -> None:
     g.add_argument("--extra-body", metavar="JSON",
                    help="a JSON object merged into every request's body, e.g. '{\"seed\": 0}' or "
                         "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}'; recorded with the run")
+    g.add_argument("--lora-modules", nargs="+", metavar="NAME",
+                   help="LoRA adapters the server serves (its --lora-modules names): each request names the next in "
+                        "turn instead of the model, round-robin (a multi-turn chat keeps its first turn's)")
     g.add_argument("--temperature", type=float, help="sampling temperature, 0 to 2 (default 0.7)")
     for option, _key, kind in _SAMPLING:
         g.add_argument(option, type=kind, help="sent as the request's " + option[2:].replace("-", "_"))
@@ -32,7 +35,8 @@ def add_request_options(r) -> None:
 
 def asked(args) -> list[str]:
     """The request-shape options given, as their flags."""
-    named = [f"--{o}" for o in ("endpoint", "header", "extra_body", "temperature") if getattr(args, o) is not None]
+    named = [f"--{o}" for o in ("endpoint", "header", "extra_body", "lora_modules", "temperature")
+             if getattr(args, o) is not None]
     return [n.replace("_", "-") for n in named] + [o for o, key, _ in _SAMPLING if getattr(args, key) is not None]
 
 
@@ -44,6 +48,8 @@ def request_of(args) -> dict[str, Any]:
         over["endpoint"] = args.endpoint
     if args.temperature is not None:
         over["temperature"] = args.temperature
+    if args.lora_modules is not None:
+        over["lora_modules"] = list(args.lora_modules)
     if sampling := {key: getattr(args, key) for _o, key, _t in _SAMPLING if getattr(args, key) is not None}:
         over["sampling"] = sampling
     if args.header:

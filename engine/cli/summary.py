@@ -73,6 +73,8 @@ def request_shape(r) -> str:
         parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
     if headers := other.get("headers"):
         parts.append(f"headers {', '.join(headers)}")
+    if lora := other.get("lora_modules"):
+        parts.append(f"LoRA {', '.join(lora)} in turn")
     return ", ".join(parts)
 
 

@@ -182,11 +182,12 @@ class Requester:
     async def __aexit__(self, *exc: object) -> None:
         await self.session.close()
 
-    def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None) -> bytes:
+    def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None,
+             model: str | None = None) -> bytes:
         """The request's JSON; a chat turn after the first carries `history` (the earlier turns and the
-        replies the server gave) before its new user message."""
+        replies the server gave) before its new user message. `model`: a LoRA module's name (spec.model_for)."""
         s = self.spec
-        b: dict[str, Any] = {"model": s.model, "temperature": s.temperature, "stream": True,
+        b: dict[str, Any] = {"model": model or s.model, "temperature": s.temperature, "stream": True,
                              "stream_options": {"include_usage": True}}
         if self.chat:
             system = [{"role": "system", "content": s.system}] if s.system else []
@@ -224,7 +225,7 @@ class Requester:
                    on_sent: Callable[[RequestRecord], None] | None,
                    history: list[dict[str, str]] | None, parser: StreamParser | None) -> RequestRecord:
         st = parser or StreamParser(self.chat)
-        body = self.body(rec.prompt, max_tokens, history)
+        body = self.body(rec.prompt, max_tokens, history, self.spec.model_for(rec.index, rec.conversation))
         rec.send_time = clock() - self.t0
         if on_sent is not None:
             on_sent(rec)

@@ -94,8 +94,8 @@ def spec_of(run: Any) -> LoadSpec | None:
 
 
 def shaped(load: Any) -> bool:
-    """Whether a stored load sent sampling parameters, headers or an extra body (LoadSpec's request shape)."""
-    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body"))
+    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape)."""
+    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body", "lora_modules"))
 
 
 def run_code(run: Any, lang: str = "en") -> str | None:

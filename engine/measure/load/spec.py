@@ -88,6 +88,9 @@ class LoadSpec:
     sampling: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
+    # LoRA adapters the server serves by name (vllm bench serve --lora-modules): each request names one in turn
+    # instead of `model` (a conversation keeps its first turn's), so every adapter gets its share of the load
+    lora_modules: list[str] = field(default_factory=list)
     # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
@@ -125,6 +128,13 @@ class LoadSpec:
             raise ConfigError(say("The temperature must be between 0 and 2, not {temperature}.",
                                   temperature=self.temperature))
         check_request_shape(self.sampling, self.headers, self.extra_body)
+        if not isinstance(self.lora_modules, list) or any(not isinstance(m, str) or not m.strip() or len(m) > 200
+                                                          for m in self.lora_modules):
+            raise ConfigError(say("Each LoRA module is the name the server serves it under, e.g. sql-lora: give "
+                                  "names, not empty text."))
+        if len(set(self.lora_modules)) != len(self.lora_modules):
+            raise ConfigError(say("A LoRA module is named twice: name each once (round-robin gives each its "
+                                  "share)."))
         _whole(mark("The warm-up"), self.warmup, 0, MAX_REQUESTS)
         _whole(mark("The client processes"), self.workers, 0, MAX_WORKERS)
         if self.timeout_s is not None and (not _number(self.timeout_s) or self.timeout_s <= 0):
@@ -200,6 +210,13 @@ class LoadSpec:
         """Request i's max_tokens: its own from a workload's list, else the spec's."""
         return self.max_tokens_each[i % len(self.max_tokens_each)] if self.max_tokens_each else self.max_tokens
 
+    def model_for(self, index: int, conversation: int | None = None) -> str:
+        """The model request `index` names: its LoRA module in turn (round-robin; a chat's turns keep their
+        conversation's), else the served model."""
+        if not self.lora_modules:
+            return self.model
+        return self.lora_modules[(index if conversation is None else conversation) % len(self.lora_modules)]
+
     @property
     def units(self) -> int:
         """What the arrival pattern schedules: conversations of a multi-turn chat, else requests."""
@@ -269,7 +286,8 @@ class LoadSpec:
 
         d["headers"] = {k: "***" if is_credential_key(k) else scrub_text(v) for k, v in self.headers.items()}
         d["extra_body"] = scrub(self.extra_body)
-        for key in ("sampling", "headers", "extra_body"):  # a plain request's record stays as it always was
+        d["lora_modules"] = list(self.lora_modules)
+        for key in ("sampling", "headers", "extra_body", "lora_modules"):  # a plain request's record stays as it was
             if not d[key]:
                 del d[key]
         return d
