@@ -154,3 +154,29 @@ def test_a_lora_module_the_real_server_does_not_serve_is_refused_before_a_reques
     assert p.returncode == 2 and p.stdout == "", p.stdout
     line, = p.stderr.splitlines()
     assert "serves no model 'no-such-adapter'" in line and "--enable-lora --lora-modules no-such-adapter=PATH" in line
+
+
+def test_an_embeddings_request_and_what_it_refuses():
+    body = json.loads(Requester(_spec(endpoint="embeddings", extra_body={"dimensions": 8})).body("hi", 4))
+    assert body == {"model": "m", "input": "hi", "truncate_prompt_tokens": -1, "dimensions": 8}
+    with pytest.raises(ConfigError) as e:
+        _spec(endpoint="embeddings", sampling={"top_p": 0.5})
+    assert str(e.value) == "An embedding samples no tokens, so top_p does not apply: leave it out."
+
+
+@pytest.mark.server
+def test_embeddings_on_a_real_pooling_server_this_command_starts():
+    """vLLM on CPU serves the embedded model as an embedding model (--runner pooling --convert embed): each request's
+    latency and prompt tokens measured, nothing generated, exported under vllm bench serve's backend name."""
+    from engine.results.store import RunStore
+
+    from .conftest import free_port
+
+    p = cli_in_process("run", "concurrent-10", "--endpoint", "embeddings", "--model", "embedded", "--port",
+                       str(free_port()), "--kv-cache-gib", "1", "--max-model-len", "512", "--enforce-eager",
+                       "--extra", "--runner pooling --convert embed")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
+    assert "requests ok / failed   10 / 0" in p.stdout and "request shape          embeddings" in p.stdout, p.stdout
+    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    assert all(r.prompt_tokens > 0 and r.output_tokens == 0 and r.e2e and r.ttft == r.e2e for r in run.measured)
+    assert json.loads(RunStore().export_json([run.id]))[0]["backend"] == "openai-embeddings"

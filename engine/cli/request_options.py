@@ -17,8 +17,9 @@ _SAMPLING = (("--top-p", "top_p", float), ("--top-k", "top_k", int), ("--min-p",
 
 def add_request_options(r) -> None:
     g = r.add_argument_group("the request's shape (as vllm bench serve sends it)")
-    g.add_argument("--endpoint", choices=("chat", "completions"),
-                   help="chat: /v1/chat/completions (default), completions: /v1/completions with the prompt as text")
+    g.add_argument("--endpoint", choices=("chat", "completions", "embeddings"),
+                   help="chat: /v1/chat/completions (default), completions: /v1/completions with the prompt as text, "
+                        "embeddings: /v1/embeddings (a pooling model's server; latency and prompt tokens only)")
     g.add_argument("--header", action="append", metavar="NAME:VALUE",
                    help="an HTTP header sent with every request (repeat for more); a credential's value "
                         "(Authorization, X-API-Key, ...) is sent but never recorded")

@@ -67,7 +67,7 @@ def request_shape(r) -> str:
     import json
 
     other = r.load.other
-    parts = ["completions"] if r.load.endpoint == "completions" else []
+    parts = [r.load.endpoint] if r.load.endpoint in ("completions", "embeddings") else []
     parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
     if body := other.get("extra_body"):
         parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")

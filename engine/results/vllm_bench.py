@@ -68,7 +68,8 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
-    backend = load.backend or ("openai" if load.endpoint == "completions" else _BACKENDS.get(run.kind, run.kind))
+    backend = load.backend or {"completions": "openai", "embeddings": "openai-embeddings"}.get(
+        load.endpoint, _BACKENDS.get(run.kind, run.kind))
     conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),

@@ -14,7 +14,7 @@ from engine.messages import mark, say, say_n
 
 SHAPES = ("sequential", "concurrency", "burst", "poisson", "trace")
 RATE_SHAPES = ("poisson", "trace")  # sent on a schedule, not when a slot frees: each send has a planned time
-ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 # What one load test may ask for: beyond these a typo (100000 in flight) would swamp the machine.
 MAX_IN_FLIGHT = 1024
 MAX_REQUESTS = 100_000
@@ -105,8 +105,11 @@ class LoadSpec:
             raise ConfigError(say("The arrival pattern '{shape}' is unknown: pick one of {shapes}.",
                                   shape=self.shape, shapes=", ".join(SHAPES)))
         if self.endpoint not in ENDPOINTS:
-            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat or completions.",
+            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat, completions or embeddings.",
                                   endpoint=self.endpoint))
+        if self.endpoint == "embeddings" and self.sampling:
+            raise ConfigError(say("An embedding samples no tokens, so {key} does not apply: leave it out.",
+                                  key=next(iter(self.sampling))))
         if not self.prompts:
             raise ConfigError(say("A load test needs at least one prompt."))
         _whole(mark("The number of requests"), self.n, 1, MAX_REQUESTS)
