@@ -14,7 +14,7 @@ from engine.lab import LabError
 from engine.measure.judge import cost as pricing
 from engine.measure.judge import failures
 from engine.measure.judge.ceiling import run_ceiling
-from engine.measure.workloads.base import named as workload_named
+from engine.measure.workloads.named import named as workload_named
 from i18n import _
 
 lab = ui.get_lab()

@@ -13,7 +13,7 @@ from engine.digits import significant
 from engine.measure.judge import failures, lateness, prefix, repeats, stats, verdict
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.load.spec import deadline_said
 from engine.measure.workloads.defaults import load_defaults, load_test_spec
 from i18n import N_, _, ngettext

@@ -9,7 +9,7 @@ from engine.digits import significant
 from engine.measure.judge import warmth, worker_memory
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.workloads import scenarios
 from engine.serving import models
 from engine.serving.models import SHAPE_ONLY_NOTE

@@ -7,10 +7,10 @@ import ui
 from engine import figures
 from engine.lab import LabError
 from engine.measure.judge import kvcache
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.workloads import scenarios
-from engine.measure.workloads.base import named as workload_named
-from engine.measure.workloads.base import one_workload, run_workload
+from engine.measure.workloads.named import named as workload_named
+from engine.measure.workloads.named import one_workload, run_workload
 from engine.measure.workloads.defaults import example_workloads, tuning_spec, workload_plan
 from engine.serving.config import tuning_configs
 from engine.serving.states import READY, STARTING

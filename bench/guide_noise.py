@@ -4,6 +4,8 @@ opposite by the other. Headless, through the Guide's own steps (as bench/guide_g
 server (the embedded model, the lab's flags) and stops it at the end.
 
     .venv/bin/python bench/guide_noise.py --out OUTDIR [--scale 0.25] [--hog "stress-ng --cpu 2"] [--loaded-first]
+    python3 bench/guide_noise.py --model shape-only --out OUT --only quiet|loaded --results R   (one pass per call)
+    python3 bench/guide_noise.py --combine R.quiet.json R.loaded.json --results R --out OUT
 
 Writes OUTDIR/history.sqlite (every run), bench/results/guide-noise-cpu.json and .md (--results to change)."""
 from __future__ import annotations
@@ -114,7 +116,15 @@ def main() -> int:
     ap.add_argument("--hog", default="stress-ng --cpu 2")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results" / "guide-noise-cpu")
     ap.add_argument("--loaded-first", action="store_true", help="the loaded pass first (the quiet one's session stays)")
+    ap.add_argument("--only", choices=("quiet", "loaded"),
+                    help="one pass, written to RESULTS.PASS.json (a GPU call's 10 minutes hold one pass at a time)")
+    ap.add_argument("--combine", nargs=2, type=Path, metavar=("QUIET_JSON", "LOADED_JSON"),
+                    help="judge two passes written with --only and write RESULTS.md/.json (no server started)")
     a = ap.parse_args()
+    if a.combine:
+        quiet, loaded = (json.loads(p.read_text()) for p in a.combine)
+        return finish({**quiet, "loaded": loaded["loaded"], "command": f"{quiet['command']} ; {loaded['command']}"},
+                      a.results)
     os.environ.setdefault("SERVING_LAB_GUIDE_EAGER", "1")  # no compiling: each restart ready sooner
     os.environ.setdefault("SERVING_LAB_RUNTIME", str(a.out / "runtime"))  # its server's record, apart from others
     lab = bench_lab(a.out, free_port())
@@ -125,7 +135,7 @@ def main() -> int:
            "machine": hardware.summary_line(hardware.describe()), "model": a.model, "scale": a.scale,
            "repeats": REPEATS, "hog": a.hog, "command": " ".join(["python", *sys.argv])}
     try:
-        for name in ("loaded", "quiet") if a.loaded_first else ("quiet", "loaded"):
+        for name in (a.only,) if a.only else ("loaded", "quiet") if a.loaded_first else ("quiet", "loaded"):
             print(f"== {name}", flush=True)
             if name == "quiet":
                 out["quiet"] = run_steps(lab, a.scale)
@@ -139,10 +149,19 @@ def main() -> int:
     finally:
         lab.server.stop()
         lab.shutdown()
+    if a.only:
+        a.results.parent.mkdir(parents=True, exist_ok=True)
+        a.results.with_suffix(f".{a.only}.json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
+        return 0
+    return finish(out, a.results)
+
+
+def finish(out: dict, results: Path) -> int:
+    """The verdict over both passes, written as RESULTS.json and RESULTS.md."""
     out["verdict"] = verdict(out["quiet"], out["loaded"])
-    a.results.parent.mkdir(parents=True, exist_ok=True)
-    a.results.with_suffix(".json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
-    a.results.with_suffix(".md").write_text(markdown(out))
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.with_suffix(".json").write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    results.with_suffix(".md").write_text(markdown(out))
     print(markdown(out))
     return 0 if out["verdict"]["holds"] else 1
 

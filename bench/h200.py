@@ -24,12 +24,12 @@ sys.path.insert(0, str(ROOT))
 from engine.cli.summary import summary_table  # noqa: E402
 from engine.errors import LabError  # noqa: E402
 from engine.measure.baseline.naive import run_naive  # noqa: E402
-from engine.measure.load.progress import Progress  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.workloads.scenarios import SCENARIOS  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 from engine.observe.telemetry import Telemetry, event_rows, memory_rows, metric_rows  # noqa: E402
 from engine.results.store import RunStore  # noqa: E402
-from engine.serving import models  # noqa: E402
+from engine.serving import prepare  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.runs import Runner, Target, tuning_label  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
@@ -48,7 +48,7 @@ class Bench:
                              metrics_url=self._metrics_url, extra_pids=lambda: dict(self.naive_pid),
                              interval_s=0.5, keep=20000)
         self.tel.start()
-        self.spec = models.shape_only_llama3_8b(prepare=True)
+        self.spec = prepare.resolve("shape-only")
 
     def _metrics_url(self):
         if self.server and self.server.snapshot().state == "ready":

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from engine.errors import LabError, ServerBusy
-from engine.measure.load.progress import Progress, RunPlan, Totals
+from engine.measure.progress import Progress, RunPlan, Totals
 from engine.messages import Message, mark, say
 from engine.results.records import RequestRecord, RunResult
 
@@ -55,7 +55,7 @@ class Job(Progress):
     def progress(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
 
-    # -- the progress protocol (engine.measure.load.progress.Progress) ------------------------------
+    # -- the progress protocol (engine.measure.progress.Progress) ------------------------------
     def on_start(self, plan: RunPlan) -> None:
         """A measured run begins: the live view starts afresh (a sweep's next level)."""
         self.records, self.in_flight = [], {}

@@ -8,9 +8,13 @@ from typing import Callable, Iterator
 
 from engine.access import Access, presenter_only
 from engine.errors import LabError, NotPresenter, ServerBusy
+from engine.guide import Guide, preflight
+from engine.guide.rehearsal import Rehearsal, machine, read_sheet, sheet_path
+from engine.guide.sheet import TALK_S, differences
 from engine.jobs import Job, JobManager
-from engine.measure.load.chat import ChatDesk
-from engine.measure.load.ledger import WarmthLedger
+from engine.measure.snippets import load as snippets
+from engine.chat_desk import ChatDesk
+from engine.runs.ledger import WarmthLedger
 from engine.messages import mark, say
 from engine.observe import hardware
 from engine.observe.monitor import Monitor
@@ -18,6 +22,7 @@ from engine.observe.telemetry import Telemetry
 from engine.results.history import History
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
+from engine.room import Room
 from engine.runs import Runner, Target, check_repeats, check_search, check_sweep, check_tuning
 from engine.serving import leftovers as orphans
 from engine.serving import cluster, models, prepare
@@ -67,15 +72,11 @@ class Lab:
     @functools.cached_property
     def guide(self):
         """The guided lab's shared session (engine.guide.Guide): the presenter's step and each step's runs."""
-        from engine.guide import Guide
-
         return Guide(self)
 
     @functools.cached_property
     def room(self):
         """The room as the load (engine.room.Room): the presenter's rounds and the attendees' requests in them."""
-        from engine.room import Room
-
         return Room(self)
 
     # -- the guided lab's rehearsal and the room's pre-flight (engine.guide.rehearsal, engine.guide.preflight) --
@@ -83,9 +84,6 @@ class Lab:
     def rehearse(self, scale: float, model: str | None = None, talk_s: float | None = None, *, who) -> Job:
         """The whole guided lab run unattended at `scale` with `model` (a catalogue path; None: the room's),
         through the guide's own steps on a session of its own; its sheet is written beside the history."""
-        from engine.guide.rehearsal import Rehearsal
-        from engine.guide.sheet import TALK_S
-
         if busy := self.measuring():
             raise ServerBusy(say("'{label}' is still running: wait for it to finish or cancel it, then rehearse.",
                                  label=busy.label))
@@ -99,21 +97,14 @@ class Lab:
 
     def rehearsal(self):
         """The last rehearsal's sheet (engine.guide.sheet.Sheet), None before the first."""
-        from engine.guide.rehearsal import read_sheet, sheet_path
-
         return read_sheet(sheet_path(self.store.path))
 
     def rehearsal_differs(self, sheet) -> list:
         """How today's machine and the room's model and budget differ from `sheet`'s, a phrase each."""
-        from engine.guide.rehearsal import machine
-        from engine.guide.sheet import differences
-
         return differences(sheet.machine, machine(self.guide.model_spec().path, self.guide.state().scale))
 
     def preflight(self, host: str | None, port: int, base: str | None = "") -> list:
         """The room's pre-flight for this app at `host`:`port` under `base` (engine.guide.preflight.Check each)."""
-        from engine.guide import preflight
-
         return preflight.checks(self, host, port, base)
 
     # -- who may act --------------------------------------------------------------------------
@@ -307,7 +298,7 @@ class Lab:
     def import_examples(self) -> list[str]:
         return self.store.import_examples()
 
-    # -- chat (engine.measure.load.chat.ChatDesk: who may chat how much, and when) --------------------
+    # -- chat (engine.chat_desk.ChatDesk: who may chat how much, and when) --------------------
     def chat(self, messages: list[dict], record: RequestRecord, *, max_tokens: int = 300, temperature: float = 0.7,
              stop: threading.Event | None = None, on_wait: Callable[[str], None] | None = None,
              token: str | None = None, caller: str | None = None) -> Iterator[str]:
@@ -412,8 +403,6 @@ class Lab:
                       lang: str = "en") -> str | None:
         """The short Python that streams `prompt`'s answer from the ready server as the Chat page does;
         None while no server is ready."""
-        from engine.measure.load import snippets
-
         try:
             target = self._target()
         except ServerBusy:

@@ -25,7 +25,7 @@ from engine.measure.judge import stats
 from engine.measure.judge.joins import Join, Sharing, first_joins, sharing
 from engine.measure.load import loadgen
 from engine.measure.load.drive import run_loop, shift
-from engine.measure.load.progress import RunPlan, notify
+from engine.measure.progress import RunPlan, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.load.sse import StreamParser

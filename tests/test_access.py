@@ -10,7 +10,7 @@ import pytest
 from engine import lab as lab_module
 from engine.access import CALLER_FAILURES, ROOM_FAILURES, Access
 from engine.errors import ConfigError, NotPresenter, Throttled
-from engine.measure.load.chat import ChatLimits, ChatRefused
+from engine.chat_desk import ChatLimits, ChatRefused
 from engine.results.store import RunStore
 from engine.serving.config import REFUSED_EXTRA_FLAGS, ServerConfig, refuse_extra_flags
 

@@ -22,6 +22,7 @@ from engine.observe import bandwidth
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.serving.models import LLAMA3_8B_CONFIG
+from tests.said import said, values
 
 LLAMA3_8B_FP16 = 8_030_261_248 * 2  # bytes: its parameters (as torch counts them) in fp16
 H200 = {"gb_s": 4800.0, "source": "table", "reference": "NVIDIA datasheet, H200: 4.8 TB/s"}
@@ -140,9 +141,8 @@ def test_a_runs_ceiling_sentence_is_built_from_its_stored_hardware(tmp_path):
     c = ceiling.run_ceiling(back)
     assert c.batch == 1 and c.context == 130
     assert c.ceiling == pytest.approx(4.8e12 / (LLAMA3_8B_FP16 + 131_072 * 130))
-    assert str(c.sentence) == ("Decoded at 198 tok/s per request; this hardware's memory bandwidth (4,800 GB/s, table: "
-                               "NVIDIA datasheet) allows at most 299 tok/s per request at batch 1: 66% of the ceiling.")
-    assert c.sentence.template.startswith("Decoded at {measured}")  # said again in the viewer's language
+    assert values(c.sentence) == {"measured": "198", "bandwidth": "4,800", "source": "table: NVIDIA datasheet",
+                                  "ceiling": "299", "batch": "1.0", "share": "66%"}  # said again in either language
     assert str(c.sentence) in summary_table(back)
 
 
@@ -164,7 +164,7 @@ def test_a_batch_is_held_to_the_ceiling_at_its_size():
     c = ceiling.run_ceiling(_run(hw, 150.0, n=10))
     assert c.batch == pytest.approx(10)
     assert c.ceiling == pytest.approx(ceiling.decode_ceiling(4.8e12, LLAMA3_8B_FP16, 131_072, 130, 10))
-    assert "at this batch (10.0 requests decoding together, on average)" in c.sentence
+    assert values(c.sentence)["batch"] == "10.0" and "at this batch" in said(c.sentence).template
     # an older GPU run without a stored figure: the table by its NVML name; two GPUs share the weights
     old = _run({"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}]}, 150.0)
     old.config["tensor_parallel_size"] = 2

@@ -1,4 +1,4 @@
-"""The chat desk (engine.measure.load.chat.ChatDesk): a viewer's message waits while a benchmark measures and
+"""The chat desk (engine.chat_desk.ChatDesk): a viewer's message waits while a benchmark measures and
 is never sent if the viewer gives up; an answer that streamed beside a run is counted for that run only."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.measure.load.chat import ChatDesk
+from engine.chat_desk import ChatDesk
+from tests.said import values
 
 HELLO = [{"role": "user", "content": "Say hi."}]
 
@@ -32,7 +33,7 @@ def test_a_viewers_message_waits_while_a_benchmark_measures_and_giving_up_sends_
     record = desk.record("Say hi.")
     assert list(desk.send(target, HELLO, record, wait=True, max_tokens=8, temperature=0.0, stop=stop,
                           on_wait=on_wait)) == []
-    assert said == ["'sweep 1…4' is measuring: your message is sent the moment it ends."]
+    assert [values(s) for s in said] == [{"label": "sweep 1…4"}]  # which run it waits for
     assert record.error is None and desk.beside(0, time.time() + 60) == 0
 
 

@@ -17,7 +17,7 @@ from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.errors import ConfigError, LabError
 from engine.measure.workloads import scenarios, seeds
-from engine.measure.workloads.base import named
+from engine.measure.workloads.named import named
 
 from .conftest import ROOT, cli_in_process
 
@@ -194,7 +194,7 @@ def test_a_dataset_file_runs_against_the_real_server_and_is_recorded_as_the_work
     assert (w["kind"], w["name"], w["rows"]) == ("dataset", "five.jsonl", 5)
     assert w["sha256"] == hashlib.sha256(five.read_bytes()).hexdigest()
     # the Python behind it reads the same file beside it and sends those five rows, as printed
-    from engine.measure.load.snippets import run_code
+    from engine.measure.snippets.load import run_code
 
     code = run_code(run)
     assert 'FILE = "five.jsonl"' in code

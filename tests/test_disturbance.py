@@ -21,6 +21,7 @@ from engine.observe import disturbance
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
+from tests.said import values
 
 BUSY = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
 
@@ -61,9 +62,8 @@ def test_a_busy_program_beside_the_measured_part_is_detected(busy):
     assert cpu["others_cores"] >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu["cores"]) + 0.05 / 3
     notes = Notes(disturbance=disturbance.record(cpu, None, None, 0))
     assert disturbance.disturbed(notes)
-    said = str(disturbance.said(notes))
-    assert said.startswith(f"Measured while other programs used {cpu['others_cores']:.1f} of {cpu['cores']} cores")
-    assert said.endswith("this machine can do better than these numbers.")
+    what = values(disturbance.said(notes))["what"]  # the hypervisor's steal, if it took some too, said after it
+    assert {"used": cpu["others_cores"], "cores": cpu["cores"]} in (what, what.get("first"))
 
 
 def test_the_runs_own_processes_are_not_others():
@@ -93,9 +93,7 @@ def test_another_clients_requests_and_chats_are_said():
     assert disturbance.record(None, None, None, 0) is None
     notes = Notes(disturbance=rec, chat_requests_beside=2)
     assert disturbance.disturbed(notes)
-    assert str(disturbance.said(notes)) == ("Measured while the server answered 5 requests from another client and 2 "
-                                            "chat answers streamed beside it: this machine can do better than these "
-                                            "numbers.")
+    assert values(disturbance.said(notes)) == {"what": {"first": {"n": 5}, "last": {"n": 2}}}
     ko = translate(disturbance.said(notes), "ko")
     assert "5" in ko and "2" in ko and "Measured" not in ko
     quiet = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.1, "steal_cores": 0.0,
@@ -107,14 +105,14 @@ def test_another_clients_requests_and_chats_are_said():
     assert not disturbance.disturbed(brief)  # 0.3 cores over half a second: within the ticks' 0.1 cores of slack
     assert disturbance.disturbed(Notes(disturbance={**brief.disturbance, "others_cores": 1.5}))
     steal = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4})
-    assert str(disturbance.said(steal)).startswith("Measured while the hypervisor took 20% of the CPU time (steal)")
+    assert values(disturbance.said(steal)) == {"what": {"share": 0.2}}  # of the CPU time, taken by the hypervisor
 
 
 def test_a_steps_repeats_are_said_once_with_how_many_were_disturbed():
     quiet, busy = Notes(disturbance={"other_requests": 0}), Notes(disturbance={"other_requests": 4})
     runs = [RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1.0, started_at=time.time(),
                       extra=n) for n in (quiet, busy, quiet)]
-    assert str(disturbance.said_of(runs)).startswith("1 of 3 runs: Measured while the server answered 4 requests")
+    assert values(disturbance.said_of(runs)) == {"k": 1, "n": 3, "sentence": {"what": {"n": 4}}}
     assert disturbance.said_of([runs[0], runs[2]]) is None
     assert str(disturbance.said_of([runs[1]])).startswith("Measured while")
 

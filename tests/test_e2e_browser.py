@@ -13,7 +13,6 @@ Every page is saved to artifacts/screenshots/<page>.png.
 """
 from __future__ import annotations
 
-import gettext
 import json
 import os
 import re
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
+
+from engine.messages import catalog
 from playwright.sync_api import expect
 
 from .browser import (
@@ -224,7 +225,7 @@ def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
     """A viewer whose browser asks for Korean (st.context.locale) gets every page and its charts in Korean,
     with no traceback; artifacts/screenshots/ko_<page>.png are what a Korean attendee sees. Runs after the
     English tests, so the pages hold real runs and charts."""
-    ko = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
+    ko = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older
     ctx = browser.new_context(viewport=VIEWPORT, locale="ko-KR")
     pg = ctx.new_page()
     try:

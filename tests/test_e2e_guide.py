@@ -8,7 +8,6 @@ sees each "다음 단계" within seconds, also when it was looking at another pa
 """
 from __future__ import annotations
 
-import gettext
 import json
 import re
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
+from engine.messages import catalog
 from engine import guide as g
 
 from .browser import ROOT, StreamlitApp, download, free_port, kill_recorded_server, press_until
@@ -23,7 +23,7 @@ from .browser import ROOT, StreamlitApp, download, free_port, kill_recorded_serv
 pytestmark = [pytest.mark.server, pytest.mark.e2e]
 
 TOKEN = "guide-presenter"
-KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
+KO = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older
 ko = KO.gettext
 STEP_S = 2400_000  # ms: one step on two shared CPU cores (a restart, or naive generate()); seen >20 min under load
 # a liveness bound (the follower polls every 1.5 s; a page on a busy 2-core CI machine redraws slower)

@@ -15,14 +15,14 @@ The same walk checks the first screen: each page's first chart (on a page withou
 metric) starts above the fold."""
 from __future__ import annotations
 
-import gettext
 import time
 
 import pytest
 
+from engine.messages import catalog
 from engine.results.store import RunStore
 
-from .browser import ROOT, adopting_app, settle
+from .browser import adopting_app, settle
 from .korean import WORD, data_words, english_in, unquoted
 
 pytestmark = [pytest.mark.e2e, pytest.mark.server]
@@ -31,7 +31,7 @@ SCREEN = {"width": 1920, "height": 1080}
 # The app's pages by url path (app.py's st.navigation), with their English titles.
 PAGES = {"": "Guided lab", "server": "vLLM server", "monitor": "Monitor", "naive_vs_vllm": "Naive vs vLLM",
          "load_test": "Load test", "tuning": "Tuning", "chat": "Chat", "history": "History", "room": "The room"}
-KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"])
+KO = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older
 
 # What a viewer sees: text nodes that are rendered, outside code, charts and what is marked translate=no
 # (material icons, written as ligatures: "visibility");

@@ -6,17 +6,17 @@ says so for the one the records name; then the same requests one at a time, save
 seen by its writer only."""
 from __future__ import annotations
 
-import gettext
 import re
 
 import pytest
 from playwright.sync_api import expect
 
+from engine.messages import catalog
 from engine.measure.judge.joins import first_joins, joins
 from engine.measure.judge.stats import peak_in_flight
 from engine.results.store import RunStore
 
-from .browser import ROOT, SCREENSHOTS, adopting_app, press_until, settle
+from .browser import SCREENSHOTS, adopting_app, press_until, settle
 
 pytestmark = [pytest.mark.server, pytest.mark.e2e]
 
@@ -25,7 +25,7 @@ ATTENDEES = 10
 QUESTION = "Why is the sky blue over Seoul today?"
 ROUND_MS = 900_000  # the round's answers and then ten one at a time on two shared CPU cores: a liveness bound
 BIG, PHONE = {"width": 1920, "height": 1080}, {"width": 412, "height": 915}
-KO = gettext.translation("messages", localedir=ROOT / "locales", languages=["ko"]).gettext
+KO = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older.gettext
 
 
 def _page(browser, app, size: dict, lang: str = "en"):

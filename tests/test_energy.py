@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.observe import energy
+from tests.said import values
 
 
 class FakeNvml:
@@ -103,7 +104,8 @@ def test_per_token_arithmetic_and_the_cost_at_a_price_per_kwh():
     assert energy.use({"method": "rapl", "joules": 1.0}, 10).cost_per_million is None  # no price by default
     assert energy.use(None, 10) is None
     first, idle = energy.said(u)
-    assert "0.1667 per million output tokens at 0.3 per kWh" in first and "100 W" in idle
+    assert values(first) == {"j": 7200.0, "wh": 2.0, "jpt": 2.0, "tpj": 0.5, "cost": pytest.approx(2e6 / 3.6e6 * 0.30),
+                             "price": 0.30, "method": "NVML's energy counter"} and values(idle) == {"idle": 100.0}
 
 
 def test_each_run_keeps_its_energy_or_why_it_has_none():

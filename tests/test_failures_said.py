@@ -17,7 +17,7 @@ import pytest
 
 from engine.measure.judge import failures
 from engine.measure.load.loadgen import run_load
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from engine.measure.load.request import describe
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import scenarios

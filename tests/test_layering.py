@@ -26,10 +26,10 @@ READ_ONLY = {
     "engine.measure.judge.lateness": "whether a run's client sent on its schedule, from its stored notes",
     "engine.measure.judge.kvcache": "a run's KV cache row and sentence, from its stored notes",
     "engine.measure.judge.worker_memory": "the naive worker's own memory and whether it came back, from its notes",
-    "engine.measure.load.snippets": "the Python behind a run, as text",
+    "engine.measure.snippets.load": "the Python behind a run, as text",
     "engine.measure.load.spec": "a load spec and its deadlines' sentence",
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
-    "engine.measure.workloads.base": "what a run records of its workload, named for History's column",
+    "engine.measure.workloads.named": "what a run records of its workload, named for History's column",
     "engine.measure.workloads.defaults": "the Load test page's first offers, from the server's facts passed in",
     "engine.measure.workloads.traces": "a trace's replay time and what looks wrong in its timestamps",
     "engine.serving.states": "a server's states and how far its start has come",
@@ -156,33 +156,133 @@ def test_no_page_file_looks_like_a_test():
 # type is no dependency).
 ENGINE_RANKS = {"messages": 0, "particles": 0, "errors": 0, "paths": 0, "metrics": 0, "settings": 0, "digits": 0,
                 "results": 1, "observe": 2, "serving": 3, "measure": 4, "figures": 5, "jobs": 5, "runs": 5, "access": 5,
-                "guide": 6, "room": 6, "lab": 7, "cli": 8, "__main__": 9, "__init__": 9}  # cli over lab: `rehearse`
+                "chat_desk": 5, "guide": 6, "room": 6, "lab": 7, "cli": 8, "__main__": 9,
+                "__init__": 9}  # cli over lab: `rehearse`
+# Inside a package, its parts ranked the same way, lowest first: measure/'s progress protocol, then what judges a
+# finished record, what sends load, the naive baseline, the workloads (which fill a LoadSpec), and the Python
+# behind a run (which writes them all out).
+PART_RANKS = {"measure": {"progress": 0, "judge": 1, "load": 2, "baseline": 3, "workloads": 4, "snippets": 5}}
+# Where the engine is imported inside a function without a comment saying why: the CLI, whose commands import the
+# engine as they run so that `--help` answers at once (engine/cli/__init__.py).
+LAZY = "cli"
 
 
-def _runtime_engine_imports(path: Path) -> set[str]:
+def _engine_modules() -> dict[str, Path]:
+    """Every engine module by its dotted name (a package by its own: engine.measure.load)."""
+    out = {}
+    for path in (ROOT / "engine").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+MODULES = _engine_modules()
+
+
+def _runtime_engine_imports(path: Path) -> list[tuple[str, ast.stmt, bool]]:
+    """(module, import statement, whether at the file's top) for each engine module the file imports at run time,
+    at any depth (a function's too): `from engine.measure import progress` is engine.measure.progress,
+    `from engine.runs import Runner` the package engine.runs. A `TYPE_CHECKING` import is no dependency."""
     tree = _tree(path)
     typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
                    and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
                    for n in ast.walk(node)}
-    out = set()
+    top = {id(node) for node in tree.body}
+    out = []
     for node in ast.walk(tree):
-        if id(node) in typing_only or not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+        if id(node) in typing_only:
             continue
-        parts = node.module.split(".")
-        if parts[0] != "engine":
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                     for a in node.names]
+        else:
             continue
-        out |= {a.name for a in node.names} if len(parts) == 1 else {parts[1]}
+        out += [(name, node, id(node) in top) for name in dict.fromkeys(names) if name.split(".")[0] == "engine"]
     return out
 
 
+def _above(own: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether the module at `other` (its path in engine/, as parts) ranks at or above `own`'s: the top-level
+    packages by ENGINE_RANKS, two parts of one package by PART_RANKS."""
+    if own[0] != other[0]:
+        mine, theirs = ENGINE_RANKS[own[0]], ENGINE_RANKS.get(other[0], 99)
+        return theirs > 0 if mine == 0 else theirs >= mine
+    ranks = PART_RANKS.get(own[0])
+    if ranks is None or len(own) < 2 or len(other) < 2 or own[1] == other[1]:
+        return False
+    return ranks.get(other[1], 99) >= ranks[own[1]]
+
+
 def test_engine_imports_point_down_only():
+    """Between packages, and between the parts of a ranked package (measure/): a new upward import fails here."""
     bad = []
-    for path in sorted((ROOT / "engine").rglob("*.py")):
-        rel = path.relative_to(ROOT / "engine")
-        own = rel.parts[0].removesuffix(".py")
-        assert own in ENGINE_RANKS, f"engine/{rel}: give its package a rank in ENGINE_RANKS"
-        for other in _runtime_engine_imports(path) - {own}:
-            if ENGINE_RANKS.get(other, 99) >= ENGINE_RANKS[own] and ENGINE_RANKS[own] > 0 or \
-                    ENGINE_RANKS[own] == 0 and ENGINE_RANKS.get(other, 99) > 0:
-                bad.append(f"engine/{rel} imports engine.{other}")
+    for name, path in sorted(MODULES.items()):
+        own = tuple(name.split(".")[1:]) or ("__init__",)
+        assert own[0] in ENGINE_RANKS, f"{name}: give its package a rank in ENGINE_RANKS"
+        if own[0] in PART_RANKS and len(own) > 1:
+            assert own[1] in PART_RANKS[own[0]], f"{name}: give engine.{own[0]}.{own[1]} a rank in PART_RANKS"
+        for other, node, _top in _runtime_engine_imports(path):
+            if other != "engine" and _above(own, tuple(other.split(".")[1:])):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {other}")
+    assert not bad, bad
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_two_engine_modules_import_each_other():
+    """No cycle among the engine's modules, through any number of them and at any depth of a file (an import
+    inside a function included): two modules that need each other are one concept, or a third holds what both
+    use."""
+    graph = {name: {other for other, _node, _top in _runtime_engine_imports(path) if other != name}
+             for name, path in MODULES.items()}
+    assert not _cycles(graph)
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_an_import_inside_a_function_says_why():
+    """Outside the CLI, an engine module is imported at the top of the file; one imported inside a function (a
+    heavy import only some calls need) says why in a comment on its line, else it only hides a direction."""
+    bad = []
+    for name, path in sorted(MODULES.items()):
+        if name.split(".")[1:2] == [LAZY]:
+            continue
+        lines = path.read_text().splitlines()
+        for other, node, at_top in _runtime_engine_imports(path):
+            if not at_top and "#" not in lines[node.lineno - 1]:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {other} inside a function")
     assert not bad, bad

@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.jobs import Job, JobManager
-from engine.measure.load.progress import RunPlan
+from engine.measure.progress import RunPlan
 from engine.results.records import RequestRecord
 from tests.conftest import app_page, wait_done
 

@@ -18,7 +18,7 @@ import pytest
 from engine.errors import LabError
 from engine.measure.baseline.naive import run_naive
 from engine.measure.baseline.protocol import ModelNotFound, NaiveSpec, PromptTooLong
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from engine.observe import hardware
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -255,7 +255,7 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
         "import sys\n"
         "from engine.measure.baseline.naive import run_naive\n"
         "from engine.measure.baseline.protocol import NaiveSpec\n"
-        "from engine.measure.load.progress import Progress\n"
+        "from engine.measure.progress import Progress\n"
         "class O(Progress):\n"
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs

@@ -9,7 +9,7 @@ import pytest
 
 from engine.measure.baseline.naive import run_naive
 from engine.measure.baseline.protocol import NaiveSpec
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from tests.test_naive import PROMPTS, model_dir, tiny_random_dir  # noqa: F401 - fixtures
 
 

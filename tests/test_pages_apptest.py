@@ -296,10 +296,11 @@ def test_a_viewer_switches_language_and_a_room_can_fix_it(monkeypatch):
 def test_every_page_renders_in_korean(path, monkeypatch):
     """A room fixed to Korean: the page's title, and every sentence in a box (errors, warnings, notes, the
     fit check, the engine's own sentences among them), are Korean; no traceback."""
-    import gettext
     import re
 
-    ko = gettext.translation("messages", localedir=Path(APP).parent / "locales", languages=["ko"])
+    from engine.messages import catalog
+
+    ko = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older
     monkeypatch.setenv("SERVING_LAB_LANG", "ko")
     at = _page(path)
     assert at.title[0].value == ko.gettext(PAGES[path])
@@ -335,7 +336,7 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
 
 def test_a_saved_vllm_run_shows_the_python_behind_it():
     """Naive vs vLLM's vLLM step: under the bars, folded away, the openai-SDK code that sends the same five
-    prompts one after another (engine.measure.load.snippets; tests/test_snippets.py runs such code for real)."""
+    prompts one after another (engine.measure.snippets.load; tests/test_snippets.py runs such code for real)."""
     import ui
     from engine.measure.workloads import prompts
     from engine.results.records import RequestRecord, RunResult

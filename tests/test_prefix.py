@@ -20,6 +20,7 @@ from engine.measure.workloads import prompts, scenarios  # noqa: E402
 from engine.measure.load.request import Requester, cached_tokens  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.load.sse import StreamParser  # noqa: E402
+from tests.said import said, values  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, Summary  # noqa: E402
 from engine.runs import Runner, ServerCount, Target  # noqa: E402
 
@@ -101,12 +102,14 @@ def test_the_sentence_says_what_caching_saved_after_the_first_request():
     side = prefix.Side.of(on)
     assert side.first_ms == pytest.approx(900) and side.rest_ms == pytest.approx(120)
     assert (side.cached_tokens, side.prompt_tokens) == (3840, 5200)
-    said = prefix.sentence(on, off)
-    assert said == ("With prefix caching the shared system prompt was computed once: after the first request, median "
-                    "TTFT fell from 840 ms to 120 ms, beyond noise (95 % interval 0.0995× to 0.205×; paired t on log "
-                    "values (the same prompts), 3 requests each); 3,840 of 5,200 prompt tokens came from the cache.")
+    sentence = prefix.sentence(on, off)
+    got = values(sentence)
+    assert {k: got[k] for k in ("off", "on", "cached", "prompt")} == {
+        "off": pytest.approx(840), "on": pytest.approx(120), "cached": 3840, "prompt": 5200}
+    assert got["interval"] == {"level": "95 %", "low": "0.0995", "high": "0.205"} and got["how"]["counts"] == {"n": 3}
+    assert "fell" in said(sentence).template
     fig = figures.prefix_cache_compare([off, on])  # either order: the runs say which had caching
-    assert figures.caption(fig) == said
+    assert figures.caption(fig) == sentence
     assert [t.y[0] for t in fig.data if t.type == "scatter"] == [pytest.approx(900)] * 2
 
 
@@ -114,10 +117,12 @@ def test_without_usage_the_counters_say_the_cached_tokens_and_no_gain_is_said_as
     on = _run(None, [0.9, 0.9, 0.9], [None] * 3, hits=2560, queries=3900)  # vLLM's default, found in its cache
     off = _run(False, [0.9, 0.5, 0.5], [None] * 3)
     assert prefix.caching_on(on) is True and prefix.pair([on, off]) == (on, off)
-    assert prefix.sentence(on, off) == (
-        "With prefix caching 2,560 of 3,900 prompt tokens came from the cache, yet median TTFT after the first "
-        "request was 900 ms against 500 ms without it, slower beyond noise (95 % interval 1.80× to 1.80×; paired t "
-        "on log values (the same prompts), 2 requests each): here the prefill it saved did not show.")
+    slower = prefix.sentence(on, off)
+    got = values(slower)
+    assert {k: got[k] for k in ("cached", "prompt", "on", "off")} == {"cached": 2560, "prompt": 3900,
+                                                                     "on": pytest.approx(900), "off": 500}
+    assert got["interval"] == {"level": "95 %", "low": "1.80", "high": "1.80"} and got["how"]["counts"] == {"n": 2}
+    assert "slower beyond noise" in said(slower).template and "did not show" in said(slower).template
     assert prefix.pair([on]) is None
     assert "both on and off" in figures.caption(figures.prefix_cache_compare([on]))
 
@@ -127,16 +132,17 @@ def test_a_gain_within_a_runs_swing_is_not_called_a_fall():
     a 1,300-token prefill takes milliseconds there. The sentence said "fell from 55 ms to 55 ms"."""
     on = _run(True, [0.16, 0.055, 0.0549, 0.0551], [0, 1280, 1280, 1280])
     off = _run(False, [0.17, 0.0552, 0.0551, 0.0553], [0, 0, 0, 0])
-    said = prefix.sentence(on, off)
-    assert "did not show" in said and "fell" not in said
+    sentence = prefix.sentence(on, off)
+    assert "did not show" in sentence and "fell" not in sentence
 
 
 def test_a_fall_within_the_noise_of_the_requests_is_no_measurable_difference():
     """A median 40 % lower was called a fall though the requests after the first swung both ways."""
     on = _run(True, [0.9, 0.3, 0.9, 0.5], [0, 1280, 1280, 1280], hits=3840, queries=5200)
     off = _run(False, [0.9, 0.9, 0.4, 0.8], [0, 0, 0, 0])
-    said = prefix.sentence(on, off)
-    assert "fell" not in said and "500 ms against 800 ms without it, no measurable difference on this machine" in said
+    sentence = prefix.sentence(on, off)
+    assert "fell" not in sentence and "no measurable difference" in said(sentence).template
+    assert values(sentence) == {"cached": 3840, "prompt": 5200, "on": 500, "off": pytest.approx(800)}
 
 
 def test_the_scenario_shares_one_long_system_prompt_and_asks_for_cached_tokens():
@@ -166,7 +172,7 @@ def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
 
 def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():
     """The short openai-SDK code leaves a system prompt out: for a prefix-cache run it is not offered at all."""
-    from engine.measure.load import snippets
+    from engine.measure.snippets import load as snippets
 
     run = _run(True, [0.9, 0.1], [0, 1280])
     run.kind, run.model = "vllm", "m"

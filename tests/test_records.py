@@ -3,8 +3,11 @@ written back in that shape, a value of the wrong type kept aside rather than tru
 import json
 import math
 
+import pytest
+
 from engine.measure.judge import stats, token_check
 from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary
+from tests.said import ids, said, values
 
 
 def run(**meta) -> RunResult:
@@ -59,29 +62,30 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
     server counted more and chat ran beside the run; a server without /metrics is said to be unchecked."""
     check = token_check.token_check(Notes(server_output_tokens=1500, client_output_tokens=1500))
     assert (check.ratio, check.level) == (1.0, "ok")
-    assert check.sentences == ("The server counted 1,500 output tokens, the client 1,500 (ratio 1.00).",)
+    assert [values(s) for s in check.sentences] == [{"server": 1500, "client": 1500, "ratio": 1.0}]
 
     # 3.0 %: not more than 3 %
     edge = token_check.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))
-    assert edge.level == "ok" and edge.sentences[0].endswith("(ratio 1.03).")
+    assert edge.level == "ok" and len(edge.sentences) == 1 and values(edge.sentences[0])["ratio"] == 1.03
 
     low = token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500))
     assert low.level == "warn" and low.ratio == 1400 / 1500
-    assert low.sentences == ("The server counted 1,400 output tokens, the client 1,500 (ratio 0.93).",
-                             "They differ by 6.7%, more than 3%: the client's token counts, and the throughput made "
-                             "from them, are in doubt.")
+    assert [values(s) for s in low.sentences] == [{"server": 1400, "client": 1500, "ratio": 1400 / 1500},
+                                                  {"gap": pytest.approx(100 / 1500), "tolerance": 0.03}]
+    assert "chat" not in said(low.sentences[1]).template and "cancelled" not in said(low.sentences[1]).template
 
     chat = token_check.token_check(Notes(server_output_tokens=1800, client_output_tokens=1500, chat_requests_beside=2))
-    assert chat.level == "warn" and chat.sentences[1:] == (
-        "The server's count includes the 2 chat answers streamed during the run.",
-        "They differ by 20.0%, more than 3%, likely because of the chat answers, which the server counts too.")
+    assert chat.level == "warn" and [values(s) for s in chat.sentences[1:]] == [{"n": 2}, {"gap": pytest.approx(0.2),
+                                                                                          "tolerance": 0.03}]
+    assert "chat" in said(chat.sentences[2]).template  # the difference put down to the chat answers
     one_chat = token_check.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500,
                                              chat_requests_beside=1))
-    assert one_chat.level == "ok" and one_chat.sentences[1] == \
-        "The server's count includes the 1 chat answer streamed during the run."
+    assert one_chat.level == "ok" and ids(one_chat.sentences[1:]) == ids(chat.sentences[1:2])
+    assert values(one_chat.sentences[1]) == {"n": 1}
 
     cancelled = token_check.token_check(Notes(server_output_tokens=130, client_output_tokens=100, cancelled=True))
-    assert cancelled.level == "warn" and "because the run was cancelled" in cancelled.sentences[1]
+    assert cancelled.level == "warn" and "cancelled" in said(cancelled.sentences[1]).template
+    assert values(cancelled.sentences[1]) == {"gap": pytest.approx(0.3), "tolerance": 0.03}
 
     none = token_check.token_check(Notes(server_output_tokens=0, client_output_tokens=0))
     assert none.level == "ok" and none.ratio is None
@@ -89,8 +93,7 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
 
     missing = token_check.token_check(Notes(server_count_missing="no-metrics", client_output_tokens=80))
     assert (missing.level, missing.server, missing.ratio) == ("unchecked", None, None)
-    assert missing.sentences == ("The server publishes no vLLM /metrics, so the client's count of output tokens "
-                                 "could not be checked against the server's own.",)
+    assert len(missing.sentences) == 1 and "/metrics" in said(missing.sentences[0]).template
     assert token_check.token_check(Notes(server_count_missing="counter-reset")).level == "unchecked"
     assert token_check.token_check(Notes()) is None  # an older run, the naive baseline, an import: never tried
 

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from engine.errors import ConfigError, ServerBusy
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import load_test_spec
 from engine.serving import models

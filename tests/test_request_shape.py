@@ -109,7 +109,7 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
 def test_no_python_behind_a_run_that_would_leave_its_shape_out():
     """The Python behind a run sends what the run sent: with sampling parameters, headers or an extra body it would
     not, so none is offered."""
-    from engine.measure.load.snippets import run_code
+    from engine.measure.snippets.load import run_code
     from engine.results.records import RunResult
 
     def run(**shape):

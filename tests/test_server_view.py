@@ -19,6 +19,7 @@ from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.observe import histograms  # noqa: E402
 from engine.results.records import RequestRecord, RunResult  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
+from tests.said import values  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 BEFORE = (DATA / "vllm-0.32.0-metrics-before-4.txt").read_text()
@@ -131,10 +132,12 @@ def test_where_the_time_went_names_the_gap_and_a_long_queue():
     text = " ".join(server_time.said(run))
     assert "raise --max-num-seqs or add KV cache" in text and "vllm:inter_token_latency_seconds" in text
     # vLLM timed 1.95 s of the client's 2.1: 50 ms inside it beyond its steps, 150 ms outside it
-    assert "50 ms more inside vLLM but outside its engine's steps" in text and "150 ms outside the server" in text
+    assert values(server_time.said(run)[0]) == {"queue": "800", "prefill": "100", "decode": "1,000", "front": "50",
+                                                "outside": "150", "e2e": "2,100"}
     no_e2e = _run({**view, "histograms": {k: v for k, v in view["histograms"].items() if k != "e2e"}}, [1.0, 1.0],
                   [2.0, 2.2])
-    assert "200 ms went to what the server does not time" in " ".join(server_time.said(no_e2e))
+    assert values(server_time.said(no_e2e)[0]) == {"queue": "800", "prefill": "100", "decode": "1,000", "e2e": "2,100",
+                                                   "gap": "200"}  # what the server does not time, undivided
     quick = _run({**view, "histograms": {**view["histograms"], "queue": {"mean": 0.0}}}, [1.0, 1.0], [2.0, 2.2])
     assert "max-num-seqs" not in " ".join(server_time.said(quick))
 
@@ -167,8 +170,8 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
     said = " ".join(server_time.said(run))
     # the gap split where vLLM timed the whole request too: inside it but outside its engine's steps, and outside it
     assert t.front + t.outside == pytest.approx(t.gap, abs=1e-6)
-    assert (f"{significant(t.front * 1000)} ms more inside vLLM but outside its engine's steps" in said
-            and f"{significant(t.outside * 1000)} ms outside the server" in said), said
+    split = values(server_time.said(run)[0])
+    assert (split["front"], split["outside"]) == (significant(t.front * 1000), significant(t.outside * 1000)), said
     assert view["steps"]["mean_batch"] > 1  # four in flight: the server decoded them together
     assert "decoded" in server_time.batch_said(run)
 

@@ -21,7 +21,8 @@ from engine.errors import LabError
 from engine.figures import caption, side_by_side
 from engine.jobs import Job
 from engine.measure.judge import failures
-from engine.measure.load.progress import Console, RunPlan
+from engine.cli.console import Console
+from engine.measure.progress import RunPlan
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads.defaults import load_test_spec
 from engine.results.records import Notes, RequestRecord, RunResult

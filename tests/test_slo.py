@@ -15,6 +15,9 @@ from engine.errors import ConfigError  # noqa: E402
 from engine.measure.judge import slo, stats  # noqa: E402
 from engine.measure.judge.slo import DEFAULT_SLO, Slo, Verdict  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, RunRow, Summary  # noqa: E402
+from tests.said import said, values  # noqa: E402
+
+SAID_SLO = {"first": {"name": "TTFT", "ms": 2000}, "second": {"name": "TPOT", "ms": 100}}  # DEFAULT_SLO, as said
 
 
 def req(index: int, ttft: float, tokens: int, tpot: float, send: float = 0.0, warmup: bool = False) -> RequestRecord:
@@ -57,8 +60,7 @@ def test_goodput_of_a_handcrafted_run_is_the_hand_computation():
     assert v.goodput == 2 / 4.0 and v.attainment == 2 / 5 and not v.meets
     # stats.summarize, the Summary's request_goodput, counts the same way
     assert stats.summarize(recs, 4.0, goodput_slo=DEFAULT_SLO.goodput_config()).request_goodput == 0.5
-    assert v.said == ("Only 2 of 5 requests (40%) met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms), less than 90%, "
-                      "so it does not hold: a goodput of 0.50 req/s.")
+    assert values(v.said) == {"n": 5, "good": 2, "share": 0.4, "slo": SAID_SLO, "target": 0.9, "goodput": 0.5}
     # each limit alone
     assert slo.judge(run_of(recs, 4.0), Slo(ttft_ms=2000)).good == 3
     assert slo.judge(run_of(recs, 4.0), Slo(tpot_ms=100)).good == 3
@@ -178,9 +180,8 @@ def test_the_knee_is_the_most_requests_in_flight_that_met_the_slo():
     assert [p.verdict.meets for p in points] == [True, True, True, False, False]  # 9 of 10 is exactly 90 %
     k = slo.knee(points)
     assert (k.users, k.total, k.per_user) == (4, 11.0, 11.0 / 4)
-    assert slo.knee_said(points, DEFAULT_SLO) == (
-        "The knee is 4 requests in flight, the most at which at least 90% of requests met the SLO (TTFT ≤ 2000 ms "
-        "and TPOT ≤ 100 ms): 11 tok/s in total, 2.8 tok/s per user; at 8 only 80% did.")
+    assert values(slo.knee_said(points, DEFAULT_SLO)) == {"users": 4, "target": 0.9, "slo": SAID_SLO, "total": 11.0,
+                                                          "per_user": 2.75, "next": 8, "share": 0.8}
 
 
 def test_the_knee_when_a_lower_level_missed_none_met_or_all_did():
@@ -188,11 +189,12 @@ def test_the_knee_when_a_lower_level_missed_none_met_or_all_did():
     assert slo.knee(slo.levels(sweep({1: 10, 2: 5, 4: 10, 8: 0}), DEFAULT_SLO)).users == 4
     none = slo.levels(sweep({1: 5, 2: 0}), DEFAULT_SLO)
     assert slo.knee(none) is None
-    assert slo.knee_said(none, DEFAULT_SLO).startswith(
-        "No level met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms) for 90% of its requests, not even 1 in flight")
+    assert values(slo.knee_said(none, DEFAULT_SLO)) == {"slo": SAID_SLO, "target": 0.9, "users": 1}
+    assert said(slo.knee_said(none, DEFAULT_SLO)).template.startswith("No level met")
     top = slo.levels(sweep({1: 10, 2: 10}), DEFAULT_SLO)
     assert slo.knee(top).users == 2
-    assert slo.knee_said(top, DEFAULT_SLO).startswith("Even the most requests in flight, 2, met the SLO")
+    assert values(slo.knee_said(top, DEFAULT_SLO)) == {"users": 2, "target": 0.9, "slo": SAID_SLO, "total": 11.0,
+                                                       "per_user": 5.5}
     assert "sweep higher" in slo.knee_said(top, DEFAULT_SLO)
 
 

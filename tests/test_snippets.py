@@ -1,4 +1,4 @@
-"""The Python behind a run (engine.measure.load.snippets): what an attendee copies into a notebook is valid,
+"""The Python behind a run (engine.measure.snippets.load): what an attendee copies into a notebook is valid,
 short, never holds a key, sends what the run sent, and, against the real server, runs and prints what
 it promises."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from engine.measure.workloads import prompts
 
-from engine.measure.load import snippets
+from engine.measure.snippets import load as snippets
 from engine.measure.load.spec import LoadSpec
 from engine.results.records import RunResult
 from engine.runs import Runner, Target

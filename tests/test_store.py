@@ -24,6 +24,7 @@ from engine.results.records import Load, Notes, RequestRecord, RunResult  # noqa
 from engine.results.store import RunNotFound, RunStore  # noqa: E402
 from engine.results.validation import ImportFailed, RunDamaged  # noqa: E402
 from engine.results.vllm_bench import from_bench_json  # noqa: E402
+from tests.said import values  # noqa: E402
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -468,8 +469,9 @@ def test_the_sentence_names_the_first_problem_exactly(store):
     text = json.dumps([export_obj(), bad, export_obj()])
     with pytest.raises(ImportFailed) as e:
         store.import_text(text, source="import:bad.json")
-    assert str(e.value) == ("Run 2 of 3 ('my run'): records[4].send_time is not a number: export it again from "
-                            "Serving Lab.")
+    assert values(e.value) == {"where": {"i": 2, "n": 3}, "label": " ('my run')",
+                               "why": {"what": {"where": "records[4].send_time"}, "maker": "Serving Lab"}}
+    assert "is not a number" in str(e.value)
 
 
 def test_markup_in_a_label_does_not_reach_the_sentence(store):

@@ -10,10 +10,11 @@ from engine.cli.summary import summary_table
 from engine.measure.judge import cost, stats, warmth
 from engine.measure.load.spec import LoadSpec
 from engine.measure.judge.warmth import recall_from
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
+from tests.said import values
 
 
 def batch(n: int, warmup: int = 0) -> list[RequestRecord]:
@@ -84,8 +85,7 @@ def test_older_runs_without_the_fields_read_back_as_unknown(tmp_path):
 def test_the_warmup_cost_from_its_records():
     cost = warmth.warmup_cost(batch(3, warmup=2))
     assert (cost.requests, cost.seconds, cost.ttft_s, cost.measured_ttft_s) == pytest.approx((2, 0.5, 0.4, 0.2))
-    assert cost.said == ("The warm-up (2 requests, 0.5 s, TTFT 0.40 s) was not counted; the measured batch's "
-                         "TTFT was 0.20 s.")
+    assert values(cost.said) == pytest.approx({"n": 2, "seconds": 0.5, "ttft": 0.4, "measured": 0.2})
     assert warmth.warmup_cost(batch(3)) is None
 
 

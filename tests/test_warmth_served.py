@@ -11,7 +11,7 @@ import pytest
 
 from engine.measure.judge import warmth
 from engine.measure.load.spec import LoadSpec
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.observe.telemetry import requests_served
 from engine.results.store import RunStore
 from engine.runs import Runner, Target

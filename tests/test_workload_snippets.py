@@ -1,4 +1,4 @@
-"""The Python behind a workload run (engine.measure.load.workload_code): for a dataset, a length distribution, a
+"""The Python behind a workload run (engine.measure.snippets.workload): for a dataset, a length distribution, a
 multi-turn chat and a trace it is valid Python that names the file the run sent, and, run up to its last line
 (the sending), it builds the very prompts, answer lengths and conversations the run sent."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.measure.load.snippets import run_code
+from engine.measure.snippets.load import run_code
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.kinds import EXAMPLES
 from engine.results.records import RunResult

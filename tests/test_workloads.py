@@ -21,7 +21,7 @@ from engine.errors import ConfigError, LabError  # noqa: E402
 from engine.measure.judge import lateness, turns  # noqa: E402
 from engine.measure.load.drive import measured_job, poisson_offsets, ramp_starts  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402
-from engine.measure.load.progress import Progress  # noqa: E402
+from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import conversations, datasets, kinds, lengths, scenarios, tokens, traces  # noqa: E402
 from engine.measure.workloads.base import WorkloadError  # noqa: E402
@@ -408,7 +408,7 @@ def test_turns_and_planned_times_survive_the_history_and_older_records_read_back
 
 
 def test_a_workload_run_gets_no_python_snippet_that_would_send_something_else():
-    from engine.measure.load import snippets
+    from engine.measure.snippets import load as snippets
 
     base = dict(kind="vllm", scenario="x", label="x", records=[], duration=1.0, started_at=time.time(), model="m")
     plain = LoadSpec(base_url="http://127.0.0.1:8000", model="m", prompts=["a", "b"], concurrency=2)

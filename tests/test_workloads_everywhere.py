@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ConfigError
-from engine.measure.workloads.base import one_workload, run_workload
+from engine.measure.workloads.named import one_workload, run_workload
 from engine.measure.workloads.defaults import (example_workloads, load_defaults, load_test_spec, sweep_spec,
                                                tuning_spec, workload_plan)
 from engine.measure.workloads import scenarios

@@ -9,7 +9,7 @@ import ui
 from engine import figures
 from engine.digits import significant
 from engine.lab import LabError
-from engine.measure.workloads.base import one_workload, run_workload
+from engine.measure.workloads.named import one_workload, run_workload
 from engine.measure.workloads.defaults import load_test_spec
 from engine.serving.cluster import second_server_command, side_by_side_here
 from i18n import _

@@ -10,7 +10,7 @@ import ui
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.measure.workloads import traces
-from engine.measure.workloads.base import named as workload_named
+from engine.measure.workloads.named import named as workload_named
 from engine.measure.workloads.defaults import EXAMPLES as WORKLOAD_EXAMPLES
 from engine.measure.workloads.defaults import UPLOAD_BYTES
 from engine.measure.workloads.defaults import workload_plan as load_workload

@@ -1,5 +1,10 @@
 """`python -m engine ...`: the headless commands; here the parser and main's one sentence per user error.
-See docs/internals.md#cli."""
+See docs/internals.md#cli.
+
+Each command module imports at its top only what the parser needs, and the engine inside the command that uses it:
+`--help` and a mistyped flag answer at once, not after the ~4 s that aiohttp, openai, numpy, plotly and the Lab
+take to import (tests/test_layering.py allows function-level imports of engine modules here, and elsewhere only
+with a comment saying why)."""
 from __future__ import annotations
 
 import argparse

@@ -19,11 +19,11 @@ def register(sub) -> None:
 
 
 def _cluster(args) -> int:
-    from engine.serving import models
+    from engine.serving import prepare
     from engine.serving.cluster import ray_commands
     from engine.serving.config import ServerConfig, parse_extra_args
 
-    spec = models.resolve(args.model or "embedded")
+    spec = prepare.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(spec, "cuda", max_model_len=args.max_model_len, dtype=args.dtype,
                                  gpu_memory_utilization=args.gpu_memory_utilization,
                                  extra_args=parse_extra_args(args.extra or ""))

@@ -67,8 +67,8 @@ def _list(args) -> int:
 def _run(args) -> int:
     """Against --url (and --versus), or a server started here (every option checked before it starts)
     and stopped at the end."""
-    from engine.measure.load.ledger import WarmthLedger
-    from engine.measure.load.progress import Console
+    from engine.runs.ledger import WarmthLedger
+    from engine.cli.console import Console
     from engine.measure.workloads import scenarios
     from engine.results.store import RunStore
     from engine.runs import Runner, Target

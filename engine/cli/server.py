@@ -82,7 +82,7 @@ def config(args):
     """The server settings and model the command line asks for (the lab's defaults elsewhere), checked
     before anything starts: an option this machine's device would ignore is refused."""
     from engine.observe import hardware
-    from engine.serving import models
+    from engine.serving import prepare
     from engine.serving.config import ServerConfig, parse_extra_args
 
     device = hardware.default_device()
@@ -94,7 +94,7 @@ def config(args):
     elif args.kv_cache_gib is not None:
         raise ConfigError("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
                           "--gpu-memory-utilization instead.")
-    spec = models.resolve(args.model or "embedded")
+    spec = prepare.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(
         spec, device, port=port_of(args), host=args.host, dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
@@ -128,14 +128,14 @@ def own_server(port: int):
 
 
 def _model_prepare(args) -> int:
-    from engine.serving import prepare as models
+    from engine.serving import prepare
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    path = models.prepare_embedded(log=lambda m: say_line(f"  {m}"))
+    path = prepare.prepare_embedded(log=lambda m: say_line(f"  {m}"))
     say_line(f"embedded model ready: {path}")
     if args.shape_only:
-        say_line(f"shape-only Llama 3 8B ready: {models.prepare_shape_only()}")
+        say_line(f"shape-only Llama 3 8B ready: {prepare.prepare_shape_only()}")
     return 0
 
 

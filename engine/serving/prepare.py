@@ -13,6 +13,7 @@ from engine.errors import LabError
 from engine.messages import say
 from engine.paths import models_dir
 from engine.serving.models import (
+    ModelSpec,
     EMBEDDED_GGUF,
     EMBEDDED_PACKAGE,
     LLAMA3_8B_CONFIG,
@@ -22,7 +23,11 @@ from engine.serving.models import (
     SHAPE_ONLY_NOTE,
     TOKENIZER_MEMBER,
     TOKENIZER_PACKAGE,
+    embedded,
     embedded_dir,
+    hub,
+    local,
+    shape_only_llama3_8b,
 )
 
 
@@ -125,3 +130,16 @@ def prepare_shape_only(target: Path | None = None) -> Path:
         tmp.rename(target)
         tmp.mkdir()  # TemporaryDirectory cleans up a path that must exist
     return target
+
+
+def resolve(name: str) -> ModelSpec:
+    """A model by the name the CLI takes: embedded | shape-only (prepared first: a download) | hub:owner/name | a
+    folder."""
+    if name == "embedded":
+        return embedded()
+    if name == "shape-only":
+        prepare_shape_only()
+        return shape_only_llama3_8b()
+    if name.startswith("hub:"):
+        return hub(name[4:])
+    return local(name)

@@ -17,9 +17,11 @@ from typing import Any
 
 from engine.measure.baseline.protocol import ERROR_KINDS, NaiveSpec, WorkerFailed, check_model_folder, heard
 from engine.measure.judge.ceiling import model_bytes
-from engine.measure.load.progress import Progress, RunPlan, Totals, notify
+from engine.measure.judge.stats import summarize
+from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import mark, say
 from engine.observe import nvml
+from engine.observe import hardware
 from engine.results.records import RequestRecord, RunResult
 
 TERMINATE_GRACE_S = 5.0
@@ -362,8 +364,6 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         load=load, extra=extra,
     )
     try:
-        from engine.observe import hardware
-
         result.hardware = dict(hardware.describe())
         result.versions = dict(hardware.versions())
     except Exception:
@@ -378,10 +378,5 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         size = None
     if size:
         result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
-    try:
-        from engine.measure.judge.stats import summarize
-    except ImportError:  # stats not there yet: the store can fill it later
-        summarize = None
-    if summarize is not None:
-        result.summary = summarize(records, duration)
+    result.summary = summarize(records, duration)
     return result

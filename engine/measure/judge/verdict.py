@@ -15,7 +15,9 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.measure.judge.stats import summarize, tpot
 from engine.messages import Message, mark, say
+from engine.metrics import metric_info
 
 LEVEL = 0.95  # the interval's level; 1 - LEVEL is the stated rate of calling an A/A pair "beyond noise"
 WELCH_LOG = mark("Welch's t on log values (a ratio of geometric means)")  # every value above 0
@@ -226,8 +228,6 @@ def per_request_values(run, key: str) -> list[float] | None:
     """A run's per-request values of a summary metric that is a typical request's (the mean or median of
     TTFT, TPOT, E2E latency, in the summary's unit), or None for a metric of the whole run (throughput, a
     percentile): then only repeats tell its noise."""
-    from engine.measure.judge import stats
-
     stat, _, rest = key.partition("_")
     done = [r for r in getattr(run, "measured", ()) if r.ok]
     if key == "mean_latency_s":
@@ -235,7 +235,7 @@ def per_request_values(run, key: str) -> list[float] | None:
     if stat not in ("mean", "median") or not rest.endswith("_ms"):
         return None
     dist = rest.removesuffix("_ms")
-    take = {"ttft": lambda r: r.ttft, "tpot": stats.tpot, "e2el": lambda r: r.e2e}.get(dist)
+    take = {"ttft": lambda r: r.ttft, "tpot": tpot, "e2el": lambda r: r.e2e}.get(dist)
     if take is None:
         return None
     return [v * 1000.0 for r in done if (v := take(r)) is not None]
@@ -250,9 +250,7 @@ def value(run, key: str) -> float | None:
         return float(run.duration) if run.duration else None
     summary = run.summary
     if getattr(summary, "empty", False) and getattr(run, "records", None):
-        from engine.measure.judge import stats
-
-        summary = stats.summarize(run.records, run.duration)
+            summary = summarize(run.records, run.duration)
     v = summary.get(key) if hasattr(summary, "get") else None
     return None if v is None else float(v)
 
@@ -279,8 +277,6 @@ HEADLINE = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms")
 def of_pair(runs_a: Sequence, runs_b: Sequence, label_a: str, label_b: str,
             keys: Sequence[str] = HEADLINE) -> list[Verdict]:
     """B's runs against A's on each of `keys` (engine.metrics' summary keys) that both sides measured."""
-    from engine.metrics import metric_info
-
     out = []
     for key in keys:
         info = metric_info(key)

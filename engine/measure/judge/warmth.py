@@ -15,7 +15,7 @@ FIRST, WARMED_UP, EARLIER_RUN, SERVED = "first", "warm-up", "earlier-run", "serv
 
 
 def recall_from(notes: Iterable[Notes], instance: str) -> set[int]:
-    """The batch sizes the runs with these notes put through `instance` (for load.ledger.WarmthLedger's recall)."""
+    """The batch sizes the runs with these notes put through `instance` (for runs.ledger.WarmthLedger's recall)."""
     return {n for x in notes if x.server_instance == instance
             for n in (x.batch_size, x.warmup_batch_size) if isinstance(n, int)}
 

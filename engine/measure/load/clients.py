@@ -18,7 +18,7 @@ from typing import Any
 from engine.errors import LabError
 from engine.measure.load.drive import Job, Outcome, drive, measured_job, prompts_for, run_loop, shift
 from engine.measure.load.lifeline import die_with_parent
-from engine.measure.load.progress import Progress, Totals, notify
+from engine.measure.progress import Progress, Totals, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec
 from engine.messages import Message, say

@@ -16,7 +16,7 @@ import aiohttp
 from engine.measure.judge import lateness, stats
 from engine.measure.load.clients import run_sharded
 from engine.measure.load.drive import Job, Outcome, counter, drive, measured_job, run_loop, shift
-from engine.measure.load.progress import Progress, RunPlan, Totals, notify
+from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec
 from engine.messages import say

@@ -82,7 +82,7 @@ class LoadSpec:
     # their value over ramp_up_s seconds (0: no ramp); ramp_from None: 1 in flight, or a tenth of the rate
     ramp_up_s: float = 0.0
     ramp_from: float | None = None
-    workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.base.Workload)
+    workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.named says it)
     # The request's shape beyond the prompt, as vllm bench serve sends it: sampling parameters (SAMPLING's keys),
     # HTTP headers (a credential's value never recorded: as_dict) and fields merged into every request's body
     sampling: dict[str, Any] = field(default_factory=dict)

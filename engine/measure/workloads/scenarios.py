@@ -8,11 +8,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.errors import ConfigError, LabError
+from engine.measure.baseline.protocol import NaiveSpec
 from engine.measure.judge import ceiling
 from engine.measure.workloads import prompts
+from engine.measure.workloads import kinds
+from engine.measure.workloads import tokens as toks
 from engine.measure.load.spec import LoadSpec, request_deadline_s
 from engine.messages import Message, say
-from engine.serving.config import ServerConfig
+from engine.serving.config import ServerConfig, tuning_base
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,6 @@ class Scenario:
             label=self.label(over.get("max_tokens")), **self.pattern,
         )
         if self.workload:
-            from engine.measure.workloads import kinds
-            from engine.measure.workloads import tokens as toks
-
             spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
                 spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
@@ -81,8 +81,6 @@ class Scenario:
         return replace(spec, **{k: v for k, v in over.items() if v is not None})
 
     def naive_spec(self, model_path: str, random_weights: bool = False, **over: Any):
-        from engine.measure.baseline.protocol import NaiveSpec
-
         spec = NaiveSpec(model_path=model_path, prompts=list(self.prompts), max_new_tokens=self.max_tokens,
                          mode=self.naive_mode, random_weights=random_weights, scenario=self.name,
                          label=self.label(over.get("max_new_tokens")))
@@ -225,8 +223,6 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
 def configs_after(name: str, started: ServerConfig | None) -> list[ServerConfig]:
     """A comparison scenario's configurations as the last `started` server's settings with its changes
     (ServerBusy before any server started)."""
-    from engine.serving.config import tuning_base
-
     return configs_for(get(name), tuning_base(started))
 
 

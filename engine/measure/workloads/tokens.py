@@ -11,6 +11,7 @@ from typing import Any
 from engine.errors import ConfigError
 from engine.measure.workloads.prompts import _WORDS
 from engine.messages import Message, say
+from engine.serving import models
 
 CHARS_PER_TOKEN = 4  # English text with a BPE tokenizer: the usual rule of thumb
 
@@ -107,7 +108,5 @@ def for_model(folder: str | Path | None) -> Tokens:
 
 def embedded() -> Tokens:
     """The embedded default model's tokenizer when it is prepared on this machine, else the estimate."""
-    from engine.serving import models
-
     folder = models.embedded_dir()
     return for_model(folder) if (folder / "tokenizer_config.json").exists() else estimated()

@@ -5,7 +5,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine.measure.load.snippets import WIDTH, _client, _Comments, lit, shaped
+from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, shaped
+from engine.measure.workloads.named import named
+from engine.measure.workloads.conversations import FOLLOW_UPS
+from engine.measure.workloads.kinds import EXAMPLES
+from engine.measure.workloads.lengths import shapes
 from engine.messages import say
 
 MAX_LINES = 50
@@ -22,11 +26,11 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace"):
         return None
-    c = _Comments(lang)
+    c = Comments(lang)
     keyed = bool(run.config.get("api_key")) or run.extra.keyed
-    head = [*_comment(c, say("{what}: what this run sent, with the openai SDK.", what=_named(w))),
+    head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
-            *_client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
+            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
     if kind == "dataset":
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "lengths":
@@ -44,22 +48,14 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     return "\n".join(head + body + _send(load, c, trace=kind == "trace")) + "\n"
 
 
-def _named(w: dict) -> str:
-    from engine.measure.workloads.base import named
-
-    return named(w)
-
-
-def _file_lines(w: dict, c: _Comments) -> list[str]:
+def _file_lines(w: dict, c: Comments) -> list[str]:
     """FILE and its rows, read as the run read it (JSONL, a JSON list, CSV)."""
-    from engine.measure.workloads.kinds import EXAMPLES
-
     name = str(w.get("name") or "")
     shipped = EXAMPLES / name
     if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
         lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped example this run sent"))]
     else:
-        lines = [*_comment(c, say("The file this run sent (sha256 {sha}…): put it beside this code.",
+        lines = [*comment(c, say("The file this run sent (sha256 {sha}…): put it beside this code.",
                                   sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
     fmt = w.get("format") or ("csv" if name.lower().endswith(".csv") else "jsonl")
     if fmt == "csv":
@@ -133,8 +129,6 @@ def _draw(d: dict | None, side: str) -> str | None:
     if kind == "normal":
         return f"[min({hi}, max({lo}, round(rng.gauss({d['mean']:g}, {d['stdev']:g})))) for _ in range(N)]"
     if kind == "chat-like":
-        from engine.measure.workloads.lengths import shapes
-
         p = shapes()["chat-like"][side]
         lo, hi = max(lo, p["min"]), min(hi, p["max"])
         return (f"[min({hi}, max({lo}, round(rng.lognormvariate(math.log({p['median']}), {p['sigma']})))) "
@@ -142,32 +136,32 @@ def _draw(d: dict | None, side: str) -> str | None:
     return None
 
 
-def _drawn(w: dict, load, c: _Comments) -> list[str | None]:
+def _drawn(w: dict, load, c: Comments) -> list[str | None]:
     n, ins = w.get("sent"), _draw(w.get("inputs"), "input")
     outs = _draw(w.get("outputs"), "output") if w.get("outputs") else None
     top = load.max_tokens if load.max_tokens is not None else "None"
     return [f"N, rng = {n}, random.Random({w.get('seed', 0)})" + c.inline(say("the run's seed: the same lengths")),
             f"INPUTS = {ins}",
             f"LENGTHS = {outs}" if outs else f"LENGTHS = [{top}] * N",
-            *_comment(c, say("Prompts of about these many tokens (a word a token; the run made them exact with the "
+            *comment(c, say("Prompts of about these many tokens (a word a token; the run made them exact with the "
                              "model's tokenizer), each its own from the first word, as the run's were.")),
             'PROMPTS = [f"Request {i}: " + "word " * (k - 3) for i, k in enumerate(INPUTS)]']
 
 
-def _trace_lines(w: dict, c: _Comments) -> list[str]:
+def _trace_lines(w: dict, c: Comments) -> list[str]:
     lines = _file_lines({**w, "format": "jsonl"}, c)
     n = w.get("sent")
     return lines + [*([f"rows = rows[:{n}]"] if n and n < (w.get("rows") or n) else []),
                     f"SCALE = {w.get('time_scale', 1.0):g}" + c.inline(say("the run's time scale: 0.5 is twice as "
                                                                            "fast")),
                     'AT = [(row["timestamp"] - rows[0]["timestamp"]) / 1000 * SCALE for row in rows]',
-                    *_comment(c, say("Each prompt about its input length (a word a token); the run made it exact "
+                    *comment(c, say("Each prompt about its input length (a word a token); the run made it exact "
                                      "and shared the hash ids' blocks between requests.")),
                     'PROMPTS = [f"Request {i}: " + "word " * (row["input_length"] - 3) for i, row in enumerate(rows)]',
                     'LENGTHS = [row["output_length"] for row in rows]']
 
 
-def _create(indent: str, messages: str, load, c: _Comments, tokens: str) -> list[str]:
+def _create(indent: str, messages: str, load, c: Comments, tokens: str) -> list[str]:
     """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths."""
     args = (f"{indent}    model=MODEL, messages={messages}, max_tokens={tokens}, "
             f"temperature={0.7 if load.temperature is None else load.temperature:g}")
@@ -178,14 +172,7 @@ def _create(indent: str, messages: str, load, c: _Comments, tokens: str) -> list
                     + c.inline(say("vLLM's extension: every answer runs to its length"))]
 
 
-def _comment(c: _Comments, m, indent: str = "") -> list[str]:
-    """A comment in the viewer's language, wrapped at WIDTH."""
-    import textwrap
-
-    return textwrap.wrap(c.line(m, indent), WIDTH, subsequent_indent=indent + "# ")
-
-
-def _send(load, c: _Comments, trace: bool) -> list[str]:
+def _send(load, c: Comments, trace: bool) -> list[str]:
     """PROMPTS[i] with LENGTHS[i] sent as the run's arrival did, then what it measured."""
     if trace:
         gate, wait = [], ["    await asyncio.sleep(AT[i])" + c.inline(say("on the trace's clock"))]
@@ -200,7 +187,7 @@ def _send(load, c: _Comments, trace: bool) -> list[str]:
         gate = [f"IN_FLIGHT = asyncio.Semaphore({n})" + c.inline(say("at most {n} at a time", n=n))]
         wait = []
     ramp = load.other.get("ramp_up_s") if isinstance(load.other, dict) else None
-    note = _comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.",
+    note = comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.",
                            s=ramp)) if ramp else []
     inner = ["    start = time.perf_counter()",
              *_create("    ", '[{"role": "user", "content": PROMPTS[i]}]', load, c, "LENGTHS[i]"),
@@ -219,10 +206,8 @@ def _send(load, c: _Comments, trace: bool) -> list[str]:
             "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]
 
 
-def _chat_code(run: Any, w: dict, head: list[str], c: _Comments) -> str | None:
+def _chat_code(run: Any, w: dict, head: list[str], c: Comments) -> str | None:
     """N conversations × K turns, each turn sent with the history so far (its replies included)."""
-    from engine.measure.workloads.conversations import FOLLOW_UPS
-
     load, turns = run.load, _turns_expr(str(w.get("layout", "")))
     if turns is None or not w.get("conversations") or not w.get("turns"):
         return None

@@ -6,25 +6,12 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.measure.load.spec import SHAPES, LoadSpec
-from engine.messages import Message, say, translate
+from engine.measure.snippets.python import WIDTH, Comments, client, lit, shaped
+from engine.measure.snippets.workload import workload_code
+from engine.messages import say
 from engine.serving.config import ServerConfig
 
 MAX_LINES = 30
-WIDTH = 110  # where the prompt list and a long call wrap
-KEY = 'os.environ.get("OPENAI_API_KEY", "EMPTY")'
-
-
-def lit(text: str) -> str:
-    """`text` as a double-quoted Python literal (the lab's quoting); eval gives `text` back."""
-    r = repr(text)
-    if r[0] == '"':
-        return r
-    return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
-
-
-def v1(base_url: str) -> str:
-    """The OpenAI client's base URL: the server's with /v1 (once)."""
-    return base_url.rstrip("/").removesuffix("/v1") + "/v1"
 
 
 # -- the three snippets -----------------------------------------------------------------------------
@@ -33,10 +20,10 @@ def chat_code(server: "ServerConfig | Any", prompt: str, *, max_tokens: int, tem
     """One streamed answer to `prompt` from `server`, printed as it arrives, then its TTFT and tokens (the
     lab's step 5). `server`: our ServerConfig or a runs.Target (its base_url, model_name, api_key);
     `server.api_key` is never written, only whether there is one."""
-    c = _Comments(lang)
+    c = Comments(lang)
     lines = [c.line(say("One streamed answer and its time to first token, as on the Chat page (the lab's step 5).")),
              "import os, time", "from openai import OpenAI", "",
-             *_client("OpenAI", server.base_url, bool(server.api_key), c), "",
+             *client("OpenAI", server.base_url, bool(server.api_key), c), "",
              "start, ttft, tokens = time.perf_counter(), None, 0",
              "stream = client.chat.completions.create(",
              f"    model={lit(server.model_name)},",
@@ -64,7 +51,7 @@ def load_code(spec: LoadSpec, *, key_needed: bool | None = None, lang: str = "en
     `AsyncOpenAI` and `asyncio.gather` ("burst"), a semaphore keeping `concurrency` in flight
     ("concurrency"), or each started after a random Poisson wait ("poisson"). `spec.api_key` is never
     written; `key_needed` (default: whether the spec carries one) only changes what the comment says."""
-    c = _Comments(lang)
+    c = Comments(lang)
     key_needed = bool(spec.api_key) if key_needed is None else key_needed
     head = [c.line(say("{what}: what this page just ran, with the openai SDK as in the lab.", what=spec.describe()))]
     if spec.shape == "sequential":
@@ -93,17 +80,10 @@ def spec_of(run: Any) -> LoadSpec | None:
         return None
 
 
-def shaped(load: Any) -> bool:
-    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape)."""
-    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body", "lora_modules"))
-
-
 def run_code(run: Any, lang: str = "en") -> str | None:
     """load_code for a stored run (its server's key, if it had one, is recorded only as "***"); a workload
     run's own code (workload_code: the same file, lengths, turns or trace); None where neither can be written."""
     if run.load.workload:
-        from engine.measure.load.workload_code import workload_code
-
         return workload_code(run, lang)
     spec = spec_of(run)
     keyed = bool(run.config.get("api_key")) or run.extra.keyed  # our server's, or one at a URL
@@ -111,27 +91,7 @@ def run_code(run: Any, lang: str = "en") -> str | None:
 
 
 # -- the parts ---------------------------------------------------------------------------------------
-class _Comments:
-    """Comments in the viewer's language."""
-
-    def __init__(self, lang: str) -> None:
-        self.lang = lang
-
-    def line(self, m: Message, indent: str = "") -> str:
-        return f"{indent}# {translate(m, self.lang)}"
-
-    def inline(self, m: Message) -> str:
-        return f"  # {translate(m, self.lang)}"
-
-
-def _client(cls: str, base_url: str, key_needed: bool, c: _Comments) -> list[str]:
-    why = (say("This server checks an API key: set OPENAI_API_KEY to it first (the key is never shown here).")
-           if key_needed else
-           say('vLLM started without --api-key accepts any key: "EMPTY" stands in for one.'))
-    return [c.line(why), f"client = {cls}(base_url={lit(v1(base_url))}, api_key={KEY})"]
-
-
-def _call(spec: LoadSpec, prompt: str, indent: str, c: _Comments, awaited: bool) -> list[str]:
+def _call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) -> list[str]:
     """`r = [await] client.….create(...)` for one prompt, wrapped as the lab writes it."""
     chat = spec.endpoint == "chat"
     what = 'messages=[{"role": "user", "content": ' + prompt + "}]" if chat else f"prompt={prompt}"
@@ -155,7 +115,7 @@ def _call(spec: LoadSpec, prompt: str, indent: str, c: _Comments, awaited: bool)
     return lines
 
 
-def _prompts(spec: LoadSpec, room: int, c: _Comments) -> list[str]:
+def _prompts(spec: LoadSpec, room: int, c: Comments) -> list[str]:
     """PROMPTS (as many of the spec's as fit in `room` lines, at least one) and N, the number of requests."""
     used = [lit(p) for p in spec.prompts[:spec.n]]
     shown = 1
@@ -185,15 +145,15 @@ def _pack(items: list[str]) -> list[str]:
     return lines + [line]
 
 
-def _assemble(top: list[str], rest: list[str], spec: LoadSpec, c: _Comments) -> str:
+def _assemble(top: list[str], rest: list[str], spec: LoadSpec, c: Comments) -> str:
     """`top`, then PROMPTS and N in the lines `top` and `rest` leave of MAX_LINES, then `rest`."""
     room = MAX_LINES - len(top) - len(rest) - 1  # N's line
     return "\n".join(top + _prompts(spec, room, c) + rest) + "\n"
 
 
-def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: _Comments) -> str:
+def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) -> str:
     top = head + ["import os, time", "from openai import OpenAI", "",
-                  *_client("OpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
+                  *client("OpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
     rest = ["", "times, tokens = [], 0",
             "for i in range(N):",
             "    start = time.perf_counter()",
@@ -206,11 +166,11 @@ def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: _Comments)
     return _assemble(top, rest, spec, c)
 
 
-def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: _Comments) -> str:
+def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) -> str:
     poisson, limited = spec.shape == "poisson", spec.shape == "concurrency"
     imports = "import asyncio, itertools, os, random, time" if poisson else "import asyncio, os, time"
     top = head + [imports, "from openai import AsyncOpenAI", "",
-                  *_client("AsyncOpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
+                  *client("AsyncOpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
     body = [*_call(spec, "prompt", "    ", c, awaited=True),
             "    return time.perf_counter() - start, r.usage.completion_tokens"]
     if limited:

@@ -1,0 +1,54 @@
+"""How the lab writes the Python behind a run: literals as the lab quotes them, the client aimed at a server, and
+comments in the viewer's language (the snippets of `load.py` and `workload.py` share them)."""
+from __future__ import annotations
+
+import textwrap
+
+from engine.messages import Message, say, translate
+
+WIDTH = 110  # where the prompt list and a long call wrap
+KEY = 'os.environ.get("OPENAI_API_KEY", "EMPTY")'
+
+
+def lit(text: str) -> str:
+    """`text` as a double-quoted Python literal (the lab's quoting); eval gives `text` back."""
+    r = repr(text)
+    if r[0] == '"':
+        return r
+    return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
+
+
+def shaped(load) -> bool:
+    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape),
+    which the short code does not write: then no code is offered rather than code that sends something else."""
+    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body", "lora_modules"))
+
+
+def v1(base_url: str) -> str:
+    """The OpenAI client's base URL: the server's with /v1 (once)."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/v1"
+
+
+class Comments:
+    """Comments in the viewer's language."""
+
+    def __init__(self, lang: str) -> None:
+        self.lang = lang
+
+    def line(self, m: Message, indent: str = "") -> str:
+        return f"{indent}# {translate(m, self.lang)}"
+
+    def inline(self, m: Message) -> str:
+        return f"  # {translate(m, self.lang)}"
+
+
+def client(cls: str, base_url: str, key_needed: bool, c: Comments) -> list[str]:
+    why = (say("This server checks an API key: set OPENAI_API_KEY to it first (the key is never shown here).")
+           if key_needed else
+           say('vLLM started without --api-key accepts any key: "EMPTY" stands in for one.'))
+    return [c.line(why), f"client = {cls}(base_url={lit(v1(base_url))}, api_key={KEY})"]
+
+
+def comment(c: Comments, m: Message, indent: str = "") -> list[str]:
+    """A comment in the viewer's language, wrapped at WIDTH."""
+    return textwrap.wrap(c.line(m, indent), WIDTH, subsequent_indent=indent + "# ")

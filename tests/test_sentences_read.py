@@ -1,0 +1,51 @@
+"""A few sentences read whole, as a viewer reads them, in each language: the numbers formatted (thousands, a
+percentage, a ratio), the values in their places, the Korean from the catalogue. Every other test about these
+sentences reads their message ids and values (tests/said.py), so rewording one breaks only this file."""
+from __future__ import annotations
+
+import pytest
+
+from engine.measure.judge import kvcache, slo, token_check
+from engine.messages import translate
+from engine.observe import disturbance
+from engine.results.records import Notes
+from tests.test_kvcache import _run as kv_run
+from tests.test_slo import handcrafted, run_of
+
+SENTENCES = {
+    "token check": (
+        lambda: token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500)).sentences,
+        ["The server counted 1,400 output tokens, the client 1,500 (ratio 0.93).",
+         "They differ by 6.7%, more than 3%: the client's token counts, and the throughput made from them, are in "
+         "doubt."],
+        ["서버가 센 출력 토큰은 1,400개, 클라이언트가 센 출력 토큰은 1,500개입니다(비율 0.93).",
+         "두 값이 6.7% 차이 나 허용 범위 3%를 넘습니다. "
+         "클라이언트의 토큰 집계와 이를 바탕으로 계산한 처리량을 신뢰하기 어렵습니다."]),
+    "KV cache": (
+        lambda: [kvcache.said(kv_run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5))],
+        ["With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: 8 requests of 230 "
+         "tokens (prompt and answer) need 1,840, so requests waited (up to 5 at once) and 12 were preempted."],
+        ["--kv-cache-memory-bytes 10737418 --max-model-len 256 설정에서는 캐시에 384 토큰이 들어갑니다. "
+         "230 토큰(프롬프트와 답변) 요청 8개에는 1,840 토큰이 필요하므로, "
+         "요청이 대기했고(한 번에 최대 5개) 12개가 선점되었습니다."]),
+    "SLO": (
+        lambda: [slo.judge(run_of(handcrafted(), 4.0), slo.DEFAULT_SLO).said],
+        ["Only 2 of 5 requests (40%) met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms), less than 90%, so it does not "
+         "hold: a goodput of 0.50 req/s."],
+        ["요청 5개 중 2개(40%)만 SLO(TTFT ≤ 2000 ms 및 TPOT ≤ 100 ms)를 충족해 기준인 90%에 못 미치므로 SLO를 달성하지 "
+         "못했습니다. goodput은 0.50 req/s입니다."]),
+    "disturbance": (
+        lambda: [disturbance.said(Notes(disturbance={"other_requests": 5}, chat_requests_beside=2))],
+        ["Measured while the server answered 5 requests from another client and 2 chat answers streamed beside it: "
+         "this machine can do better than these numbers."],
+        ["다음이 함께 실행되는 가운데 측정했습니다: 서버가 응답한 다른 클라이언트의 요청 5개, "
+         "함께 스트리밍된 채팅 답변 2개. 이 머신은 이 수치보다 더 나은 성능을 낼 수 있습니다."]),
+}
+
+
+@pytest.mark.parametrize("name", SENTENCES)
+def test_a_sentence_reads_whole_in_english_and_in_korean(name):
+    make, english, korean = SENTENCES[name]
+    said = make()
+    assert [str(s) for s in said] == english
+    assert [translate(s, "ko") for s in said] == korean
