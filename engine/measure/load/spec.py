@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.messages import mark, say, say_n
+from engine.results.credentials import is_credential_key, scrub, scrub_text
 
 SHAPES = ("sequential", "concurrency", "burst", "poisson", "trace")
 RATE_SHAPES = ("poisson", "trace")  # sent on a schedule, not when a slot frees: each send has a planned time
@@ -285,8 +286,6 @@ class LoadSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("count_tokens", "api_key", *_PER_REQUEST)}
         d["prompts"] = list(self.prompts)
-        from engine.results.credentials import is_credential_key, scrub, scrub_text
-
         d["headers"] = {k: "***" if is_credential_key(k) else scrub_text(v) for k, v in self.headers.items()}
         d["extra_body"] = scrub(self.extra_body)
         d["lora_modules"] = list(self.lora_modules)
