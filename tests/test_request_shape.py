@@ -29,7 +29,8 @@ def test_the_body_and_headers_carry_the_shape_and_the_record_keeps_no_credential
     assert (body["top_p"], body["top_k"], body["seed"], body["max_tokens"], body["stream"]) == (0.9, 5, 3, 4, True)
     assert req.headers["Authorization"] == "Bearer sk-secret" and req.headers["X-Team"] == "lab"
     recorded = spec.as_dict()
-    assert recorded["headers"] == {"Authorization": "***", "X-Team": "lab"} and "sk-secret" not in json.dumps(recorded)
+    assert recorded["headers"] == {"X-Team": "lab"} and recorded["credential_headers"] == ["Authorization"]
+    assert "sk-secret" not in json.dumps(recorded)
     assert recorded["sampling"] == {"top_p": 0.9, "top_k": 5} and recorded["extra_body"] == {"seed": 3}
     assert "headers" not in _spec().as_dict()  # a plain request's record is as it was
 
@@ -90,13 +91,14 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
     assert ("request shape          completions, top_p 0.9, top_k 5, extra body {\"min_tokens\": 4, \"seed\": 7}, "
-            "headers X-Request-Source, X-Api-Key") in p.stdout
+            "headers X-Request-Source, X-Api-Key (not recorded)") in p.stdout
     run_id = p.stdout.split("saved as run ")[1].split()[0]
     store = RunStore()
     run = store.load(run_id)
     assert run.load.endpoint == "completions" and run.load.temperature == 1.0
     assert all(r.output_tokens == 4 for r in run.measured), [r.output_tokens for r in run.measured]  # min_tokens held
-    assert run.load.other["headers"] == {"X-Request-Source": "serving-lab-test", "X-Api-Key": "***"}
+    assert run.load.other["headers"] == {"X-Request-Source": "serving-lab-test"}
+    assert run.load.other["credential_headers"] == ["X-Api-Key"]
     assert "sk-not-recorded" not in store.export_json([run_id])
     assert json.loads(store.export_json([run_id]))[0]["backend"] == "openai"  # vllm bench serve's completions
     # the extra body reaches the server: a min_tokens above max_tokens is vLLM's own refusal, said per request

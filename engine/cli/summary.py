@@ -71,7 +71,8 @@ def request_shape(r) -> str:
     parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
     if body := other.get("extra_body"):
         parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
-    if headers := other.get("headers"):
+    secret = [f"{h} (not recorded)" for h in other.get("credential_headers") or ()]
+    if headers := [*(other.get("headers") or ()), *secret]:
         parts.append(f"headers {', '.join(headers)}")
     if lora := other.get("lora_modules"):
         parts.append(f"LoRA {', '.join(lora)} in turn")

@@ -286,10 +286,12 @@ class LoadSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("count_tokens", "api_key", *_PER_REQUEST)}
         d["prompts"] = list(self.prompts)
-        d["headers"] = {k: "***" if is_credential_key(k) else scrub_text(v) for k, v in self.headers.items()}
+        # a credential header by its name only, apart: the history drops a credential's key wherever it stands
+        d["headers"] = {k: scrub_text(v) for k, v in self.headers.items() if not is_credential_key(k)}
+        d["credential_headers"] = [k for k in self.headers if is_credential_key(k)]
         d["extra_body"] = scrub(self.extra_body)
         d["lora_modules"] = list(self.lora_modules)
-        for key in ("sampling", "headers", "extra_body", "lora_modules"):  # a plain request's record stays as it was
+        for key in ("sampling", "headers", "credential_headers", "extra_body", "lora_modules"):  # else as it was
             if not d[key]:
                 del d[key]
         return d

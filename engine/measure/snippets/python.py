@@ -21,7 +21,8 @@ def lit(text: str) -> str:
 def shaped(load) -> bool:
     """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape),
     which the short code does not write: then no code is offered rather than code that sends something else."""
-    return any(load.other.get(k) for k in ("sampling", "headers", "extra_body", "lora_modules"))
+    return any(load.other.get(k) for k in ("sampling", "headers", "credential_headers", "extra_body",
+                                                  "lora_modules"))
 
 
 def v1(base_url: str) -> str:
