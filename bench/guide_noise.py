@@ -64,11 +64,16 @@ def run_steps(lab, scale: float) -> dict:
     return {"seconds": round(time.time() - t_all, 1), "steps": steps, "findings": found}
 
 
-def hog(cmd: str) -> subprocess.Popen:
-    """The CPU hog in a process group of its own (stopped with it at the end)."""
+def hog(cmd: str) -> int:
+    """The CPU hog, started OUTSIDE this process's tree (a shell that exits at once leaves it to init): a child of
+    the bench would count as the run's own CPU (disturbance.CpuWatch adds the client's children), and the loaded
+    pass would read as quiet. Returns its process group, for `os.killpg` at the end."""
     print(f"hog: {cmd}", flush=True)
-    return subprocess.Popen(shlex.split(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    starter = subprocess.run(["sh", "-c", f"setsid sh -c {shlex.quote(cmd)} >/dev/null 2>&1 & echo $!"],
+                             capture_output=True, text=True, check=True)
+    pid = int(starter.stdout.strip())
+    time.sleep(0.5)  # setsid has made the group
+    return os.getpgid(pid)
 
 
 def verdict(quiet: dict, loaded: dict) -> dict:
@@ -140,12 +145,11 @@ def main() -> int:
             if name == "quiet":
                 out["quiet"] = run_steps(lab, a.scale)
                 continue
-            proc = hog(a.hog)
+            group = hog(a.hog)
             try:
                 out["loaded"] = run_steps(lab, a.scale)
             finally:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
+                os.killpg(group, signal.SIGKILL)
     finally:
         lab.server.stop()
         lab.shutdown()
