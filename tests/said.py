@@ -22,3 +22,8 @@ def values(text: object) -> dict:
 def ids(texts) -> list[str]:
     """The message ids of several sentences, in order."""
     return [said(t).template for t in texts]
+
+
+def parts(text: object) -> dict[str, str]:
+    """The ids of the sentences a composite one is made of, by placeholder (`{who} {what}: {todo}.`)."""
+    return {k: v.template for k, v in said(text).values.items() if isinstance(v, Message)}

@@ -22,6 +22,7 @@ from engine.measure.load.request import describe
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.tokens import estimated
+from tests.said import parts, values
 
 from .conftest import ROOT
 from .fakes import FakeOpenAIServer
@@ -43,8 +44,9 @@ def test_a_client_out_of_open_files_is_said_as_the_client_s_not_as_a_server_not_
     error = describe(e, spec)
     assert error.startswith("this client ran out of open files ([Errno 24] Too many open files; its open-file limit")
     said = failures.failure_cause(error)
-    assert "this client (the load generator, not the server) ran out of open files" in said
-    assert "ulimit -n" in said and "nothing listening" not in said and "start the server" not in said
+    assert "this client (the load generator, not the server)" in parts(said)["what"]
+    assert values(said)["what"]["what"] == "open files" and "ulimit -n" in parts(said)["todo"]
+    assert "nothing listening" not in said and "start the server" not in said
     ports = describe(aiohttp.ClientConnectorError(key, OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")),
                      spec)
     assert "ran out of local ports" in failures.failure_cause(ports)

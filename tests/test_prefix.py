@@ -199,7 +199,7 @@ def test_a_run_that_took_most_prompt_tokens_from_the_cache_says_so_wherever_its_
 
     run = _cached_run(25_600, 31_600)
     said = prefix.cached_said(run)
-    assert said.startswith("81% of this run's prompt tokens (25,600 of 31,600) came from the server's prefix cache")
+    assert values(said) == {"share": "81%", "hits": 25_600, "queries": 31_600}
     assert "--no-enable-prefix-caching" in said and translate(said, "ko") != said
     table = summary_table(run)
     assert "81% of this run's prompt tokens" in table
@@ -216,6 +216,6 @@ def test_a_sweep_says_which_levels_found_their_prompts_cached():
     for r, level in zip(runs, (1, 2, 4)):
         r.load.concurrency = level
     said = prefix.levels_said(runs)
-    assert said.startswith("2 of the 3 levels took 60%–75% of their prompt tokens from the server's prefix cache")
+    assert values(said) == {"n": 2, "total": 3, "low": "60%", "high": "75%"}
     assert said in figures.caption(figures.sweep_chart(runs))
     assert prefix.levels_said(runs[:1]) is None and said not in figures.caption(figures.sweep_chart(runs[:1]))

@@ -25,6 +25,7 @@ from engine.measure.workloads.defaults import load_test_spec
 from engine.serving import models
 from engine.serving.endpoint import EndpointError, discover, root_url
 from tests.conftest import free_port
+from tests.said import said, values
 
 KEY = "sk-serving-lab-test-NEVER-STORED-7f3a"
 
@@ -128,9 +129,9 @@ def test_a_shared_server_counting_more_tokens_says_other_clients_are_the_likely_
 
     check = token_check(Notes(endpoint="http://gw:8000", server_output_tokens=1316, client_output_tokens=1157))
     assert check.level == "warn"
-    assert check.sentences[-1] == ("They differ by 13.7%, more than 3%, likely because http://gw:8000 served other "
-                                   "clients meanwhile, whose tokens it counts too: measure it while it is otherwise "
-                                   "idle to check the client's count.")
+    assert values(check.sentences[-1]) == {"gap": pytest.approx(1316 / 1157 - 1), "tolerance": 0.03,
+                                           "url": "http://gw:8000"}
+    assert "other clients" in said(check.sentences[-1]).template  # the likely cause: its other users
 
 
 # -- what does not lead to a vLLM server ----------------------------------------------------------
@@ -146,9 +147,8 @@ def test_a_web_page_that_is_not_vllm_is_one_sentence():
     with serve(html_site()) as url:
         with pytest.raises(EndpointError) as e:
             discover(url + "/v1")
-    assert str(e.value) == (f"{url} answers, but not as an OpenAI-compatible server (GET {url}/v1/models gave a "
-                            "text/html page): give the address of the vLLM server or of its router, like "
-                            "http://host:8000 or https://gateway/prefix/v1.")
+    assert values(e.value) == {"url": url, "models": f"{url}/v1/models", "got": {"kind": "text/html"}}
+    assert "not as an OpenAI-compatible server" in said(e.value).template
 
 
 def test_a_wrong_key_and_a_missing_key_are_one_sentence_each():
@@ -157,10 +157,8 @@ def test_a_wrong_key_and_a_missing_key_are_one_sentence_each():
             discover(url, api_key=KEY)
         with pytest.raises(EndpointError) as missing:
             discover(url)
-    assert str(wrong.value) == (f"The server at {url} refused the API key (HTTP 401): enter the key it was started "
-                                "with (vLLM's --api-key).")
-    assert str(missing.value) == (f"The server at {url} asks for an API key (HTTP 401): enter it in the API key "
-                                  "field.")
+    assert values(wrong.value) == values(missing.value) == {"url": url, "code": 401}
+    assert "refused the API key" in said(wrong.value).template and "asks for an API key" in said(missing.value).template
     assert KEY not in str(wrong.value)
 
 

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.measure.judge import failures, stats  # noqa: E402
 from engine.results.records import RequestRecord  # noqa: E402
+from tests.said import parts, values  # noqa: E402
 
 
 def rec(index: int, send: float, chunks: list[float], out: int, prompt: int = 10, error: str | None = None,
@@ -220,17 +221,19 @@ def test_failure_causes_group_by_cause_most_frequent_first():
     assert [n for n, _ in causes] == [3, 2, 1]
     too_long, refused, cut = (s for _, s in causes)
     # 8 measured requests (the warm-up is not one; the open one is neither ok nor failed)
-    assert too_long.startswith("3 of 8 requests were refused because the prompt plus 3000 output tokens exceed "
-                               "the server's max-model-len of 2048: lower the max tokens per answer")
-    assert refused.startswith("2 of 8 requests found nothing listening at http://127.0.0.1:9: start the server")
-    assert cut.startswith("1 of 8 requests was cut off mid-answer")
+    assert values(too_long)["who"] == {"n": 3, "total": 8}
+    assert values(too_long)["what"] == {"n": 3, "mt": "3000", "mml": "2048"} and "max tokens" in parts(too_long)["todo"]
+    assert values(refused)["who"] == {"n": 2, "total": 8} and values(refused)["what"] == {"url": "http://127.0.0.1:9"}
+    assert "nothing listening" in parts(refused)["what"] and "start the server" in parts(refused)["todo"]
+    assert values(cut)["who"] == {"n": 1, "total": 8} and "mid-answer" in parts(cut)["what"]
     assert failures.failure_causes([rec(0, 0.0, [0.1], out=1)]) == []
 
 
 def test_failure_cause_wording_for_all_and_for_one():
-    assert failures.failure_causes([failed(0, NO_MODEL)]) == [
-        (1, "The request was refused because the server serves no model named 'nope': send the name it serves "
-            "(SmolLM2-135M-Instruct).")]
+    ((n, one),) = failures.failure_causes([failed(0, NO_MODEL)])
+    assert n == 1 and values(one) == {"who": "The request", "what": {"n": 1, "name": "nope"},
+                                      "todo": {"served": "SmolLM2-135M-Instruct"}}
+    assert "no model named" in parts(one)["what"]
     (n, s), = failures.failure_causes([failed(i, NO_MODEL) for i in range(3)])
     assert n == 3 and s.startswith("All 3 requests were refused because")
     assert failures.failure_cause(TOO_LONG).startswith("This request was refused because the prompt plus 3000")

@@ -15,6 +15,7 @@ from engine.runs.ledger import WarmthLedger
 from engine.observe.telemetry import requests_served
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
+from tests.said import values
 from tests.test_warmth import batch, run_of
 
 CAPTURED = (Path(__file__).parent / "data" / "vllm-0.32.0-metrics.txt").read_text()
@@ -43,8 +44,7 @@ def test_traffic_from_elsewhere_makes_a_first_batch_warm():
     notes = keep(runner, target, batch(10), served_before=4000, served_after=4010)
     assert (notes.cold, notes.cold_why, notes.served_elsewhere) == (False, warmth.SERVED, 4000)
     said = warmth.said(notes)
-    assert said.startswith("Warm: before this run the server had served 4000 requests this app's runs did not send")
-    assert "batch of 10" in said and "Cold" not in said
+    assert values(said) == {"n": 4000, "batch": 10} and said.startswith("Warm") and "Cold" not in said
     # the app's own runs are not "elsewhere": nothing new since, so a first batch of 16 is cold
     again = keep(runner, target, batch(16), served_before=4010, served_after=4026)
     assert (again.cold, again.cold_why, again.served_elsewhere) == (True, warmth.FIRST, 0)

@@ -1,2 +1,2 @@
-"""Generating load: what to send (LoadSpec), one streamed request, the event loop and client processes, chat, and the
-openai-SDK Python behind a run."""
+"""Generating load: what to send (LoadSpec), one streamed request, the event loop and client processes, and one
+chat answer streamed."""

@@ -8,7 +8,7 @@ from engine.errors import ConfigError
 from engine.measure.load.spec import SHAPES, LoadSpec
 from engine.measure.snippets.python import WIDTH, Comments, client, lit, shaped
 from engine.measure.snippets.workload import workload_code
-from engine.messages import say
+from engine.messages import Message, say
 from engine.serving.config import ServerConfig
 
 MAX_LINES = 30
@@ -121,6 +121,7 @@ def _prompts(spec: LoadSpec, room: int, c: Comments) -> list[str]:
     shown = 1
     while shown < len(used) and len(_pack(used[:shown + 1])) <= room:
         shown += 1
+    why: Message | None
     if shown < len(used):
         why = say("requests, cycling through the first {shown} of the run's {total} prompts", shown=shown,
                   total=len(used))

@@ -31,6 +31,7 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
             *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
+    body: list  # lines, None where a part cannot be written as the run sent it
     if kind == "dataset":
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "lengths":
@@ -43,9 +44,10 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
         body = _trace_lines(w, c)
     else:
         return None
-    if body is None or any(line is None for line in body):
+    lines = [line for line in body if line is not None]
+    if len(lines) < len(body):  # a part it cannot write as the run sent it
         return None
-    return "\n".join(head + body + _send(load, c, trace=kind == "trace")) + "\n"
+    return "\n".join(head + lines + _send(load, c, trace=kind == "trace")) + "\n"
 
 
 def _file_lines(w: dict, c: Comments) -> list[str]:
