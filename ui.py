@@ -77,7 +77,7 @@ def act(fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
     return result
 
 
-def on_press(lab: Lab, fn: Callable[..., Any], *args, **kw) -> None:
+def on_press(fn: Callable[..., Any], *args, **kw) -> None:
     """A widget's callback (on_click / on_change): one Lab action with this viewer's token, run before the script
     draws, with the arguments the page was drawn with. A press handled in the script's body is lost when anything
     above it reruns the script first (a choice changed elsewhere meanwhile, a session that moved); a callback is
@@ -148,6 +148,14 @@ def chart(fig, key: str | None = None) -> None:
     st.plotly_chart(fig, width="stretch", key=key, theme=None, config={"displaylogo": False})
     if cap := figures.caption(fig):
         st.markdown(f":material/visibility: {plain(cap)}")
+
+
+FIRST_SCREEN_CHART_H = 430  # px: a chart beside a page's form and numbers that leaves its caption on a 1080-px screen
+
+
+def fit(fig, height: int = FIRST_SCREEN_CHART_H):
+    """The figure no taller than `height` (a figure drawn shorter keeps its own height)."""
+    return fig.update_layout(height=min(fig.layout.height or height, height))
 
 
 def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str | None = None, key: str | None = None,

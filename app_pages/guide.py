@@ -40,7 +40,7 @@ def _view(step_id: str) -> None:
 
 def _move(step_id: str) -> None:
     if ui.can_act(lab):
-        ui.on_press(lab, guide.go_to, step_id)
+        ui.on_press(guide.go_to, step_id)
     else:
         _view(step_id)
 
@@ -52,16 +52,16 @@ def _picked() -> None:
 
 def _chosen(key: str, action) -> None:
     if (value := st.session_state.get(key)) is not None:
-        ui.on_press(lab, action, value)
+        ui.on_press(action, value)
 
 
 head, side = st.columns([3, 1], vertical_alignment="bottom")
 head.title(_("Guided lab"))
 with side:
     if presenter:
-        labels = {1.0: _("the lab's"), 0.5: _("half"), 0.25: _("a quarter"), 0.1: _("a tenth")}
         key = f"guide_scale_{state.scale}"  # one widget per scale: its default is the session's, never a stale one
-        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale, format_func=labels.get,
+        st.segmented_control(_("Answer length"), list(guide.scales), default=state.scale,
+                             format_func=i18n.shown(guide.scales, lambda v: i18n.tr(guide.scale_names[v])),
                              key=key, on_change=_chosen, args=(key, guide.set_scale),
                              help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
                                     "busy one) keeps each step to a minute or two; the ratios stay "
@@ -122,7 +122,7 @@ def _button(s) -> None:
     busy = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
     st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
               icon=":material/play_arrow:", disabled=not presenter or busy, key=f"run-{s.id}",
-              on_click=ui.on_press, args=(lab, guide.run_step, s.id))
+              on_click=ui.on_press, args=(guide.run_step, s.id))
     if (n := guide.repeats(s)) > 1:
         st.caption(_("Runs {n} times: the numbers are their means, and a difference counts only beyond their "
                      "spread.", n=n))
@@ -145,21 +145,9 @@ def _job(s) -> None:
                      key=f"cancel-{s.id}")
 
 
-def _fit(fig):
-    """A step's chart at the height that leaves its finding and caption on a 1080-pixel screen."""
-    return fig.update_layout(height=min(fig.layout.height or CHART_H, CHART_H))
-
-
-CHART_H = 430
-
-
 def _not_run_yet() -> None:
     st.info(_("Not run yet: press the button on the left.") if presenter else
             _("Not run yet: the presenter runs this step, and its result appears here."), icon=":material/info:")
-
-
-# The summary's finding a step's run fills in (engine.guide.findings' order)
-FINDING = {"naive": 0, "sequential": 1, "concurrent": 2, "tuning": 3, "streaming": 4}
 
 
 def _result(s) -> None:
@@ -167,13 +155,14 @@ def _result(s) -> None:
     lang = i18n.lang()
     run = guide.latest(s.id, state)
     made = [run] if run else guide.runs("tuning", state) if s.id == "tuning" else []
-    if made and (f := FINDING.get(s.id)) is not None and (found := guide.findings(state)[f]).measured:
+    found = guide.finding(s.id, state) if made else None  # the summary's, computed once for the box and the chart
+    if found is not None and found.measured:
         # the summary's heading and sentence, the same numbers: a claim only beyond noise on a quiet machine
         (st.success if found.claim == 1 else st.info)(f"**{ui.plain(found.title)}** · {ui.plain(found.text)}",
                                                       icon=":material/insights:")
     if s.id == "naive":
         if run:
-            ui.chart(_fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
+            ui.chart(ui.fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
             ui.warmth(run)
     elif s.id == "free":
         fact = state.facts.get("free")
@@ -192,8 +181,10 @@ def _result(s) -> None:
                 c[1].metric(_("After its cleanup (del + gc)"), gb(fact.get("after_cleanup_gb")))
                 c[2].metric(_("Its process"), _("exited") if fact.get("exited") else _("running"))
                 c[3].metric(_("Held now"), gb(fact.get("held_gb")))
-            st.markdown(ui.plain(worker_memory.said(fact)) if not fact.get("worker_alive") else
-                        _("A naive worker is still running: wait for it to end, then check again."))
+            st.markdown(ui.plain(worker_memory.said(fact)))
+            if fact.get("worker_alive"):  # a newer naive run's worker, not the one these numbers are of
+                st.caption(_("Another naive run was under way when this was checked: check again once it ends to "
+                             "read its worker."))
             if not fact.get("gpu"):
                 st.caption(_("No GPU here: these are the worker's own resident memory (RSS), not the system's RAM, "
                              "which other programs on this machine move too."))
@@ -223,24 +214,25 @@ def _result(s) -> None:
                 st.caption(_("{time} · {n} tokens", time=ui.fmt_s(r.e2e), n=r.output_tokens))
     elif s.id == "sequential":
         if run:
-            said = guide.findings(state)[FINDING["sequential"]]  # the finding's verdict, or none where it claims none
-            ui.chart(_fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang,
-                                               speed=said.verdict if said.claim is not None else None)), key="g-seq")
+            # the finding's verdict, or none where it claims none
+            speed = found.verdict if found is not None and found.claim is not None else None
+            ui.chart(ui.fit(figures.latency_bars(guide.latest("naive", state), run, lang=lang, speed=speed)),
+                     key="g-seq")
     elif s.id == "concurrent":
         st.page_link("app_pages/room.py", label=_("Try it with the room as the load"), icon=":material/groups:")
         if run:
-            ui.chart(_fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
+            ui.chart(ui.fit(figures.concurrent_latency_bars(run, lang=lang)), key="g-conc")
             ui.warmth(run)
     elif s.id == "tuning":
         runs = guide.runs("tuning", state)
         if runs:
-            ui.chart(_fit(figures.tuning_compare(runs, lang=lang)), key="g-tune")
+            ui.chart(ui.fit(figures.tuning_compare(runs, lang=lang)), key="g-tune")
     elif s.id == "streaming":
         if run:
-            ui.chart(_fit(figures.token_timeline(run, lang=lang)), key="g-stream")
+            ui.chart(ui.fit(figures.token_timeline(run, lang=lang)), key="g-stream")
     if made:
         ui.failure_causes(made)
-        if FINDING.get(s.id) is None:  # what else ran beside its runs (a step with a finding says it there)
+        if found is None:  # what else ran beside its runs (a step with a finding says it there)
             ui.disturbance(guide.runs(s.id, state))
         st.caption(_("From this step's run of {when}.", when=i18n.when(made[-1].started_at)))
     elif s.scenario is not None and guide.job(s.id) is None:
@@ -291,5 +283,5 @@ body()
 if presenter:
     with st.expander(_("Start the guided lab over")):
         st.caption(_("Back to step 1 for everyone; the runs stay in the history."))
-        st.button(_("Start over"), icon=":material/restart_alt:", on_click=ui.on_press, args=(lab, guide.reset))
+        st.button(_("Start over"), icon=":material/restart_alt:", on_click=ui.on_press, args=(guide.reset,))
     rehearsal.presenter_tools(lab)

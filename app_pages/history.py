@@ -197,7 +197,7 @@ else:
     if shown:
         with chart_col:
             fig = figures.history_compare(shown, metric, lang=i18n.lang())
-            ui.chart(fig.update_layout(height=min(fig.layout.height or 480, 430)), key="compare")
+            ui.chart(ui.fit(fig), key="compare")
         with table_col:  # every number, flag and fact of the selected runs, side by side
             if chosen:
                 compare_table(shown)

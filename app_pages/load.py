@@ -180,9 +180,7 @@ def _summary_said(run) -> None:
                       done=done, wall=wall, total=total))
 
 
-def _first_screen(fig):
-    """The timeline no taller than what is left of a 1080-pixel screen under the form and the numbers."""
-    return fig.update_layout(height=min(fig.layout.height or 420, 420))
+TIMELINE_H = 420  # px: what a 1080-pixel screen leaves the timeline under the form and the numbers
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -192,7 +190,7 @@ def _draw_live(job_id: str, tick: int, lang: str) -> None:
     once per language (`lang`), as the replay holds the drawing viewer's text."""
     partial, now = lab.job(job_id).live_run()
     ui.failure_causes([partial])  # a run where every request is refused says so at once, not at the end
-    ui.chart(_first_screen(figures.request_timeline(partial, now=now, lang=lang)), key="tl-live")
+    ui.chart(ui.fit(figures.request_timeline(partial, now=now, lang=lang), TIMELINE_H), key="tl-live")
 
 
 def _shown_run(job):
@@ -249,7 +247,7 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     _summary_metrics(run)
     if cached := prefix.cached_said(run):  # its prefill mostly skipped: said beside its throughput and TTFT
         st.warning(ui.plain(cached), icon=":material/cached:")
-    ui.chart(_first_screen(figures.request_timeline(run, lang=lang)), key="tl")  # the key picture
+    ui.chart(ui.fit(figures.request_timeline(run, lang=lang), TIMELINE_H), key="tl")  # the key picture
     _summary_said(run)
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))

@@ -25,19 +25,27 @@ st.caption(_("Continuous batching with the room as the load: when the presenter 
              "then the same requests sent one at a time."))
 
 
+def _send() -> None:
+    """The press, before the page draws: the form that follows already shows it sent (its button greyed)."""
+    try:
+        room.send(attendee, st.session_state.get("room_name") or "", st.session_state.get("room_question") or "")
+    except LabError as e:
+        st.session_state["room_refused"] = ui.plain(e)
+
+
 def _press_form() -> None:
-    """An attendee's name, an optional short question and the one button."""
+    """An attendee's name, an optional short question and the one button (greyed once they sent in this round)."""
+    view = room.view()
+    sent = view is not None and not view.over and room.mine(attendee) is not None
     with st.form("room_press", border=True):
         st.text_input(_("Your name on the big screen"), key="room_name", max_chars=room.max_name)
         st.text_input(_("Your question (optional)"), key="room_question", max_chars=room.max_question,
                       placeholder=_("Leave it empty to send one of the lab's prompts"),
                       help=_("Only you see your question and its answer; the room sees your name and your timings."))
-        if st.form_submit_button(_("Send my request"), type="primary", icon=":material/send:", width="stretch"):
-            try:
-                room.send(attendee, st.session_state.get("room_name") or "",
-                          st.session_state.get("room_question") or "")
-            except LabError as e:
-                st.error(ui.plain(e), icon=":material/block:")
+        st.form_submit_button(_("Send my request"), type="primary", icon=":material/send:", width="stretch",
+                              disabled=sent, on_click=_send)
+        if refused := st.session_state.pop("room_refused", None):
+            st.error(refused, icon=":material/block:")
 
 
 def _controls() -> None:
@@ -45,8 +53,10 @@ def _controls() -> None:
     with st.form("room_open", border=True):
         lo, hi = room.round_s
         seconds = st.slider(_("The round stays open (s)"), lo, hi, room.default_s, 5)
-        tokens = st.slider(_("Tokens per answer"), 16, lab.chat_limits.max_tokens, room.default_tokens, 16,
-                           help=_("Within a viewer's chat limit; on a CPU a short answer keeps the round to a minute."))
+        hi = max(room.max_tokens(), 17)  # the server's max-model-len less a question's room, within a viewer's limit
+        tokens = st.slider(_("Tokens per answer"), 16, hi, min(room.default_tokens, hi), 16,
+                           help=_("Within a viewer's chat limit and what the server's max-model-len leaves beside a "
+                                  "question; on a CPU a short answer keeps the round to a minute."))
         full = st.toggle(_("Every answer to its full length"), value=True,
                          help=_("Ignores the end-of-text token (ignore_eos), so every answer has the same length and "
                                 "the one-at-a-time contrast does exactly the same work."))
@@ -56,8 +66,7 @@ def _controls() -> None:
 
 def _status(view) -> None:
     """The round's stage in one line, and the presenter's Close and Cancel while it runs."""
-    pressed = len(view.names)
-    answered = sum(1 for r in view.run.records if r.end_time is not None)
+    pressed, answered = len(view.names), view.answered
     if view.accepting:
         st.markdown(_(":green-badge[Round open] closes in **{s}** · **{n}** pressed · {done} answered",
                       s=ui.fmt_s(view.closes_in), n=pressed, done=answered))
@@ -115,11 +124,9 @@ def big_screen() -> None:
         (_big_screen_live if presenter else _big_screen_slow)()
         return
     _status(view)
-    # read as History's export does: a run deleted there meanwhile is missing, not a traceback
-    kept = {r.id: r for r in lab.history.readable([i for i in (view.runs.get("together"), view.runs.get("alone"))
-                                                   if i])[0]}
-    if (together := kept.get(view.runs.get("together"))) is not None:
-        _results(together, kept.get(view.runs.get("alone")))
+    together, alone = room.results(view)  # a run deleted in History meanwhile is None
+    if together is not None:
+        _results(together, alone)
 
 
 def _big_screen_body() -> None:
@@ -162,10 +169,14 @@ def _my_request() -> None:
     if not presenter:  # the presenter's big screen says the round's stage, live
         if view is None or view.over:
             st.caption(_("Waiting for the presenter to open a round."))
-        elif view.accepting:
+    mine = room.mine(attendee)
+    if not presenter and view is not None and view.accepting:
+        if mine is None:
             st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)),
                        icon=":material/timer:")
-    mine = room.mine(attendee)
+        else:
+            st.info(_("Your request is in: its answer streams below. The round closes in {s}.",
+                      s=ui.fmt_s(view.closes_in)), icon=":material/check_circle:")
     if mine is None:
         return
     r = mine.record
@@ -180,6 +191,10 @@ def _my_request() -> None:
         if mine.sharing:
             parts.append(_("{n} requests were generating together when your first token came", n=mine.sharing))
         st.caption(" · ".join(parts))
+        if view is not None and view.full_length:
+            st.caption(_("Every answer in this round runs to its {n} tokens (the end-of-text token is ignored, so "
+                         "both ways do the same work): past the answer's natural end the model writes filler.",
+                         n=view.max_tokens))
 
 
 @st.fragment(run_every=2.0)

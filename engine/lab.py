@@ -62,7 +62,6 @@ class Lab:
         # The batch sizes each server instance has run, shared by every job (cold or warm runs); an
         # instance first met here (an adopted server) is recalled from the history
         self.warmth = WarmthLedger.of_history(lambda: (r.extra for r in self.store.list(kind="vllm")))
-        self.rehearsing = ""  # the guided lab's rehearsal running now (its sheet's id): it marks the runs saved
         # what the Server page names for every viewer, looked up at most every few seconds
         self.foreign_holders = orphans.Every(orphans.foreign_holders)
         self.servers_on_other_ports = orphans.Every(lambda: orphans.on_other_ports(self.server.port))
@@ -198,24 +197,33 @@ class Lab:
     # -- measurements -------------------------------------------------------------------------
     # Each is a job running an engine.runs.Runner: the orchestration the CLI shares. The spec is
     # checked against the server before the job is queued, so a page hears a ConfigError at once.
-    def _runner(self, job: Job) -> Runner:
-        return Runner(self._save, progress=job, cancel=job.cancel, mark=self.server.mark, warmth=self.warmth)
+    def _runner(self, job: Job, notes: dict | None = None) -> Runner:
+        """A Runner for `job`, each run it saves carrying `notes` (Notes fields: a rehearsal's sheet id)."""
+        return Runner(lambda result: self._save(result, notes), progress=job, cancel=job.cancel,
+                      mark=self.server.mark, warmth=self.warmth)
 
-    def _measure(self, kind: str, label: str, spec, work: Callable, **submit) -> Job:
+    def _measure(self, kind: str, label: str, spec, work: Callable, notes: dict | None = None, **submit) -> Job:
         """Submit work(runner, spec, target) against the server the app measures, `spec` aimed at it first."""
         target = self._aim()
         spec = target.aim(spec)
         return self.jobs.submit(kind, label, self.connection.watched(
-            lambda job: work(self._runner(job), spec, target)), **submit)
+            lambda job: work(self._runner(job, notes), spec, target)), **submit)
 
     @presenter_only
-    def run_load(self, spec, label: str | None = None, repeats: int = 1, fixed_seed: bool = False) -> Job:
+    def run_measured(self, kind: str, label: str, spec, work: Callable) -> Job:
+        """Measured work of another engine concept (the room's round, engine.room) as a job: work(runner, spec,
+        target) against the server the app measures, `spec` aimed at it first; its runs saved as every run is."""
+        return self._measure(kind, label, spec, work)
+
+    @presenter_only
+    def run_load(self, spec, label: str | None = None, repeats: int = 1, fixed_seed: bool = False,
+                 notes: dict | None = None) -> Job:
         """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs,
-        each with synthetic prompts of a new seed unless `fixed_seed`."""
+        each with synthetic prompts of a new seed unless `fixed_seed`; `notes`: Notes fields each run carries."""
         n = check_repeats(repeats)
         return self._measure("load", label or spec.label or spec.scenario, spec,
                              lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n, fixed_seed),
-                             scenario=spec.scenario)
+                             notes, scenario=spec.scenario)
 
     @presenter_only
     def run_sweep(self, spec, levels: list[int]) -> Job:
@@ -234,7 +242,8 @@ class Lab:
                              lambda r, spec, t: r.slo_search(spec, t, slo, low, high, tolerance, by=by))
 
     @presenter_only
-    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None, repeats: int = 1) -> Job:
+    def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None, repeats: int = 1,
+                   notes: dict | None = None) -> Job:
         """Restart vLLM with each config, run the same workload `repeats` times, keep each run (notebook step 4);
         `labels` names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
         prefix-cache comparisons send their scenario's configs_after() and spec."""
@@ -247,8 +256,8 @@ class Lab:
         kind = spec.scenario if spec.scenario in ("kv-squeeze", "prefix-cache") else "tuning"
         label = say("prefix caching on vs off") if kind == "prefix-cache" else say("tuning comparison")
         return self.jobs.submit(kind, label,
-                                lambda job: self._runner(job).tuning(self.server, configs, spec, labels=labels,
-                                                                     repeats=n))
+                                lambda job: self._runner(job, notes).tuning(self.server, configs, spec,
+                                                                            labels=labels, repeats=n))
 
     @presenter_only
     def run_side_by_side(self, url_b: str, spec, api_key_b: str | None = None, shared_ok: bool = False) -> Job:
@@ -266,7 +275,7 @@ class Lab:
                                 lambda job: self._runner(job).side_by_side(a, b, spec))
 
     @presenter_only
-    def run_naive(self, spec) -> Job:
+    def run_naive(self, spec, notes: dict | None = None) -> Job:
         """Submit the transformers baseline (spec: a baseline.protocol.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
             raise ServerBusy(say("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
@@ -274,7 +283,7 @@ class Lab:
 
         def work(job: Job) -> RunResult:
             try:
-                return self._runner(job).naive(spec)
+                return self._runner(job, notes).naive(spec)
             finally:
                 job.worker_pid = None
 
@@ -335,11 +344,13 @@ class Lab:
         return next((j for j in self.jobs.active() if j.kind != "connect"), None)  # connecting measures nothing
 
     # -- saving -------------------------------------------------------------------------------
-    def _save(self, result: RunResult) -> RunResult:
-        """Keep a run that measured anything, marked when chat traffic ran beside it."""
+    def _save(self, result: RunResult, notes: dict | None = None) -> RunResult:
+        """Keep a run that measured anything, marked when chat traffic ran beside it; `notes`: the action's own
+        Notes fields (a rehearsal's sheet id), set on the run alone, never on others saved meanwhile."""
         if n := self.chat_desk.beside(result.started_at, result.started_at + result.duration):
             result.extra.chat_requests_beside = n
-        result.extra.rehearsal = result.extra.rehearsal or self.rehearsing
+        for name, value in (notes or {}).items():
+            setattr(result.extra, name, value)
         if result.measured:
             self.store.save(result)
         return result

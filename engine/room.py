@@ -45,6 +45,9 @@ DEFAULT_TOKENS = 128
 MAX_QUESTION_CHARS = 200  # a short question, well within a viewer's chat message (ChatLimits.max_prompt_chars)
 MAX_NAME_CHARS = 24
 MAX_ATTENDEES = 100  # requests per round: a room of 30 with room to spare, not a script's thousand sessions
+# What the server's max-model-len keeps for the prompt, beside the answer: a typed question's 200 characters (a
+# Korean syllable may take two tokens) and the chat template; the rest is the answer's at most
+PROMPT_TOKENS = 448
 TYPED = mark("(a question an attendee typed)")  # what the saved runs keep of a typed question and its answer
 
 # A round's stages, as a page says them
@@ -69,12 +72,18 @@ def suggest_name(lang: str = "en", rng: random.Random | None = None) -> str:
     return f"{rng.choice(ANIMALS.get(lang, ANIMALS['en']))} {rng.randint(10, 99)}"
 
 
+def answer_cap(server_max_len: int | None) -> int | None:
+    """The longest answer the server takes beside an attendee's longest question (None: its length unknown)."""
+    return None if not server_max_len else max(1, server_max_len - PROMPT_TOKENS)
+
+
 def check_round(seconds, max_tokens, viewer_max_tokens: int, server_max_len: int | None = None) -> None:
     """A round's length and answer length, checked before it opens (ConfigError, one sentence)."""
     lo, hi = ROUND_S
     if not isinstance(seconds, int) or isinstance(seconds, bool) or not lo <= seconds <= hi:
         raise ConfigError(say("A round stays open from {lo} to {hi} s, not {v}.", lo=lo, hi=hi, v=seconds))
-    check_max_tokens(max_tokens, server_max_len)
+    check_max_tokens(max_tokens, answer_cap(server_max_len),
+                     of=mark("what the running server's max-model-len leaves beside an attendee's question"))
     if max_tokens > viewer_max_tokens:
         raise ConfigError(say("The room's answers are viewers' requests, up to {limit} tokens each: ask for {limit} "
                               "or fewer.", limit=viewer_max_tokens))
@@ -197,6 +206,11 @@ class RoundView:
         return self.status == OPEN and (self.closes_in or 0) > 0
 
     @property
+    def answered(self) -> int:
+        """The requests whose answer has ended."""
+        return sum(1 for r in self.run.records if r.end_time is not None)
+
+    @property
     def over(self) -> bool:
         """Its job has ended (done, cancelled or failed): its runs are what the history keeps."""
         return self.status in (DONE, CANCELLED, FAILED)
@@ -232,8 +246,16 @@ class Room:
         self._view: tuple[float, RoundView] | None = None  # the last reading (its clock), shared by every viewer
 
     # -- the presenter's actions -------------------------------------------------------------------
-    @presenter_only
-    def open(self, seconds: int = DEFAULT_ROUND_S, max_tokens: int = DEFAULT_TOKENS, full_length: bool = True) -> "Job":
+    def max_tokens(self) -> int:
+        """The longest answer a round may ask for now: a viewer's chat limit, within what the running server's
+        max-model-len leaves beside an attendee's question."""
+        viewer = self.lab.chat_limits.max_tokens
+        cap = answer_cap(self.lab.serving_max_len())
+        return viewer if cap is None else min(viewer, cap)
+
+    @presenter_only(who=True)
+    def open(self, seconds: int = DEFAULT_ROUND_S, max_tokens: int = DEFAULT_TOKENS, full_length: bool = True, *,
+             who) -> "Job":
         """Open a round for `seconds`: attendees' presses are sent the moment they come, each answer up to
         `max_tokens` (all of it with `full_length`: ignore_eos, so that the one-at-a-time contrast does the same
         work). It runs as a job (a benchmark: other runs wait, viewers' chats wait); when it closes and the answers
@@ -242,8 +264,9 @@ class Room:
         rnd = Round(uuid.uuid4().hex[:12], seconds, max_tokens, full_length)
         spec = LoadSpec(base_url="", model="", prompts=list(LAB_CONCURRENT), max_tokens=max_tokens,
                         ignore_eos=full_length, scenario="room", label=say("The room's round"))
-        job = self.lab._measure("room", say("The room's round"), spec,
-                                lambda runner, spec, target: self._run(rnd, runner, spec, target))
+        job = self.lab.run_measured("room", say("The room's round"), spec,
+                                    lambda runner, spec, target: self._run(rnd, runner, spec, target),
+                                    token=who[0], caller=who[1])
         with self._lock:
             rnd.job_id = job.id
             self._round = rnd
@@ -332,12 +355,14 @@ class Room:
                     self._loop, self._requester, self._progress = asyncio.get_running_loop(), req, progress
                     rnd.status = OPEN
                 notify(progress.on_clock, rnd.opened_at)
+                notify(progress.on_stage, OPEN)  # the job's stage as the round's: not "queued" while it is open
                 while not (rnd.closing.is_set() or cancel.is_set() or time.time() >= rnd.closes_at):
                     await asyncio.sleep(0.1)
                 with self._lock:
                     rnd.status = ANSWERING
                     rnd.closes_at = min(rnd.closes_at, time.time())
                     pending = [asyncio.wrap_future(f) for f in rnd.futures]
+                notify(progress.on_stage, ANSWERING)
                 while pending:
                     _done, still = await asyncio.wait(pending, timeout=0.2)
                     if cancel.is_set():
@@ -408,6 +433,14 @@ class Room:
                          if record.first_token_time is not None and t >= record.first_token_time), 0)
         return Mine(entry.name, entry.text, entry.typed, record, join, view.names[join.early] if join else "",
                     at_first)
+
+    def results(self, view: RoundView) -> tuple[RunResult | None, RunResult | None]:
+        """A finished round's saved runs, the attendees' and the one-at-a-time contrast, read as History's export
+        reads runs: one deleted there meanwhile is None, not an error."""
+        ids = [i for i in (view.runs.get("together"), view.runs.get("alone")) if i]
+        kept = {r.id: r for r in self.lab.history.readable(ids)[0]}
+        together = kept.get(view.runs.get("together", ""))
+        return (together, kept.get(view.runs.get("alone", ""))) if together is not None else (None, None)
 
     def saved(self) -> tuple[RunResult | None, RunResult | None]:
         """The newest round kept in the history: its attendees' run and the same requests one at a time (None where

@@ -91,6 +91,7 @@ ACTIONS = {  # every state-changing or compute-costing action, with arguments it
     "attach": ("http://127.0.0.1:1",), "detach": (),
     "run_side_by_side": ("http://127.0.0.1:1", None), "connect": ("http://127.0.0.1:1",),
     "run_slo_search": (None, None, 1, 4), "rehearse": (0.1,),
+    "run_measured": ("room", "x", None, None),
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from engine import guide as g
+from engine.guide.findings import FINDING_OF
 from engine.messages import catalog
 
 from .browser import ROOT, StreamlitApp, free_port, press_until, settle
@@ -86,23 +87,28 @@ def test_the_agenda_moves_the_presenter_and_a_viewer_who_browses(browser, app, l
         viewer_ctx.close()
 
 
-# Where each part of the step is, relative to the screen: the finding (a success box), the chart, Next step.
+# Where each part of the step is, relative to the screen: the finding (its box in whichever colour its verdict
+# gives it: the one alert with the insights icon), the chart, Next step.
 PLACES = """() => {
   const main = document.querySelector('[data-testid=stMain]');
-  const box = sel => { const el = document.querySelector('[data-testid=stMainBlockContainer] ' + sel);
-                       if (!el) return null; const r = el.getBoundingClientRect(); return [r.top, r.bottom]; };
+  const place = el => { if (!el) return null; const r = el.getBoundingClientRect(); return [r.top, r.bottom]; };
+  const box = sel => place(document.querySelector('[data-testid=stMainBlockContainer] ' + sel));
+  const finding = [...document.querySelectorAll('[data-testid=stMainBlockContainer] [data-testid=stAlert]')]
+      .find(a => [...a.querySelectorAll('[data-testid=stAlertDynamicIcon]')]
+                 .some(i => i.textContent.trim() === 'insights'));
   const next = [...document.querySelectorAll('[data-testid=stMainBlockContainer] button')]
       .find(b => /Next step|다음 단계/.test(b.innerText));
   const r = next ? next.getBoundingClientRect() : null;
-  return {finding: box('[data-testid=stAlertContentSuccess]'), chart: box('.js-plotly-plot'),
+  return {finding: place(finding), chart: box('.js-plotly-plot'),
           next: r ? [r.top, r.bottom] : null, title: box('h3'), scrolled: main ? main.scrollTop : 0};
 }"""
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])
 def test_every_step_fits_the_first_screen(browser, app, lang):
-    """Each step's finding, its chart (whole: its x-axis too) and "Next step" within 1080 px, as a projector shows
-    it; the summary opens at its title, also when Next was pressed at the bottom of step 8."""
+    """Each step's finding (whatever its verdict's colour), its chart (whole: its x-axis too) and "Next step" within
+    1080 px, as a projector shows it; the summary opens at its title, also when Next was pressed at the bottom of
+    step 8."""
     ctx, page = _open(browser, app, lang, presenter=True)
     SHOTS.mkdir(parents=True, exist_ok=True)
     late = {}
@@ -125,6 +131,8 @@ def test_every_step_fits_the_first_screen(browser, app, lang):
                     late.setdefault(s.id, []).append(f"{part} ends at {at[part][1]:.0f} px")
             if at["next"] is None:
                 late.setdefault(s.id, []).append("no Next step")
+            if s.id in FINDING_OF and at["finding"] is None:  # every step's run here is saved: its finding is due
+                late.setdefault(s.id, []).append("no finding")
         assert not late, f"below the first screen at 1920x1080 in {lang}: {late}"
     finally:
         ctx.close()

@@ -59,6 +59,48 @@ def test_the_sheet_adds_up_and_says_each_step_in_both_languages():
     assert "| 1. " in text and "시스템" in text
 
 
+def test_a_stopped_rehearsal_states_no_session_length():
+    """Four of nine steps ran: their sum is no session's length, in the sheet, its Markdown or beside the agenda."""
+    s = _sheet()
+    assert translate(sheets.expected(s), "en").startswith("Expected length: about 11 min")
+    s.cancelled = True
+    said = translate(sheets.expected(s), "en")
+    assert said == ("Stopped after 4 of the 9 steps, so there is no session length to expect: the steps that ran "
+                    "took 3 min of their own time."), said
+    assert "예상 시간: 약" not in sheets.text(s, "ko") and "Expected length" not in sheets.text(s, "en")
+    s.cancelled, s.ended_at = False, None  # read while it runs
+    assert translate(sheets.expected(s), "en").startswith("Under way: 4 of the 9 steps so far")
+
+
+def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path):
+    """A run another action saves while a rehearsal runs is not the rehearsal's: the mark rides with the rehearsal's
+    own steps (its Guide's notes), not on a flag of the whole Lab (the fake server: any server takes both runs)."""
+    from engine.guide.session import Guide
+    from engine.measure.workloads import scenarios
+
+    from .fakes import FakeOpenAIServer
+
+    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    try:
+        with FakeOpenAIServer(models=("ok",)) as srv:
+            lab.attach(srv.base_url)
+            rehearsed = Guide(lab, tmp_path / "rehearsal-guide.json")
+            rehearsed.notes = {"rehearsal": "rehearsal-1765000000"}
+            jobs = []
+            for press in (lambda: rehearsed.run_step("test-query"),
+                          lambda: lab.run_load(scenarios.get("test-query").load_spec(max_tokens=8))):  # the room's
+                jobs.append(press())
+                deadline = time.time() + 120  # a liveness bound
+                while jobs[-1].active:
+                    assert time.time() < deadline, jobs[-1].stage
+                    time.sleep(0.1)
+    finally:
+        lab.shutdown()
+    assert [j.error for j in jobs] == [None, None]
+    marks = [[r.extra.rehearsal for r in (j.result if isinstance(j.result, list) else [j.result])] for j in jobs]
+    assert set(marks[0]) == {"rehearsal-1765000000"} and set(marks[1]) == {""}, marks
+
+
 def test_a_damaged_or_foreign_sheet_reads_as_none(tmp_path):
     p = tmp_path / "rehearsal.json"
     assert rh.read_sheet(p) is None

@@ -17,6 +17,7 @@ from engine.room import (
     MAX_ATTENDEES,
     OPEN,
     OPENING,
+    PROMPT_TOKENS,
     TYPED,
     Round,
     RoomRefused,
@@ -24,7 +25,7 @@ from engine.room import (
     suggest_name,
 )
 
-from .conftest import app_page, free_port
+from .conftest import ROOT, app_page, free_port
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -137,6 +138,14 @@ def test_a_round_is_checked_before_it_opens():
         _one_sentence(e.value)
 
 
+def test_a_rounds_answers_leave_room_for_a_question_within_the_servers_max_model_len():
+    """A server after Tuning (max-model-len 512) cannot take a 128-token answer beside a long question."""
+    check_round(60, 64, 512, 512)
+    with pytest.raises(ConfigError, match="max-model-len leaves beside an attendee's question") as e:
+        check_round(60, 128, 512, 512)
+    _one_sentence(e.value)
+
+
 def test_a_suggested_name_is_short_and_in_the_viewers_language():
     import random
 
@@ -171,6 +180,71 @@ def test_only_the_presenter_opens_and_closes_a_round_and_only_with_a_server(room
         lab.room.send("s1", "Otter 17")
     _one_sentence(e.value)
     assert lab.room.view() is None and lab.room.saved() == (None, None)
+
+
+def test_the_tokens_slider_stops_where_the_server_and_a_viewers_limit_do(room_lab, monkeypatch):
+    room = room_lab.room
+    assert room.max_tokens() == room_lab.chat_limits.max_tokens  # no server: a viewer's limit
+    monkeypatch.setattr(room_lab, "serving_max_len", lambda: 512)
+    assert room.max_tokens() == 512 - PROMPT_TOKENS
+    monkeypatch.setattr(room_lab, "serving_max_len", lambda: 2048)
+    assert room.max_tokens() == room_lab.chat_limits.max_tokens
+
+
+def _saved(lab, scenario: str, room_round: str):
+    run = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["Otter 10", "Heron 11"],
+                    scenario)
+    run.extra.room_round = room_round
+    return lab.store.save(run)  # its id
+
+
+def _attendee_page(lab, monkeypatch, attendee: str):
+    """The room's page as an attendee sees it (a presenter token set, this viewer without it)."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setattr(lab.access, "token", "secret")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["room_attendee"] = attendee
+    at.run()
+    at.switch_page("app_pages/room.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_an_attendee_who_sent_is_told_so_and_cannot_press_again(lab, monkeypatch):
+    from engine.measure.load.request import clock
+
+    rnd = _open_round()
+    rnd.closes_at = time.time() + 60
+    rnd.admit("me", "Otter 10", "", time.time(), clock())
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    at = _attendee_page(lab, monkeypatch, "someone else")
+    assert [s.value for s in at.success if "press Send" in s.value]
+    assert not next(b for b in at.button if b.label == "Send my request").disabled
+    at = _attendee_page(lab, monkeypatch, "me")
+    assert not [s.value for s in at.success if "press Send" in s.value], "told to press what they pressed"
+    assert [i.value for i in at.info if "Your request is in" in i.value]
+    assert next(b for b in at.button if b.label == "Send my request").disabled
+
+
+def test_a_finished_round_whose_run_was_deleted_in_history_draws_what_is_left(lab, monkeypatch):
+    """A run deleted in History while the round ended (commit 757ca38): the page shows what is left, never a
+    traceback."""
+    from engine.room import DONE
+
+    rnd = _open_round()
+    rnd.status = DONE
+    rnd.runs = {"together": _saved(lab, "room", rnd.id), "alone": _saved(lab, "room-one-at-a-time", rnd.id)}
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    at = app_page("app_pages/room.py")
+    assert [m for m in at.metric if m.label == "One at a time"]
+    lab.delete_runs([rnd.runs["alone"]])
+    at = app_page("app_pages/room.py")  # the round's own run is left, its contrast said to be missing
+    assert not [m for m in at.metric if m.label == "One at a time"]
+    assert [c.value for c in at.caption if "contrast was not kept" in c.value]
+    lab.delete_runs([rnd.runs["together"]])
+    at = app_page("app_pages/room.py")
+    assert lab.room.results(lab.room.view(fresh=True)) == (None, None)
 
 
 def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presenter(lab):

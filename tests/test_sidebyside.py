@@ -28,6 +28,7 @@ from engine.measure.workloads.defaults import load_test_spec
 from engine.results.records import Notes, RequestRecord, RunResult
 from engine.runs import Runner, Target
 from engine.serving.cluster import second_server_command, side_by_side_here
+from tests import said as sentences
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -209,8 +210,8 @@ def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
     with FakeOpenAIServer() as one, FakeOpenAIServer() as two:
         with pytest.raises(LabError) as e:
             Runner(save).side_by_side(Target(one.base_url, "ok"), Target(two.base_url, "ok"), _spec())
-    assert str(e.value) == (f"Server B ({two.base_url}) failed: the history file is read-only. The other server's "
-                            "run is saved.")
+    assert sentences.values(e.value) == {"side": "B", "url": two.base_url, "why": "the history file is read-only"}
+    assert "other server's run is saved" in sentences.said(e.value).template
     assert [r.extra.pair_side for r in saved] == ["A"] and len(saved[0].measured) == 4
 
 

@@ -122,7 +122,7 @@ def test_a_kv_squeeze_comparison_shows_in_its_own_section_only(page, monkeypatch
         def tuning(self, *a, **k):
             return [lab._save(r) for r in squeezed]
 
-    monkeypatch.setattr(lab, "_runner", lambda job: Runner())
+    monkeypatch.setattr(lab, "_runner", lambda job, notes=None: Runner())
     configs = [ServerConfig(model="/m", max_model_len=256, cpu_kvcache_gib=g) for g in (0.01, 1)]
     job = lab.run_tuning(configs, scenarios.get("kv-squeeze").load_spec(max_tokens=100), ["a", "b"],
                          token=None, caller="test")
@@ -148,7 +148,7 @@ def test_prefix_caching_on_vs_off_is_its_own_job_and_waits_for_a_started_server(
     assert sum("Start the server once on the Server page" in i.value for i in at.info) >= 3  # every section
 
     pscn = scenarios.get("prefix-cache")
-    monkeypatch.setattr(lab, "_runner", lambda job: type("R", (), {"tuning": lambda self, *a, **k: []})())
+    monkeypatch.setattr(lab, "_runner", lambda job, notes=None: type("R", (), {"tuning": lambda self, *a, **k: []})())
     configs = scenarios.configs_after(pscn.name, ServerConfig(model="/m", max_model_len=2048))
     job = lab.run_tuning(configs, pscn.load_spec(), list(pscn.config_labels), token=None, caller="test")
     assert job.kind == "prefix-cache" and lab.latest_job("tuning") is None and lab.latest_job("kv-squeeze") is None
@@ -203,7 +203,7 @@ def test_each_configuration_measured_several_times_is_judged_against_noise(page,
             asked.update(k)
             return [lab._save(r) for r in runs]
 
-    monkeypatch.setattr(lab, "_runner", lambda job: Runner())
+    monkeypatch.setattr(lab, "_runner", lambda job, notes=None: Runner())
     configs = [ServerConfig(model="/m", max_model_len=256, cpu_kvcache_gib=g) for g in (2, 4)]
     job = lab.run_tuning(configs, scenarios.get("tuning").load_spec(max_tokens=100), repeats=3, token=None,
                          caller="test")

@@ -153,7 +153,7 @@ def tuning_page(lab, monkeypatch):
             handed.append((configs, spec))
             return [lab._save(_run(f"row {i}", spec.workload, spec.prompts)) for i, _c in enumerate(configs)]
 
-    monkeypatch.setattr(lab, "_runner", lambda job: Caught())
+    monkeypatch.setattr(lab, "_runner", lambda job, notes=None: Caught())
     return handed
 
 

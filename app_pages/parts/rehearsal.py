@@ -26,8 +26,10 @@ def beside_agenda(lab: Lab, step_id: str, presenter: bool) -> None:
         return
     times = " · ".join(f"{s.step.number}: {'✗' if not s.ok else i18n.tr(sheets.length(s.seconds or 0))}"
                        for s in sheet.steps if s.id != "summary")
-    line = _("Rehearsal of {when}: {times} · about {total} in all", when=i18n.when(sheet.started_at, "short"),
-             times=times, total=sheets.length(sheet.expected_s, 90))
+    when = i18n.when(sheet.started_at, "short")
+    line = (_("Rehearsal of {when}: {times} · about {total} in all", when=when, times=times,
+              total=sheets.length(sheet.expected_s, 90)) if sheet.complete else
+            _("Rehearsal of {when}, not run to its end: {times}", when=when, times=times))
     if (s := sheet.of(step_id)) is not None and step_id != "summary":
         line = _("Step {n} {took}.", n=s.step.number, took=sheets.took(s)) + " " + line
     st.caption(ui.plain(line))
@@ -52,7 +54,6 @@ def _rehearse(lab: Lab) -> None:
                  "(the room's stays as it is; its runs are marked as rehearsal in History), then writes the sheet "
                  "below. vLLM is stopped first, so step 3 times a real start."))
     guide = lab.guide
-    labels = {1.0: _("the lab's"), 0.5: _("half"), 0.25: _("a quarter"), 0.1: _("a tenth")}
     scales = list(guide.scales)
     choices = models.catalogue()  # the models prepared here, the room's own offered first
     if not choices:
@@ -61,7 +62,8 @@ def _rehearse(lab: Lab) -> None:
     else:
         c1, c2, c3, c4 = st.columns([2, 3, 2, 1])
         scale = c1.selectbox(_("Answer length"), scales, index=scales.index(guide.state().scale),
-                             format_func=i18n.shown(scales, labels.get), key="rehearse_scale")
+                             format_func=i18n.shown(scales, lambda v: i18n.tr(guide.scale_names[v])),
+                             key="rehearse_scale")
         paths, now = [m.path for m in choices], guide.model_spec().path
         model = c2.selectbox(_("Model"), paths, index=paths.index(now) if now in paths else 0, key="rehearse_model",
                              format_func=i18n.shown(paths, lambda p: i18n.tr(choices[paths.index(p)].label)))
@@ -70,8 +72,8 @@ def _rehearse(lab: Lab) -> None:
                                                            "length."))
         c4.space("small")  # the button level with the inputs
         c4.button(_("Rehearse"), icon=":material/play_arrow:", type="primary", disabled=lab.measuring() is not None,
-                  key="rehearse_go", width="stretch", on_click=ui.on_press, args=(lab, lab.rehearse, scale, model,
-                                                                                   talk * 60))
+                  key="rehearse_go", width="stretch", on_click=ui.on_press,
+                  args=(lab.rehearse, scale, model, talk * 60))
     if (job := lab.latest_job("rehearsal")) is not None:
         ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
                      key="rehearse_cancel")

@@ -183,6 +183,9 @@ def streamed(runs: list) -> dict[str, Any] | None:
             "n": len(firsts)}
 
 
+FINDING_OF = {"naive": 0, "sequential": 1, "concurrent": 2, "tuning": 3, "streaming": 4}  # a step's, in findings()
+
+
 def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
     """The notebook's six findings, each with this lab's numbers from the steps' runs (`runs`: step id ->
     the newest press's runs, its repeats), or the step to run for them."""

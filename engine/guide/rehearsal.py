@@ -94,7 +94,7 @@ class Rehearsal:
                       machine=machine(self.model, self.scale), steps=[], memory_before_gb=self._memory(None),
                       talk_s=self.talk_s)
         path = sheet_path(lab.store.path)
-        lab.rehearsing = sheet.id  # the runs saved meanwhile are the rehearsal's (History marks them)
+        self.guide.notes = {"rehearsal": sheet.id}  # its steps' runs, and only they, are the rehearsal's (History)
         try:
             for i, s in enumerate(STEPS):
                 if self.cancel.is_set():
@@ -105,7 +105,6 @@ class Rehearsal:
                 sheet.steps.append(self._step(s))
                 write_sheet(sheet, path)  # stopped half way, it still leaves what it measured
         finally:
-            lab.rehearsing = ""
             if not had_server and lab.remote is None and lab.server_snapshot().state in (READY, STARTING):
                 lab.stop_server(**kw)  # as it found the machine: no server running
             sheet.cancelled = sheet.cancelled or self.cancel.is_set()

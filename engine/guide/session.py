@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from engine.access import presenter_only
 from engine.errors import LabError, ServerBusy
-from engine.guide.findings import Finding, Row, findings, numbers
-from engine.guide.steps import (LAB_FLAGS, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE, repeats_for, step,
-                                tokens_for)
+from engine.guide.findings import FINDING_OF, Finding, Row, findings, numbers
+from engine.guide.steps import (LAB_FLAGS, SCALE_NAMES, SCALES, SEED, STEPS, STEP_IDS, Step, WHICH_ENGINE,
+                                repeats_for, step, tokens_for)
 from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.messages import say
@@ -74,6 +74,7 @@ def guide_path(history: Path | None = None) -> Path:
 class Guide:
     def __init__(self, lab: "Lab", path: Path | None = None):
         self.lab = lab
+        self.notes: dict[str, Any] = {}  # Notes fields every run of its steps carries (a rehearsal's sheet id)
         self.access = lab.access  # the Lab's: who may act on the guide
         self.path = path or guide_path(lab.store.path)
         self._lock = threading.Lock()
@@ -205,16 +206,17 @@ class Guide:
                 lab.stop_server(**kw)  # the lab's order: naive holds the GPU first, vLLM after
             model = self.model_spec()
             job = lab.run_naive(scenarios.get("naive-5").naive_spec(model.path, model.placeholder_text,
-                                                                     max_new_tokens=tokens), **kw)
+                                                                     max_new_tokens=tokens), notes=self.notes, **kw)
         elif s.id == "tuning":
             job = lab.run_tuning(scenarios.configs_after("tuning", lab.server_snapshot().config),
-                                 scenarios.get("tuning").load_spec(max_tokens=tokens), repeats=repeats_for(s), **kw)
+                                 scenarios.get("tuning").load_spec(max_tokens=tokens), repeats=repeats_for(s),
+                                 notes=self.notes, **kw)
         else:
             if not lab.ready():
                 raise ServerBusy(say("This step needs the vLLM server: run step {n} (start vLLM) first.",
                                      n=step("start").number))
             job = lab.run_load(scenarios.get(s.scenario).load_spec(max_tokens=tokens, warmup=s.warmup or None),
-                               repeats=repeats_for(s), **kw)
+                               repeats=repeats_for(s), notes=self.notes, **kw)
         with self._lock:
             self._jobs[s.id] = job.id
         return job
@@ -278,6 +280,11 @@ class Guide:
         state = state or self.state()
         return findings({sid: self.runs(sid, state) for sid in STEP_IDS if state.runs.get(sid)}, state.scale)
 
+    def finding(self, step_id: str, state: State | None = None) -> "Finding | None":
+        """The summary's finding the step's run fills in (None: a step without one)."""
+        i = FINDING_OF.get(step_id)
+        return None if i is None else self.findings(state)[i]
+
     def report_html(self, lang: str = "en") -> str:
         """History's HTML report of the guided lab's runs, the six findings first."""
         from engine.figures.report import build_report  # plotly (~1 s to import) only when a report is written
@@ -287,7 +294,7 @@ class Guide:
         return build_report(runs, lang, findings=[(f.title, f.text) for f in self.findings(state)])
 
     # what the page reads, so that it touches only `lab.guide`
-    steps, scales, which_engine, seed_source = STEPS, SCALES, WHICH_ENGINE, SEED
+    steps, scales, scale_names, which_engine, seed_source = STEPS, SCALES, SCALE_NAMES, WHICH_ENGINE, SEED
 
     @staticmethod
     def step(step_id: str) -> Step:

@@ -71,6 +71,11 @@ class Sheet:
         return self.machine_s + self.talk_s * len(self.steps)
 
     @property
+    def complete(self) -> bool:
+        """Run to its end: neither stopped half way nor still under way (only then is there a length to expect)."""
+        return not self.cancelled and self.ended_at is not None
+
+    @property
     def failed(self) -> list[StepSheet]:
         return [s for s in self.steps if not s.ok or s.failed_requests]
 
@@ -145,6 +150,12 @@ def result(s: StepSheet) -> Message:
 
 
 def expected(sheet: Sheet) -> Message:
+    if not sheet.complete:  # the steps not run have no time: a sum of the others would be a length too short
+        return say("Stopped after {n} of the {total} steps, so there is no session length to expect: the steps that "
+                   "ran took {steps} of their own time.", n=len(sheet.steps), total=len(STEP_IDS),
+                   steps=length(sheet.machine_s, 90)) if sheet.cancelled else \
+            say("Under way: {n} of the {total} steps so far, {steps} of their own time.", n=len(sheet.steps),
+                total=len(STEP_IDS), steps=length(sheet.machine_s, 90))
     return say("Expected length: about {total} ({steps} of the steps' own time and {talk} of talk at each of the "
                "{n} steps).", total=length(sheet.expected_s, 90), steps=length(sheet.machine_s, 90),
                talk=length(sheet.talk_s, 90), n=len(sheet.steps))

@@ -12,6 +12,7 @@ from engine.messages import Message, mark, say
 SEED = mark("the lab notebook's run on its GPU")  # where every SeedNumber comes from
 SEED_FILE = "000_aa4b3268376b761a"  # the notebook (shared/seed/), for a reader who checks
 SCALES = (0.1, 0.25, 0.5, 1.0)  # token budgets as a share of the lab's: a busy CPU may take a tenth
+SCALE_NAMES = {1.0: mark("the lab's"), 0.5: mark("half"), 0.25: mark("a quarter"), 0.1: mark("a tenth")}
 # The short vLLM steps run this many times (each a run of its own), so that a finding's verdict has each side's
 # noise (engine.measure.judge.verdict); the naive baseline runs once (its worker loads the model each time)
 REPEATS = 3
