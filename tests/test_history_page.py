@@ -175,10 +175,13 @@ def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
     # 3.6 an hour over the run's 0.6 s, spread over its 80 output tokens: 7.5 a million
     assert df.loc[df["run"] == "cold run", "cost / M output tokens"].item() == pytest.approx(7.5)
     at = select(at, "cold run")
+    from engine.measure.judge import warmth as judged
+
+    cold = lab.store.load(next(row.id for row in lab.store.list() if row.label == "cold run"))
     said = [w.value.replace("\\", "") for w in at.warning]  # shown as typed: markdown escaped
-    assert any("Cold: the first batch of 4 in flight since the server started" in w for w in said), said
-    assert any("The warm-up (1 request, 0.5 s, TTFT 0.10 s) was not counted" in c.value.replace("\\", "")
-               for c in at.caption)
+    assert any(judged.said(cold.extra) in w for w in said) and cold.extra.batch_size == 4, said
+    cost = judged.warmup_cost(cold.records)
+    assert cost.requests == 1 and any(cost.said in c.value.replace("\\", "") for c in at.caption)
 
 
 def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_noise(lab):

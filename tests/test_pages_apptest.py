@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
 from tests.conftest import free_port
+from tests.said import values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -207,6 +208,7 @@ def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
 def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
     """The Tuning page draws the newest saved prefix-caching pair (on, off) and says what to notice."""
     import ui
+    from engine.measure.judge import prefix
     from engine.results.records import RequestRecord, RunResult
 
     runs = []
@@ -222,9 +224,12 @@ def test_tuning_shows_the_last_prefix_cache_comparison_with_its_sentence():
     try:
         at = _page("app_pages/tuning.py")
         said = [m.value.replace("\\", "") for m in at.markdown if "came from the cache" in m.value]
+        sentence = prefix.sentence(*runs)  # on, off: what the page must say of them
+        assert said and str(sentence) in said[0], said
         # a fall said only beyond the noise of the questions after the first, with its interval
-        assert said and "median TTFT fell from 820 ms to 110 ms, beyond noise (95 % interval" in said[0], said
-        assert "2,560 of 3,900 prompt tokens" in said[0]
+        assert "fell" in sentence.template and "interval" in values(sentence)
+        assert {k: round(values(sentence)[k]) for k in ("off", "on", "cached", "prompt")} == {
+            "off": 820, "on": 110, "cached": 2560, "prompt": 3900}
     finally:
         ui.get_lab().store.delete([r.id for r in runs])
 
@@ -328,10 +333,13 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
     at = AppTest.from_function(page, default_timeout=60).run()
     assert not at.exception, at.exception
     unescaped = lambda e: e.value.replace("\\", "")  # noqa: E731 - ui.plain escapes markdown
-    assert [unescaped(c) for c in at.caption] == ["The server counted 100 output tokens, the client 100 (ratio 1.00)."]
-    assert [unescaped(w) for w in at.warning] == [
-        "The server counted 120 output tokens, the client 100 (ratio 1.20). They differ by 20.0%, more than 3%: the "
-        "client's token counts, and the throughput made from them, are in doubt."]
+    from engine.measure.judge.token_check import token_check
+    from engine.results.records import Notes
+
+    said = {n: " ".join(token_check(Notes(server_output_tokens=n, client_output_tokens=100)).sentences)
+            for n in (100, 120)}
+    assert [unescaped(c) for c in at.caption] == [said[100]]  # the check's own words: agreeing, a caption
+    assert [unescaped(w) for w in at.warning] == [said[120]]  # 20 % apart, a warning
 
 
 def test_a_saved_vllm_run_shows_the_python_behind_it():
@@ -363,6 +371,7 @@ def test_load_test_judges_the_shown_run_and_the_sweep_by_the_viewers_slo():
     the latest sweep, whose Pareto view marks the knee; a stricter limit, this viewer's own, changes both."""
     import ui
     from engine.jobs import JobManager
+    from engine.measure.judge import slo
 
     from .test_figures import make_slo_sweep
 
@@ -378,15 +387,17 @@ def test_load_test_judges_the_shown_run_and_the_sweep_by_the_viewers_slo():
         at = _page("app_pages/load.py")
         assert (at.number_input(key="slo_ttft_ms").value, at.number_input(key="slo_tpot_ms").value) == (2000, 100)
         said = lambda: " ".join(m.value.replace("\\", "") for m in at.markdown)  # noqa: E731 - ui.plain escapes
-        assert [s.value.replace("\\", "") for s in at.success] == [
-            "16 of 16 requests (100%) met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 100 ms), at least 90%, so it holds: a "
-            "goodput of 3.12 req/s."], [s.value for s in at.success]  # 16 answers in 5.12 s
+        held = slo.judge(runs[3], slo.Slo(ttft_ms=2000, tpot_ms=100))
+        assert (held.good, held.requests, held.goodput) == (16, 16, 16 / 5.12)  # 16 answers in 5.12 s
+        assert [s.value.replace("\\", "") for s in at.success] == [held.said], [s.value for s in at.success]
         assert "The knee is 32 requests in flight" in said()
         at.number_input(key="slo_tpot_ms").set_value(15).run()  # 66 tok/s per user: more than any level gave
         assert not at.exception
-        assert [w.value.replace("\\", "") for w in at.warning][0].startswith("Only 0 of 16 requests (0%) met the SLO "
-                                                                             "(TTFT ≤ 2000 ms and TPOT ≤ 15 ms)")
-        assert "No level met the SLO (TTFT ≤ 2000 ms and TPOT ≤ 15 ms)" in said()
+        missed = slo.judge(runs[3], slo.Slo(ttft_ms=2000, tpot_ms=15))
+        assert missed.good == 0 and [w.value.replace("\\", "") for w in at.warning][0] == missed.said
+        strict = slo.Slo(ttft_ms=2000, tpot_ms=15)
+        found = slo.find_knee(slo.levels(runs, strict), strict)
+        assert found.level is None and str(found.said) in said()  # no level met it: the sweep's caption says so
     finally:
         lab.jobs = jobs
 
@@ -395,6 +406,7 @@ def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
     """A stored static batch and vLLM on the same prompts at once: the slots chart and each run's counted
     waste (tests/test_slots.py checks the counting itself)."""
     import ui
+    from engine.measure.judge.slots import occupancy
     from engine.results.records import RequestRecord, RunResult
 
     def rec(i: int, send: float, tokens: int, end: float | None = None) -> RequestRecord:
@@ -418,10 +430,10 @@ def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
         at = _page("app_pages/naive_vs_vllm.py")
         assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
         said = [c.value.replace("\\", "") for c in at.caption if "were wasted" in c.value]
-        assert said[0].startswith("2 · Static batch: 17 of 30 decode slot-steps produced a token (57%); 13 were "
-                                  "wasted.")
-        assert said[1].startswith("4 · vLLM, all at once: 17 of 17 decode slot-steps produced a token (100%); 0 were "
-                                  "wasted.")
+        grids = [occupancy(static), occupancy(batch)]
+        assert [(g.used, g.wasted) for g in grids] == [(17, 13), (17, 0)]  # the same tokens; the static batch waits
+        assert said[0].startswith("2 · Static batch: " + grids[0].said), said
+        assert said[1].startswith("4 · vLLM, all at once: " + grids[1].said), said
     finally:
         store.delete([static.id, batch.id])
 
@@ -431,6 +443,7 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
     the price per GPU-hour is blank (no cost) until this viewer types one, then prices the run and each sweep level."""
     import ui
     from engine.jobs import JobManager
+    from engine.measure.judge import warmth
     from engine.results.records import RequestRecord
 
     from .test_figures import make_slo_sweep
@@ -451,9 +464,9 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         at = _page("app_pages/load.py")
         assert at.toggle(key="load_warmup").value is True
         text = lambda items: " ".join(m.value.replace("\\", "") for m in items)  # noqa: E731 - ui.plain escapes
-        assert ("The warm-up (8 requests, 2.5 s, TTFT 2.00 s) was not counted; the measured batch's TTFT was"
-                in text(at.caption))
-        assert "Cold: the first batch of 8 in flight since the server started" in text(at.warning)
+        cost = warmth.warmup_cost(run.records)
+        assert (cost.requests, cost.seconds, cost.ttft_s) == (8, 2.5, 2.0) and cost.said in text(at.caption)
+        assert warmth.said(run.extra) in text(at.warning) and run.extra.cold
         assert at.number_input(key="gpu_price_load").value is None
         assert "per GPU-hour, a million" not in text(at.markdown)
         at.number_input(key="gpu_price_load").set_value(3.6).run()
