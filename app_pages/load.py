@@ -15,7 +15,7 @@ from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.snippets.load import run_code
 from engine.measure.load.spec import deadline_said
-from engine.measure.workloads.defaults import load_defaults, load_test_spec
+from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec
 from i18n import N_, _, ngettext
 
 lab = ui.get_lab()
@@ -114,7 +114,7 @@ with st.form("load"):
                                           "between repeats where it allows it."))
         seed = st.number_input(_("Seed of the synthetic prompts"), min_value=0, max_value=2**31 - 1, value=None,
                                step=1, key="load_seed", placeholder=_("a new one each run"),
-                               disabled=what not in ("synthetic", "lengths"),
+                               disabled=what not in ("synthetic", *SEEDED),
                                help=_("Empty: every run and every repeat makes new prompts, so none finds another's "
                                       "in the server's prefix cache. A number sends the same prompts each time (the "
                                       "cache then serves their prefill, and the results say how much of it)."))
@@ -281,7 +281,8 @@ def _draw_charts(job_id: str, status: str, lang: str) -> None:
 
 # The scenarios this page's form makes (defaults.load_test_spec: an arrival, or a workload's kind, which the
 # catalogue's workload scenarios start with too): the Naive page's vLLM runs are load tests too, and are not shown.
-OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "lengths", "random-", "multi-turn", "trace", "ramp-up", "bursty")
+OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "hub", "lengths", "random-", "prefix-", "fixed-", "multi-turn",
+                 "trace", "ramp-up", "bursty")
 
 
 @st.fragment(run_every=1)

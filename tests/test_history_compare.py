@@ -106,5 +106,27 @@ def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():
     runs = [_run("concurrent-10", 4, cold=False, repeat_group="g", repeat_index=i + 1, repeats=3) for i in range(3)]
     for i, r in enumerate(runs):
         r.started_at = runs[0].started_at + i
+    fig = figures.history_compare(runs, "output_throughput")
+    ticks = fig.layout.xaxis.ticktext
+    assert len(set(fig.data[0].x)) == 3 and [x.endswith(f"{i}/3</span>") for i, x in enumerate(ticks, 1)] == [True] * 3
+
+
+def test_one_bar_per_run_each_with_its_number_whatever_the_labels():
+    """Issue #33 item 6: five runs, two of them with one label, one minute and ids alike, drew four bars (two stacked
+    in one category), the top one clipped and unnumbered. Each run is a bar of its own on the axis, told apart under
+    it, its number never shrunk to fit the bar, and room above the tallest one for its number."""
+    runs = [_run("concurrent-10", 4 + i, cold=False) for i in range(3)] + [_run("x" * 60, 10, cold=None),
+                                                                           _run("같은 이름", 6, cold=True)]
+    for i, r in enumerate(runs):
+        r.started_at = runs[0].started_at
+        r.id = "abcd" + str(i) * 8  # ids alike in their first characters, as two imports of one file
     bar = figures.history_compare(runs, "output_throughput").data[0]
-    assert len(set(bar.x)) == 3 and [x.endswith(f"{i}/3</span>") for i, x in enumerate(bar.x, 1)] == [True] * 3
+    fig = figures.history_compare(runs, "output_throughput")
+    assert len(bar.y) == 5 and len(set(bar.x)) == 5  # one position per run, whatever its label says
+    ticks = dict(zip(fig.layout.xaxis.tickvals, fig.layout.xaxis.ticktext))
+    assert len(set(ticks.values())) == 5 and all(ticks[x] for x in bar.x)
+    assert all(t and significant(v) in t for t, v in zip(bar.text, bar.y))
+    assert bar.constraintext == "none" and bar.cliponaxis is False
+    assert fig.layout.yaxis.range[1] >= max(bar.y) * 1.15
+    longest = max(len(line) for t in ticks.values() for line in t.split("<br>") if "<span" not in line)
+    assert longest <= 18, longest  # a label without spaces breaks too, not across its neighbours

@@ -288,3 +288,68 @@ def test_synthetic_prompts_have_a_seed_field_and_a_new_seed_each_run_unless_one_
     fixed = [load_test_spec("burst", 6, 16, max_len=2048, synthetic=True, seed=9) for _ in range(2)]
     assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 9
     assert load_test_spec("burst", 6, 16, max_len=2048).prompt_seed is None  # the lab's prompts
+
+
+def test_shared_prefixes_preview_their_lengths_what_the_cache_can_serve_and_take_the_seed(lab):
+    """Issue #33 item 3: the prefix-repetition workload chosen on the page, previewed as the other kinds are (its
+    prompts, their exact lengths, the histogram) with what a prefix cache can serve of it; seeded like synthetic
+    prompts; a bad setting its one sentence, and nothing runs."""
+    from engine.measure.workloads.defaults import load_test_spec, workload_plan
+
+    at = _what(app_page("app_pages/load.py"), "Shared prefixes")
+    at.number_input(key="wl_pr_n").set_value(6)
+    at.number_input(key="wl_pr_k").set_value(2)
+    at.number_input(key="wl_pr_prefix").set_value(40)
+    at.number_input(key="wl_pr_suffix").set_value(10)
+    at.number_input(key="wl_pr_out").set_value(12).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [50] * 6 and fig["data"][1]["x"] == [12] * 6
+    assert list(at.dataframe[0].value["Tokens"]) == [50] * 6
+    assert any("A prefix cache can serve up to 53%" in m.value for m in at.markdown)  # 4 × 40 of 6 × 50 tokens
+    assert not at.number_input(key="load_seed").disabled
+    plan = workload_plan({"kind": "prefix-repetition", "n": 6, "num_prefixes": 2, "prefix_len": 40, "suffix_len": 10,
+                          "output_len": 12, "seed": 0})
+    a, b = (load_test_spec("concurrency", 6, 12, max_len=2048, concurrency=2, plan=plan, seed=s) for s in (3, 4))
+    assert a.prompt_seed == 3 and a.workload["seed"] == 3 and a.prompts != b.prompts and len(a.prompts) == 6
+    assert a.scenario == "prefix-repetition"
+    at.number_input(key="wl_pr_k").set_value(9).run()
+    assert any("9 prefixes for 6 requests" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled
+
+
+def test_a_fixed_text_previews_prompts_of_its_length_cut_from_the_text(lab):
+    at = _what(app_page("app_pages/load.py"), "Fixed text")
+    at.number_input(key="wl_ft_n").set_value(4)
+    at.number_input(key="wl_ft_len").set_value(90)
+    at.number_input(key="wl_ft_prefix").set_value(30)
+    at.number_input(key="wl_ft_out").set_value(8).run()
+    assert not at.exception, [e.value for e in at.exception]
+    fig = _histogram(at)
+    assert fig["data"][0]["x"] == [90] * 4 and fig["data"][1]["x"] == [8] * 4
+    first = (EXAMPLES / "fixed-text.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert all(p.startswith(first[:60]) for p in at.dataframe[0].value["Prompt"])
+    assert not at.number_input(key="load_seed").disabled
+    at.number_input(key="wl_ft_prefix").set_value(90).run()
+    assert any("The shared opening is a whole number of tokens" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled
+
+
+def test_a_hugging_face_dataset_by_name_previews_its_rows_and_says_what_it_lacks(lab, tmp_path):
+    """Issue #33 item 3: a Hugging Face dataset chosen by name on the page (here a folder written by save_to_disk, which
+    the library reads without the Hub), previewed like a file; one it cannot find is its one sentence."""
+    from datasets import Dataset
+
+    Dataset.from_dict({"instruction": [f"Say {i} in Korean." for i in range(6)]}).save_to_disk(str(tmp_path / "ds"))
+    at = _what(app_page("app_pages/load.py"), "A Hugging Face dataset")
+    assert any("Type the name of a Hugging Face dataset" in i.value for i in at.info)
+    at.text_input(key="wl_hub_name").set_value(str(tmp_path / "ds"))
+    at.text_input(key="wl_hub_column").set_value("instruction")
+    at.number_input(key="wl_hub_n").set_value(4)
+    at.radio(key="wl_hub_how").set_value("first").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert list(at.dataframe[0].value["Prompt"]) == [f"Say {i} in Korean." for i in range(4)]
+    assert "4 requests" in _histogram(at)["layout"]["title"]["text"]
+    at.text_input(key="wl_hub_column").set_value("nope").run()
+    assert any("has no column 'nope'\\: pick one of instruction" in e.value for e in at.error)
+    assert next(b for b in at.button if b.label == "Run load test").disabled

@@ -99,3 +99,14 @@ def test_the_comments_follow_the_viewers_language(five):
     spec = scenarios.get("multi-turn").load_spec()
     ko = run_code(stored(spec), "ko")
     assert ko != run_code(stored(spec)) and any("\uac00" <= ch <= "\ud7a3" for ch in ko)
+
+
+def test_a_shared_prefix_runs_code_sends_k_prefixes_and_the_random_prefix_opens_every_prompt(tmp_path):
+    spec = scenarios.get("prefix-repetition").load_spec()
+    ns = built(run_code(stored(spec)), tmp_path)
+    assert len(ns["PROMPTS"]) == spec.n and ns["LENGTHS"] == spec.max_tokens_each
+    assert len({p.split(" Request")[0] for p in ns["PROMPTS"]}) == spec.workload["num_prefixes"]
+    spec = replace(scenarios.get("random-512-64"), workload={**scenarios.get("random-512-64").workload,
+                                                               "prefix_len": 64}).load_spec()
+    ns = built(run_code(stored(spec)), tmp_path)
+    assert all(p.startswith("Shared: word") for p in ns["PROMPTS"]) and len(set(ns["PROMPTS"])) == spec.n

@@ -1,4 +1,4 @@
-"""What a load test sends: the lab's prompts, synthetic ones, a dataset, lengths, chats or a trace,
+"""What a load test sends: the lab's prompts, synthetic ones, a dataset, lengths, shared prefixes, chats or a trace,
 chosen on the page and previewed (its settings, a sample, the length histogram) before anything runs."""
 import json
 from dataclasses import dataclass
@@ -9,9 +9,11 @@ import i18n
 import ui
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
+from engine.measure.judge import prefix
 from engine.measure.workloads import traces
 from engine.measure.workloads.named import named as workload_named
 from engine.measure.workloads.defaults import EXAMPLES as WORKLOAD_EXAMPLES
+from engine.measure.workloads.defaults import SEEDED
 from engine.measure.workloads.defaults import UPLOAD_BYTES
 from engine.measure.workloads.defaults import workload_plan as load_workload
 from i18n import N_, _
@@ -19,7 +21,10 @@ from i18n import N_, _
 UPLOAD_MB = max(1, UPLOAD_BYTES // (1024 * 1024))  # the uploader refuses what the engine would
 # The lab's prompts stay the default. Labels are the values (English, as tests set them).
 WHAT = {N_("The lab's 10 prompts"): "lab", N_("Synthetic prompts (seeded)"): "synthetic", N_("A dataset"): "dataset",
-        N_("Length distribution"): "lengths", N_("Multi-turn chats"): "multi-turn", N_("Trace replay"): "trace"}
+        N_("A Hugging Face dataset"): "hub",
+        N_("Length distribution"): "lengths", N_("Shared prefixes"): "prefix-repetition",
+        N_("Fixed text"): "fixed-text",
+        N_("Multi-turn chats"): "multi-turn", N_("Trace replay"): "trace"}
 DISTRIBUTIONS = {N_("Fixed"): "fixed", N_("Uniform range"): "uniform", N_("Normal"): "normal",
                  N_("Chat-like (shipped shape)"): "chat-like"}
 UPLOAD = N_("Upload a file")
@@ -99,10 +104,53 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
         how = st.radio(_("Which rows"), ["random", "first"], horizontal=True, key="wl_ds_how",
                        format_func=lambda h: _("At random (seeded)") if h == "random" else _("The first ones"))
         return {"kind": "dataset", "file": name, "n": int(n), "how": how, "seed": 0, "_data": data}
+    if what == "hub":
+        name = st.text_input(_("Dataset name"), key="wl_hub_name", placeholder="owner/name",
+                             help=_("As datasets.load_dataset takes it, or a folder written by save_to_disk. Read from "
+                                    "this machine's Hugging Face cache when the Hub cannot be reached."))
+        a, b, c = st.columns(3)
+        split = a.text_input(_("Split"), value="train", key="wl_hub_split")
+        subset = b.text_input(_("Subset"), key="wl_hub_subset", placeholder=_("none"))
+        column = c.text_input(_("Prompt column"), key="wl_hub_column", placeholder=_("found by name"),
+                              help=_("Where it is not prompt, text, input or question (nor ShareGPT conversations or "
+                                     "OpenAI messages)."))
+        n = st.number_input(_("Prompts to send"), value=40, step=8, key="wl_hub_n")
+        how = st.radio(_("Which rows"), ["random", "first"], horizontal=True, key="wl_hub_how",
+                       format_func=lambda h: _("At random (seeded)") if h == "random" else _("The first ones"))
+        return {"kind": "hub", "dataset": name.strip(), "split": split.strip() or "train",
+                "subset": subset.strip() or None, "column": column.strip() or None, "n": int(n), "how": how,
+                "seed": 0}
     if what == "lengths":
         n = st.number_input(_("Number of requests"), value=32, step=8, key="wl_len_n")
-        return {"kind": "lengths", "n": int(n), "input": _lengths("input", "wl_in", 256, 4096),
+        desc = {"kind": "lengths", "n": int(n), "input": _lengths("input", "wl_in", 256, 4096),
                 "output": _lengths("output", "wl_out", 64, tokens_hi), "seed": 0}
+        head = st.number_input(_("Shared prefix (tokens)"), value=0, step=64, key="wl_len_prefix",
+                               help=_("One prefix of this many random tokens before every prompt, on top of its drawn "
+                                      "length (vllm bench serve --random-prefix-len); 0: none."))
+        return {**desc, "prefix_len": int(head)} if head else desc
+    if what == "prefix-repetition":
+        a, b = st.columns(2)
+        n = a.number_input(_("Number of requests"), value=24, step=8, key="wl_pr_n")
+        k = b.number_input(_("Prefixes"), value=4, step=1, key="wl_pr_k",
+                           help=_("How many distinct prefixes the requests share: from 1 to as many as there are "
+                                  "requests."))
+        p = a.number_input(_("Prefix (tokens)"), value=256, step=64, key="wl_pr_prefix")
+        sfx = b.number_input(_("Suffix (tokens)"), value=32, step=16, key="wl_pr_suffix",
+                             help=_("Each request's own text after its prefix."))
+        out = a.number_input(_("Answer (tokens)"), value=min(32, tokens_hi), step=16, key="wl_pr_out")
+        return {"kind": "prefix-repetition", "n": int(n), "num_prefixes": int(k), "prefix_len": int(p),
+                "suffix_len": int(sfx), "output_len": int(out), "seed": 0}
+    if what == "fixed-text":
+        a, b = st.columns(2)
+        n = a.number_input(_("Number of requests"), value=24, step=8, key="wl_ft_n")
+        length = b.number_input(_("Prompt (tokens)"), value=256, step=64, key="wl_ft_len")
+        head = a.number_input(_("Shared opening (tokens)"), value=128, step=64, key="wl_ft_prefix",
+                              help=_("Every prompt opens with the text's first this many tokens; the rest is lines of "
+                                     "the text drawn at random. 0: none shared."))
+        out = b.number_input(_("Answer (tokens)"), value=min(32, tokens_hi), step=16, key="wl_ft_out")
+        st.caption(_("The text: examples/workloads/fixed-text.txt, plain prose written for this project."))
+        return {"kind": "fixed-text", "n": int(n), "input_len": int(length), "prefix_len": int(head),
+                "output_len": int(out), "seed": 0}
     if what == "multi-turn":
         name, data = _file("multi-turn")
         a, b = st.columns(2)
@@ -155,9 +203,11 @@ class Chosen:
 def choose(top_what, top_said, tokens_hi: int) -> Chosen:
     """The 'what to send' box in `top_what`, its one-line summary in `top_said`, and the folded settings and preview."""
     what = WHAT[top_what.selectbox(_("What to send"), list(WHAT), key="load_what", format_func=i18n.shown(WHAT),
-                                   help=_("The lab's ten prompts, seeded synthetic ones, your own dataset, prompts of "
-                                          "chosen lengths, multi-turn chats that resend their history, or a replayed "
-                                          "trace."))]
+                                   help=_("The lab's ten prompts, seeded synthetic ones, your own dataset or a Hugging "
+                                          "Face dataset by name, prompts of "
+                                          "chosen lengths, prompts that share a few prefixes (what prefix caching "
+                                          "saves), prompts cut from a fixed text, multi-turn chats that resend their "
+                                          "history, or a replayed trace."))]
     chosen = Chosen(what)
     if what in ("lab", "synthetic"):
         return chosen
@@ -167,7 +217,9 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
         with settings:
             chosen.workload = _workload(what, tokens_hi)
         data = chosen.workload.pop("_data", None)
-        if chosen.workload.get("file") is None and what != "lengths":
+        if what == "hub" and not chosen.workload["dataset"]:
+            sample.info(_("Type the name of a Hugging Face dataset."), icon=":material/dataset:")
+        elif chosen.workload.get("file") is None and what not in (*SEEDED, "hub"):
             sample.info(_("Upload a file, or pick a shipped one."), icon=":material/upload_file:")
         else:
             bar, report = _reading(sample)
@@ -191,6 +243,8 @@ def _preview(plan, sample, chart) -> None:
         sample.markdown(ui.plain(traces.duration_said(plan.summary)))
         for warning in traces.checks(plan.summary):
             sample.warning(ui.plain(warning), icon=":material/schedule:")
+    if (cacheable := prefix.cacheable_said(plan.summary)) is not None:  # what caching can save, said before
+        sample.markdown(ui.plain(cacheable))
     sample.markdown(_("**A sample of the prompts**"))
     if plan.conversations is not None:  # a chat: its turns side by side, one row a conversation
         turns = max(len(c) for c in plan.conversations)

@@ -6,12 +6,17 @@ import re
 from dataclasses import replace
 
 from engine.errors import ConfigError
+from engine.measure.load.spec import MAX_TOKENS
+from engine.measure.workloads.base import SEEDED
 from engine.measure.workloads.seeds import SEED_LIMIT
 from engine.messages import say
 
 # The options in the order a sentence names them (argparse's dest)
-OPTIONS = ("dataset", "trace", "turns", "input_len", "output_len", "time_scale", "time_unit", "num_prompts", "sample",
-           "ramp_up", "burstiness", "seed")
+OPTIONS = ("dataset", "hf_dataset", "trace", "turns", "fixed_text", "input_len", "prefix_len", "suffix_len",
+           "num_prefixes", "random_prefix_len", "output_len", "time_scale", "time_unit", "num_prompts", "sample",
+           "hf_split", "hf_subset", "hf_column", "ramp_up", "burstiness", "seed")
+HUB_OPTIONS = ("hf_split", "hf_subset", "hf_column")  # which part of a Hugging Face dataset (hub.plan)
+PREFIX_OPTIONS = ("prefix_len", "suffix_len", "num_prefixes")  # a shared-prefix workload's (prefixes.plan)
 # Two options that cannot go together, and why (the first named is the one that says what to send)
 _CONFLICTS = (
     ("dataset", "trace", say("both say what to send")),
@@ -23,6 +28,17 @@ _CONFLICTS = (
     ("dataset", "input_len", say("--input-len makes synthetic prompts, and the dataset brings its own")),
     ("turns", "input_len", say("--input-len makes synthetic prompts, and a multi-turn chat sends a file's turns")),
     ("turns", "output_len", say("a multi-turn chat's answers end naturally, up to --max-tokens")),
+    *((a, b, say("a shared-prefix workload makes its own prompts")) for a in ("dataset", "trace", "turns")
+      for b in (*PREFIX_OPTIONS, "random_prefix_len")),
+    *(("input_len", b, say("--input-len draws each prompt's length, and a shared-prefix prompt is its prefix and "
+                           "suffix")) for b in PREFIX_OPTIONS),
+    *((a, "fixed_text", say("both say what to send")) for a in ("dataset", "trace", "turns")),
+    *(("hf_dataset", b, say("both say what to send")) for b in ("dataset", "trace", "turns", "fixed_text", "input_len",
+                                                                *PREFIX_OPTIONS, "random_prefix_len")),
+    *(("fixed_text", b, say("a fixed text's prompts share the opening --prefix-len gives, one length each"))
+      for b in ("suffix_len", "num_prefixes", "random_prefix_len")),
+    *(("random_prefix_len", b, say("--random-prefix-len puts one prefix before random prompts, and --prefix-len "
+                                   "makes several")) for b in PREFIX_OPTIONS),
 )
 
 
@@ -37,9 +53,35 @@ def add_workload_options(r) -> None:
                    help="synthetic prompts of this many tokens: N (exactly 200), LOW-HIGH (uniform, 100-300), "
                         "MEAN:STDEV (normal, 200:50, clipped to 1 and mean + 4 stdev) or chat-like (the shipped "
                         "long-tailed shape); made and counted with the embedded model's tokenizer, seeded")
+    g.add_argument("--hf-dataset", metavar="NAME",
+                   help="a Hugging Face dataset by name (owner/name, as datasets.load_dataset takes it) or a folder "
+                        "written by save_to_disk: from this machine's Hugging Face cache when the Hub cannot be "
+                        "reached (HF_DATASETS_OFFLINE=1), its rows read as --dataset's are; the run records its name, "
+                        "split, rows and fingerprint")
+    g.add_argument("--hf-split", metavar="SPLIT", help="the split of --hf-dataset to send (default train)")
+    g.add_argument("--hf-subset", metavar="NAME", help="the subset (configuration) of --hf-dataset, where it has some")
+    g.add_argument("--hf-column", metavar="COLUMN",
+                   help="the column of --hf-dataset that holds the prompt, where it is not prompt, text, input or "
+                        "question (nor ShareGPT conversations or OpenAI messages)")
+    g.add_argument("--fixed-text", action="store_const", const=True,
+                   help="prompts cut from the shipped fixed text (examples/workloads/fixed-text.txt, written for this "
+                        "project; vllm bench serve's sonnet without its poems): --input-len N tokens each (default "
+                        "256), the text's first --prefix-len tokens shared by all (default 128), seeded lines after")
+    g.add_argument("--random-prefix-len", type=int, metavar="N",
+                   help="with --input-len: one shared prefix of N random tokens before every prompt, on top of its "
+                        "drawn length (vllm bench serve's --random-prefix-len)")
+    g.add_argument("--prefix-len", type=int, metavar="N",
+                   help="shared prefixes (vllm bench serve's prefix_repetition, the workload that shows prefix "
+                        "caching): each prompt is one of --num-prefixes prefixes of N tokens, then a suffix of its own "
+                        "of --suffix-len tokens; the requests in a seeded random order (default 256)")
+    g.add_argument("--suffix-len", type=int, metavar="N",
+                   help="each shared-prefix request's own suffix, in tokens (default 256)")
+    g.add_argument("--num-prefixes", type=int, metavar="K",
+                   help="how many distinct shared prefixes, from 1 to --num-prompts (default 10)")
     g.add_argument("--output-len", metavar="LEN",
                    help="each answer held to this many tokens (max_tokens + ignore_eos), in --input-len's forms; "
-                        "with --dataset one number N for the rows that give no length of their own")
+                        "with --dataset one number N for the rows that give no length of their own; with "
+                        "shared prefixes one number N (default 128)")
     g.add_argument("--turns", type=int, metavar="K",
                    help="multi-turn chats of K turns, each turn sent with the whole history so far (the user turns "
                         "from --dataset's conversations, else the shipped chat prompts)")
@@ -51,15 +93,16 @@ def add_workload_options(r) -> None:
     g.add_argument("--time-unit", choices=("ms", "s"),
                    help="what the trace's numeric timestamps count: milliseconds (default, Mooncake's) or seconds")
     g.add_argument("--num-prompts", type=int, metavar="N",
-                   help="how many: dataset rows (default all), synthetic prompts (default 32), trace rows (default "
-                        "all) or conversations with --turns (default 8)")
+                   help="how many: dataset rows (default all), synthetic prompts (default 32), shared-prefix requests "
+                        "(default 100), trace rows (default all) or conversations with --turns (default 8)")
     g.add_argument("--sample", choices=("first", "random"),
                    help="which dataset rows --num-prompts takes: the first ones (default) or at random (seed 0)")
     g.add_argument("--ramp-up", type=float, metavar="SECONDS",
                    help="raise the requests in flight from 1 (a Poisson rate from a tenth of it) linearly to the "
                         "scenario's over this many seconds")
     g.add_argument("--seed", type=int, metavar="N",
-                   help="the seed synthetic prompts are made from (--input-len, random-512-64, lengths-chat-like); "
+                   help="the seed synthetic prompts are made from (--input-len, --prefix-len, random-512-64, "
+                        "lengths-chat-like, prefix-repetition); "
                         "default: a new one for every run and every repeat, so none finds another's prompts in the "
                         "server's prefix cache. Fixed, every repeat sends the same prompts. Each run records its seed")
     g.add_argument("--burstiness", type=float, metavar="B",
@@ -80,11 +123,18 @@ def kind_asked(scn, args) -> str | None:
         return "multi-turn"
     if args.dataset is not None:
         return "dataset"
+    if args.hf_dataset is not None:
+        return "hub"
+    text_asked = any(getattr(args, o) is not None for o in ("input_len", "prefix_len"))
+    if args.fixed_text or (scn.workload.get("kind") == "fixed-text" and text_asked):
+        return "fixed-text"
     if args.input_len is not None:
         return "lengths"
+    if any(getattr(args, o) is not None for o in PREFIX_OPTIONS):
+        return "prefix-repetition"
     own = scn.workload.get("kind")
     if own and any(getattr(args, o) is not None for o in ("output_len", "time_scale", "time_unit", "num_prompts",
-                                                          "sample")):
+                                                          "sample", "random_prefix_len")):
         return own
     return None
 
@@ -98,10 +148,18 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
     if scn.kind == "naive":
         raise ConfigError(say("The naive scenario sends the lab's prompts through transformers itself: leave {flag} "
                               "out, or pick a load scenario (python -m engine list).", flag=_flag(named[0])))
+    text = kind_asked(scn, args) == "fixed-text"  # its --input-len and --prefix-len go together
     for a, b, why in _CONFLICTS:
+        if text and (a, b) == ("input_len", "prefix_len"):
+            continue
         if getattr(args, a) is not None and getattr(args, b) is not None:
             raise ConfigError(say("{a} and {b} cannot go together: {why}. Give only one of them.", a=_flag(a),
                                   b=_flag(b), why=why))
+    for o in (*PREFIX_OPTIONS, "random_prefix_len"):
+        v, low = getattr(args, o), 0 if o == "random_prefix_len" else 1
+        if v is not None and not low <= v <= MAX_TOKENS:
+            raise ConfigError(say("{flag} is a whole number of tokens from {low} to {top:,}, not {v}.", flag=_flag(o),
+                                  low=low, top=MAX_TOKENS, v=v))
     if args.num_prompts is not None and args.num_prompts < 1:
         raise ConfigError(say("--num-prompts is how many to send: give a whole number from 1 on, not {n}.",
                               n=args.num_prompts))
@@ -115,11 +173,21 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         raise ConfigError(say("--time-scale scales a trace's clock: give --trace FILE with it, or run trace-tiny."))
     if args.time_unit is not None and kind != "trace":
         raise ConfigError(say("--time-unit says what a trace's timestamps count: give --trace FILE with it."))
-    if args.sample is not None and kind != "dataset":
+    if args.sample is not None and kind not in ("dataset", "hub"):
         raise ConfigError(say("--sample picks the rows of a dataset: give --dataset FILE with it."))
+    for o in HUB_OPTIONS:
+        if getattr(args, o) is not None and kind != "hub":
+            raise ConfigError(say("{flag} picks a part of a Hugging Face dataset: give --hf-dataset NAME with it.",
+                                  flag=_flag(o)))
     if args.num_prompts is not None and kind is None:
-        raise ConfigError(say("--num-prompts counts a workload's requests: give --dataset, --input-len, --turns or "
-                              "--trace with it."))
+        raise ConfigError(say("--num-prompts counts a workload's requests: give --dataset, --input-len, --prefix-len, "
+                              "--turns or --trace with it."))
+    if kind == "fixed-text" and args.input_len is not None and not re.fullmatch(r"\s*[1-9]\d*\s*", args.input_len):
+        raise ConfigError(say("With --fixed-text, {flag} is one number of tokens, not '{v}'.", flag="--input-len",
+                              v=args.input_len[:40]))
+    if args.random_prefix_len is not None and kind != "lengths":
+        raise ConfigError(say("--random-prefix-len puts a shared prefix before random prompts: give --input-len with "
+                              "it, or run random-512-64 or lengths-chat-like."))
     if args.output_len is not None:
         if kind is None:
             raise ConfigError(say("--output-len holds a workload's answers to lengths: give --input-len or --dataset "
@@ -127,14 +195,20 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if kind in ("multi-turn", "trace"):
             raise ConfigError(say("The {name} scenario sends a {kind} workload, which --output-len does not apply to: "
                                   "leave it out.", name=scn.name, kind=kind))
-        if kind == "dataset" and not re.fullmatch(r"\s*\d+\s*", args.output_len):
+        if kind in ("dataset", "hub") and not re.fullmatch(r"\s*\d+\s*", args.output_len):
             raise ConfigError(say("With --dataset, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
+        if kind == "fixed-text" and not re.fullmatch(r"\s*[1-9]\d*\s*", args.output_len):
+            raise ConfigError(say("With --fixed-text, {flag} is one number of tokens, not '{v}'.", flag="--output-len",
+                                  v=args.output_len[:40]))
+        if kind == "prefix-repetition" and not re.fullmatch(r"\s*[1-9]\d*\s*", args.output_len):
+            raise ConfigError(say("With shared prefixes, --output-len is one number of tokens for every answer, not "
+                                  "'{v}'.", v=args.output_len[:40]))
     if args.seed is not None:
-        if (kind or scn.workload.get("kind")) != "lengths":
+        if (kind or scn.workload.get("kind")) not in SEEDED:
             raise ConfigError(say("--seed makes synthetic prompts from that seed, and the {name} scenario sends "
-                                  "prompts of its own: give --input-len with it, or run random-512-64 or "
-                                  "lengths-chat-like.",
+                                  "prompts of its own: give --input-len or --prefix-len with it, or run random-512-64, "
+                                  "lengths-chat-like or prefix-repetition.",
                                   name=scn.name))
         if not 0 <= args.seed < SEED_LIMIT:
             raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,
@@ -161,7 +235,7 @@ def workload_of(scn, args):
     over = {k: v for k, v in (("ramp_up_s", args.ramp_up), ("burstiness", args.burstiness)) if v is not None}
     kind = kind_asked(scn, args)
     if kind is None:
-        if scn.workload.get("kind") == "lengths":  # synthetic prompts: the seed given, else a new one
+        if scn.workload.get("kind") in SEEDED:  # synthetic prompts: the seed given, else a new one
             scn = replace(scn, workload={**scn.workload, "seed": seeds.fresh() if args.seed is None else args.seed})
         return scn, None, over
     path = args.trace if kind == "trace" else args.dataset
@@ -182,6 +256,28 @@ def workload_of(scn, args):
             desc["input"] = from_text(args.input_len, "input", "--input-len").as_dict()
         if args.output_len is not None:
             desc["output"] = from_text(args.output_len, "output", "--output-len").as_dict()
+        if args.random_prefix_len is not None:
+            desc["prefix_len"] = args.random_prefix_len
+    elif kind == "prefix-repetition":
+        desc["n"] = n or desc.get("n") or 100
+        desc["seed"] = seeds.fresh() if args.seed is None else args.seed
+        desc.update({k: getattr(args, k) for k in PREFIX_OPTIONS if getattr(args, k) is not None})
+        if args.output_len is not None:
+            desc["output_len"] = int(args.output_len)
+    elif kind == "hub":
+        desc = {"kind": "hub", "dataset": args.hf_dataset, "split": args.hf_split or "train", "subset": args.hf_subset,
+                "column": args.hf_column, "seed": 0}
+        desc.update({k: v for k, v in (("n", n), ("how", args.sample)) if v is not None})
+        if args.output_len is not None:
+            desc["max_tokens"] = int(args.output_len)
+    elif kind == "fixed-text":
+        desc["n"] = n or desc.get("n") or 24
+        desc["seed"] = seeds.fresh() if args.seed is None else args.seed
+        desc.update({o: int(getattr(args, o)) for o in ("input_len", "prefix_len") if getattr(args, o) is not None})
+        if args.prefix_len is None and desc.get("prefix_len", 128) >= desc.get("input_len", 256):
+            desc["prefix_len"] = desc["input_len"] // 2  # a shorter prompt than the default opening: half shared
+        if args.output_len is not None:
+            desc["output_len"] = int(args.output_len)
     elif kind == "multi-turn":
         desc["conversations"] = n or desc.get("conversations", 8)
         desc["turns"] = args.turns if args.turns is not None else desc.get("turns", 3)

@@ -180,32 +180,39 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     pts = [(r, _metric_value(r, metric)) for r in runs]
     have = [(r, v) for r, v in pts if v is not None and not math.isnan(v)]
     missing = len(pts) - len(have)
-    # the start time under each label keeps runs with the same label apart
-    cats = []
+    # One position per run on the axis, its label only the tick's text: two runs whose labels read the same are
+    # still two bars (as categories they were one, stacked, the top one's number lost). The start time under each
+    # label and, where even that is the same, the run's id tell them apart to the eye.
+    ticks: list[str] = []
     width = max(8, min(18, 160 // max(len(have), 1)))  # the narrower each bar, the shorter a label's lines
     for r, _ in have:
         lab = wrap(esc(run_label(r, lang)), width)
         if getattr(r, "started_at", 0):
             when = _when(r.started_at, lang)
-            if r.extra.repeat_index:  # repeats share a label and a minute: one bar each, never one stacked on another
+            if r.extra.repeat_index:  # repeats share a label and a minute: said which one each is
                 when += f" · {r.extra.repeat_index}/{r.extra.repeats or '?'}"
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
-        while lab in cats:  # still the same (two runs of one label in one minute): the run's id tells them apart
-            rid = esc(str(getattr(r, 'id', ''))[:4])
-            lab += f" <span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{rid}</span>"
-        cats.append(lab)
+        if lab in ticks:  # the same label in the same minute: the id's first characters that differ
+            rid, k = str(getattr(r, "id", "")), 4
+            while any(f">{rid[:k]}</span>" in t for t in ticks) and k < len(rid):
+                k += 4
+            lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{esc(rid[:k])}</span>"
+        ticks.append(lab)
     vals = [v for _, v in have]
     colors = [_color(r, i) for i, (r, _) in enumerate(have)]
     fig = go.Figure(go.Bar(
-        x=cats, y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
-        textposition="outside", cliponaxis=False, showlegend=False, name=name,
-        hovertemplate="%{y:,.2f} " + unit_shown + "<extra></extra>",
+        x=list(range(len(vals))), y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
+        # every number at its full size above its bar (plotly shrinks an outside label to a narrow bar's width)
+        textposition="outside", cliponaxis=False, constraintext="none", showlegend=False, name=name,
+        customdata=[run_label(r, lang) for r, _ in have],
+        hovertemplate="%{customdata}: %{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
     fig.update_layout(
-        xaxis=dict(type="category", tickangle=0,  # wrapped to the bar's width, never turned on its side
-                   tickfont=dict(size=BASE_SIZE - 3 if len(cats) > 6 else BASE_SIZE - 1)),
+        xaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=ticks, tickangle=0,  # never turned
+                   range=[-0.5, len(vals) - 0.5],
+                   tickfont=dict(size=BASE_SIZE - 3 if len(ticks) > 6 else BASE_SIZE - 1)),
         yaxis=dict(title=translate(say("{metric} ({unit})", metric=label, unit=unit), lang) if unit else name,
-                   range=[0, (max(vals) if vals else 1) * 1.18]),
+                   range=[0, (max(vals) if vals and max(vals) > 0 else 1) * 1.2]),  # room for the top bar's number
         bargap=0.35,
     )
     if have:

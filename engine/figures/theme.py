@@ -146,6 +146,23 @@ def _shown_width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
+def _cut(piece: str, width: int) -> list[str]:
+    """A piece still wider than a line (a label without spaces or hyphens) in line-wide parts, an HTML entity
+    (the label is escaped) never cut."""
+    def shown(text: str) -> int:  # an entity is drawn as one character
+        return _shown_width(re.sub(r"&#?\w+;", "x", text))
+
+    if shown(piece) <= width:
+        return [piece]
+    out, cur = [], ""
+    for ch in re.findall(r"&#?\w+;|.", piece):
+        if cur and shown(cur) + shown(ch) > width:
+            out.append(cur)
+            cur = ""
+        cur += ch
+    return [*out, cur] if cur else out
+
+
 def wrap(text: str, width: int = 18) -> str:
     """Break a label into <br>-separated lines of about `width` Latin letters' width (Korean counts double). A word
     longer than a line breaks after its hyphens ("gpu-memory-" / "utilization"): unbroken, it runs into the next
@@ -153,6 +170,7 @@ def wrap(text: str, width: int = 18) -> str:
     parts: list[tuple[str, str]] = []  # (piece, what joins it to the one before on a line)
     for w in text.split():
         pieces = re.findall(r"[^-]+-*|-+", w) if _shown_width(w) > width else [w]
+        pieces = [cut for p in pieces for cut in _cut(p, width)]
         parts += [(p, " " if i == 0 else "") for i, p in enumerate(pieces)]
     lines, cur = [], ""
     for piece, sep in parts:

@@ -60,6 +60,11 @@ def cached_said(run: Any) -> Message | None:
     is (issue #29: a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
     fresh prompts); None below CACHED_NOTABLE or without the server's counters (vllm:prefix_cache_hits/queries)."""
     hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    w = getattr(run.load, "workload", None) or {}
+    if hits is not None and queries and (most := shared_most(w)) is not None:  # what the workload was made to show
+        return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache; "
+                   "its shared prefixes allowed up to {most} (in whole cache blocks, less).",
+                   share=f"{hits / queries:.0%}", hits=hits, queries=queries, most=f"{most:.0%}")
     if hits is None or not queries or hits / queries < CACHED_NOTABLE:
         return None
     return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache, so "
@@ -67,6 +72,28 @@ def cached_said(run: Any) -> Message | None:
                "send prompts the server has not seen (a new seed, other rows) or turn prefix caching off on the "
                "Server page (python -m engine serve --no-enable-prefix-caching).", share=f"{hits / queries:.0%}",
                hits=hits, queries=queries)
+
+
+def shared_most(workload: dict) -> float | None:
+    """The most of a shared-prefix workload's prompt tokens a prefix cache can serve (every request after the first
+    of its prefix finds the prefix computed); None for a workload not made to share prefixes."""
+    i, n = workload.get("input_tokens") or {}, workload.get("sent") or 0
+    if not i.get("mean") or not n:
+        return None
+    if workload.get("kind") == "prefix-repetition":
+        return workload.get("cacheable_tokens", 0) / (i["mean"] * n)
+    if workload.get("kind") in ("lengths", "fixed-text") and workload.get("prefix_len"):
+        return workload["prefix_len"] * (n - 1) / (i["mean"] * n)
+    return None
+
+
+def cacheable_said(workload: dict) -> Message | None:
+    """What a prefix cache can serve of a shared-prefix workload at most, in one sentence, said before it runs (None
+    for another kind)."""
+    if (most := shared_most(workload)) is None:
+        return None
+    return say("A prefix cache can serve up to {share:.0%} of these prompts' tokens: every request after the first of "
+               "its prefix finds its {p} prefix tokens computed.", share=most, p=workload["prefix_len"])
 
 
 def ok_in_order(run: Any) -> list[RequestRecord]:

@@ -36,6 +36,8 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "lengths":
         body = _drawn(w, load, c)
+    elif kind == "prefix-repetition":
+        body = _shared(w, c)
     elif kind == "multi-turn":
         return _chat_code(run, w, head, c)
     elif kind == "trace":
@@ -147,7 +149,25 @@ def _drawn(w: dict, load, c: Comments) -> list[str | None]:
             f"LENGTHS = {outs}" if outs else f"LENGTHS = [{top}] * N",
             *comment(c, say("Prompts of about these many tokens (a word a token; the run made them exact with the "
                              "model's tokenizer), each its own from the first word, as the run's were.")),
-            'PROMPTS = [f"Request {i}: " + "word " * (k - 3) for i, k in enumerate(INPUTS)]']
+            *(['PREFIX = "Shared: " + "word " * ' + f"{int(w['prefix_len']) - 2}",
+               'PROMPTS = [PREFIX + f"Request {i}: " + "word " * (k - 3) for i, k in enumerate(INPUTS)]']
+              if w.get("prefix_len") else
+              ['PROMPTS = [f"Request {i}: " + "word " * (k - 3) for i, k in enumerate(INPUTS)]'])]
+
+
+def _shared(w: dict, c: Comments) -> list[str]:
+    """A shared-prefix run's requests: its prefixes, which request opens with which (shuffled as the run's were, not
+    by the same draws), each request's own suffix, its answer length."""
+    k, p, s = w.get("num_prefixes"), int(w.get("prefix_len") or 1), int(w.get("suffix_len") or 1)
+    return [f"N, K, rng = {w.get('sent')}, {k}, random.Random({w.get('seed', 0)})",
+            *comment(c, say("K prefixes of about {p} tokens (a word a token; the run made them exact with the model's "
+                            "tokenizer), each request's own suffix of about {s} after one.", p=p, s=s)),
+            f'PREFIXES = [f"Prefix {{j}}: " + "word " * {max(0, p - 3)} for j in range(K)]',
+            "WHICH = [i % K for i in range(N)]",
+            "rng.shuffle(WHICH)",
+            f'PROMPTS = [PREFIXES[j] + f" Request {{i}}: " + "word " * {max(0, s - 3)}',
+            "           for i, j in enumerate(WHICH)]",
+            f"LENGTHS = [{w.get('output_len')}] * N"]
 
 
 def _trace_lines(w: dict, c: Comments) -> list[str]:

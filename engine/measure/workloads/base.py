@@ -19,6 +19,8 @@ MAX_ROWS = 1_000_000
 MAX_PROMPT_CHARS = 200_000  # ~50k tokens: beyond any context this lab serves
 
 
+SEEDED = ("lengths", "prefix-repetition", "fixed-text")  # the kinds a seed makes (kinds.SEEDED)
+
 # How far reading a large file has come: report(done, total, what), `what` a Message such as "rows read"
 Report = Callable[[int, int, Message], None]
 REPORT_EVERY = 20_000  # items between two reports (a 1,000,000-row file: 50 of them)
@@ -87,7 +89,7 @@ class Plan:
     """A workload ready to send. `summary` is what the run records (LoadSpec.workload -> Load.workload);
     `input_tokens` / `output_tokens` are each request's lengths (for a histogram before running)."""
 
-    kind: str  # "dataset" | "lengths" | "multi-turn" | "trace"
+    kind: str  # one of kinds.KINDS
     prompts: list[str]
     summary: dict[str, Any]
     max_tokens_each: list[int] | None = None
@@ -104,7 +106,7 @@ class Plan:
         over: dict[str, Any] = {"prompts": list(self.prompts), "num_requests": None, "workload": dict(self.summary),
                                 "max_tokens_each": self.max_tokens_each, "offsets": self.offsets,
                                 "conversations": self.conversations,
-                                "prompt_seed": self.summary.get("seed") if self.kind == "lengths" else None}
+                                "prompt_seed": self.summary.get("seed") if self.kind in SEEDED else None}
         if self.conversations is not None:
             over["think_time_s"] = self.think_time_s
         if self.max_tokens_each:

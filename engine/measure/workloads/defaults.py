@@ -62,6 +62,7 @@ def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None) -> LoadSpec:
 
 # What the Load test page offers to send: the lab's prompts first, then each workload kind
 WHAT = ("lab", "synthetic", *kinds.KINDS)
+SEEDED = kinds.SEEDED  # the kinds whose prompts the page's seed field makes (with its seeded synthetic prompts)
 # The shipped files (examples/workloads/) each kind can read; an upload replaces them
 EXAMPLES = {"dataset": ("chat-prompts.jsonl", "conversations.json"),
             "multi-turn": ("conversations.json", "chat-prompts.jsonl"), "trace": ("tiny-trace.jsonl",)}

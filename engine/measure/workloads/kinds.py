@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.measure.workloads import conversations, datasets, lengths, traces
+from engine.measure.workloads import conversations, datasets, fixed_text, hub, lengths, prefixes, traces
+from engine.measure.workloads import base
 from engine.measure.workloads.base import Plan, Report, WorkloadError
 from engine.measure.workloads.tokens import Tokens, estimated
 from engine.messages import say
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "workloads"
-KINDS = ("dataset", "lengths", "multi-turn", "trace")
+KINDS = ("dataset", "hub", "lengths", "prefix-repetition", "fixed-text", "multi-turn", "trace")
+SEEDED = base.SEEDED  # kinds whose prompts a seed makes: another seed, other prompts alike
 
 
 def example(name: str) -> bytes:
@@ -29,7 +31,12 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
     """The Plan a workload description makes. `data`: an uploaded file's content (its name in desc["file"]),
     else desc["file"] is a shipped example. Keys by kind:
     dataset: file, n, how ("first" | "random"), seed, output_from_reply, max_tokens;
-    lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed;
+    hub: dataset (a Hugging Face dataset's name, or a folder saved with save_to_disk), subset, split, column, n,
+      how, seed, max_tokens, output_from_reply (as dataset's);
+    lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed, prefix_len (one shared
+      prefix of that many tokens before every prompt);
+    prefix-repetition: n, prefix_len, suffix_len, num_prefixes, output_len, seed;
+    fixed-text: n, input_len, prefix_len (the text's opening every prompt shares), output_len, seed;
     multi-turn: file (a dataset; none: the shipped chat prompts), conversations, turns, think_time_s, seed;
     trace: file, time_scale, time_unit, n.
     `report` hears how far a large file's rows are read and its prompts counted."""
@@ -49,14 +56,36 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
         ds = datasets.parse(*content(), report=report)
         return datasets.plan(ds, desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens,
                              desc.get("output_from_reply", False), desc.get("max_tokens"), report=report)
+    if kind == "hub":
+        return hub.plan(desc.get("dataset", ""), desc.get("subset"), desc.get("split", "train"), desc.get("column"),
+                        desc.get("n"), desc.get("how", "first"), desc.get("seed", 0), tokens, desc.get("max_tokens"),
+                        desc.get("output_from_reply", False), report=report)
     if kind == "lengths":
         out = desc.get("output")
         return lengths.plan(desc.get("n", 32), lengths.Lengths(**desc.get("input", {})),
                             lengths.Lengths(**{"side": "output", **out}) if out is not None else None,
-                            desc.get("seed", 0), tokens)
+                            desc.get("seed", 0), tokens, desc.get("prefix_len", 0))
+    if kind == "prefix-repetition":
+        return prefixes.plan(desc.get("n", 100), **{k: desc.get(k, v) for k, v in prefixes.DEFAULTS.items()},
+                             seed=desc.get("seed", 0), tokens=tokens)
+    if kind == "fixed-text":
+        return fixed_text.plan(example(fixed_text.SHIPPED), fixed_text.SHIPPED, desc.get("n", 24),
+                               **{k: desc.get(k, v) for k, v in fixed_text.DEFAULTS.items()}, seed=desc.get("seed", 0),
+                               tokens=tokens)
     if kind == "multi-turn":
         ds = datasets.parse(*content("chat-prompts.jsonl"), report=report)
         return conversations.plan(desc.get("conversations", 4), desc.get("turns", 3), ds, desc.get("seed", 0),
                                   tokens, desc.get("think_time_s", 0.0))
     tr = traces.parse(*content(), time_unit=desc.get("time_unit", "ms"), report=report)
     return traces.plan(tr, desc.get("time_scale", 1.0), tokens, desc.get("n"), report=report)
+
+
+def described(summary: dict) -> dict:
+    """The description (plan_of's keys) that made a seeded kind's recorded summary, to make it again from another
+    seed (seeds.reseed)."""
+    if summary.get("kind") == "lengths":
+        outs = summary.get("outputs")
+        return {"kind": "lengths", "n": int(summary["sent"]), "input": summary["inputs"],
+                "output": outs if outs else None, "prefix_len": summary.get("prefix_len", 0)}
+    keys = fixed_text.DEFAULTS if summary.get("kind") == "fixed-text" else prefixes.DEFAULTS
+    return {"kind": summary["kind"], "n": int(summary["sent"]), **{k: summary[k] for k in keys}}

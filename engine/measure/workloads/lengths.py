@@ -106,20 +106,32 @@ def chat_like(side: str) -> Lengths:
     return Lengths("chat-like", side=side)
 
 
-def plan(n: int, inputs: Lengths, outputs: Lengths | None, seed: int = 0, tokens: Tokens | None = None) -> Plan:
+def plan(n: int, inputs: Lengths, outputs: Lengths | None, seed: int = 0, tokens: Tokens | None = None,
+         prefix_len: int = 0) -> Plan:
     """`n` synthetic requests whose prompts have input lengths drawn from `inputs` (exact with a tokenizer,
-    estimated without) and whose answers are held to lengths from `outputs` (None: the spec's max_tokens)."""
+    estimated without) and whose answers are held to lengths from `outputs` (None: the spec's max_tokens). With
+    `prefix_len`, every prompt starts with one shared prefix of that many tokens before its drawn length (vllm bench
+    serve's --random-prefix-len: the prompt is the two together)."""
     if not isinstance(n, int) or not 1 <= n <= 100_000:
         raise WorkloadError(say("A synthetic workload sends from 1 to 100,000 requests, not {n}.", n=n))
+    if not isinstance(prefix_len, int) or isinstance(prefix_len, bool) or not 0 <= prefix_len <= MAX_TOKENS:
+        raise WorkloadError(say("The random prefix is a whole number of tokens from 0 to {limit:,}, not {v}.",
+                                limit=MAX_TOKENS, v=prefix_len))
     tokens = tokens or estimated()
     rng = random.Random(seed)
     ins = inputs.draw(n, rng)
     outs = outputs.draw(n, rng) if outputs is not None else None
-    prompts = [tokens.text_of(k, seed * 1_000_003 + i) for i, k in enumerate(ins)]
+    if prefix_len:  # one head before every prompt, its tokens the same in each
+        head = tokens.text_of(prefix_len, seed * 1_000_003 - 1)
+        prompts = [tokens.after(head, k, seed * 1_000_003 + i) for i, k in enumerate(ins)]
+    else:
+        prompts = [tokens.text_of(k, seed * 1_000_003 + i) for i, k in enumerate(ins)]
     counted = [tokens.count(p) for p in prompts]
     summary = {"kind": "lengths", "name": str(inputs.said()), "sent": n, "seed": seed, "inputs": inputs.as_dict(),
                "outputs": outputs.as_dict() if outputs else None, "input_tokens": length_summary(counted),
                "output_tokens": length_summary(outs or []), "counted": str(tokens.said()), "tokenizer": tokens.source}
+    if prefix_len:
+        summary["prefix_len"] = prefix_len
     if "chat-like" in (inputs.kind, outputs.kind if outputs else ""):
         summary["shape_source"] = shapes()["chat-like"]["source"]
     return Plan("lengths", prompts, summary, max_tokens_each=outs, input_tokens=counted, output_tokens=outs or [])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from engine.errors import LabError
+from engine.measure.workloads import fixed_text, prefixes
+from engine.measure.workloads.base import SEEDED
 from engine.measure.workloads.lengths import Lengths
 from engine.messages import Message, say
 
@@ -20,10 +22,18 @@ def named(workload: dict | None) -> Message | str:
             name = Lengths(**workload["inputs"]).said()
         except (LabError, TypeError):  # an older or imported record: its stored words
             pass
+    if kind == "prefix-repetition" and all(k in workload for k in ("prefix_len", "suffix_len", "num_prefixes")):
+        name = prefixes.said(workload["prefix_len"], workload["suffix_len"], workload["num_prefixes"])
+    if kind == "fixed-text" and all(k in workload for k in ("input_len", "prefix_len")):
+        name = fixed_text.said(workload["input_len"], workload["prefix_len"])
+    if kind == "lengths" and name and workload.get("prefix_len"):
+        name = say("{lengths} after a shared prefix of {n} tokens", lengths=name, n=workload["prefix_len"])
     kinds: dict[str, Message | str] = {"dataset": say("dataset"), "lengths": say("lengths"),
-                                       "multi-turn": say("multi-turn"), "trace": say("trace")}
-    if kind == "lengths" and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
-        return say("{kind} · {name} · seed {seed}", kind=kinds["lengths"], name=name, seed=workload["seed"])
+                                       "multi-turn": say("multi-turn"), "trace": say("trace"),
+                                       "prefix-repetition": say("shared prefixes"), "fixed-text": say("fixed text"),
+                                       "hub": say("Hugging Face dataset")}
+    if kind in SEEDED and name and workload.get("seed") is not None:  # which draw: the prompts made again from it
+        return say("{kind} · {name} · seed {seed}", kind=kinds[kind], name=name, seed=workload["seed"])
     return say("{kind} · {name}", kind=kinds.get(kind, kind), name=name) if name else kinds.get(kind, kind)
 
 

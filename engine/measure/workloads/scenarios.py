@@ -202,6 +202,18 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                   "flight", tokens=64), "vllm", (), 64, shape="concurrency", concurrency=8,
              workload={"kind": "lengths", "n": 32, "input": {"kind": "fixed", "mean": 512},
                        "output": {"kind": "fixed", "mean": 64}}),
+    # Shared prefixes (vllm bench serve's prefix_repetition): the workload that shows prefix caching, run with the
+    # prefix cache on (vLLM's default) and off to see what it saves; smaller than vLLM's defaults for a CPU
+    Scenario("prefix-repetition", say("Shared prefixes: 24 requests over 4 prefixes of 256 tokens, each its own suffix "
+                                      "of 32, 4 in flight (answers of {tokens} tokens)", tokens=32), "vllm", (), 32,
+             shape="concurrency", concurrency=4,
+             workload={"kind": "prefix-repetition", "n": 24, "prefix_len": 256, "suffix_len": 32, "num_prefixes": 4,
+                       "output_len": 32}),
+    # A fixed text (vllm bench serve's sonnet, without its copied poems): real sentences of chosen lengths
+    Scenario("fixed-text", say("Fixed text: 24 prompts of 256 tokens cut from the shipped text, the first 128 shared, "
+                               "4 in flight (answers of {tokens} tokens)", tokens=32), "vllm", (), 32,
+             shape="concurrency", concurrency=4,
+             workload={"kind": "fixed-text", "n": 24, "input_len": 256, "prefix_len": 128, "output_len": 32}),
     Scenario("multi-turn", say("Multi-turn chats: 8 conversations × 3 turns, each turn with the whole history, 4 at "
                                "once ({tokens} tokens)", tokens=64), "vllm", (), 64, shape="concurrency",
              concurrency=4, workload={"kind": "multi-turn", "file": "conversations.json", "conversations": 8,

@@ -9,7 +9,7 @@ import secrets
 from dataclasses import replace
 
 from engine.measure.load.spec import LoadSpec
-from engine.measure.workloads import lengths, prompts
+from engine.measure.workloads import kinds, prompts
 from engine.measure.workloads import tokens as toks
 from engine.messages import say
 
@@ -35,11 +35,8 @@ def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> Load
     if not seeded(spec) or seed == spec.prompt_seed:
         return spec
     w = spec.workload or {}
-    if w.get("kind") == "lengths":
-        outs = w.get("outputs")
-        plan = lengths.plan(int(w["sent"]), lengths.Lengths(**w["inputs"]),
-                            lengths.Lengths(**{"side": "output", **outs}) if outs else None, seed,
-                            tokens or toks.embedded())
+    if w.get("kind") in kinds.SEEDED:
+        plan = kinds.plan_of({**kinds.described(w), "seed": seed}, tokens or toks.embedded())
         again = plan.apply(spec, ignore_eos=spec.ignore_eos)
         if (cap := w.get("max_tokens_cap")) and again.max_tokens_each:  # a budget given caps each answer
             again = replace(again, max_tokens_each=[min(k, cap) for k in again.max_tokens_each],

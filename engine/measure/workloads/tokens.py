@@ -62,6 +62,27 @@ class Tokens:
             cut += n - got
         return text
 
+    def after(self, head: str, n: int, seed: int) -> str:
+        """`head`, a space, then `n` tokens of its own made from `seed`: a prompt of exactly count(head) + n tokens
+        with the tokenizer (a word after a space is often one token fewer than the same word opening a text, so
+        text_of's prompt after a head can be a token short), about that with the estimate. The head's tokens are the
+        same in every prompt it opens: a BPE merge never crosses the space."""
+        if self.tokenizer is None:
+            return f"{head} {self.text_of(n, seed)}"
+        rng, base = random.Random(seed), self.count(head)
+        ids: list[int] = []
+        while len(ids) < n + 8:
+            ids += self.tokenizer.encode(" " + " ".join(rng.choice(_WORDS) for _ in range(n + 8)),
+                                         add_special_tokens=False)
+        cut = n
+        for _ in range(8):  # as text_of: decode, count the whole, move the cut by what it missed
+            text = head + self.tokenizer.decode(ids[:cut]).rstrip()
+            got = self.count(text) - base
+            if got == n:
+                break
+            cut += n - got
+        return text
+
     def cut(self, text: str, n: int) -> str:
         """The first `n` tokens of `text` (about n with the estimate), `text` itself when it is no longer."""
         if self.tokenizer is None:

@@ -1,0 +1,139 @@
+"""A Hugging Face dataset by name (issue #33 item 3), through the `datasets` library, from a cache this test writes
+the way the library writes one after a download (its own builder, its own folder layout), offline: never the
+network. Its rows as a file's rows, sampled and recorded with the dataset's name, split and fingerprint; one
+sentence when neither the cache nor the network has it, and for a split or column it lacks."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = [f"Question {i}: what is {i} times {i + 1}?" for i in range(12)]
+
+# Offline from the first import: the library reads these when it is imported. In a child process, so this test's
+# settings never reach another's.
+CHILD = r"""
+import json, sys
+from engine.measure.workloads import kinds, tokens
+from engine.errors import LabError
+desc = json.loads(sys.argv[1])
+try:
+    plan = kinds.plan_of(desc, tokens.estimated())
+except LabError as e:
+    print(json.dumps({"error": str(e)}))
+else:
+    print(json.dumps({"prompts": plan.prompts, "summary": plan.summary, "kind": plan.kind,
+                      "max_tokens_each": plan.max_tokens_each}))
+"""
+
+
+def _env(tmp: Path) -> dict:
+    return {**os.environ, "HF_HOME": str(tmp / "home"), "HF_DATASETS_CACHE": str(tmp / "cache"),
+            "HF_HUB_CACHE": str(tmp / "hub"), "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+            "PYTHONPATH": str(ROOT)}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """`tiny/prompts` in a Hugging Face datasets cache, as load_dataset leaves it after a download: built by the
+    library's own JSON builder, kept where the library looks for it by name (<cache>/tiny___prompts/default/...)."""
+    tmp = tmp_path_factory.mktemp("hf")
+    src = tmp / "train.jsonl"
+    src.write_text("".join(json.dumps({"question": p, "output_len": 5 + i}) + "\n" for i, p in enumerate(PROMPTS)))
+    build = r"""
+import os, shutil, sys
+from datasets.packaged_modules.json.json import Json
+b = Json(cache_dir=sys.argv[1] + "/build", dataset_name="prompts", hash="0123abcd", data_files={"train": sys.argv[2]})
+b.download_and_prepare()
+os.makedirs(sys.argv[1] + "/cache/tiny___prompts/default", exist_ok=True)
+shutil.move(os.path.dirname(b.cache_dir), sys.argv[1] + "/cache/tiny___prompts/default/0.0.0")
+from datasets import Dataset
+Dataset.from_dict({"text": ["saved one", "saved two"]}).save_to_disk(sys.argv[1] + "/saved")
+"""
+    subprocess.run([sys.executable, "-c", build, str(tmp), str(src)], env=_env(tmp), check=True, cwd=ROOT,
+                   capture_output=True, timeout=300)
+    shutil.rmtree(tmp / "build")
+    return tmp
+
+
+def plan_of(cache: Path, **desc) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"kind": "hub", **desc})], env=_env(cache),
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_cached_dataset_by_name_gives_its_rows_and_records_where_they_came_from(cache):
+    got = plan_of(cache, dataset="tiny/prompts", n=4, how="first")
+    assert got["prompts"] == PROMPTS[:4] and got["kind"] == "hub"
+    assert got["max_tokens_each"] == [5, 6, 7, 8]  # its own answer-length column
+    s = got["summary"]
+    assert (s["kind"], s["dataset"], s["split"], s["rows"], s["sent"], s["sampling"]) == \
+        ("hub", "tiny/prompts", "train", 12, 4, "first")
+    assert s["name"] == "tiny/prompts:train" and s["fingerprint"] and s["input_tokens"]["max"] >= 1
+
+
+def test_a_seeded_random_sample_is_the_same_for_a_seed(cache):
+    a, b = (plan_of(cache, dataset="tiny/prompts", n=5, how="random", seed=3)["prompts"] for _ in range(2))
+    other = plan_of(cache, dataset="tiny/prompts", n=5, how="random", seed=4)["prompts"]
+    assert a == b and a != other and set(a) < set(PROMPTS) and a == [p for p in PROMPTS if p in a]
+
+
+def test_a_folder_saved_with_save_to_disk_is_read_too(cache):
+    got = plan_of(cache, dataset=str(cache / "saved"))
+    assert got["prompts"] == ["saved one", "saved two"]
+
+
+@pytest.mark.parametrize("desc, says", [
+    ({"dataset": "tiny/absent"}, "The Hugging Face dataset tiny/absent is not in this machine's cache"),
+    ({"dataset": "tiny/prompts", "split": "test"}, "The dataset tiny/prompts has no split 'test': pick one of"),
+    ({"dataset": "tiny/prompts", "column": "nope"}, "The dataset tiny/prompts has no column 'nope': pick one of"),
+    ({"dataset": "  "}, "Give the name of a Hugging Face dataset"),
+])
+def test_what_cannot_be_read_is_one_sentence(cache, desc, says):
+    err = plan_of(cache, **desc)["error"]
+    assert says in err and "\n" not in err and "Traceback" not in err
+
+
+CLI_CHILD = r"""
+import json, sys
+from engine.cli import build_parser
+from engine.cli.run import _load
+from engine.cli.run_options import check_run_options
+from engine.errors import LabError
+from engine.measure.workloads import scenarios
+args = build_parser().parse_args(["run", *sys.argv[1:]])
+scn = scenarios.get(args.scenario)
+try:
+    check_run_options(scn, args)
+    load = _load(scn, args)
+except LabError as e:
+    print(json.dumps({"error": str(e)}))
+else:
+    print(json.dumps({"prompts": load.prompts, "workload": load.workload, "concurrency": load.concurrency}))
+"""
+
+
+def cli(cache: Path, *argv: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CLI_CHILD, *argv], env=_env(cache), cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_cli_sends_a_cached_hub_dataset_and_says_one_sentence_for_one_it_cannot_read(cache):
+    got = cli(cache, "dataset-chat", "--hf-dataset", "tiny/prompts", "--num-prompts", "3", "--hf-column", "question",
+              "--output-len", "7")
+    assert got["prompts"] == PROMPTS[:3] and got["concurrency"] == 4  # the scenario's arrival stays
+    assert (got["workload"]["kind"], got["workload"]["dataset"], got["workload"]["column"]) == \
+        ("hub", "tiny/prompts", "question")
+    assert "not in this machine's cache" in cli(cache, "concurrent-10", "--hf-dataset", "tiny/absent")["error"]
+    assert "--hf-split picks a part of a Hugging Face" in cli(cache, "concurrent-10", "--hf-split", "x")["error"]
+    assert "--hf-dataset and --dataset cannot go together" in cli(cache, "dataset-chat", "--dataset", "a.jsonl",
+                                                                   "--hf-dataset", "tiny/prompts")["error"]
