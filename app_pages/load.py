@@ -14,8 +14,8 @@ from engine.measure.judge import failures, lateness, prefix, repeats, stats, ver
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.snippets.load import run_code
-from engine.measure.load.spec import deadline_said
-from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec
+from engine.measure.load.spec import arrivals_recorded, deadline_said
+from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec, rate_choice
 from i18n import N_, _, ngettext
 
 lab = ui.get_lab()
@@ -31,14 +31,19 @@ st.caption(_("Send many requests at once and watch vLLM batch them: with continu
 
 # The labels are the radio's values (English, as tests set them); shown in the viewer's language.
 ARRIVALS = {N_("All at once (the lab)"): "burst", N_("Keep N in flight"): "concurrency",
-            N_("Poisson arrivals"): "poisson"}
+            N_("At a rate"): "poisson"}
+# How requests arriving at a rate are spaced, and how their rate may rise (vllm bench serve's --ramp-up-strategy)
+SPACINGS = {N_("Random (Poisson, gamma)"): "poisson", N_("Evenly spaced"): "constant"}
+RAMPS = {N_("No ramp"): None, N_("Over time"): "time", N_("Linear by request"): "linear",
+         N_("Exponential by request"): "exponential"}
 # Outside the form: the controls below depend on it and redraw when it changes.
 # One row: how requests arrive, what they send, and in a few words what that makes
 top_arrival, top_what, top_said = st.columns([3, 2, 3], gap="large", vertical_alignment="bottom")
 arrival = top_arrival.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="load_arrival",
                             format_func=i18n.shown(ARRIVALS),
                    help=_("All at once: every request is sent together, like asyncio.gather. Keep N in flight: a new "
-                          "request as soon as one finishes. Poisson: requests arrive at random at a set rate."))
+                          "request as soon as one finishes. At a rate: requests arrive at a set rate, at random "
+                          "(Poisson, gamma) or evenly spaced, as `vllm bench serve --request-rate` sends them."))
 shape = ARRIVALS[arrival]
 if remote := lab.attached():  # say where the requests go: a server this app did not start
     st.caption(ui.plain(_("Requests go to {model} at {url} (connected on the Server page).", model=remote.model,
@@ -66,6 +71,7 @@ with st.form("load"):
                                          help=_("Total requests; prompts repeat if there are more requests than "
                                                 "prompts."))
         concurrency, rate, ramp_up, burstiness = 1, None, 0.0, 1.0
+        spacing, cap, ramp_kind, ramp_value = next(iter(SPACINGS)), 0, next(iter(RAMPS)), 0.0
         if what == "trace":
             st.caption(_("Sent on the trace's own clock, scaled as set above."))
         elif shape == "concurrency":
@@ -76,15 +82,30 @@ with st.form("load"):
                                       help=_("Start with 1 in flight and rise linearly to the number above over this "
                                              "many seconds; 0: all from the start."))
         elif shape == "poisson":
-            rate = st.number_input(_("Rate (requests/s)"), value=2.0, step=0.5,
-                                   help=_("Requests arrive at random times, this many per second on average."))
-            r1, r2 = st.columns(2)
-            ramp_up = r1.number_input(_("Ramp up over (s)"), value=0.0, step=5.0,
-                                      help=_("Start at a tenth of the rate and rise linearly to it over this many "
-                                             "seconds; 0: the full rate from the start."))
-            burstiness = r2.number_input(_("Burstiness"), value=1.0, step=0.25,
-                                         help=_("As vllm bench serve --burstiness: 1 is Poisson; below 1 the requests "
-                                                "come in bursts, above 1 more evenly (gamma arrivals)."))
+            r0, r1, r2 = st.columns(2), st.columns(2), st.columns(2)
+            rate = r0[0].number_input(_("Rate (requests/s)"), value=2.0, step=0.5,
+                                      help=_("Requests arrive this many per second on average (the end rate of a "
+                                             "ramp)."))
+            spacing = r0[1].selectbox(_("Spacing"), list(SPACINGS), key="load_spacing",
+                                      format_func=i18n.shown(SPACINGS),
+                                      help=_("Random: Poisson, or gamma with a burstiness other than 1. Evenly "
+                                             "spaced: one request every 1/rate seconds."))
+            burstiness = r1[0].number_input(_("Burstiness"), value=1.0, step=0.25,
+                                            help=_("As vllm bench serve --burstiness: 1 is Poisson; below 1 the "
+                                                   "requests come in bursts, above 1 more evenly (gamma arrivals)."))
+            cap = r1[1].number_input(_("Most in flight"), value=0, step=1, key="load_cap",
+                                     help=_("As `vllm bench serve --max-concurrency`: an arrival past this many in "
+                                            "flight waits for one to end (its wait is recorded, not counted as the "
+                                            "client's lateness); 0: no cap."))
+            ramp_kind = r2[0].selectbox(_("Ramp-up"), list(RAMPS), key="load_ramp", format_func=i18n.shown(RAMPS),
+                                        help=_("Over time: from a tenth of the rate up to it over the seconds "
+                                               "beside. By request: as `vllm bench serve --ramp-up-strategy`, "
+                                               "request i of n at a rate from the one beside up to the rate above, "
+                                               "linearly or exponentially."))
+            ramp_value = r2[1].number_input(_("Ramp: seconds, or start rate"), value=0.0, step=1.0,
+                                            key="load_ramp_value",
+                                            help=_("Over time: the ramp's seconds. By request: its first rate "
+                                                   "(requests/s)."))
         elif what == "multi-turn":  # a chat's turns wait for their replies: conversations, not requests, at once
             st.caption(_("Every conversation starts at once; each sends its next turn when its reply has come."))
         else:
@@ -124,10 +145,13 @@ with st.form("load"):
 st.caption(ui.plain(deadline_said(int(max_tokens))))  # every wait has an end, said before it
 if submitted:
     try:
+        if shape == "poisson" and RAMPS[ramp_kind] == "time":
+            ramp_up = ramp_value
         spec = load_test_spec(shape, int(n_requests), int(max_tokens), max_len=lab.serving_max_len(),
                               ignore_eos=bool(ignore_eos), rate=rate, concurrency=int(concurrency),
                               synthetic=what == "synthetic", warmup=warmup, plan=wl_plan, ramp_up_s=float(ramp_up),
-                              burstiness=float(burstiness), seed=None if seed is None else int(seed))
+                              burstiness=float(burstiness), seed=None if seed is None else int(seed),
+                              **rate_choice(SPACINGS[spacing], int(cap), RAMPS[ramp_kind], float(ramp_value)))
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
     else:
@@ -249,6 +273,10 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
         st.warning(ui.plain(cached), icon=":material/cached:")
     ui.chart(ui.fit(figures.request_timeline(run, lang=lang), TIMELINE_H), key="tl")  # the key picture
     _summary_said(run)
+    if (arrivals := arrivals_recorded(run.load)) is not None:  # at a rate: how, and the most in flight seen
+        peak = lateness.in_flight_said(run)
+        st.caption(ui.plain(_("Arrivals: {arrivals}.", arrivals=i18n.tr(arrivals)) + (f" {i18n.tr(peak)}" if peak
+                                                                                          else "")))
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
     if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files

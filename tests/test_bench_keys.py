@@ -61,7 +61,7 @@ def test_the_observed_concurrency_is_counted_as_vllm_counts_it():
     run = _run(recs)
     assert run.summary.max_concurrency == 1  # ours: the exact peak
     obj = to_bench_json(run)
-    assert obj["max_concurrent_requests"] == 3 and obj["max_in_flight"] == 1
+    assert obj["max_concurrent_requests"] == 3 and obj["peak_in_flight"] == 1
 
 
 def test_queue_times_of_a_rate_run_and_a_chat():

@@ -126,7 +126,7 @@ def test_a_value_outside_its_bounds_gets_the_engines_sentence(browser, idle_app,
         pg = ctx.new_page()
         goto(pg, idle_app, "load_test", title="Load test")
         if label.startswith("Rate"):
-            pg.get_by_text("Poisson arrivals").click()
+            pg.get_by_text("At a rate", exact=True).click()
         elif label in FOLDED:  # inputs kept in a closed expander, so the first screen shows the results
             pg.get_by_text(FOLDED[label], exact=True).click()
         field = pg.get_by_label(label, exact=True).first

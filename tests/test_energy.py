@@ -154,8 +154,10 @@ def test_a_price_per_kwh_gives_the_energy_cost_and_a_bad_one_is_a_sentence():
                     summary={"total_output_tokens": 1000},
                     extra={"energy": {"joules": 3600.0, "seconds": 1.0, "method": "nvml-counter"}})
     # 3.6 J per token x 1e6 = 3.6e6 J = 1 kWh per million tokens; the whole run is 1 Wh
-    line = energy_cost_line(run, 0.30)
-    assert "At 0.3 per kWh the measured part's 1.000 Wh cost 0.000300: 0.3000 per million output tokens" in line
+    said = energy.cost_said(energy.use(run.extra.energy, 1000, 0.30))
+    assert values(said) == {"price": 0.30, "wh": pytest.approx(1.0), "total": pytest.approx(0.0003),
+                            "cost": pytest.approx(0.30)}
+    assert energy_cost_line(run, 0.30) == said  # the line a page shows is that sentence, in the viewer's language
     assert "kWh당 0.3이면" in energy_cost_line(run, 0.30, lang="ko")
     assert energy_cost_line(run, None) is None
     assert check_kwh_price(None) is None and check_kwh_price(0.25) == 0.25

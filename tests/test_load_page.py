@@ -234,7 +234,7 @@ def test_a_dataset_runs_through_the_page_on_poisson_arrivals_and_says_the_client
     _connected(lab, vllm_server)
     try:
         at = _what(app_page("app_pages/load.py"), "A dataset")
-        at.radio(key="load_arrival").set_value("Poisson arrivals").run()
+        at.radio(key="load_arrival").set_value("At a rate").run()
         at.number_input(key="wl_ds_n").set_value(4)
         at.radio(key="wl_ds_how").set_value("first").run()
         at.slider[0].set_value(16)

@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from engine.digits import significant
+from engine.measure.judge import server_time
 from engine.results.records import RequestRecord, RunResult
 from tests.conftest import app_page
+from tests.said import values
 from tests.test_load_page import _connected, _ran
 
 TITLE = "Where a request's time went"
@@ -81,8 +83,9 @@ def _stored(label: str, **extra) -> RunResult:
 def test_history_shows_joules_per_token_and_a_sentence_for_a_run_without_a_server_view(lab):
     view = {"histograms": {"queue": {"mean": 0.8}, "prefill": {"mean": 0.1}, "decode": {"mean": 0.9}},
             "missing": []}
-    lab.store.save(_stored("measured with energy", server_view=view,
-                           energy={"method": "rapl", "joules": 32.0, "seconds": 2.0}))
+    measured = _stored("measured with energy", server_view=view,
+                       energy={"method": "rapl", "joules": 32.0, "seconds": 2.0})
+    lab.store.save(measured)
     lab.store.save(_stored("a server that is not vLLM", energy_missing="no-meter"))
     at = app_page("app_pages/history.py")
     df = at.dataframe[0].value.set_index("run")
@@ -90,7 +93,8 @@ def test_history_shows_joules_per_token_and_a_sentence_for_a_run_without_a_serve
     assert pd.isna(df.loc["a server that is not vLLM", "J / output token"])  # blank: not measured
     at = _select(at, "measured with energy")
     assert _server_view(at) is not None
-    assert any("Most of the TTFT (80%) was waiting for a slot" in s for s in _said(at))
+    queue = [m for m in server_time.said(measured) if "share" in values(m)]  # the queue's share of the TTFT
+    assert values(queue[0]) == {"share": pytest.approx(0.8)} and any(str(queue[0]) in s for s in _said(at))
     at = _select(app_page("app_pages/history.py"), "a server that is not vLLM")
     assert _server_view(at) is None  # no empty chart: its sentence, and why there is no energy
     said = _said(at)

@@ -18,7 +18,7 @@ from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
 from engine.errors import ConfigError  # noqa: E402
 from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge import failures, token_check# noqa: E402
-from engine.measure.load.drive import poisson_offsets  # noqa: E402
+from engine.measure.load.arrivals import offsets as poisson_offsets  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402
 from engine.cli.console import Console  # noqa: E402
 from engine.measure.progress import Progress  # noqa: E402

@@ -262,7 +262,7 @@ def test_load_test_shows_only_the_controls_its_arrival_uses():
     assert "Requests in flight" not in labels() and "Rate (requests/s)" not in labels()  # all at once
     at.radio(key="load_arrival").set_value("Keep N in flight").run()
     assert "Requests in flight" in labels() and "Rate (requests/s)" not in labels()
-    at.radio(key="load_arrival").set_value("Poisson arrivals").run()
+    at.radio(key="load_arrival").set_value("At a rate").run()
     assert "Rate (requests/s)" in labels() and "Requests in flight" not in labels()
 
 
@@ -569,7 +569,7 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
     """Two saved kv-squeeze runs (a squeezed cache, then room): the Tuning page's KV section compares
     them per configuration, with the sentence that says what the flags did."""
     import ui
-    from engine.measure.judge import stats
+    from engine.measure.judge import kvcache, stats
     from engine.results.records import RequestRecord, RunResult
 
     def run(gib: float, capacity: int, preempted: int, waiting: int) -> RunResult:
@@ -589,9 +589,10 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
     try:
         at = _page("app_pages/tuning.py")
         said = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
-        assert ("With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: 8 requests of "
-                "130 tokens (prompt and answer) need 1,040, so requests waited (up to 7 at once) and 6 were "
-                "preempted.") in said
+        squeezed = kvcache.said(runs[0])  # the judge's arithmetic for the squeezed run, shown as it said it
+        assert values(squeezed) == {"flags": "--kv-cache-memory-bytes 10737418 --max-model-len 256", "capacity": 384,
+                                    "answers": 8, "tokens": 130, "need": 1040, "waiting": 7, "preempted": 6}
+        assert str(squeezed) in said
         table = at.dataframe[-1].value  # after the tuning table's editor
         assert list(table["Preemptions"]) == [6, 0] and list(table["KV capacity (tokens)"]) == [384, 46_592]
     finally:

@@ -19,7 +19,8 @@ from fakes import FakeOpenAIServer  # noqa: E402
 
 from engine.errors import ConfigError, LabError  # noqa: E402
 from engine.measure.judge import lateness, turns  # noqa: E402
-from engine.measure.load.drive import measured_job, poisson_offsets, ramp_starts  # noqa: E402
+from engine.measure.load.arrivals import offsets as poisson_offsets  # noqa: E402
+from engine.measure.load.drive import measured_job, ramp_starts  # noqa: E402
 from engine.measure.load.loadgen import run_load  # noqa: E402
 from engine.measure.progress import Progress  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402

@@ -38,8 +38,9 @@ class Console(Progress):
         return Console(self.out, self.every, prefix=f"{self.prefix}{name} | ", lines=self.lines, log_dir=self.log_dir)
 
     def on_start(self, plan: RunPlan) -> None:
-        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {plan.shape}, "
-                    f"concurrency {plan.concurrency}, warm-up {plan.warmup}, "
+        # arrivals at a rate have no fixed number in flight: their rate and cap are said instead
+        pace = f"arrivals {plan.arrivals}" if plan.arrivals else f"{plan.shape}, concurrency {plan.concurrency}"
+        self._print(f"{plan.label or 'run'}: {plan.num_requests} requests, {pace}, warm-up {plan.warmup}, "
                     f"{plan.workers} client process(es) -> {plan.url} [{plan.model}]")
         self._close()
         self._every = self.every
@@ -85,6 +86,8 @@ class Console(Progress):
                     + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
         for _, sentence in failures.run_causes(result):
             self._print(f"  {sentence}")
+        if (peak := lateness.in_flight_said(result)) is not None:
+            self._print(f"  {peak}")
         if (late := lateness.said(result.extra)) is not None:  # a rate-based run: did the client keep its schedule
             self._print(f"  {late}")
         if (held := lateness.budget_said(result.extra)) is not None:

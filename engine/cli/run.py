@@ -6,6 +6,7 @@ import os
 import time
 
 from engine.cli.output import check_writable, say_line, write
+from engine.cli.rate_options import add_rate_options, by_rate_levels, rate_over, rates_said
 from engine.cli.request_options import add_request_options, request_of
 from engine.cli.run_options import check_run_options, slo_of
 from engine.cli.server import add_server_options, config, own_server
@@ -52,6 +53,7 @@ def register(sub) -> None:
                         "--goodput: ttft:MS, tpot:MS and/or e2el:MS (end-to-end latency), e.g. ttft:200 e2el:2000")
     add_workload_options(r)
     add_request_options(r)
+    add_rate_options(r)
     add_server_options(r)
     r.set_defaults(func=_run)
 
@@ -75,6 +77,7 @@ def _run(args) -> int:
 
     scn = scenarios.get(args.scenario)
     levels = check_run_options(scn, args)
+    by = "rate" if by_rate_levels(scn, args) else "concurrency"
     slo = slo_of(args)
     if args.json:
         check_writable(args.json)
@@ -112,11 +115,11 @@ def _run(args) -> int:
         _sharing(target, versus)
     elif target is not None:
         _deadline(load)
-        results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None)
+        results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None, by)
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
-                                 args.seed is not None)
-    complete = _said(results, scn, slo, args.price_per_gpu_hour)
+                                 args.seed is not None, by)
+    complete = _said(results, scn, slo, args.price_per_gpu_hour, by)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]),
               after="; the runs are saved in the history (python -m engine export --out FILE)")
@@ -129,6 +132,7 @@ def _load(scn, args):
     from dataclasses import replace
 
     sends, data, over = workload_of(scn, args)
+    over.update(rate_over(scn, args))
     levelled = scn.kind in ("sweep", "slo-search")  # --concurrency is their top level, not each run's limit
     if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
         over["concurrency"] = args.concurrency
@@ -181,17 +185,44 @@ class Runs(list):
     search = None
 
 
-def _measure(runner, scn, load, levels, target, repeats: int | None = None, fixed_seed: bool = False) -> list:
+def _measure(runner, scn, load, levels, target, repeats: int | None = None, fixed_seed: bool = False,
+             by: str = "concurrency") -> list:
+    """The scenario's runs on `target`; a sweep's or a search's levels not given follow the server's capacity
+    (runs.capacity: its KV cache, said before the first level), a search by rate doubles until the SLO misses."""
+    if scn.kind == "sweep" and by == "rate":
+        return runner.rate_sweep(load, levels, target)
     if scn.kind == "sweep":
-        return runner.sweep(load, levels, target)
+        return runner.sweep(load, levels or _capacity(scn, load, target).levels, target)
     if scn.kind == "slo-search":  # bisection between the lowest and the highest level (run_options._levels)
-        search = runner.slo_search(load, target, runner.slo, low=levels[0], high=levels[-1])
+        low, high = levels
+        if by == "concurrency" and high is None:
+            cap = _capacity(scn, load, target, doubling=True)
+            high = cap.levels[-1] if cap.fits is not None else None  # None: doubling from the lowest
+        elif high is None:
+            say_line(f"The search starts at {low:g} requests/s and doubles the rate until the SLO misses, then "
+                     "bisects.")
+        tolerance = low if by == "rate" else 1
+        search = runner.slo_search(load, target, runner.slo, low=low, high=high, tolerance=tolerance, by=by)
         out = Runs(search.runs)
         out.search = search
         return out
     if repeats:
         return runner.repeat(load, target, repeats, fixed_seed)
     return [runner.load(load, target)]
+
+
+def _capacity(scn, load, target, doubling: bool = False):
+    """What `target` holds at once of this load's requests (runs.capacity), said once; `doubling`: a search that
+    doubles its level where the server does not say."""
+    from engine.runs.capacity import capacity
+
+    cap = capacity(target, (load.max_tokens or 0) + scn.prompt_tokens_guess, list(scn.levels))
+    if cap.fits is None and doubling:
+        say_line("The server does not say how big its KV cache is: the search doubles the requests in flight from 1 "
+                 "until the SLO misses, then bisects.")
+    else:
+        say_line(str(cap.said))
+    return cap
 
 
 def _sharing(a, b) -> None:
@@ -205,7 +236,7 @@ def _sharing(a, b) -> None:
 
 
 def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None,
-                   fixed_seed: bool = False) -> list:
+                   fixed_seed: bool = False, by: str = "concurrency") -> list:
     """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
     unless --detach; a failed run never leaves a server behind."""
     from engine.measure.workloads import scenarios
@@ -228,7 +259,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
                                     labels=list(scn.config_labels) or None, repeats=repeats or 1)
         else:
             srv.start_and_wait(cfg, model_max_len=spec.max_len, log=say_line)
-            results = _measure(runner, scn, load, levels, Target.of(srv), repeats, fixed_seed)
+            results = _measure(runner, scn, load, levels, Target.of(srv), repeats, fixed_seed, by)
         done = True
     finally:
         if not (done and detach):
@@ -239,7 +270,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     return results
 
 
-def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> bool:
+def _said(results: list, scn, slo, price_per_gpu_hour: float | None, by: str = "concurrency") -> bool:
     """Each run's summary and id, then what the scenario's runs say together (prefix caching, a sweep's knee);
     False when repeats stopped before all ran (the command then exits 1)."""
     from engine.measure.judge import kvcache
@@ -254,7 +285,9 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None) -> bool:
 
         if both := prefix.pair(results):
             say_line(prefix.sentence(*both))
-    if slo is not None and scn.kind == "sweep":
+    if slo is not None and scn.kind == "sweep" and by == "rate":
+        say_line(rates_said(results, slo))
+    elif slo is not None and scn.kind == "sweep":
         from engine.measure.judge import slo as slos
 
         say_line(slos.knee_said(slos.levels(results, slo), slo))

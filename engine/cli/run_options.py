@@ -33,15 +33,18 @@ def slo_of(args):
     return Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
 
 
-def check_run_options(scn, args) -> list[int] | None:
+def check_run_options(scn, args) -> list | None:
     """Refuse, with one sentence, an option out of bounds or one the scenario would ignore (before any
-    server starts or request is sent); return the sweep's levels (None for other scenarios)."""
+    server starts or request is sent); return the sweep's levels (rates with --rates; None for other scenarios, or
+    where the server's capacity sets them) or the search's lowest and highest (None: not given)."""
     from engine.measure.judge.cost import check_price
 
+    from engine.cli.rate_options import check_rate_options
     from engine.cli.workload_options import check_workload_options
 
     _check_servers(scn, args)
     check_workload_options(scn, args, _HOW)
+    check_rate_options(scn, args, _HOW)
     from engine.cli.request_options import asked
 
     if scn.kind == "naive" and (named := asked(args)):
@@ -145,18 +148,28 @@ def _without(args, option: str):
     return argparse.Namespace(**{**vars(args), option: None})
 
 
-def _levels(scn, args) -> list[int] | None:
+def _levels(scn, args) -> list | None:
     """A sweep's levels from --levels or --concurrency (its top level); both refused for other scenarios."""
     from engine.measure.load.spec import check_in_flight, parse_levels
     from engine.measure.workloads.scenarios import sweep_levels
 
-    if scn.kind == "slo-search":  # its lowest and highest level: --concurrency sets the highest
+    from engine.cli.rate_options import LOWEST_RATE, parse_rates
+
+    if scn.kind == "slo-search":  # its lowest and highest level (None: the server's capacity says, or doubling)
         if args.levels is not None:
             raise ConfigError("The slo-search scenario finds its levels by bisection, so --levels does not apply: "
                               "give its highest level with --concurrency.")
+        if args.search_by == "rate":
+            if args.concurrency is not None:
+                raise ConfigError("A search by rate looks for the highest arrival rate: give its highest with "
+                                  "--request-rate, not --concurrency.")
+            if args.request_rate is not None and not LOWEST_RATE <= args.request_rate < float("inf"):
+                raise ConfigError(f"The search's highest rate must be a number of requests per second from "
+                                  f"{LOWEST_RATE:g} on, not {args.request_rate:g}.")
+            return [LOWEST_RATE, args.request_rate]
         if args.concurrency is not None:
             check_in_flight(args.concurrency, "The search's highest level (requests in flight)")
-        return [scn.levels[0], args.concurrency or scn.levels[-1]]
+        return [scn.levels[0], args.concurrency]
     if scn.kind != "sweep":
         how = "runs transformers itself, with no server" if scn.kind == "naive" else _HOW.get(scn.shape, "")
         if scn.kind != "naive" and scn.shape == "concurrency" and args.concurrency is not None:
@@ -167,10 +180,16 @@ def _levels(scn, args) -> list[int] | None:
                 raise ConfigError(f"The {scn.name} scenario {how}, so {option} does not apply: leave it out, or "
                                   "run the sweep scenario to choose the requests in flight.")
         return None
+    if args.rates is not None:
+        if args.levels is not None or args.concurrency is not None:
+            raise ConfigError("--rates sweeps arrival rates, and --levels and --concurrency numbers in flight: give "
+                              "only --rates.")
+        return parse_rates(args.rates)
     if args.concurrency is not None and args.levels is not None:
         raise ConfigError("--levels and --concurrency both choose the sweep's levels: give only one of them.")
     if args.levels is not None:
         return parse_levels(args.levels)
     if args.concurrency is not None:
         check_in_flight(args.concurrency, "The sweep's top level (requests in flight)")
-    return sweep_levels(scn, args.concurrency)
+        return sweep_levels(scn, args.concurrency)
+    return None  # the server's capacity says, once it is known (runs.capacity)

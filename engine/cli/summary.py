@@ -5,8 +5,9 @@ from __future__ import annotations
 def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     """A finished run, as the CLI prints it; with a price per GPU-hour, what a million output tokens cost."""
     from engine.digits import significant
-    from engine.measure.judge import ceiling, cost, failures, prefix, token_check, warmth
+    from engine.measure.judge import ceiling, cost, failures, lateness, prefix, token_check, warmth
     from engine.measure.judge.slo import Slo, judge
+    from engine.measure.load.spec import arrivals_recorded
     from engine.observe import disturbance
 
     s = r.summary
@@ -22,6 +23,8 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
           if (seed := r.load.other.get("prompt_seed")) is not None else ()),
         *((f"request shape          {shape}",) if (shape := request_shape(r)) else ()),
+        *((f"arrivals               {arrivals}",) if (arrivals := arrivals_recorded(r.load)) else ()),
+        *((f"  {peak}",) if (peak := lateness.in_flight_said(r)) else ()),
         f"requests ok / failed   {_counted(failures.counts(r))}",
         *(f"  {sentence}" for _, sentence in failures.run_causes(r)),
         f"wall time              {r.duration:.2f} s",
@@ -46,8 +49,6 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
                                                      s.get("total_output_tokens"))) is not None:
         lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
-    from engine.measure.judge import lateness
-
     if held := lateness.budget_said(r.extra):
         lines.append(f"  {held}")
     if warm := warmth.warmup_cost(r.records):

@@ -164,8 +164,8 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         raise ConfigError(say("--num-prompts is how many to send: give a whole number from 1 on, not {n}.",
                               n=args.num_prompts))
     kind = kind_asked(scn, args)
-    if scn.kind == "sweep":
-        for o in ("turns", "trace", "ramp_up", "burstiness"):
+    if scn.kind == "sweep":  # at rates (--rates), its levels' arrivals may be gamma
+        for o in ("turns", "trace", "ramp_up", *(("burstiness",) if args.rates is None else ())):
             if getattr(args, o) is not None:
                 raise ConfigError(say("The sweep sets the requests in flight itself, level by level: leave {flag} "
                                       "out, or run a load scenario with it.", flag=_flag(o)))
@@ -213,7 +213,9 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
         if not 0 <= args.seed < SEED_LIMIT:
             raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,
                                   v=args.seed))
-    shape = "trace" if kind == "trace" else scn.shape
+    from engine.cli.rate_options import at_rate, by_rate_levels
+
+    shape = "trace" if kind == "trace" else "poisson" if at_rate(args) or by_rate_levels(scn, args) else scn.shape
     if args.burstiness is not None and shape != "poisson":
         raise ConfigError(say("--burstiness shapes Poisson arrivals, and the {name} scenario {how}: run sustained or "
                               "bursty with it.", name=scn.name, how=how.get(shape, shape)))

@@ -20,6 +20,8 @@ from engine.figures.requests import concurrent_latency_bars, request_timeline, t
 from engine.figures.theme import FONT, INK, MUTED, caption, is_placeholder
 from engine.measure.judge import ceiling, failures, prefix, repeats, token_check, verdict, warmth
 from engine.measure.judge.slo import Slo, judge
+from engine.measure.judge.stats import peak_in_flight
+from engine.measure.load.spec import arrivals_recorded
 from engine.measure.workloads.named import named
 from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.messages import mark, say, seconds, translate
@@ -278,6 +280,9 @@ def _load_said(run: RunResult):
     values = dict(n=ld.num_requests or len(run.measured), how=how.get(ld.shape, ld.shape or "–"),
                   tokens=ld.max_tokens if ld.max_tokens is not None else "–",
                   in_flight=ld.concurrency if ld.concurrency is not None else "–")
+    if (arrivals := arrivals_recorded(ld)) is not None:  # at a rate: no number in flight was set, the peak was seen
+        return say("{n} requests, {arrivals}; at most {peak} in flight (observed); at most {tokens} output tokens "
+                   "each.", arrivals=arrivals, peak=peak_in_flight(run.records), **values)
     return say("{n} requests, {how}; up to {in_flight} in flight; at most {tokens} output tokens each.", **values)
 
 

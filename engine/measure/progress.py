@@ -22,6 +22,7 @@ class RunPlan:
     workers: int
     url: str
     model: str
+    arrivals: str = ""  # how requests arriving at a rate come (LoadSpec.arrivals_said); "": a closed loop
 
     @property
     def total(self) -> int:

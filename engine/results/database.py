@@ -18,8 +18,8 @@ from engine.results.credentials import scrub, scrub_run, scrub_text
 from engine.results.records import RunResult, RunRow, is_sane_time
 from engine.results.validation import Invalid, RunDamaged, checked_run, quote
 
-SCHEMA_VERSION = 4  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
-# 4: requests.conversation, turn, planned_time (multi-turn chats, planned sends)
+SCHEMA_VERSION = 5  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
+# 4: requests.conversation, turn, planned_time (multi-turn chats, planned sends); 5: requests.slot_wait (a cap)
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS runs (
@@ -62,6 +62,7 @@ _SCHEMA = [
     conversation      INTEGER,
     turn              INTEGER,
     planned_time      REAL,
+    slot_wait         REAL,
     PRIMARY KEY (run_id, seq)
 )""",
 ]
@@ -144,7 +145,7 @@ def migrate(conn: sqlite3.Connection, path: Path) -> bool:
             _remove_stored_secrets(conn)
         have = {c[1] for c in conn.execute("PRAGMA table_info(requests)")}
         for column, kind in (("cached_tokens", "INTEGER"), ("conversation", "INTEGER"), ("turn", "INTEGER"),
-                             ("planned_time", "REAL")):
+                             ("planned_time", "REAL"), ("slot_wait", "REAL")):
             if column not in have:  # NULL: not reported, or a run saved before the column
                 conn.execute(f"ALTER TABLE requests ADD COLUMN {column} {kind}")
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -190,6 +191,7 @@ def insert_run(conn: sqlite3.Connection, run: RunResult, source: str) -> None:
             run.id, seq, r.index, r.prompt, r.send_time, r.end_time, r.first_token_time,
             _dumps(list(r.chunk_times)), r.prompt_tokens, r.output_tokens, r.tokens_source,
             r.output_text, r.error, int(bool(r.warmup)), r.cached_tokens, r.conversation, r.turn, r.planned_time,
+            r.slot_wait,
         )
         for seq, r in enumerate(run.records)
     ]
@@ -211,8 +213,8 @@ def insert_run(conn: sqlite3.Connection, run: RunResult, source: str) -> None:
     conn.executemany(
         "INSERT INTO requests (run_id, seq, request_index, prompt, send_time, end_time,"
         " first_token_time, chunk_times, prompt_tokens, output_tokens, tokens_source,"
-        " output_text, error, warmup, cached_tokens, conversation, turn, planned_time)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        " output_text, error, warmup, cached_tokens, conversation, turn, planned_time, slot_wait)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         rows,
     )
 
@@ -267,7 +269,7 @@ def read_run(conn: sqlite3.Connection, run_id: str) -> RunResult | None:
     reqs = conn.execute(
         "SELECT request_index, prompt, send_time, end_time, first_token_time, chunk_times,"
         " prompt_tokens, output_tokens, tokens_source, output_text, error, warmup, cached_tokens,"
-        " conversation, turn, planned_time FROM requests WHERE run_id=? ORDER BY seq",
+        " conversation, turn, planned_time, slot_wait FROM requests WHERE run_id=? ORDER BY seq",
         (run_id,),
     ).fetchall()
     try:
@@ -281,6 +283,7 @@ def read_run(conn: sqlite3.Connection, run_id: str) -> RunResult | None:
                 "chunk_times": _loads(q[5], []), "prompt_tokens": q[6], "output_tokens": q[7],
                 "tokens_source": q[8], "output_text": q[9], "error": q[10], "warmup": bool(q[11]),
                 "cached_tokens": q[12], "conversation": q[13], "turn": q[14], "planned_time": q[15],
+                "slot_wait": q[16],
             } for q in reqs],
         }
         return checked_run(d)

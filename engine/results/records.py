@@ -46,6 +46,9 @@ class RequestRecord:
     # A rate-based arrival's planned send time (s from run start: Poisson, gamma, a trace); send_time minus it is
     # how late the client sent it (engine.measure.judge.lateness); None: sent when a slot freed (closed loop)
     planned_time: float | None = None
+    # How long an arrival waited for a slot under a cap on requests in flight (vllm bench serve's
+    # client_queue_time, s): a wait by design, not the client's lateness; None: no cap
+    slot_wait: float | None = None
 
     @property
     def ok(self) -> bool:

@@ -132,6 +132,7 @@ def _record(r: Any, at: str) -> RequestRecord:
         conversation=checked_number(r.get("conversation"), f"{at}.conversation", 0, COUNT, whole=True, nullable=True),
         turn=checked_number(r.get("turn"), f"{at}.turn", 0, COUNT, whole=True, nullable=True),
         planned_time=checked_number(r.get("planned_time"), f"{at}.planned_time", -REL_S, REL_S, nullable=True),
+        slot_wait=checked_number(r.get("slot_wait"), f"{at}.slot_wait", 0, REL_S, nullable=True),
     )
 
 

@@ -91,7 +91,7 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     obj.update(summ)
     obj["max_concurrency"] = conc
     obj["max_concurrent_requests"] = max_concurrent_requests(m) if any(r.ok for r in m) else observed
-    obj["max_in_flight"] = observed  # the exact peak (vllm's count above includes neighbours within a second)
+    obj["peak_in_flight"] = observed  # the exact peak (vllm's count above includes neighbours within a second)
     obj["rtfx"] = 0.0  # vllm's inverse real-time factor, 0.0 for a run without audio
     obj["duration"] = run.duration
     # Per-request lists, with vllm's conventions: seconds, 0.0 / [] / "" where there is nothing.

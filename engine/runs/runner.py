@@ -17,7 +17,7 @@ from engine.observe.kvwatch import KvWatch
 from engine.measure.progress import Progress
 from engine.measure.load.request import clock
 from engine.measure.judge.slo import Slo, judge, record_goodput
-from engine.measure.load.spec import LoadSpec, check_max_tokens
+from engine.measure.load.spec import MAX_IN_FLIGHT, MAX_RATE, MAX_REQUESTS, LoadSpec, check_max_tokens
 from engine.measure.judge.stats import peak_in_flight
 from engine.runs.ledger import WarmthLedger
 from engine.measure.judge import failures
@@ -83,6 +83,13 @@ def check_sweep(spec: LoadSpec) -> None:
 
 
 MAX_REPEATS = 10  # the Load test page's limit; the CLI asks for a flag beyond it
+RATE_LEVEL_S = 15.0  # a rate's level sends this many seconds of arrivals at least: enough for a queue to show
+
+
+def rate_requests(spec: LoadSpec, rate: float, seconds: float = RATE_LEVEL_S) -> int:
+    """The requests one level at `rate` sends: the spec's, or `seconds` of arrivals when more (a few requests at a
+    rate the server cannot keep up with end before its queue has grown)."""
+    return min(MAX_REQUESTS, max(spec.n, math.ceil(rate * seconds)))
 
 
 def check_repeats(n, most: int | None = MAX_REPEATS) -> int:
@@ -137,6 +144,8 @@ class Runner:
     `warmth` remembers the batch sizes each server instance has run, to mark a run cold or warm; the
     app's jobs share one (a Runner of its own starts with an empty memory). `energy` makes the meter that
     reads the energy of each run's measured part when its server runs on this machine."""
+
+    rate_level_s = RATE_LEVEL_S  # the least arrivals, in seconds, of one level at a rate
 
     def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
                  cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None,
@@ -327,6 +336,24 @@ class Runner:
             self.mark(say("sweep end"))
         return out
 
+    def rate_sweep(self, spec: LoadSpec, rates: list[float], target: Target) -> list[RunResult]:
+        """The same workload arriving at each of `rates` requests per second (the spec's arrivals: Poisson, gamma or
+        constant, its cap), in order; each level RATE_LEVEL_S seconds of arrivals at least, saved as it ends."""
+        check_sweep(spec)
+        spec = target.aim(replace(spec, scenario="sweep"))
+        out: list[RunResult] = []
+        self.mark(say("sweep start"))
+        try:
+            for rate in rates:
+                if self.cancel.is_set():
+                    break
+                self.progress.on_step(len(out), len(rates), say("{rate:g} requests/s", rate=rate))
+                out.append(self._level(spec, 0, target, 1, self.progress, self.cancel, rate=rate))
+            self.progress.on_step(len(out), len(rates), mark("done"))
+        finally:
+            self.mark(say("sweep end"))
+        return out
+
     def _level(self, spec: LoadSpec, level: int, target: Target, rounds: int, progress: Progress,
                cancel: threading.Event, rate: float | None = None, **notes) -> RunResult:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
@@ -334,9 +361,11 @@ class Runner:
         count, served, meter = ServerCount(target), self.served(target), self._meter(target)
         cpu = disturbance.CpuWatch([target.pid])
         hooks = lambda: (count.start(), meter and meter.start(), cpu.start())  # noqa: E731
-        if rate is not None:  # arrivals at a rate (Poisson), not a fixed number in flight
-            result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, label=say(
-                "{rate:g} requests/s", rate=rate)), observer=progress, cancel=cancel, on_measure=hooks)
+        if rate is not None:  # arrivals at a rate (the spec's: Poisson, gamma, constant, a cap), not a number in flight
+            n = rate_requests(spec, rate, self.rate_level_s)
+            result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, num_requests=n,
+                                              label=say("{rate:g} requests/s", rate=rate)),
+                                      observer=progress, cancel=cancel, on_measure=hooks)
         else:
             result = loadgen.run_level(spec, level, observer=progress, cancel=cancel, rounds=rounds,
                                        on_measure=hooks)
@@ -392,7 +421,7 @@ class Runner:
                        "so the rest were not run: see why its requests failed.", i=i, n=n, counts=c.said)
         return None
 
-    def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float = 64,
+    def slo_search(self, spec: LoadSpec, target: Target, slo: Slo, low: float = 1, high: float | None = 64,
                    tolerance: float = 1, time_cap_s: float = 600.0, rounds: int = 2,
                    by: str = "concurrency") -> "SloSearch":
         """The largest load at which `slo` holds: requests in flight (`by` "concurrency",
@@ -402,13 +431,16 @@ class Runner:
         `tolerance` apart or `time_cap_s` has passed (then the best found so far, said as not settled). A level
         is stopped early, and counts as missed, once the server is past saturation
         (engine.measure.judge.saturation: in flight and TTFT both still growing, which only arrivals at a rate
-        can show)."""
-        check_search(low, high, tolerance, by)
+        can show). `high` None: no top given, so the level doubles from `low` until the SLO misses (at most
+        MAX_IN_FLIGHT in flight or MAX_RATE requests/s), then bisects: the range follows the server, not a guess."""
+        doubling = high is None
+        top = (MAX_IN_FLIGHT if by == "concurrency" else MAX_RATE) if high is None else high
+        check_search(low, top, tolerance, by)
         whole = by == "concurrency"
         spec = target.aim(replace(spec, scenario="slo-search"))
-        search = SloSearch(slo, low, high, tolerance, time_cap_s, uuid.uuid4().hex[:12], by=by)
+        search = SloSearch(slo, low, top, tolerance, time_cap_s, uuid.uuid4().hex[:12], by=by, doubled=doubling)
         began = time.monotonic()
-        expected = 2 + math.ceil(math.log2(max(1.0, (high - low) / tolerance)))  # low, high, then halvings
+        expected = 2 + math.ceil(math.log2(max(1.0, (top - low) / tolerance)))  # low, high, then halvings
         self.mark(say("SLO search start"))
         try:
             ok, bad = None, None  # the highest level that held and the lowest that did not
@@ -428,12 +460,16 @@ class Runner:
                     bad = level
                 if ok is None and bad == low:
                     break  # not even the lowest level held
-                if bad is None:
-                    level = high if level < high else None  # the top first: the answer may lie at or beyond it
+                if bad is None and doubling:  # no top given: twice as much, until the SLO misses
+                    level = min(top, level * 2) if level < top else None
+                elif bad is None:
+                    level = top if level < top else None  # the top first: the answer may lie at or beyond it
                 else:  # ok < bad: halve the gap between them
                     mid = (ok + bad) // 2 if whole else (ok + bad) / 2
                     level = mid if bad - ok > tolerance else None
             search.best, search.above, search.cancelled = ok, bad, self.cancel.is_set()
+            if doubling:  # the highest level it reached is the top it searched
+                search.high = max(search.levels, default=low)
             self.progress.on_step(len(search.tried), len(search.tried), mark("done"))
         finally:
             self.mark(say("SLO search end"))

@@ -74,6 +74,7 @@ class SloSearch:
     time_cap_s: float
     id: str
     by: str = "concurrency"  # "concurrency": requests in flight; "rate": requests per second
+    doubled: bool = False  # no top was given: the levels doubled from `low` until the SLO missed
     tried: list = field(default_factory=list)  # [(level, held, RunResult)]
     best: float | None = None
     above: float | None = None

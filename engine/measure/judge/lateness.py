@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.measure.judge.stats import percentile
+from engine.measure.judge.stats import peak_in_flight, percentile
 from engine.messages import Message, say, say_n
 from engine.results.records import Notes, RequestRecord
 
@@ -24,8 +24,9 @@ class Lateness:
 
 
 def of(records: Iterable[RequestRecord]) -> Lateness | None:
-    """The measured requests' sends against their plan; None when none had a planned time (a closed loop)."""
-    gaps = [max(0.0, r.send_time - r.planned_time) for r in records
+    """The measured requests' sends against their plan; None when none had a planned time (a closed loop). A wait
+    for a slot under a cap on requests in flight is by design, not lateness."""
+    gaps = [max(0.0, r.send_time - r.planned_time - (r.slot_wait or 0.0)) for r in records
             if not r.warmup and r.planned_time is not None]
     if not gaps:
         return None
@@ -66,3 +67,18 @@ def budget_said(n: Notes) -> Message | None:
                  "{n} requests waited for one of the {budget:,} connections this client can hold at once (set by its "
                  "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
                  "limit (ulimit -n) to send more at once.", n.client_waits, budget=n.client_connections)
+
+
+def in_flight_said(result: Any) -> Message | None:
+    """For a run whose requests arrived on a schedule (a rate, a trace): the most that were in flight at once, as
+    observed, and its cap; None for a closed loop, whose number in flight was set."""
+    measured = [r for r in result.records if not r.warmup]
+    if not any(r.planned_time is not None for r in measured):
+        return None
+    cap = result.load.other.get("max_in_flight")
+    peak = peak_in_flight(result.records)
+    if cap:
+        waited = sum(1 for r in measured if (r.slot_wait or 0) > LATE_S)
+        return say("At most {peak} requests were in flight at once (observed; capped at {cap}), and {waited} of {n} "
+                   "arrivals waited for a slot.", peak=peak, cap=cap, waited=waited, n=len(measured))
+    return say("At most {peak} requests were in flight at once (observed; no cap).", peak=peak)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import random
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.measure.load import arrivals
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import RATE_SHAPES, LoadSpec
 from engine.results.records import RequestRecord
@@ -20,12 +20,14 @@ from engine.results.records import RequestRecord
 class Job:
     """The part of a run one loop sends: a closed loop (`workers` pulling unit indices from `take`, worker k
     starting `starts[k]` s after the phase's start: a ramp-up) or an open loop (`schedule` of (unit index,
-    planned offset s)). A unit is one request, or one conversation of a multi-turn chat."""
+    planned offset s), at most `cap` of them in flight). A unit is one request, or one conversation of a
+    multi-turn chat."""
 
     workers: int = 0
     take: Callable[[], int | None] | None = None
     schedule: list[tuple[int, float]] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
+    cap: int = 0  # an open loop's most requests in flight (its share of LoadSpec.max_in_flight); 0: no cap
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ async def drive(req: Requester, job: Job, warmup: bool, sink: Callable[[RequestR
     plan = units_for(spec, warmup)
     think = 0.0 if warmup else spec.think_time_s
 
-    async def one(u: int, planned: float | None = None) -> None:
+    async def one(u: int, planned: float | None = None, slot_wait: float | None = None) -> None:
         history: list[dict[str, str]] = []
         broken: str | None = None
         for k, turn in enumerate(plan[u]):
@@ -71,7 +73,7 @@ async def drive(req: Requester, job: Job, warmup: bool, sink: Callable[[RequestR
                 return
             rec = RequestRecord(index=turn.index, prompt=turn.prompt, send_time=0.0, warmup=warmup,
                                 conversation=turn.conversation, turn=turn.turn,
-                                planned_time=planned if k == 0 else None)
+                                planned_time=planned if k == 0 else None, slot_wait=slot_wait if k == 0 else None)
             if broken is not None:  # its history would lack a reply: said, not sent
                 rec.send_time = rec.end_time = clock() - req.t0
                 rec.error = broken
@@ -92,6 +94,16 @@ async def drive(req: Requester, job: Job, warmup: bool, sink: Callable[[RequestR
         while not cancelled() and (u := job.take()) is not None:  # type: ignore[misc]
             await one(u)
 
+    slots = asyncio.Semaphore(job.cap) if job.cap else None
+
+    async def capped(u: int, offset: float) -> None:
+        """An arrival past the cap waits for a request to end (vllm bench serve's --max-concurrency): its wait
+        is the record's slot_wait, so the client is not counted late for it."""
+        assert slots is not None
+        arrived = clock()
+        async with slots:
+            await one(u, offset, clock() - arrived)
+
     async def open_loop() -> None:
         tasks = []
         for u, offset in job.schedule:
@@ -99,7 +111,7 @@ async def drive(req: Requester, job: Job, warmup: bool, sink: Callable[[RequestR
                 await asyncio.sleep(delay)
             if cancelled():
                 break
-            tasks.append(asyncio.create_task(one(u, offset)))
+            tasks.append(asyncio.create_task(one(u, offset) if slots is None else capped(u, offset)))
         await asyncio.gather(*tasks, return_exceptions=True)
 
     if job.take is not None:
@@ -141,27 +153,6 @@ def counter(n: int) -> Callable[[], int | None]:
     return lambda: next(it, None)
 
 
-def poisson_offsets(n: int, rate: float, seed: int, burstiness: float = 1.0, ramp_up_s: float = 0.0,
-                    ramp_from: float | None = None) -> list[float]:
-    """Send offsets (s) of a seeded arrival process. Gaps are gamma-distributed as `vllm bench serve
-    --burstiness` draws them (shape = burstiness, scale = 1 / (rate × burstiness): mean 1/rate; burstiness 1
-    is Poisson, below 1 burstier, above 1 steadier). Without a ramp-up they are rescaled like vllm bench serve,
-    so the last request goes out at n/rate exactly (steadier throughput across seeds); with one the rate
-    rises linearly from `ramp_from` (default a tenth of it) to `rate` over `ramp_up_s` seconds, each gap drawn
-    at the rate of the moment it starts, and nothing is rescaled (that would bend the ramp)."""
-    rng = random.Random(seed)
-    start = rate / 10 if ramp_from is None else ramp_from
-    t, out = 0.0, []
-    for _ in range(n):
-        now = rate if ramp_up_s <= 0 else start + (rate - start) * min(1.0, t / ramp_up_s)
-        t += rng.expovariate(now) if burstiness == 1 else rng.gammavariate(burstiness, 1 / (now * burstiness))
-        out.append(t)
-    if ramp_up_s <= 0 and out and out[-1] > 0:
-        k = (n / rate) / out[-1]
-        out = [x * k for x in out]
-    return out
-
-
 def ramp_starts(top: int, start: int, ramp_up_s: float) -> list[float]:
     """When each of `top` closed-loop workers starts (s) so that the requests in flight rise linearly from
     `start` to `top` over `ramp_up_s`: the first `start` at once, worker k (0-based) at ramp × (k+1-start) /
@@ -172,11 +163,12 @@ def ramp_starts(top: int, start: int, ramp_up_s: float) -> list[float]:
 
 
 def schedule(spec: LoadSpec) -> list[float]:
-    """The planned send offsets (s) of a rate-based spec's units (poisson: seeded; trace: the file's)."""
+    """The planned send offsets (s) of a rate-based spec's units (at a rate: seeded, arrivals.offsets; a trace:
+    the file's)."""
     if spec.shape == "trace":
         return list(spec.offsets or [])
-    return poisson_offsets(spec.units, float(spec.rate or 1.0), spec.seed, spec.burstiness, spec.ramp_up_s,
-                           spec.ramp_from)
+    return arrivals.offsets(spec.units, float(spec.rate or 1.0), spec.seed, spec.burstiness, spec.ramp_up_s,
+                            spec.ramp_from, spec.arrival, spec.ramp_strategy, spec.ramp_start_rps)
 
 
 def measured_job(spec: LoadSpec, take: Callable[[], int | None], workers: int, shard: int = 0,
@@ -186,7 +178,9 @@ def measured_job(spec: LoadSpec, take: Callable[[], int | None], workers: int, s
     k holds global workers k, k + shards, ...)."""
     if spec.shape in RATE_SHAPES:
         offsets = schedule(spec)
-        return Job(schedule=[(i, offsets[i]) for i in range(shard, spec.units, shards)])
+        cap = spec.max_in_flight or 0  # each client process holds its share of the cap
+        return Job(schedule=[(i, offsets[i]) for i in range(shard, spec.units, shards)],
+                   cap=cap // shards + (shard < cap % shards) if cap else 0)
     starts: list[float] = []
     if spec.ramp_up_s > 0 and spec.shape == "concurrency":
         top = min(spec.in_flight(), spec.units)

@@ -106,7 +106,9 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
     cancel = cancel or threading.Event()
     shards = auto_workers(spec)
     plan = RunPlan(label=spec.label, shape=spec.shape, num_requests=spec.n, warmup=spec.warmup,
-                   concurrency=spec.in_flight(), workers=shards, url=spec.url, model=spec.model)
+                   concurrency=spec.in_flight(), workers=shards, url=spec.url, model=spec.model,
+                   arrivals=str(spec.arrivals_said()) if spec.shape == "poisson" else
+                   "on the trace's clock" if spec.shape == "trace" else "")
     notify(observer.on_start, plan)
     totals = Totals(total=spec.n)
     if shards == 1:

@@ -25,6 +25,8 @@ MAX_WORKERS = 64
 MAX_THINK_S = 3600.0
 MAX_RAMP_S = 86_400.0
 MAX_BURSTINESS = 100.0
+ARRIVALS = ("poisson", "gamma", "constant")  # a rate's arrivals: random gaps (gamma of shape burstiness) or even
+RAMP_STRATEGIES = ("linear", "exponential")  # vllm bench serve --ramp-up-strategy: the rate request by request
 # Every request has one deadline for its whole answer (not only for each silence): a server that streams
 # without end is cut off there. It grows with the answer's length: 30 s, plus 0.5 s per token asked for
 # (2 tokens/s per request: the shape-only 8B on a CPU, or a deep batch, still finishes).
@@ -79,6 +81,17 @@ class LoadSpec:
     conversations: list[list[str]] | None = None
     think_time_s: float = 0.0  # a conversation's pause between a reply and its next turn
     burstiness: float = 1.0  # poisson: the gaps' gamma shape, as vllm bench serve --burstiness (1: Poisson)
+    # A rate's arrivals: "poisson" (exponential gaps), "gamma" (gaps of shape `burstiness`; set from it: a spec
+    # with burstiness 1 is "poisson", another "gamma") or "constant" (even gaps of 1/rate: vllm bench serve's
+    # burstiness inf)
+    arrival: str = "poisson"
+    # The most requests in flight while arrivals come at a rate (vllm bench serve --max-concurrency): an arrival
+    # past it waits for a request to end (its wait is recorded, not counted as the client's lateness); None: no cap
+    max_in_flight: int | None = None
+    # A rate ramp as vllm bench serve's --ramp-up-strategy: request i of n arrives at the rate ramp_start_rps
+    # raised to `rate` (the end rate), linearly or exponentially in i / (n - 1); None: no such ramp
+    ramp_strategy: str | None = None
+    ramp_start_rps: float | None = None
     # Ramp-up: the requests in flight ("concurrency") or the rate ("poisson") rise linearly from ramp_from to
     # their value over ramp_up_s seconds (0: no ramp); ramp_from None: 1 in flight, or a tenth of the rate
     ramp_up_s: float = 0.0
@@ -96,6 +109,8 @@ class LoadSpec:
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.arrival in ("poisson", "gamma"):  # one name for one draw: a burstiness other than 1 is gamma
+            self.arrival = "poisson" if self.burstiness == 1 else "gamma"
         self.validate()
 
     def validate(self, max_model_len: int | None = None) -> "LoadSpec":
@@ -121,10 +136,9 @@ class LoadSpec:
                                   "were asked for: send fewer, or keep a number of them in flight.",
                                   limit=MAX_IN_FLIGHT, n=self.units))
         if self.shape == "poisson":
-            if not _number(self.rate) or not 0 < self.rate <= MAX_RATE:
-                raise ConfigError(say("The Poisson rate must be above 0 and at most {limit:g} requests/s, "
-                                      "not {rate}.", limit=MAX_RATE, rate=self.rate))
+            check_rate(self.rate, mark("The Poisson rate") if self.arrival == "poisson" else mark("The rate"))
             check_in_flight(self.concurrency, mark("The expected requests in flight"))
+        self._validate_rate()
         if self.max_tokens is not None:
             check_max_tokens(self.max_tokens, max_model_len)
         self._validate_workload(max_model_len)
@@ -148,6 +162,36 @@ class LoadSpec:
             raise ConfigError(say("The read timeout must be a positive number of seconds, not {v}.",
                                   v=self.read_timeout_s))
         return self
+
+    def _validate_rate(self) -> None:
+        """The checks of a rate's arrivals, its cap on requests in flight and its ramp by rate."""
+        if self.arrival not in ARRIVALS:
+            raise ConfigError(say("The arrivals '{v}' are unknown: pick one of {names}.", v=self.arrival,
+                                  names=", ".join(ARRIVALS)))
+        if self.arrival == "constant" and self.burstiness != 1:
+            raise ConfigError(say("Constant arrivals are evenly spaced, so a burstiness does not apply: leave it "
+                                  "at 1, or pick gamma arrivals."))
+        if self.max_in_flight is not None:
+            if self.shape not in RATE_SHAPES:
+                raise ConfigError(say("A cap on requests in flight holds back arrivals at a rate; this load keeps "
+                                      "its own number in flight: set that instead."))
+            check_in_flight(self.max_in_flight, mark("The most requests in flight (max concurrency)"))
+        if self.ramp_strategy is None:
+            if self.ramp_start_rps is not None:
+                raise ConfigError(say("A ramp's starting rate needs its strategy: linear or exponential."))
+            return
+        if self.ramp_strategy not in RAMP_STRATEGIES:
+            raise ConfigError(say("The ramp-up strategy '{v}' is unknown: pick linear or exponential.",
+                                  v=self.ramp_strategy))
+        if self.shape != "poisson":
+            raise ConfigError(say("A ramp by rate raises the rate requests arrive at: pick arrivals at a rate."))
+        if self.ramp_up_s > 0:
+            raise ConfigError(say("A ramp by rate and a ramp over time both raise the rate: give only one of them."))
+        start = self.ramp_start_rps
+        check_rate(start, mark("A ramp's starting rate"))
+        if start > (self.rate or 0):
+            raise ConfigError(say("A ramp's starting rate ({start:g} requests/s) is above its end rate ({end:g}): "
+                                  "start lower, or end higher.", start=start, end=self.rate or 0))
 
     def _validate_workload(self, max_model_len: int | None) -> None:
         """The checks of a workload's per-request detail (its lists are the engine's, already parsed)."""
@@ -249,12 +293,6 @@ class LoadSpec:
                          "{n} requests, {start} to {in_flight} in flight over {s:g} s, {tokens}", n,
                          start=self.ramp_from or 1, in_flight=min(self.concurrency, n), s=self.ramp_up_s,
                          tokens=tokens)
-        if self.shape == "poisson" and (self.ramp_up_s > 0 or self.burstiness != 1):
-            start = self.ramp_from if self.ramp_from is not None else (self.rate or 0) / 10
-            ramp = say(" from {start:g}/s over {s:g} s", start=start, s=self.ramp_up_s) if self.ramp_up_s else ""
-            return say_n("{n} request, gamma arrivals {rate:g}/s{ramp}, burstiness {b:g}, {tokens}",
-                         "{n} requests, gamma arrivals {rate:g}/s{ramp}, burstiness {b:g}, {tokens}", n,
-                         rate=self.rate, ramp=ramp, b=self.burstiness, tokens=tokens)
         if self.shape == "sequential":
             return say_n("{n} request one after another, {tokens}", "{n} requests one after another, {tokens}", n,
                          tokens=tokens)
@@ -264,8 +302,40 @@ class LoadSpec:
             return say_n("{n} request, {in_flight} in flight, {tokens}",
                          "{n} requests, {in_flight} in flight, {tokens}", n,
                          in_flight=min(self.concurrency, n), tokens=tokens)
+        if self.shape == "poisson" and (self.ramp_up_s > 0 or self.ramp_strategy or self.arrival != "poisson"
+                                        or self.max_in_flight):
+            return say_n("{n} request, {arrivals}, {tokens}", "{n} requests, {arrivals}, {tokens}", n,
+                         arrivals=self.arrivals_said(), tokens=tokens)
         return say_n("{n} request, Poisson {rate:g}/s, {tokens}", "{n} requests, Poisson {rate:g}/s, {tokens}", n,
                      rate=self.rate, tokens=tokens)
+
+    def arrivals_said(self):
+        """How requests arrive at a rate, in a few words: 'Poisson 4/s', 'gamma arrivals 2/s, burstiness 0.25',
+        'constant 4/s', a ramp ('Poisson from 1 to 8/s, linear by request') and a cap ('at most 8 in flight')."""
+        rate, b = self.rate or 0, self.burstiness
+        if self.ramp_strategy:
+            how = (say("linear by request") if self.ramp_strategy == "linear" else say("exponential by request"))
+            said = {"poisson": say("Poisson from {start:g} to {end:g}/s, {how}", start=self.ramp_start_rps, end=rate,
+                                   how=how),
+                    "gamma": say("gamma arrivals from {start:g} to {end:g}/s, {how}, burstiness {b:g}",
+                                 start=self.ramp_start_rps, end=rate, how=how, b=b),
+                    "constant": say("constant from {start:g} to {end:g}/s, {how}", start=self.ramp_start_rps,
+                                    end=rate, how=how)}[self.arrival]
+        elif self.ramp_up_s > 0:
+            start = self.ramp_from if self.ramp_from is not None else rate / 10
+            said = {"poisson": say("Poisson {rate:g}/s from {start:g}/s over {s:g} s", rate=rate, start=start,
+                                   s=self.ramp_up_s),
+                    "gamma": say("gamma arrivals {rate:g}/s from {start:g}/s over {s:g} s, burstiness {b:g}",
+                                 rate=rate, start=start, s=self.ramp_up_s, b=b),
+                    "constant": say("constant {rate:g}/s from {start:g}/s over {s:g} s", rate=rate, start=start,
+                                    s=self.ramp_up_s)}[self.arrival]
+        else:
+            said = {"poisson": say("Poisson {rate:g}/s", rate=rate),
+                    "gamma": say("gamma arrivals {rate:g}/s, burstiness {b:g}", rate=rate, b=b),
+                    "constant": say("constant {rate:g}/s", rate=rate)}[self.arrival]
+        if self.max_in_flight:
+            return say("{arrivals}, at most {cap} in flight", arrivals=said, cap=self.max_in_flight)
+        return said
 
     @property
     def n(self) -> int:
@@ -278,7 +348,9 @@ class LoadSpec:
         return self.base_url.rstrip("/").removesuffix("/v1") + ENDPOINTS[self.endpoint]
 
     def in_flight(self) -> int:
-        """The most requests this shape keeps in flight (poisson: the `concurrency` hint)."""
+        """The most requests this shape keeps in flight (at a rate: its cap, else the `concurrency` hint)."""
+        if self.shape in RATE_SHAPES and self.max_in_flight:
+            return self.max_in_flight
         return {"sequential": 1, "burst": self.units}.get(self.shape, max(1, self.concurrency))
 
     def as_dict(self) -> dict[str, Any]:
@@ -357,6 +429,23 @@ def check_request_shape(sampling: Any, headers: Any, extra_body: Any) -> None:
                                   "once.", key=key))
 
 
+def arrivals_recorded(load: Any):
+    """How a recorded run's requests arrived at a rate (its `Load`, results.records), as arrivals_said says it;
+    None for a closed loop, a trace, or a record too old or odd to say it."""
+    if getattr(load, "shape", "") != "poisson" or not load.rate:
+        return None
+    o = load.other
+    try:
+        spec = LoadSpec(base_url="", model="", prompts=["-"], shape="poisson", rate=load.rate,
+                        burstiness=load.burstiness or 1.0, arrival=o.get("arrival", "poisson"),
+                        max_in_flight=o.get("max_in_flight"), ramp_strategy=o.get("ramp_strategy"),
+                        ramp_start_rps=o.get("ramp_start_rps"), ramp_up_s=o.get("ramp_up_s", 0.0),
+                        ramp_from=o.get("ramp_from"))
+    except (ConfigError, TypeError):
+        return None
+    return spec.arrivals_said()
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -365,6 +454,13 @@ def _whole(what: str, v: Any, lo: int, hi: int) -> None:
     if not (isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi):
         raise ConfigError(say("{what} must be a whole number from {lo} to {hi}, not {v}.", what=what, lo=lo, hi=hi,
                               v=v))
+
+
+def check_rate(v: Any, what: str = mark("The rate")) -> None:
+    """ConfigError unless `v` is a number of requests per second above 0 and at most MAX_RATE."""
+    if not _number(v) or not 0 < v <= MAX_RATE:
+        raise ConfigError(say("{what} must be above 0 and at most {limit:g} requests/s, not {rate}.", what=what,
+                              limit=MAX_RATE, rate=v))
 
 
 def check_in_flight(n: Any, what: str = mark("Requests in flight")) -> None:

@@ -3,6 +3,7 @@ comments in the viewer's language (the snippets of `load.py` and `workload.py` s
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 from engine.messages import Message, say, translate
 
@@ -53,3 +54,10 @@ def client(cls: str, base_url: str, key_needed: bool, c: Comments) -> list[str]:
 def comment(c: Comments, m: Message, indent: str = "") -> list[str]:
     """A comment in the viewer's language, wrapped at WIDTH."""
     return textwrap.wrap(c.line(m, indent), WIDTH, subsequent_indent=indent + "# ")
+
+
+def paced_beyond_code(load: Any) -> bool:
+    """Whether a run's arrivals are more than this code writes (constant gaps, a cap on requests in flight, a ramp
+    by rate): its code is left unwritten rather than shown sending another load."""
+    other = load.other if isinstance(load.other, dict) else {}
+    return bool(other.get("arrival") == "constant" or other.get("max_in_flight") or other.get("ramp_strategy"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from typing import Any
 
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import kinds, prompts, scenarios, seeds
@@ -95,13 +96,16 @@ def workload_plan(desc: dict, data: bytes | None = None, report=None) -> Plan:
 def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: int | None, ignore_eos: bool = False,
                    rate: float | None = None, concurrency: int | None = None, synthetic: bool = False,
                    warmup: bool = True, plan: Plan | None = None, ramp_up_s: float = 0.0,
-                   burstiness: float = 1.0, seed: int | None = None) -> LoadSpec:
+                   burstiness: float = 1.0, seed: int | None = None, arrival: str = "poisson",
+                   max_in_flight: int | None = None, ramp_strategy: str | None = None,
+                   ramp_start_rps: float | None = None) -> LoadSpec:
     """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
     checked against the ready server's `max_len` (ConfigError), and named by what happens: how many
     requests were really in flight, or the arrival rate. With `warmup`, one batch as big as the measured
     part's is sent first and not counted (engine.measure.judge.warmth: the first batch of a size pays
     start-up work). A workload `plan` (workload_plan) replaces the prompts with its own requests (their lengths,
-    turns or trace clock); `ramp_up_s` and `burstiness` as LoadSpec's. Named by the workload's kind (a scenario
+    turns or trace clock); `ramp_up_s`, `burstiness`, `arrival`, `max_in_flight` (a rate's cap) and a ramp by rate
+    (`ramp_strategy`, `ramp_start_rps`) as LoadSpec's. Named by the workload's kind (a scenario
     of the catalogue starts with it), else by its arrival. Synthetic prompts (seeded, or a length distribution's) are
     made from `seed`, a new one when None (seeds.fresh: no run finds another's prompts in the prefix cache)."""
     seed = seeds.fresh() if seed is None else seed
@@ -109,17 +113,32 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
     spec = scenarios.get("concurrent-10").load_spec(
         prompts=list(plist), shape=shape, num_requests=num_requests, max_tokens=max_tokens, ignore_eos=ignore_eos,
         rate=rate, concurrency=concurrency if shape == "concurrency" else None,
-        prompt_seed=seed if synthetic else None)
+        prompt_seed=seed if synthetic else None, arrival=arrival if shape == "poisson" else "poisson",
+        burstiness=burstiness if shape == "poisson" else 1.0)
     if plan is not None:
         spec = seeds.reseed(plan.apply(spec), seed)
     if plan is None or plan.offsets is None:  # a trace keeps its own clock
+        rated = shape == "poisson"
         spec = replace(spec, ramp_up_s=ramp_up_s if shape in ("concurrency", "poisson") else 0.0,
-                       burstiness=burstiness if shape == "poisson" else 1.0)
+                       burstiness=burstiness if rated else 1.0, arrival=arrival if rated else "poisson",
+                       ramp_strategy=ramp_strategy if rated else None, ramp_start_rps=ramp_start_rps if rated else None)
+    if max_in_flight and spec.shape in ("poisson", "trace"):  # a cap holds back arrivals on a schedule
+        spec = replace(spec, max_in_flight=max_in_flight)
     spec.validate(max_len)
     scenario = (plan.kind if plan is not None else "poisson" if shape == "poisson"
                 else f"concurrent-{min(spec.in_flight(), spec.n)}")
     return replace(spec, label=seeds.described(spec), warmup=min(spec.in_flight(), spec.n) if warmup else 0,
                    scenario=scenario)
+
+
+def rate_choice(spacing: str, cap: Any, ramp: str | None, value: float) -> dict[str, Any]:
+    """load_test_spec's rate settings from the Load test page's choices: `spacing` "poisson" or "constant", `cap`
+    the most in flight (0: none), `ramp` None, "time" (its seconds are ramp_up_s) or a ramp by request ("linear",
+    "exponential") starting at `value` requests/s. A bad value is LoadSpec's one sentence when the spec is made."""
+    out: dict[str, Any] = {"arrival": spacing, "max_in_flight": None if cap == 0 else cap}
+    if ramp in ("linear", "exponential"):
+        out.update(ramp_strategy=ramp, ramp_start_rps=value)
+    return out
 
 
 # The Tuning comparison's "what to send": the lab's prompts, or a shipped example workload

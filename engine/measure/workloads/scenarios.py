@@ -179,9 +179,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
              ignore_eos=True, levels=(1, 2, 4, 8, 16, 32)),
     # The SLO search: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
-    # flight that meet the SLO given (the CLI's --slo-ttft-ms / --slo-tpot-ms), between levels[0] and levels[-1]
-    Scenario("slo-search", say("SLO search: the most requests in flight, from 1 to 32, that meet the SLO ({tokens} "
-                               "tokens)", tokens=128), "slo-search",
+    # flight that meet the SLO given (the CLI's --slo-ttft-ms / --slo-tpot-ms), from levels[0] up to the server's
+    # capacity (runs.capacity; levels[-1] where the server does not say)
+    Scenario("slo-search", say("SLO search: the most requests in flight (or with --search-by rate, the highest "
+                               "arrival rate) that meet the SLO, up to the server's capacity ({tokens} tokens)",
+                               tokens=128), "slo-search",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
              ignore_eos=True, levels=(1, 32)),
     Scenario("sustained", say("Sustained load: Poisson arrivals at 2 requests/s for 30 requests ({tokens} tokens)",
