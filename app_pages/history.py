@@ -1,6 +1,5 @@
 """History: every run the app measured (or imported), compared on one chart and exported."""
 import hashlib
-import statistics
 
 import pandas as pd
 import streamlit as st
@@ -12,7 +11,7 @@ from engine.digits import rounded
 from engine.figures.report import report_html
 from engine.lab import LabError
 from engine.measure.judge import cost as pricing
-from engine.measure.judge import failures
+from engine.measure.judge import failures, repeats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.workloads.named import named as workload_named
 from i18n import _
@@ -41,17 +40,6 @@ def status(r) -> str:
 def warmth(r) -> str:
     """Cold: the run's measured batch was the first of its size since its server started; blank: unknown."""
     return "" if r.extra.cold is None else _("❄ cold") if r.extra.cold else _("warm")
-
-
-def cost(r, price: float):
-    """The run's cost per million output tokens at `price`: cents, or four decimals below 0.1."""
-    c = pricing.run_cost_per_million(r, price)
-    return None if c is None else round(c, 2 if c >= 0.1 else 4)
-
-
-def number(v):
-    """A measured number for the table: rounded to its significant figures, still a number (the column sorts)."""
-    return rounded(v)
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -98,13 +86,13 @@ else:
     lines = lab.history.entries(rows, each)
 
     def line(group) -> dict:
-        """A run, or a load test's repeats together: their medians over the repeats that answered every request."""
+        """A run, or a load test's repeats together: their medians over the repeats that count (as the report's and
+        the Load test's spreads), rounded to their significant figures and still numbers (the columns sort)."""
         r = group[0]
-        counted = [g for g in group if not g.extra.repeat_failed and not failed(g)]
+        counted = failures.counted_repeats(group)
 
         def median(value):
-            values = [v for g in counted if (v := value(g)) is not None]
-            return statistics.median(values) if values else None
+            return rounded(repeats.median(group, value))
 
         label = (_("🎭 rehearsal · ") if r.extra.rehearsal else "") + (i18n.tr(r.label) or r.scenario)
         if len(group) > 1:
@@ -118,14 +106,15 @@ else:
             "started": ui.started(r), "run": label,
             "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
             # the viewer just typed a price: its column is in sight, not past the table's right edge
-            **({"cost / M output tokens": median(lambda g: cost(g, price))} if price is not None else {}),
+            **({"cost / M output tokens": median(lambda g: pricing.run_cost_per_million(g, price))}
+               if price is not None else {}),
             "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
             "model": r.model.split("/")[-1], "server": r.extra.endpoint,
             "requests": sum(g.n_requests for g in group), "failed": sum(g.n_failed for g in group),
-            "wall time (s)": round(sum(g.duration for g in group), 2),
-            "output tok/s": number(median(lambda g: g.summary.get("output_throughput"))),
-            "mean TTFT (ms)": number(median(lambda g: g.summary.get("mean_ttft_ms"))),
-            "J / output token": number(median(figures.j_per_token)),
+            "wall time (s)": median("duration"),  # a median beside medians, not the repeats' sum
+            "output tok/s": median("output_throughput"),
+            "mean TTFT (ms)": median("mean_ttft_ms"),
+            "J / output token": median(figures.j_per_token),
             "hardware": str(r.hardware.get("summary") or ""), "source": r.source,
         }
 

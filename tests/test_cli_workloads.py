@@ -32,6 +32,10 @@ def five(tmp_path):
     return path
 
 
+def _load_of(*argv: str):
+    return load_of(*argv)
+
+
 def load_of(*argv: str):
     """The LoadSpec `python -m engine run ARGV` would send, built as the command builds it."""
     args = build_parser().parse_args(["run", *argv])
@@ -90,10 +94,69 @@ def test_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given():
     again = seeds.reseed(fixed[0], 43)
     assert again.prompts != fixed[0].prompts and again.workload["seed"] == 43 and len(again.prompts) == 32
     assert again.max_tokens_each == fixed[0].max_tokens_each and again.label == fixed[0].label
-    for argv, says in ((["concurrent-10", "--seed", "1"], "the concurrent-10 scenario sends prompts of its own"),
+    for argv, says in ((["concurrent-10", "--seed", "1"], "the concurrent-10 scenario sends prompts of its own: give "
+                        "--input-len or --prefix-len with it, or run one of .*sweep, slo-search, sustained"),
                        (["random-512-64", "--seed", "-1"], "--seed must be a whole number from 0")):
         with pytest.raises(ConfigError, match=says):
             load_of(*argv)
+
+
+@pytest.mark.parametrize("name", ["sweep", "slo-search", "sustained", "ramp-up", "bursty"])
+def test_the_scenarios_of_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given(name):
+    """Issue #29 item 4: the sweep, the SLO search, sustained, ramp-up and bursty sent seed 0's (or 1's, 2's, 3's)
+    prompts every run, so a second run found the first's in vLLM's prefix cache, and --seed was refused."""
+    slo = ("--slo-ttft-ms", "500") if name == "slo-search" else ()
+    load_of = lambda *argv: _load_of(*argv, *slo)  # noqa: E731
+    a, b = load_of(name), load_of(name)
+    assert a.prompt_seed is not None and a.prompt_seed != b.prompt_seed and a.prompts != b.prompts
+    fixed = [load_of(name, "--seed", "42") for _ in range(2)]
+    assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 42 and fixed[0].prompts != a.prompts
+    scn = scenarios.get(name)
+    assert len(a.prompts) == len(scn.prompts)  # the shape kept: as many prompts, as long (the sweep's extra words)
+    assert {len(p.split()) > 24 for p in a.prompts} == {scn.prompt_words > 0}
+    assert a.as_dict()["prompt_seed"] == a.prompt_seed  # recorded with the run (its load)
+
+
+def test_each_level_of_a_sweep_or_search_sends_prompts_of_its_own(monkeypatch):
+    """A sweep's levels all sent the same prompts, so every level after the first found them in the prefix cache;
+    now level i's are the seed plus i's, the same again for the same --seed."""
+    from engine.runs.runner import Runner
+    from engine.measure.judge.slo import Slo
+
+    sent: list = []
+
+    def level(self, spec, level, target, rounds, progress, cancel, rate=None, **notes):
+        sent.append(spec)
+        from engine.results.records import RunResult
+
+        run = RunResult(kind="vllm", scenario=spec.scenario, label="x", records=[], duration=1.0, started_at=0.0)
+        run.load = spec.as_dict()
+        return run
+
+    class Aimed:
+        def aim(self, spec):
+            return spec
+
+    monkeypatch.setattr(Runner, "_level", level)
+    runner = Runner.__new__(Runner)
+    runner.cancel, runner.progress, runner.mark = __import__("threading").Event(), _Quiet(), lambda *_: None
+    runner.sweep(load_of("sweep", "--seed", "42"), [1, 2, 4], Aimed())
+    assert [s.prompt_seed for s in sent] == [42, 43, 44] and len({tuple(s.prompts) for s in sent}) == 3
+    assert all(s.prompt_words == 24 for s in sent)
+    first = list(sent)
+    sent.clear()
+    runner.sweep(load_of("sweep", "--seed", "42"), [1, 2, 4], Aimed())
+    assert [s.prompts for s in sent] == [s.prompts for s in first]  # the same seed: the same prompts again
+    sent.clear()
+    monkeypatch.setattr("engine.runs.runner.judge", lambda run, slo: __import__("types").SimpleNamespace(meets=True))
+    runner.slo_search(load_of("slo-search", "--seed", "7", "--slo-ttft-ms", "500"), Aimed(), Slo(ttft_ms=100),
+                      low=1, high=4)
+    assert [s.prompt_seed for s in sent] == [7, 8] and sent[0].prompts != sent[1].prompts
+
+
+class _Quiet:
+    def __getattr__(self, name):
+        return lambda *a, **k: None
 
 
 def test_turns_trace_time_scale_ramp_up_and_burstiness_reach_the_spec():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.digits import rounded, significant
+from engine.digits import rounded, significant, times
+from engine.figures import caption
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
@@ -59,3 +60,90 @@ def test_the_cli_summary_keeps_the_digits_of_a_slow_run():
     text = summary_table(_slow_run())
     assert "output throughput      0.40 tok/s" in text
     assert "TTFT mean / p99        0.30 ms" in text
+
+
+@pytest.mark.parametrize("x, figures, shown", [
+    (0.9996, 3, "1.00"), (0.09996, 3, "0.100"), (9.9996, 3, "10.0"), (99.96, 2, "100"), (0.99996, 2, "1.0")])
+def test_a_rounding_that_carries_into_a_new_digit_keeps_the_figures_asked(x, figures, shown):
+    """0.9996 to three figures is 1.00: the carry makes a new leading digit, and "1.000" would claim a fourth."""
+    assert significant(x, figures) == shown
+
+
+@pytest.mark.parametrize("ratio, shown", [
+    (1.184, "1.18"), (0.9996, "1.00"), (9.996, "10"), (21.14, "21"), (354.2, "354"), (None, "–")])
+def test_a_ratio_has_three_figures_below_ten_and_two_from_ten_up(ratio, shown):
+    """The Naive page's chart, the guided lab's table and its finding say a speed-up through this one helper."""
+    assert times(ratio) == shown
+
+
+def test_a_median_and_its_range_share_the_decimals_of_the_largest_after_the_carry():
+    from engine.measure.judge import repeats
+
+    assert significant(0.38, 3, like=(0.41, 0.44)) == "0.380" and significant(1563.07, 3, like=(5629.59,)) == "1,563"
+    assert significant(0, 3, like=(0.41,)) == "0.000" and significant(0, 3) == "0"
+    s = repeats.spread([0.9996, 0.9994, 0.9997])
+    assert s.said == "median 1.00, range 1.00–1.00 of 3 runs"  # was "median 1.000, range 0.999–1.000"
+
+
+def test_a_verdict_says_a_ratio_just_under_one_with_three_figures():
+    from engine.measure.judge import verdict
+
+    v = verdict.compare([100.0, 101.0, 99.0], [99.96, 100.97, 98.96], label_a="A", label_b="B", per=verdict.RUNS)
+    assert str(v.effect).startswith("1.00× (") and "1.000" not in v.effect
+    assert "1.000" not in (v.interval or "")
+
+
+def _fast_run(kind: str, label: str, e2e: float, tokens: int = 2) -> RunResult:
+    recs = [RequestRecord(index=i, prompt=f"q{i}", send_time=0.0, first_token_time=e2e / 4, end_time=e2e,
+                          output_tokens=tokens) for i in range(3)]
+    run = RunResult(kind=kind, scenario="s", label=label, records=recs, duration=e2e, started_at=1.7e9)
+    run.summary = summarize(recs, e2e)
+    return run
+
+
+def test_the_naive_page_s_charts_keep_the_digits_of_a_fast_request():
+    """A 40 ms answer was "0.0 s" on the bars, in the legend and in the whole job's caption."""
+    from engine.figures.contenders import contenders_chart, latency_bars
+
+    fast = _fast_run("vllm", "fast", 0.04)
+    fast.scenario = "vllm-5-sequential"  # contender 3: vLLM one at a time
+    bars = latency_bars(None, fast)
+    assert bars.data[0].text[0] == "0.040" and "(avg 0.040 s)" in bars.data[0].name, bars.data[0].name
+    assert "latency 0.040 s · 2 tokens · 50 tok/s" in bars.data[0].hovertext[0]
+    job = contenders_chart([None, None, fast])
+    assert "in 0.040 s; run the others to compare" in caption(job)
+
+
+def test_the_tuning_finding_says_a_slow_throughput_with_its_digits():
+    """0.40 → 0.60 tok/s was "Throughput 0 → 1 tok/s (+50%)"."""
+    from engine.guide.findings import tuning_said
+
+    a, b = _fast_run("vllm", "512", 5.0), _fast_run("vllm", "2048", 5.0)
+    said = tuning_said({"a": [a], "b": [b], "tput_a": 0.40, "tput_b": 0.60, "verdict": None})
+    assert said.startswith("Throughput 0.40 → 0.60 tok/s (+50 %) from 512 to 2048")
+    assert translate(said, "ko").startswith("512에서 2048로 바꾸자 처리량이 0.40 → 0.60 tok/s(+50 %)")
+
+
+def test_the_worker_s_memory_sentence_keeps_a_small_peak():
+    from engine.measure.judge.worker_memory import said
+
+    m = {"exited": True, "gpu": True, "worker_peak_gb": 0.004, "before_gb": 14.59, "after_gb": 14.6, "left_gb": 0.01}
+    assert said(m) == ("The naive worker's process has exited: the GPU uses 15 GB again, as before the run (15 GB); "
+                       "the worker's peak was 0.0040 GB.")
+
+
+def test_the_server_metrics_chart_keeps_a_small_kv_usage_and_rate():
+    from engine.figures.machine import metrics_chart
+
+    samples = [{"t": 100.0 + k, "running": 1, "waiting": 0, "kv_usage": 0.004, "gen_tok_s": 0.4} for k in range(3)]
+    fig = metrics_chart(samples)
+    kv, tok = fig.data[2], fig.data[3]
+    assert kv.text[0] == "0.40" and "%{text}%" in kv.hovertemplate
+    assert tok.text[0] == "0.40" and "%{text} tok/s" in tok.hovertemplate
+    assert "the KV cache peaked at 0.40 % full" in caption(fig)
+
+
+def test_a_rehearsed_step_s_length_is_not_zero_seconds():
+    from engine.guide.sheet import length
+
+    assert length(0.4) == "0.40 s" and length(121) == "121 s" and length(5400, 90) == "90 min"

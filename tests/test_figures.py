@@ -427,7 +427,7 @@ def test_memory_chart():
     assert len(lines) == 2 * len(events) and lines[0].x0 == 0  # epoch times shown relative
     labels = [a.hovertext for a in fig.layout.annotations if a.yref == "y domain"]
     assert labels == [e["label"] for e in events]
-    assert "GPU 0 peaks at 121.5 GB of 144 GB" in figures.caption(fig)
+    assert "GPU 0 peaks at 122 GB of 144 GB" in figures.caption(fig)
     one = figures.memory_chart([s for s in samples if s["series"] == "GPU 0"], events)
     assert len(one.layout.shapes) == len(events)
 

@@ -61,7 +61,7 @@ def test_the_steps_follow_the_notebook_and_name_workloads_that_exist():
     # the notebook's numbers are the ones it printed, in its units
     seed = {(s.id, str(n.label)): (n.value, n.unit) for s in g.STEPS for n in s.seed}
     assert seed[("naive", "mean latency")] == (3.7, "s") and seed[("streaming", "TTFT")] == (166, "ms")
-    assert translate(g.seed_text(g.step("tuning").seed[-1]), "en") == "-20%"
+    assert translate(g.seed_text(g.step("tuning").seed[-1]), "en") == "-20 %"
 
 
 def test_the_presenters_model_is_every_steps_and_survives_a_restart_and_starting_over(lab, tmp_path):
@@ -151,7 +151,7 @@ def test_the_six_findings_from_known_runs():
                         "streaming": stream})
     assert [f.number for f in found] == [1, 2, 3, 4, 5, 6]
     assert all(f.measured for f in found[:5]) and not found[5].measured
-    assert found[0].text.values == {"mean": 2.0, "total": 10.0}
+    assert found[0].text.values == {"mean": "2.0", "total": "10"}  # significant figures, as the table
     # beyond noise, each heading is the notebook's claim, with the interval and how sure
     assert [f.claim for f in found] == [None, 1, 1, 1, 1, None]
     assert found[1].title == "vLLM serves the same model faster"
@@ -161,7 +161,7 @@ def test_the_six_findings_from_known_runs():
     assert "All 10 answers in 1.5 s (3 runs' mean)" in conc_said and "about 10 s" in conc_said
     assert "Throughput 6.67× naive's (95 % interval" in conc_said and "5 naive answers and 3 runs" in conc_said
     tuning = found[3].text
-    assert tuning.values["change"] == "+25%"  # 100 tok/s -> 125 tok/s, the repeats' means
+    assert tuning.values["change"] == "+25 %"  # 100 tok/s -> 125 tok/s, the repeats' means
     assert "beyond this machine's noise" in str(tuning) and "3 runs each" in str(tuning)
     assert "KV cache is 2 GiB in both" in str(tuning.values["why"])  # said on a CPU, where the fraction does nothing
     assert str(found[4].text).startswith("The first token after 400 ms, the whole 300-token answer after 4.0 s")
@@ -294,7 +294,7 @@ def test_a_gpu_that_did_not_come_back_is_not_said_to_have():
     held = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
         **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 9e9}}))
     assert came_back(back) and "again" in str(said(back))
-    assert not came_back(held) and "8.00 GB more" in str(said(held)) and "again" not in str(said(held))
+    assert not came_back(held) and "8.0 GB more" in str(said(held)) and "again" not in str(said(held))
 
 
 def test_the_report_starts_with_the_findings(lab):

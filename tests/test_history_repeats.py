@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import make_run  # noqa: E402
+
+from engine.measure.judge import failures, repeats  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 APP = str(ROOT / "app.py")
@@ -32,6 +34,7 @@ def lab(tmp_path_factory):
             run.extra.repeat_group, run.extra.repeat_index, run.extra.repeats = "g1", i + 1, 3
             run.extra.repeat_failed = tput == 0.0
             run.summary.output_throughput = tput
+            run.duration = (2.0, 3.0, 0.5)[i]
             lab.store.save(run)
         lab.store.save(make_run(1_764_400_000.0, "alone"))
         yield lab
@@ -51,6 +54,22 @@ def test_repeats_are_one_line_with_the_median_of_those_that_answered():
     df = page().dataframe[0].value
     assert list(df["run"]) == ["repeated · 3 of 3 repeats, medians of 2", "alone"]
     assert df["output tok/s"][0] == 110.0 and df["status"][0] == "◐ some failed"
+    # a median beside the medians, of the same repeats (the line's wall time was the sum of all three: 5.5 s)
+    assert df["wall time (s)"][0] == 2.5  # the median of 2.0 and 3.0: the failed repeat's 0.5 s left out too
+
+
+def test_the_repeats_that_count_are_one_rule_for_the_page_the_report_and_the_cli():
+    """History counted a repeat by a rule of its own (not failed, not all-failed); the engine's counted_repeats
+    left out only the failed repeats. One rule now: a stored run that answered none never counts either."""
+    import ui
+
+    lab_runs = ui.get_lab().history.runs()
+    group = next(g for g in ui.get_lab().history.entries(lab_runs) if len(g) > 1)
+    assert [r.extra.repeat_index for r in failures.counted_repeats(group)] == [1, 2]
+    alone = next(r for r in lab_runs if r.label == "alone")
+    alone.n_failed = alone.n_requests  # answered none: left out as History left it out
+    assert failures.counted_repeats([alone]) == [] and repeats.median([alone], "output_throughput") is None
+    assert repeats.median(group, lambda r: r.duration) == 2.5 == repeats.of_runs(group, "duration").median
 
 
 def test_the_line_expands_to_each_repeat():

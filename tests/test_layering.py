@@ -22,7 +22,6 @@ READ_ONLY = {
     "engine.measure.judge.ceiling": "a run's decode speed against its hardware's memory bandwidth",
     "engine.measure.judge.warmth": "why a run is cold or warm, from its stored notes, and its warm-up's cost",
     "engine.measure.judge.repeats": "N repeats' median and spread, and whether the prefix cache was emptied",
-    "engine.measure.judge.verdict": "two samples of one metric compared: the effect, its interval, beyond noise or not",
     "engine.measure.judge.lateness": "whether a run's client sent on its schedule, from its stored notes",
     "engine.measure.judge.kvcache": "a run's KV cache row and sentence, from its stored notes",
     "engine.measure.judge.worker_memory": "the naive worker's own memory and whether it came back, from its notes",

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from engine import figures
+from engine.digits import significant
 from engine.measure.judge import warmth
 from tests.conftest import app_page
 from tests.said import values
@@ -42,7 +43,7 @@ def test_the_whole_job_per_contender_in_the_buttons_order():
     assert static.summary.mean_latency_s > naive.summary.mean_latency_s and static.duration < naive.duration
     # the times, never their ratio: one run each, and the speed-up is the latency chart's one number
     assert cap.startswith("4 · vLLM, all at once answered all 5 prompts soonest, in 1.2 s; 1 · Naive, one at a time "
-                          f"took longest, {naive.duration:.1f} s (one run each).")
+                          f"took longest, {significant(naive.duration)} s (one run each).")
     assert "×" not in cap
     assert "batching pays in total time, not in each request's latency" in cap
 

@@ -27,10 +27,10 @@ def test_a_particle_after_a_placeholder_takes_the_values_sound():
 
 def test_the_catalogue_says_them_right():
     text = translate(say("The naive worker's process has exited: the {peak} of RAM it held at its peak (its own "
-                         "resident memory) went back to the operating system with it.", peak=say("{v:.2f} GB", v=0.84)),
+                         "resident memory) went back to the operating system with it.", peak=say("{v} GB", v="0.84")),
                      "ko")
     assert "0.84 GB가" in text, text
-    text = translate(say("{fast} answered all {n} prompts soonest, in {t_fast:.1f} s; {slow} took longest, "
-                         "{t_slow:.1f} s (one run each).", fast=say("Naive, one at a time"), n=5, t_fast=4.0,
-                         slow=say("Static batch"), t_slow=8.0), "ko")
+    text = translate(say("{fast} answered all {n} prompts soonest, in {t_fast} s; {slow} took longest, "
+                         "{t_slow} s (one run each).", fast=say("Naive, one at a time"), n=5, t_fast="4.0",
+                         slow=say("Static batch"), t_slow="8.0"), "ko")
     assert "(가)" not in text and "하나씩이 " in text and "정적 배치가 " in text, text

@@ -66,7 +66,7 @@ def test_a_stopped_rehearsal_states_no_session_length():
     s.cancelled = True
     said = translate(sheets.expected(s), "en")
     assert said == ("Stopped after 4 of the 9 steps, so there is no session length to expect: the steps that ran "
-                    "took 3 min of their own time."), said
+                    "took 2.9 min of their own time."), said  # 174 s in two figures, as every length
     assert "예상 시간: 약" not in sheets.text(s, "ko") and "Expected length" not in sheets.text(s, "en")
     s.cancelled, s.ended_at = False, None  # read while it runs
     assert translate(sheets.expected(s), "en").startswith("Under way: 4 of the 9 steps so far")
@@ -175,7 +175,7 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
     assert not at.exception, at.exception
     captions = [c.value.replace("\\", "") for c in at.caption]  # as shown: markdown's escapes taken off
     assert any("Step 3 took 121 s in rehearsal (vLLM ready after 98 s)." in c for c in captions), captions
-    assert any("1: 52 s · 2: 0 s · 3: 121 s · 4: ✗" in c for c in captions), captions
+    assert any("1: 52 s · 2: 0.40 s · 3: 121 s · 4: ✗" in c for c in captions), captions
     assert not [w.value for w in at.warning if "rehearsal's setup" in w.value]  # the same setup: no warning
     at.session_state["lang"] = "ko"
     at.run()
@@ -197,7 +197,7 @@ def test_the_presenters_tools_show_the_sheet_and_check_the_room(app_lab):
     at.run()
     assert not at.exception, at.exception
     table = next(df.value for df in at.dataframe if "Memory at its peak" in df.value.columns)
-    assert list(table["Time"]) == ["52 s", "0 s", "121 s", "3 s"]
+    assert list(table["Time"]) == ["52 s", "0.40 s", "121 s", "3.0 s"]  # a 0.4 s step was "0 s"
     assert "failed" in table["Result"].iloc[3]
     assert any("Expected length: about 11 min" in m.value.replace("\\", "") for m in at.markdown)
     next(b for b in at.button if b.label == "Check the room").click().run()

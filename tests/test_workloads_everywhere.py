@@ -18,7 +18,8 @@ from engine.errors import ConfigError
 from engine.measure.workloads.named import one_workload, run_workload
 from engine.measure.workloads.defaults import (example_workloads, load_defaults, load_test_spec, sweep_spec,
                                                tuning_spec, workload_plan)
-from engine.measure.workloads import scenarios
+from engine.measure.workloads import scenarios, seeds
+from engine.measure.workloads.prompts import seeded_prompts
 from engine.results.records import RequestRecord, RunResult
 from engine.runs import Runner, Target, check_sweep, check_tuning
 from engine.serving.config import ServerConfig
@@ -38,11 +39,14 @@ def _first_prompts(n: int) -> list[str]:
 def test_the_sweep_spec_carries_the_chosen_workload_and_keeps_its_own_without_one():
     defaults = load_defaults("cpu", 512)
     plan = workload_plan(LENGTHS)
-    spec = sweep_spec(defaults, plan=plan)
-    assert spec.workload == plan.summary and spec.prompts == plan.prompts
+    spec = sweep_spec(defaults, plan=plan)  # the plan drawn again from a seed of its own: never seed 0's twice
+    again = workload_plan({**LENGTHS, "seed": spec.prompt_seed})
+    assert spec.workload == again.summary and spec.prompts == again.prompts and spec.prompt_seed is not None
+    assert sweep_spec(defaults, plan=plan).prompt_seed != spec.prompt_seed
     assert spec.max_tokens_each == [8, 8, 8] and spec.ignore_eos  # every answer exactly its length
-    own = sweep_spec(defaults)
-    assert own.workload is None and own.prompts == list(scenarios.get("sweep").prompts)
+    own = sweep_spec(defaults)  # its synthetic prompts, from a seed of their own (workloads.seeds)
+    assert own.workload is None and own.prompt_seed is not None and own.prompts == seeded_prompts(
+        len(scenarios.get("sweep").prompts), own.prompt_seed, extra_words=scenarios.get("sweep").prompt_words)
     assert own.max_tokens == defaults.sweep_max_tokens
 
 
@@ -215,14 +219,18 @@ def test_every_level_of_a_sweep_is_sent_the_chosen_plan(lab, vllm_server):
     wait_done(job, 60)
     try:
         plan = workload_plan(LENGTHS)
-        job = lab.run_sweep(sweep_spec(load_defaults(lab.device, lab.serving_max_len()), plan=plan), [1, 2],
-                            token=None, caller="test")
+        spec = sweep_spec(load_defaults(lab.device, lab.serving_max_len()), plan=plan)
+        job = lab.run_sweep(spec, [1, 2], token=None, caller="test")
         wait_done(job, 300)
         assert [r.extra.sweep_level for r in job.result] == [1, 2]
-        for run in job.result:
-            assert run.scenario == "sweep" and run.load.workload == plan.summary
-            assert {r.prompt for r in run.measured} <= set(plan.prompts)
+        for i, run in enumerate(job.result):  # level i: the plan drawn again from its seed plus i (seeds.nth)
+            level = seeds.nth(spec, i)
+            assert run.scenario == "sweep" and run.load.workload == level.workload
+            assert run.load.other["prompt_seed"] == spec.prompt_seed + i
+            assert {r.prompt for r in run.measured} <= set(level.prompts)
             assert all(r.ok and r.output_tokens == 8 for r in run.measured)
+        assert job.result[0].load.workload == spec.workload  # the first level sends the spec as drawn
+        assert not {r.prompt for r in job.result[0].measured} & {r.prompt for r in job.result[1].measured}
         saved = lab.history.run(job.result[-1].id)
         assert saved.load.workload["kind"] == "lengths"
     finally:

@@ -137,7 +137,8 @@ def _load(scn, args):
     if args.concurrency is not None and not levelled:  # run_options let it through: a scenario's limit
         over["concurrency"] = args.concurrency
     load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens,
-                           report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""), **over)
+                           report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""),
+                           seed=args.seed, **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
     return replace(load, **shaped) if (shaped := request_of(args)) else load  # replace validates it

@@ -102,9 +102,10 @@ def add_workload_options(r) -> None:
                         "scenario's over this many seconds")
     g.add_argument("--seed", type=int, metavar="N",
                    help="the seed synthetic prompts are made from (--input-len, --prefix-len, random-512-64, "
-                        "lengths-chat-like, prefix-repetition); "
+                        "lengths-chat-like, prefix-repetition, sweep, slo-search, sustained, ramp-up, bursty); "
                         "default: a new one for every run and every repeat, so none finds another's prompts in the "
-                        "server's prefix cache. Fixed, every repeat sends the same prompts. Each run records its seed")
+                        "server's prefix cache. Fixed, every repeat sends the same prompts; a sweep's or SLO search's "
+                        "levels take the seed plus their index. Each run records its seed")
     g.add_argument("--burstiness", type=float, metavar="B",
                    help="gamma arrivals of shape B for a Poisson scenario, as vllm bench serve --burstiness: 1 is "
                         "Poisson, below 1 burstier, above 1 steadier")
@@ -205,11 +206,13 @@ def check_workload_options(scn, args, how: dict[str, str]) -> None:
             raise ConfigError(say("With shared prefixes, --output-len is one number of tokens for every answer, not "
                                   "'{v}'.", v=args.output_len[:40]))
     if args.seed is not None:
-        if (kind or scn.workload.get("kind")) not in SEEDED:
+        if (kind or scn.workload.get("kind")) not in SEEDED and not (kind is None and scn.seeded):
+            from engine.measure.workloads.scenarios import SCENARIOS
+
+            made = [s.name for s in SCENARIOS.values() if s.seeded or s.workload.get("kind") in SEEDED]
             raise ConfigError(say("--seed makes synthetic prompts from that seed, and the {name} scenario sends "
-                                  "prompts of its own: give --input-len or --prefix-len with it, or run random-512-64, "
-                                  "lengths-chat-like or prefix-repetition.",
-                                  name=scn.name))
+                                  "prompts of its own: give --input-len or --prefix-len with it, or run one of "
+                                  "{names}.", name=scn.name, names=", ".join(made)))
         if not 0 <= args.seed < SEED_LIMIT:
             raise ConfigError(say("--seed must be a whole number from 0 to {top:,}, not {v}.", top=SEED_LIMIT - 1,
                                   v=args.seed))

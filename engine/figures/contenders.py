@@ -26,7 +26,7 @@ from engine.figures.theme import (
     why_failed,
     wrap,
 )
-from engine.digits import significant
+from engine.digits import significant, times
 from engine.measure.judge import verdict
 from engine.messages import mark, say, seconds, translate
 from engine.results.records import RunResult
@@ -43,9 +43,6 @@ def speedup(naive_run: Any, vllm_run: Any, lang: str = "en") -> verdict.Verdict 
 
 def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
     """The speed-up as a title's few words and a caption's sentence, from one verdict: the same number in both."""
-    def times(r: float) -> str:  # 1.18×, 21×: three figures below ten, two above (the interval is wider there)
-        return verdict.figures(r, 3 if r < 10 else 2)
-
     x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
     if v.beyond_noise is None:  # one prompt answered on both sides: no interval
         return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else
@@ -130,9 +127,10 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         label = esc(_name(run, lang))
         hover = [
             f"<b>{label}</b><br>{esc(short(r.prompt, 60))}<br>"
-            + (translate(say("latency {latency:.2f} s · {tokens} tokens · {rate:.0f} tok/s", latency=r.e2e,
-                             tokens=r.output_tokens, rate=r.output_tokens / r.e2e) if r.e2e else
-                         say("latency {latency:.2f} s · {tokens} tokens", latency=r.e2e, tokens=r.output_tokens),
+            + (translate(say("latency {latency} s · {tokens} tokens · {rate} tok/s", latency=significant(r.e2e),
+                             tokens=r.output_tokens, rate=significant(r.output_tokens / r.e2e)) if r.e2e else
+                         say("latency {latency} s · {tokens} tokens", latency=significant(r.e2e),
+                             tokens=r.output_tokens),
                          lang)
                if r.ok else f"{failed}<br>{why_failed(r, lang)}")
             for r in recs
@@ -140,9 +138,9 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         fig.add_bar(
             x=[xcat[r.index] for r in recs], y=[v if v is not None else 0 for v in lat],
             name=translate(say("{run} (all failed)", run=label) if math.isnan(avg) else
-                           say("{run} (avg {avg:.1f} s)", run=label, avg=avg), lang),
+                           say("{run} (avg {avg} s)", run=label, avg=significant(avg)), lang),
             marker_color=colors[i],
-            text=[f"{v:.1f}" if v is not None else failed for v in lat] if n_bars <= 30 else None,
+            text=[significant(v) if v is not None else failed for v in lat] if n_bars <= 30 else None,
             textposition="outside", textfont=dict(size=BASE_SIZE - 2),
             hovertext=hover, hoverinfo="text", cliponaxis=False,
         )
@@ -163,7 +161,8 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         for run in runs:
             who, avg = _name(run, lang), avgs[id(run)]
             said.append(translate(say("{run} failed on every request (hover a 'failed' label for why)", run=who)
-                                  if math.isnan(avg) else say("{run} averages {avg:.1f} s", run=who, avg=avg), lang))
+                                  if math.isnan(avg) else say("{run} averages {avg} s", run=who,
+                                                              avg=significant(avg)), lang))
         cap = say("Each bar is one request; {runs}.", runs="; ".join(said)) if runs else say("No runs to show yet.")
     fig = finish(fig, title, cap, placeholder=placeholder, height=520, lang=lang)
     return fig.update_layout(margin=dict(t=80 + (34 if placeholder else 0)))  # no legend on top
@@ -230,17 +229,18 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     if len(ran) >= 2 and n:
         (kf, fast), (ks, slow) = min(ran, key=lambda p: p[1].duration), max(ran, key=lambda p: p[1].duration)
         # the times, not their ratio: one run each, so how much of the gap is noise is unknown
-        cap = [say("{fast} answered all {n} prompts soonest, in {t_fast:.1f} s; {slow} took longest, {t_slow:.1f} s "
+        cap = [say("{fast} answered all {n} prompts soonest, in {t_fast} s; {slow} took longest, {t_slow} s "
                    "(one run each).", fast=contender_name(kf, lang), slow=contender_name(ks, lang), n=n,
-                   t_fast=fast.duration, t_slow=slow.duration)]
+                   t_fast=significant(fast.duration), t_slow=significant(slow.duration))]
         if by.get(0) is not None and by.get(1) is not None and by[1].duration < by[0].duration:
             cap.append(say("The static batch's answers each waited for its longest, yet it finished the whole job "
-                           "in {batch:.1f} s against {naive:.1f} s one at a time: batching pays in total time, not "
-                           "in each request's latency.", batch=by[1].duration, naive=by[0].duration))
+                           "in {batch} s against {naive} s one at a time: batching pays in total time, not "
+                           "in each request's latency.", batch=significant(by[1].duration),
+                           naive=significant(by[0].duration)))
     elif ran:
         k, r = ran[0]
-        cap = [say("{run} answered all {n} prompts in {time:.1f} s; run the others to compare.",
-                   run=contender_name(k, lang), n=_prompts(r), time=r.duration)]
+        cap = [say("{run} answered all {n} prompts in {time} s; run the others to compare.",
+                   run=contender_name(k, lang), n=_prompts(r), time=significant(r.duration))]
     else:
         cap = [say("No runs to show yet.")]
     if len(ran) >= 2 and n is None:

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from engine.figures.theme import BASE_SIZE, BLUE, CONFIG_PALETTE, GREEN, PURPLE, VERMILLION, esc, finish, rgba
+from engine.digits import significant
 from engine.messages import mark, say, seconds, translate
 from engine.metrics import lookup
 
@@ -182,16 +183,17 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
         color = CONFIG_PALETTE[i % len(CONFIG_PALETTE)]
         where = dict(xaxis=_ref("x", row), yaxis=_ref("y", row))
         xs = [round(float(p["t"]) - offset, 2) for p in pts]
-        ys = [round(float(p.get("used_gb") or 0.0), 3) for p in pts]
-        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines",
+        used = [float(p.get("used_gb") or 0.0) for p in pts]
+        ys = [round(v, 3) for v in used]
+        traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", text=[significant(v) for v in used],
                            name=translate(say("{series} used", series=shown[name]), lang),
                            line=dict(color=color, width=3.5), fill="tozeroy", fillcolor=rgba(color, 0.12),
                            showlegend=False,
                            hovertemplate=seconds("%{x:.0f}",
-                                                 lang) + ": %{y:.1f} GB<extra>" + esc(shown[name]) + "</extra>",
+                                                 lang) + ": %{text} GB<extra>" + esc(shown[name]) + "</extra>",
                                                  **where))
         totals = [float(p["total_gb"]) for p in pts if p.get("total_gb")]
-        peak = max(ys)
+        peak = max(used)
         top = peak * 1.35 or 1.0
         if totals:
             tot = totals[-1]
@@ -214,8 +216,9 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
             layout[_axis("x", row)]["range"] = _x_range(lo, hi)
     layout.update(shapes=shapes, annotations=notes + marks)
     if peaks:
-        parts = [translate(say("{series} peaks at {peak:.1f} GB of {total:,.0f} GB", series=shown[n], peak=p, total=t)
-                           if t else say("{series} peaks at {peak:.1f} GB", series=shown[n], peak=p), lang)
+        parts = [translate(say("{series} peaks at {peak} GB of {total:,.0f} GB", series=shown[n], peak=significant(p),
+                               total=t)
+                           if t else say("{series} peaks at {peak} GB", series=shown[n], peak=significant(p)), lang)
                  for n, p, t in peaks]
         cap = [say("{peaks}.", peaks="; ".join(parts)),
                say("Dotted lines mark what the server was doing at that moment.")]
@@ -262,6 +265,7 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
     kv_vals = [v for v in kv if v is not None]
     if kv_vals and max(kv_vals) <= 1.0:
         kv = [None if v is None else v * 100 for v in kv]
+    kv_exact, kv_text = kv, ["" if v is None else significant(v) for v in kv]  # 0.40 %, never 0 %
     kv = [None if v is None else round(v, 1) for v in kv]
     tok = [_value(s, "gen_tok_s") for s in pts]
     if all(v is None for v in tok):
@@ -272,6 +276,7 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             dt = t[k] - t[k - 1]
             tok.append(max(b - a, 0.0) / dt if a is not None and b is not None and dt > 0 else None)
         tok = tok[: len(pts)]
+    tok_text = ["" if v is None else significant(v) for v in tok]
     tok = [None if v is None else round(v, 1) for v in tok]
     # the capacity vLLM allocated (its cache_config_info): the 100% the usage is a share of; the newest
     # sample's, as a restarted server (a tuning comparison) may have another
@@ -291,11 +296,11 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
              xaxis="x", yaxis="y", hovertemplate=translate(say("{x} s: {y} waiting", **at), lang) + "<extra></extra>"),
         # no fill: plotly fills across a gap (a restart's pause) and would draw a slope nothing measured
         dict(x=t, y=kv, name=translate(say("KV cache used"), lang), line=dict(color=PURPLE, width=3),
-             showlegend=False, xaxis="x2", yaxis="y2",
-             hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:.0f}%<extra></extra>"),
+             showlegend=False, xaxis="x2", yaxis="y2", text=kv_text,
+             hovertemplate=seconds("%{x:.0f}", lang) + ": %{text}%<extra></extra>"),
         dict(x=t, y=tok, name=translate(say("generation tok/s"), lang), line=dict(color=GREEN, width=3),
-             showlegend=False, xaxis="x3", yaxis="y3",
-             hovertemplate=seconds("%{x:.0f}", lang) + ": %{y:,.0f} tok/s<extra></extra>"),
+             showlegend=False, xaxis="x3", yaxis="y3", text=tok_text,
+             hovertemplate=seconds("%{x:.0f}", lang) + ": %{text} tok/s<extra></extra>"),
     ]
     for tr in traces:
         tr.update(type="scatter", mode="lines")
@@ -332,21 +337,23 @@ def metrics_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping
             layout[_axis("x", row)]["range"] = _x_range(lo, hi)
     peak_run = max((v for v in run if v is not None), default=0)
     peak_wait = max((v for v in wait if v is not None), default=0)
-    peak_kv = max((v for v in kv if v is not None), default=None)
+    peak_kv = max((v for v in kv_exact if v is not None), default=None)
     if peak_run or peak_wait:
         busy = (say("Up to {running:.0f} requests decoded together and {waiting:.0f} queued waiting for a slot",
                     running=peak_run, waiting=peak_wait) if peak_wait else
                 say("Up to {running:.0f} requests decoded together with none left waiting", running=peak_run))
     else:
         busy = say("No requests reached the server in this window")
-    # {percent:.0%}, not "{kv:.0f}%": a "%" then a space and a letter reads as a %-format to gettext
+    # {percent} a value ("0.40 %", never "0 %"), not "{kv}%": a "%" then a space and a letter reads as a %-format
+    # to gettext
+    percent = f"{significant(peak_kv)} %" if peak_kv is not None else ""
     if peak_kv is None:
         cap = say("{requests}.", requests=busy)
     elif peak_kv >= 90:
-        cap = say("{requests}; the KV cache peaked at {percent:.0%} full, so memory, not compute, limits the batch.",
-                  requests=busy, percent=peak_kv / 100)
+        cap = say("{requests}; the KV cache peaked at {percent} full, so memory, not compute, limits the batch.",
+                  requests=busy, percent=percent)
     else:
-        cap = say("{requests}; the KV cache peaked at {percent:.0%} full.", requests=busy, percent=peak_kv / 100)
+        cap = say("{requests}; the KV cache peaked at {percent} full.", requests=busy, percent=percent)
     caps = [cap]
     if preempted := sum(n for _k, n, _j in rose):
         caps.append(say("{n:.0f} preemptions (the crosses): requests lost their KV blocks to make room and started "

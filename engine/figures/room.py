@@ -21,6 +21,7 @@ from engine.figures.theme import (
     is_placeholder,
 )
 from engine.measure.judge.joins import first_joins, sharing
+from engine.digits import significant
 from engine.messages import duration, say, seconds, translate
 from engine.results.records import RequestRecord, RunResult
 
@@ -130,8 +131,8 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
             cap.append(say("No two answers were generated at the same time: each press came after the one before "
                            "had ended."))
         if share.counts:
-            cap.append(say("Each token came out of a step shared by {mean:.1f} requests on average (the lower panel)."
-                           , mean=share.mean))
+            cap.append(say("Each token came out of a step shared by {mean} requests on average (the lower panel).",
+                           mean=significant(share.mean)))
         if ttfts:
             cap.append(say("Time to first token: median {median}, longest {longest}.",
                            median=duration(statistics.median(ttfts), lang), longest=duration(max(ttfts), lang)))
@@ -163,7 +164,8 @@ def room_contrast(together: RunResult, alone: RunResult, *, lang: str = "en") ->
         xs = [runs[i].end_time if i in runs and runs[i].ok else None for i in order]
         fig.add_bar(y=rows, x=xs, orientation="h", name=translate(name, lang), marker_color=color,
                     text=[seconds(x, lang) if x is not None else "" for x in xs], textposition="outside",
-                    cliponaxis=False, hovertemplate="%{y}: %{x:.1f} s<extra></extra>")
+                    customdata=[significant(x) for x in xs], cliponaxis=False,
+                    hovertemplate="%{y}: " + seconds("%{customdata}", lang) + "<extra></extra>")
     last_a, last_b, tok_a, tok_b = room_totals(together, alone)
     n = len(order)
     fig.update_layout(barmode="group", bargap=0.25, showlegend=True,
@@ -177,8 +179,8 @@ def room_contrast(together: RunResult, alone: RunResult, *, lang: str = "en") ->
                "time took {alone}, since each waited for every one before it.", together=seconds(last_a, lang),
                alone=seconds(last_b, lang))]
     if last_a > 0 and last_b > 0:
-        cap.append(say("{ratio:.1f}× as long one at a time, for {a:,} and {b:,} generated tokens.",
-                       ratio=last_b / last_a, a=tok_a, b=tok_b))
+        cap.append(say("{ratio}× as long one at a time, for {a:,} and {b:,} generated tokens.",
+                       ratio=significant(last_b / last_a), a=tok_a, b=tok_b))
     cap.append(say("Together also counts the seconds between the first press and the last."))
     return finish(fig, title, cap, placeholder=is_placeholder(together), height=min(900, max(420, 40 * n + 220)),
                   lang=lang)

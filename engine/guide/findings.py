@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from statistics import fmean, geometric_mean
 from typing import Any
 
+from engine.digits import change, significant, times
 from engine.guide.steps import seed_text, step, value_text
 from engine.measure.judge import verdict
 from engine.measure.judge.worker_memory import worker_memory
@@ -95,12 +96,6 @@ def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = Fals
     if either_way or (v.ratio or 0) > 1:
         return claim, 1
     return opposite, -1
-
-
-def times(x: float) -> str:
-    """A speed-up as the Naive page's chart writes it (engine.figures.contenders.speedup_said): three figures below
-    ten, two above, so the table, the finding and the chart say one number."""
-    return verdict.figures(x, 3 if x < 10 else 2)
 
 
 def _with_busy(text: Message, runs) -> Message:
@@ -199,8 +194,8 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
                            title=step(sid).title)
     if naive and (mean := _mean_latency([naive])):
         add(mark("Naive inference is easy but slow"), _with_busy(
-            say("{mean:.1f} s per request, {total:.1f} s for the 5 one after another: sequential, no batching.",
-                mean=mean, total=naive.duration), [naive]), True)
+            say("{mean} s per request, {total} s for the 5 one after another: sequential, no batching.",
+                mean=significant(mean), total=significant(naive.duration)), [naive]), True)
     else:
         add(mark("Naive inference is easy but slow"), todo("naive"), False)
     seq = runs.get("sequential") or []
@@ -208,14 +203,14 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         v, both = sp["verdict"], [naive, *seq]
         title, claim = _heading(v, both, mark("vLLM serves the same model faster"),
                                 mark("Naive inference answered faster here"))
-        values = dict(mean=sp["vllm"], naive=sp["naive"], x=times(sp["x"]) if sp["x"] else "–",
-                      interval=v.interval or "–", how=v.how)
-        text = (say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+        values = dict(mean=significant(sp["vllm"]), naive=significant(sp["naive"]),
+                      x=times(sp["x"]) if sp["x"] else "–", interval=v.interval or "–", how=v.how)
+        text = (say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
                     "token budget: {x}× ({interval}; {how}).", **values) if claim else
-                say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+                say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
                     "token budget: {x}×, within this machine's noise ({interval}, which holds no change; {how}).",
                     **values) if claim == 0 else
-                say("{mean:.1f} s per request through vLLM against naive's {naive:.1f} s, with the same prompts and "
+                say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
                     "token budget: {x}× ({how}).", **values))
         add(title, _with_busy(text, both), True, claim, v)
     else:
@@ -225,25 +220,25 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         v, both = c["verdict"], [naive, *conc] if naive else conc
         title, claim = _heading(v, both, mark("Concurrency is where the difference shows"),
                                 mark("Concurrency did not pay off here"))
-        n = len(conc)
+        n, wall, would = len(conc), significant(c["wall"]), significant(c["would"][0])
         # the lesson ("continuous batching keeps the hardware busy") only where the verdict carries it
-        text = ((say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
-                     "{would:.0f} s for the same {tokens:.0f} tokens at its pace: continuous batching keeps the "
-                     "hardware busy.", wall=c["wall"], n=n, would=c["would"][0], tokens=c["tokens"] or 0) if claim == 1
-                 else say("All 10 answers in {wall:.1f} s ({n} runs' mean); naive inference would have taken about "
-                          "{would:.0f} s for the same {tokens:.0f} tokens at its pace.", wall=c["wall"], n=n,
-                          would=c["would"][0], tokens=c["tokens"] or 0))
+        text = ((say("All 10 answers in {wall} s ({n} runs' mean); naive inference would have taken about "
+                     "{would} s for the same {tokens:.0f} tokens at its pace: continuous batching keeps the "
+                     "hardware busy.", wall=wall, n=n, would=would, tokens=c["tokens"] or 0) if claim == 1
+                 else say("All 10 answers in {wall} s ({n} runs' mean); naive inference would have taken about "
+                          "{would} s for the same {tokens:.0f} tokens at its pace.", wall=wall, n=n, would=would,
+                          tokens=c["tokens"] or 0))
                 if c["would"][1] == "pace" else
-                say("All 10 answers in {wall:.1f} s ({n} runs' mean), against {would:.0f} s for their latencies one "
-                    "after another: continuous batching keeps the hardware busy.", wall=c["wall"], n=n,
-                    would=c["would"][0]) if claim == 1 else
-                say("All 10 answers in {wall:.1f} s ({n} runs' mean), against {would:.0f} s for their latencies one "
-                    "after another.", wall=c["wall"], n=n, would=c["would"][0]))
+                say("All 10 answers in {wall} s ({n} runs' mean), against {would} s for their latencies one "
+                    "after another: continuous batching keeps the hardware busy.", wall=wall, n=n, would=would)
+                if claim == 1 else
+                say("All 10 answers in {wall} s ({n} runs' mean), against {would} s for their latencies one "
+                    "after another.", wall=wall, n=n, would=would))
         if v is not None and v.decided:
             how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
                    if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
             text = say("{text} Throughput {x}× naive's ({interval}; {how}).", text=text,
-                       x=verdict.figures(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
+                       x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
                 if claim else say("{text} The difference is within this machine's noise ({interval}; {how}).",
                                   text=text, interval=v.interval or "–", how=how) if claim == 0 else text
         if any(r.extra.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
@@ -264,9 +259,9 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         v = sm["verdict"]
         title, claim = _heading(v, stream, mark("Streaming gives an immediate TTFT"),
                                 mark("Streaming gave no earlier first token here"))
-        text = say("The first token after {ttft:.0f} ms, the whole {tokens:.0f}-token answer after {total:.1f} s: "
-                   "without streaming the user would see nothing for {total:.1f} s.", ttft=sm["ttft"] * 1000,
-                   tokens=sm["tokens"] or 0, total=sm["total"])
+        text = say("The first token after {ttft} ms, the whole {tokens:.0f}-token answer after {total} s: "
+                   "without streaming the user would see nothing for {total} s.", ttft=significant(sm["ttft"] * 1000),
+                   tokens=sm["tokens"] or 0, total=significant(sm["total"]))
         if v is not None and v.decided:
             text = say("{text} ({how}.)", text=text, how=v.how)
         add(title, _with_busy(text, stream), True, claim)
@@ -306,11 +301,11 @@ def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
     if cpu:
         why = say("{why} On this CPU gpu-memory-utilization does nothing: the KV cache is {gib:g} GiB in both.",
                   why=why, gib=(a[0].config or {}).get("cpu_kvcache_gib", 0))
-    numbers = dict(a=t["tput_a"], b=t["tput_b"], change=f"{(t['tput_b'] / t['tput_a'] - 1):+.0%}", first=a[0].label,
-                   second=b[0].label, why=why)
+    numbers = dict(a=significant(t["tput_a"]), b=significant(t["tput_b"]),
+                   change=f"{change(t['tput_b'] / t['tput_a'])} %", first=a[0].label, second=b[0].label, why=why)
     if verdict_said is None:
-        return say("Throughput {a:.0f} → {b:.0f} tok/s ({change}) from {first} to {second}: {why}", **numbers)
-    return say("Throughput {a:.0f} → {b:.0f} tok/s ({change}) from {first} to {second}, {verdict}: {why}",
+        return say("Throughput {a} → {b} tok/s ({change}) from {first} to {second}: {why}", **numbers)
+    return say("Throughput {a} → {b} tok/s ({change}) from {first} to {second}, {verdict}: {why}",
                verdict=verdict_said, **numbers)
 
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from engine.digits import significant
 from engine.guide.steps import STEP_IDS, Step, step
 from engine.messages import Message, from_json, say, to_json, translate
 
@@ -126,7 +127,8 @@ def _value(key: str, v: Any) -> Any:
 # -- in words ---------------------------------------------------------------------------------------
 def length(seconds: float, minutes_from: float = 600) -> Message:
     """A length in seconds (a step's: "121 s"), in minutes from `minutes_from` on (a session's from 90 s)."""
-    return say("{m:.0f} min", m=seconds / 60) if seconds >= minutes_from else say("{s:.0f} s", s=seconds)
+    return (say("{m} min", m=significant(seconds / 60)) if seconds >= minutes_from else
+            say("{s} s", s=significant(seconds)))  # a step of 0.40 s is not "0 s"
 
 
 def took(s: StepSheet) -> Message:
@@ -175,7 +177,7 @@ def heading(sheet: Sheet, when: str) -> Message:
 
 
 def memory(s: StepSheet, lang: str) -> str:
-    return ", ".join(f"{translate(k, lang)} {v:.1f} GB" for k, v in s.memory_gb.items())
+    return ", ".join(f"{translate(k, lang)} {significant(v)} GB" for k, v in s.memory_gb.items())
 
 
 TITLE = say("Guided lab rehearsal")

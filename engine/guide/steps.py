@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.digits import significant
+from engine.digits import change, significant
 from engine.errors import LabError
 from engine.messages import Message, mark, say
 
@@ -172,5 +172,7 @@ def value_text(v: float, unit: str, shown: str | None = None) -> Message:
     """A number in one of the SeedNumber units, said in the reader's language: a measurement in significant figures
     (0.40 tok/s, never 0 tok/s), or as `shown`."""
     n = shown or significant(v)
-    return {"s": say("{v} s", v=n), "ms": say("{v} ms", v=n), "x": say("{v}×", v=n), "%": say("{v:+.0%}", v=v / 100),
+    if unit == "%":  # a change: +254 %, -0.030 % (never "-0%"), as the findings' sentences say it
+        return say("{v} %", v=shown or change(1 + v / 100))
+    return {"s": say("{v} s", v=n), "ms": say("{v} ms", v=n), "x": say("{v}×", v=n),
             "GB": say("{v} GB", v=n), "tok/s": say("{v} tok/s", v=n), "tokens": say("{v:.0f} tokens", v=v)}[unit]

@@ -320,7 +320,8 @@ class Runner:
         return [results[name] for name, _ in sides]
 
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
-        """loadgen.run_level at each level, in order; each level saved the moment it completes."""
+        """loadgen.run_level at each level, in order; each level saved the moment it completes, its synthetic
+        prompts its own (seeds.nth: no level finds an earlier one's in the prefix cache)."""
         check_sweep(spec)
         spec = target.aim(replace(spec, scenario="sweep"))
         out: list[RunResult] = []
@@ -330,7 +331,7 @@ class Runner:
                 if self.cancel.is_set():
                     break
                 self.progress.on_step(len(out), len(levels), say("concurrency {level}", level=level))
-                out.append(self._level(spec, level, target, rounds, self.progress, self.cancel))
+                out.append(self._level(seeds.nth(spec, len(out)), level, target, rounds, self.progress, self.cancel))
             self.progress.on_step(len(out), len(levels), mark("done"))
         finally:
             self.mark(say("sweep end"))
@@ -348,7 +349,7 @@ class Runner:
                 if self.cancel.is_set():
                     break
                 self.progress.on_step(len(out), len(rates), say("{rate:g} requests/s", rate=rate))
-                out.append(self._level(spec, 0, target, 1, self.progress, self.cancel, rate=rate))
+                out.append(self._level(seeds.nth(spec, len(out)), 0, target, 1, self.progress, self.cancel, rate=rate))
             self.progress.on_step(len(out), len(rates), mark("done"))
         finally:
             self.mark(say("sweep end"))
@@ -452,7 +453,8 @@ class Runner:
                 self.progress.on_step(len(search.tried), max(len(search.tried) + 1, expected),
                                       say("concurrency {level}", level=level) if whole else
                                       say("{rate:g} requests/s", rate=level))
-                run, holds = self._search_level(spec, level, target, rounds, search.id, slo, whole)
+                run, holds = self._search_level(seeds.nth(spec, len(search.tried)), level, target, rounds, search.id,
+                                                slo, whole)
                 search.tried.append((level, holds, run))
                 if holds:
                     ok = level

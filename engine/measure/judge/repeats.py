@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from engine.measure.judge import verdict
+from engine.digits import significant
+from engine.measure.judge import failures, verdict
 from engine.messages import Message, say
 
 LEVEL = verdict.LEVEL
@@ -19,14 +21,6 @@ RANGE, ORDER = "range", "order statistics"  # how a Spread's low and high were f
 # A run at least this many times off the median (either way) is flagged: noise on a quiet machine stays
 # within a few per cent, and an H100 showed one repeat of three 3.5× slower than the others, unexplained.
 OUTLIER_FACTOR = 1.5
-
-
-def figures(x: float, like: Sequence[float] = ()) -> str:
-    """`x` with the decimals that give the largest of `like` (else x) three significant figures: a median and its
-    range share their decimals ("100, 98–104"; "0.41, 0.38–0.44"; "5,476, 1,563–5,630")."""
-    top = max((abs(v) for v in (x, *like) if v and math.isfinite(v)), default=0.0)
-    decimals = max(0, 2 - math.floor(math.log10(top))) if top else 0
-    return f"{x:,.{decimals}f}"
 
 
 @dataclass(frozen=True)
@@ -44,19 +38,26 @@ class Spread:
     outliers: tuple[int, ...] = ()
 
     def shown(self, x: float) -> str:
-        """A number of this spread with the spread's decimals."""
-        return figures(x, (self.median, self.low, self.high))
+        """A number of this spread with the spread's decimals (three figures of the largest)."""
+        return significant(x, 3, like=(self.median, self.low, self.high))
 
     @property
     def said(self) -> Message:
+        """The median and its spread: "median 100, range 98–104 of 3 runs"."""
         if self.n == 1:
             return say("{median} (one run: its noise is unknown)", median=self.shown(self.median))
+        return say("median {median}, {spread}", median=self.shown(self.median), spread=self.spread_said)
+
+    @property
+    def spread_said(self) -> Message:
+        """The spread alone, as a table's cell beside the median says it: the range of a few runs (never a "95 %
+        interval" of three), the interval from INTERVAL_N runs."""
+        if self.n == 1:
+            return say("one run: its noise is unknown")
         if self.method == RANGE:
-            return say("median {median}, range {low}–{high} of {n} runs", median=self.shown(self.median),
-                       low=self.shown(self.low), high=self.shown(self.high), n=self.n)
-        return say("median {median}, {level} interval {low}–{high} ({n} runs, order statistics)",
-                   median=self.shown(self.median), level=verdict.percent(LEVEL), low=self.shown(self.low),
-                   high=self.shown(self.high), n=self.n)
+            return say("range {low}–{high} of {n} runs", low=self.shown(self.low), high=self.shown(self.high), n=self.n)
+        return say("{level} interval {low}–{high} ({n} runs, order statistics)", level=verdict.percent(LEVEL),
+                   low=self.shown(self.low), high=self.shown(self.high), n=self.n)
 
     @property
     def outliers_said(self) -> list[Message]:
@@ -64,7 +65,7 @@ class Spread:
         out = []
         for i in self.outliers:
             v = self.values[i]
-            values = dict(i=i + 1, value=self.shown(v), x=verdict.figures(max(v, self.median) / min(v, self.median), 2))
+            values = dict(i=i + 1, value=self.shown(v), x=significant(max(v, self.median) / min(v, self.median)))
             out.append(say("repeat {i} ({value}) is {x}× below the median: something else may have run then; repeat "
                             "the test or check the machine.", **values) if v < self.median else
                        say("repeat {i} ({value}) is {x}× above the median: something else may have run then; repeat "
@@ -99,8 +100,19 @@ def spread(values: Sequence[float | None]) -> Spread | None:
 
 
 def of_runs(runs: Sequence, key: str) -> Spread | None:
-    """The spread of a summary metric (engine.metrics.METRICS' key) over repeated runs."""
-    return spread([verdict.value(r, key) for r in runs])
+    """The spread of a summary metric (engine.metrics.METRICS' key, or "duration": the wall time) over repeated runs,
+    those that count (failures.counted_repeats: a repeat that did not answer every request is no measurement)."""
+    return spread([verdict.value(r, key) for r in failures.counted_repeats(runs)])
+
+
+def median(runs: Sequence, value: str | Callable[[Any], float | None]) -> float | None:
+    """The median over the repeats that count (failures.counted_repeats) of a summary metric (`value` a key, as
+    of_runs) or of what `value(run)` gives (a cost, joules per token); None where none has one. History's line of a
+    set of repeats says these, as the report's and the Load test's spreads (of_runs) do."""
+    if isinstance(value, str):
+        return None if (s := of_runs(runs, value)) is None else s.median
+    values = [v for r in failures.counted_repeats(runs) if (v := value(r)) is not None]
+    return statistics.median(values) if values else None
 
 
 def reset_said(runs: Sequence) -> Message | None:

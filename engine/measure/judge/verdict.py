@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
 from engine.messages import Message, mark, say
 from engine.metrics import metric_info
@@ -26,16 +27,6 @@ PAIRED = mark("paired t on log values (the same prompts)")  # each prompt's rati
 UNKNOWN = mark("one value a side")  # no spread measured on at least one side: nothing decided
 
 RUNS, REQUESTS = "runs", "requests"  # what each value of a sample is: a run's summary, or one request's
-
-
-def figures(x: float, digits: int = 3) -> str:
-    """`x` with `digits` significant figures, thousands grouped: 21.1, 1.21, 0.0452, 5,476."""
-    if x is None or not math.isfinite(x):
-        return "–"
-    if x == 0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(x))))
-    return f"{x:,.{decimals}f}"
 
 
 def percent(level: float) -> str:
@@ -99,8 +90,8 @@ class Verdict:
         """The effect's interval as shown: "95 % interval 1.12× to 1.31×" (or of the difference)."""
         level = percent(self.level)
         if self.low is not None and self.high is not None:
-            return say("{level} interval {low}× to {high}×", level=level, low=figures(self.low),
-                       high=figures(self.high))
+            return say("{level} interval {low}× to {high}×", level=level, low=significant(self.low, 3),
+                       high=significant(self.high, 3))
         if self.diff_low is not None and self.diff_high is not None:
             return say("{level} interval {low} to {high} {unit}", level=level, low=f"{self.diff_low:+,.4g}",
                        high=f"{self.diff_high:+,.4g}", unit=self.unit)
@@ -117,9 +108,7 @@ class Verdict:
         if self.ratio is None:
             diff = f"{self.diff:+,.4g}"
             return say("{diff} {unit}", diff=diff, unit=self.unit) if self.unit else say("{diff}", diff=diff)
-        pct = self.percent
-        return say("{ratio}× ({change} %)", ratio=figures(self.ratio),
-                   change=f"{pct:+.1f}" if abs(pct) < 1 else f"{pct:+.0f}")
+        return say("{ratio}× ({change} %)", ratio=significant(self.ratio, 3), change=change(self.ratio))
 
     @property
     def said(self) -> Message:

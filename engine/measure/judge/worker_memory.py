@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.digits import significant
 from engine.messages import Message, say
 
 LEFT_GB = 0.1  # more than this still used on the device after the worker exited is not "back"
 
 
 def _gb(b: Any) -> float | None:
-    return None if not isinstance(b, (int, float)) else round(b / 1e9, 2)  # GB as the notebook prints (1e9)
+    return None if not isinstance(b, (int, float)) else b / 1e9  # GB as the notebook counts them (1e9), unrounded
 
 
 def worker_memory(naive: Any) -> dict[str, Any]:
@@ -46,15 +47,18 @@ def came_back(m: dict[str, Any]) -> bool:
 
 def said(m: dict[str, Any]) -> Message:
     """One sentence on what came back, true to the numbers beside it (worker_memory's dict)."""
-    peak = say("{v:.2f} GB", v=m["worker_peak_gb"]) if m.get("worker_peak_gb") is not None else say("the memory")
+    peak = (say("{v} GB", v=significant(m["worker_peak_gb"])) if m.get("worker_peak_gb") is not None else
+            say("the memory"))
     if not m.get("exited"):
         return say("The naive worker's process is still running: its memory comes back when it ends.")
     if not m.get("gpu"):
         return say("The naive worker's process has exited: the {peak} of RAM it held at its peak (its own resident "
                    "memory) went back to the operating system with it.", peak=peak)
     if came_back(m):
-        return say("The naive worker's process has exited: the GPU uses {after:.2f} GB again, as before the run "
-                   "({before:.2f} GB); the worker's peak was {peak}.", after=m["after_gb"], before=m["before_gb"],
+        return say("The naive worker's process has exited: the GPU uses {after} GB again, as before the run "
+                   "({before} GB); the worker's peak was {peak}.", after=significant(m["after_gb"]),
+                   before=significant(m["before_gb"]),
                    peak=peak)
-    return say("The naive worker's process has exited, yet the GPU uses {left:.2f} GB more than before the run: "
-               "another process took GPU memory meanwhile (the Monitor's table says whose).", left=m["left_gb"])
+    return say("The naive worker's process has exited, yet the GPU uses {left} GB more than before the run: "
+               "another process took GPU memory meanwhile (the Monitor's table says whose).",
+               left=significant(m["left_gb"]))

@@ -69,6 +69,7 @@ class LoadSpec:
     read_timeout_s: float = 60.0  # longest silence between bytes
     seed: int = 0  # poisson arrivals
     prompt_seed: int | None = None  # the seed synthetic prompts were made from (workloads.seeds); None: not seed-made
+    prompt_words: int = 0  # the random words each seed-made prompt ends with (prompts.seeded_prompts' extra_words)
     scenario: str = ""
     label: str = ""
     workers: int = 0  # client processes; 0 = auto (1 unless concurrency is high and cores allow)

@@ -52,13 +52,15 @@ def load_defaults(device: str, max_len: int | None, attached=None) -> LoadDefaul
         url=attached.url, capacity=int(capacity), fits=fits, per=per_request, top=levels[-1]))
 
 
-def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None) -> LoadSpec:
+def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None, seed: int | None = None) -> LoadSpec:
     """The sweep's workload, its tokens per request as `defaults` (load_defaults) follow the server. A workload
     `plan` (workload_plan: a dataset or lengths; each level cycles its requests) replaces the sweep's prompts,
     and every level's run records it; a trace's clock or a chat's turns are refused by the sweep
-    (runs.check_sweep), which sets the requests in flight itself."""
-    spec = scenarios.get("sweep").load_spec(max_tokens=defaults.sweep_max_tokens)
-    return spec if plan is None else plan.apply(spec)
+    (runs.check_sweep), which sets the requests in flight itself. Synthetic prompts (the sweep's own, a length
+    distribution's) are made from `seed`, a new one when None: a second sweep never meets the first's prompts in
+    the prefix cache (each level then adds its index: seeds.nth)."""
+    spec = scenarios.get("sweep").load_spec(max_tokens=defaults.sweep_max_tokens, seed=seed)
+    return spec if plan is None else seeds.reseed(plan.apply(spec), int(spec.prompt_seed or 0))
 
 
 # What the Load test page offers to send: the lab's prompts first, then each workload kind

@@ -11,7 +11,7 @@ from engine.errors import ConfigError, LabError
 from engine.measure.baseline.protocol import NaiveSpec
 from engine.measure.judge import ceiling
 from engine.measure.workloads import prompts
-from engine.measure.workloads import kinds
+from engine.measure.workloads import kinds, seeds
 from engine.measure.workloads import tokens as toks
 from engine.measure.load.spec import LoadSpec, request_deadline_s
 from engine.messages import Message, say
@@ -42,6 +42,11 @@ class Scenario:
     # chat, a trace), built when a spec is made; LoadSpec fields it sets too (think time, burstiness, ramp-up)
     workload: dict[str, Any] = field(default_factory=dict)
     pattern: dict[str, Any] = field(default_factory=dict)
+    # Its prompts are synthetic, made from a seed (prompts.seeded_prompts, with this many extra words each; `prompts`
+    # the seed-0 ones, for sizing): each spec draws a new seed unless one is given, so no run finds another's prompts
+    # in vLLM's prefix cache (workloads.seeds)
+    seeded: bool = False
+    prompt_words: int = 0
 
     def label(self, max_tokens: int | None = None) -> str:
         """The description with the token budget actually used, e.g. '… (48 tokens)'."""
@@ -57,11 +62,12 @@ class Scenario:
         return (max(len(p) for p in self.prompts) + len(self.system)) // 4 + 16 if self.prompts else 16
 
     def load_spec(self, base_url: str = "", model: str = "", tokens: Any = None, data: bytes | None = None,
-                  report: Any = None, **over: Any) -> LoadSpec:
+                  report: Any = None, seed: int | None = None, **over: Any) -> LoadSpec:
         """The spec this scenario sends. A workload scenario builds its plan here: `tokens` counts and makes its
         tokens (engine.measure.workloads.tokens; default: the embedded model's tokenizer when prepared, else the
         estimate), `data` replaces its shipped file with an uploaded one, `report` hears how far a large file is
-        read (kinds.plan_of)."""
+        read (kinds.plan_of). A `seeded` scenario's prompts are made from `seed`, a new one when None (recorded as
+        LoadSpec.prompt_seed)."""
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts) or ["(workload)"], system=self.system,
             # a trace's schedule comes with its plan: until then the spec is a plain one
@@ -70,6 +76,10 @@ class Scenario:
             max_tokens=self.max_tokens, ignore_eos=self.ignore_eos, scenario=self.name, warmup=self.warmup,
             label=self.label(over.get("max_tokens")), **self.pattern,
         )
+        if self.seeded and over.get("prompts") is None:
+            seed = seeds.fresh() if seed is None else seed
+            spec = replace(spec, prompts=prompts.seeded_prompts(len(self.prompts), seed, extra_words=self.prompt_words),
+                           prompt_seed=seed, prompt_words=self.prompt_words)
         if self.workload:
             spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
@@ -177,7 +187,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("sweep", say("Concurrency sweep: throughput and TTFT vs requests in flight ({tokens} tokens)", tokens=128),
              "sweep",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
-             ignore_eos=True, levels=(1, 2, 4, 8, 16, 32)),
+             ignore_eos=True, levels=(1, 2, 4, 8, 16, 32), seeded=True, prompt_words=_SWEEP_WORDS),
     # The SLO search: the sweep's workload at levels found by bisection (Runner.slo_search), to the most requests in
     # flight that meet the SLO given (the CLI's --slo-ttft-ms / --slo-tpot-ms), from levels[0] up to the server's
     # capacity (runs.capacity; levels[-1] where the server does not say)
@@ -185,11 +195,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
                                "arrival rate) that meet the SLO, up to the server's capacity ({tokens} tokens)",
                                tokens=128), "slo-search",
              tuple(prompts.seeded_prompts(64, seed=0, extra_words=_SWEEP_WORDS)), 128, shape="concurrency",
-             ignore_eos=True, levels=(1, 32)),
+             ignore_eos=True, levels=(1, 32), seeded=True, prompt_words=_SWEEP_WORDS),
     Scenario("sustained", say("Sustained load: Poisson arrivals at 2 requests/s for 30 requests ({tokens} tokens)",
                               tokens=128), "vllm",
              tuple(prompts.seeded_prompts(30, seed=1)), 128, shape="poisson", rate=2.0, num_requests=30,
-             ignore_eos=True),
+             ignore_eos=True, seeded=True),
     # Real traffic (datasets, lengths, chats, traces, ramps, bursts). Each runs offline on the files shipped in
     # examples/workloads/ (README there).
     Scenario("dataset-chat", say("Your own dataset: 40 of the shipped chat prompts at random, 4 in flight ({tokens} "
@@ -226,11 +236,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              workload={"kind": "trace", "file": "tiny-trace.jsonl", "time_scale": 1.0}),
     Scenario("ramp-up", say("Ramp-up: 1 to 16 requests in flight over 20 s, 64 requests ({tokens} tokens)", tokens=64),
              "vllm", tuple(prompts.seeded_prompts(64, seed=2)), 64, shape="concurrency", concurrency=16,
-             num_requests=64, ignore_eos=True, pattern={"ramp_up_s": 20.0, "ramp_from": 1}),
+             num_requests=64, ignore_eos=True, pattern={"ramp_up_s": 20.0, "ramp_from": 1}, seeded=True),
     Scenario("bursty", say("Bursty arrivals: gamma, 2 requests/s on average, burstiness 0.25, 30 requests ({tokens} "
                            "tokens)", tokens=64), "vllm", tuple(prompts.seeded_prompts(30, seed=3)), 64,
                            shape="poisson",
-             rate=2.0, num_requests=30, ignore_eos=True, pattern={"burstiness": 0.25}),
+             rate=2.0, num_requests=30, ignore_eos=True, pattern={"burstiness": 0.25}, seeded=True),
 )}
 
 

@@ -43,11 +43,20 @@ def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> Load
                             max_tokens=min(again.max_tokens or cap, cap), workload={**again.workload,
                                                                                     "max_tokens_cap": cap})
     else:
-        again = replace(spec, prompts=prompts.seeded_prompts(len(spec.prompts), seed))
+        again = replace(spec, prompts=prompts.seeded_prompts(len(spec.prompts), seed, extra_words=spec.prompt_words))
     again = replace(again, prompt_seed=seed)
     if spec.label == described(spec):  # the label says the seed: the new one
         return replace(again, label=described(again))
     return replace(again, label=again.describe()) if spec.label == spec.describe() else again
+
+
+def nth(spec: LoadSpec, i: int) -> LoadSpec:
+    """`spec` for the `i`-th (0-based) level of a sweep or an SLO search: its synthetic prompts made from the spec's
+    seed plus `i`, so no level finds an earlier level's prompts in the prefix cache, and a seed given (--seed) makes
+    the same levels again; a spec whose prompts were not made from a seed as it is."""
+    if not seeded(spec) or not i:
+        return spec
+    return reseed(spec, (int(spec.prompt_seed or 0) + i) % SEED_LIMIT)
 
 
 def described(spec: LoadSpec):
