@@ -137,3 +137,14 @@ def test_the_cli_sends_a_cached_hub_dataset_and_says_one_sentence_for_one_it_can
     assert "--hf-split picks a part of a Hugging Face" in cli(cache, "concurrent-10", "--hf-split", "x")["error"]
     assert "--hf-dataset and --dataset cannot go together" in cli(cache, "dataset-chat", "--dataset", "a.jsonl",
                                                                    "--hf-dataset", "tiny/prompts")["error"]
+
+
+def test_a_cached_dataset_is_read_at_once_when_offline_mode_is_off_and_the_hub_out_of_reach(cache):
+    """Without HF_DATASETS_OFFLINE the library asked the Hub first for half a minute; the cache is read first."""
+    env = {k: v for k, v in _env(cache).items() if k not in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the Hub is out of reach, on this machine
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"kind": "hub", "dataset": "tiny/prompts", "n": 2})],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["prompts"] == PROMPTS[:2]
+    assert "127.0.0.1" not in out.stderr  # never asked the (unreachable) Hub

@@ -32,6 +32,21 @@ def _cache_said() -> str:
     return str(lib.config.HF_DATASETS_CACHE)
 
 
+def _cache_first(lib, name: str, subset: str | None, split: str, cache_dir: str | None) -> Any:
+    """The dataset from the local cache when it is there (at once: with the Hub out of reach the library tries it for
+    half a minute before it looks in its cache), else from the Hub unless offline mode is on."""
+    offline = lib.config.HF_HUB_OFFLINE
+    lib.config.HF_HUB_OFFLINE = True  # the library reads it at each call: the cache alone, this once
+    try:
+        return lib.load_dataset(name, subset, split=split, cache_dir=cache_dir)
+    except ConnectionError:
+        if offline:
+            raise
+    finally:
+        lib.config.HF_HUB_OFFLINE = offline
+    return lib.load_dataset(name, subset, split=split, cache_dir=cache_dir)
+
+
 def load(name: str, subset: str | None = None, split: str = "train", cache_dir: str | None = None) -> Any:
     """The dataset's split (a `datasets.Dataset`): a folder saved with save_to_disk, else `name` on the Hub through
     the local cache. WorkloadError (one sentence) when neither the cache nor the network has it, or its split or
@@ -51,7 +66,7 @@ def load(name: str, subset: str | None = None, split: str = "train", cache_dir: 
                                             name=name, split=split, splits=", ".join(ds)))
                 ds = ds[split]
             return ds
-        return lib.load_dataset(name, subset, split=split, cache_dir=cache_dir)
+        return _cache_first(lib, name, subset, split, cache_dir)
     except WorkloadError:
         raise
     except ConnectionError:
