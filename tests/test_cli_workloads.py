@@ -148,6 +148,9 @@ def test_each_level_of_a_sweep_or_search_sends_prompts_of_its_own(monkeypatch):
     runner.sweep(load_of("sweep", "--seed", "42"), [1, 2, 4], Aimed())
     assert [s.prompts for s in sent] == [s.prompts for s in first]  # the same seed: the same prompts again
     sent.clear()
+    runner.rate_sweep(load_of("sweep", "--seed", "42"), [1.0, 2.0], Aimed())  # by rate: the same rule
+    assert [s.prompt_seed for s in sent] == [42, 43] and sent[0].prompts != sent[1].prompts
+    sent.clear()
     monkeypatch.setattr("engine.runs.runner.judge", lambda run, slo: __import__("types").SimpleNamespace(meets=True))
     runner.slo_search(load_of("slo-search", "--seed", "7", "--slo-ttft-ms", "500"), Aimed(), Slo(ttft_ms=100),
                       low=1, high=4)

@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from engine.cli import app, cluster, guide, history, run, server
+from engine.cli import app, cluster, compare, guide, history, run, server
 from engine.errors import LabError
 
 
@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="serving-lab" if installed else "python -m engine",
                                 description="Serving Lab: the dashboard (app) and the headless commands.")
     sub = p.add_subparsers(dest="command", required=True)
-    for commands in (server, run, cluster, history, guide, app):  # in this order in --help
+    for commands in (server, run, compare, cluster, history, guide, app):  # in this order in --help
         commands.register(sub)
     return p
 

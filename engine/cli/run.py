@@ -7,6 +7,7 @@ import time
 
 from engine.cli.output import check_writable, say_line, write
 from engine.cli.rate_options import add_rate_options, by_rate_levels, rate_over, rates_said
+from engine.cli.request_options import add_request_options, request_of
 from engine.cli.run_options import check_run_options, slo_of
 from engine.cli.server import add_server_options, config, own_server
 from engine.cli.summary import repeats_table, summary_table
@@ -47,7 +48,11 @@ def register(sub) -> None:
                    help="judge each run by this TTFT limit and report its goodput (vllm bench serve --goodput ttft:MS)")
     r.add_argument("--slo-tpot-ms", type=float, metavar="MS",
                    help="judge each run by this TPOT limit and report its goodput (--goodput tpot:MS)")
+    r.add_argument("--goodput", nargs="+", metavar="KEY:MS",
+                   help="judge each run by these limits in ms and report its goodput, as vllm bench serve "
+                        "--goodput: ttft:MS, tpot:MS and/or e2el:MS (end-to-end latency), e.g. ttft:200 e2el:2000")
     add_workload_options(r)
+    add_request_options(r)
     add_rate_options(r)
     add_server_options(r)
     r.set_defaults(func=_run)
@@ -136,7 +141,7 @@ def _load(scn, args):
                            seed=args.seed, **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
-    return load
+    return replace(load, **shaped) if (shaped := request_of(args)) else load  # replace validates it
 
 
 class Reading:

@@ -7,6 +7,7 @@ import os
 from engine.cli.server import flag, given
 from engine.errors import ConfigError
 from engine.measure.load.spec import check_max_tokens
+from engine.messages import say
 
 _HOW = {"sequential": "sends its requests one after another", "burst": "sends all its requests at once",
         "poisson": "sends its requests at random times at a set rate",
@@ -17,10 +18,16 @@ _OPTION_OF = {"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_
 
 
 def slo_of(args):
-    """The SLO --slo-ttft-ms / --slo-tpot-ms give (vllm bench serve's --goodput ttft:X tpot:Y), checked;
-    None when neither is given."""
+    """The SLO --goodput (as vllm bench serve takes it) or --slo-ttft-ms / --slo-tpot-ms give, checked; None
+    when none is given."""
     from engine.measure.judge.slo import Slo
 
+    if args.goodput is not None:
+        if named := [f for f, v in (("--slo-ttft-ms", args.slo_ttft_ms), ("--slo-tpot-ms", args.slo_tpot_ms))
+                     if v is not None]:
+            raise ConfigError(say("--goodput and {flag} both set the SLO: give its limits in --goodput only.",
+                                  flag=named[0]))
+        return Slo.parse(args.goodput)
     if args.slo_ttft_ms is None and args.slo_tpot_ms is None:
         return None
     return Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
@@ -38,6 +45,11 @@ def check_run_options(scn, args) -> list | None:
     _check_servers(scn, args)
     check_workload_options(scn, args, _HOW)
     check_rate_options(scn, args, _HOW)
+    from engine.cli.request_options import asked
+
+    if scn.kind == "naive" and (named := asked(args)):
+        raise ConfigError(say("The naive scenario runs transformers itself, with no HTTP request to shape: leave "
+                              "{flag} out.", flag=named[0]))
     if args.detach and scn.kind == "naive":
         raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
     sets = tuple(sorted({_OPTION_OF.get(k, k) for c in scn.configs for k in c}))
@@ -48,9 +60,9 @@ def check_run_options(scn, args) -> list | None:
         check_max_tokens(args.max_tokens)
     check_price(args.price_per_gpu_hour)
     _check_repeats(scn, args)
-    if scn.kind == "slo-search" and args.slo_ttft_ms is None and args.slo_tpot_ms is None:
+    if scn.kind == "slo-search" and args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.goodput is None:
         raise ConfigError("The slo-search scenario looks for the most requests in flight that meet an SLO: give "
-                          "--slo-ttft-ms and/or --slo-tpot-ms.")
+                          "--slo-ttft-ms and/or --slo-tpot-ms, or --goodput ttft:MS tpot:MS e2el:MS.")
     return _levels(scn, args)
 
 

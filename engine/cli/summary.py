@@ -22,6 +22,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"== {r.label or r.scenario} [{r.kind}] ==",
         *((f"prompts' seed          {seed} (--seed {seed} sends these prompts again)",)
           if (seed := r.load.other.get("prompt_seed")) is not None else ()),
+        *((f"request shape          {shape}",) if (shape := request_shape(r)) else ()),
         *((f"arrivals               {arrivals}",) if (arrivals := arrivals_recorded(r.load)) else ()),
         *((f"  {peak}",) if (peak := lateness.in_flight_said(r)) else ()),
         f"requests ok / failed   {_counted(failures.counts(r))}",
@@ -36,6 +37,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"TPOT mean              {ms('mean_tpot_ms')}",
         *((f"  {limit.sentence}",) if limit else ()),
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
+        *_by_turn(r),
     ]
     n = r.extra
     if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
@@ -58,6 +60,43 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
+
+
+def request_shape(r) -> str:
+    """What a run's requests carried beyond a plain chat request (as recorded: a credential header's value never
+    is): "completions, top_p 0.9, extra body {"seed": 1}, headers X-Team"; "" for a plain chat request."""
+    import json
+
+    other = r.load.other
+    parts = [r.load.endpoint] if r.load.endpoint in ("completions", "embeddings") else []
+    parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
+    if body := other.get("extra_body"):
+        parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
+    secret = [f"{h} (not recorded)" for h in other.get("credential_headers") or ()]
+    if headers := [*(other.get("headers") or ()), *secret]:
+        parts.append(f"headers {', '.join(headers)}")
+    if lora := other.get("lora_modules"):
+        parts.append(f"LoRA {', '.join(lora)} in turn")
+    return ", ".join(parts)
+
+
+def _by_turn(r) -> list[str]:
+    """A multi-turn chat's TTFT turn by turn (judge/turns.py, the Load test page's chart): does a later turn, sent
+    with the whole history so far, still start fast?"""
+    from engine.digits import significant
+    from engine.measure.judge.turns import by_turn
+
+    turns = by_turn(r.records)
+    if len(turns) < 2:
+        return []
+    lines = ["TTFT by turn           median and p99 of each turn's first token; the prompt its history grew to"]
+    for t in turns:
+        cached = (f", {t.mean_cached_tokens:,.0f} from the prefix cache" if t.mean_cached_tokens is not None
+                  else "")
+        lines.append(f"  turn {t.turn + 1}: TTFT median {significant((t.median_ttft_s or 0) * 1000)} ms, p99 "
+                     f"{significant((t.p99_ttft_s or 0) * 1000)} ms; {t.mean_prompt_tokens or 0:,.0f} prompt "
+                     f"tokens{cached} ({t.requests} answered)")
+    return lines
 
 
 def _counted(c) -> str:

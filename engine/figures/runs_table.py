@@ -16,7 +16,7 @@ from engine.results.records import RunResult
 _NUMBERS = (
     (say("Requests completed"), "completed", 0), (say("Requests failed"), "failed", 0),
     (say("Wall time (s)"), "duration", None), (say("Output tokens / s"), "output_throughput", None),
-    (say("Requests / s"), "request_throughput", None), (say("Most in flight"), "max_concurrent_requests", 0),
+    (say("Requests / s"), "request_throughput", None), (say("Most in flight"), "peak_in_flight", 0),
     (say("Mean TTFT (ms)"), "mean_ttft_ms", None), (say("P99 TTFT (ms)"), "p99_ttft_ms", None),
     (say("Mean TPOT (ms)"), "mean_tpot_ms", None), (say("Mean E2E latency (ms)"), "mean_e2el_ms", None),
     (say("Output tokens"), "total_output_tokens", 0),

@@ -32,7 +32,7 @@ CSV_COLUMNS = [
 RUN_CSV_COLUMNS = [
     "run_id", "date", "label", "scenario", "backend", "model_id", "num_prompts", "request_rate", "max_concurrency",
     "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-    "output_throughput", "total_token_throughput", "max_concurrent_requests",
+    "output_throughput", "total_token_throughput", "max_concurrent_requests", "peak_in_flight",
     *(f"{stat}_{name}_ms" for name in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")),
     "warmth", "server", "hardware", "command",
 ]

@@ -62,6 +62,16 @@ class RequestRecord:
     def ttft(self) -> float | None:
         return None if self.first_token_time is None else self.first_token_time - self.send_time
 
+    @property
+    def queue_time(self) -> float | None:
+        """How long it waited in this client before it was sent (vllm bench serve's client_queue_time): from its
+        planned time (a rate's or a trace's arrival), else from the start (a closed loop's requests are all there at
+        once, each waiting for a slot); None for a chat's later turn, whose arrival (the reply before it, then the
+        think time) is not recorded."""
+        if self.planned_time is not None:
+            return self.send_time - self.planned_time
+        return None if self.turn else self.send_time
+
     @staticmethod
     def from_dict(d: dict[str, Any]) -> "RequestRecord":
         return RequestRecord(**{k: v for k, v in d.items() if k in RequestRecord.__dataclass_fields__})

@@ -46,6 +46,21 @@ def _summary_for(run: RunResult) -> dict[str, Any]:
     }
 
 
+def max_concurrent_requests(records: list[RequestRecord]) -> int:
+    """vllm bench serve's max_concurrent_requests, counted as it counts it: each successful request is counted in
+    every whole second from the first start that it touches (from its start's second to its end's, both included),
+    and the fullest second wins, so requests back to back within one second count as concurrent."""
+    ok = [r for r in records if r.ok]
+    if not ok:
+        return 0
+    t0 = min(r.send_time for r in ok)
+    seconds: dict[int, int] = {}
+    for r in ok:
+        for s in range(int(r.send_time - t0), int(r.end_time - t0) + 1):  # type: ignore[operator]
+            seconds[s] = seconds.get(s, 0) + 1
+    return max(seconds.values())
+
+
 def to_bench_json(run: RunResult) -> dict[str, Any]:
     """One run as a `vllm bench serve` result object (+ "serving_lab": the whole RunResult), without
     credentials."""
@@ -53,11 +68,13 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
+    backend = load.backend or {"completions": "openai", "embeddings": "openai-embeddings"}.get(
+        load.endpoint, _BACKENDS.get(run.kind, run.kind))
     conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),
-        "endpoint_type": load.backend or _BACKENDS.get(run.kind, run.kind),
-        "backend": load.backend or _BACKENDS.get(run.kind, run.kind),
+        "endpoint_type": backend,  # vllm's names: openai-chat, openai (completions)
+        "backend": backend,
         "label": run.label,
         "model_id": run.model,
         "tokenizer_id": run.config.get("tokenizer") or run.model,
@@ -70,9 +87,12 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     # Our summary's max_concurrency is the observed peak; vllm's is the configured limit and it
     # calls the observed peak max_concurrent_requests.
     observed = summ.pop("max_concurrency", None)
+    obj["request_goodput"] = None  # vllm's key even without --goodput (null), as its file has it
     obj.update(summ)
     obj["max_concurrency"] = conc
-    obj["max_concurrent_requests"] = observed
+    obj["max_concurrent_requests"] = max_concurrent_requests(m) if any(r.ok for r in m) else observed
+    obj["peak_in_flight"] = observed  # the exact peak (vllm's count above includes neighbours within a second)
+    obj["rtfx"] = 0.0  # vllm's inverse real-time factor, 0.0 for a run without audio
     obj["duration"] = run.duration
     # Per-request lists, with vllm's conventions: seconds, 0.0 / [] / "" where there is nothing.
     obj["input_lens"] = [r.prompt_tokens for r in m]
@@ -81,6 +101,7 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     obj["itls"] = [[b - a for a, b in zip(r.chunk_times, r.chunk_times[1:])] for r in m]
     obj["latencies"] = [r.e2e if r.e2e is not None else 0.0 for r in m]
     obj["start_times"] = [r.send_time for r in m]
+    obj["queue_times"] = [r.queue_time for r in m]  # null where the arrival is not known (a chat's later turn)
     obj["generated_texts"] = [r.output_text for r in m]
     obj["errors"] = [r.error or "" for r in m]
     obj["serving_lab"] = {"format": EXPORT_FORMAT, **run.to_dict()}

@@ -124,6 +124,12 @@ class Target:
         """`spec` sent here, checked against what this server accepts (ConfigError)."""
         spec = replace(spec, base_url=self.base_url, model=self.model, api_key=self.api_key)
         spec.validate(self.max_model_len)
+        served = (set(self.endpoint.models) if self.endpoint is not None else
+                  {self.model, *(_lora_names(self.config.extra_args) if self.config is not None else ())})
+        if unknown := [m for m in spec.lora_modules if m not in served]:
+            raise ConfigError(say("The server at {url} serves no model '{name}' (it serves {served}): start it with "
+                                  "--enable-lora --lora-modules {name}=PATH, or name an adapter it serves.",
+                                  url=self.base_url, name=unknown[0], served=", ".join(sorted(served))))
         return spec
 
     def stamp(self, result: RunResult) -> RunResult:
@@ -148,6 +154,27 @@ class Target:
             if size := ceiling.server_model_bytes(result.config):  # what each decode step reads: its ceiling
                 result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
         return result
+
+
+def _lora_names(args: tuple[str, ...]) -> list[str]:
+    """The adapters' names a server this app starts serves from its extra flags: `--lora-modules a=PATH b=PATH`
+    (or vLLM's JSON form, '{"name": "a", "path": ...}')."""
+    import json
+
+    names: list[str] = []
+    words = [w for a in args for w in (a.split("=", 1) if a.startswith("--lora-modules=") else [a])]
+    for i, w in enumerate(words):
+        if w != "--lora-modules":
+            continue
+        for item in words[i + 1:]:
+            if item.startswith("--"):
+                break
+            try:
+                obj = json.loads(item)
+                names.append(str(obj["name"]) if isinstance(obj, dict) and "name" in obj else item.split("=")[0])
+            except ValueError:
+                names.append(item.split("=", 1)[0])
+    return names
 
 
 def _instance_of(pid: int | None) -> str | None:

@@ -29,11 +29,36 @@ class Slo:
     def __post_init__(self) -> None:
         given = [(name, getattr(self, f)) for f, _, name in _LIMITS if getattr(self, f) is not None]
         if not given:
-            raise ConfigError(say("An SLO needs at least one limit: give a TTFT or TPOT limit in milliseconds."))
+            raise ConfigError(say("An SLO needs at least one limit: give a TTFT, TPOT or E2E latency limit in "
+                                  "milliseconds."))
         for name, v in given:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(say("The {name} limit must be a number of milliseconds above 0, not {value}.",
                                       name=name, value=v))
+
+    @classmethod
+    def parse(cls, items: list[str]) -> "Slo":
+        """The SLO `vllm bench serve --goodput ttft:200 tpot:50 e2el:2000` names (milliseconds), each item checked:
+        ConfigError with one sentence for the first that is not KEY:MS of a known key, or a key given twice."""
+        limits: dict[str, float] = {}
+        fields = {key: f for f, key, _ in _LIMITS}
+        for item in items:
+            key, colon, value = item.partition(":")
+            key = key.strip().lower()
+            if not colon:
+                raise ConfigError(say("--goodput takes KEY:MILLISECONDS pairs such as ttft:200 tpot:50 e2el:2000, "
+                                      "not '{item}'.", item=item))
+            if key not in fields:
+                raise ConfigError(say("--goodput judges ttft, tpot or e2el, not '{key}': e.g. --goodput ttft:200 "
+                                      "e2el:2000.", key=key))
+            if key in limits:
+                raise ConfigError(say("--goodput names {key} twice: give each limit once.", key=key))
+            try:
+                limits[key] = float(value)
+            except ValueError:
+                raise ConfigError(say("--goodput {item} is not a number of milliseconds: e.g. {key}:200.",
+                                      item=item, key=key)) from None
+        return cls(**{fields[k]: v for k, v in limits.items()})
 
     def goodput_config(self) -> dict[str, float]:
         """vLLM's goodput_config_dict: what `--goodput ttft:X tpot:Y` parses to."""

@@ -204,6 +204,9 @@ def summarize(
     }
     for name in DISTRIBUTIONS:
         out.update(_distribution(name, samples[name], percentiles))
+    # vllm bench serve's client queue: how long a request waited here before it was sent (its arrival known)
+    if queued := [q for r in done if (q := r.queue_time) is not None]:
+        out.update(_distribution("client_queue_time", queued, percentiles))
     return Summary.from_dict(out)
 
 

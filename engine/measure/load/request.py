@@ -157,6 +157,7 @@ class Requester:
         self.headers = {"Content-Type": "application/json"}
         if spec.api_key:
             self.headers["Authorization"] = f"Bearer {spec.api_key}"
+        self.headers.update(spec.headers)  # the user's own (an Authorization given replaces the key's)
 
     async def __aenter__(self) -> "Requester":
         s = self.spec
@@ -181,11 +182,15 @@ class Requester:
     async def __aexit__(self, *exc: object) -> None:
         await self.session.close()
 
-    def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None) -> bytes:
+    def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None,
+             model: str | None = None) -> bytes:
         """The request's JSON; a chat turn after the first carries `history` (the earlier turns and the
-        replies the server gave) before its new user message."""
+        replies the server gave) before its new user message. `model`: a LoRA module's name (spec.model_for)."""
         s = self.spec
-        b: dict[str, Any] = {"model": s.model, "temperature": s.temperature, "stream": True,
+        if s.endpoint == "embeddings":  # as vllm bench serve's openai-embeddings: one input, never cut off
+            e: dict[str, Any] = {"model": model or s.model, "input": prompt, "truncate_prompt_tokens": -1}
+            return json.dumps({**e, **s.extra_body}).encode()
+        b: dict[str, Any] = {"model": model or s.model, "temperature": s.temperature, "stream": True,
                              "stream_options": {"include_usage": True}}
         if self.chat:
             system = [{"role": "system", "content": s.system}] if s.system else []
@@ -196,6 +201,8 @@ class Requester:
             b["max_tokens"] = max_tokens
         if s.ignore_eos:
             b["ignore_eos"] = True
+        b.update(s.sampling)
+        b.update(s.extra_body)  # last, as vllm bench serve merges --extra-body (its own fields refused: spec.py)
         return json.dumps(b).encode()
 
     async def run(self, rec: RequestRecord, max_tokens: int | None,
@@ -221,11 +228,13 @@ class Requester:
                    on_sent: Callable[[RequestRecord], None] | None,
                    history: list[dict[str, str]] | None, parser: StreamParser | None) -> RequestRecord:
         st = parser or StreamParser(self.chat)
-        body = self.body(rec.prompt, max_tokens, history)
+        body = self.body(rec.prompt, max_tokens, history, self.spec.model_for(rec.index, rec.conversation))
         rec.send_time = clock() - self.t0
         if on_sent is not None:
             on_sent(rec)
         deadline = self.spec.deadline_for(max_tokens)
+        if self.spec.endpoint == "embeddings":
+            return await self._pooled(rec, body, deadline)
         try:
             async with asyncio.timeout(deadline):
                 await self._stream(body, st)
@@ -251,6 +260,33 @@ class Requester:
                 t = clock()
                 for payload in feed(data):
                     event(t, payload)
+
+    async def _pooled(self, rec: RequestRecord, body: bytes, deadline: float) -> RequestRecord:
+        """An embeddings request: one JSON answer, timed as vllm bench serve times a pooling request (its TTFT is
+        its whole latency: there is no stream), its prompt tokens from the server's usage."""
+        try:
+            async with asyncio.timeout(deadline):
+                async with self.session.post(self.spec.url, data=body, headers=self.headers) as resp:
+                    raw = await resp.read()
+                    rec.end_time = clock() - self.t0
+                    if resp.status != 200:
+                        rec.error = http_error(resp.status, raw)
+                        return rec
+                    obj = json.loads(raw)
+        except asyncio.CancelledError:
+            rec.end_time, rec.error = clock() - self.t0, "cancelled"
+            raise
+        except Exception as e:  # noqa: BLE001 - any failure becomes the record's error
+            rec.end_time, rec.error = clock() - self.t0, describe(e, self.spec, deadline)
+            return rec
+        usage = obj.get("usage") if isinstance(obj, dict) else None
+        if not isinstance(obj, dict) or not obj.get("data"):
+            rec.error = "the server answered without an embedding"
+            return rec
+        rec.first_token_time = rec.end_time
+        rec.prompt_tokens = int((usage or {}).get("prompt_tokens") or 0)
+        rec.output_tokens, rec.tokens_source = 0, "usage"
+        return rec
 
     def _finish(self, rec: RequestRecord, st: StreamParser, error: str | None) -> None:
         t0 = self.t0

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.errors import ConfigError
 from engine.messages import mark, say, say_n
+from engine.results.credentials import is_credential_key, scrub, scrub_text
 
 SHAPES = ("sequential", "concurrency", "burst", "poisson", "trace")
 RATE_SHAPES = ("poisson", "trace")  # sent on a schedule, not when a slot frees: each send has a planned time
-ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
 # What one load test may ask for: beyond these a typo (100000 in flight) would swamp the machine.
 MAX_IN_FLIGHT = 1024
 MAX_REQUESTS = 100_000
@@ -96,6 +98,14 @@ class LoadSpec:
     ramp_up_s: float = 0.0
     ramp_from: float | None = None
     workload: dict | None = None  # what the run records of its workload (engine.measure.workloads.named says it)
+    # The request's shape beyond the prompt, as vllm bench serve sends it: sampling parameters (SAMPLING's keys),
+    # HTTP headers (a credential's value never recorded: as_dict) and fields merged into every request's body
+    sampling: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    # LoRA adapters the server serves by name (vllm bench serve --lora-modules): each request names one in turn
+    # instead of `model` (a conversation keeps its first turn's), so every adapter gets its share of the load
+    lora_modules: list[str] = field(default_factory=list)
     # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
@@ -112,8 +122,11 @@ class LoadSpec:
             raise ConfigError(say("The arrival pattern '{shape}' is unknown: pick one of {shapes}.",
                                   shape=self.shape, shapes=", ".join(SHAPES)))
         if self.endpoint not in ENDPOINTS:
-            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat or completions.",
+            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat, completions or embeddings.",
                                   endpoint=self.endpoint))
+        if self.endpoint == "embeddings" and self.sampling:
+            raise ConfigError(say("An embedding samples no tokens, so {key} does not apply: leave it out.",
+                                  key=next(iter(self.sampling))))
         if not self.prompts:
             raise ConfigError(say("A load test needs at least one prompt."))
         _whole(mark("The number of requests"), self.n, 1, MAX_REQUESTS)
@@ -133,6 +146,14 @@ class LoadSpec:
         if not _number(self.temperature) or not 0 <= self.temperature <= 2:
             raise ConfigError(say("The temperature must be between 0 and 2, not {temperature}.",
                                   temperature=self.temperature))
+        check_request_shape(self.sampling, self.headers, self.extra_body)
+        if not isinstance(self.lora_modules, list) or any(not isinstance(m, str) or not m.strip() or len(m) > 200
+                                                          for m in self.lora_modules):
+            raise ConfigError(say("Each LoRA module is the name the server serves it under, e.g. sql-lora: give "
+                                  "names, not empty text."))
+        if len(set(self.lora_modules)) != len(self.lora_modules):
+            raise ConfigError(say("A LoRA module is named twice: name each once (round-robin gives each its "
+                                  "share)."))
         _whole(mark("The warm-up"), self.warmup, 0, MAX_REQUESTS)
         _whole(mark("The client processes"), self.workers, 0, MAX_WORKERS)
         if self.timeout_s is not None and (not _number(self.timeout_s) or self.timeout_s <= 0):
@@ -238,6 +259,13 @@ class LoadSpec:
         """Request i's max_tokens: its own from a workload's list, else the spec's."""
         return self.max_tokens_each[i % len(self.max_tokens_each)] if self.max_tokens_each else self.max_tokens
 
+    def model_for(self, index: int, conversation: int | None = None) -> str:
+        """The model request `index` names: its LoRA module in turn (round-robin; a chat's turns keep their
+        conversation's), else the served model."""
+        if not self.lora_modules:
+            return self.model
+        return self.lora_modules[(index if conversation is None else conversation) % len(self.lora_modules)]
+
     @property
     def units(self) -> int:
         """What the arrival pattern schedules: conversations of a multi-turn chat, else requests."""
@@ -331,12 +359,75 @@ class LoadSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("count_tokens", "api_key", *_PER_REQUEST)}
         d["prompts"] = list(self.prompts)
+        # a credential header by its name only, apart: the history drops a credential's key wherever it stands
+        d["headers"] = {k: scrub_text(v) for k, v in self.headers.items() if not is_credential_key(k)}
+        d["credential_headers"] = [k for k in self.headers if is_credential_key(k)]
+        d["extra_body"] = scrub(self.extra_body)
+        d["lora_modules"] = list(self.lora_modules)
+        for key in ("sampling", "headers", "credential_headers", "extra_body", "lora_modules"):  # else as it was
+            if not d[key]:
+                del d[key]
         return d
 
 
 # Per-request lists a run does not repeat in its load: each record holds its own prompt, turn and planned time,
 # and `workload` says where they came from
 _PER_REQUEST = ("max_tokens_each", "offsets", "conversations")
+
+
+# The sampling parameters vllm bench serve sends (--top-p ... --repetition-penalty; temperature is a field of its
+# own): (lowest, highest, whole number only); a bound None is open
+SAMPLING: dict[str, tuple[float | None, float | None, bool]] = {
+    "top_p": (0.0, 1.0, False), "top_k": (-1, None, True), "min_p": (0.0, 1.0, False),
+    "frequency_penalty": (-2.0, 2.0, False), "presence_penalty": (-2.0, 2.0, False),
+    "repetition_penalty": (0.0, None, False),
+}
+# What the load generator itself puts in every request: an extra body may not replace it (a non-streamed answer
+# has no first token to time; the answer's length has its own option, which sets its deadline)
+OWN_BODY = {"model": "--model-name", "messages": "--dataset", "prompt": "--dataset", "stream": "",
+            "stream_options": "", "max_tokens": "--max-tokens", "max_completion_tokens": "--max-tokens",
+            "temperature": "--temperature"}
+# Headers the HTTP client writes itself
+OWN_HEADERS = {"content-type", "content-length", "host", "transfer-encoding", "connection"}
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110's token)
+
+
+def check_request_shape(sampling: Any, headers: Any, extra_body: Any) -> None:
+    """ConfigError with one sentence for the first sampling parameter out of its range, header the client cannot
+    send, or extra body field that would replace what every request carries."""
+    if not isinstance(sampling, dict) or not isinstance(headers, dict) or not isinstance(extra_body, dict):
+        raise ConfigError(say("The sampling parameters, headers and extra body must each be a set of names and "
+                              "values."))
+    for key, v in sampling.items():
+        if key not in SAMPLING:
+            raise ConfigError(say("'{key}' is no sampling parameter this load test sends: pick from {keys}, or put "
+                                  "it in the extra body.", key=key, keys=", ".join(SAMPLING)))
+        lo, hi, whole = SAMPLING[key]
+        ok = _number(v) and (not whole or float(v) == int(v)) and (lo is None or v >= lo) and (hi is None or v <= hi)
+        if key == "repetition_penalty" or key == "top_p":
+            ok = ok and v > 0
+        if not ok:
+            bounds = (say("above 0 and at most {hi:g}", hi=hi) if key == "top_p" else say("above 0") if
+                      key == "repetition_penalty" else say("a whole number from -1 on (-1: all tokens)") if whole
+                      else say("from {lo:g} to {hi:g}", lo=lo, hi=hi))
+            raise ConfigError(say("{key} must be {bounds}, not {v}.", key=key, bounds=bounds, v=v))
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.match(name):
+            raise ConfigError(say("'{name}' is not an HTTP header name: use letters, digits and dashes, e.g. "
+                                  "X-Request-Source:lab.", name=str(name)[:60]))
+        if name.lower() in OWN_HEADERS:
+            raise ConfigError(say("The header {name} is written by the HTTP client itself: leave it out.",
+                                  name=name))
+        if not isinstance(value, str) or "\r" in value or "\n" in value:
+            raise ConfigError(say("The header {name}'s value must be one line of text.", name=name))
+    for key in extra_body:
+        if key in OWN_BODY:
+            flag = OWN_BODY[key]
+            raise ConfigError(say("The extra body may not set {key}: every request sets it itself{how}.", key=key,
+                                  how=say(" (give {flag} instead)", flag=flag) if flag else ""))
+        if key in sampling:
+            raise ConfigError(say("{key} is given twice, as a sampling parameter and in the extra body: give it "
+                                  "once.", key=key))
 
 
 def arrivals_recorded(load: Any):

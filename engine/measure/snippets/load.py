@@ -6,7 +6,7 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.measure.load.spec import SHAPES, LoadSpec
-from engine.measure.snippets.python import WIDTH, Comments, client, lit, paced_beyond_code
+from engine.measure.snippets.python import WIDTH, Comments, client, lit, paced_beyond_code, shaped
 from engine.measure.snippets.workload import workload_code
 from engine.messages import Message, say
 from engine.serving.config import ServerConfig
@@ -65,8 +65,8 @@ def spec_of(run: Any) -> LoadSpec | None:
     load = run.load
     if run.kind != "vllm" or not load.prompts or load.shape not in SHAPES or not load.base_url or not run.model:
         return None
-    if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
-        return None
+    if load.other.get("system") or shaped(load):  # a long shared system prompt (prefix-cache), or sampling
+        return None  # parameters, headers or an extra body: the short code would leave them out
     if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
             or load.other.get("think_time_s") or paced_beyond_code(load)):  # a workload's own lengths, turns or
         # schedule: likewise

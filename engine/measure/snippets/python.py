@@ -19,6 +19,13 @@ def lit(text: str) -> str:
     return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
 
 
+def shaped(load) -> bool:
+    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape),
+    which the short code does not write: then no code is offered rather than code that sends something else."""
+    return any(load.other.get(k) for k in ("sampling", "headers", "credential_headers", "extra_body",
+                                                  "lora_modules"))
+
+
 def v1(base_url: str) -> str:
     """The OpenAI client's base URL: the server's with /v1 (once)."""
     return base_url.rstrip("/").removesuffix("/v1") + "/v1"

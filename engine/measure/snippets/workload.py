@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, paced_beyond_code
+from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, paced_beyond_code, shaped
 from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
 from engine.measure.workloads.kinds import EXAMPLES
@@ -21,7 +21,8 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     write as the run sent it."""
     load, w = run.load, run.load.workload or {}
     kind = w.get("kind")
-    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat":
+    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat" \
+            or shaped(load):  # its sampling parameters, headers or extra body are not written here
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace") or paced_beyond_code(load):
         return None

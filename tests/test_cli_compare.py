@@ -1,0 +1,104 @@
+"""`python -m engine compare A B`: two saved runs or two sets of repeats judged on throughput, TTFT, TPOT and E2E
+latency, one verdict sentence per metric (engine.measure.judge.verdict), as JSON with --json; a run measured
+beside other work is said; a name that matches nothing is one sentence."""
+import json
+
+import pytest
+
+from engine.results.records import RequestRecord, RunResult
+from engine.results.store import RunStore
+
+from .conftest import cli_in_process
+
+
+def _run(label: str, ttft_s: float, *, gap_s: float = 0.02, tput: float | None = None, group: str = "",
+         index: int | None = None, started: float = 1.76e9, spread: float = 0.01, disturbance=None) -> RunResult:
+    """A run of 12 requests of 10 tokens, each one's first token after about `ttft_s` (spread by `spread`)."""
+    recs = []
+    for i in range(12):
+        ttft = ttft_s * (1 + spread * ((i % 5) - 2))
+        chunks = [0.1 * i + ttft + gap_s * k for k in range(10)]
+        recs.append(RequestRecord(index=i, prompt="p", send_time=0.1 * i, first_token_time=chunks[0],
+                                  end_time=chunks[-1], chunk_times=chunks, prompt_tokens=20, output_tokens=10))
+    run = RunResult(kind="vllm", scenario="concurrent-10", label=label, records=recs, duration=2.0,
+                    started_at=started,
+                    extra={"repeat_group": group, "repeat_index": index, "repeats": 3 if group else None,
+                           "disturbance": disturbance})
+    from engine.measure.judge import stats
+
+    run.summary = stats.summarize(recs, run.duration)
+    if tput is not None:
+        run.summary.output_throughput = tput
+    return run
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
+    return RunStore()
+
+
+def _lines(p):
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr
+    return p.stdout.splitlines()
+
+
+def test_two_runs_each_metric_in_one_sentence_ttft_beyond_noise(store):
+    a, b = _run("fast", 0.2), _run("slow", 0.4)
+    store.save(a), store.save(b)
+    lines = _lines(cli_in_process("compare", a.id, b.id))
+    assert lines[0] == f"A: fast, {a.id}" and lines[1] == f"B: slow, {b.id}"
+    said = lines[2:]
+    assert len(said) == 4, said  # throughput, TTFT, TPOT, E2E: one sentence each
+    assert said[0].startswith("Output throughput: slow measured") and "decides nothing" in said[0]  # one run a side
+    assert said[1].startswith("Mean TTFT: slow is higher than fast, 2") and "beyond noise" in said[1]
+    assert "12 requests each" in said[1]
+    assert said[2].startswith("Mean TPOT: no measurable difference on this machine between fast and slow"), said[2]
+    assert said[3].startswith("Mean E2E latency: slow is higher than fast")
+
+
+def test_repeat_groups_within_noise_and_by_label(store):
+    tputs_a, tputs_b = (100.0, 104.0, 97.0), (101.0, 98.0, 103.0)
+    for i, t in enumerate(tputs_a):
+        store.save(_run("base", 0.2, tput=t, group="ga", index=i + 1, started=1.76e9 + i))
+    for i, t in enumerate(tputs_b):
+        store.save(_run("tuned", 0.2, tput=t, group="gb", index=i + 1, started=1.76e9 + 10 + i))
+    by_group = _lines(cli_in_process("compare", "ga", "gb"))
+    by_label = _lines(cli_in_process("compare", "base", "tuned"))
+    assert by_group == by_label
+    tput = next(line for line in by_group if line.startswith("Output throughput"))
+    assert tput.startswith("Output throughput: no measurable difference on this machine between base and tuned")
+    assert "3 runs each" in tput
+    data = json.loads(cli_in_process("compare", "ga", "gb", "--json").stdout)
+    assert [m["key"] for m in data["metrics"]] == ["output_throughput", "mean_ttft_ms", "mean_tpot_ms",
+                                                   "mean_e2el_ms"]
+    first = data["metrics"][0]
+    assert first["n_a"] == first["n_b"] == 3 and first["per"] == "runs" and first["beyond_noise"] is False
+    assert first["low"] < 1 < first["high"] and first["said"] == tput
+    assert len(data["a"]["runs"]) == 3 and data["a"]["disturbed"] is False
+
+
+def test_a_disturbed_side_is_said(store):
+    busy = {"seconds": 10, "cores": 2, "others_cores": 1.5, "steal_cores": 0.0}
+    a, b = _run("x", 0.2), _run("x", 0.21, started=1.76e9 + 60, disturbance=busy)
+    store.save(a), store.save(b)
+    lines = _lines(cli_in_process("compare", a.id[:8], b.id))
+    assert lines[-1].startswith("B: Measured while other programs used 1.5 of 2 cores")
+    assert "measure both again on a quiet machine" in lines[-1]
+    assert " from " in lines[0]  # one label on both sides: each told apart by its start time
+    assert json.loads(cli_in_process("compare", a.id, b.id, "--json").stdout)["b"]["disturbed"] is True
+
+
+@pytest.mark.parametrize("args, says", [
+    (["nope", "nope2"], "No run, repeat group or label 'nope' in the history"),
+    (["RUN", "RUN"], "A and B share a run"),
+    ([",", "RUN"], "Name the runs to compare"),
+])
+def test_a_bad_name_is_one_sentence(store, args, says):
+    run = _run("x", 0.2)
+    store.save(run)
+    p = cli_in_process("compare", *[a.replace("RUN", run.id) for a in args])
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
+    line, = p.stderr.splitlines()
+    assert line.startswith("error: ") and says in line, line
