@@ -141,6 +141,7 @@ def test_every_step_fits_the_first_screen(browser, app, lang):
 def test_korean_breaks_lines_between_words(browser, app):
     ctx, page = _open(browser, app, "ko", presenter=False)
     try:
+        settle(page)  # the rule is drawn in the sidebar's last element: read the page once its run has ended
         rule = page.evaluate("() => getComputedStyle(document.querySelector("
                              "'[data-testid=stMainBlockContainer] [data-testid=stMarkdownContainer] p')).wordBreak")
         assert rule == "keep-all", rule
