@@ -322,35 +322,30 @@ class Runner:
     def sweep(self, spec: LoadSpec, levels: list[int], target: Target, rounds: int = 2) -> list[RunResult]:
         """loadgen.run_level at each level, in order; each level saved the moment it completes, its synthetic
         prompts its own (seeds.nth: no level finds an earlier one's in the prefix cache)."""
-        check_sweep(spec)
-        spec = target.aim(replace(spec, scenario="sweep"))
-        out: list[RunResult] = []
-        self.mark(say("sweep start"))
-        try:
-            for level in levels:
-                if self.cancel.is_set():
-                    break
-                self.progress.on_step(len(out), len(levels), say("concurrency {level}", level=level))
-                out.append(self._level(seeds.nth(spec, len(out)), level, target, rounds, self.progress, self.cancel))
-            self.progress.on_step(len(out), len(levels), mark("done"))
-        finally:
-            self.mark(say("sweep end"))
-        return out
+        return self._sweep(spec, target, [(say("concurrency {level}", level=level), dict(level=level, rounds=rounds))
+                                          for level in levels])
 
     def rate_sweep(self, spec: LoadSpec, rates: list[float], target: Target) -> list[RunResult]:
         """The same workload arriving at each of `rates` requests per second (the spec's arrivals: Poisson, gamma or
         constant, its cap), in order; each level RATE_LEVEL_S seconds of arrivals at least, saved as it ends."""
+        return self._sweep(spec, target, [(say("{rate:g} requests/s", rate=rate), dict(level=0, rounds=1, rate=rate))
+                                          for rate in rates])
+
+    def _sweep(self, spec: LoadSpec, target: Target, steps: list[tuple[Message, dict]]) -> list[RunResult]:
+        """The steps of a sweep in order (each `_level`'s arguments, with what the progress says of it), stopped
+        between steps by Cancel; each level's synthetic prompts its own (seeds.nth)."""
         check_sweep(spec)
         spec = target.aim(replace(spec, scenario="sweep"))
         out: list[RunResult] = []
         self.mark(say("sweep start"))
         try:
-            for rate in rates:
+            for said, args in steps:
                 if self.cancel.is_set():
                     break
-                self.progress.on_step(len(out), len(rates), say("{rate:g} requests/s", rate=rate))
-                out.append(self._level(seeds.nth(spec, len(out)), 0, target, 1, self.progress, self.cancel, rate=rate))
-            self.progress.on_step(len(out), len(rates), mark("done"))
+                self.progress.on_step(len(out), len(steps), said)
+                out.append(self._level(seeds.nth(spec, len(out)), target=target, progress=self.progress,
+                                       cancel=self.cancel, **args))
+            self.progress.on_step(len(out), len(steps), mark("done"))
         finally:
             self.mark(say("sweep end"))
         return out
