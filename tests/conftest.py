@@ -126,6 +126,20 @@ def lab(tmp_path_factory):
         ui.get_lab.clear()
 
 
+@pytest.fixture
+def app_lab(tmp_path, monkeypatch):
+    """The app's own Lab (ui.get_lab) on this test's own history and a free vLLM port; yields the test's folder.
+    A module that needs another defines its own `app_lab`."""
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
+    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+    import ui
+
+    ui.get_lab.clear()
+    yield tmp_path
+    ui.get_lab().shutdown()
+    ui.get_lab.clear()
+
+
 def app_page(path: str):
     """The app through AppTest, switched to the page at `path` (app_pages/...), drawn without an exception."""
     from streamlit.testing.v1 import AppTest

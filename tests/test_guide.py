@@ -307,17 +307,6 @@ def test_the_report_starts_with_the_findings(lab):
 
 
 # -- the page ---------------------------------------------------------------------------------------
-@pytest.fixture
-def app_lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-    import ui
-
-    ui.get_lab.clear()
-    yield tmp_path
-    ui.get_lab().shutdown()
-    ui.get_lab.clear()
-
 
 def test_the_guided_lab_is_the_first_and_default_page(app_lab):
     at = AppTest.from_file(APP, default_timeout=60)

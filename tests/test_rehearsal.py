@@ -148,16 +148,6 @@ def test_the_cli_refuses_in_one_sentence():
 
 
 # -- the page ---------------------------------------------------------------------------------------------
-@pytest.fixture
-def app_lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-
-    ui.get_lab.clear()
-    yield tmp_path
-    ui.get_lab().shutdown()
-    ui.get_lab.clear()
-
 
 def _saved(folder: Path, **machine) -> Sheet:
     here = rh.machine("/m/SmolLM2-135M-Instruct", 0.1)
