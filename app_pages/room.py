@@ -77,9 +77,12 @@ def _status(view) -> None:
                       done=answered))
     if presenter and view.accepting and st.button(_("Close the round now"), icon=":material/stop_circle:"):
         ui.act(room.close)
-    if (job := lab.job(view.job_id)) is not None:
-        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}", key="room_cancel",
-                     error_for_s=600)
+    if (job := lab.job(view.job_id)) is not None:  # the bar counts what the stage waits for, never an empty one
+        done, total = view.alone
+        text = (_("The round's time") if view.accepting else
+                _("One at a time: {done} of {n} answered", done=done, n=total) if view.status == "one at a time" else
+                _("Answers complete") if view.status == "answering" else _("Opening the round"))
+        ui.job_panel(lab, job, text, key="room_cancel", error_for_s=600, share=view.share)
 
 
 def _results(together, alone) -> None:

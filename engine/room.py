@@ -200,6 +200,19 @@ class RoundView:
     job_id: str
     joins: dict[int, Join]
     sharing: Sharing
+    alone: tuple[int, int] = (0, 0)  # the one-at-a-time part: requests answered, of how many
+
+    @property
+    def share(self) -> float | None:
+        """How far the round has come, for a progress bar: the open round's time gone, the answers in while they
+        finish, then the one-at-a-time part's (None: opening, nothing to count yet)."""
+        if self.status == OPEN and self.closes_in is not None:
+            return 1 - self.closes_in / self.seconds
+        if self.status == ANSWERING and self.names:
+            return self.answered / len(self.names)
+        if self.status == ONE_AT_A_TIME and self.alone[1]:
+            return self.alone[0] / self.alone[1]
+        return None
 
     @property
     def accepting(self) -> bool:
@@ -410,8 +423,10 @@ class Room:
                         duration=max((r.end_time or 0.0 for r in live), default=0.0),
                         started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": names})
         closes_in = None if rnd.closes_at is None else max(0.0, rnd.closes_at - time.time())
+        job = self.lab.job(rnd.job_id) if rnd.status == ONE_AT_A_TIME else None
         view = RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, names, run,
-                         now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live))
+                         now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live),
+                         (job.done, job.total) if job is not None else (0, 0))
         with self._lock:
             self._view = (clock(), view)
         return view
