@@ -133,17 +133,16 @@ def big_screen() -> None:
 
 
 def _big_screen_body() -> None:
-    """The round's requests as they stand; the page redraws once the round ends."""
-    view = room.view()
-    if view is None or view.over:
+    """The round's requests as they stand, from the reading the room's shared figures were built from (status line
+    and chart agree; the figures unchanged between two builds, so the browser keeps its chart); the page redraws
+    once the round ends."""
+    screen = room.screen(i18n.lang())
+    if screen is None or (current := room.view()) is None or current.over:
         st.rerun(scope="app")
-    _status(view)
-    lang = i18n.lang()
-    job = lab.job(view.job_id)
-    if job is not None and job.active and view.status == "one at a time":  # the contrast as it goes, on top
-        run, now = job.live_run()
-        ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
-    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
+    _status(screen.view)
+    if screen.alone is not None:  # the contrast as it goes, on top
+        ui.chart(screen.alone, key="room_alone_live")
+    ui.chart(screen.timeline, key="room_live")
 
 
 _big_screen_live = st.fragment(run_every=1.0)(_big_screen_body)

@@ -116,7 +116,8 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
         title, cap = say("The room: no requests yet"), [say("Each attendee's press appears here as a bar the moment "
                                                             "it is sent.")]
     else:
-        title = say("The room: {n} requests, up to {peak} generating together", n=n, peak=share.peak)
+        title = (say("The room: {n} requests, up to {peak} generating together", n=n, peak=share.peak)
+                 if share.peak else say("The room: {n} requests, none generating yet", n=n))
         cap = []
         if joined:
             late, j = next(iter(sorted(joined.items(), key=lambda kv: -kv[1].at_token)))
