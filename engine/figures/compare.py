@@ -132,6 +132,13 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         elif decided := next((v for v in judged if v is not None), None):
             cap.append(say("Judged by {how}; within noise is no measurable difference on this machine.",
                            how=decided.how))
+        beside = list({str(v.disturbed): v.disturbed for v in judged if v is not None and v.disturbed}.values())
+        if beside:  # what ran beside which configuration, once each
+            told = beside[-1]
+            for sentence in reversed(beside[:-1]):
+                told = say("{first} {second}", first=sentence, second=told)
+            cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
+                           "those again on a quiet machine.", beside=told))
     elif sets:
         cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=labels[0], tput=tput[0].median,
                    wall=wall[0].median)]
