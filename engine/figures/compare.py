@@ -289,11 +289,11 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
             stop = first if first is not None else end
             wait[0].append(r.index + 1), wait[1].append(r.send_time), wait[2].append(max(stop - r.send_time, 0.0))
             wait[3].append(f"{head}<br>" + translate(say("waiting for first token: {time}",
-                                                         time=seconds(stop - r.send_time, lang, 2)), lang))
+                                                         time=seconds(stop - r.send_time, lang)), lang))
             if first is not None:
                 dec[0].append(r.index + 1), dec[1].append(first), dec[2].append(max(end - first, 0.0))
                 dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
-                                                            time=seconds(end - first, lang, 2),
+                                                            time=seconds(end - first, lang),
                                                             tokens=r.output_tokens or len(r.chunk_times)), lang))
         for seg, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
             fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
