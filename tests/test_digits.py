@@ -168,3 +168,36 @@ def test_the_tuning_chart_s_wall_time_keeps_a_short_run_s_digits():
     a.duration, b.duration = 0.04, 0.06
     wall = tuning_compare([a, b]).data[1]
     assert list(wall.text) == ["<b>0.040 s</b>", "<b>0.060 s</b>"]
+
+
+def test_tuning_s_bars_and_one_configuration_s_caption_keep_a_slow_throughput():
+    """0.40 tok/s was "0" on Tuning's throughput bar and "0 tok/s" in its caption."""
+    from engine.figures.compare import tuning_compare
+
+    fig = tuning_compare([_slow_run()])
+    assert list(fig.data[0].text) == ["<b>0.40</b>"]
+    assert "slow: 0.40 tok/s, 5.0 s wall time." in caption(fig)
+
+
+def test_side_by_side_keeps_a_slow_pair_s_digits():
+    """Two slow servers "sustained 0 tok/s and 0 tok/s", their median TTFT "0 ms"."""
+    from engine.figures.compare import side_by_side
+
+    a, b = _slow_run(), _slow_run()
+    b.label = "other"
+    fig = side_by_side(a, b)
+    cap = caption(fig)
+    assert "slow sustained 0.40 tok/s and other 0.40 tok/s on average" in cap, cap
+    assert "Median TTFT: 0.30 ms on slow, 0.30 ms on other." in cap
+    assert "(avg 0.40 tok/s)" in fig.data[3].name
+
+
+def test_the_cli_s_run_line_keeps_a_slow_run_s_digits():
+    """`done in 5.00 s: 1 ok, 0 failed, 0.4 output tok/s, mean TTFT 0 ms`."""
+    import io
+
+    from engine.cli.console import Console
+
+    out = io.StringIO()
+    Console(out).on_complete(_slow_run())
+    assert "0.40 output tok/s, mean TTFT 0.30 ms" in out.getvalue(), out.getvalue()

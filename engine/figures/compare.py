@@ -105,7 +105,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Wall time (lower is better)"), lang)))
     fig.add_bar(x=cats, y=[s.median for s in tput], error_y=whisker(tput), marker_color=colors,
-                text=[f"<b>{s.median:,.0f}</b>" for s in tput], textposition="outside", cliponaxis=False,
+                text=[f"<b>{significant(s.median)}</b>" for s in tput], textposition="outside", cliponaxis=False,
                 showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
     fig.add_bar(x=cats, y=[s.median for s in wall], error_y=whisker(wall), marker_color=colors,
@@ -140,8 +140,8 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
             cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
                            "those again on a quiet machine.", beside=told))
     elif sets:
-        cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=labels[0], tput=tput[0].median,
-                   wall=wall[0].median)]
+        cap = [say("{run}: {tput} tok/s, {wall} wall time.", run=labels[0], tput=significant(tput[0].median),
+                   wall=seconds(wall[0].median, lang))]
     else:
         cap = [say("No runs to compare yet.")]
     if several:
@@ -310,7 +310,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         avgs.append(avg)
         fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color,
                                                             dash=DASHES[k % len(DASHES)]),
-                        name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
+                        name=translate(say("{run} (avg {avg} tok/s)", run=name, avg=significant(avg)), lang),
                         legendgroup=name,
                         hovertemplate=f"{name}<br>{seconds('%{x:.0f}', lang)}: %{{y:,.0f}} tok/s<extra></extra>",
                         row=3, col=1)
@@ -338,11 +338,12 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
 
     meds = [median(t) for t in ttfts]
     labels = [run_label(r, lang) for r in runs]
-    cap = [say("Both servers got the same requests at the same moments; {a} sustained {avg_a:,.0f} tok/s and "
-               "{b} {avg_b:,.0f} tok/s on average.", a=labels[0], b=labels[1], avg_a=avgs[0], avg_b=avgs[1])]
+    cap = [say("Both servers got the same requests at the same moments; {a} sustained {avg_a} tok/s and "
+               "{b} {avg_b} tok/s on average.", a=labels[0], b=labels[1], avg_a=significant(avgs[0]),
+               avg_b=significant(avgs[1]))]
     if None not in meds:
-        cap.append(say("Median TTFT: {ttft_a:,.0f} ms on {a}, {ttft_b:,.0f} ms on {b}.", a=labels[0], b=labels[1],
-                       ttft_a=meds[0], ttft_b=meds[1]))
+        cap.append(say("Median TTFT: {ttft_a} ms on {a}, {ttft_b} ms on {b}.", a=labels[0], b=labels[1],
+                       ttft_a=significant(meds[0]), ttft_b=significant(meds[1])))
     if not in_flight:  # which server did better is a finding only beyond the noise of its requests
         cap += [v.said for v in verdict.of_pair([run_a], [run_b], *verdict.labels_apart(run_a, run_b, *labels))]
     cap.append(say("In each timeline a bar is one request: pale while it waits for its first token, solid while "
