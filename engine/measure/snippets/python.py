@@ -19,11 +19,25 @@ def lit(text: str) -> str:
     return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
 
 
+# The sampling parameters the openai SDK takes as arguments; the rest go in extra_body
+SDK_SAMPLING = ("top_p", "frequency_penalty", "presence_penalty")
+
+
 def shaped(load) -> bool:
-    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape),
-    which the short code does not write: then no code is offered rather than code that sends something else."""
+    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape)."""
     return any(load.other.get(k) for k in ("sampling", "headers", "credential_headers", "extra_body",
                                                   "lora_modules"))
+
+
+def shape_of(load) -> dict[str, Any]:
+    """A stored load's request shape as LoadSpec fields (a header by its name: its value is never recorded)."""
+    other = load.other
+    headers = other.get("headers") or []
+    names = [*(headers if isinstance(headers, list) else headers.keys()), *(other.get("credential_headers") or ())]
+    return {"sampling": dict(other.get("sampling") or {}), "headers": {h: "" for h in names},
+            "extra_body": dict(other.get("extra_body") or {}), "lora_modules": list(other.get("lora_modules") or []),
+            "lora_weights": list(other.get("lora_weights") or []),
+            "lora_assignment": other.get("lora_assignment") or "round-robin"}
 
 
 def v1(base_url: str) -> str:

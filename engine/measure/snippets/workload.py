@@ -3,12 +3,15 @@ AsyncOpenAI. See docs/internals.md#snippets."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, paced_beyond_code, shaped
 from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
+from engine.measure.workloads import fixed_text
 from engine.measure.workloads.kinds import EXAMPLES
+from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.measure.workloads.lengths import shapes
 from engine.messages import say
 
@@ -38,6 +41,10 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
         body = _drawn(w, load, c)
     elif kind == "prefix-repetition":
         body = _shared(w, c)
+    elif kind == "fixed-text":
+        body = _text_lines(w, c)
+    elif kind == "hub":
+        body = _hub_lines(w) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "multi-turn":
         return _chat_code(run, w, head, c)
     elif kind == "trace":
@@ -71,6 +78,45 @@ def _file_lines(w: dict, c: Comments) -> list[str]:
     else:
         read = 'rows = [json.loads(line) for line in open(FILE, encoding="utf-8-sig") if line.strip()]'
     return lines + [read]
+
+
+def _text_lines(w: dict, c: Comments) -> list[str]:
+    """A fixed text's prompts: its first prefix_len tokens shared, then its lines drawn with the run's seed, each
+    prompt about input_len tokens (CHARS_PER_TOKEN characters a token; the run cut them exact with the model's
+    tokenizer, so the draws differ from the run's after the opening)."""
+    name = str(w.get("file") or fixed_text.SHIPPED)
+    shipped = EXAMPLES / name
+    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
+        lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped text this run sent"))]
+    else:
+        lines = [*comment(c, say("The text this run sent (sha256 {sha}…): put it beside this code.",
+                                  sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
+    head, size = int(w.get("prefix_len") or 0) * CHARS_PER_TOKEN, int(w.get("input_len") or 1) * CHARS_PER_TOKEN
+    return [*lines, 'LINES = [line.strip() for line in open(FILE, encoding="utf-8-sig") if line.strip()]',
+            f"N, rng = {w.get('sent')}, random.Random({w.get('seed', 0)})",
+            *comment(c, say("Prompts of about {n} tokens ({k} characters a token; the run cut them exact with the "
+                            "model's tokenizer): the text's first {p} shared, then its lines drawn at random.",
+                            n=w.get("input_len"), k=CHARS_PER_TOKEN, p=w.get("prefix_len"))),
+            f'HEAD = "\\n".join(LINES)[:{head}] + "\\n"' if head else 'HEAD = ""',
+            "PROMPTS = []", "for _ in range(N):", "    body = HEAD", f"    while len(body) < {size}:",
+            '        body += rng.choice(LINES) + "\\n"', f"    PROMPTS.append(body[:{size}])",
+            f"LENGTHS = [{w.get('output_len')}] * N"]
+
+
+def _hub_lines(w: dict) -> list[str]:
+    """A Hugging Face dataset's split as rows, loaded as the run loaded it (by name from the Hub or its cache, or a
+    folder written by save_to_disk), its prompt column renamed as the run read it."""
+    name, split, subset = str(w.get("dataset") or ""), str(w.get("split") or "train"), w.get("subset")
+    if Path(name).expanduser().is_dir():  # a folder saved with save_to_disk, as the run read it
+        lines = ["from datasets import DatasetDict, load_from_disk", f"ds = load_from_disk({lit(name)})",
+                 f"rows = list(ds[{lit(split)}] if isinstance(ds, DatasetDict) else ds)"]
+    else:
+        sub = f", {lit(subset)}" if subset else ""
+        lines = ["from datasets import load_dataset",
+                 f"rows = list(load_dataset({lit(name)}{sub}, split={lit(split)}))"]
+    if column := w.get("column"):
+        lines.append(f"rows = [{{\"prompt\": row[{lit(str(column))}]}} for row in rows]")
+    return lines
 
 
 def _turns_expr(layout: str) -> str | None:
