@@ -112,3 +112,17 @@ def test_the_python_behind_a_hugging_face_dataset_run_loads_the_same_rows(tmp_pa
     ast.parse(code)
     assert f"load_from_disk({str(folder)!r})".replace("'", '"') in code, code
     assert _prompts_of(code) == plan.prompts
+
+
+def test_the_python_behind_a_workload_run_sends_its_request_shape_too():
+    from engine.measure.snippets.load import run_code
+    from engine.measure.load.spec import LoadSpec
+
+    plan = kinds.plan_of({"kind": "fixed-text", "n": 3, "input_len": 60, "prefix_len": 20, "output_len": 8})
+    shape = LoadSpec(base_url="http://x", model="m", prompts=["-"], sampling={"top_p": 0.5, "min_p": 0.1},
+                     headers={"X-Team": "sk-not-here"}, extra_body={"seed": 2}).as_dict()
+    code = run_code(_run_of(plan, **{k: shape[k] for k in ("sampling", "headers", "extra_body")}))
+    assert code is not None
+    ast.parse(code)
+    assert 'HEADERS = {"X-Team": os.environ["X_TEAM"]}' in code and "top_p=0.5, extra_headers=HEADERS" in code
+    assert 'extra_body={"ignore_eos": True, "min_p": 0.1, "seed": 2})' in code and "sk-not-here" not in code, code

@@ -2,12 +2,12 @@
 See docs/internals.md#snippets."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from engine.errors import ConfigError
 from engine.measure.load.spec import RERANK_DOCUMENTS, SHAPES, LoadSpec
-from engine.measure.snippets.python import SDK_SAMPLING, WIDTH, Comments, client, lit, paced_beyond_code, shape_of
+from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, headers_lines, lit, literal,
+                                            paced_beyond_code, shape_of)
 from engine.measure.snippets.workload import workload_code
 from engine.messages import Message, say
 from engine.serving.config import ServerConfig
@@ -141,7 +141,7 @@ def _call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) 
     if extra:
         why = (say("vLLM's extension: always generate max_tokens") if spec.ignore_eos and len(extra) == 1 else
                say("what the OpenAI API has no argument for: vLLM reads it from the body"))
-        lines.append(f"{indent}    extra_body={_literal(extra)})" + c.inline(why))
+        lines.append(f"{indent}    extra_body={literal(extra)})" + c.inline(why))
     return lines
 
 
@@ -149,7 +149,7 @@ def _rerank_call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited:
     """vLLM's /v1/rerank, which the openai SDK has no method for: its generic post, the JSON answer a dict."""
     model = "model" if spec.lora_modules else "MODEL"
     body = f'{{"model": {model}, "query": {prompt}, "documents": docs, "truncate_prompt_tokens": -1'
-    body += "".join(f", {lit(str(k))}: {_literal(v)}" for k, v in spec.extra_body.items()) + "}"
+    body += "".join(f", {lit(str(k))}: {literal(v)}" for k, v in spec.extra_body.items()) + "}"
     options = ", options={\"headers\": HEADERS}" if spec.headers else ""
     return [c.line(say("vLLM's rerank: the prompt the query, the next prompts its documents, scored by the server"),
                    indent),
@@ -164,36 +164,19 @@ def _shape_lines(spec: LoadSpec, c: Comments) -> list[str]:
     if spec.endpoint == "rerank":
         lines.append(f"docs_for = lambda i: [PROMPTS[(i + k) % len(PROMPTS)] for k in range(1, min({RERANK_DOCUMENTS}, "
                      "len(PROMPTS) - 1) + 1)] or PROMPTS[:1]")
-    if spec.headers:
-        lines += [c.line(say("Each header's value from an environment variable: the run recorded their names only.")),
-                  "HEADERS = {" + ", ".join(f"{lit(h)}: os.environ[{lit(_variable(h))}]" for h in spec.headers)
-                  + "}"]
+    lines += headers_lines(list(spec.headers), c)
     if spec.lora_modules:
         weights = spec.lora_weights or [1] * len(spec.lora_modules)
         if spec.lora_assignment == "random":
-            lines += [f"LORA, WEIGHTS, SEED = {_literal(spec.lora_modules)}, {weights!r}, {spec.seed}",
+            lines += [f"LORA, WEIGHTS, SEED = {literal(spec.lora_modules)}, {weights!r}, {spec.seed}",
                       "model_for = lambda i: random.Random(f\"{SEED}:{i}\").choices(LORA, WEIGHTS)[0]"
                       + c.inline(say("each request's LoRA module, drawn from the run's seed"))]
         else:
             cycle = [spec.model_for(i) for i in range(sum(weights))]
-            lines += [f"MODELS = {_literal(cycle)}"
+            lines += [f"MODELS = {literal(cycle)}"
                       + c.inline(say("each request names the next LoRA module in turn")),
                       "model_for = lambda i: MODELS[i % len(MODELS)]"]
     return lines
-
-
-def _literal(v: Any) -> str:
-    """A JSON value (an extra body's) as a Python literal, its text quoted as the lab quotes it."""
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{lit(str(k))}: {_literal(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, list):
-        return "[" + ", ".join(_literal(x) for x in v) + "]"
-    return lit(v) if isinstance(v, str) else repr(v)
-
-
-def _variable(header: str) -> str:
-    """The environment variable a header's value is read from: X-Request-Source -> X_REQUEST_SOURCE."""
-    return re.sub(r"[^A-Za-z0-9]", "_", header).upper()
 
 
 def _prompts(spec: LoadSpec, room: int, c: Comments) -> list[str]:

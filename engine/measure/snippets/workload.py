@@ -6,7 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, paced_beyond_code, shaped
+from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, comment, headers_lines, lit,
+                                            literal, paced_beyond_code, shape_of)
 from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
 from engine.measure.workloads import fixed_text
@@ -25,7 +26,7 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     load, w = run.load, run.load.workload or {}
     kind = w.get("kind")
     if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat" \
-            or shaped(load):  # its sampling parameters, headers or extra body are not written here
+            or load.other.get("lora_modules"):  # another endpoint, or a model per request: the Load test's code
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace") or paced_beyond_code(load):
         return None
@@ -33,7 +34,8 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     keyed = bool(run.config.get("api_key")) or run.extra.keyed
     head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
-            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
+            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}",
+            *headers_lines(list(shape_of(load)["headers"]), c)]
     body: list  # lines, None where a part cannot be written as the run sent it
     if kind == "dataset":
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
@@ -230,14 +232,24 @@ def _trace_lines(w: dict, c: Comments) -> list[str]:
 
 
 def _create(indent: str, messages: str, load, c: Comments, tokens: str) -> list[str]:
-    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths."""
+    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths, and the
+    request's shape the run sent (its sampling parameters, headers and extra body)."""
+    shape = shape_of(load)
     args = (f"{indent}    model=MODEL, messages={messages}, max_tokens={tokens}, "
             f"temperature={0.7 if load.temperature is None else load.temperature:g}")
+    sdk = [f"{k}={v!r}" for k, v in shape["sampling"].items() if k in SDK_SAMPLING]
+    sdk += ["extra_headers=HEADERS"] if shape["headers"] else []
+    extra = {**({"ignore_eos": True} if load.ignore_eos else {}),
+             **{k: v for k, v in shape["sampling"].items() if k not in SDK_SAMPLING}, **shape["extra_body"]}
     lines = [f"{indent}r = await client.chat.completions.create("]
-    if not load.ignore_eos:
+    if sdk:
+        lines.append(args + ",")
+        args = f"{indent}    " + ", ".join(sdk)
+    if not extra:
         return lines + [args + ")"]
-    return lines + [args + ",", f'{indent}    extra_body={{"ignore_eos": True}})'
-                    + c.inline(say("vLLM's extension: every answer runs to its length"))]
+    why = (say("vLLM's extension: every answer runs to its length") if list(extra) == ["ignore_eos"] else
+           say("what the OpenAI API has no argument for: vLLM reads it from the body"))
+    return lines + [args + ",", f"{indent}    extra_body={literal(extra)})" + c.inline(why)]
 
 
 def _send(load, c: Comments, trace: bool) -> list[str]:
