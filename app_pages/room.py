@@ -59,6 +59,7 @@ def _controls() -> None:
                 st.caption(_("Every answer to its full length."))
         return
     with st.form("room_open", border=True):
+        st.markdown(_("**The next round**"))  # beside a finished round's numbers: these are for the next one
         lo, hi = room.round_s
         seconds = st.slider(_("The round stays open (s)"), lo, hi, room.default_s, 5)
         hi = max(room.max_tokens(), 17)  # the server's max-model-len less a question's room, within a viewer's limit
