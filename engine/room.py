@@ -31,7 +31,7 @@ from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.load.sse import StreamParser
 from engine.measure.workloads.prompts import LAB_CONCURRENT
 from engine.messages import mark, say
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import LoadClient, Notes, RequestRecord, RoomRound, RunResult
 
 if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module, not the other way round
     from engine.jobs import Job
@@ -381,8 +381,8 @@ class Room:
             kind="vllm", scenario="room", label=say("The room: {n} requests as the attendees pressed", n=len(records)),
             records=rnd.kept(records), duration=duration, started_at=(rnd.opened_at or time.time()) + first,
             model=spec.model, load=load,
-            extra={"cancelled": cancel.is_set(), "client": loadgen.client_name(), "client_workers": 1,
-                   "attendees": rnd.names})
+            extra=Notes(cancelled=cancel.is_set(), load_client=LoadClient(name=loadgen.client_name(), workers=1),
+                        room=RoomRound(attendees=rnd.names)))
         result.summary = stats.summarize(result.records, duration)
         notify(progress.on_complete, result)
         return result
@@ -408,7 +408,7 @@ class Room:
         names = [e.name for e in entries]
         run = RunResult(kind="vllm", scenario="room", label=say("The room's round"), records=live,
                         duration=max((r.end_time or 0.0 for r in live), default=0.0),
-                        started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": names})
+                        started_at=(rnd.opened_at or 0.0) + first, extra=Notes(room=RoomRound(attendees=names)))
         closes_in = None if rnd.closes_at is None else max(0.0, rnd.closes_at - time.time())
         view = RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, names, run,
                          now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live))
@@ -451,7 +451,7 @@ class Room:
         if newest is None:
             return None, None
         alone = next((r for r in rows if r.scenario == "room-one-at-a-time"
-                      and r.extra.room_round == newest.extra.room_round), None)
+                      and r.extra.room.round == newest.extra.room.round), None)
         history = self.lab.history
         try:
             return history.run(newest.id), history.run(alone.id) if alone else None

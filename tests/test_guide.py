@@ -205,20 +205,20 @@ def test_a_disturbed_run_never_claims():
     sentence that says why next to the numbers."""
     busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
-    vllm[1].extra.disturbance = busy
+    vllm[1].extra.beside.disturbance = busy
     naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
     found = g.findings({"naive": [naive], "sequential": vllm})[1]
     assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
     assert "Measured while other programs used 1.4 of 2 cores" in str(found.text)
     assert "faster" not in str(found.title)
     conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
-    conc[0].extra.disturbance = busy
+    conc[0].extra.beside.disturbance = busy
     found = g.findings({"naive": [naive], "concurrent": conc})[2]
     assert found.claim is None and "continuous batching keeps the hardware busy" not in str(found.text)
     # tuning: a clear difference measured beside a busy machine is neither claimed in the heading nor in its sentence
     tuned = (_repeats("tuning", [0.5, 0.52, 0.48], 20, 10, at_once=True, label="max-model-len 2048")
              + _repeats("tuning", [0.25, 0.26, 0.24], 20, 10, at_once=True, label="max-model-len 512"))
-    tuned[4].extra.disturbance = busy
+    tuned[4].extra.beside.disturbance = busy
     found = g.findings({"tuning": tuned})[3]
     assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
     assert "beyond" not in str(found.text) and "not judged" in str(found.text), str(found.text)
@@ -454,7 +454,7 @@ def test_the_speed_up_is_one_number_on_the_step_and_its_chart_claims_nothing_the
     assert f"{x}×" in title and "faster" in title
     assert at.dataframe[0].value.iloc[1, 2] == f"{x}×"
     assert any(f"{x}×" in e.value.replace("\\", "") for e in at.success)  # markdown escapes the point
-    vllm[0].extra.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    vllm[0].extra.beside.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
     lab.store.save(vllm[0])
     at, title = shown()
     assert "faster" not in title and not at.success

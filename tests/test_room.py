@@ -194,7 +194,7 @@ def test_the_tokens_slider_stops_where_the_server_and_a_viewers_limit_do(room_la
 def _saved(lab, scenario: str, room_round: str):
     run = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["Otter 10", "Heron 11"],
                     scenario)
-    run.extra.room_round = room_round
+    run.extra.room.round = room_round
     return lab.store.save(run)  # its id
 
 
@@ -301,8 +301,8 @@ def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vll
     finally:
         lab.shutdown()
     assert together is not None and alone is not None
-    assert together.extra.room_round == alone.extra.room_round != ""
-    assert together.extra.attendees == alone.extra.attendees and len(together.extra.attendees) == 10
+    assert together.extra.room.round == alone.extra.room.round != ""
+    assert together.extra.room.attendees == alone.extra.room.attendees and len(together.extra.room.attendees) == 10
     assert all(r.ok for r in together.records) and all(r.ok for r in alone.records)
     found = joins(together.records)
     assert found, "no request joined another mid-generation"

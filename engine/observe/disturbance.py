@@ -106,14 +106,14 @@ def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
 
 def disturbed(notes: Any) -> bool:
     """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
-    d = notes.disturbance or {}
-    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.chat_requests_beside)
+    d = notes.beside.disturbance or {}
+    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.beside.chats)
 
 
 def said(notes: Any) -> Message | None:
     """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
     these numbers."; None for a quiet run (or one measured before this was recorded)."""
-    d = notes.disturbance or {}
+    d = notes.beside.disturbance or {}
     others, steal = _cpu_disturbed(d)
     what: list[Message] = []
     if others:
@@ -124,7 +124,7 @@ def said(notes: Any) -> Message | None:
     if n := d.get("other_requests"):
         what.append(say_n("the server answered {n} request from another client",
                           "the server answered {n} requests from another client", n))
-    if n := notes.chat_requests_beside:
+    if n := notes.beside.chats:
         what.append(say_n("{n} chat answer streamed beside it", "{n} chat answers streamed beside it", n))
     if not what:
         return None

@@ -155,7 +155,7 @@ def record_goodput(run: RunResult, slo: Slo) -> RunResult:
     verdict = judge(run, slo)
     if verdict is not None:
         run.summary.request_goodput = verdict.goodput
-        run.extra.slo_ms = slo.goodput_config()
+        run.extra.slo.goodput_ms = slo.goodput_config()
     return run
 
 
