@@ -23,7 +23,7 @@ from engine.results.validation import (
     field_of,
 )
 
-EXPORT_FORMAT = "serving-lab-run/1"
+EXPORT_FORMAT = "serving-lab-run/2"  # 2: the notes (extra) in parts by concept; /1 (flat notes) is read too
 _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "transformers-static-batch"}
 
 
