@@ -1,7 +1,7 @@
 """The room as the load (issue #30 item 4): on the presenter's cue a round opens, each attendee presses one button (or
 types a short question) on their own device, and their requests go to the server as they come, timed on one clock;
 once the round has closed and its answers are in, the same requests go again one at a time, for contrast. Both are
-saved as runs, paired by `Notes.room_round`. One `Room` per Lab (`Lab.room`), shared by every viewer.
+saved as runs, paired by `Notes.room.round`. One `Room` per Lab (`Lab.room`), shared by every viewer.
 
 What one attendee sees of another: the name and the timings, never the text. A typed question is its writer's own:
 the big screen shows it to people who did not ask to read it, and an open text box on a projector invites pranks.

@@ -3,8 +3,8 @@ its numbers. Over the measured part (`CpuWatch`): the CPU other programs used (t
 /proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
 psutil) and the CPU time the hypervisor took (steal); from the server's own served count, the requests another
 client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
-(Notes.chat_requests_beside). Two readings, one at each end of the measured part: nothing runs beside the
-measurement. Kept in Notes.disturbance (a dict: it goes through every save, export and import as it is)."""
+(Notes.beside.chats). Two readings, one at each end of the measured part: nothing runs beside the
+measurement. Kept in Notes.beside.disturbance (a dict: it goes through every save, export and import as it is)."""
 from __future__ import annotations
 
 import os
@@ -86,7 +86,7 @@ class CpuWatch:
 
 def record(cpu: dict[str, Any] | None, served_before: int | None, served_after: int | None,
            sent: int) -> dict[str, Any] | None:
-    """What Notes.disturbance keeps: the CPU reading, and the requests the server served from before the run's
+    """What Notes.beside.disturbance keeps: the CPU reading, and the requests the server served from before the run's
     warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
     neither is known."""
     out = dict(cpu or {})

@@ -20,7 +20,7 @@ class SavedPair:
 
 
 def entries(rows: list[RunRow], each: bool = False) -> list[list[RunRow]]:
-    """History's lines: each run alone, except the repeats of one load test (Runner.repeat's Notes.repeat_group),
+    """History's lines: each run alone, except the repeats of one load test (Runner.repeat's Notes.repeat.group),
     which share one line where the newest of them stands, in repeat order; `each`: every run on its own line."""
     if each:
         return [[r] for r in rows]

@@ -116,8 +116,8 @@ def median(runs: Sequence, value: str | Callable[[Any], float | None]) -> float 
 
 
 def reset_said(runs: Sequence) -> Message | None:
-    """Whether the server's prefix cache was emptied before each repeat after the first (Notes.prefix_cache_reset;
-    None when no run says, as for a single run)."""
+    """Whether the server's prefix cache was emptied before each repeat after the first
+    (Notes.repeat.prefix_cache_reset; None when no run says, as for a single run)."""
     resets = [r.extra.repeat.prefix_cache_reset for r in runs if r.extra.repeat.prefix_cache_reset is not None]
     if not resets:
         return None

@@ -1,5 +1,5 @@
-"""The naive worker's own memory, from its run's notes (Notes.memory, engine.measure.baseline.naive): its peak, what
-it held after its cleanup and whether its process is gone; on a GPU the device's used memory before the run and
+"""The naive worker's own memory, from its run's notes (Notes.naive.memory, engine.measure.baseline.naive): its peak,
+what it held after its cleanup and whether its process is gone; on a GPU the device's used memory before the run and
 after the worker exited (NVML). Never the system's RAM: other programs move that too (issue #29 item 5)."""
 from __future__ import annotations
 
