@@ -195,7 +195,7 @@ def _groups(records: Iterable[RequestRecord], planned: int | None) -> tuple[dict
 
 def planned_of(run) -> int | None:
     """The requests a finished run planned (Notes.load_client.planned_requests; None for a live or older one)."""
-    return getattr(run.extra, "planned_requests", None)
+    return run.extra.load_client.planned_requests
 
 
 def run_causes(run) -> list[tuple[int, str]]:
