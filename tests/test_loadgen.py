@@ -118,9 +118,10 @@ def test_the_servers_own_token_count_matches_the_clients(vllm_server):
     res = Runner(save=lambda r: r).load(spec, Target(vllm_server.base_url, vllm_server.model))
     assert res.summary.completed == 10 and len([r for r in res.records if r.warmup]) == 3
     notes = res.extra
-    print(f"server counted {notes.server_output_tokens}, client {notes.client_output_tokens}")
-    assert notes.client_output_tokens == 10 * MAX_TOKENS
-    assert notes.server_output_tokens == notes.client_output_tokens
+    count = notes.token_count
+    print(f"server counted {count.server}, client {count.client}")
+    assert count.client == 10 * MAX_TOKENS
+    assert count.server == count.client
     check = token_check.token_check(notes)
     assert check.level == "ok" and f"{check.ratio:.2f}" == "1.00"
 
