@@ -77,9 +77,12 @@ def _status(view) -> None:
                       done=answered))
     if presenter and view.accepting and st.button(_("Close the round now"), icon=":material/stop_circle:"):
         ui.act(room.close)
-    if (job := lab.job(view.job_id)) is not None:
-        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}", key="room_cancel",
-                     error_for_s=600)
+    if (job := lab.job(view.job_id)) is not None:  # the bar counts what the stage waits for, never an empty one
+        done, total = view.alone
+        text = (_("The round's time") if view.accepting else
+                _("One at a time: {done} of {n} answered", done=done, n=total) if view.status == "one at a time" else
+                _("Answers complete") if view.status == "answering" else _("Opening the round"))
+        ui.job_panel(lab, job, text, key="room_cancel", error_for_s=600, share=view.share)
 
 
 def _results(together, alone) -> None:
@@ -130,17 +133,16 @@ def big_screen() -> None:
 
 
 def _big_screen_body() -> None:
-    """The round's requests as they stand; the page redraws once the round ends."""
-    view = room.view()
-    if view is None or view.over:
+    """The round's requests as they stand, from the reading the room's shared figures were built from (status line
+    and chart agree; the figures unchanged between two builds, so the browser keeps its chart); the page redraws
+    once the round ends."""
+    screen = room.screen(i18n.lang())
+    if screen is None or (current := room.view()) is None or current.over:
         st.rerun(scope="app")
-    _status(view)
-    lang = i18n.lang()
-    job = lab.job(view.job_id)
-    if job is not None and job.active and view.status == "one at a time":  # the contrast as it goes, on top
-        run, now = job.live_run()
-        ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
-    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
+    _status(screen.view)
+    if screen.alone is not None:  # the contrast as it goes, on top
+        ui.chart(screen.alone, key="room_alone_live")
+    ui.chart(screen.timeline, key="room_live")
 
 
 _big_screen_live = st.fragment(run_every=1.0)(_big_screen_body)

@@ -22,7 +22,7 @@ from engine.figures.theme import (
 )
 from engine.measure.judge.joins import first_joins, sharing
 from engine.digits import significant
-from engine.messages import duration, say, seconds, translate
+from engine.messages import duration, say, say_n, seconds, translate
 from engine.results.records import RequestRecord, RunResult
 
 MAX_TICKS = 40  # token ticks per request beyond which they blur into the bar
@@ -116,7 +116,10 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
         title, cap = say("The room: no requests yet"), [say("Each attendee's press appears here as a bar the moment "
                                                             "it is sent.")]
     else:
-        title = say("The room: {n} requests, up to {peak} generating together", n=n, peak=share.peak)
+        title = (say_n("The room: {n} request, up to {peak} generating together",
+                       "The room: {n} requests, up to {peak} generating together", n, n=n, peak=share.peak)
+                 if share.peak else say_n("The room: {n} request, none generating yet",
+                                          "The room: {n} requests, none generating yet", n, n=n))
         cap = []
         if joined:
             late, j = next(iter(sorted(joined.items(), key=lambda kv: -kv[1].at_token)))
