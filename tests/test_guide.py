@@ -241,16 +241,16 @@ def test_every_finding_reads_as_one_sentence_in_both_languages():
     fast_naive = _run("naive-5", "naive", [(0.2, 50), (0.21, 50), (0.19, 50), (0.2, 50), (0.2, 50)])
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
     disturbed = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
-    disturbed[1].extra.disturbance = busy
+    disturbed[1].extra.beside.disturbance = busy
     conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
     cold = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
-    cold[0].extra.cold = True
+    cold[0].extra.warmth.cold = True
 
     def tuned(config, a=(2.0, 2.05, 1.95), b=(1.6, 1.62, 1.58), waited=(0, 0)):
         runs = (_repeats("tuning", list(a), 20, 10, at_once=True, label="max-model-len 2048", config=config)
                 + _repeats("tuning", list(b), 20, 10, at_once=True, label="max-model-len 512", config=config))
         for r in runs:
-            r.extra.peak_waiting = waited[0] if "2048" in r.label else waited[1]
+            r.extra.kv.peak_waiting = waited[0] if "2048" in r.label else waited[1]
         return runs
 
     cpu, gpu = {"device": "cpu", "cpu_kvcache_gib": 2}, {"device": "cuda"}

@@ -132,7 +132,7 @@ def test_a_fall_beside_a_disturbed_run_is_no_verdict():
     run measured while another client used the server, the fall is measured and said, but not called real."""
     on = _run(True, [0.9, 0.10, 0.14, 0.12], [0, 1280, 1280, 1280], hits=3840, queries=5200)
     off = _run(False, [0.9, 0.80, 0.84, 0.86], [0, 0, 0, 0], hits=0, queries=0)
-    off.extra.disturbance = {"other_requests": 4}
+    off.extra.beside.disturbance = {"other_requests": 4}
     sentence = prefix.sentence(on, off)
     assert "fell" not in said(sentence).template and "beyond noise" not in sentence
     assert "no verdict" in said(sentence).template
