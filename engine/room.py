@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from engine.access import presenter_only
 from engine.errors import ConfigError, LabError, NotPresenter
-from engine.figures.requests import request_timeline
 from engine.figures.room import room_timeline
 from engine.measure.judge import stats
 from engine.measure.judge.joins import Join, Sharing, first_joins, sharing
@@ -237,22 +236,20 @@ class RoundView:
 
 @dataclass(frozen=True)
 class Screen:
-    """What the big screen draws of a live round, from one reading: the view, its timeline and (while the same
-    requests go one at a time) that part's own timeline; what they show (`signature`), when they were built and
-    how long until they may be built again (`pace`)."""
+    """What the big screen draws of a live round, from one reading: the view and its timeline; what it shows
+    (`signature`), when it was built and how long until it may be built again (`pace`)."""
 
     view: RoundView
     timeline: Any
-    alone: Any = None
     signature: tuple = ()
     built_at: float = 0.0
     pace: float = PACE_S[0]
 
 
-def _signature(view: RoundView, alone: RunResult | None) -> tuple:
-    """What the figures show of a reading: each request's tokens, end and error, and the clock while any is still
+def _signature(view: RoundView) -> tuple:
+    """What the timeline shows of a reading: each request's tokens, end and error, and the clock while any is still
     under way (a round where nothing moves draws the same figure, and a browser keeps the chart it drew)."""
-    recs = [*view.run.records, *(alone.records if alone is not None else [])]
+    recs = view.run.records
     moving = any(r.end_time is None for r in recs)
     return (view.id, view.status, tuple((r.index, len(r.chunk_times), r.end_time, r.error) for r in recs),
             round(view.now, 1) if moving else None)
@@ -463,10 +460,10 @@ class Room:
         return view
 
     def screen(self, lang: str = "en") -> Screen | None:
-        """The big screen of the newest round while it runs (None: no round): one reading and its figures, shared
-        by every viewer in `lang`, rebuilt at the screens' pace (PACE_S) and only when what they show changed;
-        in between every viewer gets the same figures, so each browser keeps the chart it drew instead of drawing
-        it anew each second."""
+        """The big screen of the newest round while it runs (None: no round): one reading and its timeline, shared
+        by every viewer in `lang`, rebuilt at the screens' pace (PACE_S) and only when what it shows changed; in
+        between every viewer gets the same figure, so each browser keeps the chart it drew instead of drawing it
+        anew each second."""
         with self._lock:
             kept = self._screens.get(lang)
             fresh_enough = kept is not None and clock() - kept.built_at < kept.pace
@@ -478,18 +475,15 @@ class Room:
             view = self.view()
             if view is None:
                 return None
-            job = self.lab.job(view.job_id) if view.status == ONE_AT_A_TIME else None
-            alone, now = job.live_run() if job is not None and job.active else (None, None)
-            signature = _signature(view, alone)
+            signature = _signature(view)
             t0 = clock()
-            if kept is not None and kept.signature == signature:  # nothing moved: the same figures, a new reading
-                timeline, alone_fig = kept.timeline, kept.alone
+            if kept is not None and kept.signature == signature:  # nothing moved: the same figure, a new reading
+                timeline = kept.timeline
             else:
                 moving = signature[-1] is not None
                 timeline = room_timeline(view.run, now=view.now if moving else None, lang=lang)
-                alone_fig = request_timeline(alone, now=now, lang=lang) if alone is not None else None
             pace = min(PACE_S[1], max(PACE_S[0], (clock() - t0) / PACE_SHARE))
-            screen = Screen(view, timeline, alone_fig, signature, clock(), pace)
+            screen = Screen(view, timeline, signature, clock(), pace)
             with self._lock:
                 self._screens[lang] = screen
             return screen

@@ -429,3 +429,15 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     fig = figures.room_contrast(together, alone)
     assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
     assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
+
+
+def test_the_timeline_ticks_every_row_or_none_and_labels_the_lower_panel_in_three():
+    """A row without its token ticks beside rows with them reads as another kind of answer: all rows or none. The
+    lower panel is short: 0, half and the peak, not a label per request."""
+    short = [_rec(i, 0.1 * i, _ticks(0.5 + 0.1 * i, 10)) for i in range(5)]
+    long = _rec(5, 0.0, _ticks(0.2, 60, 0.02))
+    ticked = lambda fig: [t for t in fig.data if getattr(t, "mode", None) == "markers"]  # noqa: E731
+    assert ticked(figures.room_timeline(_room_run(short, [f"A{i}" for i in range(5)])))
+    fig = figures.room_timeline(_room_run([*short, long], [f"A{i}" for i in range(6)]))
+    assert not ticked(fig)
+    assert fig.layout.yaxis2.dtick == 3  # six generating together at the peak
