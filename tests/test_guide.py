@@ -3,6 +3,7 @@ the summary's arithmetic from known runs, and the page through AppTest (no serve
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -229,6 +230,44 @@ def test_a_disturbed_run_never_claims():
     found = g.findings({"tuning": tuned})[3]
     assert found.claim is None and found.title == g.BUSY
     assert said(found.text.values["text"].values["verdict"]).template.startswith("not judged"), str(found.text)
+
+
+def test_every_finding_reads_as_one_sentence_in_both_languages():
+    """Every shape a finding takes (claimed, denied, within noise, undecided, disturbed, cold, with and without a
+    naive run, each KV-cache case): no capital after a colon in English, one colon at most between clauses, and
+    a slower vLLM never called faster in Korean."""
+    busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
+    fast_naive = _run("naive-5", "naive", [(0.2, 50), (0.21, 50), (0.19, 50), (0.2, 50), (0.2, 50)])
+    vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    disturbed = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    disturbed[1].extra.disturbance = busy
+    conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
+    cold = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
+    cold[0].extra.cold = True
+
+    def tuned(config, a=(2.0, 2.05, 1.95), b=(1.6, 1.62, 1.58), waited=(0, 0)):
+        runs = (_repeats("tuning", list(a), 20, 10, at_once=True, label="max-model-len 2048", config=config)
+                + _repeats("tuning", list(b), 20, 10, at_once=True, label="max-model-len 512", config=config))
+        for r in runs:
+            r.extra.peak_waiting = waited[0] if "2048" in r.label else waited[1]
+        return runs
+
+    cpu, gpu = {"device": "cpu", "cpu_kvcache_gib": 2}, {"device": "cuda"}
+    stream = _repeats("stream-300", [4.0, 4.1, 3.9], 300, 1)
+    cases = [{}, {"naive": [naive], "sequential": vllm, "concurrent": conc, "tuning": tuned(cpu), "streaming": stream},
+             {"naive": [fast_naive], "sequential": vllm, "concurrent": cold, "tuning": tuned(gpu, waited=(1, 0))},
+             {"naive": [naive], "sequential": disturbed, "tuning": tuned(cpu, *SPREAD, waited=(1, 1))},
+             {"concurrent": conc, "streaming": [_run("stream-300", "vllm", [(4.0, 300)])]}]
+    said = [(f, translate(f.text, lang), lang) for case in cases for f in g.findings(case) for lang in ("en", "ko")]
+    for f, text, lang in said:
+        if lang == "en":
+            assert not re.search(r": [A-Z][a-z]", text), text
+        assert text.count(": ") <= 2, text
+        if f.claim == -1 and f.number == 2 and lang == "ko":
+            assert "빠릅니다" not in text, text  # naive was faster here
+    no_naive = next(t for f, t, lang in said if f.number == 3 and lang == "en" and "latencies one after" in t)
+    assert "naive's" not in no_naive and "One after another would have taken 10× as long" in no_naive
 
 
 def test_findings_without_runs_say_which_step_to_run():
