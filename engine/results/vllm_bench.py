@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from engine.messages import say
 from engine.results.credentials import scrub_run
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.validation import (
     COUNT,
     MAX_RECORDS,
@@ -23,7 +23,7 @@ from engine.results.validation import (
     field_of,
 )
 
-EXPORT_FORMAT = "serving-lab-run/1"
+EXPORT_FORMAT = "serving-lab-run/2"  # 2: the notes (extra) in parts by concept; /1 (flat notes) is read too
 _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "transformers-static-batch"}
 
 
@@ -61,6 +61,10 @@ def max_concurrent_requests(records: list[RequestRecord]) -> int:
     return max(seconds.values())
 
 
+# vllm bench serve's --backend for each endpoint a load test sends to (chat: _BACKENDS's openai-chat)
+_ENDPOINT_BACKENDS = {"completions": "openai", "embeddings": "openai-embeddings", "rerank": "vllm-rerank"}
+
+
 def to_bench_json(run: RunResult) -> dict[str, Any]:
     """One run as a `vllm bench serve` result object (+ "serving_lab": the whole RunResult), without
     credentials."""
@@ -68,8 +72,7 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
-    backend = load.backend or {"completions": "openai", "embeddings": "openai-embeddings"}.get(
-        load.endpoint, _BACKENDS.get(run.kind, run.kind))
+    backend = load.backend or _ENDPOINT_BACKENDS.get(load.endpoint, _BACKENDS.get(run.kind, run.kind))
     conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),
@@ -211,5 +214,5 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
                                 "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
                                 "num_prompts": obj.get("num_prompts")}.items() if v is not None},
         summary=summary,
-        extra={"imported_from": "vllm bench serve"},
+        extra=Notes(imported_from="vllm bench serve"),
     )

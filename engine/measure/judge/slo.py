@@ -66,7 +66,7 @@ class Slo:
 
     @classmethod
     def from_config(cls, d: Any) -> "Slo | None":
-        """The SLO a stored goodput_config names (Notes.slo_ms); None when it is not one."""
+        """The SLO a stored goodput_config names (Notes.slo.goodput_ms); None when it is not one."""
         if not isinstance(d, dict) or not d or not set(d) <= {key for _, key, _ in _LIMITS}:
             return None
         try:
@@ -151,11 +151,11 @@ def judge(run: Any, slo: Slo) -> Verdict | None:
 
 def record_goodput(run: RunResult, slo: Slo) -> RunResult:
     """Keep `run`'s goodput under `slo` with it: summary.request_goodput (vLLM's key, so exported as
-    vllm bench serve writes it) and the SLO it was judged by (extra.slo_ms, which vLLM's file lacks)."""
+    vllm bench serve writes it) and the SLO it was judged by (extra.slo.goodput_ms, which vLLM's file lacks)."""
     verdict = judge(run, slo)
     if verdict is not None:
         run.summary.request_goodput = verdict.goodput
-        run.extra.slo_ms = slo.goodput_config()
+        run.extra.slo.goodput_ms = slo.goodput_config()
     return run
 
 
@@ -256,3 +256,21 @@ def find_knee(points: list[Level], slo: Slo) -> Knee:
 def knee_said(points: list[Level], slo: Slo) -> Message:
     """Where a sweep's knee is, in one sentence (find_knee's)."""
     return find_knee(points, slo).said
+
+
+def rates_said(runs: list, slo):
+    """A sweep over rates judged by `slo`: the highest rate whose requests met it (judge.slo's verdict), and the
+    lowest that did not, in one sentence."""
+    verdicts = [(r.load.rate, judge(r, slo)) for r in runs if r.load.rate]
+    met = [rate for rate, v in verdicts if v is not None and v.meets]
+    missed = [rate for rate, v in verdicts if v is not None and not v.meets]
+    if not met:
+        return say("No rate of the sweep met the SLO ({slo}), not even {rate:g} requests/s.", slo=slo.said,
+                   rate=min((rate for rate, _ in verdicts), default=0))
+    best = max(met)
+    above = [rate for rate in missed if rate > best]
+    if not above:
+        return say("The highest rate of the sweep, {best:g} requests/s, met the SLO ({slo}): sweep higher rates to "
+                   "find where it stops.", best=best, slo=slo.said)
+    return say("The highest rate of the sweep that met the SLO ({slo}) is {best:g} requests/s; {above:g} did not.",
+               best=best, above=min(above), slo=slo.said)
