@@ -60,7 +60,7 @@ def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, 
     return [sys.executable, "-m", "engine", "run", "random-512-64", "--url", base_url, "--model-name", model,
             "--input-len", str(a.input_len), "--output-len", str(a.output_len), "--num-prompts", str(n),
             "--concurrency", str(c), "--endpoint", "completions", "--temperature", "0", "--seed", str(seed),
-            "--json", str(out)]
+            "--json", str(out), *(["--client-processes", str(a.workers)] if a.workers else [])]
 
 
 def vllm_argv(a: argparse.Namespace, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
