@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -56,11 +57,12 @@ def fake_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, seed: int, out: Path) -> list[str]:
+def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, seed: int, out: Path,
+              workers: int = 0) -> list[str]:
     return [sys.executable, "-m", "engine", "run", "random-512-64", "--url", base_url, "--model-name", model,
             "--input-len", str(a.input_len), "--output-len", str(a.output_len), "--num-prompts", str(n),
             "--concurrency", str(c), "--endpoint", "completions", "--temperature", "0", "--seed", str(seed),
-            "--json", str(out), *(["--client-processes", str(a.workers)] if a.workers else [])]
+            "--json", str(out), *(["--client-processes", str(workers)] if workers else [])]
 
 
 def vllm_argv(a: argparse.Namespace, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
@@ -73,7 +75,14 @@ def vllm_argv(a: argparse.Namespace, base_url: str, model: str, tokenizer: str, 
             "--result-dir", str(out.parent), "--result-filename", out.name]
 
 
-DONE = {"ours": "done in ", "vllm": " Serving Benchmark Result "}
+def done_line(side: str) -> str:
+    """The line a side prints when its run is over (ours: its console's "done in"; vLLM's: its result banner)."""
+    return " Serving Benchmark Result " if side == "vllm" else "done in "
+
+
+def workers_of(side: str) -> int:
+    """"ours" is the command's own choice of client processes; "ours:N" asks for N."""
+    return int(side.split(":")[1]) if ":" in side else 0
 
 
 def measure(argv: list[str], side: str, env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -107,7 +116,10 @@ def measure(argv: list[str], side: str, env: dict[str, str], log: Path) -> dict[
         f.write(("\n$ " + " ".join(argv) + "\n").encode())
         for line in proc.stdout:  # type: ignore[union-attr]
             f.write(line)
-            if "t_done" not in got and DONE[side] in line.decode(errors="replace"):
+            text = line.decode(errors="replace")
+            if (m := re.search(r"(\d+) client process\(es\)", text)) and "processes" not in got:
+                got["processes"] = int(m.group(1))
+            if "t_done" not in got and done_line(side) in text:
                 got["t_done"] = time.perf_counter()
                 got["cpu_at_done_s"] = tree_cpu()
     _, status, ru = os.wait4(proc.pid, 0)
@@ -124,16 +136,16 @@ def measure(argv: list[str], side: str, env: dict[str, str], log: Path) -> dict[
 def result_of(side: str, path: Path) -> dict[str, Any]:
     """Completed requests, output tokens and throughput from the side's own result file."""
     d = json.loads(path.read_text())
-    d = d[0] if side == "ours" else d  # ours: an array of runs, each with vllm bench serve's keys
+    d = d[0] if side != "vllm" else d  # ours: an array of runs, each with vllm bench serve's keys
     return {"completed": d["completed"], "output_tokens": d["total_output_tokens"],
             "output_throughput": d["output_throughput"], "duration": d["duration"]}
 
 
 def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
         tmp: Path, env: dict[str, str], log: Path) -> dict[str, Any]:
-    out = tmp / f"{side}-c{c}-s{seed}.json"
-    argv = (ours_argv(a, base_url, model, c, n, seed, out) if side == "ours"
-            else vllm_argv(a, base_url, model, tokenizer, c, n, seed, out))
+    out = tmp / f"{side.replace(':', '-')}-c{c}-s{seed}.json"
+    argv = (vllm_argv(a, base_url, model, tokenizer, c, n, seed, out) if side == "vllm"
+            else ours_argv(a, base_url, model, c, n, seed, out, workers_of(side)))
     load = os.getloadavg()[0]
     m = measure(argv, side, env, log)
     if m["rc"] != 0 or not out.exists():
@@ -147,9 +159,10 @@ def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: 
 def level(a: argparse.Namespace, i: int, c: int, base_url: str, model: str, tokenizer: str, tmp: Path,
           env: dict[str, str], log: Path) -> dict[str, Any]:
     n = max(a.min_prompts, a.rounds * c)
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "vllm": []}
+    sides = ["ours", "vllm", *(f"ours:{w}" for w in a.also_workers)]
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for r in range(a.repeats):
-        order = ("ours", "vllm") if (i + r) % 2 == 0 else ("vllm", "ours")
+        order = sides if (i + r) % 2 == 0 else sides[::-1]
         for side in order:
             print(f"  concurrency {c}, repeat {r + 1}/{a.repeats}: {side} ({n} requests)...", flush=True)
             got = one(a, side, base_url, model, tokenizer, c, n, a.seed + 100 * i + 10 * r, tmp, env, log)
@@ -183,14 +196,16 @@ def markdown(rep: dict[str, Any]) -> str:
              "- CPU: user + system of the command's whole process tree, start to exit (imports, tokenizer, "
              "prompts, the run, its record); 'before done': the part spent until the run said it was done",
              "- Peak RSS: the tree's summed resident set, sampled every 50 ms", "",
-             "| in flight | requests | client | CPU s (before done) | CPU ms/request | CPU µs/output token "
+             "| in flight | requests | client | processes | CPU s (before done) | CPU ms/request | CPU µs/output token "
              "| peak RSS MiB | s from done to exit | output tok/s | load |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in rep["levels"]:
-        for side, name in (("vllm", "vllm bench serve"), ("ours", "engine run")):
-            for r in lv["runs"][side]:
+        for side, runs in lv["runs"].items():
+            name = ("vllm bench serve" if side == "vllm" else "engine run" if side == "ours"
+                    else f"engine run, {workers_of(side)} client process(es)")
+            for r in runs:
                 lines.append(
-                    f"| {lv['concurrency']} | {lv['requests']} | {name} | {r['cpu_s']:.2f} "
+                    f"| {lv['concurrency']} | {lv['requests']} | {name} | {r.get('processes', 1)} | {r['cpu_s']:.2f} "
                     f"({_f(r.get('cpu_at_done_s'), '.2f')}) | {r['cpu_ms_per_request']:.2f} | "
                     f"{r['cpu_us_per_token']:.0f} | {r['peak_tree_rss'] / 2**20:.0f} | {_f(r['after_done_s'], '.2f')} | "
                     f"{r['output_throughput']:.0f} | {r['load_1min']:.1f} |")
@@ -216,7 +231,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=4, help="requests per level = max(min-prompts, rounds x concurrency)")
     p.add_argument("--min-prompts", type=int, default=256)
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--workers", type=int, default=0, help="our client processes (0: the command's own choice)")
+    p.add_argument("--also-workers", type=int, nargs="*", default=[],
+                   help="also run ours with these numbers of client processes (--client-processes)")
     p.add_argument("--seed", type=int, default=2000)
     p.add_argument("--log", type=Path, default=None, help="both commands' output (default: a temp file)")
     p.add_argument("--out", type=Path, default=None, help="markdown report; a .json with the same stem beside it")
