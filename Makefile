@@ -23,10 +23,12 @@ check:
 	.venv/bin/python -m ruff check .
 	.venv/bin/python -m mypy  # not the script: its shebang names the folder the venv was made in
 
-# The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py).
+# The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py). Its tests
+# start nothing dear, so an idle worker takes tests from the other's queue (worksteal): a file whose tests wait on a
+# fake server's clock no longer holds the last minute on one worker while the other is done.
 test-quick:
 	scripts/setup.sh run
-	SERVING_LAB_QUICK=1 .venv/bin/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not server and not e2e and not slow" $(PYTEST_ARGS)
+	SERVING_LAB_QUICK=1 .venv/bin/python -m pytest -q -n $(WORKERS) --dist worksteal -m "not server and not e2e and not slow" $(PYTEST_ARGS)
 
 setup:
 	scripts/setup.sh test

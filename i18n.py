@@ -76,9 +76,10 @@ def number(x: float, digits: int = 0) -> str:
     return format_decimal(round(x, digits), format=f"#,##0{'.' + '0' * digits if digits else ''}", locale=lang())
 
 
-def seconds(x: float, digits: int = 1) -> str:
-    """A time in seconds in this viewer's unit: 4.1 s, 4.1초 (engine.messages.seconds, which charts use too)."""
-    return messages.seconds(x, lang(), digits)
+def seconds(x: float) -> str:
+    """A time in seconds in this viewer's unit, in significant figures: 4.1 s, 0.040초 (engine.messages.seconds,
+    which charts use too)."""
+    return messages.seconds(x, lang())
 
 
 def duration(x: float) -> str:

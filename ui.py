@@ -158,12 +158,24 @@ def fit(fig, height: int = FIRST_SCREEN_CHART_H):
     return fig.update_layout(height=min(fig.layout.height or height, height))
 
 
+def job_count(job) -> str:
+    """A job's line, "label: stage (3/8)", its count left out while its total is unknown (never "(0/?)")."""
+    line = f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}"
+    return f"{line} ({job.done}/{job.total})" if job.total else line
+
+
 def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str | None = None, key: str | None = None,
-              error_for_s: float | None = None) -> None:
+              error_for_s: float | None = None, share: float | None = None) -> None:
     """A background job's progress bar (with `text`) and Cancel button while it runs, and the sentence
-    of its error once it failed (only within `error_for_s` seconds of its end, when given)."""
+    of its error once it failed (only within `error_for_s` seconds of its end, when given). The bar shows `share`
+    (0-1), else the job's own count; with neither known, `text` alone, never an empty bar that never fills."""
     if job.active:
-        st.progress(job.progress, text=text)
+        share = share if share is not None else job.progress if job.total else None
+        with st.container():  # one slot: a bar, or the text alone, keeps a fragment's element tree in shape
+            if share is None:
+                st.markdown(f":material/hourglass_top: {text}")
+            else:
+                st.progress(min(max(share, 0.0), 1.0), text=text)
         if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
             act(lab.cancel_job, job.id)
     recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)

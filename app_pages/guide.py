@@ -142,7 +142,7 @@ def _server_line() -> None:
 
 def _job(s) -> None:
     if job := guide.job(s.id):
-        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
+        ui.job_panel(lab, job, ui.job_count(job),
                      key=f"cancel-{s.id}")
 
 

@@ -93,7 +93,7 @@ def results() -> None:
     # this page's jobs only: the Load test's runs are load tests too
     for kind, scenario in (("naive", ""), ("load", "vllm-5")):
         if job := lab.latest_job(kind, scenario):  # an error stays for two minutes after the job ended
-            ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
+            ui.job_panel(lab, job, ui.job_count(job),
                          key=f"cancel-{kind}", error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
     naive, static = lab.history.latest_run("naive"), lab.history.latest_run("static-batch")

@@ -49,8 +49,17 @@ def _press_form() -> None:
 
 
 def _controls() -> None:
-    """The presenter's round: how long it stays open and how long each answer is."""
+    """The presenter's round: how long it stays open and how long each answer is; while one runs, its own settings
+    (a second screen's form would show its defaults beside the round's)."""
+    if (view := room.view()) is not None and not view.over:
+        with st.container(border=True):
+            st.markdown(_("**This round**: open for {s} s, {n} tokens per answer", s=view.seconds,
+                          n=view.max_tokens))
+            if view.full_length:
+                st.caption(_("Every answer to its full length."))
+        return
     with st.form("room_open", border=True):
+        st.markdown(_("**The next round**"))  # beside a finished round's numbers: these are for the next one
         lo, hi = room.round_s
         seconds = st.slider(_("The round stays open (s)"), lo, hi, room.default_s, 5)
         hi = max(room.max_tokens(), 17)  # the server's max-model-len less a question's room, within a viewer's limit
@@ -72,14 +81,20 @@ def _status(view) -> None:
                       s=ui.fmt_s(view.closes_in), n=pressed, done=answered))
     elif view.over:
         st.markdown(_(":gray-badge[Round over: {stage}] {n} pressed", stage=i18n.tr(view.status), n=pressed))
+    elif view.status == "one at a time":  # the room's answers are all in: the same requests go again
+        st.markdown(_(":orange-badge[{stage}] the room's {n} requests again, one after another",
+                      stage=i18n.tr(view.status), n=pressed))
     else:
         st.markdown(_(":orange-badge[{stage}] {n} pressed · {done} answered", stage=i18n.tr(view.status), n=pressed,
                       done=answered))
     if presenter and view.accepting and st.button(_("Close the round now"), icon=":material/stop_circle:"):
         ui.act(room.close)
-    if (job := lab.job(view.job_id)) is not None:
-        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)}", key="room_cancel",
-                     error_for_s=600)
+    if (job := lab.job(view.job_id)) is not None:  # the bar counts what the stage waits for, never an empty one
+        done, total = view.alone
+        text = (_("The round's time") if view.accepting else
+                _("One at a time: {done} of {n} answered", done=done, n=total) if view.status == "one at a time" else
+                _("Answers complete") if view.status == "answering" else _("Opening the round"))
+        ui.job_panel(lab, job, text, key="room_cancel", error_for_s=600, share=view.share)
 
 
 def _results(together, alone) -> None:
@@ -130,17 +145,14 @@ def big_screen() -> None:
 
 
 def _big_screen_body() -> None:
-    """The round's requests as they stand; the page redraws once the round ends."""
-    view = room.view()
-    if view is None or view.over:
+    """The round's requests as they stand, from the reading the room's shared figures were built from (status line
+    and chart agree; the figures unchanged between two builds, so the browser keeps its chart); the page redraws
+    once the round ends."""
+    screen = room.screen(i18n.lang())
+    if screen is None or (current := room.view()) is None or current.over:
         st.rerun(scope="app")
-    _status(view)
-    lang = i18n.lang()
-    job = lab.job(view.job_id)
-    if job is not None and job.active and view.status == "one at a time":  # the contrast as it goes, on top
-        run, now = job.live_run()
-        ui.chart(figures.request_timeline(run, now=now, lang=lang), key="room_alone_live")
-    ui.chart(figures.room_timeline(view.run, now=view.now, lang=lang), key="room_live")
+    _status(screen.view)  # the one-at-a-time part as its bar's count: its chart comes with the results
+    ui.chart(screen.timeline, key="room_live")
 
 
 _big_screen_live = st.fragment(run_every=1.0)(_big_screen_body)
@@ -166,10 +178,11 @@ def _my_request_live() -> None:
 
 def _my_request() -> None:
     view = room.view()
-    if not presenter:  # the presenter's big screen says the round's stage, live
-        if view is None or view.over:
-            st.caption(_("Waiting for the presenter to open a round."))
     mine = room.mine(attendee)
+    if not presenter and (view is None or view.over):  # the presenter's big screen says the round's stage, live
+        st.caption(_("Waiting for the presenter to open a round.") if mine is None else
+                   _("This round is over: your request and its answer stay here until the presenter opens the "
+                     "next one."))
     if not presenter and view is not None and view.accepting:
         if mine is None:
             st.success(_("The round is open for {s}: press Send.", s=ui.fmt_s(view.closes_in)),

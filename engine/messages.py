@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import particles
-from engine.digits import significant
+from engine.digits import FIGURES, significant
 
 LOCALES = Path(__file__).resolve().parent.parent / "locales"
 DOMAIN = "messages"
@@ -65,10 +65,10 @@ def mark(template: str) -> Message:
     return Message(template)
 
 
-def seconds(x: float | str, lang: str, digits: int = 1) -> str:
-    """A time in seconds as `lang` writes its unit, one convention per language (4.1 s; 4.1초): a number,
-    or a plotly hover field such as "%{x:.2f}"."""
-    return translate(say("{seconds} s", seconds=x if isinstance(x, str) else f"{x:.{digits}f}"), lang)
+def seconds(x: float | str, lang: str, figures: int = FIGURES) -> str:
+    """A time in seconds as `lang` writes its unit, one convention per language (4.1 s; 4.1초): a number in
+    significant figures (0.040 s, never 0.0 s; engine.digits), or a plotly hover field such as "%{x:.2f}"."""
+    return translate(say("{seconds} s", seconds=x if isinstance(x, str) else significant(x, figures)), lang)
 
 
 def duration(x: float, lang: str) -> str:

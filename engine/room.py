@@ -17,10 +17,11 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine.access import presenter_only
 from engine.errors import ConfigError, LabError, NotPresenter
+from engine.figures.room import room_timeline
 from engine.measure.judge import stats
 from engine.measure.judge.joins import Join, Sharing, first_joins, sharing
 from engine.measure.load import loadgen
@@ -40,6 +41,10 @@ if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module,
 
 ROUND_S = (10, 600)  # how long a round may stay open
 VIEW_S = 0.25  # how long one reading of the round serves every viewer: a room of pages redraws it each second
+# The big screen's timeline is built once for every viewer (a language each), again only once the round changed
+# and its pace has passed: five times what the last build took, so that building it takes at most a fifth of a
+# core, within 1-10 s. A busy machine redraws less often instead of falling behind its screens.
+PACE_S, PACE_SHARE = (1.0, 10.0), 0.2
 DEFAULT_ROUND_S = 60
 DEFAULT_TOKENS = 128
 MAX_QUESTION_CHARS = 200  # a short question, well within a viewer's chat message (ChatLimits.max_prompt_chars)
@@ -200,6 +205,19 @@ class RoundView:
     job_id: str
     joins: dict[int, Join]
     sharing: Sharing
+    alone: tuple[int, int] = (0, 0)  # the one-at-a-time part: requests answered, of how many
+
+    @property
+    def share(self) -> float | None:
+        """How far the round has come, for a progress bar: the open round's time gone, the answers in while they
+        finish, then the one-at-a-time part's (None: opening, nothing to count yet)."""
+        if self.status == OPEN and self.closes_in is not None:
+            return 1 - self.closes_in / self.seconds
+        if self.status == ANSWERING and self.names:
+            return self.answered / len(self.names)
+        if self.status == ONE_AT_A_TIME and self.alone[1]:
+            return self.alone[0] / self.alone[1]
+        return None
 
     @property
     def accepting(self) -> bool:
@@ -214,6 +232,27 @@ class RoundView:
     def over(self) -> bool:
         """Its job has ended (done, cancelled or failed): its runs are what the history keeps."""
         return self.status in (DONE, CANCELLED, FAILED)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """What the big screen draws of a live round, from one reading: the view and its timeline; what it shows
+    (`signature`), when it was built and how long until it may be built again (`pace`)."""
+
+    view: RoundView
+    timeline: Any
+    signature: tuple = ()
+    built_at: float = 0.0
+    pace: float = PACE_S[0]
+
+
+def _signature(view: RoundView) -> tuple:
+    """What the timeline shows of a reading: each request's tokens, end and error, and the clock while any is still
+    under way (a round where nothing moves draws the same figure, and a browser keeps the chart it drew)."""
+    recs = view.run.records
+    moving = any(r.end_time is None for r in recs)
+    return (view.id, view.status, tuple((r.index, len(r.chunk_times), r.end_time, r.error) for r in recs),
+            round(view.now, 1) if moving else None)
 
 
 @dataclass(frozen=True)
@@ -244,6 +283,8 @@ class Room:
         self._requester: Requester | None = None
         self._progress = None
         self._view: tuple[float, RoundView] | None = None  # the last reading (its clock), shared by every viewer
+        self._screens: dict[str, Screen] = {}  # the big screen's figures by language, shared by every viewer
+        self._building: set[str] = set()
 
     # -- the presenter's actions -------------------------------------------------------------------
     def max_tokens(self) -> int:
@@ -410,11 +451,45 @@ class Room:
                         duration=max((r.end_time or 0.0 for r in live), default=0.0),
                         started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": names})
         closes_in = None if rnd.closes_at is None else max(0.0, rnd.closes_at - time.time())
+        job = self.lab.job(rnd.job_id) if rnd.status == ONE_AT_A_TIME else None
         view = RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, names, run,
-                         now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live))
+                         now, dict(rnd.runs), rnd.job_id, first_joins(live), sharing(live),
+                         (job.done, job.total) if job is not None else (0, 0))
         with self._lock:
             self._view = (clock(), view)
         return view
+
+    def screen(self, lang: str = "en") -> Screen | None:
+        """The big screen of the newest round while it runs (None: no round): one reading and its timeline, shared
+        by every viewer in `lang`, rebuilt at the screens' pace (PACE_S) and only when what it shows changed; in
+        between every viewer gets the same figure, so each browser keeps the chart it drew instead of drawing it
+        anew each second."""
+        with self._lock:
+            kept = self._screens.get(lang)
+            fresh_enough = kept is not None and clock() - kept.built_at < kept.pace
+            if kept is not None and (fresh_enough or lang in self._building) and \
+                    self._round is not None and kept.view.id == self._round.id:
+                return kept
+            self._building.add(lang)
+        try:
+            view = self.view()
+            if view is None:
+                return None
+            signature = _signature(view)
+            t0 = clock()
+            if kept is not None and kept.signature == signature:  # nothing moved: the same figure, a new reading
+                timeline = kept.timeline
+            else:
+                moving = signature[-1] is not None
+                timeline = room_timeline(view.run, now=view.now if moving else None, lang=lang)
+            pace = min(PACE_S[1], max(PACE_S[0], (clock() - t0) / PACE_SHARE))
+            screen = Screen(view, timeline, signature, clock(), pace)
+            with self._lock:
+                self._screens[lang] = screen
+            return screen
+        finally:
+            with self._lock:
+                self._building.discard(lang)
 
     def mine(self, attendee: str) -> Mine | None:
         """This attendee's own request in the newest round (None: they have not pressed in it)."""

@@ -161,7 +161,9 @@ def metric(page, label: str):
 def button(page, label: str):
     """The button whose label is exactly `label` (its accessible name may start with a material icon's name)."""
     # an optional icon name first ("play_arrow Start"), never other words ("Help for Start": a metric's help)
-    return page.get_by_role("button", name=re.compile(rf"^([a-z_]+\s)?{re.escape(label)}$"))
+    # never Streamlit's own header "Stop" (shown while a script runs): strict mode would see two
+    return page.get_by_role("button", name=re.compile(rf"^([a-z_]+\s)?{re.escape(label)}$")) \
+        .and_(page.locator("button:not([kind=header])"))
 
 
 def screenshot(page, name: str) -> Path:

@@ -147,3 +147,57 @@ def test_a_rehearsed_step_s_length_is_not_zero_seconds():
     from engine.guide.sheet import length
 
     assert length(0.4) == "0.40 s" and length(121) == "121 s" and length(5400, 90) == "90 min"
+
+
+@pytest.mark.parametrize("x, en, ko", [
+    (0.04, "0.040 s", "0.040초"), (0.004, "0.0040 s", "0.0040초"), (0.25, "0.25 s", "0.25초"), (4.1, "4.1 s", "4.1초"),
+    (12.34, "12 s", "12초"), (1234.4, "1,234 s", "1,234초"), (0, "0 s", "0초")])
+def test_a_time_in_seconds_keeps_its_significant_figures(x, en, ko):
+    """engine.messages.seconds wrote one fixed decimal: 0.04 s was "0.0 s" on Tuning's wall-time bars, the room's
+    chart and the KV-cache TTFT bars."""
+    from engine.messages import seconds
+
+    assert seconds(x, "en") == en and seconds(x, "ko") == ko
+    assert seconds("%{y:.2f}", "en") == "%{y:.2f} s"  # a plotly hover field goes through as it is
+
+
+def test_the_tuning_chart_s_wall_time_keeps_a_short_run_s_digits():
+    from engine.figures.compare import tuning_compare
+
+    a, b = _fast_run("vllm", "512", 0.04), _fast_run("vllm", "2048", 0.06)
+    a.duration, b.duration = 0.04, 0.06
+    wall = tuning_compare([a, b]).data[1]
+    assert list(wall.text) == ["<b>0.040 s</b>", "<b>0.060 s</b>"]
+
+
+def test_tuning_s_bars_and_one_configuration_s_caption_keep_a_slow_throughput():
+    """0.40 tok/s was "0" on Tuning's throughput bar and "0 tok/s" in its caption."""
+    from engine.figures.compare import tuning_compare
+
+    fig = tuning_compare([_slow_run()])
+    assert list(fig.data[0].text) == ["<b>0.40</b>"]
+    assert "slow: 0.40 tok/s, 5.0 s wall time." in caption(fig)
+
+
+def test_side_by_side_keeps_a_slow_pair_s_digits():
+    """Two slow servers "sustained 0 tok/s and 0 tok/s", their median TTFT "0 ms"."""
+    from engine.figures.compare import side_by_side
+
+    a, b = _slow_run(), _slow_run()
+    b.label = "other"
+    fig = side_by_side(a, b)
+    cap = caption(fig)
+    assert "slow sustained 0.40 tok/s and other 0.40 tok/s on average" in cap, cap
+    assert "Median TTFT: 0.30 ms on slow, 0.30 ms on other." in cap
+    assert "(avg 0.40 tok/s)" in fig.data[3].name
+
+
+def test_the_cli_s_run_line_keeps_a_slow_run_s_digits():
+    """`done in 5.00 s: 1 ok, 0 failed, 0.4 output tok/s, mean TTFT 0 ms`."""
+    import io
+
+    from engine.cli.console import Console
+
+    out = io.StringIO()
+    Console(out).on_complete(_slow_run())
+    assert "0.40 output tok/s, mean TTFT 0.30 ms" in out.getvalue(), out.getvalue()

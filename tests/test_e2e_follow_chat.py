@@ -50,7 +50,7 @@ def test_a_follower_who_was_chatting_returns_to_the_presenters_step(browser, app
         box = follower.get_by_test_id("stChatInputTextArea")
         box.fill("Write a long story about a lighthouse keeper, in many paragraphs.")
         box.press("Enter")
-        stop = follower.get_by_role("button", name="Stop")
+        stop = follower.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop")  # not the header's
         expect(stop).to_be_visible(timeout=STREAM_MS)  # streaming
         press_until(presenter, presenter.get_by_role("button", name="Next step"), lambda: _saved(app) == "free")
         streaming_when_moved = stop.is_visible()

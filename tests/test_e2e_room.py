@@ -120,8 +120,9 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
             fox = {f"Fox {i}": i for i in range(1, ATTENDEES)}
             assert set(fox) <= set(names) and len(set(names)) == ATTENDEES  # and the first kept its suggested name
             # the big screen's timeline says who joined whom, at which token
-            expect(presenter.locator("svg text", has_text=f"joined at {names[j.early]}'s token {j.at_token}")) \
-                .to_be_visible()
+            # (several requests may join at one token; "token 3" must not match "token 30")
+            label = re.compile(rf"joined at {re.escape(names[j.early])}'s token {j.at_token}$")
+            expect(presenter.locator("svg text").filter(has_text=label).first).to_be_visible()
             # and the attendee who joined reads it on their own page
             who = fox.get(names[late], 0)
             said = (KO("you joined at {name}'s token {k}") if who == ATTENDEES - 1 else
@@ -136,6 +137,49 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
             assert attendees[2].get_by_text(QUESTION).count() == 0
             assert presenter.get_by_text(QUESTION).count() == 0
             assert QUESTION not in str(together.to_dict()) + str(alone.to_dict())
+        finally:
+            for ctx in contexts:
+                ctx.close()
+
+
+def test_the_big_screen_draws_its_timeline_at_once_and_keeps_it_while_nothing_moves(browser, vllm_server, tmp_path):
+    """The live timeline is on the big screen from the round's first draw, and once nothing moves (the one answer
+    in, the round still open) the browser keeps the chart it drew: the page redraws each second, but its figure is
+    the same, so the chart is not mounted anew each time (a loaded browser showed a blank box meanwhile)."""
+    with adopting_app(vllm_server, tmp_path, SERVING_LAB_PRESENTER_TOKEN=TOKEN) as app:
+        contexts = []
+        try:
+            ctx, presenter = _page(browser, app, BIG)
+            contexts.append(ctx)
+            ctx, phone = _page(browser, app, PHONE)
+            contexts.append(ctx)
+            presenter.locator("[data-testid=stSidebar] input[type=password]").fill(TOKEN)
+            presenter.keyboard.press("Enter")
+            open_round = presenter.get_by_role("button", name=re.compile(r"Open a round$"))
+            expect(open_round).to_be_visible(timeout=60000)
+            form = presenter.locator("[data-testid=stForm]").filter(has=open_round)
+            for name, key, value in (("The round stays open", "End", "600"), ("Tokens per answer", "Home", "16")):
+                slider = form.locator("[data-testid=stSlider]").filter(has_text=name).locator("input")
+                slider.focus()  # inside the form: no rerun per key
+                presenter.keyboard.press(key)
+                expect(slider).to_have_value(value)
+            press_until(presenter, open_round, lambda: presenter.get_by_text("Round open").count() > 0)
+            main = presenter.locator("[data-testid=stMain]")
+            title = "svg text.gtitle"  # .first: while a chart is mounted anew, the old one is still there
+            expect(main.locator(title, has_text=re.compile(r"^The room: no requests yet$")).first).to_be_visible()
+            _press(phone)
+            expect(main.get_by_text(re.compile(r"\b1 pressed · 1 answered$"))).to_be_visible(timeout=300_000)
+            expect(main.locator(title, has_text=re.compile(r"^The room: 1 request,")).first).to_be_visible()
+            main.locator(".js-plotly-plot").first.evaluate("node => { node.dataset.kept = 'yes'; }")
+            status = main.locator("[data-testid=stMarkdown]").filter(has_text="closes in").first
+            for _ in range(3):  # three redraws of the big screen: its countdown moved on each time
+                said = status.inner_text()
+                expect(status).not_to_have_text(said)
+            expect(main.locator(".js-plotly-plot[data-kept=yes]")).to_have_count(1)
+            expect(main.locator(title, has_text=re.compile(r"^The room: 1 request,")).first).to_be_visible()
+            press_until(presenter, presenter.get_by_role("button", name=re.compile(r"Close the round now$")),
+                        lambda: presenter.get_by_text("Round open").count() == 0)
+            expect(presenter.get_by_text("Together: all answers complete")).to_be_visible(timeout=ROUND_MS)
         finally:
             for ctx in contexts:
                 ctx.close()

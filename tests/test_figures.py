@@ -19,6 +19,7 @@ from engine import figures
 from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.records import RequestRecord, RunResult, Summary  # noqa: E402
+from tests.said import said, values  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 NAIVE_PROMPTS = prompts.LAB_SEQUENTIAL
@@ -249,7 +250,9 @@ def test_a_run_with_fewer_in_flight_than_requests_says_up_to_how_many_at_once():
     run = _run("vllm", "concurrent-4", "4 in flight", recs, max(r.end_time for r in recs) + 0.01)
     fig = figures.concurrent_latency_bars(run)
     assert fig.layout.title.text.startswith("10 requests, up to 4 at once: all done in")
-    assert figures.caption(fig).startswith("Up to 4 of the 10 requests were in flight together")
+    said_first = figures.caption_said(fig)[0]
+    assert said(said_first).template.startswith("Up to {peak} of the {done} requests")
+    assert {k: values(said_first)[k] for k in ("peak", "done")} == {"peak": 4, "done": 10}
 
 
 def test_request_timeline_segments_match_records():

@@ -3,6 +3,7 @@ the summary's arithmetic from known runs, and the page through AppTest (no serve
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -13,13 +14,14 @@ from engine import guide as g
 from engine.errors import NotPresenter
 from engine.lab import Lab
 from engine.measure.workloads import scenarios
-from engine.measure.judge import stats
+from engine.measure.judge import stats, verdict
 from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import translate
 from engine.results.records import RequestRecord, RunResult
 from engine.results.store import RunStore
 
 from .conftest import free_port
+from .said import said, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -155,16 +157,22 @@ def test_the_six_findings_from_known_runs():
     # beyond noise, each heading is the notebook's claim, with the interval and how sure
     assert [f.claim for f in found] == [None, 1, 1, 1, 1, None]
     assert found[1].title == "vLLM serves the same model faster"
-    assert found[1].text.values["x"] == "4.00" and "95 % interval" in str(found[1].text.values["interval"])
-    assert "paired" in str(found[1].text) and "5 requests each" in str(found[1].text)  # prompt by prompt
-    conc_said = str(found[2].text)  # 250 tokens at naive's 0.04 s a token; the repeats' mean wall time
-    assert "All 10 answers in 1.5 s (3 runs' mean)" in conc_said and "about 10 s" in conc_said
-    assert "Throughput 6.67× naive's (95 % interval" in conc_said and "5 naive answers and 3 runs" in conc_said
+    seq = values(found[1].text)
+    assert (seq["mean"], seq["naive"], seq["x"], seq["interval"]["level"]) == ("0.50", "2.0", "4.00", "95 %")
+    # prompt by prompt
+    assert seq["how"] == {"method": verdict.PAIRED, "counts": {"n": 5}}
+    assert said(found[1].text.values["how"].values["counts"]).template == "{n} requests each"
+    conc_said = values(found[2].text)  # 250 tokens at naive's 0.04 s a token; the repeats' mean wall time
+    assert conc_said["text"] == {"wall": "1.5", "n": 3, "would": "10", "tokens": 250.0}
+    assert conc_said["x"] == "6.67" and conc_said["interval"]["level"] == "95 %"
+    assert conc_said["how"] == {"method": verdict.WELCH_LOG, "a": 5, "b": 3}  # 5 naive answers and 3 runs
     tuning = found[3].text
     assert tuning.values["change"] == "+25 %"  # 100 tok/s -> 125 tok/s, the repeats' means
-    assert "beyond this machine's noise" in str(tuning) and "3 runs each" in str(tuning)
-    assert "KV cache is 2 GiB in both" in str(tuning.values["why"])  # said on a CPU, where the fraction does nothing
-    assert str(found[4].text).startswith("The first token after 400 ms, the whole 300-token answer after 4.0 s")
+    assert values(tuning)["verdict"]["how"]["counts"] == {"n": 3} and (values(tuning)["a"], values(tuning)["b"]) == (
+        "100", "125")
+    assert said(tuning.values["verdict"]).template.startswith("beyond this machine's noise")
+    assert values(tuning)["why"]["gib"] == 2  # said on a CPU, where the fraction does nothing: the KV cache's size
+    assert values(found[4].text)["text"] == {"ttft": "400", "tokens": 300.0, "total": "4.0"}
     # Korean says the same numbers
     assert "4.00배" in translate(found[1].text, "ko")
     # the table beside the notebook reads the same computation: one number per fact
@@ -181,9 +189,9 @@ def test_a_difference_within_noise_is_headed_no_measurable_difference_in_both_la
              + _repeats("tuning", SPREAD[1], 20, 10, at_once=True, label="max-model-len 512"))
     found = g.findings({"tuning": tuned})[3]
     assert found.measured and found.claim == 0
-    assert found.title == "No measurable difference on this machine"
+    assert found.title == g.NO_DIFFERENCE
     assert translate(found.title, "ko") == "이 머신에서는 측정 가능한 차이가 없습니다"
-    assert "within this machine's noise" in str(found.text) and "capacity" not in str(found.title)
+    assert said(found.text.values["verdict"]).template.startswith("within this machine's noise")
     # the same numbers in the table: the second setting's mean throughput and the change between the means
     rows = g.numbers("tuning", {"tuning": tuned}, {})
     assert str(rows[2].here) == found.text.values["change"]
@@ -194,10 +202,10 @@ def test_one_value_a_side_decides_nothing():
     tuned = [_run("tuning", "vllm", [(2.0, 20)] * 10, at_once=True, label="max-model-len 2048"),
              _run("tuning", "vllm", [(1.6, 20)] * 10, at_once=True, label="max-model-len 512")]
     found = g.findings({"tuning": tuned})[3]
-    assert found.claim is None and found.title == "Not decided: one value a side shows no noise"
+    assert found.claim is None and found.title == g.UNDECIDED
     # the heading says why nothing is decided; the sentence gives the numbers and judges neither way
-    assert f"Throughput {10 * 20 / 2.0:.0f} → {10 * 20 / 1.6:.0f} tok/s" in str(found.text)  # 10 answers of 20 tokens
-    assert "noise" not in str(found.text) and "beyond" not in str(found.text)
+    assert (values(found.text)["a"], values(found.text)["b"]) == (f"{10 * 20 / 2.0:.0f}", f"{10 * 20 / 1.6:.0f}")
+    assert "verdict" not in found.text.values  # 10 answers of 20 tokens a side, and no verdict said
 
 
 def test_a_disturbed_run_never_claims():
@@ -208,20 +216,58 @@ def test_a_disturbed_run_never_claims():
     vllm[1].extra.disturbance = busy
     naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
     found = g.findings({"naive": [naive], "sequential": vllm})[1]
-    assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
-    assert "Measured while other programs used 1.4 of 2 cores" in str(found.text)
-    assert "faster" not in str(found.title)
+    assert found.claim is None and found.title == g.BUSY
+    assert values(found.text)["busy"]["sentence"] == {"what": {"used": 1.4, "cores": 2}}  # other programs' cores
     conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
     conc[0].extra.disturbance = busy
     found = g.findings({"naive": [naive], "concurrent": conc})[2]
-    assert found.claim is None and "continuous batching keeps the hardware busy" not in str(found.text)
+    assert found.claim is None and found.title == g.BUSY
+    assert set(found.text.values) == {"text", "busy"}  # the numbers and why they are not judged: no ratio, no claim
     # tuning: a clear difference measured beside a busy machine is neither claimed in the heading nor in its sentence
     tuned = (_repeats("tuning", [0.5, 0.52, 0.48], 20, 10, at_once=True, label="max-model-len 2048")
              + _repeats("tuning", [0.25, 0.26, 0.24], 20, 10, at_once=True, label="max-model-len 512"))
     tuned[4].extra.disturbance = busy
     found = g.findings({"tuning": tuned})[3]
-    assert found.claim is None and found.title == "No verdict: something else ran beside the measurement"
-    assert "beyond" not in str(found.text) and "not judged" in str(found.text), str(found.text)
+    assert found.claim is None and found.title == g.BUSY
+    assert said(found.text.values["text"].values["verdict"]).template.startswith("not judged"), str(found.text)
+
+
+def test_every_finding_reads_as_one_sentence_in_both_languages():
+    """Every shape a finding takes (claimed, denied, within noise, undecided, disturbed, cold, with and without a
+    naive run, each KV-cache case): no capital after a colon in English, one colon at most between clauses, and
+    a slower vLLM never called faster in Korean."""
+    busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
+    fast_naive = _run("naive-5", "naive", [(0.2, 50), (0.21, 50), (0.19, 50), (0.2, 50), (0.2, 50)])
+    vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    disturbed = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
+    disturbed[1].extra.disturbance = busy
+    conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
+    cold = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
+    cold[0].extra.cold = True
+
+    def tuned(config, a=(2.0, 2.05, 1.95), b=(1.6, 1.62, 1.58), waited=(0, 0)):
+        runs = (_repeats("tuning", list(a), 20, 10, at_once=True, label="max-model-len 2048", config=config)
+                + _repeats("tuning", list(b), 20, 10, at_once=True, label="max-model-len 512", config=config))
+        for r in runs:
+            r.extra.peak_waiting = waited[0] if "2048" in r.label else waited[1]
+        return runs
+
+    cpu, gpu = {"device": "cpu", "cpu_kvcache_gib": 2}, {"device": "cuda"}
+    stream = _repeats("stream-300", [4.0, 4.1, 3.9], 300, 1)
+    cases = [{}, {"naive": [naive], "sequential": vllm, "concurrent": conc, "tuning": tuned(cpu), "streaming": stream},
+             {"naive": [fast_naive], "sequential": vllm, "concurrent": cold, "tuning": tuned(gpu, waited=(1, 0))},
+             {"naive": [naive], "sequential": disturbed, "tuning": tuned(cpu, *SPREAD, waited=(1, 1))},
+             {"concurrent": conc, "streaming": [_run("stream-300", "vllm", [(4.0, 300)])]}]
+    said = [(f, translate(f.text, lang), lang) for case in cases for f in g.findings(case) for lang in ("en", "ko")]
+    for f, text, lang in said:
+        if lang == "en":
+            assert not re.search(r": [A-Z][a-z]", text), text
+        assert text.count(": ") <= 2, text
+        if f.claim == -1 and f.number == 2 and lang == "ko":
+            assert "빠릅니다" not in text, text  # naive was faster here
+    no_naive = next(t for f, t, lang in said if f.number == 3 and lang == "en" and "latencies one after" in t)
+    assert "naive's" not in no_naive and "One after another would have taken 10× as long" in no_naive
 
 
 def test_findings_without_runs_say_which_step_to_run():

@@ -13,6 +13,7 @@ from engine.measure.workloads import datasets, traces
 from engine.measure.workloads.base import WorkloadError
 
 from .conftest import app_page, cli_in_process
+from .said import said, values
 
 DEAD = "http://127.0.0.1:9"
 
@@ -42,9 +43,10 @@ def test_a_trace_s_timestamps_are_looked_at(times, unit, scale, says):
 def test_a_plausible_trace_passes_without_a_word_and_says_its_replay_time():
     summary = _trace([0, 400, 1100, 1500, 2300])
     assert traces.checks(summary) == []
-    assert str(traces.duration_said(summary)) == "5 requests over 2.3 s at time scale 1."
-    assert str(traces.duration_said(_trace([i * 1000 for i in range(3000)]))) == \
-        "3,000 requests over 50 min at time scale 1."
+    assert values(traces.duration_said(summary)) == {"n": 5, "span": {"x": pytest.approx(2.3)}, "scale": 1.0}
+    long = traces.duration_said(_trace([i * 1000 for i in range(3000)]))  # 2,999 s: said in minutes
+    assert values(long) == {"n": 3000, "span": {"x": pytest.approx(2999 / 60)}, "scale": 1.0}
+    assert said(long.values["span"]).template.endswith(" min")
 
 
 def test_the_cli_says_the_replay_time_and_the_warnings_before_it_runs(tmp_path):

@@ -82,7 +82,7 @@ def test_the_page_numbers_buttons_and_headline_numbers_alike(lab):
         at = app_page("app_pages/naive_vs_vllm.py")
         assert [b.label for b in at.button][:4] == NAMES
         metrics = [(m.label, m.value) for m in at.metric]
-        assert metrics[:4] == [(name, f"{r.duration:.1f} s") for name, r in zip(NAMES, runs)]
+        assert metrics[:4] == [(name, f"{significant(r.duration)} s") for name, r in zip(NAMES, runs)]
         captions = " ".join(c.value for c in at.caption)
         assert "wall time for all 5" in captions
         warned = [w.value.replace("\\", "") for w in at.warning]

@@ -127,6 +127,20 @@ def test_without_usage_the_counters_say_the_cached_tokens_and_no_gain_is_said_as
     assert "both on and off" in figures.caption(figures.prefix_cache_compare([on]))
 
 
+def test_a_fall_beside_a_disturbed_run_is_no_verdict():
+    """The prefix-cache pair is two runs compared like any other (engine.measure.judge.verdict.beside): beside a
+    run measured while another client used the server, the fall is measured and said, but not called real."""
+    on = _run(True, [0.9, 0.10, 0.14, 0.12], [0, 1280, 1280, 1280], hits=3840, queries=5200)
+    off = _run(False, [0.9, 0.80, 0.84, 0.86], [0, 0, 0, 0], hits=0, queries=0)
+    off.extra.disturbance = {"other_requests": 4}
+    sentence = prefix.sentence(on, off)
+    assert "fell" not in said(sentence).template and "beyond noise" not in sentence
+    assert "no verdict" in said(sentence).template
+    got = values(sentence)
+    assert got["interval"]["low"] == "0.0995" and got["how"]["counts"] == {"n": 3}  # how sure it would be
+    assert got["beside"]["sentence"] == {"what": {"n": 4}}  # which side, and what disturbed it
+
+
 def test_a_gain_within_a_runs_swing_is_not_called_a_fall():
     """Measured on an H200 (vLLM 0.26, Llama 3 8B shape, eager): 55 ms either way after the first request, as
     a 1,300-token prefill takes milliseconds there. The sentence said "fell from 55 ms to 55 ms"."""

@@ -24,6 +24,7 @@ from engine.measure.workloads import scenarios
 
 from .conftest import ROOT, cli_in_process
 from .fakes import FakeOpenAIServer
+from .said import said as tsaid, values
 
 
 def gaps(xs: list[float]) -> list[float]:
@@ -373,10 +374,11 @@ def test_a_rate_sweep_says_its_highest_rate_that_met_the_slo_as_judge_slo_judges
         r.load.rate = float(2 ** i)  # each level as if it had arrived at a rate
     slo = Slo(ttft_ms=500.0)
     held = [r.load.rate for r in runs if judge(r, slo).meets]
-    said = str(rates_said(runs, slo))
+    said = rates_said(runs, slo)
     assert held == [1.0, 2.0, 4.0, 8.0, 16.0]  # the fixture's TTFT grows past 0.5 s from the sixth level
-    assert said == "The highest rate of the sweep that met the SLO (TTFT ≤ 500 ms) is 16 requests/s; 32 did not.", said
-    assert "sweep higher" in str(rates_said(runs[:3], slo))
+    assert values(said) == {"best": 16.0, "above": 32.0, "slo": {"name": "TTFT", "ms": 500.0}}, said
+    top = rates_said(runs[:3], slo)  # every level met it: the top one, and higher rates asked for
+    assert values(top) == {"best": 4.0, "slo": {"name": "TTFT", "ms": 500.0}} and "sweep higher" in tsaid(top).template
 
 
 def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on_the_command_line():

@@ -6,12 +6,14 @@ import random
 
 from engine.measure.judge import repeats
 
+from .said import said, values
+
 
 def test_a_few_repeats_are_their_median_and_range_never_a_95_percent_interval():
     xs = [100.0, 104.0, 98.0]
     s = repeats.spread(xs)
     assert (s.n, s.median, s.low, s.high, s.method) == (3, 100.0, 98.0, 104.0, repeats.RANGE)
-    assert s.said == "median 100, range 98–104 of 3 runs"
+    assert values(s.said) == {"median": "100", "spread": {"low": "98", "high": "104", "n": 3}}
 
 
 def test_from_six_repeats_the_interval_covers_the_true_median_at_least_95_percent_of_the_time():
@@ -27,7 +29,8 @@ def test_from_six_repeats_the_interval_covers_the_true_median_at_least_95_percen
 
 def test_one_run_has_no_noise_to_speak_of():
     s = repeats.spread([5.0])
-    assert (s.low, s.median, s.high) == (5.0, 5.0, 5.0) and "noise is unknown" in s.said
+    assert (s.low, s.median, s.high) == (5.0, 5.0, 5.0)
+    assert said(s.said).template == "{median} (one run: its noise is unknown)"
     assert repeats.spread([]) is None
 
 
@@ -65,27 +68,33 @@ def _sets(*sets) -> list:
             for group, label, start, values in sets for i, v in enumerate(values)]
 
 
-def _said(runs) -> str:
+def _said(runs) -> dict:
+    """The compare chart's verdict on these runs, as said (its message id and values) under the chart."""
     from engine import figures
 
-    return figures.caption(figures.history_compare(runs, "output_throughput"))
+    *_, verdict = figures.caption_said(figures.history_compare(runs, "output_throughput"))
+    return {"id": said(verdict).template, **values(verdict)}
+
+
+HIGHER = "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
+NONE = "{name}: no measurable difference on this machine between {a} and {b}"
 
 
 def test_the_first_set_of_repeats_is_judged_against_the_next_beyond_or_within_their_noise():
     far = _said(_sets(("a", "512 / 0.90", 1.7e9, [100, 101, 99]), ("b", "2048 / 0.85", 1.7e9 + 60, [150, 151, 149])))
-    assert "Output throughput: 2048 / 0.85 is higher than 512 / 0.90, 1.50× (+50 %), beyond noise" in far
-    assert "3 runs each" in far
+    assert far["id"] == HIGHER and (far["a"], far["b"]) == ("512 / 0.90", "2048 / 0.85")
+    assert far["effect"] == {"ratio": "1.50", "change": "+50"} and far["how"]["counts"] == {"n": 3}
     near = _said(_sets(("a", "A", 1.7e9, [100, 110, 90]), ("b", "B", 1.7e9 + 60, [101, 111, 91])))
-    assert "no measurable difference on this machine" in near and "beyond" not in near
+    assert near["id"].startswith(NONE) and (near["a"], near["b"]) == ("A", "B")
     # the next highest run is a repeat of the first's own set: the comparison is with the other set
     own = _said(_sets(("a", "A", 1.7e9, [150, 149, 100]), ("b", "B", 1.7e9 + 60, [120, 121, 119])))
-    assert "Output throughput: no measurable difference on this machine between B and A" in own, own
+    assert own["id"].startswith(NONE) and (own["a"], own["b"]) == ("B", "A"), own
 
 
 def test_two_sets_of_repeats_with_the_same_label_are_told_apart():
     """An A/A comparison read "'X' differs from 'X'"; each set is now named by its start too."""
     from datetime import datetime
 
-    said = _said(_sets(("a", "X", 1.7e9, [100, 104, 98]), ("b", "X", 1.7e9 + 600, [126, 131, 120])))
+    got = _said(_sets(("a", "X", 1.7e9, [100, 104, 98]), ("b", "X", 1.7e9 + 600, [126, 131, 120])))
     first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1.7e9, 1.7e9 + 600))
-    assert f"X from {second} is higher than X from {first}" in said, said
+    assert got["id"] == HIGHER and (got["a"], got["b"]) == ({"name": "X", "time": first}, {"name": "X", "time": second})

@@ -191,6 +191,62 @@ def test_the_tokens_slider_stops_where_the_server_and_a_viewers_limit_do(room_la
     assert room.max_tokens() == room_lab.chat_limits.max_tokens
 
 
+def test_the_big_screen_is_built_once_for_every_viewer_at_its_own_pace(room_lab, monkeypatch):
+    """The live timeline is one figure for every viewer of a language, built again only once what it shows moved
+    and its pace has passed (five times what the last build took, at least 1 s): in between every redraw gets the
+    same figure, so a browser keeps its chart, and a slow build slows the pace instead of piling up."""
+    import engine.room as room_module
+
+    now = [1000.0]
+    monkeypatch.setattr(room_module, "clock", lambda: now[0])
+    built, build_s = [], [0.0]
+
+    def timeline(run, now=None, lang="en"):
+        built.append(lang)
+        _advance(build_s[0])
+        return object()
+
+    def _advance(s):
+        now[0] += s
+
+    monkeypatch.setattr(room_module, "room_timeline", timeline)
+    room = room_lab.room
+    rnd = _open_round()
+    rnd.closes_at = time.time() + 60
+    for who in ("a", "b"):
+        rnd.admit(who, f"Otter {who}", "", time.time(), now[0])
+    room._round = rnd
+    first = room.screen("en")
+    assert room.screen("en") is first and built == ["en"]  # every viewer of the second: the same figure
+    _advance(0.5)
+    assert room.screen("en").timeline is first.timeline and built == ["en"]  # within its pace
+    _advance(1.0)  # both still wait for a first token: the clock moves their bars
+    assert room.screen("en").timeline is not first.timeline and built == ["en", "en"]
+    for e in rnd.entries:  # both answers complete: nothing moves any more
+        e.record.chunk_times = [e.record.send_time + 0.5]
+        e.record.first_token_time = e.record.end_time = e.record.send_time + 0.5
+    _advance(1.5)
+    ended = room.screen("en")
+    assert len(built) == 3
+    _advance(5.0)
+    later = room.screen("en")
+    assert later.timeline is ended.timeline and len(built) == 3  # the same figure, from a newer reading
+    assert later.view is not ended.view
+    assert room.screen("ko") is not None and built[-1] == "ko"  # each language its own
+    # a slow build (1 s) sets a pace of 5 s: a moving round is built again only after it
+    rnd.admit("c", "Otter c", "", time.time(), now[0])
+    build_s[0] = 1.0
+    _advance(1.5)
+    room.screen("en")
+    assert len(built) == 5
+    _advance(2.0)  # its bar grew, within the pace: not built again
+    room.screen("en")
+    assert len(built) == 5
+    _advance(3.5)
+    room.screen("en")
+    assert len(built) == 6
+
+
 def _saved(lab, scenario: str, room_round: str):
     run = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["Otter 10", "Heron 11"],
                     scenario)
@@ -225,6 +281,34 @@ def test_an_attendee_who_sent_is_told_so_and_cannot_press_again(lab, monkeypatch
     assert not [s.value for s in at.success if "press Send" in s.value], "told to press what they pressed"
     assert [i.value for i in at.info if "Your request is in" in i.value]
     assert next(b for b in at.button if b.label == "Send my request").disabled
+
+
+def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monkeypatch):
+    """The page's live big screen (AppTest, no server): its status line, progress bar and timeline come from the
+    room's shared screen, one reading, and the bar counts the round's time, never an empty bar."""
+    import json
+
+    from engine.measure.load.request import clock
+
+    rnd = _open_round()
+    rnd.closes_at = time.time() + 30
+    for who in ("a", "b"):
+        rnd.admit(who, f"Otter {who}", "", time.time(), clock())
+    running = threading.Event()
+    job = lab.jobs.submit("room", "The room's round", lambda job: running.wait(120))  # the round's job, as open() has
+    rnd.job_id = job.id
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    try:
+        at = app_page("app_pages/room.py")
+    finally:
+        running.set()
+    assert [m.value for m in at.markdown if "**2** pressed" in m.value]
+    bars = at.get("progress")
+    assert len(bars) == 1 and 0 <= bars[0].proto.value <= 60  # the round's time gone, of its 60 s
+    charts = at.get("plotly_chart")
+    assert [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts] == [
+        "The room: 2 requests, none generating yet"]
+    assert lab.room.screen("en").view.names == ["Otter a", "Otter b"]
 
 
 def test_a_finished_round_whose_run_was_deleted_in_history_draws_what_is_left(lab, monkeypatch):
@@ -345,3 +429,15 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     fig = figures.room_contrast(together, alone)
     assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
     assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
+
+
+def test_the_timeline_ticks_every_row_or_none_and_labels_the_lower_panel_in_three():
+    """A row without its token ticks beside rows with them reads as another kind of answer: all rows or none. The
+    lower panel is short: 0, half and the peak, not a label per request."""
+    short = [_rec(i, 0.1 * i, _ticks(0.5 + 0.1 * i, 10)) for i in range(5)]
+    long = _rec(5, 0.0, _ticks(0.2, 60, 0.02))
+    ticked = lambda fig: [t for t in fig.data if getattr(t, "mode", None) == "markers"]  # noqa: E731
+    assert ticked(figures.room_timeline(_room_run(short, [f"A{i}" for i in range(5)])))
+    fig = figures.room_timeline(_room_run([*short, long], [f"A{i}" for i in range(6)]))
+    assert not ticked(fig)
+    assert fig.layout.yaxis2.dtick == 3  # six generating together at the peak

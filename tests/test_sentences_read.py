@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.measure.judge import kvcache, slo, token_check
-from engine.messages import translate
+from engine.measure.judge import kvcache, slo, token_check, verdict
+from engine.messages import say, translate
 from engine.observe import disturbance
 from engine.results.records import Notes
 from tests.test_kvcache import _run as kv_run
@@ -40,6 +40,18 @@ SENTENCES = {
          "this machine can do better than these numbers."],
         ["다음이 함께 실행되는 가운데 측정했습니다: 서버가 응답한 다른 클라이언트의 요청 5개, "
          "함께 스트리밍된 채팅 답변 2개. 이 머신은 이 수치보다 더 나은 성능을 낼 수 있습니다."]),
+    "verdict": (
+        lambda: [verdict.compare([100.0, 103.0, 98.0], b, name=say("Output throughput"), label_a="A", label_b="B").said
+                 for b in ([150.0, 152.0, 149.0], [101.0, 99.0, 104.0])],
+        ["Output throughput: B is higher than A, 1.50× (+50 %), beyond noise (95 % interval 1.42× to 1.58×; Welch's t "
+         "on log values (a ratio of geometric means), 3 runs each).",
+         "Output throughput: no measurable difference on this machine between A and B (measured 1.01× (+1.0 %); 95 % "
+         "interval 0.955× to 1.07×, which holds no change; Welch's t on log values (a ratio of geometric means), 3 "
+         "runs each)."],
+        ["출력 처리량: A 대비 B 쪽이 높습니다. 1.50배 (+50 %), 노이즈를 넘는 차이입니다 (95 % 구간 1.42배–1.58배, "
+         "로그값에 대한 Welch t 검정(기하평균의 비), 각 3회 실행).",
+         "출력 처리량: 이 머신에서는 A, B 사이에 측정 가능한 차이가 없습니다 (측정값 1.01배 (+1.0 %), 95 % 구간 "
+         "0.955배–1.07배에 '변화 없음' 포함, 로그값에 대한 Welch t 검정(기하평균의 비), 각 3회 실행)."]),
 }
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.figures import caption
+from engine.figures import caption, caption_said
 from engine.figures import server_view as sv
 from engine.results.records import RequestRecord, RunResult
+
+from .said import said, values
 
 # vLLM's means per request (s): 0.8 in the queue, 0.1 in prefill, 1.0 in decode, 1.95 in all by its own clock
 VIEW = {"histograms": {"queue": {"mean": 0.8, "p50": 0.7, "p90": 0.9, "p99": 1.0, "count": 2},
@@ -41,13 +43,12 @@ def test_the_bars_are_the_notes_means_and_add_up_to_the_client_e2e():
     assert server["outside the server: HTTP, streaming, the client"] == pytest.approx(150)
     assert sum(server.values()) == pytest.approx(2100)  # the client's mean E2E (2.0 and 2.2 s)
     assert client == pytest.approx({"client: time to first token": 1000, "client: first token to last": 1100})
-    cap = caption(fig)
-    for ms in ("800 ms waiting in the queue", "100 ms in prefill", "1,000 ms in decode", "50 ms more inside vLLM",
-               "150 ms outside the server", "2,100 ms in all"):
-        assert ms in cap, cap
+    parts, _queue_said, estimated = caption_said(fig)  # the bars' numbers, the queue named, how they were read
+    assert values(parts) == {"queue": "800", "prefill": "100", "decode": "1,000", "front": "50", "outside": "150",
+                             "e2e": "2,100"}
     queue = next(d for d in fig.data if d.name == "waiting in the queue")
     assert "bucket estimates" in queue.hovertext[0] and "p90 900 ms" in queue.hovertext[0]
-    assert "percentiles are estimated from the histograms' buckets" in cap
+    assert "estimated from the histograms' buckets" in said(estimated).template
 
 
 def test_a_gap_vllm_did_not_split_is_one_named_part():
@@ -55,18 +56,18 @@ def test_a_gap_vllm_did_not_split_is_one_named_part():
     fig = sv.server_view_chart(_run(view))
     server = _bars(fig)["vLLM (its /metrics)"]
     assert server["HTTP, detokenising, streaming, the client"] == pytest.approx(200)
-    assert "200 ms went to what the server does not time" in caption(fig)
+    assert values(caption_said(fig)[0])["gap"] == "200" and "front" not in caption_said(fig)[0].values
 
 
 def test_the_sentence_names_the_queue_when_it_dominates_and_only_then():
-    assert "Most of the TTFT (80%) was waiting for a slot: raise --max-num-seqs or add KV cache." in \
-        caption(sv.server_view_chart(_run(VIEW)))
+    queue = [m for m in caption_said(sv.server_view_chart(_run(VIEW))) if "waiting for a slot" in said(m).template]
+    assert [values(m) for m in queue] == [{"share": 0.8}]
     quick = {**VIEW, "histograms": {**VIEW["histograms"], "queue": {"mean": 0.05}}}
-    assert "max-num-seqs" not in caption(sv.server_view_chart(_run(quick)))
+    assert not [m for m in caption_said(sv.server_view_chart(_run(quick))) if "waiting for a slot" in m.template]
     # a sweep's levels: each level whose queue dominates is named
     fig = sv.server_view_chart([_run(quick, label="concurrency 1"), _run(VIEW, label="concurrency 64")])
-    assert "concurrency 64: most of the TTFT (80%) was waiting for a slot" in caption(fig)
-    assert "concurrency 1:" not in caption(fig)
+    named = [values(m) for m in caption_said(fig) if "waiting for a slot" in said(m).template]
+    assert named == [{"run": "concurrency 64", "share": 0.8}]
     assert {d.y[0] for d in fig.data} == {"concurrency 1 · vLLM", "concurrency 1 · client", "concurrency 64 · vLLM",
                                           "concurrency 64 · client"}
 

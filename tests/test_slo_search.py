@@ -94,11 +94,14 @@ def test_a_rate_search_stops_a_level_past_saturation_and_stays_below_capacity():
     busy machine, never more. At 46 requests/s the queue grows with every arrival (in flight and TTFT both
     climbing): that level is stopped early and missed, and the answer lies below the capacity. The bounds hold
     on a loaded machine: 2 requests/s keeps a 1 s TTFT limit with a second to spare, and the levels tried above
-    the capacity (24, 13) fall behind by seconds."""
-    spec = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=60, max_tokens=10, ignore_eos=True, seed=3)
+    the capacity (24, 13) fall behind by seconds: each level sends 5 s of arrivals (the app's 15 s make a level
+    of 13/s fall 45 requests behind, these 5 s 15, still 1.5 s of queue for its last arrivals)."""
+    spec = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=10, max_tokens=10, ignore_eos=True, seed=3)
+    runner = Runner(save=lambda r: r)
+    runner.rate_level_s = 5.0
     with FakeOpenAIServer(slots=2, chunk_delay_s=0.02) as srv:
-        search = Runner(save=lambda r: r).slo_search(spec, Target(srv.base_url, "ok"), Slo(ttft_ms=1000.0),
-                                                     low=2.0, high=46.0, tolerance=6.0, by="rate")
+        search = runner.slo_search(spec, Target(srv.base_url, "ok"), Slo(ttft_ms=1000.0), low=2.0, high=46.0,
+                                   tolerance=6.0, by="rate")
     assert [lv for lv, _, _ in search.tried][:2] == [2.0, 46.0], search.tried  # the lowest held, the top was tried
     top = search.tried[1][2]
     assert top.extra.oversaturated and top.extra.cancelled

@@ -8,6 +8,8 @@ from engine import figures
 from engine.measure.judge.slots import FINISHED, GENERATING, IDLE, MAX_COLUMNS, PROMPT, SlotGrid, occupancy
 from engine.results.records import RequestRecord, RunResult
 
+from .said import said, values
+
 P, G, F, I = PROMPT, GENERATING, FINISHED, IDLE  # noqa: E741 (a grid reads as letters)
 STEP = 0.125  # a binary fraction: the column arithmetic below is exact
 
@@ -97,8 +99,8 @@ def test_a_refill_takes_the_slot_of_the_request_it_replaced():
 def test_requests_that_each_had_a_slot_are_not_said_to_refill_one():
     run = vllm_run([request(0, 0.0, 2), request(1, 0.0, 5)], shape="burst")
     assert occupancy(run).refills == 0
-    assert figures.caption(figures.slot_chart([run])).startswith("No slot held a finished answer: each of the 2 "
-                                                                 "requests had its own slot from the start")
+    said_first = figures.caption_said(figures.slot_chart([run]))[0]
+    assert said(said_first).template.startswith("No slot held a finished answer") and values(said_first) == {"n": 2}
 
 
 def test_a_long_run_groups_steps_into_at_most_max_columns():
@@ -128,11 +130,8 @@ def test_the_figure_puts_both_side_by_side_on_one_step_axis(lang):
     assert [list(map(list, m.z)) for m in maps] == [occupancy(static).cells, occupancy(vllm).cells]
     assert fig.layout.xaxis.range == fig.layout.xaxis2.range == (-0.5, 11.5)  # one scale: the longer of the two
     assert len([t for t in fig.data if t.type == "scatter" and t.showlegend is not False]) == 4  # the states
-    if lang == "en":
-        assert figures.caption(fig).startswith("In the static batch 13 slot-steps (43%) held finished answers")
-        assert "in vLLM 0 were wasted" in figures.caption(fig)
-    else:
-        assert "13" in figures.caption(fig)
+    assert values(figures.caption_said(fig)[0]) == {"wasted": 13, "share": "43%", "v_wasted": 0}  # either language
+    assert "13" in figures.caption(fig) and "43%" in figures.caption(fig)  # and shown in it
 
 
 def test_a_panel_that_cannot_be_drawn_says_why():

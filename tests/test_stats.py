@@ -235,8 +235,10 @@ def test_failure_cause_wording_for_all_and_for_one():
                                       "todo": {"served": "SmolLM2-135M-Instruct"}}
     assert "no model named" in parts(one)["what"]
     (n, s), = failures.failure_causes([failed(i, NO_MODEL) for i in range(3)])
-    assert n == 3 and s.startswith("All 3 requests were refused because")
-    assert failures.failure_cause(TOO_LONG).startswith("This request was refused because the prompt plus 3000")
+    assert n == 3 and parts(s)["who"] == "All {total} requests" and values(s)["who"] == {"total": 3}
+    too_long = failures.failure_cause(TOO_LONG)
+    assert "max-model-len" in parts(too_long)["what"] and values(too_long)["what"] == {"n": 1, "mt": "3000",
+                                                                                       "mml": "2048"}
 
 
 @pytest.mark.parametrize("error, says", [

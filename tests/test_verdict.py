@@ -8,6 +8,11 @@ import random
 import pytest
 
 from engine.measure.judge import repeats, verdict
+from tests.said import said, values
+
+WITHIN = (
+    "{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; {interval}, which holds"
+    " no change; {how}).")
 
 TRIALS = 600
 # The most "beyond noise" calls of TRIALS A/A pairs that a 5 % rate allows: its binomial 99.9th percentile
@@ -75,7 +80,7 @@ def test_pairing_finds_what_the_prompts_spread_hides():
 def test_an_aa_pair_with_one_slow_repeat_on_one_side_is_within_noise():
     """The H100's case: three repeats, one 3.5× slower, against three quiet ones of the same workload."""
     v = verdict.compare([5475.68, 5629.59, 1563.07], [5510.0, 5580.0, 5460.0], name="Output throughput")
-    assert v.beyond_noise is False and "no measurable difference on this machine" in v.said
+    assert v.beyond_noise is False and said(v.said).template == WITHIN
 
 
 # The power reached for a 1.5× effect (throughput up by half), seeded, measured with this file's families:
@@ -103,7 +108,9 @@ def test_one_value_a_side_decides_nothing_and_says_so():
     v = verdict.compare([100.0], [130.0], name="Output throughput", label_a="A", label_b="B")
     assert v.beyond_noise is None and not v.decided and v.ratio == pytest.approx(1.3)
     assert v.low is None and v.high is None and v.method == verdict.UNKNOWN
-    assert "noise is unknown" in v.said and "decides nothing" in v.said
+    assert said(v.said).template.startswith("{name}: {b} measured {effect} against {a}, but with one value a side")
+    assert values(v.said)["effect"] == {"ratio": "1.30", "change": "+30"}
+    assert values(v.said)["how"]["counts"] == {"n": 1}
     assert verdict.compare([], [1.0]) is None
 
 
@@ -111,14 +118,18 @@ def test_the_sentence_follows_the_verdict():
     quiet = [100.0, 103.0, 98.0]
     within = verdict.compare(quiet, [101.0, 99.0, 104.0], name="Output throughput", label_a="A", label_b="B")
     assert within.beyond_noise is False
-    assert within.said.startswith("Output throughput: no measurable difference on this machine between A and B")
-    assert "beyond" not in within.said and "higher" not in within.said
+    assert said(within.said).template == WITHIN
+    assert {k: values(within.said)[k] for k in ("name", "a", "b")} == {"name": "Output throughput", "a": "A", "b": "B"}
     up = verdict.compare(quiet, [150.0, 152.0, 149.0], name="Output throughput", label_a="A", label_b="B")
     assert up.beyond_noise and up.ratio == pytest.approx(1.5, rel=0.02) and 1 < up.low < 1.5 < up.high
-    assert "B is higher than A, 1.50× (+50 %), beyond noise (95 % interval" in up.said
-    assert "Welch's t on log values" in up.said and "3 runs each" in up.said
+    assert said(up.said).template == "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
+    said_up = values(up.said)
+    assert (said_up["a"], said_up["b"], said_up["effect"]) == ("A", "B", {"ratio": "1.50", "change": "+50"})
+    assert said_up["interval"]["level"] == "95 %" and 1 < float(said_up["interval"]["low"]) < 1.5
+    assert up.method == up.how.values["method"] == verdict.WELCH_LOG and said_up["how"]["counts"] == {"n": 3}
+    assert said(up.how.values["counts"]).template == "{n} runs each"
     down = verdict.compare(quiet, [50.0, 51.0, 49.5], name="TTFT", label_a="A", label_b="B")
-    assert down.beyond_noise and "B is lower than A" in down.said
+    assert down.beyond_noise and said(down.said).template.startswith("{name}: {b} is lower than {a}, {effect}")
 
 
 def test_values_at_or_below_zero_compare_their_difference():
@@ -146,7 +157,7 @@ def test_a_single_run_a_side_is_judged_by_its_requests_for_a_per_request_metric(
     b = run("B", [0.2 * math.exp(rng.gauss(0, 0.1)) for _ in range(40)])
     v = verdict.compare_runs([a], [b], "mean_ttft_ms", name="Mean TTFT", label_a="A", label_b="B")
     assert v.per == verdict.REQUESTS and v.n_a == 40 and v.beyond_noise and 1.8 < v.ratio < 2.2
-    assert "40 requests each" in v.said
+    assert said(v.how.values["counts"]).template == "{n} requests each" and values(v.how)["counts"] == {"n": 40}
     # throughput is the whole run's: one run a side tells no noise
     t = verdict.compare_runs([a], [b], "output_throughput", name="Output throughput", label_a="A", label_b="B")
     assert t.per == verdict.RUNS and t.beyond_noise is None
@@ -168,11 +179,13 @@ def test_todays_bootstrap_difference_would_fail_the_aa_test():
 def test_the_spread_of_few_runs_is_their_range_and_the_odd_one_is_flagged():
     s = repeats.spread([5475.68, 5629.59, 1563.07])
     assert s.method == repeats.RANGE and (s.low, s.median, s.high) == (1563.07, 5475.68, 5629.59)
-    assert s.said == "median 5,476, range 1,563–5,630 of 3 runs" and "interval" not in s.said
+    assert values(s.said) == {"median": "5,476", "spread": {"low": "1,563", "high": "5,630", "n": 3}}
+    assert said(s.said.values["spread"]).template.startswith("range ")  # a range, not an interval, of 3
     assert s.outliers == (2,)
-    assert s.outliers_said[0].startswith("repeat 3 (1,563) is 3.5× below the median")
+    assert said(s.outliers_said[0]).template.startswith("repeat {i} ({value}) is {x}× below the median")
+    assert values(s.outliers_said[0]) == {"i": 3, "value": "1,563", "x": "3.5"}
     assert repeats.spread([100.0, 104.0, 98.0]).outliers == ()
-    assert "noise is unknown" in repeats.spread([5.0]).said
+    assert said(repeats.spread([5.0]).said).template == "{median} (one run: its noise is unknown)"
 
 
 def test_from_six_runs_the_median_gets_an_interval():

@@ -17,20 +17,62 @@ ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [f"Question {i}: what is {i} times {i + 1}?" for i in range(12)]
 
 # Offline from the first import: the library reads these when it is imported. In a child process, so this test's
-# settings never reach another's.
+# settings never reach another's; one child for the module (each asked in turn, a line of JSON each way), since a
+# child's imports and the library's first read cost seconds of CPU apiece and every question here shares its settings.
 CHILD = r"""
 import json, sys
-from engine.measure.workloads import kinds, tokens
+from engine.cli import build_parser
+from engine.cli.run import _load
+from engine.cli.run_options import check_run_options
 from engine.errors import LabError
-desc = json.loads(sys.argv[1])
-try:
+from engine.measure.workloads import kinds, scenarios, tokens
+
+
+def plan(desc):
     plan = kinds.plan_of(desc, tokens.estimated())
-except LabError as e:
-    print(json.dumps({"error": str(e)}))
-else:
-    print(json.dumps({"prompts": plan.prompts, "summary": plan.summary, "kind": plan.kind,
-                      "max_tokens_each": plan.max_tokens_each}))
-"""
+    return {"prompts": plan.prompts, "summary": plan.summary, "kind": plan.kind,
+            "max_tokens_each": plan.max_tokens_each}
+
+
+def cli(argv):  # what `python -m engine run ARGV` would send, built as the command builds it
+    args = build_parser().parse_args(["run", *argv])
+    scn = scenarios.get(args.scenario)
+    check_run_options(scn, args)
+    load = _load(scn, args)
+    return {"prompts": load.prompts, "workload": load.workload, "concurrency": load.concurrency}
+
+
+for line in sys.stdin:
+    ask = json.loads(line)
+    try:
+        said = {"plan": plan, "cli": cli}[ask["op"]](ask["arg"])
+    except LabError as e:
+        said = {"error": str(e)}
+    print(ANSWER + json.dumps(said), flush=True)
+""".replace("ANSWER", repr("answer: "))
+
+
+class Child:
+    """The module's child process: ask(op, arg) sends one question and reads its answer (lines before it are what
+    the library printed)."""
+
+    def __init__(self, env: dict) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ask(self, op: str, arg) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, "arg": arg}) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("answer: "):
+                return json.loads(line[len("answer: "):])
+        raise AssertionError(f"the child ended without an answer:\n{self.proc.stderr.read()[-2000:]}")
+
+    def close(self) -> str:
+        """Ends the child; what it wrote on stderr."""
+        _out, err = self.proc.communicate(input="", timeout=60)
+        return err
 
 
 def _env(tmp: Path) -> dict:
@@ -62,15 +104,19 @@ Dataset.from_dict({"text": ["saved one", "saved two"]}).save_to_disk(sys.argv[1]
     return tmp
 
 
-def plan_of(cache: Path, **desc) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"kind": "hub", **desc})], env=_env(cache),
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def child(cache):
+    c = Child(_env(cache))
+    yield c
+    c.close()
 
 
-def test_a_cached_dataset_by_name_gives_its_rows_and_records_where_they_came_from(cache):
-    got = plan_of(cache, dataset="tiny/prompts", n=4, how="first")
+def plan_of(child: Child, **desc) -> dict:
+    return child.ask("plan", {"kind": "hub", **desc})
+
+
+def test_a_cached_dataset_by_name_gives_its_rows_and_records_where_they_came_from(child):
+    got = plan_of(child, dataset="tiny/prompts", n=4, how="first")
     assert got["prompts"] == PROMPTS[:4] and got["kind"] == "hub"
     assert got["max_tokens_each"] == [5, 6, 7, 8]  # its own answer-length column
     s = got["summary"]
@@ -79,14 +125,14 @@ def test_a_cached_dataset_by_name_gives_its_rows_and_records_where_they_came_fro
     assert s["name"] == "tiny/prompts:train" and s["fingerprint"] and s["input_tokens"]["max"] >= 1
 
 
-def test_a_seeded_random_sample_is_the_same_for_a_seed(cache):
-    a, b = (plan_of(cache, dataset="tiny/prompts", n=5, how="random", seed=3)["prompts"] for _ in range(2))
-    other = plan_of(cache, dataset="tiny/prompts", n=5, how="random", seed=4)["prompts"]
+def test_a_seeded_random_sample_is_the_same_for_a_seed(child):
+    a, b = (plan_of(child, dataset="tiny/prompts", n=5, how="random", seed=3)["prompts"] for _ in range(2))
+    other = plan_of(child, dataset="tiny/prompts", n=5, how="random", seed=4)["prompts"]
     assert a == b and a != other and set(a) < set(PROMPTS) and a == [p for p in PROMPTS if p in a]
 
 
-def test_a_folder_saved_with_save_to_disk_is_read_too(cache):
-    got = plan_of(cache, dataset=str(cache / "saved"))
+def test_a_folder_saved_with_save_to_disk_is_read_too(cache, child):
+    got = plan_of(child, dataset=str(cache / "saved"))
     assert got["prompts"] == ["saved one", "saved two"]
 
 
@@ -96,46 +142,24 @@ def test_a_folder_saved_with_save_to_disk_is_read_too(cache):
     ({"dataset": "tiny/prompts", "column": "nope"}, "The dataset tiny/prompts has no column 'nope': pick one of"),
     ({"dataset": "  "}, "Give the name of a Hugging Face dataset"),
 ])
-def test_what_cannot_be_read_is_one_sentence(cache, desc, says):
-    err = plan_of(cache, **desc)["error"]
+def test_what_cannot_be_read_is_one_sentence(child, desc, says):
+    err = plan_of(child, **desc)["error"]
     assert says in err and "\n" not in err and "Traceback" not in err
 
 
-CLI_CHILD = r"""
-import json, sys
-from engine.cli import build_parser
-from engine.cli.run import _load
-from engine.cli.run_options import check_run_options
-from engine.errors import LabError
-from engine.measure.workloads import scenarios
-args = build_parser().parse_args(["run", *sys.argv[1:]])
-scn = scenarios.get(args.scenario)
-try:
-    check_run_options(scn, args)
-    load = _load(scn, args)
-except LabError as e:
-    print(json.dumps({"error": str(e)}))
-else:
-    print(json.dumps({"prompts": load.prompts, "workload": load.workload, "concurrency": load.concurrency}))
-"""
+def cli(child: Child, *argv: str) -> dict:
+    return child.ask("cli", list(argv))
 
 
-def cli(cache: Path, *argv: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CLI_CHILD, *argv], env=_env(cache), cwd=ROOT, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def test_the_cli_sends_a_cached_hub_dataset_and_says_one_sentence_for_one_it_cannot_read(cache):
-    got = cli(cache, "dataset-chat", "--hf-dataset", "tiny/prompts", "--num-prompts", "3", "--hf-column", "question",
+def test_the_cli_sends_a_cached_hub_dataset_and_says_one_sentence_for_one_it_cannot_read(child):
+    got = cli(child, "dataset-chat", "--hf-dataset", "tiny/prompts", "--num-prompts", "3", "--hf-column", "question",
               "--output-len", "7")
     assert got["prompts"] == PROMPTS[:3] and got["concurrency"] == 4  # the scenario's arrival stays
     assert (got["workload"]["kind"], got["workload"]["dataset"], got["workload"]["column"]) == \
         ("hub", "tiny/prompts", "question")
-    assert "not in this machine's cache" in cli(cache, "concurrent-10", "--hf-dataset", "tiny/absent")["error"]
-    assert "--hf-split picks a part of a Hugging Face" in cli(cache, "concurrent-10", "--hf-split", "x")["error"]
-    assert "--hf-dataset and --dataset cannot go together" in cli(cache, "dataset-chat", "--dataset", "a.jsonl",
+    assert "not in this machine's cache" in cli(child, "concurrent-10", "--hf-dataset", "tiny/absent")["error"]
+    assert "--hf-split picks a part of a Hugging Face" in cli(child, "concurrent-10", "--hf-split", "x")["error"]
+    assert "--hf-dataset and --dataset cannot go together" in cli(child, "dataset-chat", "--dataset", "a.jsonl",
                                                                    "--hf-dataset", "tiny/prompts")["error"]
 
 
@@ -143,8 +167,9 @@ def test_a_cached_dataset_is_read_at_once_when_offline_mode_is_off_and_the_hub_o
     """Without HF_DATASETS_OFFLINE the library asked the Hub first for half a minute; the cache is read first."""
     env = {k: v for k, v in _env(cache).items() if k not in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: the Hub is out of reach, on this machine
-    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({"kind": "hub", "dataset": "tiny/prompts", "n": 2})],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1])["prompts"] == PROMPTS[:2]
-    assert "127.0.0.1" not in out.stderr  # never asked the (unreachable) Hub
+    online = Child(env)  # a child of its own: the library reads these settings once, when imported
+    try:
+        assert online.ask("plan", {"kind": "hub", "dataset": "tiny/prompts", "n": 2})["prompts"] == PROMPTS[:2]
+    finally:
+        err = online.close()
+    assert "127.0.0.1" not in err  # never asked the (unreachable) Hub

@@ -75,7 +75,7 @@ def _rehearse(lab: Lab) -> None:
                   key="rehearse_go", width="stretch", on_click=ui.on_press,
                   args=(lab.rehearse, scale, model, talk * 60))
     if (job := lab.latest_job("rehearsal")) is not None:
-        ui.job_panel(lab, job, f"{i18n.tr(job.label)}: {i18n.tr(job.stage)} ({job.done}/{job.total or '?'})",
+        ui.job_panel(lab, job, ui.job_count(job),
                      key="rehearse_cancel")
     _sheet(lab)
 

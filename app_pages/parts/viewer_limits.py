@@ -64,8 +64,8 @@ def cost(run) -> None:
     """What a million of the run's output tokens cost at this viewer's price."""
     if (said := ui.cost_text(run, price())) is not None:
         st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost **{cost}** ({tokens} output tokens "
-                      "in {wall} s).", price=i18n.number(price(), 2), cost=said,
-                      tokens=i18n.number(run.summary.get("total_output_tokens", 0)), wall=f"{run.duration:.1f}"))
+                      "in {wall}).", price=i18n.number(price(), 2), cost=said,
+                      tokens=i18n.number(run.summary.get("total_output_tokens", 0)), wall=i18n.seconds(run.duration)))
     if line := figures.energy_cost_line(run, st.session_state.get("kwh_price"), lang=i18n.lang()):
         st.markdown(f":material/bolt: {ui.plain(line)}")
 

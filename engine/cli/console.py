@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from engine import paths
+from engine.digits import significant
 from engine.measure.judge import failures, lateness
 from engine.measure.progress import Progress, RunPlan, Totals
 from engine.results.records import RequestRecord, RunResult
@@ -81,9 +82,9 @@ class Console(Progress):
     def on_complete(self, result: RunResult) -> None:
         s = result.summary
         ttft = s.get("mean_ttft_ms")
-        self._print(f"done in {result.duration:.2f} s: {s.completed or 0} ok, {s.failed or 0} failed, "
-                    f"{s.output_throughput or 0:.1f} output tok/s, mean TTFT "
-                    + ("n/a" if ttft is None else f"{ttft:.0f} ms"))
+        self._print(f"done in {significant(result.duration, 3)} s: {s.completed or 0} ok, {s.failed or 0} failed, "
+                    f"{significant(s.output_throughput or 0)} output tok/s, mean TTFT "
+                    + ("n/a" if ttft is None else f"{significant(ttft)} ms"))
         for _, sentence in failures.run_causes(result):
             self._print(f"  {sentence}")
         if (peak := lateness.in_flight_said(result)) is not None:

@@ -58,7 +58,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     lines += _server_and_energy(r)
     slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
     if slo is not None and (verdict := judge(r, slo)) is not None:
-        lines += [f"goodput                {verdict.goodput:,.2f} req/s", f"  {verdict.said}"]
+        lines += [f"goodput                {significant(verdict.goodput)} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
 
 

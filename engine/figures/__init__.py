@@ -13,7 +13,7 @@ from engine.figures.requests import concurrent_latency_bars, request_timeline, t
 from engine.figures.room import room_contrast, room_timeline, room_totals
 from engine.figures.sweep import _label_sides, pareto_chart, sweep_chart
 from engine.figures.slots import slot_chart
-from engine.figures.theme import caption, template
+from engine.figures.theme import caption, caption_said, template
 from engine.metrics import METRICS, metric_info
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "PLOT_PX",
     "_label_sides",  # tests/test_figures.py checks the sweep's label placement directly
     "caption",
+    "caption_said",
     "ceiling_bars",
     "concurrent_latency_bars",
     "energy_cost_line",

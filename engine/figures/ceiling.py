@@ -6,16 +6,13 @@ from collections.abc import Iterable
 
 import plotly.graph_objects as go
 
+from engine.digits import significant
 from engine.figures.theme import BASE_SIZE, INK, MUTED, esc, finish, is_placeholder, run_colors, run_label, wrap
 from engine.measure.judge.ceiling import RunCeiling, run_ceiling
 from engine.messages import say, translate
 from engine.results.records import RunResult
 
 CEILING_FILL = "#e9e9e9"
-
-
-def _tok_s(x: float) -> str:
-    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
 
 
 def ceiling_bars(runs: Iterable[RunResult | None], *, lang: str = "en") -> go.Figure:
@@ -30,14 +27,14 @@ def ceiling_bars(runs: Iterable[RunResult | None], *, lang: str = "en") -> go.Fi
         y=cats, x=[c.ceiling for _, c in pairs], orientation="h", width=0.8,
         marker=dict(color=CEILING_FILL, line=dict(color=MUTED, width=1.5)),
         name=translate(say("ceiling: memory bandwidth"), lang),
-        text=[translate(say("ceiling {tok_s} tok/s", tok_s=_tok_s(c.ceiling)), lang) for _, c in pairs],
+        text=[translate(say("ceiling {tok_s} tok/s", tok_s=significant(c.ceiling)), lang) for _, c in pairs],
         textposition="outside", textfont=dict(size=BASE_SIZE - 1, color=MUTED), cliponaxis=False,
         hovertext=[translate(c.why, lang) for _, c in pairs], hoverinfo="text",
     )
     fig.add_bar(
         y=cats, x=[c.measured for _, c in pairs], orientation="h", width=0.42,
         marker_color=run_colors([r for r, _ in pairs]), name=translate(say("measured"), lang),
-        text=[f"<b>{_tok_s(c.measured)} tok/s · {c.share:.0%}</b>" for _, c in pairs],
+        text=[f"<b>{significant(c.measured)} tok/s · {c.share:.0%}</b>" for _, c in pairs],
         # inside a bar long enough to hold it, else just past its end (still inside the grey ceiling)
         textposition=["inside" if c.measured >= 0.45 * top else "outside" for _, c in pairs],
         insidetextanchor="end", textfont=dict(size=BASE_SIZE), outsidetextfont=dict(color=INK),

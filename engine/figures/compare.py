@@ -105,7 +105,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Wall time (lower is better)"), lang)))
     fig.add_bar(x=cats, y=[s.median for s in tput], error_y=whisker(tput), marker_color=colors,
-                text=[f"<b>{s.median:,.0f}</b>" for s in tput], textposition="outside", cliponaxis=False,
+                text=[f"<b>{significant(s.median)}</b>" for s in tput], textposition="outside", cliponaxis=False,
                 showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
     fig.add_bar(x=cats, y=[s.median for s in wall], error_y=whisker(wall), marker_color=colors,
@@ -132,9 +132,16 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         elif decided := next((v for v in judged if v is not None), None):
             cap.append(say("Judged by {how}; within noise is no measurable difference on this machine.",
                            how=decided.how))
+        beside = list({str(v.disturbed): v.disturbed for v in judged if v is not None and v.disturbed}.values())
+        if beside:  # what ran beside which configuration, once each
+            told = beside[-1]
+            for sentence in reversed(beside[:-1]):
+                told = say("{first} {second}", first=sentence, second=told)
+            cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
+                           "those again on a quiet machine.", beside=told))
     elif sets:
-        cap = [say("{run}: {tput:,.0f} tok/s, {wall:.1f} s wall time.", run=labels[0], tput=tput[0].median,
-                   wall=wall[0].median)]
+        cap = [say("{run}: {tput} tok/s, {wall} wall time.", run=labels[0], tput=significant(tput[0].median),
+                   wall=seconds(wall[0].median, lang))]
     else:
         cap = [say("No runs to compare yet.")]
     if several:
@@ -282,11 +289,11 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
             stop = first if first is not None else end
             wait[0].append(r.index + 1), wait[1].append(r.send_time), wait[2].append(max(stop - r.send_time, 0.0))
             wait[3].append(f"{head}<br>" + translate(say("waiting for first token: {time}",
-                                                         time=seconds(stop - r.send_time, lang, 2)), lang))
+                                                         time=seconds(stop - r.send_time, lang)), lang))
             if first is not None:
                 dec[0].append(r.index + 1), dec[1].append(first), dec[2].append(max(end - first, 0.0))
                 dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
-                                                            time=seconds(end - first, lang, 2),
+                                                            time=seconds(end - first, lang),
                                                             tokens=r.output_tokens or len(r.chunk_times)), lang))
         for seg, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
             fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
@@ -303,7 +310,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
         avgs.append(avg)
         fig.add_scatter(x=xs, y=ys, mode="lines", line=dict(shape="hv", width=3.5, color=color,
                                                             dash=DASHES[k % len(DASHES)]),
-                        name=translate(say("{run} (avg {avg:,.0f} tok/s)", run=name, avg=avg), lang),
+                        name=translate(say("{run} (avg {avg} tok/s)", run=name, avg=significant(avg)), lang),
                         legendgroup=name,
                         hovertemplate=f"{name}<br>{seconds('%{x:.0f}', lang)}: %{{y:,.0f}} tok/s<extra></extra>",
                         row=3, col=1)
@@ -331,11 +338,12 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
 
     meds = [median(t) for t in ttfts]
     labels = [run_label(r, lang) for r in runs]
-    cap = [say("Both servers got the same requests at the same moments; {a} sustained {avg_a:,.0f} tok/s and "
-               "{b} {avg_b:,.0f} tok/s on average.", a=labels[0], b=labels[1], avg_a=avgs[0], avg_b=avgs[1])]
+    cap = [say("Both servers got the same requests at the same moments; {a} sustained {avg_a} tok/s and "
+               "{b} {avg_b} tok/s on average.", a=labels[0], b=labels[1], avg_a=significant(avgs[0]),
+               avg_b=significant(avgs[1]))]
     if None not in meds:
-        cap.append(say("Median TTFT: {ttft_a:,.0f} ms on {a}, {ttft_b:,.0f} ms on {b}.", a=labels[0], b=labels[1],
-                       ttft_a=meds[0], ttft_b=meds[1]))
+        cap.append(say("Median TTFT: {ttft_a} ms on {a}, {ttft_b} ms on {b}.", a=labels[0], b=labels[1],
+                       ttft_a=significant(meds[0]), ttft_b=significant(meds[1])))
     if not in_flight:  # which server did better is a finding only beyond the noise of its requests
         cap += [v.said for v in verdict.of_pair([run_a], [run_b], *verdict.labels_apart(run_a, run_b, *labels))]
     cap.append(say("In each timeline a bar is one request: pale while it waits for its first token, solid while "

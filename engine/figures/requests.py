@@ -368,9 +368,9 @@ def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None =
     if r.chunk_times:
         title = say("Streaming: text after {ttft}, not {total}", ttft=duration(ttft, lang), total=duration(total, lang))
         cap = say("With streaming the first words appear after {ttft} and the rest flows in at "
-                  "about {rate:.0f} tokens/s; without it the user would see nothing for {total} and then all "
+                  "about {rate} tokens/s; without it the user would see nothing for {total} and then all "
                   "{tokens:.0f} tokens at once.", ttft=duration(ttft, lang),
-                  rate=max(ntok - 1, 0) / max(total - ttft, 1e-9),
+                  rate=significant(max(ntok - 1, 0) / max(total - ttft, 1e-9)),
                   total=duration(total, lang), tokens=ntok)
     else:
         title = say("No streaming: all text arrives at the end")

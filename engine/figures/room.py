@@ -22,7 +22,7 @@ from engine.figures.theme import (
 )
 from engine.measure.judge.joins import first_joins, sharing
 from engine.digits import significant
-from engine.messages import duration, say, seconds, translate
+from engine.messages import duration, say, say_n, seconds, translate
 from engine.results.records import RequestRecord, RunResult
 
 MAX_TICKS = 40  # token ticks per request beyond which they blur into the bar
@@ -48,6 +48,8 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
     if now is None:
         now = max((t for r in recs for t in (r.send_time, r.end_time, *r.chunk_times[-1:]) if t is not None),
                   default=0.0)
+    # every row's tokens as ticks, or none: a row without them beside rows with them reads as a different answer
+    ticked = all(len(r.chunk_times) <= MAX_TICKS for r in recs)
     joined = first_joins(recs)
     share = sharing(recs)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.78, 0.22], vertical_spacing=0.06)
@@ -72,7 +74,7 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
         for seg, v in zip(gen, (row, first, max(end - first, 0.0), who + "<br>" + translate(
                 say("generating: {time}, {tokens} tokens", time=duration(end - first, lang), tokens=tokens), lang))):
             seg.append(v)
-        if len(r.chunk_times) <= MAX_TICKS:
+        if ticked:
             ticks_x += r.chunk_times
             ticks_y += [row] * len(r.chunk_times)
         if (j := joined.get(r.index)) is not None:
@@ -108,7 +110,8 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=rows, autorange="reversed",
                      showgrid=False, tickfont=dict(size=BASE_SIZE - (2 if n <= 12 else 5 if n <= 30 else 8)),
                      row=1, col=1)
-    fig.update_yaxes(title=translate(say("together"), lang), rangemode="tozero", dtick=max(1, share.peak // 4 or 1),
+    # 0, half and the peak: three labels fit the lower panel's height
+    fig.update_yaxes(title=translate(say("together"), lang), rangemode="tozero", dtick=max(1, -(-share.peak // 2)),
                      row=2, col=1)
     fig.update_layout(barmode="overlay", showlegend=True)
     ttfts = [r.ttft for r in recs if r.ttft is not None]
@@ -116,7 +119,10 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
         title, cap = say("The room: no requests yet"), [say("Each attendee's press appears here as a bar the moment "
                                                             "it is sent.")]
     else:
-        title = say("The room: {n} requests, up to {peak} generating together", n=n, peak=share.peak)
+        title = (say_n("The room: {n} request, up to {peak} generating together",
+                       "The room: {n} requests, up to {peak} generating together", n, n=n, peak=share.peak)
+                 if share.peak else say_n("The room: {n} request, none generating yet",
+                                          "The room: {n} requests, none generating yet", n, n=n))
         cap = []
         if joined:
             late, j = next(iter(sorted(joined.items(), key=lambda kv: -kv[1].at_token)))

@@ -82,6 +82,12 @@ def caption(fig: go.Figure) -> str:
     return (meta or {}).get("caption", "") if isinstance(meta, dict) else ""
 
 
+def caption_said(fig: go.Figure) -> list:
+    """The sentences the caption was said from, before translation (Messages: their ids and values), for what
+    reads a figure by meaning rather than by its wording; empty for a figure this module did not finish."""
+    return list(getattr(fig, "_caption_said", ()))
+
+
 def is_placeholder(run: RunResult | RunRow) -> bool:
     """True for the shape-only Llama 3 8B (random weights): its text means nothing."""
     return run.extra.placeholder_text or "shape-only" in (run.model or "").lower()
@@ -96,6 +102,7 @@ def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder:
     text = " ".join(translate(c, lang) for c in ([cap] if isinstance(cap, str) else cap))
     if placeholder:
         text = translate(say("{caption} ({note}.)", caption=text, note=PLACEHOLDER_NOTE), lang)
+    fig._caption_said = [cap] if isinstance(cap, str) else list(cap)  # not drawn: kept on this object only
     fig.update_layout(
         template=TEMPLATE_NAME,
         title=dict(text=translate(title, lang),

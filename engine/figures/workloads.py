@@ -7,6 +7,7 @@ from collections import Counter
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from engine.digits import times
 from engine.figures.theme import BLUE, GREEN, MUTED, VERMILLION, finish
 from engine.measure.judge import turns
 from engine.measure.workloads.base import Plan
@@ -71,8 +72,8 @@ def ttft_by_turn(run: RunResult, *, lang: str = "en") -> go.Figure:
     fig.update_yaxes(title_text=translate(say("TTFT (ms), lower is better"), lang), rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=translate(say("tokens"), lang), rangemode="tozero", row=2, col=1)
     if len(by) >= 2 and by[0].median_ttft_s and by[-1].median_ttft_s:
-        cap = say("Turn {last}'s median TTFT is {ratio:.1f}× turn 1's, its prompt {tokens:,.0f} tokens of history on "
-                  "average.", last=by[-1].turn + 1, ratio=by[-1].median_ttft_s / by[0].median_ttft_s,
+        cap = say("Turn {last}'s median TTFT is {ratio}× turn 1's, its prompt {tokens:,.0f} tokens of history on "
+                  "average.", last=by[-1].turn + 1, ratio=times(by[-1].median_ttft_s / by[0].median_ttft_s),
                   tokens=by[-1].mean_prompt_tokens or 0)
     elif by:
         cap = say("One turn only: run more turns to see the history grow.")

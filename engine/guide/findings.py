@@ -206,7 +206,10 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         values = dict(mean=significant(sp["vllm"]), naive=significant(sp["naive"]),
                       x=times(sp["x"]) if sp["x"] else "–", interval=v.interval or "–", how=v.how)
         text = (say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
-                    "token budget: {x}× ({interval}; {how}).", **values) if claim else
+                    "token budget: {x}× ({interval}; {how}).", **values) if claim == 1 else
+                say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
+                    "token budget: vLLM ran at only {x}× naive's speed ({interval}; {how}).", **values)
+                if claim == -1 else
                 say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
                     "token budget: {x}×, within this machine's noise ({interval}, which holds no change; {how}).",
                     **values) if claim == 0 else
@@ -237,8 +240,11 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
         if v is not None and v.decided:
             how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
                    if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
-            text = say("{text} Throughput {x}× naive's ({interval}; {how}).", text=text,
-                       x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how) \
+            values = dict(text=text, x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how)
+            # without a naive run the verdict is the wall time against the same answers one after another
+            text = (say("{text} Throughput {x}× naive's ({interval}; {how}).", **values)
+                    if c["naive_tput"] is not None else
+                    say("{text} One after another would have taken {x}× as long ({interval}; {how}).", **values)) \
                 if claim else say("{text} The difference is within this machine's noise ({interval}; {how}).",
                                   text=text, interval=v.interval or "–", how=how) if claim == 0 else text
         if any(r.extra.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
@@ -294,10 +300,11 @@ def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
         why = say("requests waited for KV-cache room with the first setting and not with the second, so more of them "
                   "ran at once.")
     elif not any(waited):
-        why = say("no request waited for KV-cache room with either setting: the cache was not the limit for 10 "
-                  "requests.")
+        why = say("no request waited for KV-cache room with either setting, so the cache was not the limit for "
+                  "10 requests.")
     else:
-        why = say("requests waited for KV-cache room with the second setting too: its cache is still the limit.")
+        why = say("requests waited for KV-cache room with the second setting too, so its cache is still the "
+                  "limit.")
     if cpu:
         why = say("{why} On this CPU gpu-memory-utilization does nothing: the KV cache is {gib:g} GiB in both.",
                   why=why, gib=(a[0].config or {}).get("cpu_kvcache_gib", 0))

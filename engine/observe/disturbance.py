@@ -139,4 +139,5 @@ def said_of(runs: list) -> Message | None:
     hit = [s for r in runs if r is not None and (s := said(r.extra)) is not None]
     if not hit:
         return None
-    return hit[0] if len(runs) == 1 else say("{k} of {n} runs: {sentence}", k=len(hit), n=len(runs), sentence=hit[0])
+    return hit[0] if len(runs) == 1 else say("{sentence} ({k} of {n} runs.)", k=len(hit), n=len(runs),
+                                                       sentence=hit[0])

@@ -152,7 +152,14 @@ def sentence(on: Any, off: Any) -> str:
     # the same order on both sides), and of at least GAIN: on an H200 a 1,300-token prefill takes milliseconds, and
     # both sides measured 55 ms, 0.4 % apart, a difference too small to be the cache's.
     rest_off, rest_on = ([r.ttft for r in ok_in_order(run)[1:]] for run in (off, on))
-    v = verdict.compare(rest_off, rest_on, paired=len(rest_off) == len(rest_on), per=verdict.REQUESTS)
+    v = verdict.beside(verdict.compare(rest_off, rest_on, paired=len(rest_off) == len(rest_on), per=verdict.REQUESTS),
+                       (say("prefix caching off"), [off]), (say("prefix caching on"), [on]))
+    if v is not None and v.disturbed is not None:  # measured, but no finding either way
+        return say("With prefix caching {cached:,} of {prompt:,} prompt tokens came from the cache; median TTFT after "
+                   "the first request was {on:,.0f} ms against {off:,.0f} ms without it ({interval}; {how}), but no "
+                   "verdict, because the machine was disturbed. {beside} Measure both again on a quiet machine.",
+                   cached=cached, prompt=prompt, on=a.rest_ms, off=b.rest_ms, interval=v.interval or "–",
+                   how=v.how, beside=v.disturbed)
     if v is not None and v.beyond_noise and v.ratio <= 1 - GAIN:
         return say("With prefix caching the shared system prompt was computed once: after the first request, median "
                    "TTFT fell from {off:,.0f} ms to {on:,.0f} ms, beyond noise ({interval}; {how}); {cached:,} of "

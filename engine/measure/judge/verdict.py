@@ -7,18 +7,23 @@ The test is Welch's t on the logarithms of the values: run-to-run noise on a sha
 Welch's t holds its stated false-call rate from two values a side up, where a bootstrap of 2-3 values only
 returns their range. Where each value has its partner on the other side (the same prompt sent to both), the paired
 t on the log ratios: the prompts' own spread cancels. tests/test_verdict.py runs both on A/A pairs (Gaussian,
-log-normal, one repeat 3.5× slower) at 2, 3, 5 and 10 a side and checks that rate."""
+log-normal, one repeat 3.5× slower) at 2, 3, 5 and 10 a side and checks that rate.
+
+Runs compared here (`compare_runs`, `of_pair`, `per_prompt`) carry what disturbed them (engine.observe.disturbance):
+beside a disturbed run the test's outcome is kept but stated as no finding either way, since its noise is not this
+machine's (tests/test_verdict_disturbed.py). Every page, the CLI and the report follow this one rule."""
 from __future__ import annotations
 
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
 from engine.messages import Message, mark, say
 from engine.metrics import metric_info
+from engine.observe import disturbance
 
 LEVEL = 0.95  # the interval's level; 1 - LEVEL is the stated rate of calling an A/A pair "beyond noise"
 WELCH_LOG = mark("Welch's t on log values (a ratio of geometric means)")  # every value above 0
@@ -45,7 +50,8 @@ class Verdict:
     otherwise), `diff` B's centre minus A's in the metric's unit; `low`/`high` bound the ratio at `level` (None
     when the values are not all positive: then `diff_low`/`diff_high` bound the difference). `beyond_noise` is
     the decision: True beyond noise, False within it, None when a side has a single value, so its noise is
-    unknown and nothing is decided."""
+    unknown and nothing is decided. `disturbed`: what ran beside the compared runs (each disturbed side's
+    sentence), None when all were quiet; then `finding` is None whatever the test found."""
 
     name: str
     label_a: str
@@ -66,10 +72,17 @@ class Verdict:
     method: str
     beyond_noise: bool | None
     unit: str = ""
+    disturbed: Message | None = None
 
     @property
     def decided(self) -> bool:
         return self.beyond_noise is not None
+
+    @property
+    def finding(self) -> bool | None:
+        """What a screen may state: beyond noise (True), no measurable difference (False), or nothing (None: one
+        value a side, or a disturbed run, whose noise is not this machine's)."""
+        return None if self.disturbed is not None else self.beyond_noise
 
     @property
     def percent(self) -> float | None:
@@ -114,6 +127,12 @@ class Verdict:
     def said(self) -> Message:
         """The sentence to show. Within noise it claims nothing; beyond it, the claim and how sure."""
         values = dict(name=self.name, a=self.label_a, b=self.label_b, effect=self.effect, how=self.how)
+        if self.disturbed is not None:  # how sure it would be, and why it is no finding
+            interval = self.interval
+            sure = say("{interval}; {how}", interval=interval, how=self.how) if interval is not None else self.how
+            return say("{name}: no verdict, because the machine was disturbed: {b} measured {effect} against {a} "
+                       "({sure}). {beside} Measure both again on a quiet machine.", sure=sure,
+                       beside=self.disturbed, **{k: v for k, v in values.items() if k != "how"})
         if self.beyond_noise is None:
             return say("{name}: {b} measured {effect} against {a}, but with one value a side the noise is unknown, "
                        "so this decides nothing: repeat each at least twice.", **values)
@@ -130,7 +149,9 @@ class Verdict:
     @property
     def short(self) -> Message:
         """A few words for a list or a table's cell: "1.21× (+21 %), beyond noise", "no measurable difference (1.02×
-        (+2 %) measured)", "1.21× (+21 %), noise unknown"."""
+        (+2 %) measured)", "1.21× (+21 %), noise unknown", "1.21× (+21 %), no verdict: the machine was disturbed"."""
+        if self.disturbed is not None:
+            return say("{effect}, no verdict: the machine was disturbed", effect=self.effect)
         if self.beyond_noise is None:
             return say("{effect}, noise unknown", effect=self.effect)
         if not self.beyond_noise:
@@ -248,14 +269,27 @@ def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, lab
                  unit: str = "", level: float = LEVEL) -> Verdict | None:
     """Two sets of runs compared on a summary metric: their runs' values when a side has repeats, else, for a
     single run a side and a metric measured per request, those runs' requests; else the undecided verdict of
-    one value a side. None when a side has no value of it."""
+    one value a side. None when a side has no value of it. Beside a disturbed run, no finding (`beside`)."""
+    v = None
     if len(runs_a) == 1 and len(runs_b) == 1:
         pa, pb = per_request_values(runs_a[0], key), per_request_values(runs_b[0], key)
         if pa is not None and pb is not None and len(pa) >= 2 and len(pb) >= 2:
-            return compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit,
-                           level=level)
-    return compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
-                   label_b=label_b, per=RUNS, unit=unit, level=level)
+            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit, level=level)
+    if v is None:
+        v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
+                    label_b=label_b, per=RUNS, unit=unit, level=level)
+    return beside(v, (label_a, runs_a), (label_b, runs_b))
+
+
+def beside(v: Verdict | None, *sides: tuple[str, Sequence]) -> Verdict | None:
+    """`v` with what disturbed the runs of `sides` ((label, runs) each): each disturbed side's sentence, as
+    engine.observe.disturbance says it ("B: 1 of 3 runs: Measured while …"); `v` as it is when all were quiet."""
+    said = [say("{side}: {sentence}", side=label, sentence=s) for label, runs in sides
+            if (s := disturbance.said_of([r for r in runs if r is not None])) is not None]
+    if v is None or not said:
+        return v
+    return replace(v, disturbed=said[0] if len(said) == 1 else say("{first} {second}", first=said[0],
+                                                                   second=said[1]))
 
 
 # The numbers a pair of runs is judged on, in the order they are said: the whole job's throughput (one run a side:
@@ -296,5 +330,6 @@ def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdic
     lat_a = {r.index: r.e2e for r in getattr(run_a, "measured", ()) if r.ok and r.e2e}
     lat_b = {r.index: r.e2e for r in getattr(run_b, "measured", ()) if r.ok and r.e2e}
     both = sorted(lat_a.keys() & lat_b.keys())
-    return compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
-                   per=REQUESTS, unit="s", paired=True)
+    v = compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
+                per=REQUESTS, unit="s", paired=True)
+    return beside(v, (label_a, [run_a]), (label_b, [run_b]))

@@ -1,0 +1,172 @@
+"""A comparison beside a disturbed run claims nothing (issue #29): whatever the t test says, a difference measured
+while other programs, another client or chats took from one side is not this machine's, so every place that
+compares runs (the verdict itself, Tuning's and History's captions, the CLI's tuning verdict, `compare`, the Naive
+page's speed-up) says how sure it would be and that the machine was disturbed, in English and Korean, as the guided
+lab's "No verdict" heading does. Constructed runs: the same numbers, quiet and disturbed."""
+from __future__ import annotations
+
+import copy
+import json
+
+from engine.measure.judge import stats, verdict
+from engine.messages import translate
+from engine.observe import disturbance
+from engine.results.records import RequestRecord, RunResult
+
+from .said import said, values
+
+BUSY = {"seconds": 10.0, "cores": 2, "others_cores": 1.5, "steal_cores": 0.0}  # 1.5 of 2 cores used by others
+QUIET = {"seconds": 10.0, "cores": 2, "others_cores": 0.05, "steal_cores": 0.0, "other_requests": 0}
+WITHHELD = ("{name}: no verdict, because the machine was disturbed: {b} measured {effect} against {a} ({sure}). "
+            "{beside} Measure both again on a quiet machine.")
+
+
+def _run(label: str, ttft_s: float, *, tput: float, group: str = "", index: int | None = None,
+         started: float = 1.76e9, beside: dict | None = None) -> RunResult:
+    """A run of 12 requests of 10 tokens, the first token after about `ttft_s`, its throughput `tput`."""
+    recs = []
+    for i in range(12):
+        ttft = ttft_s * (1 + 0.01 * ((i % 5) - 2))
+        chunks = [0.1 * i + ttft + 0.02 * k for k in range(10)]
+        recs.append(RequestRecord(index=i, prompt=f"p{i}", send_time=0.1 * i, first_token_time=chunks[0],
+                                  end_time=chunks[-1], chunk_times=chunks, prompt_tokens=20, output_tokens=10))
+    run = RunResult(kind="vllm", scenario="tuning", label=label, records=recs, duration=2.0, started_at=started,
+                    extra={"repeat_group": group, "repeat_index": index, "repeats": 3 if group else None,
+                           "disturbance": beside})
+    run.summary = stats.summarize(recs, run.duration)
+    run.summary.output_throughput = tput
+    return run
+
+
+def _set(label: str, group: str, tputs, start: float, beside_second: dict | None = None) -> list[RunResult]:
+    """Three repeats of one configuration; the second measured beside `beside_second` when given."""
+    return [_run(label, 0.2, tput=t, group=group, index=i + 1, started=start + i,
+                 beside=beside_second if i == 1 else QUIET) for i, t in enumerate(tputs)]
+
+
+def _sets(busy: bool) -> tuple[list[RunResult], list[RunResult]]:
+    """max-model-len 512 at ~100 tok/s against 2048 at ~150: far beyond the repeats' noise on a quiet machine."""
+    return (_set("max-model-len 512", "g1", (100.0, 104.0, 98.0), 1.76e9),
+            _set("max-model-len 2048", "g2", (150.0, 148.0, 153.0), 1.76e9 + 60, BUSY if busy else None))
+
+
+def test_a_verdict_beside_a_disturbed_run_withholds_its_finding_and_says_why():
+    quiet_a, quiet_b = _sets(busy=False)
+    quiet = verdict.compare_runs(quiet_a, quiet_b, "output_throughput", name="Output throughput",
+                                 label_a="512", label_b="2048")
+    assert quiet.beyond_noise is True and quiet.finding is True and quiet.disturbed is None
+    assert "beyond noise" in said(quiet.said).template
+
+    busy_a, busy_b = _sets(busy=True)
+    v = verdict.compare_runs(busy_a, busy_b, "output_throughput", name="Output throughput", label_a="512",
+                             label_b="2048")
+    assert v.beyond_noise is True  # what the test found: kept (the JSON says it), but not stated as a finding
+    assert v.finding is None and v.disturbed is not None
+    assert said(v.said).template == WITHHELD and "beyond noise" not in str(v.said)
+    got = values(v.said)
+    assert got["sure"]["how"]["counts"] == {"n": 3}  # how sure it would have been: the interval and the method
+    assert got["sure"]["interval"]["low"] == said(quiet.interval).values["low"]
+    # which side, and what disturbed it: the run's own sentence (1 of its 3 runs)
+    assert got["beside"]["side"] == "2048"
+    assert got["beside"]["sentence"] == {"k": 1, "n": 3, "sentence": values(disturbance.said(busy_b[1].extra))}
+    assert "beyond noise" not in str(v.short) and "disturbed" in str(v.short)
+    ko = translate(v.said, "ko")
+    assert ko != str(v.said) and "2048" in ko and "1.5" in ko
+    assert translate(v.short, "ko") != str(v.short)
+
+
+def test_the_rule_follows_the_disturbance_recorded_on_the_runs():
+    """Withheld exactly when disturbance.disturbed says a run was: another client, chats, steal, other programs;
+    a run saved before the field (None) or a quiet one claims as before."""
+    a, b = _sets(busy=False)
+    for beside, chats in ((BUSY, 0), ({"other_requests": 3}, 0), (None, 2),
+                          ({"seconds": 10.0, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4}, 0),
+                          (None, 0), (QUIET, 0)):
+        b2 = copy.deepcopy(b)
+        b2[0].extra.disturbance, b2[0].extra.chat_requests_beside = beside, chats
+        v = verdict.compare_runs(a, b2, "output_throughput", name="x", label_a="A", label_b="B")
+        assert (v.finding is None) == disturbance.disturbed(b2[0].extra), (beside, chats)
+        assert (said(v.said).template == WITHHELD) == disturbance.disturbed(b2[0].extra)
+
+
+def test_a_pair_of_single_runs_is_withheld_on_every_metric():
+    """--versus, side by side, the report's pair: one run a side, TTFT judged from the requests."""
+    a, b = _run("A: here", 0.2, tput=100.0), _run("B: there", 0.4, tput=100.0, beside={"other_requests": 5})
+    for v in verdict.of_pair([a], [b], "A: here", "B: there"):
+        assert v.finding is None and said(v.said).template == WITHHELD
+    b.extra.disturbance = QUIET
+    ttft = next(v for v in verdict.of_pair([a], [b], "A: here", "B: there") if v.per == verdict.REQUESTS)
+    assert ttft.finding is True and "beyond noise" in said(ttft.said).template
+
+
+def test_the_naive_pages_speed_up_is_withheld_beside_a_disturbed_run():
+    from engine.figures.contenders import speedup_said
+
+    naive = _run("naive", 0.2, tput=10.0)
+    for r in naive.records:
+        r.end_time += 3.0  # the naive loop: every answer 3 s slower
+    fast = _run("vLLM", 0.2, tput=10.0)
+    assert verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive").finding is True
+    naive.extra.chat_requests_beside = 2
+    v = verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive")
+    assert v.beyond_noise is True and v.finding is None
+    title, caption = speedup_said(v)
+    assert "faster" not in said(title).template and said(caption).template == WITHHELD
+
+
+def test_the_tuning_caption_withholds_beyond_noise_beside_a_disturbed_run():
+    from engine import figures
+
+    quiet = figures.caption(figures.tuning_compare(sum(_sets(busy=False), [])))
+    runs_a, runs_b = _sets(busy=True)
+    v = verdict.compare_runs(runs_a, runs_b, "output_throughput", name="x", label_a="max-model-len 512",
+                             label_b="max-model-len 2048")  # as the chart names them
+    for lang in ("en", "ko"):
+        cap = figures.caption(figures.tuning_compare(runs_a + runs_b, lang=lang))
+        assert translate(v.short, lang) in cap, cap  # the effect measured, its verdict withheld
+        assert translate(v.disturbed, lang) in cap  # and what disturbed which configuration
+    assert "beyond noise" in quiet and "beyond noise" not in figures.caption(figures.tuning_compare(runs_a + runs_b))
+
+
+def test_the_history_caption_withholds_beyond_noise_beside_a_disturbed_run():
+    from engine import figures
+
+    a, b = _sets(busy=True)
+    cap = figures.caption(figures.history_compare(a + b, "output_throughput"))
+    assert "beyond noise" not in cap
+    assert "no verdict, because the machine was disturbed" in cap and "1.5 of 2 cores" in cap
+    quiet = figures.caption(figures.history_compare(sum(_sets(busy=False), []), "output_throughput"))
+    assert "beyond noise" in quiet
+
+
+def test_the_cli_tuning_verdict_withholds_beyond_noise_beside_a_disturbed_run(capsys):
+    from engine.cli.run import _said
+    from engine.measure.workloads import scenarios
+
+    a, b = _sets(busy=True)
+    _said(a + b, scenarios.get("tuning"), None, None)
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("Output throughput:"))
+    assert "beyond noise" not in line and "no verdict, because the machine was disturbed" in line
+    assert "other programs used 1.5 of 2 cores" in line
+
+
+def test_cli_compare_says_it_once_per_metric_and_marks_the_json(tmp_path, monkeypatch):
+    from engine.results.store import RunStore
+
+    from .conftest import cli_in_process
+
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
+    store = RunStore()
+    a, b = _sets(busy=True)
+    for r in a + b:
+        store.save(r)
+    p = cli_in_process("compare", "g1", "g2")
+    assert p.returncode == 0 and "Traceback" not in p.stderr
+    judged = [x for x in p.stdout.splitlines() if x.startswith(("Output throughput", "Mean "))]
+    assert judged and all("no verdict, because the machine was disturbed" in x for x in judged), judged
+    assert "beyond noise" not in p.stdout
+    data = json.loads(cli_in_process("compare", "g1", "g2", "--json").stdout)
+    assert data["b"]["disturbed"] is True and data["a"]["disturbed"] is False
+    first = data["metrics"][0]
+    assert first["beyond_noise"] is True and first["finding"] is None and first["disturbed"]
