@@ -62,7 +62,7 @@ def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, 
     return [sys.executable, "-m", "engine", "run", "random-512-64", "--url", base_url, "--model-name", model,
             "--input-len", str(a.input_len), "--output-len", str(a.output_len), "--num-prompts", str(n),
             "--concurrency", str(c), "--endpoint", "completions", "--temperature", "0", "--seed", str(seed),
-            "--json", str(out), *(["--client-processes", str(workers)] if workers else [])]
+            *(["--client-processes", str(workers)] if workers else [])]
 
 
 def vllm_argv(a: argparse.Namespace, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
@@ -133,12 +133,18 @@ def measure(argv: list[str], side: str, env: dict[str, str], log: Path) -> dict[
     return got
 
 
-def result_of(side: str, path: Path) -> dict[str, Any]:
-    """Completed requests, output tokens and throughput from the side's own result file."""
-    d = json.loads(path.read_text())
-    d = d[0] if side != "vllm" else d  # ours: an array of runs, each with vllm bench serve's keys
-    return {"completed": d["completed"], "output_tokens": d["total_output_tokens"],
-            "output_throughput": d["output_throughput"], "duration": d["duration"]}
+def result_of(side: str, path: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Completed requests, output tokens and throughput: vLLM's from its result file (--save-result), ours from the
+    run its command saved in the history (every run is saved there; --json would add an export to the command)."""
+    if side == "vllm":
+        d = json.loads(path.read_text())
+        return {"completed": d["completed"], "output_tokens": d["total_output_tokens"],
+                "output_throughput": d["output_throughput"], "duration": d["duration"]}
+    from engine.results.store import RunStore
+
+    s = RunStore(Path(env["SERVING_LAB_DB"])).list(kind="vllm")[0].summary  # the newest first
+    return {"completed": s.completed, "output_tokens": s.total_output_tokens,
+            "output_throughput": s.output_throughput, "duration": s.duration}
 
 
 def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
@@ -148,9 +154,9 @@ def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: 
             else ours_argv(a, base_url, model, c, n, seed, out, workers_of(side)))
     load = os.getloadavg()[0]
     m = measure(argv, side, env, log)
-    if m["rc"] != 0 or not out.exists():
+    if m["rc"] != 0:
         raise SystemExit(f"{side} at concurrency {c} failed (exit {m['rc']}); its output is in {log}")
-    r = {**m, **result_of(side, out), "load_1min": load}
+    r = {**m, **result_of(side, out, env), "load_1min": load}
     r["cpu_ms_per_request"] = 1000 * r["cpu_s"] / max(1, r["completed"])
     r["cpu_us_per_token"] = 1e6 * r["cpu_s"] / max(1, r["output_tokens"])
     return r
@@ -207,7 +213,8 @@ def markdown(rep: dict[str, Any]) -> str:
                 lines.append(
                     f"| {lv['concurrency']} | {lv['requests']} | {name} | {r.get('processes', 1)} | {r['cpu_s']:.2f} "
                     f"({_f(r.get('cpu_at_done_s'), '.2f')}) | {r['cpu_ms_per_request']:.2f} | "
-                    f"{r['cpu_us_per_token']:.0f} | {r['peak_tree_rss'] / 2**20:.0f} | {_f(r['after_done_s'], '.2f')} | "
+                    f"{r['cpu_us_per_token']:.0f} | {r['peak_tree_rss'] / 2**20:.0f} | "
+                    f"{_f(r['after_done_s'], '.2f')} | "
                     f"{r['output_throughput']:.0f} | {r['load_1min']:.1f} |")
     lines += ["", "Ratios (engine run / vllm bench serve, medians over repeats; below 1 means ours costs less):", "",
               "| in flight | CPU per request | peak RSS | s from done to exit (ours) |", "|---:|---:|---:|---:|"]
@@ -251,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
             base_url, model = stack.enter_context(fake_server()), "ok"
             tokenizer = a.tokenizer or str(models.embedded_dir())
-            server = "tests/fakes.py in its own process, every chunk at once (no pause): a server that answers instantly"
+            server = ("tests/fakes.py in its own process, every chunk at once (no pause): a server that answers "
+                      "instantly")
         else:
             base_url = (a.base_url or "").rstrip("/").removesuffix("/v1")
             model, root = served_model(base_url)

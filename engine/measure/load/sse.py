@@ -138,7 +138,7 @@ class StreamParser:
             return
         c = choices[0] if isinstance(choices[0], dict) else {}
         if self.chat:
-            delta = c.get("delta") if isinstance(c.get("delta"), dict) else {}
+            delta: dict[str, Any] = d if isinstance(d := c.get("delta"), dict) else {}
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
             if "role" in delta and not text and not delta.get("tool_calls") and c.get("finish_reason") is None:
                 return
