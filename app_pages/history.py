@@ -14,6 +14,7 @@ from engine.measure.judge import cost as pricing
 from engine.measure.judge import failures, repeats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.workloads.named import named as workload_named
+from engine.measure.load.shape import shape_said
 from i18n import _
 
 lab = ui.get_lab()
@@ -266,6 +267,8 @@ else:
                     st.caption(ui.plain(_("Measured on the server at {url}, which this app did not start: its "
                                           "settings and hardware are its own and are not recorded here.",
                                           url=run.extra.endpoint)))
+                if shape := shape_said(run.load):  # its endpoint, sampling, extra body, headers by name, LoRA
+                    st.caption(ui.plain(shape))
                 if run.command:
                     st.code(run.command, language="bash")
                 st.json({"summary": run.summary.to_dict(), "load": run.load.to_dict(), "hardware": run.hardware,

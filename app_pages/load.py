@@ -5,7 +5,7 @@ import streamlit as st
 
 import i18n
 import ui
-from app_pages.parts import pair, sweep, viewer_limits, workload_form
+from app_pages.parts import pair, request_form, sweep, viewer_limits, workload_form
 from engine import figures
 from engine.figures import workloads as wl_figures
 from engine.lab import LabError
@@ -14,6 +14,7 @@ from engine.measure.judge import failures, lateness, prefix, repeats, stats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.judge.slots import occupancy
 from engine.measure.snippets.load import run_code
+from engine.measure.load.shape import shape_said
 from engine.measure.load.spec import arrivals_recorded, deadline_said
 from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec, rate_choice
 from i18n import N_, _, ngettext
@@ -139,6 +140,7 @@ with st.form("load"):
                                help=_("Empty: every run and every repeat makes new prompts, so none finds another's "
                                       "in the server's prefix cache. A number sends the same prompts each time (the "
                                       "cache then serves their prefill, and the results say how much of it)."))
+    request = request_form.boxes()
     submitted = st.form_submit_button(_("Run load test"), type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab) or chosen.blocked)
 
@@ -151,6 +153,7 @@ if submitted:
                               ignore_eos=bool(ignore_eos), rate=rate, concurrency=int(concurrency),
                               synthetic=what == "synthetic", warmup=warmup, plan=wl_plan, ramp_up_s=float(ramp_up),
                               burstiness=float(burstiness), seed=None if seed is None else int(seed),
+                              request=request.fields(),
                               **rate_choice(SPACINGS[spacing], int(cap), RAMPS[ramp_kind], float(ramp_value)))
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
@@ -268,6 +271,8 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
         peak = lateness.in_flight_said(run)
         st.caption(ui.plain(_("Arrivals: {arrivals}.", arrivals=i18n.tr(arrivals)) + (f" {i18n.tr(peak)}" if peak
                                                                                           else "")))
+    if shape := shape_said(run.load):  # its endpoint, sampling, extra body, headers by name, LoRA
+        st.caption(ui.plain(shape))
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
         (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
     if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files

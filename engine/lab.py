@@ -16,6 +16,7 @@ from engine.measure.snippets import load as snippets
 from engine.chat_desk import ChatDesk
 from engine.runs.ledger import WarmthLedger
 from engine.messages import mark, say
+from engine.measure.load.spec import check_rate
 from engine.observe import hardware
 from engine.observe.monitor import Monitor
 from engine.observe.telemetry import Telemetry
@@ -226,10 +227,16 @@ class Lab:
                              notes, scenario=spec.scenario)
 
     @presenter_only
-    def run_sweep(self, spec, levels: list[int]) -> Job:
-        """The same workload at each of `levels` requests in flight (Runner.sweep); a spec whose workload brings
+    def run_sweep(self, spec, levels: list, by: str = "concurrency") -> Job:
+        """The same workload at each of `levels` requests in flight (Runner.sweep), or arriving at each of `levels`
+        requests per second (`by` "rate": Runner.rate_sweep, the spec's arrivals); a spec whose workload brings
         its own pace (a trace, a multi-turn chat) is refused in one sentence (check_sweep)."""
         check_sweep(spec)
+        if by == "rate":
+            for rate in levels:
+                check_rate(rate, mark("Each rate of the sweep"))
+            return self._measure("sweep", say("sweep {first:g}…{last:g} requests/s", first=levels[0], last=levels[-1]),
+                                 spec, lambda r, spec, t: r.rate_sweep(spec, levels, t))
         return self._measure("sweep", say("sweep {first}…{last}", first=levels[0], last=levels[-1]), spec,
                              lambda r, spec, t: r.sweep(spec, levels, t))
 

@@ -19,7 +19,8 @@ The request's model name picks the behaviour:
               with HTTP 400 as vLLM refuses a prompt longer than its max-model-len (512 here)
 With models=("ok", ...) it answers GET /v1/models with those names (max_model_len 2048), so discovery
 (engine.serving.endpoint, the CLI's --url) takes it for a server; without, that GET is a 404.
-Every request's JSON is kept in `bodies`, in arrival order.
+Every request's JSON is kept in `bodies`, in arrival order. POST /v1/rerank answers as vLLM's cross-encoder
+route does: each document scored, usage.total_tokens the words of the query and documents.
 With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
 --max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
 are in flight. An answer's chunks keep the fake's own schedule (chunk_delay_s apart from its first, a late
@@ -168,6 +169,15 @@ class FakeOpenAIServer:
                                                            "max_model_len": 2048} for m in self.models]}).encode()
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
                          + str(len(card)).encode() + b"\r\n\r\n" + card)
+            await writer.drain()
+            return
+        if request_line.startswith(b"POST /v1/rerank"):  # vLLM's cross-encoder route: one JSON answer
+            docs = body.get("documents") or []
+            ranked = json.dumps({"id": "fake", "model": body.get("model", "ok"), "usage": {
+                "total_tokens": sum(len(str(t).split()) for t in [body.get("query", ""), *docs])}, "results": [
+                {"index": i, "document": {"text": d}, "relevance_score": 1.0 / (i + 1)} for i, d in enumerate(docs)]})
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(ranked.encode())).encode() + b"\r\n\r\n" + ranked.encode())
             await writer.drain()
             return
         if not request_line.startswith(b"POST") or b"completions" not in request_line:

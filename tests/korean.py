@@ -16,7 +16,7 @@ ALLOWED = {w.lower() for w in """
     vLLM TTFT TPOT ITL E2EL SLO KV GPU GPUs CPU RAM VRAM NVIDIA NVML CUDA API URL JSON CSV HTML PNG SDK PID ID
     Python openai transformers Streamlit Ray Uvicorn Jupyter Llama Hugging Face Hub SmolLM Instruct Meta HTTP HTTPS
     ms tok req GiB GB MB MiB KiB min auto float bfloat Eager English generate vs prefill temperature kill
-    Authorization Bearer goodput decode Wh kWh Welch t MFU FLOPs TFLOP
+    Authorization Bearer goodput decode Wh kWh Welch t MFU FLOPs TFLOP LoRA
     """.split()}
 WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*")
 # Whole tokens that are names however they are spelt: flags, identifiers, model ids, paths, addresses, units.

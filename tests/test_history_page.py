@@ -208,3 +208,24 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
         assert "differs from" not in said
     finally:
         lab.store.delete([r.id for r in runs])
+
+
+def test_a_runs_request_shape_is_said_in_its_details_and_no_header_value_anywhere(lab):
+    """Issue #33: what a run's requests carried beyond the plain chat request (the Load test's request boxes, the
+    CLI's options) is said in History's details as on the Load test page; a header by its name only."""
+    from engine.measure.load.spec import LoadSpec
+
+    run = make_run(1_764_400_000.0, "shaped run")
+    spec = LoadSpec(base_url="http://127.0.0.1:9", model="m", prompts=["hi"], endpoint="completions",
+                    sampling={"top_p": 0.9}, headers={"X-Team": "sk-team-secret"}, extra_body={"seed": 3},
+                    lora_modules=["sql", "chat"], lora_weights=[3, 1])
+    run.load = type(run.load).from_dict(spec.as_dict())
+    lab.store.save(run)
+    try:
+        at = select(page(), "shaped run")
+        shown = [c.value.replace("\\", "") for c in at.caption]
+        assert ('Requests: the completions endpoint; top_p 0.9; extra body {"seed": 3}; headers X-Team (values not '
+                "recorded); LoRA sql ×3, chat ×1 in turn.") in shown, shown
+        assert "sk-team-secret" not in json.dumps([e.value for e in at.json]) + lab.store.export_json([run.id])
+    finally:
+        lab.store.delete([run.id])

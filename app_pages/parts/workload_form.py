@@ -68,15 +68,21 @@ def _lengths(side: str, key: str, mean: int, top: int) -> dict:
 
 def _file(kind: str) -> tuple[str | None, bytes | None]:
     """A shipped example's name (bytes None) or an uploaded file's name and bytes; (None, None) before a file."""
-    names = [*WORKLOAD_EXAMPLES[kind], UPLOAD]
-    pick = st.selectbox(_("File"), names, key=f"wl_{kind}_file", format_func=lambda n: _(n) if n == UPLOAD else n,
+    text = kind == "fixed-text"
+    names = [*(("fixed-text.txt",) if text else WORKLOAD_EXAMPLES[kind]), UPLOAD]
+    pick = st.selectbox(_("Text") if text else _("File"), names, key=f"wl_{kind}_file",
+                        format_func=lambda n: _(n) if n == UPLOAD else n,
                         help=_("The files shipped in examples/workloads/ (their sources in its README), or your own."))
     if pick != UPLOAD:
         return pick, None
-    up = st.file_uploader(_("JSONL, JSON or CSV"), type=["jsonl", "json", "csv"], key=f"wl_{kind}_upload",
+    up = st.file_uploader(_("A text file") if text else _("JSONL, JSON or CSV"),
+                          type=["txt", "md"] if text else ["jsonl", "json", "csv"], key=f"wl_{kind}_upload",
                           max_upload_size=UPLOAD_MB,
-                          help=_("A prompt column (prompt, text, input or question), ShareGPT conversations or OpenAI "
-                                 "messages; the run records its name, rows and hash, not the file.")
+                          help=_("Lines of prose in UTF-8: each prompt opens with the text's first tokens and goes on "
+                                 "with its lines drawn at random; the run records its name, lines and hash, not the "
+                                 "text.") if text else
+                          _("A prompt column (prompt, text, input or question), ShareGPT conversations or OpenAI "
+                            "messages; the run records its name, rows and hash, not the file.")
                           if kind != "trace" else _("Rows of timestamp, input_length, output_length (the Mooncake or "
                                                      "Azure shape)."))
     return (up.name, up.getvalue()) if up is not None else (None, None)
@@ -141,6 +147,7 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
         return {"kind": "prefix-repetition", "n": int(n), "num_prefixes": int(k), "prefix_len": int(p),
                 "suffix_len": int(sfx), "output_len": int(out), "seed": 0}
     if what == "fixed-text":
+        name, data = _file("fixed-text")
         a, b = st.columns(2)
         n = a.number_input(_("Number of requests"), value=24, step=8, key="wl_ft_n")
         length = b.number_input(_("Prompt (tokens)"), value=256, step=64, key="wl_ft_len")
@@ -148,9 +155,10 @@ def _workload(what: str, tokens_hi: int) -> dict | None:
                               help=_("Every prompt opens with the text's first this many tokens; the rest is lines of "
                                      "the text drawn at random. 0: none shared."))
         out = b.number_input(_("Answer (tokens)"), value=min(32, tokens_hi), step=16, key="wl_ft_out")
-        st.caption(_("The text: examples/workloads/fixed-text.txt, plain prose written for this project."))
-        return {"kind": "fixed-text", "n": int(n), "input_len": int(length), "prefix_len": int(head),
-                "output_len": int(out), "seed": 0}
+        if data is None:
+            st.caption(_("The text: examples/workloads/fixed-text.txt, plain prose written for this project."))
+        return {"kind": "fixed-text", "file": name, "n": int(n), "input_len": int(length), "prefix_len": int(head),
+                "output_len": int(out), "seed": 0, "_data": data}
     if what == "multi-turn":
         name, data = _file("multi-turn")
         a, b = st.columns(2)
@@ -219,7 +227,7 @@ def choose(top_what, top_said, tokens_hi: int) -> Chosen:
         data = chosen.workload.pop("_data", None)
         if what == "hub" and not chosen.workload["dataset"]:
             sample.info(_("Type the name of a Hugging Face dataset."), icon=":material/dataset:")
-        elif chosen.workload.get("file") is None and what not in (*SEEDED, "hub"):
+        elif chosen.workload.get("file") is None and (what not in (*SEEDED, "hub") or what == "fixed-text"):
             sample.info(_("Upload a file, or pick a shipped one."), icon=":material/upload_file:")
         else:
             bar, report = _reading(sample)

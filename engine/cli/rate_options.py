@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from engine.errors import ConfigError
-from engine.measure.load.spec import ARRIVALS, RAMP_STRATEGIES, check_in_flight, check_rate
+from engine.measure.judge.slo import rates_said  # noqa: F401 - run.py's, where the CLI reads it
+from engine.measure.load.spec import ARRIVALS, RAMP_STRATEGIES, check_in_flight, check_rate, parse_rates
 from engine.messages import mark, say
 
 OPTIONS = ("request_rate", "arrival", "max_concurrency", "ramp_up_strategy", "ramp_up_start_rps", "ramp_up_end_rps")
@@ -46,18 +47,6 @@ def by_rate_levels(scn, args) -> bool:
     """Whether a sweep or an SLO search runs at arrival rates (--rates, --search-by rate) instead of numbers in
     flight."""
     return (scn.kind == "sweep" and args.rates is not None) or (scn.kind == "slo-search" and args.search_by == "rate")
-
-
-def parse_rates(text: str) -> list[float]:
-    """A rate sweep's levels from text such as '0.5,1,2,4': ConfigError with one sentence otherwise."""
-    try:
-        rates = [float(p) for p in str(text).split(",")]
-    except ValueError:
-        raise ConfigError(say("The rates '{text}' are not a comma-separated list of numbers, e.g. 0.5,1,2,4.",
-                              text=text[:40])) from None
-    for r in rates:
-        check_rate(r, mark("Each rate of the sweep"))
-    return sorted(set(rates))
 
 
 def at_rate(args) -> bool:
@@ -165,23 +154,3 @@ def rate_over(scn, args) -> dict:
     if args.max_concurrency is not None:
         over["max_in_flight"] = args.max_concurrency
     return over
-
-
-def rates_said(runs: list, slo):
-    """A sweep over rates judged by `slo`: the highest rate whose requests met it (judge.slo's verdict), and the
-    lowest that did not, in one sentence."""
-    from engine.measure.judge.slo import judge
-
-    verdicts = [(r.load.rate, judge(r, slo)) for r in runs if r.load.rate]
-    met = [rate for rate, v in verdicts if v is not None and v.meets]
-    missed = [rate for rate, v in verdicts if v is not None and not v.meets]
-    if not met:
-        return say("No rate of the sweep met the SLO ({slo}), not even {rate:g} requests/s.", slo=slo.said,
-                   rate=min((rate for rate, _ in verdicts), default=0))
-    best = max(met)
-    above = [rate for rate in missed if rate > best]
-    if not above:
-        return say("The highest rate of the sweep, {best:g} requests/s, met the SLO ({slo}): sweep higher rates to "
-                   "find where it stops.", best=best, slo=slo.said)
-    return say("The highest rate of the sweep that met the SLO ({slo}) is {best:g} requests/s; {above:g} did not.",
-               best=best, above=min(above), slo=slo.said)

@@ -63,20 +63,24 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 
 
 def request_shape(r) -> str:
-    """What a run's requests carried beyond a plain chat request (as recorded: a credential header's value never
-    is): "completions, top_p 0.9, extra body {"seed": 1}, headers X-Team"; "" for a plain chat request."""
+    """What a run's requests carried beyond a plain chat request (as recorded: a header's value never is):
+    "completions, top_p 0.9, extra body {"seed": 1}, headers X-Team (values not recorded)"; "" for a plain chat
+    request."""
     import json
 
     other = r.load.other
-    parts = [r.load.endpoint] if r.load.endpoint in ("completions", "embeddings") else []
+    parts = [r.load.endpoint] if r.load.endpoint in ("completions", "embeddings", "rerank") else []
     parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
     if body := other.get("extra_body"):
         parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
-    secret = [f"{h} (not recorded)" for h in other.get("credential_headers") or ()]
+    secret = other.get("credential_headers") or ()  # runs saved while other headers' values were recorded
     if headers := [*(other.get("headers") or ()), *secret]:
-        parts.append(f"headers {', '.join(headers)}")
+        parts.append(f"headers {', '.join(headers)} (values not recorded)")
     if lora := other.get("lora_modules"):
-        parts.append(f"LoRA {', '.join(lora)} in turn")
+        weights = other.get("lora_weights") or []
+        named = [f"{m} ×{w}" for m, w in zip(lora, weights)] if weights else lora
+        how = "drawn at random" if other.get("lora_assignment") == "random" else "in turn"
+        parts.append(f"LoRA {', '.join(named)} {how}")
     return ", ".join(parts)
 
 

@@ -63,10 +63,11 @@ def add_workload_options(r) -> None:
     g.add_argument("--hf-column", metavar="COLUMN",
                    help="the column of --hf-dataset that holds the prompt, where it is not prompt, text, input or "
                         "question (nor ShareGPT conversations or OpenAI messages)")
-    g.add_argument("--fixed-text", action="store_const", const=True,
-                   help="prompts cut from the shipped fixed text (examples/workloads/fixed-text.txt, written for this "
-                        "project; vllm bench serve's sonnet without its poems): --input-len N tokens each (default "
-                        "256), the text's first --prefix-len tokens shared by all (default 128), seeded lines after")
+    g.add_argument("--fixed-text", nargs="?", const=True, metavar="FILE",
+                   help="prompts cut from a fixed text: FILE, a UTF-8 text file of your own, else the shipped one "
+                        "(examples/workloads/fixed-text.txt, written for this project; vllm bench serve's sonnet "
+                        "without its poems): --input-len N tokens each (default 256), the text's first --prefix-len "
+                        "tokens shared by all (default 128), seeded lines after")
     g.add_argument("--random-prefix-len", type=int, metavar="N",
                    help="with --input-len: one shared prefix of N random tokens before every prompt, on top of its "
                         "drawn length (vllm bench serve's --random-prefix-len)")
@@ -243,8 +244,9 @@ def workload_of(scn, args):
         if scn.workload.get("kind") in SEEDED:  # synthetic prompts: the seed given, else a new one
             scn = replace(scn, workload={**scn.workload, "seed": seeds.fresh() if args.seed is None else args.seed})
         return scn, None, over
-    path = args.trace if kind == "trace" else args.dataset
-    data, name = read_file(path) if path is not None else (None, None)
+    path = (args.trace if kind == "trace" else args.fixed_text if kind == "fixed-text" and
+            isinstance(args.fixed_text, str) else args.dataset if kind != "fixed-text" else None)
+    data, name = read_file(path, text=kind == "fixed-text") if path is not None else (None, None)
     desc = dict(scn.workload) if scn.workload.get("kind") == kind else {"kind": kind}
     if name is not None:  # a file of one's own: the scenario's sampling of its shipped file does not carry over
         desc = {"kind": kind, "file": name, **({k: v for k, v in desc.items() if k in ("conversations", "turns",

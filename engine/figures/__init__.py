@@ -12,6 +12,7 @@ from engine.figures.server_view import energy_cost_line, energy_line, j_per_toke
 from engine.figures.requests import concurrent_latency_bars, request_timeline, throughput_over_time, token_timeline
 from engine.figures.room import room_contrast, room_timeline, room_totals
 from engine.figures.sweep import _label_sides, pareto_chart, sweep_chart
+from engine.figures.sweep import by_rate as sweep_by_rate
 from engine.figures.slots import slot_chart
 from engine.figures.theme import caption, caption_said, template
 from engine.metrics import METRICS, metric_info
@@ -47,6 +48,7 @@ __all__ = [
     "server_view_chart",
     "side_by_side",
     "slot_chart",
+    "sweep_by_rate",
     "sweep_chart",
     "template",
     "throughput_over_time",

@@ -34,6 +34,17 @@ def _concurrency(run: RunResult) -> float | None:
     return float(v) if v else None
 
 
+def _rate(run: RunResult) -> float | None:
+    """The arrival rate a rate sweep's level sent at (requests/s); None for a level of requests in flight."""
+    load = run.load
+    return float(load.rate) if load.shape == "poisson" and load.rate and not run.extra.sweep_level else None
+
+
+def by_rate(runs: Sequence[RunResult]) -> bool:
+    """Whether a sweep's levels are arrival rates (runs.Runner.rate_sweep) rather than numbers in flight."""
+    return bool(runs) and all(_rate(r) is not None for r in runs)
+
+
 def _label_sides(ys: Sequence[float | None]) -> list[str]:
     """Value labels above each point, on the side the line does not come from: top left where the
     curve rises into the point, top right where it falls into it (the label would sit on the line)."""
@@ -47,17 +58,23 @@ def _label_sides(ys: Sequence[float | None]) -> list[str]:
 def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     """Output throughput and median TTFT vs concurrency, two panels side by side. Runs are grouped
     into lines by run.extra.series (default: run.scenario)."""
+    rated = by_rate(runs)  # a sweep over arrival rates: its x is requests/s
+    level = _rate if rated else _concurrency
     groups: dict[str, list[tuple[float, RunResult]]] = {}
     for run in runs:
-        c = _concurrency(run)
+        c = level(run)
         if c is None:
             continue
         groups.setdefault(run.extra.series or run.scenario, []).append((c, run))
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.13,
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Median TTFT (lower is better)"), lang)))
-    at_tok_s = translate(say("concurrency {x}: {y} tok/s", x="%{x:.0f}", y="%{y:,.0f}"), lang)
-    at_ms = translate(say("concurrency {x}: {y} ms", x="%{x:.0f}", y="%{y:,.0f}"), lang)
+    if rated:
+        at_tok_s = translate(say("{x} requests/s: {y} tok/s", x="%{x:g}", y="%{y:,.0f}"), lang)
+        at_ms = translate(say("{x} requests/s: {y} ms", x="%{x:g}", y="%{y:,.0f}"), lang)
+    else:
+        at_tok_s = translate(say("concurrency {x}: {y} tok/s", x="%{x:.0f}", y="%{y:,.0f}"), lang)
+        at_ms = translate(say("concurrency {x}: {y} ms", x="%{x:.0f}", y="%{y:,.0f}"), lang)
     allc: list[float] = []
     first_last = None
     for i, (name, pts) in enumerate(groups.items()):
@@ -80,7 +97,7 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
             first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
-    xaxis = dict(title_text=translate(say("Concurrent requests"), lang))
+    xaxis = dict(title_text=translate(say("Arrival rate (requests/s)") if rated else say("Concurrent requests"), lang))
     if allc and min(allc) > 0 and max(allc) / min(allc) >= 8:
         ticks = sorted(set(allc))
         xaxis.update(type="log", tickvals=ticks, ticktext=[f"{c:g}" for c in ticks])
@@ -88,17 +105,25 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang), rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=translate(say("Median TTFT (ms)"), lang), rangemode="tozero", row=1, col=2)
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
-    if first_last and None not in first_last:
+    if first_last and None not in first_last and rated:
+        c0, c1, t0, t1, f0, f1 = first_last
+        cap = say("From {c0:g} to {c1:g} requests/s arriving, throughput grows from {t0} to {t1} tok/s while the "
+                  "median wait for the first token goes from {f0} to {f1} ms: past what the server keeps up with, "
+                  "requests queue and the wait grows.",
+                  c0=c0, c1=c1, **{k: significant(v) for k, v in dict(t0=t0, t1=t1, f0=f0, f1=f1).items()})
+    elif first_last and None not in first_last:
         c0, c1, t0, t1, f0, f1 = first_last
         cap = say("From {c0:g} to {c1:g} concurrent requests throughput grows from {t0} to "
                   "{t1} tok/s while the median wait for the first token goes from {f0} to "
                   "{f1} ms: more users per GPU, each waiting a little longer.",
                   c0=c0, c1=c1, **{k: significant(v) for k, v in dict(t0=t0, t1=t1, f0=f0, f1=f1).items()})
+    elif rated:
+        cap = say("Throughput and median time to first token for each arrival rate.")
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
     if cached := prefix.levels_said([r for group in groups.values() for _c, r in group]):
         cap = [cap, cached]
-    return finish(fig, say("Concurrency sweep"), cap, height=520, lang=lang)
+    return finish(fig, say("Rate sweep") if rated else say("Concurrency sweep"), cap, height=520, lang=lang)
 
 
 def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *, lang: str = "en",

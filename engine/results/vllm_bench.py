@@ -61,6 +61,10 @@ def max_concurrent_requests(records: list[RequestRecord]) -> int:
     return max(seconds.values())
 
 
+# vllm bench serve's --backend for each endpoint a load test sends to (chat: _BACKENDS's openai-chat)
+_ENDPOINT_BACKENDS = {"completions": "openai", "embeddings": "openai-embeddings", "rerank": "vllm-rerank"}
+
+
 def to_bench_json(run: RunResult) -> dict[str, Any]:
     """One run as a `vllm bench serve` result object (+ "serving_lab": the whole RunResult), without
     credentials."""
@@ -68,8 +72,7 @@ def to_bench_json(run: RunResult) -> dict[str, Any]:
     m = run.measured
     load = run.load
     rate = float("inf") if load.rate is None else load.rate  # vllm's "inf": all sent at once
-    backend = load.backend or {"completions": "openai", "embeddings": "openai-embeddings"}.get(
-        load.endpoint, _BACKENDS.get(run.kind, run.kind))
+    backend = load.backend or _ENDPOINT_BACKENDS.get(load.endpoint, _BACKENDS.get(run.kind, run.kind))
     conc = load.concurrency
     obj: dict[str, Any] = {
         "date": datetime.fromtimestamp(run.started_at).strftime("%Y%m%d-%H%M%S"),

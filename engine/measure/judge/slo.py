@@ -256,3 +256,21 @@ def find_knee(points: list[Level], slo: Slo) -> Knee:
 def knee_said(points: list[Level], slo: Slo) -> Message:
     """Where a sweep's knee is, in one sentence (find_knee's)."""
     return find_knee(points, slo).said
+
+
+def rates_said(runs: list, slo):
+    """A sweep over rates judged by `slo`: the highest rate whose requests met it (judge.slo's verdict), and the
+    lowest that did not, in one sentence."""
+    verdicts = [(r.load.rate, judge(r, slo)) for r in runs if r.load.rate]
+    met = [rate for rate, v in verdicts if v is not None and v.meets]
+    missed = [rate for rate, v in verdicts if v is not None and not v.meets]
+    if not met:
+        return say("No rate of the sweep met the SLO ({slo}), not even {rate:g} requests/s.", slo=slo.said,
+                   rate=min((rate for rate, _ in verdicts), default=0))
+    best = max(met)
+    above = [rate for rate in missed if rate > best]
+    if not above:
+        return say("The highest rate of the sweep, {best:g} requests/s, met the SLO ({slo}): sweep higher rates to "
+                   "find where it stops.", best=best, slo=slo.said)
+    return say("The highest rate of the sweep that met the SLO ({slo}) is {best:g} requests/s; {above:g} did not.",
+               best=best, above=min(above), slo=slo.said)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator
-
-import openai
+from typing import TYPE_CHECKING, Iterator
 
 from engine.errors import LabError
 from engine.measure.load.spec import request_deadline_s
 from engine.messages import say
 from engine.results.records import RequestRecord
+
+if TYPE_CHECKING:
+    import openai
 
 
 def stream_chat(base_url: str, model: str, messages: list[dict], record: RequestRecord, max_tokens: int = 300,
@@ -21,6 +22,8 @@ def stream_chat(base_url: str, model: str, messages: list[dict], record: Request
     the end in seconds after it; tokens from the server's usage). A stop event ends it early; the whole
     answer has the load test's deadline (request_deadline_s: a server that streams without end is cut
     off there, in one sentence), each silence `read_timeout_s`."""
+    import openai  # here: its import (~3.5 s of CPU) would be paid by every process that imports the Lab
+
     client = openai.OpenAI(base_url=base_url.rstrip("/").removesuffix("/v1") + "/v1", api_key=api_key or "EMPTY",
                            timeout=openai.Timeout(read_timeout_s, connect=5.0), max_retries=0)
     deadline = request_deadline_s(max_tokens)

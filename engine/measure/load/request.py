@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from engine.measure.load.spec import LoadSpec
+from engine.measure.load.spec import POOLING, LoadSpec
 from engine.measure.load.sse import SSEDecoder, StreamParser
 from engine.results.records import RequestRecord
 
@@ -183,13 +183,17 @@ class Requester:
         await self.session.close()
 
     def body(self, prompt: str, max_tokens: int | None, history: list[dict[str, str]] | None = None,
-             model: str | None = None) -> bytes:
+             model: str | None = None, documents: list[str] | None = None) -> bytes:
         """The request's JSON; a chat turn after the first carries `history` (the earlier turns and the
         replies the server gave) before its new user message. `model`: a LoRA module's name (spec.model_for)."""
         s = self.spec
         if s.endpoint == "embeddings":  # as vllm bench serve's openai-embeddings: one input, never cut off
             e: dict[str, Any] = {"model": model or s.model, "input": prompt, "truncate_prompt_tokens": -1}
             return json.dumps({**e, **s.extra_body}).encode()
+        if s.endpoint == "rerank":  # as vllm bench serve's vllm-rerank: the prompt the query, `documents` ranked
+            r = {"model": model or s.model, "query": prompt, "documents": documents or [prompt],
+                 "truncate_prompt_tokens": -1}
+            return json.dumps({**r, **s.extra_body}).encode()
         b: dict[str, Any] = {"model": model or s.model, "temperature": s.temperature, "stream": True,
                              "stream_options": {"include_usage": True}}
         if self.chat:
@@ -228,12 +232,13 @@ class Requester:
                    on_sent: Callable[[RequestRecord], None] | None,
                    history: list[dict[str, str]] | None, parser: StreamParser | None) -> RequestRecord:
         st = parser or StreamParser(self.chat)
-        body = self.body(rec.prompt, max_tokens, history, self.spec.model_for(rec.index, rec.conversation))
+        body = self.body(rec.prompt, max_tokens, history, self.spec.model_for(rec.index, rec.conversation),
+                         self.spec.documents_for(rec.index) if self.spec.endpoint == "rerank" else None)
         rec.send_time = clock() - self.t0
         if on_sent is not None:
             on_sent(rec)
         deadline = self.spec.deadline_for(max_tokens)
-        if self.spec.endpoint == "embeddings":
+        if self.spec.endpoint in POOLING:
             return await self._pooled(rec, body, deadline)
         try:
             async with asyncio.timeout(deadline):
@@ -262,8 +267,9 @@ class Requester:
                     event(t, payload)
 
     async def _pooled(self, rec: RequestRecord, body: bytes, deadline: float) -> RequestRecord:
-        """An embeddings request: one JSON answer, timed as vllm bench serve times a pooling request (its TTFT is
-        its whole latency: there is no stream), its prompt tokens from the server's usage."""
+        """An embeddings or rerank request: one JSON answer, timed as vllm bench serve times a pooling request (its
+        TTFT is its whole latency: there is no stream), its prompt tokens from the server's usage (a rerank's
+        total_tokens: the query's and its documents')."""
         try:
             async with asyncio.timeout(deadline):
                 async with self.session.post(self.spec.url, data=body, headers=self.headers) as resp:
@@ -280,11 +286,12 @@ class Requester:
             rec.end_time, rec.error = clock() - self.t0, describe(e, self.spec, deadline)
             return rec
         usage = obj.get("usage") if isinstance(obj, dict) else None
-        if not isinstance(obj, dict) or not obj.get("data"):
-            rec.error = "the server answered without an embedding"
+        rerank = self.spec.endpoint == "rerank"
+        if not isinstance(obj, dict) or not obj.get("results" if rerank else "data"):
+            rec.error = f"the server answered without {'a ranking' if rerank else 'an embedding'}"
             return rec
         rec.first_token_time = rec.end_time
-        rec.prompt_tokens = int((usage or {}).get("prompt_tokens") or 0)
+        rec.prompt_tokens = int((usage or {}).get("prompt_tokens") or (usage or {}).get("total_tokens") or 0)
         rec.output_tokens, rec.tokens_source = 0, "usage"
         return rec
 

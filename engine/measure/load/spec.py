@@ -3,7 +3,9 @@ why a setting cannot run. See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,11 +13,14 @@ from typing import Any
 
 from engine.errors import ConfigError
 from engine.messages import mark, say, say_n
-from engine.results.credentials import is_credential_key, scrub, scrub_text
+from engine.results.credentials import scrub
 
 SHAPES = ("sequential", "concurrency", "burst", "poisson", "trace")
 RATE_SHAPES = ("poisson", "trace")  # sent on a schedule, not when a slot frees: each send has a planned time
-ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings"}
+ENDPOINTS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "embeddings": "/v1/embeddings",
+             "rerank": "/v1/rerank"}
+POOLING = ("embeddings", "rerank")  # one JSON answer, no tokens sampled: no stream, no sampling parameters
+RERANK_DOCUMENTS = 4  # a rerank request ranks the prompts after its own (its query) against it
 # What one load test may ask for: beyond these a typo (100000 in flight) would swamp the machine.
 MAX_IN_FLIGHT = 1024
 MAX_REQUESTS = 100_000
@@ -26,7 +31,9 @@ MAX_THINK_S = 3600.0
 MAX_RAMP_S = 86_400.0
 MAX_BURSTINESS = 100.0
 ARRIVALS = ("poisson", "gamma", "constant")  # a rate's arrivals: random gaps (gamma of shape burstiness) or even
-RAMP_STRATEGIES = ("linear", "exponential")  # vllm bench serve --ramp-up-strategy: the rate request by request
+RAMP_STRATEGIES = ("linear", "exponential")
+LORA_ASSIGNMENTS = ("round-robin", "random")  # vllm bench serve --lora-assignment (its default: random)
+MAX_LORA_WEIGHT = 1000  # vllm bench serve --ramp-up-strategy: the rate request by request
 # Every request has one deadline for its whole answer (not only for each silence): a server that streams
 # without end is cut off there. It grows with the answer's length: 30 s, plus 0.5 s per token asked for
 # (2 tokens/s per request: the shape-only 8B on a CPU, or a deep batch, still finishes).
@@ -103,9 +110,12 @@ class LoadSpec:
     sampling: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
     extra_body: dict[str, Any] = field(default_factory=dict)
-    # LoRA adapters the server serves by name (vllm bench serve --lora-modules): each request names one in turn
-    # instead of `model` (a conversation keeps its first turn's), so every adapter gets its share of the load
+    # LoRA adapters the server serves by name (vllm bench serve --lora-modules): each request names one instead of
+    # `model` (a conversation keeps its first turn's), in turn ("round-robin") or drawn from the spec's seed
+    # ("random", vllm bench serve --lora-assignment), each adapter's share as its whole-number weight (none: equal)
     lora_modules: list[str] = field(default_factory=list)
+    lora_weights: list[int] = field(default_factory=list)
+    lora_assignment: str = "round-robin"
     # Fallback token counter for servers that send no usage: text -> token count. Not serialised.
     count_tokens: Callable[[str], int] | None = field(default=None, repr=False, compare=False)
 
@@ -122,11 +132,14 @@ class LoadSpec:
             raise ConfigError(say("The arrival pattern '{shape}' is unknown: pick one of {shapes}.",
                                   shape=self.shape, shapes=", ".join(SHAPES)))
         if self.endpoint not in ENDPOINTS:
-            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat, completions or embeddings.",
-                                  endpoint=self.endpoint))
+            raise ConfigError(say("The endpoint '{endpoint}' is unknown: pick chat, completions, embeddings or "
+                                  "rerank.", endpoint=self.endpoint))
         if self.endpoint == "embeddings" and self.sampling:
             raise ConfigError(say("An embedding samples no tokens, so {key} does not apply: leave it out.",
                                   key=next(iter(self.sampling))))
+        if self.endpoint == "rerank" and self.sampling:
+            raise ConfigError(say("A rerank scores documents and samples no tokens, so {key} does not apply: leave it "
+                                  "out.", key=next(iter(self.sampling))))
         if not self.prompts:
             raise ConfigError(say("A load test needs at least one prompt."))
         _whole(mark("The number of requests"), self.n, 1, MAX_REQUESTS)
@@ -154,6 +167,7 @@ class LoadSpec:
         if len(set(self.lora_modules)) != len(self.lora_modules):
             raise ConfigError(say("A LoRA module is named twice: name each once (round-robin gives each its "
                                   "share)."))
+        self._validate_lora()
         _whole(mark("The warm-up"), self.warmup, 0, MAX_REQUESTS)
         _whole(mark("The client processes"), self.workers, 0, MAX_WORKERS)
         if self.timeout_s is not None and (not _number(self.timeout_s) or self.timeout_s <= 0):
@@ -163,6 +177,23 @@ class LoadSpec:
             raise ConfigError(say("The read timeout must be a positive number of seconds, not {v}.",
                                   v=self.read_timeout_s))
         return self
+
+    def _validate_lora(self) -> None:
+        """The checks of how requests are shared among the LoRA modules."""
+        if self.lora_assignment not in LORA_ASSIGNMENTS:
+            raise ConfigError(say("The LoRA assignment '{v}' is unknown: pick round-robin or random.",
+                                  v=self.lora_assignment))
+        if not self.lora_weights:
+            return
+        if not self.lora_modules:
+            raise ConfigError(say("LoRA weights share the requests among LoRA modules: name the modules too."))
+        if len(self.lora_weights) != len(self.lora_modules):
+            raise ConfigError(say_n("{n} LoRA weight was given for {m} LoRA modules: give one weight per module, in "
+                                    "the same order.", "{n} LoRA weights were given for {m} LoRA modules: give one "
+                                    "weight per module, in the same order.", len(self.lora_weights),
+                                    m=len(self.lora_modules)))
+        for w in self.lora_weights:
+            _whole(mark("Each LoRA weight"), w, 1, MAX_LORA_WEIGHT)
 
     def _validate_rate(self) -> None:
         """The checks of a rate's arrivals, its cap on requests in flight and its ramp by rate."""
@@ -255,16 +286,32 @@ class LoadSpec:
             return request_deadline_s(max_tokens)
         return self.deadline_s
 
+    def documents_for(self, i: int) -> list[str]:
+        """The documents request i's rerank ranks against its prompt (the query): the RERANK_DOCUMENTS prompts
+        after its own, cycled (its own prompt when there is no other)."""
+        others = len(self.prompts) - 1
+        if others < 1:
+            return [self.prompts[0]]
+        start = i % len(self.prompts)
+        return [self.prompts[(start + k) % len(self.prompts)] for k in range(1, min(RERANK_DOCUMENTS, others) + 1)]
+
     def tokens_for(self, i: int) -> int | None:
         """Request i's max_tokens: its own from a workload's list, else the spec's."""
         return self.max_tokens_each[i % len(self.max_tokens_each)] if self.max_tokens_each else self.max_tokens
 
     def model_for(self, index: int, conversation: int | None = None) -> str:
-        """The model request `index` names: its LoRA module in turn (round-robin; a chat's turns keep their
-        conversation's), else the served model."""
+        """The model request `index` names: its LoRA module (a chat's turns keep their conversation's), else the
+        served model. Round-robin with weights 3 and 1 sends a, a, b, a and again: each module's share exact over
+        every cycle, spread through it; random draws each request's from the spec's seed, so a run can be sent
+        again with the same assignment."""
         if not self.lora_modules:
             return self.model
-        return self.lora_modules[(index if conversation is None else conversation) % len(self.lora_modules)]
+        i = index if conversation is None else conversation
+        weights = tuple(self.lora_weights) or (1,) * len(self.lora_modules)
+        if self.lora_assignment == "random":
+            return random.Random(f"{self.seed}:{i}").choices(self.lora_modules, weights)[0]
+        cycle = _weighted_cycle(weights)
+        return self.lora_modules[cycle[i % len(cycle)]]
 
     @property
     def units(self) -> int:
@@ -359,15 +406,30 @@ class LoadSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("count_tokens", "api_key", *_PER_REQUEST)}
         d["prompts"] = list(self.prompts)
-        # a credential header by its name only, apart: the history drops a credential's key wherever it stands
-        d["headers"] = {k: scrub_text(v) for k, v in self.headers.items() if not is_credential_key(k)}
-        d["credential_headers"] = [k for k in self.headers if is_credential_key(k)]
+        # a header by its name only: any value may be a key (X-Auth-Token, api-key), so none is ever recorded
+        d["headers"] = list(self.headers)
         d["extra_body"] = scrub(self.extra_body)
         d["lora_modules"] = list(self.lora_modules)
-        for key in ("sampling", "headers", "credential_headers", "extra_body", "lora_modules"):  # else as it was
+        d["lora_weights"] = list(self.lora_weights)
+        if not self.lora_modules:
+            del d["lora_assignment"]
+        for key in ("sampling", "headers", "extra_body", "lora_modules", "lora_weights"):  # else as it was
             if not d[key]:
                 del d[key]
         return d
+
+
+@functools.lru_cache(maxsize=64)
+def _weighted_cycle(weights: tuple[int, ...]) -> list[int]:
+    """One cycle of smooth weighted round-robin (nginx's): module k appears weights[k] times, spread out rather
+    than in runs (3, 1 -> 0, 0, 1, 0)."""
+    current, total, out = [0] * len(weights), sum(weights), []
+    for _ in range(total):
+        current = [c + w for c, w in zip(current, weights)]
+        k = max(range(len(weights)), key=lambda j: current[j])
+        current[k] -= total
+        out.append(k)
+    return out
 
 
 # Per-request lists a run does not repeat in its load: each record holds its own prompt, turn and planned time,
@@ -489,3 +551,15 @@ def parse_levels(text: str) -> list[int]:
     for level in levels:
         check_in_flight(level, mark("Each sweep level (requests in flight)"))
     return sorted(set(levels))
+
+
+def parse_rates(text: str) -> list[float]:
+    """A rate sweep's levels from text such as '0.5,1,2,4': ConfigError with one sentence otherwise."""
+    try:
+        rates = [float(p) for p in str(text).split(",")]
+    except ValueError:
+        raise ConfigError(say("The rates '{text}' are not a comma-separated list of numbers, e.g. 0.5,1,2,4.",
+                              text=text[:40])) from None
+    for r in rates:
+        check_rate(r, mark("Each rate of the sweep"))
+    return sorted(set(rates))

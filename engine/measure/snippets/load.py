@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.measure.load.spec import SHAPES, LoadSpec
-from engine.measure.snippets.python import WIDTH, Comments, client, lit, paced_beyond_code, shaped
+from engine.measure.load.spec import RERANK_DOCUMENTS, SHAPES, LoadSpec
+from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, headers_lines, lit, literal,
+                                            paced_beyond_code, shape_of)
 from engine.measure.snippets.workload import workload_code
 from engine.messages import Message, say
 from engine.serving.config import ServerConfig
 
-MAX_LINES = 30
+MAX_LINES = 30  # and the lines a request's shape adds (headers, LoRA, an extra body: shaped_spec)
 
 
 # -- the three snippets -----------------------------------------------------------------------------
@@ -65,8 +66,8 @@ def spec_of(run: Any) -> LoadSpec | None:
     load = run.load
     if run.kind != "vllm" or not load.prompts or load.shape not in SHAPES or not load.base_url or not run.model:
         return None
-    if load.other.get("system") or shaped(load):  # a long shared system prompt (prefix-cache), or sampling
-        return None  # parameters, headers or an extra body: the short code would leave them out
+    if load.other.get("system"):  # a long shared system prompt (prefix-cache): the short code would leave it out
+        return None
     if (load.workload or load.burstiness not in (None, 1) or load.other.get("ramp_up_s")
             or load.other.get("think_time_s") or paced_beyond_code(load)):  # a workload's own lengths, turns or
         # schedule: likewise
@@ -76,8 +77,9 @@ def spec_of(run: Any) -> LoadSpec | None:
                         shape=load.shape, concurrency=load.concurrency or 1, rate=load.rate,
                         num_requests=load.num_requests, max_tokens=load.max_tokens, ignore_eos=load.ignore_eos,
                         temperature=0.7 if load.temperature is None else load.temperature,
-                        endpoint=load.endpoint or "chat")
-    except ConfigError:
+                        endpoint=load.endpoint or "chat", seed=int(load.other.get("seed") or 0),
+                        **shape_of(load))
+    except (ConfigError, TypeError, ValueError):
         return None
 
 
@@ -92,16 +94,40 @@ def run_code(run: Any, lang: str = "en") -> str | None:
 
 
 # -- the parts ---------------------------------------------------------------------------------------
+def shaped_spec(spec: LoadSpec) -> bool:
+    """Whether a spec sends more than the lab's plain request (sampling parameters, headers, an extra body, LoRA)."""
+    return bool(spec.sampling or spec.headers or spec.extra_body or spec.lora_modules)
+
+
+def _used(spec: LoadSpec) -> str:
+    """Where a request's tokens are read from: an answer's usage, an embedding's prompt tokens, a rerank's (a dict)
+    total of its query's and documents'."""
+    return {"embeddings": "r.usage.prompt_tokens", "rerank": 'r["usage"]["total_tokens"]'}.get(
+        spec.endpoint, "r.usage.completion_tokens")
+
+
 def _call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) -> list[str]:
-    """`r = [await] client.….create(...)` for one prompt, wrapped as the lab writes it."""
-    chat = spec.endpoint == "chat"
-    what = 'messages=[{"role": "user", "content": ' + prompt + "}]" if chat else f"prompt={prompt}"
-    args = ["model=MODEL", what]
-    if spec.max_tokens is not None:
+    """`r = [await] client.….create(...)` for one prompt, wrapped as the lab writes it, with the request's shape: its
+    endpoint, sampling parameters, headers (HEADERS) and extra body, and its LoRA module (`model`)."""
+    chat, embed = spec.endpoint == "chat", spec.endpoint == "embeddings"
+    if spec.endpoint == "rerank":
+        return _rerank_call(spec, prompt, indent, c, awaited)
+    what = ('messages=[{"role": "user", "content": ' + prompt + "}]" if chat else f"input={prompt}" if embed
+            else f"prompt={prompt}")
+    args = ["model=model" if spec.lora_modules else "model=MODEL", what]
+    if spec.max_tokens is not None and not embed:
         args.append(f"max_tokens={spec.max_tokens}")
-    args.append(f"temperature={spec.temperature:g}")
-    lines = [f"{indent}r = {'await ' if awaited else ''}client.{'chat.completions' if chat else 'completions'}.create("]
-    args[-1] += "," if spec.ignore_eos else ")"
+    if not embed:
+        args.append(f"temperature={spec.temperature:g}")
+    args += [f"{k}={v!r}" for k, v in spec.sampling.items() if k in SDK_SAMPLING]
+    if spec.headers:
+        args.append("extra_headers=HEADERS")
+    extra = {**({"truncate_prompt_tokens": -1} if embed else {}),
+             **{k: v for k, v in spec.sampling.items() if k not in SDK_SAMPLING}, **spec.extra_body}
+    api = "chat.completions" if chat else "embeddings" if embed else "completions"
+    lines = [f"{indent}r = {'await ' if awaited else ''}client.{api}.create("]
+    tail = "," if spec.ignore_eos or extra else ")"
+    args[-1] += tail
     line = indent + "    " + args[0]
     for arg in args[1:]:  # wrapped between arguments, never inside one
         if len(line) + 2 + len(arg) > WIDTH:
@@ -111,8 +137,45 @@ def _call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) 
             line += ", " + arg
     lines.append(line)
     if spec.ignore_eos:
-        lines.append(f'{indent}    extra_body={{"ignore_eos": True}})'
-                     + c.inline(say("vLLM's extension: always generate max_tokens")))
+        extra = {"ignore_eos": True, **extra}
+    if extra:
+        why = (say("vLLM's extension: always generate max_tokens") if spec.ignore_eos and len(extra) == 1 else
+               say("what the OpenAI API has no argument for: vLLM reads it from the body"))
+        lines.append(f"{indent}    extra_body={literal(extra)})" + c.inline(why))
+    return lines
+
+
+def _rerank_call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) -> list[str]:
+    """vLLM's /v1/rerank, which the openai SDK has no method for: its generic post, the JSON answer a dict."""
+    model = "model" if spec.lora_modules else "MODEL"
+    body = f'{{"model": {model}, "query": {prompt}, "documents": docs, "truncate_prompt_tokens": -1'
+    body += "".join(f", {lit(str(k))}: {literal(v)}" for k, v in spec.extra_body.items()) + "}"
+    options = ", options={\"headers\": HEADERS}" if spec.headers else ""
+    return [c.line(say("vLLM's rerank: the prompt the query, the next prompts its documents, scored by the server"),
+                   indent),
+            f"{indent}r = {'await ' if awaited else ''}client.post(\"/rerank\", cast_to=object{options},",
+            f"{indent}    body={body})"]
+
+
+def _shape_lines(spec: LoadSpec, c: Comments) -> list[str]:
+    """HEADERS (each value from an environment variable named for it: a header's value is never recorded) and the
+    LoRA modules' assignment (model_for), where the run sent them."""
+    lines = []
+    if spec.endpoint == "rerank":
+        lines.append(f"docs_for = lambda i: [PROMPTS[(i + k) % len(PROMPTS)] for k in range(1, min({RERANK_DOCUMENTS}, "
+                     "len(PROMPTS) - 1) + 1)] or PROMPTS[:1]")
+    lines += headers_lines(list(spec.headers), c)
+    if spec.lora_modules:
+        weights = spec.lora_weights or [1] * len(spec.lora_modules)
+        if spec.lora_assignment == "random":
+            lines += [f"LORA, WEIGHTS, SEED = {literal(spec.lora_modules)}, {weights!r}, {spec.seed}",
+                      "model_for = lambda i: random.Random(f\"{SEED}:{i}\").choices(LORA, WEIGHTS)[0]"
+                      + c.inline(say("each request's LoRA module, drawn from the run's seed"))]
+        else:
+            cycle = [spec.model_for(i) for i in range(sum(weights))]
+            lines += [f"MODELS = {literal(cycle)}"
+                      + c.inline(say("each request names the next LoRA module in turn")),
+                      "model_for = lambda i: MODELS[i % len(MODELS)]"]
     return lines
 
 
@@ -149,20 +212,25 @@ def _pack(items: list[str]) -> list[str]:
 
 def _assemble(top: list[str], rest: list[str], spec: LoadSpec, c: Comments) -> str:
     """`top`, then PROMPTS and N in the lines `top` and `rest` leave of MAX_LINES, then `rest`."""
-    room = MAX_LINES - len(top) - len(rest) - 1  # N's line
+    # a request's shape (headers, LoRA, an extra body) takes lines of its own: the prompts keep their room
+    room = (MAX_LINES + len(_shape_lines(spec, c)) + 2 * shaped_spec(spec)) - len(top) - len(rest) - 1  # N's line
     return "\n".join(top + _prompts(spec, room, c) + rest) + "\n"
 
 
 def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) -> str:
-    top = head + ["import os, time", "from openai import OpenAI", "",
+    drawn = spec.lora_modules and spec.lora_assignment == "random"
+    top = head + ["import os, random, time" if drawn else "import os, time", "from openai import OpenAI", "",
                   *client("OpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
-    rest = ["", "times, tokens = [], 0",
+    used = _used(spec)
+    rest = [*_shape_lines(spec, c), "", "times, tokens = [], 0",
             "for i in range(N):",
+            *(["    model = model_for(i)"] if spec.lora_modules else []),
+            *(["    docs = docs_for(i)"] if spec.endpoint == "rerank" else []),
             "    start = time.perf_counter()",
             *_call(spec, "PROMPTS[i % len(PROMPTS)]", "    ", c, awaited=False),
             "    times.append(time.perf_counter() - start)",
-            "    tokens += r.usage.completion_tokens",
-            '    print(f"Request {i + 1}: {times[-1]:.1f} s ({r.usage.completion_tokens} tokens)")',
+            f"    tokens += {used}",
+            f'    print(f"Request {{i + 1}}: {{times[-1]:.1f}} s ({{{used}}} tokens)")',
             'print(f"Average (vLLM): {sum(times) / N:.1f} s per request")',
             'print(f"Throughput: {tokens / sum(times):.0f} tokens/s, one request at a time")']
     return _assemble(top, rest, spec, c)
@@ -170,26 +238,34 @@ def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) 
 
 def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) -> str:
     poisson, limited = spec.shape == "poisson", spec.shape == "concurrency"
-    imports = "import asyncio, itertools, os, random, time" if poisson else "import asyncio, os, time"
+    drawn = spec.lora_modules and spec.lora_assignment == "random"
+    imports = ("import asyncio, itertools, os, random, time" if poisson else "import asyncio, os, random, time"
+               if drawn else "import asyncio, os, time")
     top = head + [imports, "from openai import AsyncOpenAI", "",
                   *client("AsyncOpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
     body = [*_call(spec, "prompt", "    ", c, awaited=True),
-            "    return time.perf_counter() - start, r.usage.completion_tokens"]
+            f"    return time.perf_counter() - start, {_used(spec)}"]
+    args, passed = "prompt", "PROMPTS[i % len(PROMPTS)]"
+    if spec.lora_modules:
+        args, passed = args + ", model", passed + ", model_for(i)"
+    if spec.endpoint == "rerank":
+        args, passed = args + ", docs", passed + ", docs_for(i)"
     if limited:
         n = min(spec.concurrency, spec.n)
         setup = [f"IN_FLIGHT = asyncio.Semaphore({n})"
                  + c.inline(say("at most {n} at a time: the next goes out as one finishes", n=n))]
-        one = ["async def one(prompt):", "    async with IN_FLIGHT:", "        start = time.perf_counter()",
+        one = [f"async def one({args}):", "    async with IN_FLIGHT:", "        start = time.perf_counter()",
                *["    " + line for line in body]]
-        send = "one(PROMPTS[i % len(PROMPTS)])"
+        send = f"one({passed})"
     elif poisson:
         setup = [f"RATE = {spec.rate:g}" + c.inline(say("requests/s on average, at random moments (Poisson arrivals)"))]
-        one = ["async def one(prompt, at):", "    await asyncio.sleep(at)", "    start = time.perf_counter()", *body]
-        send = "one(PROMPTS[i % len(PROMPTS)], at) for i, at in enumerate(arrivals)"
+        one = [f"async def one({args}, at):", "    await asyncio.sleep(at)", "    start = time.perf_counter()", *body]
+        send = f"one({passed}, at) for i, at in enumerate(arrivals)"
     else:
         setup = []
-        one = ["async def one(prompt):", "    start = time.perf_counter()", *body]
-        send = "one(PROMPTS[i % len(PROMPTS)])"
+        one = [f"async def one({args}):", "    start = time.perf_counter()", *body]
+        send = f"one({passed})"
+    setup = _shape_lines(spec, c) + setup
     gather = (["    arrivals = itertools.accumulate(random.expovariate(RATE) for _ in range(N))",
                f"    results = await asyncio.gather(*[{send}])"] if poisson else
               [f"    results = await asyncio.gather(*[{send} for i in range(N)])"])

@@ -2,6 +2,7 @@
 comments in the viewer's language (the snippets of `load.py` and `workload.py` share them)."""
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any
 
@@ -19,11 +20,19 @@ def lit(text: str) -> str:
     return '"' + r[1:-1].replace("\\'", "'").replace('"', '\\"') + '"'
 
 
-def shaped(load) -> bool:
-    """Whether a stored load sent sampling parameters, headers, an extra body or LoRA names (its request shape),
-    which the short code does not write: then no code is offered rather than code that sends something else."""
-    return any(load.other.get(k) for k in ("sampling", "headers", "credential_headers", "extra_body",
-                                                  "lora_modules"))
+# The sampling parameters the openai SDK takes as arguments; the rest go in extra_body
+SDK_SAMPLING = ("top_p", "frequency_penalty", "presence_penalty")
+
+
+def shape_of(load) -> dict[str, Any]:
+    """A stored load's request shape as LoadSpec fields (a header by its name: its value is never recorded)."""
+    other = load.other
+    headers = other.get("headers") or []
+    names = [*(headers if isinstance(headers, list) else headers.keys()), *(other.get("credential_headers") or ())]
+    return {"sampling": dict(other.get("sampling") or {}), "headers": {h: "" for h in names},
+            "extra_body": dict(other.get("extra_body") or {}), "lora_modules": list(other.get("lora_modules") or []),
+            "lora_weights": list(other.get("lora_weights") or []),
+            "lora_assignment": other.get("lora_assignment") or "round-robin"}
 
 
 def v1(base_url: str) -> str:
@@ -61,3 +70,25 @@ def paced_beyond_code(load: Any) -> bool:
     by rate): its code is left unwritten rather than shown sending another load."""
     other = load.other if isinstance(load.other, dict) else {}
     return bool(other.get("arrival") == "constant" or other.get("max_in_flight") or other.get("ramp_strategy"))
+
+
+def literal(v: Any) -> str:
+    """A JSON value (an extra body's) as a Python literal, its text quoted as the lab quotes it."""
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{lit(str(k))}: {literal(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(literal(x) for x in v) + "]"
+    return lit(v) if isinstance(v, str) else repr(v)
+
+
+def headers_lines(names: list[str], c: "Comments") -> list[str]:
+    """HEADERS, each value read from an environment variable named for its header (the run recorded names only)."""
+    if not names:
+        return []
+    return [c.line(say("Each header's value from an environment variable: the run recorded their names only.")),
+            "HEADERS = {" + ", ".join(f"{lit(h)}: os.environ[{lit(_variable(h))}]" for h in names) + "}"]
+
+
+def _variable(header: str) -> str:
+    """The environment variable a header's value is read from: X-Request-Source -> X_REQUEST_SOURCE."""
+    return re.sub(r"[^A-Za-z0-9]", "_", header).upper()

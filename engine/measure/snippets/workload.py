@@ -3,12 +3,16 @@ AsyncOpenAI. See docs/internals.md#snippets."""
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
-from engine.measure.snippets.python import WIDTH, Comments, client, comment, lit, paced_beyond_code, shaped
+from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, comment, headers_lines, lit,
+                                            literal, paced_beyond_code, shape_of)
 from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
+from engine.measure.workloads import fixed_text
 from engine.measure.workloads.kinds import EXAMPLES
+from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.measure.workloads.lengths import shapes
 from engine.messages import say
 
@@ -22,7 +26,7 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     load, w = run.load, run.load.workload or {}
     kind = w.get("kind")
     if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat" \
-            or shaped(load):  # its sampling parameters, headers or extra body are not written here
+            or load.other.get("lora_modules"):  # another endpoint, or a model per request: the Load test's code
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace") or paced_beyond_code(load):
         return None
@@ -30,7 +34,8 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     keyed = bool(run.config.get("api_key")) or run.extra.keyed
     head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
-            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
+            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}",
+            *headers_lines(list(shape_of(load)["headers"]), c)]
     body: list  # lines, None where a part cannot be written as the run sent it
     if kind == "dataset":
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
@@ -38,6 +43,10 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
         body = _drawn(w, load, c)
     elif kind == "prefix-repetition":
         body = _shared(w, c)
+    elif kind == "fixed-text":
+        body = _text_lines(w, c)
+    elif kind == "hub":
+        body = _hub_lines(w) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "multi-turn":
         return _chat_code(run, w, head, c)
     elif kind == "trace":
@@ -71,6 +80,45 @@ def _file_lines(w: dict, c: Comments) -> list[str]:
     else:
         read = 'rows = [json.loads(line) for line in open(FILE, encoding="utf-8-sig") if line.strip()]'
     return lines + [read]
+
+
+def _text_lines(w: dict, c: Comments) -> list[str]:
+    """A fixed text's prompts: its first prefix_len tokens shared, then its lines drawn with the run's seed, each
+    prompt about input_len tokens (CHARS_PER_TOKEN characters a token; the run cut them exact with the model's
+    tokenizer, so the draws differ from the run's after the opening)."""
+    name = str(w.get("file") or fixed_text.SHIPPED)
+    shipped = EXAMPLES / name
+    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
+        lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped text this run sent"))]
+    else:
+        lines = [*comment(c, say("The text this run sent (sha256 {sha}…): put it beside this code.",
+                                  sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
+    head, size = int(w.get("prefix_len") or 0) * CHARS_PER_TOKEN, int(w.get("input_len") or 1) * CHARS_PER_TOKEN
+    return [*lines, 'LINES = [line.strip() for line in open(FILE, encoding="utf-8-sig") if line.strip()]',
+            f"N, rng = {w.get('sent')}, random.Random({w.get('seed', 0)})",
+            *comment(c, say("Prompts of about {n} tokens ({k} characters a token; the run cut them exact with the "
+                            "model's tokenizer): the text's first {p} shared, then its lines drawn at random.",
+                            n=w.get("input_len"), k=CHARS_PER_TOKEN, p=w.get("prefix_len"))),
+            f'HEAD = "\\n".join(LINES)[:{head}] + "\\n"' if head else 'HEAD = ""',
+            "PROMPTS = []", "for _ in range(N):", "    body = HEAD", f"    while len(body) < {size}:",
+            '        body += rng.choice(LINES) + "\\n"', f"    PROMPTS.append(body[:{size}])",
+            f"LENGTHS = [{w.get('output_len')}] * N"]
+
+
+def _hub_lines(w: dict) -> list[str]:
+    """A Hugging Face dataset's split as rows, loaded as the run loaded it (by name from the Hub or its cache, or a
+    folder written by save_to_disk), its prompt column renamed as the run read it."""
+    name, split, subset = str(w.get("dataset") or ""), str(w.get("split") or "train"), w.get("subset")
+    if Path(name).expanduser().is_dir():  # a folder saved with save_to_disk, as the run read it
+        lines = ["from datasets import DatasetDict, load_from_disk", f"ds = load_from_disk({lit(name)})",
+                 f"rows = list(ds[{lit(split)}] if isinstance(ds, DatasetDict) else ds)"]
+    else:
+        sub = f", {lit(subset)}" if subset else ""
+        lines = ["from datasets import load_dataset",
+                 f"rows = list(load_dataset({lit(name)}{sub}, split={lit(split)}))"]
+    if column := w.get("column"):
+        lines.append(f"rows = [{{\"prompt\": row[{lit(str(column))}]}} for row in rows]")
+    return lines
 
 
 def _turns_expr(layout: str) -> str | None:
@@ -184,14 +232,24 @@ def _trace_lines(w: dict, c: Comments) -> list[str]:
 
 
 def _create(indent: str, messages: str, load, c: Comments, tokens: str) -> list[str]:
-    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths."""
+    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths, and the
+    request's shape the run sent (its sampling parameters, headers and extra body)."""
+    shape = shape_of(load)
     args = (f"{indent}    model=MODEL, messages={messages}, max_tokens={tokens}, "
             f"temperature={0.7 if load.temperature is None else load.temperature:g}")
+    sdk = [f"{k}={v!r}" for k, v in shape["sampling"].items() if k in SDK_SAMPLING]
+    sdk += ["extra_headers=HEADERS"] if shape["headers"] else []
+    extra = {**({"ignore_eos": True} if load.ignore_eos else {}),
+             **{k: v for k, v in shape["sampling"].items() if k not in SDK_SAMPLING}, **shape["extra_body"]}
     lines = [f"{indent}r = await client.chat.completions.create("]
-    if not load.ignore_eos:
+    if sdk:
+        lines.append(args + ",")
+        args = f"{indent}    " + ", ".join(sdk)
+    if not extra:
         return lines + [args + ")"]
-    return lines + [args + ",", f'{indent}    extra_body={{"ignore_eos": True}})'
-                    + c.inline(say("vLLM's extension: every answer runs to its length"))]
+    why = (say("vLLM's extension: every answer runs to its length") if list(extra) == ["ignore_eos"] else
+           say("what the OpenAI API has no argument for: vLLM reads it from the body"))
+    return lines + [args + ",", f"{indent}    extra_body={literal(extra)})" + c.inline(why)]
 
 
 def _send(load, c: Comments, trace: bool) -> list[str]:

@@ -53,17 +53,20 @@ def uploaded_text(data: bytes, name: str, *, too_big: str, binary: str) -> str:
                                 name=name, at=e.start + 1)) from None
 
 
-def read_file(path: str) -> tuple[bytes, str]:
-    """A workload file named on this machine's command line (the CLI's --dataset / --trace), as (bytes, its
-    name): checked for what a path can be before its content is (a missing file, a folder, one over the cap,
-    one that cannot be read); the content is then checked as an upload's is (datasets.parse, traces.parse)."""
+def read_file(path: str, text: bool = False) -> tuple[bytes, str]:
+    """A workload file named on this machine's command line (the CLI's --dataset / --trace / --fixed-text FILE, a
+    plain `text` file), as (bytes, its name): checked for what a path can be before its content is (a missing file,
+    a folder, one over the cap, one that cannot be read); the content is then checked as an upload's is
+    (datasets.parse, traces.parse, fixed_text.plan)."""
     from pathlib import Path
 
     p = Path(path).expanduser()
     if not p.exists():
-        raise WorkloadError(say("{path} does not exist: give the path of a JSONL, JSON or CSV file.", path=path))
+        raise WorkloadError(say("{path} does not exist: give the path of a text file.", path=path) if text else
+                            say("{path} does not exist: give the path of a JSONL, JSON or CSV file.", path=path))
     if p.is_dir():
-        raise WorkloadError(say("{path} is a folder: give the path of a JSONL, JSON or CSV file in it.", path=path))
+        raise WorkloadError(say("{path} is a folder: give the path of a text file in it.", path=path) if text else
+                            say("{path} is a folder: give the path of a JSONL, JSON or CSV file in it.", path=path))
     try:
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:

@@ -100,14 +100,15 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
                    warmup: bool = True, plan: Plan | None = None, ramp_up_s: float = 0.0,
                    burstiness: float = 1.0, seed: int | None = None, arrival: str = "poisson",
                    max_in_flight: int | None = None, ramp_strategy: str | None = None,
-                   ramp_start_rps: float | None = None) -> LoadSpec:
+                   ramp_start_rps: float | None = None, request: dict[str, Any] | None = None) -> LoadSpec:
     """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
     checked against the ready server's `max_len` (ConfigError), and named by what happens: how many
     requests were really in flight, or the arrival rate. With `warmup`, one batch as big as the measured
     part's is sent first and not counted (engine.measure.judge.warmth: the first batch of a size pays
     start-up work). A workload `plan` (workload_plan) replaces the prompts with its own requests (their lengths,
     turns or trace clock); `ramp_up_s`, `burstiness`, `arrival`, `max_in_flight` (a rate's cap) and a ramp by rate
-    (`ramp_strategy`, `ramp_start_rps`) as LoadSpec's. Named by the workload's kind (a scenario
+    (`ramp_strategy`, `ramp_start_rps`) as LoadSpec's; `request`: the request's shape (measure.load.shape's
+    request_fields: the endpoint, sampling, headers, extra body, LoRA modules). Named by the workload's kind (a scenario
     of the catalogue starts with it), else by its arrival. Synthetic prompts (seeded, or a length distribution's) are
     made from `seed`, a new one when None (seeds.fresh: no run finds another's prompts in the prefix cache)."""
     seed = seeds.fresh() if seed is None else seed
@@ -126,6 +127,8 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
                        ramp_strategy=ramp_strategy if rated else None, ramp_start_rps=ramp_start_rps if rated else None)
     if max_in_flight and spec.shape in ("poisson", "trace"):  # a cap holds back arrivals on a schedule
         spec = replace(spec, max_in_flight=max_in_flight)
+    if request:
+        spec = replace(spec, **request)
     spec.validate(max_len)
     scenario = (plan.kind if plan is not None else "poisson" if shape == "poisson"
                 else f"concurrent-{min(spec.in_flight(), spec.n)}")

@@ -36,7 +36,8 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
     lengths: n, input and output (Lengths fields: kind, mean, stdev, low, high), seed, prefix_len (one shared
       prefix of that many tokens before every prompt);
     prefix-repetition: n, prefix_len, suffix_len, num_prefixes, output_len, seed;
-    fixed-text: n, input_len, prefix_len (the text's opening every prompt shares), output_len, seed;
+    fixed-text: file (a text file; none: the shipped text), n, input_len, prefix_len (the text's opening every
+      prompt shares), output_len, seed;
     multi-turn: file (a dataset; none: the shipped chat prompts), conversations, turns, think_time_s, seed;
     trace: file, time_scale, time_unit, n.
     `report` hears how far a large file's rows are read and its prompts counted."""
@@ -69,7 +70,10 @@ def plan_of(desc: dict[str, Any], tokens: Tokens | None = None, data: bytes | No
         return prefixes.plan(desc.get("n", 100), **{k: desc.get(k, v) for k, v in prefixes.DEFAULTS.items()},
                              seed=desc.get("seed", 0), tokens=tokens)
     if kind == "fixed-text":
-        return fixed_text.plan(example(fixed_text.SHIPPED), fixed_text.SHIPPED, desc.get("n", 24),
+        name = desc.get("file") or fixed_text.SHIPPED
+        text = (data if data is not None else example(name) if name == fixed_text.SHIPPED else
+                fixed_text.kept(desc.get("sha256", ""), name))  # the user's own text, made again from another seed
+        return fixed_text.plan(text, name, desc.get("n", 24),
                                **{k: desc.get(k, v) for k, v in fixed_text.DEFAULTS.items()}, seed=desc.get("seed", 0),
                                tokens=tokens)
     if kind == "multi-turn":
@@ -87,5 +91,7 @@ def described(summary: dict) -> dict:
         outs = summary.get("outputs")
         return {"kind": "lengths", "n": int(summary["sent"]), "input": summary["inputs"],
                 "output": outs if outs else None, "prefix_len": summary.get("prefix_len", 0)}
-    keys = fixed_text.DEFAULTS if summary.get("kind") == "fixed-text" else prefixes.DEFAULTS
-    return {"kind": summary["kind"], "n": int(summary["sent"]), **{k: summary[k] for k in keys}}
+    if summary.get("kind") == "fixed-text":
+        return {"kind": "fixed-text", "n": int(summary["sent"]), "file": summary.get("file"),
+                "sha256": summary.get("sha256"), **{k: summary[k] for k in fixed_text.DEFAULTS}}
+    return {"kind": summary["kind"], "n": int(summary["sent"]), **{k: summary[k] for k in prefixes.DEFAULTS}}
