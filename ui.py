@@ -278,7 +278,7 @@ def warmth(run) -> None:
     if warm := warmup_cost(run.records):
         st.caption(plain(warm.said))
     if said := warmth_said(run.extra):
-        if run.extra.cold:
+        if run.extra.warmth.cold:
             st.warning(plain(said), icon=":material/ac_unit:")
         else:
             st.caption(plain(said))

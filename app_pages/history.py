@@ -40,7 +40,7 @@ def status(r) -> str:
 
 def warmth(r) -> str:
     """Cold: the run's measured batch was the first of its size since its server started; blank: unknown."""
-    return "" if r.extra.cold is None else _("❄ cold") if r.extra.cold else _("warm")
+    return "" if r.extra.warmth.cold is None else _("❄ cold") if r.extra.warmth.cold else _("warm")
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -72,7 +72,7 @@ def compare_table(shown) -> None:
 
 rows = lab.history.runs()  # read once per change of the history, shared by every viewer
 # a pair's two runs share their start: A above B (the store lists the later saved first); otherwise as listed
-rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.pair_side or ""))
+rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.side_by_side.side or ""))
 # The price input sits beside "Compare by" (the chart in sight at 1920x1080); the table above it reads the
 # value the viewer typed, kept in the input's session state.
 price = st.session_state.get("gpu_price_history", st.session_state.get("gpu_price")) if rows else None
@@ -80,7 +80,7 @@ if not rows:
     st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
             icon=":material/info:")
 else:
-    each = any(r.extra.repeat_group for r in rows) and st.toggle(
+    each = any(r.extra.repeat.group for r in rows) and st.toggle(
         _("Show each repeat"), key="history_each_repeat",
         help=_("The repeats of one load test share a line (the median of those that answered every request); "
                "switch this on to list each repeat, or select the line to compare them."))
@@ -98,19 +98,20 @@ else:
         label = (_("🎭 rehearsal · ") if r.extra.rehearsal else "") + (i18n.tr(r.label) or r.scenario)
         if len(group) > 1:
             label = _("{run} · {n} of {planned} repeats, medians of {k}", run=label, n=len(group),
-                      planned=r.extra.repeats or len(group), k=len(counted))
-        elif r.extra.repeat_group:
-            label = _("{run} · repeat {i} of {n}", run=label, i=r.extra.repeat_index or 1, n=r.extra.repeats or 1)
+                      planned=r.extra.repeat.total or len(group), k=len(counted))
+        elif r.extra.repeat.group:
+            label = _("{run} · repeat {i} of {n}", run=label, i=r.extra.repeat.index or 1, n=r.extra.repeat.total or 1)
         return {
             "status": status(r) if len(group) == 1 else
             _("✗ failed") if not counted else _("◐ some failed") if len(counted) < len(group) else _("✓ ok"),
             "started": ui.started(r), "run": label,
-            "pair": f"{r.extra.pair_side} · {r.extra.pair[:4]}" if r.extra.pair else "", "warmth": warmth(r),
+            "pair": f"{pair.side} · {pair.pair[:4]}" if (pair := r.extra.side_by_side).pair else "",
+            "warmth": warmth(r),
             # the viewer just typed a price: its column is in sight, not past the table's right edge
             **({"cost / M output tokens": median(lambda g: pricing.run_cost_per_million(g, price))}
                if price is not None else {}),
             "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
-            "model": r.model.split("/")[-1], "server": r.extra.endpoint,
+            "model": r.model.split("/")[-1], "server": r.extra.server.endpoint,
             "requests": sum(g.n_requests for g in group), "failed": sum(g.n_failed for g in group),
             "wall time (s)": median("duration"),  # a median beside medians, not the repeats' sum
             "output tok/s": median("output_throughput"),
@@ -199,7 +200,7 @@ else:
                   "chart' to draw them anyway.") if chosen else
                 _("Every run failed: there is nothing to compare. Switch on 'Include failed runs in the chart' to "
                   "draw them anyway."), icon=":material/info:")
-    if len(chosen) == 2 and chosen[0].extra.pair and chosen[0].extra.pair == chosen[1].extra.pair:
+    if len(chosen) == 2 and chosen[0].extra.side_by_side.pair == chosen[1].extra.side_by_side.pair != "":
         _draw_pair(chosen[0].id, i18n.lang())  # a pair: its two servers on one clock, as the Load test drew them
     if shown and failed_here and not include_failed:
         st.caption(_("{n} failed run(s) are left out of the chart (every request failed); they stay in the table "
@@ -263,10 +264,10 @@ else:
                 ui.warmth(run)
                 if ceiling := run_ceiling(run):  # against its hardware's memory bandwidth, as stored
                     st.markdown(ui.plain(ceiling.sentence))
-                if run.extra.endpoint:
+                if run.extra.server.endpoint:
                     st.caption(ui.plain(_("Measured on the server at {url}, which this app did not start: its "
                                           "settings and hardware are its own and are not recorded here.",
-                                          url=run.extra.endpoint)))
+                                          url=run.extra.server.endpoint)))
                 if shape := shape_said(run.load):  # its endpoint, sampling, extra body, headers by name, LoRA
                     st.caption(ui.plain(shape))
                 if run.command:

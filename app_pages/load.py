@@ -253,7 +253,7 @@ def _draw_repeats(job_id: str, status: str, lang: str) -> None:
         st.info(ui.plain(said), icon=":material/cached:")
     drawn = ran[-1]  # _shown_run's: the last repeat that ran, counted or not
     st.caption(_("The numbers and charts below are the last repeat's ({i} of {n}).",
-                 i=drawn.extra.repeat_index or len(ran), n=drawn.extra.repeats or len(ran)))
+                 i=drawn.extra.repeat.index or len(ran), n=drawn.extra.repeat.total or len(ran)))
 
 
 @st.cache_resource(max_entries=4, show_spinner=False)
@@ -274,7 +274,7 @@ def _draw_numbers(job_id: str, status: str, lang: str) -> None:
     if shape := shape_said(run.load):  # its endpoint, sampling, extra body, headers by name, LoRA
         st.caption(ui.plain(shape))
     if late := lateness.said(run.extra):  # a scheduled run: did the client send on time?
-        (st.warning if run.extra.late_sends else st.caption)(ui.plain(late))
+        (st.warning if run.extra.lateness.late_sends else st.caption)(ui.plain(late))
     if held := lateness.budget_said(run.extra):  # requests that waited for a connection of the client's files
         st.warning(ui.plain(held), icon=":material/lan:")
     ui.warmth(run)

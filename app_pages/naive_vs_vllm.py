@@ -121,7 +121,7 @@ def results() -> None:
         ui.chart(figures.latency_bars(naive, vllm, [r for r in (static, batch) if r], lang=lang), key="latency")
     ran = [r for r in contenders if r]
     for run in (vllm, batch):  # a cold vLLM run says so where its numbers are shown
-        if run is not None and run.extra.cold and (said := warmth.said(run.extra)):
+        if run is not None and run.extra.warmth.cold and (said := warmth.said(run.extra)):
             st.warning(ui.plain(_("{label}: {sentence}", label=names[figures.contender(run)], sentence=said)),
                        icon=":material/ac_unit:")
     ui.failure_causes(ran, prefix=True)  # a failed request's bar is empty
@@ -137,7 +137,7 @@ def results() -> None:
     slots(static, batch)
     if vllm:
         ui.code_behind(run_code(vllm, lang), _("The Python behind the vLLM run"))
-    if naive and (mem := naive.extra.memory):
+    if naive and (mem := naive.extra.naive.memory):
         with st.expander(_("Naive worker: memory before, during and after (it runs in its own process)")):
             own = worker_memory.worker_memory(naive)
             st.markdown(ui.plain(worker_memory.said(own)))
@@ -148,8 +148,8 @@ def results() -> None:
             r.model.split('/')[-1], r.config.get('dtype'),
             _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in ran)
     st.caption(_("Compared: {runs}", runs=compared))
-    warm = [f"{names[figures.contender(r)]}: {i18n.seconds(r.extra.warmup_s)}" for r in (naive, static)
-            if r and r.extra.warmup_s]
+    warm = [f"{names[figures.contender(r)]}: {i18n.seconds(r.extra.naive.warmup_s)}" for r in (naive, static)
+            if r and r.extra.naive.warmup_s]
     if warm:
         st.caption(_("Not counted above: each naive run first generated over every sequence length it would meet "
                      "(first calls at a new length pay one-off kernel and attention-plan setup; vLLM does its "

@@ -91,11 +91,11 @@ def progress(kind: str, cancel_key: str) -> None:
 
 def warmth_note(runs) -> None:
     """Cold or warm, said under the chart that shows the runs (each bar is marked too)."""
-    cold = [r for r in runs if r.extra.cold]
+    cold = [r for r in runs if r.extra.warmth.cold]
     if cold:
         st.caption(ui.plain(_("❄ Cold: {runs} measured a freshly started server's first batch, so the numbers "
                               "include one-off start-up work.", runs=", ".join(i18n.tr(r.label) for r in cold))))
-    elif runs and all(r.extra.cold is False for r in runs):
+    elif runs and all(r.extra.warmth.cold is False for r in runs):
         st.caption(_("Warm: each server answered one batch first (not counted), so the numbers are its settings', "
                      "not its start-up's."))
     if kept := [r for r in runs if r.extra.not_restarted]:

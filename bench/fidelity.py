@@ -195,8 +195,8 @@ def run_ours(a: argparse.Namespace, model: str, prompts: list[str], c: int,
     res = run_load(spec)
     s = res.summary.to_dict()
     s["client_cpu_s"] = _cpu_s() - before
-    s["client_workers"] = res.extra.client_workers
-    s["client"] = res.extra.client
+    s["client_workers"] = res.extra.load_client.workers
+    s["client"] = res.extra.load_client.name
     return s
 
 

@@ -97,9 +97,9 @@ class Bench:
             r = run_naive(spec, observer=_PidObserver(self.naive_pid))
             self.naive_pid.clear()
             self.mark(f"{name} end (worker exited)")
-            r.extra.placeholder_text = True
+            r.extra.server.placeholder_text = True
             self.save(r)
-            print(json.dumps(r.extra.memory, indent=1)[:3000], flush=True)
+            print(json.dumps(r.extra.naive.memory, indent=1)[:3000], flush=True)
 
     def vllm(self):
         self.start(self.config())

@@ -26,7 +26,7 @@ def main() -> None:
     sweep = sorted((r for r in runs if r.scenario == "sweep"), key=lambda r: r.extra.sweep_level or 0)
     tuning = sorted((r for r in runs if r.scenario == "tuning"), key=lambda r: -r.config.get("max_model_len", 0))
     # the KV-cache squeeze: squeezed first, as the Tuning page shows it
-    kv = sorted((r for r in runs if r.scenario == "kv-squeeze"), key=lambda r: r.extra.kv_cache_tokens or 0)
+    kv = sorted((r for r in runs if r.scenario == "kv-squeeze"), key=lambda r: r.extra.server.kv_cache_tokens or 0)
     tel = json.loads((ROOT / "docs/data/h200-telemetry-naive-vllm.json").read_text())
     tel["events"] = [e for e in tel["events"] if not e["label"].startswith("phase ")]  # the script's own marks
     img = ROOT / "docs" / "img"

@@ -41,11 +41,11 @@ def main() -> int:
             print("  ", line)
         if b := server_time.batch_said(run):
             print("  ", b)
-        use = energy.use(run.extra.energy, s.total_output_tokens)
-        for line in (energy.said(use) if use else [energy.missing_said(run.extra.energy_missing or "no-meter")]):
+        use = energy.use(run.extra.energy.reading, s.total_output_tokens)
+        for line in (energy.said(use) if use else [energy.missing_said(run.extra.energy.missing or "no-meter")]):
             print("  ", line)
         out.append({"level": level, "requests": n, "tokens": a.tokens, "duration_s": run.duration,
-                    "summary": s.to_dict(), "server_view": run.extra.server_view, "energy": run.extra.energy,
+                    "summary": s.to_dict(), "server_view": run.extra.server_view, "energy": run.extra.energy.reading,
                     "energy_use": dataclasses.asdict(use) if use else None,
                     "server_time": dataclasses.asdict(st) if (st := server_time.of(run)) else None})
     (a.out / "server-view.json").write_text(json.dumps(out, indent=1, default=str))

@@ -355,7 +355,7 @@ class Lab:
         """Keep a run that measured anything, marked when chat traffic ran beside it; `notes`: the action's own
         Notes fields (a rehearsal's sheet id), set on the run alone, never on others saved meanwhile."""
         if n := self.chat_desk.beside(result.started_at, result.started_at + result.duration):
-            result.extra.chat_requests_beside = n
+            result.extra.beside.chats = n
         for name, value in (notes or {}).items():
             setattr(result.extra, name, value)
         if result.measured:

@@ -1,7 +1,7 @@
 """The room as the load (issue #30 item 4): on the presenter's cue a round opens, each attendee presses one button (or
 types a short question) on their own device, and their requests go to the server as they come, timed on one clock;
 once the round has closed and its answers are in, the same requests go again one at a time, for contrast. Both are
-saved as runs, paired by `Notes.room_round`. One `Room` per Lab (`Lab.room`), shared by every viewer.
+saved as runs, paired by `Notes.room.round`. One `Room` per Lab (`Lab.room`), shared by every viewer.
 
 What one attendee sees of another: the name and the timings, never the text. A typed question is its writer's own:
 the big screen shows it to people who did not ask to read it, and an open text box on a projector invites pranks.
@@ -32,7 +32,7 @@ from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.load.sse import StreamParser
 from engine.measure.workloads.prompts import LAB_CONCURRENT
 from engine.messages import mark, say
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import LoadClient, Notes, RequestRecord, RoomRound, RunResult
 
 if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module, not the other way round
     from engine.jobs import Job
@@ -422,8 +422,8 @@ class Room:
             kind="vllm", scenario="room", label=say("The room: {n} requests as the attendees pressed", n=len(records)),
             records=rnd.kept(records), duration=duration, started_at=(rnd.opened_at or time.time()) + first,
             model=spec.model, load=load,
-            extra={"cancelled": cancel.is_set(), "client": loadgen.client_name(), "client_workers": 1,
-                   "attendees": rnd.names})
+            extra=Notes(cancelled=cancel.is_set(), load_client=LoadClient(name=loadgen.client_name(), workers=1),
+                        room=RoomRound(attendees=rnd.names)))
         result.summary = stats.summarize(result.records, duration)
         notify(progress.on_complete, result)
         return result
@@ -449,7 +449,7 @@ class Room:
         names = [e.name for e in entries]
         run = RunResult(kind="vllm", scenario="room", label=say("The room's round"), records=live,
                         duration=max((r.end_time or 0.0 for r in live), default=0.0),
-                        started_at=(rnd.opened_at or 0.0) + first, extra={"attendees": names})
+                        started_at=(rnd.opened_at or 0.0) + first, extra=Notes(room=RoomRound(attendees=names)))
         closes_in = None if rnd.closes_at is None else max(0.0, rnd.closes_at - time.time())
         job = self.lab.job(rnd.job_id) if rnd.status == ONE_AT_A_TIME else None
         view = RoundView(rnd.id, rnd.status, rnd.seconds, rnd.max_tokens, rnd.full_length, closes_in, names, run,
@@ -526,7 +526,7 @@ class Room:
         if newest is None:
             return None, None
         alone = next((r for r in rows if r.scenario == "room-one-at-a-time"
-                      and r.extra.room_round == newest.extra.room_round), None)
+                      and r.extra.room.round == newest.extra.room.round), None)
         history = self.lab.history
         try:
             return history.run(newest.id), history.run(alone.id) if alone else None

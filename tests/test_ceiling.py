@@ -184,7 +184,7 @@ def test_a_batch_is_held_to_the_ceiling_at_its_size():
 def test_a_run_missing_a_part_has_no_ceiling(change):
     run = _run({"gpus": [{"index": 0, "name": "NVIDIA H200", "memory_bandwidth": H200}]}, 198.0)
     if change == "no-size":
-        run.extra.weight_bytes = None
+        run.extra.model_size.weights = None
     elif change == "no-bandwidth":
         run.hardware = {"accelerator": "cpu", "gpus": [], "cpu": {}}
         run.config["device"] = "cpu"
@@ -226,7 +226,7 @@ def test_a_load_test_on_the_real_server_is_stamped_with_its_ceiling(vllm_server)
         run = lab.history.run(job.result.id)
     finally:
         lab.shutdown()
-    assert run.extra.weight_bytes == 134_515_008 * 2  # SmolLM2-135M in bf16, its embedding tied to the head
+    assert run.extra.model_size.weights == 134_515_008 * 2  # SmolLM2-135M in bf16, its embedding tied to the head
     assert run.hardware["cpu"]["memory_bandwidth"]["source"] == "measured"
     c = ceiling.run_ceiling(run)
     assert c is not None and c.measured > 0 and f"{c.bandwidth.gb_s:,.0f} GB/s, measured: copy benchmark" in c.sentence

@@ -105,8 +105,8 @@ def test_tuning_with_two_repeats_on_the_real_server_keeps_each_configuration_a_r
         runs = [store.load(r.id) for r in sorted(store.list(), key=lambda r: r.started_at)]
         assert [r.scenario for r in runs] == ["tuning"] * 4 and all(r.ok for run in runs for r in run.records)
         sets = repeats.sets(runs)
-        assert [[r.extra.repeat_index for r in g] for g in sets] == [[1, 2], [1, 2]]
-        assert all(r.extra.repeats == 2 and not r.extra.repeat_failed for r in runs)
+        assert [[r.extra.repeat.index for r in g] for g in sets] == [[1, 2], [1, 2]]
+        assert all(r.extra.repeat.total == 2 and not r.extra.repeat.failed for r in runs)
         assert [len({r.label for r in g}) for g in sets] == [1, 1] and sets[0][0].label != sets[1][0].label
         assert [r.config["max_model_len"] for r in runs] == [2048, 2048, 512, 512]
         out = p.stdout

@@ -18,12 +18,16 @@ import pytest
 from engine.measure.load.spec import LoadSpec
 from engine.messages import translate
 from engine.observe import disturbance
-from engine.results.records import Notes, RequestRecord, RunResult
+from engine.results.records import Beside, Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
 from tests.said import values
 
 BUSY = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
+
+
+def _notes(**beside) -> Notes:
+    return Notes(beside=Beside(**beside))
 
 
 def busy_elsewhere(n: int) -> list[int]:
@@ -60,7 +64,7 @@ def test_a_busy_program_beside_the_measured_part_is_detected(busy):
     assert cpu["seconds"] >= 3 and cpu["cores"] == psutil.cpu_count()
     # two busy loops beside a sleeping client: at least the threshold of the machine's cores went to them
     assert cpu["others_cores"] >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu["cores"]) + 0.05 / 3
-    notes = Notes(disturbance=disturbance.record(cpu, None, None, 0))
+    notes = _notes(disturbance=disturbance.record(cpu, None, None, 0))
     assert disturbance.disturbed(notes)
     what = values(disturbance.said(notes))["what"]  # the hypervisor's steal, if it took some too, said after it
     assert {"used": cpu["others_cores"], "cores": cpu["cores"]} in (what, what.get("first"))
@@ -91,25 +95,25 @@ def test_another_clients_requests_and_chats_are_said():
     assert disturbance.record(None, 100, 110, 20) == {"other_requests": 0}  # a count still catching up: none
     assert disturbance.record(None, 100, 90, 20) is None  # a restarted server's count: unknown
     assert disturbance.record(None, None, None, 0) is None
-    notes = Notes(disturbance=rec, chat_requests_beside=2)
+    notes = _notes(disturbance=rec, chats=2)
     assert disturbance.disturbed(notes)
     assert values(disturbance.said(notes)) == {"what": {"first": {"n": 5}, "last": {"n": 2}}}
     ko = translate(disturbance.said(notes), "ko")
     assert "5" in ko and "2" in ko and "Measured" not in ko
-    quiet = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.1, "steal_cores": 0.0,
+    quiet = _notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.1, "steal_cores": 0.0,
                                "other_requests": 0})
     assert not disturbance.disturbed(quiet) and disturbance.said(quiet) is None
-    short = Notes(disturbance={"seconds": 0.2, "cores": 2, "others_cores": 1.9, "steal_cores": 0.0})
+    short = _notes(disturbance={"seconds": 0.2, "cores": 2, "others_cores": 1.9, "steal_cores": 0.0})
     assert not disturbance.disturbed(short)  # too short for the CPU ticks to judge
-    brief = Notes(disturbance={"seconds": 0.5, "cores": 2, "others_cores": 0.3, "steal_cores": 0.0})
+    brief = _notes(disturbance={"seconds": 0.5, "cores": 2, "others_cores": 0.3, "steal_cores": 0.0})
     assert not disturbance.disturbed(brief)  # 0.3 cores over half a second: within the ticks' 0.1 cores of slack
-    assert disturbance.disturbed(Notes(disturbance={**brief.disturbance, "others_cores": 1.5}))
-    steal = Notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4})
+    assert disturbance.disturbed(_notes(disturbance={**brief.beside.disturbance, "others_cores": 1.5}))
+    steal = _notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4})
     assert values(disturbance.said(steal)) == {"what": {"share": 0.2}}  # of the CPU time, taken by the hypervisor
 
 
 def test_a_steps_repeats_are_said_once_with_how_many_were_disturbed():
-    quiet, busy = Notes(disturbance={"other_requests": 0}), Notes(disturbance={"other_requests": 4})
+    quiet, busy = _notes(disturbance={"other_requests": 0}), _notes(disturbance={"other_requests": 4})
     runs = [RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1.0, started_at=time.time(),
                       extra=n) for n in (quiet, busy, quiet)]
     assert values(disturbance.said_of(runs)) == {"k": 1, "n": 3, "sentence": {"what": {"n": 4}}}
@@ -125,10 +129,10 @@ def test_the_disturbance_survives_the_save_load_round_trip_and_an_export(tmp_pat
     store = RunStore(tmp_path / "h.sqlite")
     store.save(run)
     back = store.load(run.id)
-    assert back.extra.disturbance == d and disturbance.disturbed(back.extra)
-    assert store.list()[0].extra.disturbance == d  # the history's list, which the pages read
+    assert back.extra.beside.disturbance == d and disturbance.disturbed(back.extra)
+    assert store.list()[0].extra.beside.disturbance == d  # the history's list, which the pages read
     again = store.load(store.import_text(store.export_json([run.id]), "export.json")[0])
-    assert again.extra.disturbance == d
+    assert again.extra.beside.disturbance == d
     assert str(disturbance.said(again.extra)) == str(disturbance.said(run.extra))
 
 
@@ -174,7 +178,7 @@ def test_a_real_run_with_a_busy_program_and_another_client_beside_it_says_so(vll
     finally:
         stop.set()
         other.join(timeout=130)
-    d = run.extra.disturbance
+    d = run.extra.beside.disturbance
     assert d is not None and d["seconds"] > 0
     assert d["other_requests"] >= 1 and sent_by_other
     assert disturbance.disturbed(run.extra)

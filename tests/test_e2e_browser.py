@@ -419,7 +419,7 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
         first, *rest = prefix.ok_in_order(on)
         assert first.cached_tokens == 0 and rest and all(r.cached_tokens > 0 for r in rest)
         assert all(r.cached_tokens == 0 for r in off.records)
-        assert on.extra.prefix_cache_hits > 0 and not off.extra.prefix_cache_hits
+        assert on.extra.prefix_cache.hits > 0 and not off.extra.prefix_cache.hits
         assert "prompt tokens came from the cache" in prefix.sentence(on, off)
 
         with StreamlitApp(env, tmp_path / "streamlit.log") as app:
@@ -468,11 +468,11 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     print(f"kv-squeeze from the browser: {time.time() - t0:.0f} s")
     assert all(r.ok for run in (squeezed, roomy) for r in run.measured)  # preempted requests still finish
     # 1.5 requests of max-model-len 256 at SmolLM2-135M's 23,040 bytes a token: 3 blocks of 128
-    assert squeezed.extra.kv_cache_tokens == 384 and squeezed.extra.kv_block_size == 128
-    assert kvcache.need(squeezed).total > squeezed.extra.kv_cache_tokens  # the load cannot fit at once ...
+    assert squeezed.extra.server.kv_cache_tokens == 384 and squeezed.extra.kv.block_size == 128
+    assert kvcache.need(squeezed).total > squeezed.extra.server.kv_cache_tokens  # the load cannot fit at once ...
     # ... so requests waited and were preempted
-    assert squeezed.extra.peak_waiting > 0 and squeezed.extra.preemptions > 0
-    assert roomy.extra.kv_cache_tokens > kvcache.need(roomy).total and roomy.extra.preemptions == 0
+    assert squeezed.extra.kv.peak_waiting > 0 and squeezed.extra.kv.preemptions > 0
+    assert roomy.extra.server.kv_cache_tokens > kvcache.need(roomy).total and roomy.extra.kv.preemptions == 0
     chart = _chart_under(pg, "The KV cache as the scarce resource")
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)
     # the fragment redraws every 2 s: wait until it has drawn the second configuration
@@ -496,15 +496,15 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     goto(pg, app, "monitor", title="Monitor")
     pg.get_by_text("15 min", exact=True).click()  # the squeezed run, two restarts ago, inside the window
     metrics_chart = pg.locator(".js-plotly-plot").nth(1)
-    cap, blocks = roomy.extra.kv_cache_tokens, roomy.extra.kv_blocks
+    cap, blocks = roomy.extra.server.kv_cache_tokens, roomy.extra.kv.blocks
     expect(metrics_chart).to_contain_text(f"KV-cache usage, of {cap:,} tokens ({blocks:,} blocks of "
-                                          f"{roomy.extra.kv_block_size})", timeout=30000)
+                                          f"{roomy.extra.kv.block_size})", timeout=30000)
     traces = {t["name"]: t for t in _plotly(metrics_chart)}
     assert max(v for v in traces["KV cache used"]["y"] if v is not None) > 0
     # The Monitor samples /metrics once a second and the run twice (KvWatch), so a preemption just before a
     # restart can miss the Monitor (seen: 5 crosses for 6); it never shows more than happened.
     crosses = sum(int(n) for n in traces["preempted"]["text"])
-    assert 1 <= crosses <= squeezed.extra.preemptions, (crosses, squeezed.extra.preemptions)
+    assert 1 <= crosses <= squeezed.extra.kv.preemptions, (crosses, squeezed.extra.kv.preemptions)
     shot(pg, "monitor_kv_full")
     metrics_chart.scroll_into_view_if_needed()
     pg.screenshot(path=str(SCREENSHOTS / "monitor_kv.png"))

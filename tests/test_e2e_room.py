@@ -107,7 +107,7 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
             store = RunStore(tmp_path / "history.sqlite")
             rows = {r.scenario: r for r in store.list()}
             together, alone = store.load(rows["room"].id), store.load(rows["room-one-at-a-time"].id)
-            assert together.extra.room_round == alone.extra.room_round
+            assert together.extra.room.round == alone.extra.room.round
             assert len(together.measured) == ATTENDEES and all(r.ok for r in together.measured)
             found = joins(together.records)
             assert found, "no request's first token came while another answer was being generated"
@@ -116,7 +116,7 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
                 late = next(r for r in together.records if r.index == j.late)
                 assert early.first_token_time < late.first_token_time < early.chunk_times[-1]
             late, j = next(iter(first_joins(together.records).items()))
-            names = together.extra.attendees  # by request index: the order the presses reached the app
+            names = together.extra.room.attendees  # by request index: the order the presses reached the app
             fox = {f"Fox {i}": i for i in range(1, ATTENDEES)}
             assert set(fox) <= set(names) and len(set(names)) == ATTENDEES  # and the first kept its suggested name
             # the big screen's timeline says who joined whom, at which token
@@ -130,7 +130,7 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
             expect(attendees[who].get_by_text(said)).to_be_visible(timeout=30000)
 
             assert len(alone.measured) == ATTENDEES and peak_in_flight(alone.measured) == 1
-            assert alone.extra.attendees == names
+            assert alone.extra.room.attendees == names
 
             # a typed question is its writer's own: not on another attendee's page, the big screen or the history
             expect(attendees[1].get_by_text(QUESTION)).to_be_visible()

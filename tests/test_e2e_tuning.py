@@ -121,7 +121,7 @@ def _compare_while_polling(app: StreamlitApp, tuning_runs) -> None:
         assert not blank, f"the page or its sidebar went empty at {len(blank)} of {polls} polls: {blank[:3]}"
         # The first row is what the server already ran: measured as it was, not restarted; both rows warmed up.
         assert [r.extra.not_restarted for r in runs] == [True, False]
-        assert [r.extra.cold for r in runs] == [False, False], [r.extra.cold_why for r in runs]
+        assert [r.extra.warmth.cold for r in runs] == [False, False], [r.extra.warmth.why for r in runs]
         expect(page.get_by_text("the server already ran these settings")).to_be_visible(timeout=30000)
         # Afterwards the page still works: both configurations in the chart, the button back.
         expect(page.get_by_text("Results appear here")).to_have_count(0, timeout=30000)

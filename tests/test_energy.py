@@ -133,14 +133,14 @@ def test_each_run_keeps_its_energy_or_why_it_has_none():
         here = Runner(save=lambda r: r).load(spec, local)  # this machine's real meters
     assert Runner(save=lambda r: r)._meter(far) is None
     assert Runner._energy(run.__class__(kind="vllm", scenario="s", label="l", records=[], duration=1, started_at=0),
-                          None).extra.energy_missing == "elsewhere"
-    assert run.extra.energy["joules"] == pytest.approx(12.0) and run.extra.energy["idle_w"] == 50.0
-    assert run.extra.energy_missing == ""
+                          None).extra.energy.missing == "elsewhere"
+    assert run.extra.energy.reading["joules"] == pytest.approx(12.0) and run.extra.energy.reading["idle_w"] == 50.0
+    assert run.extra.energy.missing == ""
     # this container has no GPU and no readable /sys/class/powercap (check: both absent here)
     if energy.EnergyMeter().method is None:
-        assert here.extra.energy is None and here.extra.energy_missing == "no-meter"
+        assert here.extra.energy.reading is None and here.extra.energy.missing == "no-meter"
     else:
-        assert here.extra.energy["joules"] >= 0
+        assert here.extra.energy.reading["joules"] >= 0
 
 
 def test_a_price_per_kwh_gives_the_energy_cost_and_a_bad_one_is_a_sentence():
@@ -154,7 +154,7 @@ def test_a_price_per_kwh_gives_the_energy_cost_and_a_bad_one_is_a_sentence():
                     summary={"total_output_tokens": 1000},
                     extra={"energy": {"joules": 3600.0, "seconds": 1.0, "method": "nvml-counter"}})
     # 3.6 J per token x 1e6 = 3.6e6 J = 1 kWh per million tokens; the whole run is 1 Wh
-    said = energy.cost_said(energy.use(run.extra.energy, 1000, 0.30))
+    said = energy.cost_said(energy.use(run.extra.energy.reading, 1000, 0.30))
     assert values(said) == {"price": 0.30, "wh": pytest.approx(1.0), "total": pytest.approx(0.0003),
                             "cost": pytest.approx(0.30)}
     assert energy_cost_line(run, 0.30) == said  # the line a page shows is that sentence, in the viewer's language

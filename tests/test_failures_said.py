@@ -77,7 +77,7 @@ def test_a_burst_beyond_the_open_file_limit_waits_for_connections_instead_of_fai
             run = run_load(LoadSpec(base_url="{srv.base_url}", model="ok", prompts=["hi"], num_requests=300,
                                     shape="burst", max_tokens=4, workers=1))
             print("OK", run.summary.completed, run.summary.failed)
-            print("BUDGET", run.extra.client_connections, run.extra.client_waits)
+            print("BUDGET", run.extra.load_client.connections, run.extra.load_client.waits)
             print("SAID", lateness.budget_said(run.extra))
             for _, s in failures.run_causes(run):
                 print("CAUSE", s)
@@ -153,7 +153,7 @@ def test_every_summary_s_counts_add_up_to_the_requests_planned(name, stopped):
         cancel = threading.Event()
         run = run_load(spec, observer=_StopAfter(2, cancel) if stopped else None, cancel=cancel)
     c = failures.counts(run)
-    assert c.planned == spec.n == run.extra.planned_requests
+    assert c.planned == spec.n == run.extra.load_client.planned_requests
     assert c.answered + c.failed + c.never_sent + c.in_flight == c.planned, c
     causes = failures.run_causes(run)
     assert sum(n for n, _ in causes) == c.planned - c.answered - c.in_flight, causes

@@ -338,7 +338,7 @@ def _repeated(run: RunResult, group: str, values: list[float]) -> list[RunResult
         r = copy.deepcopy(run)
         r.id, r.started_at = f"{group}{i}", run.started_at + i
         r.summary.output_throughput = v
-        r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, len(values)
+        r.extra.repeat.group, r.extra.repeat.index, r.extra.repeat.total = group, i + 1, len(values)
         out.append(r)
     return out
 
@@ -366,7 +366,7 @@ def test_a_failed_repeat_is_no_zero_in_the_tuning_chart():
     and verdict: it was no measurement."""
     a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
     runs = _repeated(a, "g1", [100.0, 104.0, 0.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
-    runs[2].extra.repeat_failed = True
+    runs[2].extra.repeat.failed = True
     tput, wall = _bars(figures.tuning_compare(runs))
     assert list(tput.y) == [102.0, 150.0] and list(tput.error_y.arrayminus)[0] == 2.0
 

@@ -213,20 +213,20 @@ def test_a_disturbed_run_never_claims():
     sentence that says why next to the numbers."""
     busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
-    vllm[1].extra.disturbance = busy
+    vllm[1].extra.beside.disturbance = busy
     naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
     found = g.findings({"naive": [naive], "sequential": vllm})[1]
     assert found.claim is None and found.title == g.BUSY
     assert values(found.text)["busy"]["sentence"] == {"what": {"used": 1.4, "cores": 2}}  # other programs' cores
     conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
-    conc[0].extra.disturbance = busy
+    conc[0].extra.beside.disturbance = busy
     found = g.findings({"naive": [naive], "concurrent": conc})[2]
     assert found.claim is None and found.title == g.BUSY
     assert set(found.text.values) == {"text", "busy"}  # the numbers and why they are not judged: no ratio, no claim
     # tuning: a clear difference measured beside a busy machine is neither claimed in the heading nor in its sentence
     tuned = (_repeats("tuning", [0.5, 0.52, 0.48], 20, 10, at_once=True, label="max-model-len 2048")
              + _repeats("tuning", [0.25, 0.26, 0.24], 20, 10, at_once=True, label="max-model-len 512"))
-    tuned[4].extra.disturbance = busy
+    tuned[4].extra.beside.disturbance = busy
     found = g.findings({"tuning": tuned})[3]
     assert found.claim is None and found.title == g.BUSY
     assert said(found.text.values["text"].values["verdict"]).template.startswith("not judged"), str(found.text)
@@ -241,16 +241,16 @@ def test_every_finding_reads_as_one_sentence_in_both_languages():
     fast_naive = _run("naive-5", "naive", [(0.2, 50), (0.21, 50), (0.19, 50), (0.2, 50), (0.2, 50)])
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
     disturbed = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
-    disturbed[1].extra.disturbance = busy
+    disturbed[1].extra.beside.disturbance = busy
     conc = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
     cold = _repeats("concurrent-10", [1.5, 1.6, 1.4], 25, 10, at_once=True)
-    cold[0].extra.cold = True
+    cold[0].extra.warmth.cold = True
 
     def tuned(config, a=(2.0, 2.05, 1.95), b=(1.6, 1.62, 1.58), waited=(0, 0)):
         runs = (_repeats("tuning", list(a), 20, 10, at_once=True, label="max-model-len 2048", config=config)
                 + _repeats("tuning", list(b), 20, 10, at_once=True, label="max-model-len 512", config=config))
         for r in runs:
-            r.extra.peak_waiting = waited[0] if "2048" in r.label else waited[1]
+            r.extra.kv.peak_waiting = waited[0] if "2048" in r.label else waited[1]
         return runs
 
     cpu, gpu = {"device": "cpu", "cpu_kvcache_gib": 2}, {"device": "cuda"}
@@ -500,7 +500,7 @@ def test_the_speed_up_is_one_number_on_the_step_and_its_chart_claims_nothing_the
     assert f"{x}×" in title and "faster" in title
     assert at.dataframe[0].value.iloc[1, 2] == f"{x}×"
     assert any(f"{x}×" in e.value.replace("\\", "") for e in at.success)  # markdown escapes the point
-    vllm[0].extra.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    vllm[0].extra.beside.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
     lab.store.save(vllm[0])
     at, title = shown()
     assert "faster" not in title and not at.success

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import insert_raw, make_run  # noqa: E402
+from engine.results.records import Warmth  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 
 APP = str(ROOT / "app.py")
@@ -35,7 +36,7 @@ def lab(tmp_path_factory):
         store.save(make_run(1_764_500_000.0, "good run"))
         store.save(make_run(1_764_500_100.0, HTML_LABEL))
         cold = make_run(1_764_499_000.0, "cold run")  # the oldest: tests below rename the newest
-        cold.extra.cold, cold.extra.cold_why, cold.extra.batch_size, cold.extra.server_instance = True, "first", 4, "i"
+        cold.extra.warmth = Warmth(cold=True, why="first", batch_size=4, instance="i")
         store.save(cold)
         failed = make_run(1_764_500_200.0, "all failed")
         for r in failed.records:
@@ -179,7 +180,7 @@ def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
 
     cold = lab.store.load(next(row.id for row in lab.store.list() if row.label == "cold run"))
     said = [w.value.replace("\\", "") for w in at.warning]  # shown as typed: markdown escaped
-    assert any(judged.said(cold.extra) in w for w in said) and cold.extra.batch_size == 4, said
+    assert any(judged.said(cold.extra) in w for w in said) and cold.extra.warmth.batch_size == 4, said
     cost = judged.warmup_cost(cold.records)
     assert cost.requests == 1 and any(cost.said in c.value.replace("\\", "") for c in at.caption)
 
@@ -195,7 +196,7 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
         for i, v in enumerate(values):
             r = make_run(start + i, "repeated")
             r.summary.output_throughput = v
-            r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, 3
+            r.extra.repeat.group, r.extra.repeat.index, r.extra.repeat.total = group, i + 1, 3
             runs.append(r)
     for r in runs:
         lab.store.save(r)

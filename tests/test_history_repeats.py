@@ -31,8 +31,8 @@ def lab(tmp_path_factory):
         lab = ui.get_lab()
         for i, tput in enumerate((100.0, 120.0, 0.0)):  # the third repeat failed: its zero is no measurement
             run = make_run(1_764_500_000.0 + i * 10, "repeated")
-            run.extra.repeat_group, run.extra.repeat_index, run.extra.repeats = "g1", i + 1, 3
-            run.extra.repeat_failed = tput == 0.0
+            run.extra.repeat.group, run.extra.repeat.index, run.extra.repeat.total = "g1", i + 1, 3
+            run.extra.repeat.failed = tput == 0.0
             run.summary.output_throughput = tput
             run.duration = (2.0, 3.0, 0.5)[i]
             lab.store.save(run)
@@ -65,7 +65,7 @@ def test_the_repeats_that_count_are_one_rule_for_the_page_the_report_and_the_cli
 
     lab_runs = ui.get_lab().history.runs()
     group = next(g for g in ui.get_lab().history.entries(lab_runs) if len(g) > 1)
-    assert [r.extra.repeat_index for r in failures.counted_repeats(group)] == [1, 2]
+    assert [r.extra.repeat.index for r in failures.counted_repeats(group)] == [1, 2]
     alone = next(r for r in lab_runs if r.label == "alone")
     alone.n_failed = alone.n_requests  # answered none: left out as History left it out
     assert failures.counted_repeats([alone]) == [] and repeats.median([alone], "output_throughput") is None

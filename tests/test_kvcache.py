@@ -74,21 +74,21 @@ def test_a_runs_preemptions_are_the_counters_rise_over_its_measured_part():
     watch.stop()  # stopped before its first tick (0.5 s): the sampler read nothing; what it would see:
     watch._note({"preemptions_total": 9, "waiting": 5, "kv_usage": 1.0})
     run = watch.finish(_run())
-    n = run.extra
-    assert (n.preemptions, n.peak_waiting, n.peak_kv_usage) == (15 - 3, 5, 1.0)
-    assert (n.kv_cache_tokens, n.kv_blocks, n.kv_block_size) == (384, 3, 128)
+    n = run.extra.kv
+    assert (n.preemptions, n.peak_waiting, n.peak_usage) == (15 - 3, 5, 1.0)
+    assert (run.extra.server.kv_cache_tokens, n.blocks, n.block_size) == (384, 3, 128)
 
 
 def test_a_counter_that_went_down_gives_no_preemption_count():
     watch = KvWatch("http://x", read=fake_reads({"preemptions_total": 30}, {"preemptions_total": 2}))
     watch.start()
     run = watch.finish(_run())
-    assert run.extra.preemptions is None
+    assert run.extra.kv.preemptions is None
 
 
 def test_a_watch_that_never_started_leaves_the_notes_alone():
     run = KvWatch("http://x", read=fake_reads({"preemptions_total": 1})).finish(_run())
-    assert run.extra.preemptions is None and run.extra.peak_waiting is None
+    assert run.extra.kv.preemptions is None and run.extra.kv.peak_waiting is None
 
 
 def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
@@ -122,9 +122,10 @@ def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded
 
 
 def test_older_runs_without_the_new_notes_read_back():
-    n = Notes.from_dict({"kv_cache_tokens": 46592, "preemptions": "many"})
-    assert n.preemptions is None and n.other == {"preemptions": "many"} and n.kv_cache_tokens == 46592
-    assert Notes.from_dict({"preemptions": 4, "peak_kv_usage": 1}).to_dict() == {"preemptions": 4, "peak_kv_usage": 1}
+    n = Notes.from_dict({"kv_cache_tokens": 46592, "preemptions": "many"})  # schema 5's flat keys
+    assert n.kv.preemptions is None and n.kv.other == {"preemptions": "many"} and n.server.kv_cache_tokens == 46592
+    assert Notes.from_dict({"preemptions": 4, "peak_kv_usage": 1}).to_dict() == {"kv": {"preemptions": 4,
+                                                                                       "peak_usage": 1.0}}
 
 
 def test_the_comparison_chart_says_what_the_flags_did():

@@ -248,7 +248,7 @@ def test_a_dataset_runs_through_the_page_on_poisson_arrivals_and_says_the_client
         from engine.measure.judge import lateness
 
         expected = lateness.said(run.extra)
-        assert expected is not None and run.extra.planned_sends == 4
+        assert expected is not None and run.extra.lateness.planned_sends == 4
         assert any(str(expected)[:40] in s for s in said), (str(expected), said)
     finally:
         lab.detach()

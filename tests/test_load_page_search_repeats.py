@@ -182,7 +182,7 @@ def test_a_load_test_repeated_twice_shows_the_median_and_range_of_its_two_saved_
         at.slider[0].set_value(16)
         at.number_input(key="load_repeats").set_value(2)
         saved = [lab.store.load(r.id) for r in _ran(lab, at)]
-        assert len(saved) == 2 and len({r.extra.repeat_group for r in saved}) == 1 and saved[0].extra.repeat_group
+        assert len(saved) == 2 and len({r.extra.repeat.group for r in saved}) == 1 and saved[0].extra.repeat.group
         table = _frame(at, "Median").set_index("Number")
         for key, name in (("output_throughput", "Output throughput (tok/s)"), ("mean_ttft_ms", "Mean TTFT (ms)")):
             spread = repeats.of_runs(saved, key)  # two runs: their range, never a "95 % interval"

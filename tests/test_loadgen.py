@@ -85,7 +85,7 @@ def test_completions_endpoint(vllm_server):
 @pytest.mark.server
 def test_two_client_processes(vllm_server):
     res = run_load(spec_for(vllm_server, concurrency=4, workers=2))
-    assert res.extra.client_workers == 2
+    assert res.extra.load_client.workers == 2
     assert sorted(r.index for r in res.records) == [0, 1, 2, 3]
     for r in res.records:
         assert_sane(r)
@@ -118,9 +118,10 @@ def test_the_servers_own_token_count_matches_the_clients(vllm_server):
     res = Runner(save=lambda r: r).load(spec, Target(vllm_server.base_url, vllm_server.model))
     assert res.summary.completed == 10 and len([r for r in res.records if r.warmup]) == 3
     notes = res.extra
-    print(f"server counted {notes.server_output_tokens}, client {notes.client_output_tokens}")
-    assert notes.client_output_tokens == 10 * MAX_TOKENS
-    assert notes.server_output_tokens == notes.client_output_tokens
+    count = notes.token_count
+    print(f"server counted {count.server}, client {count.client}")
+    assert count.client == 10 * MAX_TOKENS
+    assert count.server == count.client
     check = token_check.token_check(notes)
     assert check.level == "ok" and f"{check.ratio:.2f}" == "1.00"
 
@@ -279,7 +280,7 @@ def test_client_processes_measure_on_the_connections_their_warmup_opened():
     (a burst of new connections would be billed to the first requests' TTFT)."""
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "ok", concurrency=4, workers=2, warmup=4, num_requests=8))
-    assert res.extra.client_workers == 2
+    assert res.extra.load_client.workers == 2
     warm = [r for r in res.records if r.warmup]
     assert len(warm) == 4 and all(r.ok and r.end_time <= 0 for r in warm)
     assert res.summary.get("completed") == 8
@@ -295,8 +296,8 @@ def test_the_server_count_covers_the_measured_part_only(workers):
         res = Runner(save=lambda r: r).load(fake_spec(srv, "ok", concurrency=4, workers=workers, warmup=warmup,
                                                       num_requests=n), Target(srv.base_url, "ok"))
         assert srv.generated == (n + warmup) * 5  # the server also generated the warm-up's answers
-    assert res.extra.client_workers == workers
-    assert res.extra.server_output_tokens == res.extra.client_output_tokens == n * 5
+    assert res.extra.load_client.workers == workers
+    assert res.extra.token_count.server == res.extra.token_count.client == n * 5
     said = token_check.token_check(res.extra).sentences
     assert [values(s) for s in said] == [{"server": 40, "client": 40, "ratio": 1.0}]
 
@@ -309,7 +310,7 @@ def test_a_server_without_metrics_is_measured_and_left_unchecked():
     with FakeOpenAIServer() as srv:
         res = Runner(save=lambda r: r).load(fake_spec(srv, "ok"), Target(srv.base_url, "ok"))
     assert res.summary.completed == 2
-    assert res.extra.server_output_tokens is None and res.extra.server_count_missing == "no-metrics"
+    assert res.extra.token_count.server is None and res.extra.token_count.missing == "no-metrics"
     assert token_check.token_check(res.extra).level == "unchecked"
     (unchecked,) = token_check.token_check(res.extra).sentences
     assert f"  {unchecked}" in summary_table(res).splitlines()  # the CLI prints the check's own sentence
@@ -357,8 +358,8 @@ def test_cancel_a_run_spread_over_client_processes(after_s):
     with FakeOpenAIServer() as srv:
         res = run_guarded(fake_spec(srv, "hang", concurrency=2, workers=2, warmup=2, read_timeout_s=60,
                                     timeout_s=60), limit_s=30, cancel=cancel)
-    assert res.extra.client_workers == 2 and res.extra.cancelled
-    assert not res.extra.client_errors
+    assert res.extra.load_client.workers == 2 and res.extra.cancelled
+    assert not res.extra.load_client.errors
     assert res.summary.get("completed") == 0
 
 

@@ -135,11 +135,11 @@ def test_sequential_two_prompts(model_dir):
     assert res.config["max_new_tokens"] == 16 and res.config["temperature"] == 0.7
     if res.config["device"].startswith("cuda"):
         assert res.config["dtype"] == "float16"  # the lab's dtype
-        assert res.extra.memory["after_load"]["allocated"] > 0
+        assert res.extra.naive.memory["after_load"]["allocated"] > 0
     else:
         assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
-    assert res.extra.params > 100_000_000 and res.extra.load_s > 0 and res.extra.dtype_reason
-    mem = res.extra.memory
+    assert res.extra.naive.params > 100_000_000 and res.extra.naive.load_s > 0 and res.extra.naive.dtype_reason
+    mem = res.extra.naive.memory
     assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
     # the worker's own peak (the kernel's high-water mark it reported) and that its process is gone: what the
     # guided lab's "Free the memory" shows where there is no GPU, never the system's RAM
@@ -150,7 +150,7 @@ def test_sequential_two_prompts(model_dir):
     assert any("loading model" in s for s in obs.stages) and any(s.startswith("request 2/2") for s in obs.stages)
     assert [t.done for t in obs.totals] == [1, 2]
     assert obs.completed is res
-    assert _gone(res.extra.worker_pid)
+    assert _gone(res.extra.naive.worker_pid)
 
 
 @pytest.mark.slow
@@ -180,8 +180,8 @@ def test_cancel_keeps_finished_requests_and_kills_worker(model_dir):
     assert res.extra.cancelled is True
     assert 1 <= len(res.records) < len(PROMPTS)
     assert all(r.ok for r in res.records)
-    assert any("cancel" in n for n in res.extra.notes)
-    pid = res.extra.worker_pid
+    assert any("cancel" in n for n in res.extra.naive.notes)
+    pid = res.extra.naive.worker_pid
     assert pid == obs.pid
     assert not psutil.pid_exists(pid) or _gone(pid)
 
@@ -200,9 +200,9 @@ def test_random_weights_tiny_config(tiny_random_dir):
                      mode="static-batch", warmup=False)
     res = run_naive(spec)
     assert len(res.records) == 2 and all(r.ok and r.output_tokens > 0 for r in res.records)
-    assert res.extra.placeholder_text is True
-    assert 0 < res.extra.params < 10_000_000
-    mem = res.extra.memory  # the worker's own peak as the kernel counted it, and its process gone
+    assert res.extra.server.placeholder_text is True
+    assert 0 < res.extra.naive.params < 10_000_000
+    mem = res.extra.naive.memory  # the worker's own peak as the kernel counted it, and its process gone
     assert mem["worker_peak_rss"] >= mem["after_load"]["peak_rss"] > 0 and mem["worker_exited"] is True
 
 
@@ -231,7 +231,7 @@ def test_warmup_runs_and_is_reported(tiny_random_dir):
 
     res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=["hi", PROMPTS[1]], max_new_tokens=8,
                               random_weights=True), observer=Obs())
-    assert res.extra.warmup_s > 0 and len(res.measured) == 2
+    assert res.extra.naive.warmup_s > 0 and len(res.measured) == 2
     assert any(s.startswith("warming up, not measured") for s in stages)
 
 
@@ -286,7 +286,7 @@ def test_cuda_memory_report(tiny_random_dir):
     once the worker has exited."""
     res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8,
                               random_weights=True, device="cuda"))
-    mem = res.extra.memory
+    mem = res.extra.naive.memory
     assert res.config["device"].startswith("cuda") and res.config["dtype"] == "float16"
     for point in ("after_load", "after_run", "after_cleanup"):
         assert {"allocated", "reserved", "max_allocated", "device_used"} <= set(mem[point])
@@ -296,4 +296,4 @@ def test_cuda_memory_report(tiny_random_dir):
     assert mem["after_run"]["max_allocated"] >= mem["after_load"]["allocated"]
     assert "device_used" in mem["before"] and "device_used" in mem["after_exit"]
     assert mem["left_after_exit"] is not None
-    assert res.extra.device_name
+    assert res.extra.naive.device_name

@@ -50,7 +50,7 @@ def test_the_whole_job_per_contender_in_the_buttons_order():
 
 def test_a_contender_not_run_keeps_its_place_and_a_cold_one_is_marked():
     naive, batch = make_naive(), make_vllm_batch()
-    batch.extra.cold = True
+    batch.extra.warmth.cold = True
     fig = figures.contenders_chart([naive, None, None, batch])
     assert list(fig.data[0].text[1:3]) == ["not run yet"] * 2
     assert fig.data[0].text[3].endswith("❄")  # the cold mark; the caption says what it means
@@ -75,7 +75,7 @@ def test_the_page_numbers_buttons_and_headline_numbers_alike(lab):
     runs = four()
     for r in runs:
         r.started_at = time.time()
-    runs[3].extra.cold, runs[3].extra.cold_why, runs[3].extra.batch_size = True, "first", 5
+    runs[3].extra.warmth.cold, runs[3].extra.warmth.why, runs[3].extra.warmth.batch_size = True, "first", 5
     for r in runs:
         lab.store.save(r)
     try:
@@ -120,7 +120,7 @@ def test_the_vllm_side_shows_where_its_time_went_inside_the_server_and_its_energ
     for k, queue in views.items():
         runs[k].extra.server_view = {"histograms": {"queue": {"mean": queue}, "prefill": {"mean": 0.02},
                                                     "decode": {"mean": 0.6}}, "missing": []}
-        runs[k].extra.energy = {"method": "rapl", "joules": 90.0 * k, "seconds": runs[k].duration}
+        runs[k].extra.energy.reading = {"method": "rapl", "joules": 90.0 * k, "seconds": runs[k].duration}
     for r in runs:
         r.started_at = time.time()
         lab.store.save(r)

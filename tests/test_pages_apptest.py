@@ -455,7 +455,7 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         run = runs[3]  # 8 in flight: 16 answers of 128 tokens in 5.12 s
         run.records += [RequestRecord(index=i, prompt="w", send_time=-3.0, first_token_time=-1.0, end_time=-0.5,
                                       chunk_times=[-1.0], output_tokens=16, warmup=True) for i in range(8)]
-        run.extra.cold, run.extra.cold_why, run.extra.batch_size = True, "first", 8
+        run.extra.warmth.cold, run.extra.warmth.why, run.extra.warmth.batch_size = True, "first", 8
         shown = [lab.jobs.submit("sweep", "sweep 1…64", lambda job: runs),
                  lab.jobs.submit("load", "8 in flight", lambda job: run, lane="load", scenario="concurrent-8")]
         deadline = time.time() + 30
@@ -466,7 +466,7 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         text = lambda items: " ".join(m.value.replace("\\", "") for m in items)  # noqa: E731 - ui.plain escapes
         cost = warmth.warmup_cost(run.records)
         assert (cost.requests, cost.seconds, cost.ttft_s) == (8, 2.5, 2.0) and cost.said in text(at.caption)
-        assert warmth.said(run.extra) in text(at.warning) and run.extra.cold
+        assert warmth.said(run.extra) in text(at.warning) and run.extra.warmth.cold
         assert at.number_input(key="gpu_price_load").value is None
         assert "per GPU-hour, a million" not in text(at.markdown)
         at.number_input(key="gpu_price_load").set_value(3.6).run()
@@ -528,7 +528,7 @@ def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
         while job.active and time.time() < deadline:
             time.sleep(0.2)
         assert job.status == "done", job.error
-        assert job.result.extra.endpoint == url
+        assert job.result.extra.server.endpoint == url
         at.run()
         assert not at.exception and any(m.label == "OK / failed" and m.value == "2 / 0" for m in at.metric)
 

@@ -52,7 +52,7 @@ def test_runs_saved_before_cached_tokens_read_back():
     rec = RequestRecord.from_dict({"index": 0, "prompt": "q", "send_time": 0.0, "end_time": 1.0})
     assert rec.cached_tokens is None
     notes, summary = Notes.from_dict({"cancelled": False}), Summary.from_dict({"completed": 1})
-    assert notes.prefix_cache_hits is None and notes.prefix_cache_queries is None
+    assert notes.prefix_cache.hits is None and notes.prefix_cache.queries is None
     assert summary.mean_cached_tokens is None and "mean_cached_tokens" not in summary.to_dict()
 
 
@@ -68,10 +68,10 @@ def test_a_run_keeps_cached_tokens_and_the_cache_counters_of_its_measured_part()
         plain = Runner(save=lambda r: r).load(replace(spec, model="ok", warmup=0), Target(srv.base_url, "ok"))
     assert [r.cached_tokens for r in res.measured] == [4, 4, 4, 4]
     assert res.summary.mean_cached_tokens == 4
-    assert (res.extra.prefix_cache_hits, res.extra.prefix_cache_queries) == (16, 20)
+    assert (res.extra.prefix_cache.hits, res.extra.prefix_cache.queries) == (16, 20)
     assert prefix.hit_rate(res) == 0.8
     assert [r.cached_tokens for r in plain.measured] == [None] * 4 and plain.summary.mean_cached_tokens is None
-    assert (plain.extra.prefix_cache_hits, plain.extra.prefix_cache_queries) == (0, 20)
+    assert (plain.extra.prefix_cache.hits, plain.extra.prefix_cache.queries) == (0, 20)
 
 
 def test_counters_that_went_back_give_no_count():
@@ -82,7 +82,7 @@ def test_counters_that_went_back_give_no_count():
         count.start()
         srv.prefix_hits, srv.prefix_queries = 10, 20
         run = count.finish(RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1, started_at=0))
-    assert run.extra.prefix_cache_hits is None and run.extra.prefix_cache_queries is None
+    assert run.extra.prefix_cache.hits is None and run.extra.prefix_cache.queries is None
 
 
 def _run(on: bool | None, ttfts_s: list[float], cached: list[int | None], hits=None, queries=None,
@@ -132,7 +132,7 @@ def test_a_fall_beside_a_disturbed_run_is_no_verdict():
     run measured while another client used the server, the fall is measured and said, but not called real."""
     on = _run(True, [0.9, 0.10, 0.14, 0.12], [0, 1280, 1280, 1280], hits=3840, queries=5200)
     off = _run(False, [0.9, 0.80, 0.84, 0.86], [0, 0, 0, 0], hits=0, queries=0)
-    off.extra.disturbance = {"other_requests": 4}
+    off.extra.beside.disturbance = {"other_requests": 4}
     sentence = prefix.sentence(on, off)
     assert "fell" not in said(sentence).template and "beyond noise" not in sentence
     assert "no verdict" in said(sentence).template
@@ -181,7 +181,7 @@ def test_cached_tokens_survive_the_history_and_its_export(tmp_path):
     again = RunStore(tmp_path / "again.sqlite")
     (new_id,) = again.import_text(store.export_json([run.id]), "export.json")
     assert [r.cached_tokens for r in again.load(new_id).records] == [0, 1280, None]
-    assert again.load(new_id).extra.prefix_cache_hits == 1280
+    assert again.load(new_id).extra.prefix_cache.hits == 1280
 
 
 def test_the_python_behind_a_run_is_not_offered_without_its_system_prompt():

@@ -29,6 +29,6 @@ def test_shared_prefixes_are_recorded_and_found_in_the_servers_prefix_cache(vllm
     assert w["seed"] == run.load.other.get("prompt_seed") is not None
     assert [r.prompt_tokens for r in run.measured if r.ok] and all(r.output_tokens == 4 for r in run.measured)
     share = prefix.cached_share(run)  # the server's vllm:prefix_cache_hits / queries over the measured part
-    assert share is not None and share > 0.3, (run.extra.prefix_cache_hits, run.extra.prefix_cache_queries)
+    assert share is not None and share > 0.3, (run.extra.prefix_cache.hits, run.extra.prefix_cache.queries)
     said = str(prefix.cached_said(run))
     assert "came from the server's prefix cache; its shared prefixes allowed up to" in said, said

@@ -185,7 +185,7 @@ def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_k
     assert peak <= 2  # never more than the cap at once, whatever the pace
     assert [r.planned_time for r in measured] == pytest.approx([(i + 1) / 200 for i in range(8)])
     assert sum(r.slot_wait > 0 for r in measured) >= 1  # 8 answers of 6 × 50 ms cannot all fit in 2 slots on time
-    assert result.extra.planned_sends == 8
+    assert result.extra.lateness.planned_sends == 8
     assert result.load.other["max_in_flight"] == 2 and result.load.other["arrival"] == "constant"
 
 

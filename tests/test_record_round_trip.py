@@ -1,8 +1,9 @@
 """Nothing measured can vanish: every field of every record type survives the history and an export, whatever
 its name, and only credentials (an explicit list of keys, and secret values where they occur) are taken out.
 
-The run is built from the dataclasses' own fields, so a field added tomorrow is covered without touching this
-file: it gets a value unlike its default, and the test names it when it does not come back."""
+The run is built from the records' own fields (the dataclasses' and every part of the pydantic models, nested parts
+included), so a field added tomorrow is covered without touching this file: it gets a value unlike its default, and
+the test names it when it does not come back."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +13,9 @@ import typing
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from engine.messages import say, to_json
-from engine.results import records
 from engine.results.credentials import scrub, scrub_run, scrub_text
 from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary
 from engine.results.store import RunStore
@@ -38,7 +39,9 @@ def _sample(owner: str, name: str, hint: Any, default: Any) -> Any:
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(h for h in typing.get_args(hint) if h is not type(None))
     base = typing.get_origin(hint) or hint
-    if dataclasses.is_dataclass(base):
+    if typing.get_origin(hint) is typing.Annotated:  # records.Int
+        base = typing.get_args(hint)[0]
+    if dataclasses.is_dataclass(base) or _is_part(base):
         return _build(base)
     if base is bool:
         return not default if isinstance(default, bool) else True
@@ -58,26 +61,43 @@ def _sample(owner: str, name: str, hint: Any, default: Any) -> Any:
     raise TypeError(f"{owner}.{name}: no sample for {hint!r}; add one to _CONSTRAINED")
 
 
+def _is_part(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, BaseModel)
+
+
+def _fields(cls: type) -> dict[str, Any]:
+    """Each field's name -> its default (None where it has none)."""
+    if _is_part(cls):
+        return {name: f.get_default(call_default_factory=True) for name, f in cls.model_fields.items()
+                if name != "other"}  # what a part could not read: test_records
+    return {f.name: f.default_factory() if callable(f.default_factory) else
+            None if f.default is dataclasses.MISSING else f.default for f in dataclasses.fields(cls)}
+
+
 def _build(cls: type) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     values = {}
-    for f in dataclasses.fields(cls):
-        default = records._default(f) if f.default is not dataclasses.MISSING or callable(f.default_factory) \
-            else None
-        values[f.name] = _sample(cls.__name__, f.name, hints[f.name], default)
-        assert values[f.name] != default, f"{cls.__name__}.{f.name}: the sample is its default, it proves nothing"
+    for name, default in _fields(cls).items():
+        values[name] = _sample(cls.__name__, name, hints[name], default)
+        assert values[name] != default, f"{cls.__name__}.{name}: the sample is its default, it proves nothing"
     return cls(**values)
 
 
 def _every_field(run: RunResult) -> dict[str, Any]:
-    """'Notes.energy' -> value, for every field of the run and of each part it holds."""
-    out = {}
-    parts = [("RunResult", run), ("Load", run.load), ("Notes", run.extra), ("Summary", run.summary)]
-    parts += [(f"RequestRecord[{i}]", r) for i, r in enumerate(run.records)]
-    for owner, obj in parts:
-        for f in dataclasses.fields(obj):
-            if owner != "RunResult" or f.name not in ("load", "extra", "summary", "records"):  # each part apart
-                out[f"{owner}.{f.name}"] = getattr(obj, f.name)
+    """'Notes.warmth.why' -> value, for every field of the run and of each part it holds, nested parts included."""
+    out: dict[str, Any] = {}
+
+    def walk(owner: str, obj: Any) -> None:
+        for name in _fields(type(obj)):
+            value = getattr(obj, name)
+            if _is_part(type(value)):
+                walk(f"{owner}.{name}", value)
+            elif owner != "RunResult" or name not in ("records",):
+                out[f"{owner}.{name}"] = value
+
+    walk("RunResult", run)
+    for i, r in enumerate(run.records):
+        walk(f"RequestRecord[{i}]", r)
     out["RunResult.records"] = len(run.records)
     return out
 
@@ -102,6 +122,13 @@ def test_every_field_of_every_record_survives_the_history(tmp_path, full_run):
     row = store.list()[0]  # the history's list reads the same metadata without the requests
     assert [n for n in ("load", "extra", "summary", "config", "hardware", "versions", "command")
             if getattr(row, n) != getattr(full_run, n)] == []
+
+
+def test_every_part_of_the_notes_is_sampled(full_run):
+    """The walk above reaches into every part: a part it skipped would be a part no test saves."""
+    parts = {name for name, f in Notes.model_fields.items() if _is_part(f.annotation)}
+    walked = {k.split(".")[2] for k in _every_field(full_run) if k.startswith("RunResult.extra.") and k.count(".") == 3}
+    assert parts and parts == walked
 
 
 def test_every_field_of_every_record_survives_an_export_and_its_import(tmp_path, full_run):

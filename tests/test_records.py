@@ -26,14 +26,16 @@ def test_each_setting_has_one_name_whatever_it_was_saved_under():
 def test_a_value_of_the_wrong_type_is_kept_aside_not_trusted():
     r = run(extra={"placeholder_text": "yes", "kv_cache_tokens": 1.5, "sweep_level": 4},
             load={"concurrency": True, "rate": math.inf})
-    assert r.extra.placeholder_text is False and r.extra.kv_cache_tokens is None and r.extra.sweep_level == 4
-    assert r.extra.other == {"placeholder_text": "yes", "kv_cache_tokens": 1.5}
+    assert r.extra.server.placeholder_text is False and r.extra.server.kv_cache_tokens is None
+    assert r.extra.sweep_level == 4
+    assert r.extra.server.other == {"placeholder_text": "yes", "kv_cache_tokens": 1.5}  # in the part they belong to
     assert r.load.concurrency is None and r.load.other == {"concurrency": True} and r.load.rate == math.inf
 
 
 def test_the_stored_shape_round_trips():
     stored = {"load": {"shape": "burst", "num_requests": 10, "seed": 0, "timeout_s": 300.0},
-              "extra": {"kv_cache_tokens": 12345, "client": "aiohttp", "future_field": [1, 2]},
+              "extra": {"server": {"kv_cache_tokens": 12345}, "load_client": {"name": "aiohttp", "later": 1},
+                        "future_field": [1, 2]},
               "summary": {"completed": 9, "failed": 1, "median_ttft_ms": 41.5, "p99.9_itl_ms": 7.0,
                           "request_goodput": None, "vendor_metric": 3.0}}
     back = run(**stored).to_dict()
@@ -99,14 +101,14 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
 
 
 def test_the_token_counts_are_stored_under_their_own_keys():
-    r = run(extra={"server_output_tokens": 1500, "client_output_tokens": 1500, "chat_requests_beside": 1})
-    assert r.extra.to_dict() == {"server_output_tokens": 1500, "client_output_tokens": 1500, "chat_requests_beside": 1}
-    unchecked = {"server_count_missing": "no-metrics"}
+    r = run(extra={"server_output_tokens": 1500, "client_output_tokens": 1500, "chat_requests_beside": 1})  # schema 5
+    assert r.extra.to_dict() == {"token_count": {"server": 1500, "client": 1500}, "beside": {"chats": 1}}
+    unchecked = {"token_count": {"missing": "no-metrics"}}
     assert run(extra=unchecked).to_dict()["extra"] == unchecked
-    older = run(extra={"kv_cache_tokens": 5})  # saved before the check existed: nothing said about it
-    assert older.extra.server_output_tokens is None and "server_output_tokens" not in older.to_dict()["extra"]
-    odd = run(extra={"server_output_tokens": "1500"})
-    assert odd.extra.server_output_tokens is None and odd.extra.other == {"server_output_tokens": "1500"}
+    older = run(extra={"server": {"kv_cache_tokens": 5}})  # saved before the check existed: nothing said about it
+    assert older.extra.token_count.server is None and "token_count" not in older.to_dict()["extra"]
+    odd = run(extra={"token_count": {"server": "1500"}})
+    assert odd.extra.token_count.server is None and odd.extra.token_count.other == {"server": "1500"}
 
 
 def test_the_client_count_covers_every_measured_request_and_no_warmup():

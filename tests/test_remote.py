@@ -205,10 +205,10 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
 
         run = _wait(lab.run_load(load_test_spec("burst", 3, 16, max_len=lab.serving_max_len())))
         assert run.summary.completed == 3
-        assert run.extra.endpoint == url and run.load.base_url == url
+        assert run.extra.server.endpoint == url and run.load.base_url == url
         # a loopback address shares this machine: its hardware is recorded (the ceiling needs it)
         assert run.versions == {"vllm": seen.version} and run.hardware.get("cpu")
-        assert run.extra.server_output_tokens is not None  # its /metrics, read with the key, checked the count
+        assert run.extra.token_count.server is not None  # its /metrics, read with the key, checked the count
         code = run_code(run)  # the Python behind it: the server's address, the key from the environment
         assert f'base_url="{url}/v1"' in code and "set OPENAI_API_KEY" in code and KEY not in code
 
@@ -223,7 +223,7 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
             lab.run_tuning([], scenarios.get("tuning").load_spec())
 
         stored = lab.history.run(run.id)
-        assert stored.extra.endpoint == url
+        assert stored.extra.server.endpoint == url
         exported = lab.history.export_json()
         assert f'"endpoint": "{url}"' in exported
         assert KEY not in exported + lab.history.export_csv()
@@ -249,8 +249,8 @@ def test_a_server_behind_a_path_prefix_works_without_its_metrics(vllm_server, tm
             run = _wait(lab.run_load(load_test_spec("burst", 2, 8, max_len=lab.serving_max_len())))
             record = lab.chat_record("Hello")
             assert "".join(lab.chat([{"role": "user", "content": "Hello"}], record, max_tokens=4))
-        assert run.summary.completed == 2 and run.extra.endpoint == proxy + "/team-a"
-        assert run.extra.server_count_missing == "no-metrics"  # measured all the same, unchecked
+        assert run.summary.completed == 2 and run.extra.server.endpoint == proxy + "/team-a"
+        assert run.extra.token_count.missing == "no-metrics"  # measured all the same, unchecked
     finally:
         lab.shutdown()
 

@@ -123,7 +123,7 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
     assert (seen.url, seen.model, seen.max_model_len, seen.key, seen.answering) == (
         url, keyed.model, 1024, "••••••••", True)
     run = _done(lab.run_load(load_test_spec("burst", 3, 16, max_len=lab.serving_max_len()))).result
-    assert run.summary.completed == 3 and run.extra.endpoint == url and run.extra.keyed
+    assert run.summary.completed == 3 and run.extra.server.endpoint == url and run.extra.server.keyed
     record = lab.chat_record("Say hi.")
     assert "".join(lab.chat([{"role": "user", "content": "Say hi."}], record, max_tokens=8)) and record.ttft
 
@@ -202,8 +202,8 @@ def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeba
                         rf"answering at {m.group(2)}\), so the first batch of each size is cold again\.", back), back
     assert lab.attached().max_model_len == 512 and lab.serving_max_len() == 512
     again = _done(lab.run_load(load_test_spec("burst", 2, 16, warmup=False, max_len=lab.serving_max_len()))).result
-    assert again.summary.completed == 2 and again.extra.server_instance != first.extra.server_instance
-    assert again.extra.cold  # a new process: its first batch of this size
+    assert again.summary.completed == 2 and again.extra.warmth.instance != first.extra.warmth.instance
+    assert again.extra.warmth.cold  # a new process: its first batch of this size
     at = _page("app_pages/server.py")
     assert back in [_unescaped(i.value) for i in at.info] and not at.error
     lab.detach()

@@ -51,9 +51,9 @@ def test_the_runner_repeats_a_spec_and_says_when_the_prefix_cache_could_not_be_r
         spec = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=3, max_tokens=4)
         runs = Runner(save=lambda r: saved.append(r) or r).repeat(spec, Target(srv.base_url, "ok"), 3)
     assert len(runs) == len(saved) == 3
-    assert [r.extra.repeat_index for r in runs] == [1, 2, 3] and {r.extra.repeats for r in runs} == {3}
-    assert len({r.extra.repeat_group for r in runs}) == 1
-    assert [r.extra.prefix_cache_reset for r in runs] == [None, False, False]
+    assert [r.extra.repeat.index for r in runs] == [1, 2, 3] and {r.extra.repeat.total for r in runs} == {3}
+    assert len({r.extra.repeat.group for r in runs}) == 1
+    assert [r.extra.repeat.prefix_cache_reset for r in runs] == [None, False, False]
     s = repeats.of_runs(runs, "output_throughput")
     assert s.n == 3 and s.low <= s.median <= s.high
 

@@ -30,7 +30,7 @@ def test_repeats_stop_when_their_server_is_gone_and_keep_what_finished():
         target = Target.at(srv.base_url)
         out = Runner(lambda r: saved.append(r) or r).repeat(_spec(srv.base_url), target, 3)
     assert len(out) == 2 and [r.id for r in saved] == [r.id for r in out]  # repeat 3 never ran; both kept
-    assert [r.extra.repeat_failed for r in out] == [False, True]
+    assert [r.extra.repeat.failed for r in out] == [False, True]
     assert out.stopped is not None
     stopped = values(out.stopped)  # the repeat that failed, what it counted, and the 1 repeat left unrun
     assert (stopped["i"], stopped["total"], stopped["n"], stopped["url"]) == (2, 3, 1, srv.base_url), stopped
@@ -47,7 +47,7 @@ def test_repeats_go_on_past_a_failed_repeat_while_the_server_answers():
     with FakeOpenAIServer(models=("ok",)) as srv:
         spec = LoadSpec(base_url=srv.base_url, model="ok", prompts=["hi"], num_requests=2, max_tokens=2, warmup=0)
         out = Runner(lambda r: r).repeat(spec, Target.at(srv.base_url), 3)
-    assert len(out) == 3 and out.stopped is None and not any(r.extra.repeat_failed for r in out)
+    assert len(out) == 3 and out.stopped is None and not any(r.extra.repeat.failed for r in out)
 
 
 def test_the_cli_runs_no_repeat_against_a_dead_server(tmp_path):

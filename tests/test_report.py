@@ -233,7 +233,7 @@ def test_repeats_and_a_pair_are_said_with_their_spread_and_verdicts():
         for i, v in enumerate(values):
             r = make_run(start + i, "concurrent-4")
             r.summary.output_throughput = v
-            r.extra.repeat_group, r.extra.repeat_index, r.extra.repeats = group, i + 1, len(values)
+            r.extra.repeat.group, r.extra.repeat.index, r.extra.repeat.total = group, i + 1, len(values)
             runs.append(r)
         return runs
 
@@ -243,7 +243,7 @@ def test_repeats_and_a_pair_are_said_with_their_spread_and_verdicts():
     assert "concurrent-4: repeat 3 (29) is 3.4× below the median" in page
     assert "Output throughput: no measurable difference on this machine between concurrent-4 from" in page
     a, b = make_run(1_764_500_000.0, "A: here"), make_run(1_764_500_000.0, "B: there")
-    a.extra.pair = b.extra.pair = "p1"
+    a.extra.side_by_side.pair = b.extra.side_by_side.pair = "p1"
     pair = build_report([a, b], "en")
     assert "Mean TTFT: no measurable difference on this machine between A: here and B: there" in pair
     assert "Output throughput: B: there measured 1.00× (0 %) against A: here, but with one value a side" in pair

@@ -250,7 +250,7 @@ def test_the_big_screen_is_built_once_for_every_viewer_at_its_own_pace(room_lab,
 def _saved(lab, scenario: str, room_round: str):
     run = _room_run([_rec(0, 0.0, _ticks(0.1, 10)), _rec(1, 0.3, _ticks(0.45, 10))], ["Otter 10", "Heron 11"],
                     scenario)
-    run.extra.room_round = room_round
+    run.extra.room.round = room_round
     return lab.store.save(run)  # its id
 
 
@@ -385,8 +385,8 @@ def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vll
     finally:
         lab.shutdown()
     assert together is not None and alone is not None
-    assert together.extra.room_round == alone.extra.room_round != ""
-    assert together.extra.attendees == alone.extra.attendees and len(together.extra.attendees) == 10
+    assert together.extra.room.round == alone.extra.room.round != ""
+    assert together.extra.room.attendees == alone.extra.room.attendees and len(together.extra.room.attendees) == 10
     assert all(r.ok for r in together.records) and all(r.ok for r in alone.records)
     found = joins(together.records)
     assert found, "no request joined another mid-generation"

@@ -34,9 +34,9 @@ def test_a_repeated_random_run_shows_the_cached_share_only_with_a_fixed_seed(vll
     if args.seed is not None:
         assert seeds == [1234, 1234] and [r.prompt for r in first.measured] == [r.prompt for r in second.measured]
         said = prefix.cached_said(second)
-        assert said is not None and second.extra.prefix_cache_hits / second.extra.prefix_cache_queries > 0.5, (
-            second.extra.prefix_cache_hits, second.extra.prefix_cache_queries)
+        assert said is not None and second.extra.prefix_cache.hits / second.extra.prefix_cache.queries > 0.5, (
+            second.extra.prefix_cache.hits, second.extra.prefix_cache.queries)
     else:
         assert seeds[0] != seeds[1] and {r.prompt for r in first.measured}.isdisjoint(r.prompt for r in second.measured)
-        assert second.extra.prefix_cache_queries and prefix.cached_said(second) is None, (
-            second.extra.prefix_cache_hits, second.extra.prefix_cache_queries)
+        assert second.extra.prefix_cache.queries and prefix.cached_said(second) is None, (
+            second.extra.prefix_cache.hits, second.extra.prefix_cache.queries)

@@ -182,12 +182,12 @@ def test_a_vllm_like_server_without_the_histograms_and_older_records():
     with FakeOpenAIServer(metrics=True) as srv:
         run = Runner(save=lambda r: r).load(LoadSpec(base_url="", model="", prompts=["hi"], num_requests=2,
                                                      max_tokens=4), Target(srv.base_url, "ok"))
-    assert run.extra.server_output_tokens == 8  # the same read still checks the client's count
+    assert run.extra.token_count.server == 8  # the same read still checks the client's count
     assert run.extra.server_view == {"histograms": {}, "missing": list(histograms.HISTOGRAMS)}
     assert server_time.of(run) is None and "no request histograms" in server_time.said(run)[0]
     assert "iteration_tokens_total" in server_time.batch_said(run)
     old = RunResult(**{**run.to_dict(), "records": [], "extra": {"server_output_tokens": 8}})
-    assert old.extra.server_view is None and old.extra.energy is None
+    assert old.extra.server_view is None and old.extra.energy.reading is None
     import json
 
     again = RunResult(**{**json.loads(json.dumps(run.to_dict())), "records": []})  # as stored: JSON

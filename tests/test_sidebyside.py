@@ -51,11 +51,11 @@ def _run(label: str, recs: list[RequestRecord], duration: float) -> RunResult:
 # -- the record -------------------------------------------------------------------------------------
 
 def test_a_pair_is_kept_in_the_notes_and_older_runs_read_back_unpaired():
-    notes = Notes.from_dict({"pair": "abc123", "pair_side": "B", "cancelled": False})
-    assert (notes.pair, notes.pair_side) == ("abc123", "B")
-    assert notes.to_dict() == {"pair": "abc123", "pair_side": "B"}
+    notes = Notes.from_dict({"pair": "abc123", "pair_side": "B", "cancelled": False})  # schema 5's keys
+    assert (notes.side_by_side.pair, notes.side_by_side.side) == ("abc123", "B")
+    assert notes.to_dict() == {"side_by_side": {"pair": "abc123", "side": "B"}}
     old = Notes.from_dict({"cancelled": True, "endpoint": "http://gpu:8000"})  # a run saved before pairs existed
-    assert (old.pair, old.pair_side) == ("", "") and "pair" not in old.to_dict()
+    assert (old.side_by_side.pair, old.side_by_side.side) == ("", "") and "side_by_side" not in old.to_dict()
 
 
 # -- progress -------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_the_figure_draws_both_servers_on_one_time_axis():
 
 def _ttfts(label: str, ttfts: list[float], duration: float, pair: str = "") -> RunResult:
     run = _run(label, [_rec(i, 0.0, t, t + 0.5) for i, t in enumerate(ttfts)], duration)
-    run.extra.pair = pair
+    run.extra.side_by_side.pair = pair
     return run
 
 
@@ -174,10 +174,11 @@ def test_both_measured_parts_start_on_one_clock_after_both_warm_ups():
         runner = Runner(lambda r: saved.append(r) or r, progress=job)
         a, b = runner.side_by_side(Target(slow.base_url, "ok"), Target(fast.base_url, "ok", "sk-side-b"), _spec())
         assert fast.last_body and "sk-side-b" not in json.dumps([a.to_dict(), b.to_dict()])  # sent, never kept
-        assert b.extra.keyed and not a.extra.keyed
+        assert b.extra.server.keyed and not a.extra.server.keyed
     assert [r.id for r in saved] and {r.id for r in saved} == {a.id, b.id}
     assert a.started_at == b.started_at
-    assert a.extra.pair == b.extra.pair != "" and (a.extra.pair_side, b.extra.pair_side) == ("A", "B")
+    assert a.extra.side_by_side.pair == b.extra.side_by_side.pair != ""
+    assert (a.extra.side_by_side.side, b.extra.side_by_side.side) == ("A", "B")
     assert a.label.startswith("A: 127.0.0.1:") and b.label.startswith("B: 127.0.0.1:")
     for run in (a, b):  # every warm-up answer ended before the shared origin, every measured request after it
         warm, measured = [r for r in run.records if r.warmup], run.measured
@@ -195,14 +196,14 @@ def test_a_side_whose_server_dies_mid_run_keeps_the_other_sides_requests():
             Target(good.base_url, "ok"), Target(doomed.base_url, "die"), _spec(n=4))
     assert {r.id for r in saved} == {a.id, b.id}
     assert len(a.measured) == 4 and all(r.ok for r in a.measured)
-    assert (b.summary.completed, b.summary.failed) == (0, 4) and b.extra.pair == a.extra.pair
+    assert (b.summary.completed, b.summary.failed) == (0, 4) and b.extra.side_by_side.pair == a.extra.side_by_side.pair
 
 
 def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
     saved: list[RunResult] = []
 
     def save(run: RunResult) -> RunResult:
-        if run.extra.pair_side == "B":
+        if run.extra.side_by_side.side == "B":
             raise LabError("the history file is read-only")
         saved.append(run)
         return run
@@ -212,7 +213,7 @@ def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
             Runner(save).side_by_side(Target(one.base_url, "ok"), Target(two.base_url, "ok"), _spec())
     assert sentences.values(e.value) == {"side": "B", "url": two.base_url, "why": "the history file is read-only"}
     assert "other server's run is saved" in sentences.said(e.value).template
-    assert [r.extra.pair_side for r in saved] == ["A"] and len(saved[0].measured) == 4
+    assert [r.extra.side_by_side.side for r in saved] == ["A"] and len(saved[0].measured) == 4
 
 
 # -- the Lab: what it refuses, in one sentence -------------------------------------------------------
@@ -323,15 +324,15 @@ def test_two_real_servers_side_by_side_through_the_lab(vllm_server, second_serve
         time.sleep(0.5)
     assert job.error is None, job.error
     a, b = job.result
-    assert a.started_at == b.started_at and a.extra.pair == b.extra.pair
-    assert (a.extra.pair_side, b.extra.pair_side) == ("A", "B")
-    assert a.extra.endpoint == vllm_server.base_url.rstrip("/") and b.extra.endpoint == second_server
+    assert a.started_at == b.started_at and a.extra.side_by_side.pair == b.extra.side_by_side.pair
+    assert (a.extra.side_by_side.side, b.extra.side_by_side.side) == ("A", "B")
+    assert a.extra.server.endpoint == vllm_server.base_url.rstrip("/") and b.extra.server.endpoint == second_server
     assert "max-model-len 1024" in b.label
     for run in (a, b):
         assert len(run.measured) == 4 and all(r.ok for r in run.measured), failures.failure_causes(run.records)
         assert max(r.end_time for r in run.records if r.warmup) < 0 <= min(r.send_time for r in run.measured)
         # each side's tokens cross-checked by its own server's counter
-        assert run.extra.server_output_tokens == run.extra.client_output_tokens == 4 * 24
+        assert run.extra.token_count.server == run.extra.token_count.client == 4 * 24
     saved = lab.history.pair_of(a.id)
     assert [r.id for r in saved] == [a.id, b.id]
     runs, _now = job.live_pair()
@@ -357,8 +358,8 @@ def test_the_cli_runs_a_scenario_against_two_servers_and_saves_both(vllm_server,
     from engine.results.store import RunStore
 
     runs = RunStore(tmp_path / "h.sqlite").list()
-    assert len(runs) == 2 and runs[0].extra.pair == runs[1].extra.pair
-    assert sorted(r.extra.pair_side for r in runs) == ["A", "B"]
+    assert len(runs) == 2 and runs[0].extra.side_by_side.pair == runs[1].extra.side_by_side.pair
+    assert sorted(r.extra.side_by_side.side for r in runs) == ["A", "B"]
 
 
 def test_the_cli_refuses_versus_without_two_servers_in_one_sentence(tmp_path):
@@ -403,7 +404,7 @@ def test_history_marks_a_pairs_two_runs(app):
     store = app.store
     runs = [_run(f"{side}: server", [_rec(0, 0.0, 0.2, 1.0)], 1.0) for side in "AB"]
     for side, run in zip("AB", runs):
-        run.extra.pair, run.extra.pair_side = "beef00112233", side
+        run.extra.side_by_side.pair, run.extra.side_by_side.side = "beef00112233", side
         store.save(run)
     try:
         at = app_page("app_pages/history.py")

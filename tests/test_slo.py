@@ -124,14 +124,14 @@ def test_goodput_is_kept_under_vllms_key_with_its_slo_and_exported():
     from engine.results.vllm_bench import from_bench_json, to_bench_json
 
     run = run_of(handcrafted(), 4.0)
-    assert run.summary.request_goodput is None and run.extra.slo_ms is None  # none asked for
+    assert run.summary.request_goodput is None and run.extra.slo.goodput_ms is None  # none asked for
     slo.record_goodput(run, DEFAULT_SLO)
-    assert run.summary.request_goodput == 0.5 and run.extra.slo_ms == {"ttft": 2000.0, "tpot": 100.0}
+    assert run.summary.request_goodput == 0.5 and run.extra.slo.goodput_ms == {"ttft": 2000.0, "tpot": 100.0}
     obj = json.loads(json.dumps(to_bench_json(run)))
     assert obj["request_goodput"] == 0.5  # where vllm bench serve --goodput writes it
     back = from_bench_json(obj)
-    assert back.summary.request_goodput == 0.5 and back.extra.slo_ms == {"ttft": 2000.0, "tpot": 100.0}
-    assert Notes.from_dict({"client": "aiohttp"}).slo_ms is None  # an older run reads back without one
+    assert back.summary.request_goodput == 0.5 and back.extra.slo.goodput_ms == {"ttft": 2000.0, "tpot": 100.0}
+    assert Notes.from_dict({"client": "aiohttp"}).slo.goodput_ms is None  # an older run reads back without one
 
 
 def test_the_cli_summary_says_goodput_when_an_slo_was_given():
@@ -161,7 +161,7 @@ def test_the_runner_keeps_each_runs_goodput_under_the_slo_it_was_given():
             spec, Target(srv.base_url, "ok"))
     assert saved == [run] and run.summary.completed == 6
     assert run.summary.request_goodput == pytest.approx(6 / run.duration)
-    assert run.extra.slo_ms == {"ttft": 60_000.0, "tpot": 60_000.0}
+    assert run.extra.slo.goodput_ms == {"ttft": 60_000.0, "tpot": 60_000.0}
 
 
 # -- a sweep's knee -------------------------------------------------------------------------------

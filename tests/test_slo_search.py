@@ -34,7 +34,7 @@ def test_bisection_finds_the_fakes_capacity():
     assert search.levels == [1, 16, 8, 4, 6, 5]  # low, high, then halving the gap
     assert [held for _, held, _ in search.tried] == [True, False, False, True, False, False]
     assert all(judge(r, SLO).meets == held for _, held, r in search.tried)  # the search's verdict is slo.py's
-    assert len(saved) == 6 and {r.extra.slo_search for r in saved} == {search.id}
+    assert len(saved) == 6 and {r.extra.slo.search for r in saved} == {search.id}
     assert "is 4: 5 did not" in search.said
 
 
@@ -104,8 +104,8 @@ def test_a_rate_search_stops_a_level_past_saturation_and_stays_below_capacity():
                                    tolerance=6.0, by="rate")
     assert [lv for lv, _, _ in search.tried][:2] == [2.0, 46.0], search.tried  # the lowest held, the top was tried
     top = search.tried[1][2]
-    assert top.extra.oversaturated and top.extra.cancelled
+    assert top.extra.slo.oversaturated and top.extra.cancelled
     assert len([r for r in top.measured if r.ok]) < 60  # stopped before every request was answered
     assert search.best is not None and search.best < 10 and search.above is not None
-    assert not search.tried[0][2].extra.oversaturated
+    assert not search.tried[0][2].extra.slo.oversaturated
     assert "requests/s" in search.said

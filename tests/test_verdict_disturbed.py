@@ -83,7 +83,7 @@ def test_the_rule_follows_the_disturbance_recorded_on_the_runs():
                           ({"seconds": 10.0, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4}, 0),
                           (None, 0), (QUIET, 0)):
         b2 = copy.deepcopy(b)
-        b2[0].extra.disturbance, b2[0].extra.chat_requests_beside = beside, chats
+        b2[0].extra.beside.disturbance, b2[0].extra.beside.chats = beside, chats
         v = verdict.compare_runs(a, b2, "output_throughput", name="x", label_a="A", label_b="B")
         assert (v.finding is None) == disturbance.disturbed(b2[0].extra), (beside, chats)
         assert (said(v.said).template == WITHHELD) == disturbance.disturbed(b2[0].extra)
@@ -94,7 +94,7 @@ def test_a_pair_of_single_runs_is_withheld_on_every_metric():
     a, b = _run("A: here", 0.2, tput=100.0), _run("B: there", 0.4, tput=100.0, beside={"other_requests": 5})
     for v in verdict.of_pair([a], [b], "A: here", "B: there"):
         assert v.finding is None and said(v.said).template == WITHHELD
-    b.extra.disturbance = QUIET
+    b.extra.beside.disturbance = QUIET
     ttft = next(v for v in verdict.of_pair([a], [b], "A: here", "B: there") if v.per == verdict.REQUESTS)
     assert ttft.finding is True and "beyond noise" in said(ttft.said).template
 
@@ -107,7 +107,7 @@ def test_the_naive_pages_speed_up_is_withheld_beside_a_disturbed_run():
         r.end_time += 3.0  # the naive loop: every answer 3 s slower
     fast = _run("vLLM", 0.2, tput=10.0)
     assert verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive").finding is True
-    naive.extra.chat_requests_beside = 2
+    naive.extra.beside.chats = 2
     v = verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive")
     assert v.beyond_noise is True and v.finding is None
     title, caption = speedup_said(v)

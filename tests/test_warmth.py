@@ -41,23 +41,23 @@ def test_the_cold_rule_on_a_sequence_of_runs():
     runner = Runner(lambda r: r)
     first, restarted = (Target("http://x", "m", instance=f"host pid 7 started {t} s after boot") for t in (1.0, 99.0))
     at10 = keep(runner, first, batch(10))
-    assert (at10.cold, at10.cold_why, at10.batch_size) == (True, warmth.FIRST, 10)
+    assert (at10.warmth.cold, at10.warmth.why, at10.warmth.batch_size) == (True, warmth.FIRST, 10)
     again = keep(runner, first, batch(10))
-    assert (again.cold, again.cold_why) == (False, warmth.EARLIER_RUN)
+    assert (again.warmth.cold, again.warmth.why) == (False, warmth.EARLIER_RUN)
     at16 = keep(runner, first, batch(16))
-    assert (at16.cold, at16.batch_size) == (True, 16)
+    assert (at16.warmth.cold, at16.warmth.batch_size) == (True, 16)
     after_restart = keep(runner, restarted, batch(10))
-    assert (after_restart.cold, after_restart.server_instance) == (True, restarted.instance)
+    assert (after_restart.warmth.cold, after_restart.warmth.instance) == (True, restarted.instance)
     warmed = keep(runner, restarted, batch(4, warmup=4))  # a warm-up at the measured size makes it warm
-    assert (warmed.cold, warmed.cold_why, warmed.warmup_batch_size) == (False, warmth.WARMED_UP, 4)
+    assert (warmed.warmth.cold, warmed.warmth.why, warmed.warmth.warmup_batch_size) == (False, warmth.WARMED_UP, 4)
     smaller_warmup = keep(runner, restarted, batch(8, warmup=2))  # a smaller warm-up does not
-    assert smaller_warmup.cold is True
+    assert smaller_warmup.warmth.cold is True
     assert "first batch of 10 in flight" in warmth.said(at10) and warmth.said(warmed).startswith("Warm: the warm-up")
 
 
 def test_a_server_that_does_not_say_which_start_it_is_leaves_runs_unknown():
     notes = keep(Runner(lambda r: r), Target("http://x", "m"), batch(10))
-    assert notes.cold is None and notes.batch_size == 10 and warmth.said(notes) is None
+    assert notes.warmth.cold is None and notes.warmth.batch_size == 10 and warmth.said(notes) is None
 
 
 def test_the_ledger_recalls_what_saved_runs_put_through_an_instance(tmp_path):
@@ -66,7 +66,7 @@ def test_the_ledger_recalls_what_saved_runs_put_through_an_instance(tmp_path):
     store.save(Runner(lambda r: r)._keep(run_of(batch(10)), target))
     ledger = WarmthLedger(lambda inst: recall_from((r.extra for r in store.list(kind="vllm")), inst))
     again = Runner(lambda r: r, warmth=ledger)._keep(run_of(batch(10)), target).extra  # e.g. the CLI, later
-    assert (again.cold, again.cold_why) == (False, warmth.EARLIER_RUN)
+    assert (again.warmth.cold, again.warmth.why) == (False, warmth.EARLIER_RUN)
 
 
 def test_older_runs_without_the_fields_read_back_as_unknown(tmp_path):
@@ -74,12 +74,12 @@ def test_older_runs_without_the_fields_read_back_as_unknown(tmp_path):
     old = run_of(batch(10))
     store.save(old)  # saved as before: no cold field
     assert "cold" not in old.extra.to_dict()
-    assert store.load(old.id).extra.cold is None and store.list()[0].extra.cold is None
+    assert store.load(old.id).extra.warmth.cold is None and store.list()[0].extra.warmth.cold is None
     cold = Runner(lambda r: r)._keep(run_of(batch(10)), Target("http://x", "m", instance="i"))
     store.save(cold)
     back = store.load(cold.id).extra
-    assert (back.cold, back.cold_why, back.batch_size, back.server_instance) == (True, "first", 10, "i")
-    assert Notes.from_dict({"cold": "yes"}).cold is None  # a value of the wrong type is kept aside, not believed
+    assert (back.warmth.cold, back.warmth.why, back.warmth.batch_size, back.warmth.instance) == (True, "first", 10, "i")
+    assert Notes.from_dict({"cold": "yes"}).warmth.cold is None  # a value of the wrong type is kept aside, not believed
 
 
 def test_the_warmup_cost_from_its_records():
@@ -117,8 +117,8 @@ def test_a_real_warmup_reports_its_cost_and_makes_the_run_warm(vllm_server):
     cost = warmth.warmup_cost(run.records)
     assert cost is not None and cost.requests == 3 and cost.seconds > 0 and cost.ttft_s is not None
     assert cost.said.startswith("The warm-up (3 requests,") and "the measured batch's TTFT was" in cost.said
-    assert (run.extra.cold, run.extra.cold_why, run.extra.batch_size) == (False, warmth.WARMED_UP, 3)
+    assert (run.extra.warmth.cold, run.extra.warmth.why, run.extra.warmth.batch_size) == (False, warmth.WARMED_UP, 3)
     cold = runner.load(LoadSpec(base_url="", model="", prompts=["Say hi."], shape="burst", num_requests=2,
                                 max_tokens=8), target)
     # this runner never saw 2 at once on this server (whatever others sent it: its memory is its own)
-    assert (cold.extra.cold, cold.extra.batch_size, warmth.warmup_cost(cold.records)) == (True, 2, None)
+    assert (cold.extra.warmth.cold, cold.extra.warmth.batch_size, warmth.warmup_cost(cold.records)) == (True, 2, None)

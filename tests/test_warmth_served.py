@@ -42,23 +42,23 @@ def test_traffic_from_elsewhere_makes_a_first_batch_warm():
     runner = Runner(lambda r: r)
     # thousands of requests from another client before the app's first run: not cold, and it says why
     notes = keep(runner, target, batch(10), served_before=4000, served_after=4010)
-    assert (notes.cold, notes.cold_why, notes.served_elsewhere) == (False, warmth.SERVED, 4000)
+    assert (notes.warmth.cold, notes.warmth.why, notes.warmth.served_elsewhere) == (False, warmth.SERVED, 4000)
     said = warmth.said(notes)
     assert values(said) == {"n": 4000, "batch": 10} and said.startswith("Warm") and "Cold" not in said
     # the app's own runs are not "elsewhere": nothing new since, so a first batch of 16 is cold
     again = keep(runner, target, batch(16), served_before=4010, served_after=4026)
-    assert (again.cold, again.cold_why, again.served_elsewhere) == (True, warmth.FIRST, 0)
+    assert (again.warmth.cold, again.warmth.why, again.warmth.served_elsewhere) == (True, warmth.FIRST, 0)
     # fewer others than the batch (a test query or two) leave a first batch cold
     few = keep(runner, target, batch(32), served_before=4028, served_after=4060)
-    assert (few.cold, few.served_elsewhere) == (True, 2)
+    assert (few.warmth.cold, few.warmth.served_elsewhere) == (True, 2)
 
 
 def test_a_fresh_server_is_still_cold_and_no_count_leaves_the_old_rule():
     runner = Runner(lambda r: r)
     fresh = keep(runner, Target("http://x", "m", instance="a"), batch(10), served_before=0, served_after=10)
-    assert (fresh.cold, fresh.cold_why) == (True, warmth.FIRST)
+    assert (fresh.warmth.cold, fresh.warmth.why) == (True, warmth.FIRST)
     silent = keep(runner, Target("http://y", "m", instance="b"), batch(10), served_before=None, served_after=None)
-    assert (silent.cold, silent.served_elsewhere) == (True, None)
+    assert (silent.warmth.cold, silent.warmth.served_elsewhere) == (True, None)
 
 
 def test_the_ledger_recalls_the_count_after_the_last_saved_run(tmp_path):
@@ -70,7 +70,7 @@ def test_the_ledger_recalls_the_count_after_the_last_saved_run(tmp_path):
     store.save(first._keep(run_of(batch(1)), target, 490))
     later = Runner(lambda r: r, warmth=WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm"))))
     notes = keep(later, target, batch(10), served_before=503, served_after=513)
-    assert (notes.cold, notes.served_elsewhere) == (True, 3)  # 3 others since: fewer than 10
+    assert (notes.warmth.cold, notes.warmth.served_elsewhere) == (True, 3)  # 3 others since: fewer than 10
 
 
 @pytest.mark.server
@@ -90,10 +90,10 @@ def test_a_real_server_that_served_other_traffic_is_not_called_cold(vllm_server)
     spec = LoadSpec(base_url="", model="", prompts=["Say hi."], shape="burst", num_requests=10, max_tokens=8)
     run = runner.load(spec, target)
     notes = run.extra
-    assert notes.batch_size == 10 and notes.served_before >= before + 12
-    assert (notes.cold, notes.cold_why) == (False, warmth.SERVED) and notes.served_elsewhere >= 12
+    assert notes.warmth.batch_size == 10 and notes.warmth.served_before >= before + 12
+    assert (notes.warmth.cold, notes.warmth.why) == (False, warmth.SERVED) and notes.warmth.served_elsewhere >= 12
     assert "Cold" not in warmth.said(notes)
     # its own batch is known now: a first batch of 11 from this runner, nothing sent elsewhere since, is cold
     spec11 = LoadSpec(base_url="", model="", prompts=["Say hi."], shape="burst", num_requests=11, max_tokens=8)
     eleven = runner.load(spec11, target).extra
-    assert (eleven.cold, eleven.served_elsewhere) == (True, 0)
+    assert (eleven.warmth.cold, eleven.warmth.served_elsewhere) == (True, 0)

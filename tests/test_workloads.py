@@ -259,7 +259,7 @@ def test_a_trace_at_time_scale_half_sends_at_half_the_gaps():
     assert all(r.ok for r in recs) and [r.output_tokens for r in recs] == [3, 4, 2, 5]
     assert [r.planned_time for r in recs] == pytest.approx([0.0, 0.2, 0.5, 0.6])
     assert all(r.send_time >= r.planned_time for r in recs)  # never before its time
-    assert result.extra.planned_sends == 4 and result.extra.late_sends is not None
+    assert result.extra.lateness.planned_sends == 4 and result.extra.lateness.late_sends is not None
 
 
 def test_trace_prompts_have_their_input_lengths_and_share_their_hash_blocks(tok):
@@ -313,7 +313,8 @@ def test_a_late_send_is_counted_and_said():
         s = spec(srv, shape="trace", prompts=["a", "b", "c"], offsets=[0.0, 0.05, 0.1])
         result = run_load(s, observer=SlowObserver())
     notes = result.extra
-    assert notes.planned_sends == 3 and notes.late_sends >= 2 and notes.send_lateness_p99_ms >= 150
+    late = notes.lateness
+    assert late.planned_sends == 3 and late.late_sends >= 2 and late.p99_ms >= 150
     assert "fell behind its schedule: " in lateness.said(notes)
     on_time = lateness.of([RequestRecord(index=i, prompt="", send_time=t + 0.001, planned_time=t) for i, t in
                            enumerate((0.0, 0.5))])
@@ -326,7 +327,7 @@ def test_a_poisson_run_records_its_plan_too():
     with FakeOpenAIServer() as srv:
         result = run_load(spec(srv, shape="poisson", rate=50.0, num_requests=6, seed=3))
     planned = [r.planned_time for r in sorted(result.measured, key=lambda r: r.index)]
-    assert planned == pytest.approx(poisson_offsets(6, 50.0, 3)) and result.extra.planned_sends == 6
+    assert planned == pytest.approx(poisson_offsets(6, 50.0, 3)) and result.extra.lateness.planned_sends == 6
 
 
 # -- arrivals: gamma and ramp-up ---------------------------------------------------------------------

@@ -191,7 +191,8 @@ def test_both_sides_of_a_pair_are_sent_the_same_plan_and_record_it(vllm_server):
     a, b = runner.side_by_side(Target.at(vllm_server.base_url), Target.at(vllm_server.base_url), spec)
     # the plan drawn again from the spec's own seed (seeds.reseed: no run meets another's prompts in the prefix cache)
     assert spec.workload == {**plan.summary, "seed": spec.prompt_seed}
-    assert a.extra.pair == b.extra.pair and a.load.workload == b.load.workload == spec.workload
+    assert a.extra.side_by_side.pair == b.extra.side_by_side.pair
+    assert a.load.workload == b.load.workload == spec.workload
     for run in (a, b):
         assert sorted(r.prompt for r in run.measured) == sorted(spec.prompts)
         assert all(r.ok and r.output_tokens == 8 for r in run.measured)

@@ -74,5 +74,5 @@ def test_synthetic_lengths_are_exact_on_the_server_and_a_trace_replays_on_its_cl
     assert [r.planned_time for r in recs] == pytest.approx([r.at_s * 0.25 for r in tr.rows[:12]])
     assert all(r.send_time >= r.planned_time for r in recs)
     assert [r.output_tokens for r in recs] == [r.output_tokens for r in tr.rows[:12]]
-    assert run.extra.planned_sends == 12 and run.extra.late_sends is not None
+    assert run.extra.lateness.planned_sends == 12 and run.extra.lateness.late_sends is not None
     assert run.load.workload["kind"] == "trace" and run.load.workload["time_scale"] == 0.25

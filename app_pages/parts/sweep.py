@@ -130,7 +130,7 @@ def sweep_live() -> None:
         _draw_sweep_server(job.id, job.status, i18n.lang())
         ui.failure_causes(job.result, prefix=True)
         for run in job.result:  # a cold level says so beside the charts that draw it
-            if run.extra.cold and (said := warmth.said(run.extra)):
+            if run.extra.warmth.cold and (said := warmth.said(run.extra)):
                 st.warning(ui.plain(_("{label}: {sentence}", label=run.label, sentence=said)),
                            icon=":material/ac_unit:")
         costs = [(f"{r.load.rate:g}/s" if rated else r.extra.sweep_level or r.load.concurrency, c)

@@ -44,13 +44,13 @@ def resolve(store, ref: str) -> list:
 def _ids_of(rows, name: str, sets) -> list[str]:
     if any(r.id == name for r in rows):
         return [name]
-    group = [r for r in rows if r.extra.repeat_group == name]
+    group = [r for r in rows if r.extra.repeat.group == name]
     if group:
-        return [r.id for r in sorted(group, key=lambda r: r.extra.repeat_index or 0)]
+        return [r.id for r in sorted(group, key=lambda r: r.extra.repeat.index or 0)]
     labelled = [r for r in rows if r.label == name]
     if labelled:  # newest first: the newest set of that label
         newest = sets(labelled)[0]
-        return [r.id for r in sorted(newest, key=lambda r: r.extra.repeat_index or 0)]
+        return [r.id for r in sorted(newest, key=lambda r: r.extra.repeat.index or 0)]
     prefixed = [r for r in rows if len(name) >= 6 and r.id.startswith(name)]
     if len(prefixed) == 1:
         return [prefixed[0].id]

@@ -313,7 +313,7 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None, by: str = "
             if v := verdict.compare_runs(first, runs, "output_throughput", name="Output throughput",
                                          label_a=first[0].label, label_b=runs[0].label):
                 say_line(v.said)
-    if len(results) == 2 and results[0].extra.pair and results[0].extra.pair == results[1].extra.pair:
+    if len(results) == 2 and results[0].extra.side_by_side.pair == results[1].extra.side_by_side.pair != "":
         a, b = results  # --versus: which server did better, only beyond the noise
         for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label)):
             say_line(v.said)

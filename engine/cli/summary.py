@@ -39,10 +39,10 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
         f"E2E latency mean / p99 {ms('mean_e2el_ms')} / {ms('p99_e2el_ms')}",
         *_by_turn(r),
     ]
-    n = r.extra
+    n = r.extra.kv
     if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
-        cap = f"{n.kv_cache_tokens:,} tokens, " if n.kv_cache_tokens else ""
-        peak = f"{n.peak_kv_usage:.0%}" if n.peak_kv_usage is not None else "–"
+        cap = f"{tokens:,} tokens, " if (tokens := r.extra.server.kv_cache_tokens) else ""
+        peak = f"{n.peak_usage:.0%}" if n.peak_usage is not None else "–"
         preempted = n.preemptions if n.preemptions is not None else "–"
         lines.append(f"KV cache               {cap}peak {peak} used, {preempted}"
                      f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
@@ -56,7 +56,7 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     if cold := warmth.said(r.extra):
         lines.append(f"  {cold}")
     lines += _server_and_energy(r)
-    slo = Slo.from_config(r.extra.slo_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
+    slo = Slo.from_config(r.extra.slo.goodput_ms)  # asked for with --slo-ttft-ms / --slo-tpot-ms
     if slo is not None and (verdict := judge(r, slo)) is not None:
         lines += [f"goodput                {significant(verdict.goodput)} req/s", f"  {verdict.said}"]
     return "\n".join(lines)
@@ -138,12 +138,12 @@ def _server_and_energy(r) -> list[str]:
             lines.append(f"  {server_time.BOUNDS}")
         if (t := server_time.of(r)) is not None and t.queue_dominates:
             lines += [f"  {m}" for m in server_time.said(r) if "--max-num-seqs" in m]
-    use = energy.use(r.extra.energy, r.summary.get("total_output_tokens"))
+    use = energy.use(r.extra.energy.reading, r.summary.get("total_output_tokens"))
     if use is not None and use.j_per_token is not None:
         lines.append(f"energy                 {use.j_per_token:.4f} J / output token, {use.tokens_per_j or 0:.2f} "
                      f"output tokens / J, {use.joules:,.1f} J ({energy.METHODS.get(use.method, use.method)})")
-    elif r.extra.energy_missing:
-        lines.append(f"energy                 – ({energy.missing_said(r.extra.energy_missing)})")
+    elif r.extra.energy.missing:
+        lines.append(f"energy                 – ({energy.missing_said(r.extra.energy.missing)})")
     from engine.measure.judge import speculation, utilization
 
     lines += [str(m) for m in (speculation.said(r), utilization.said(r), *utilization.why_absent(r)) if m]
@@ -157,7 +157,7 @@ def repeats_table(runs) -> str:
     from engine.measure.judge import failures, repeats
 
     lines = [f"== {len(runs)} repeats of {runs[0].label} ==" if runs[0].label else f"== {len(runs)} repeats =="]
-    if left := [r.extra.repeat_index for r in runs if r.extra.repeat_failed]:  # never a zero among the measured
+    if left := [r.extra.repeat.index for r in runs if r.extra.repeat.failed]:  # never a zero among the measured
         lines.append(f"  left out: repeat {', '.join(map(str, left))} (not every request answered)")
     runs = failures.counted_repeats(runs)
     for key, name in (("output_throughput", "output throughput (tok/s)"), ("mean_ttft_ms", "mean TTFT (ms)"),

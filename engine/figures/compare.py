@@ -57,7 +57,7 @@ def _color(run: Any, i: int) -> str:
 # -- step 4: tuning ---------------------------------------------------------------------------------
 
 def _kv_label(run: RunResult) -> str:
-    kv = run.extra.kv_cache_tokens
+    kv = run.extra.server.kv_cache_tokens
     if not kv:
         return ""
     if kv < 1e3:  # a squeezed cache (engine.measure.judge.kvcache): its tokens, not "0 k"
@@ -158,7 +158,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     if differ:
         cap.append(say("Careful: the runs also differ in {what}, not only in the server config.",
                        what=", ".join(differ)))
-    if any(r.extra.cold for r in runs):
+    if any(r.extra.warmth.cold for r in runs):
         cap.append(say("Cold runs (❄) measured a server's first batch of their size: their numbers include one-off "
                        "start-up work."))
     return finish(fig, say("Tuning: throughput and wall time per config"), cap, height=540, lang=lang)
@@ -166,9 +166,9 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
 
 def _warmth_label(run: RunResult) -> str:
     """Under a bar: cold (its server's first batch of that size), warm (after a warm-up), or nothing when unknown."""
-    if run.extra.cold is None:
+    if run.extra.warmth.cold is None:
         return ""
-    return say("❄ cold") if run.extra.cold else say("warm")
+    return say("❄ cold") if run.extra.warmth.cold else say("warm")
 
 
 # -- history ----------------------------------------------------------------------------------------
@@ -196,8 +196,8 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         lab = wrap(esc(run_label(r, lang)), width)
         if getattr(r, "started_at", 0):
             when = _when(r.started_at, lang)
-            if r.extra.repeat_index:  # repeats share a label and a minute: said which one each is
-                when += f" · {r.extra.repeat_index}/{r.extra.repeats or '?'}"
+            if r.extra.repeat.index:  # repeats share a label and a minute: said which one each is
+                when += f" · {r.extra.repeat.index}/{r.extra.repeat.total or '?'}"
             lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
         if lab in ticks:  # the same label in the same minute: the id's first characters that differ
             rid, k = str(getattr(r, "id", "")), 4

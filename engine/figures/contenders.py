@@ -206,7 +206,7 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     not_run = translate(say("not run yet"), lang)
 
     def tag(r: Any) -> str:  # short: a word would run past the panel (the caption says what it means)
-        return " ❄" if r is not None and r.extra.cold else ""
+        return " ❄" if r is not None and r.extra.warmth.cold else ""
 
     # Short panel titles (two long ones ran into each other over a half-width column); which way is better
     # is said on each axis.
@@ -248,7 +248,7 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
         cap = [say("No runs to show yet.")]
     if len(ran) >= 2 and n is None:
         cap.append(say("Careful: these runs answered different numbers of prompts."))
-    if any(r.extra.cold for _k, r in ran):
+    if any(r.extra.warmth.cold for _k, r in ran):
         cap.append(say("A run marked ❄ (cold) was the first batch of its size on its server: it can include start-up "
                        "work."))
     return finish(fig, say("The whole job: all prompts answered"), cap,

@@ -152,7 +152,8 @@ class _Writer:
 
     def cold_warm(self, run: RunResult) -> str:
         """As History's column: cold (its server's first batch of that size), warm, or blank when unknown."""
-        return "" if run.extra.cold is None else self.t(mark("❄ cold") if run.extra.cold else mark("warm"))
+        cold = run.extra.warmth.cold
+        return "" if cold is None else self.t(mark("❄ cold") if cold else mark("warm"))
 
     def ok_failed(self, run: RunResult) -> str:
         s = run.summary
@@ -264,7 +265,7 @@ class _Writer:
             out.append(self.t(" ".join(translate(x, self.lang) for x in check.sentences)))
         if limit := ceiling.run_ceiling(run):
             out.append(self.t(limit.sentence))
-        slo = Slo.from_config(run.extra.slo_ms)
+        slo = Slo.from_config(run.extra.slo.goodput_ms)
         if slo is not None and (verdict := judge(run, slo)) is not None and verdict.requests:
             out.append(self.t(verdict.said))
         if is_placeholder(run):
@@ -323,8 +324,8 @@ def _together(runs: Sequence[RunResult]) -> list:
                 out += [say("{run}: {sentence}", run=g[0].label, sentence=m) for m in spread.outliers_said]
     pairs: dict[str, list] = {}
     for r in runs:
-        if r.extra.pair:
-            pairs.setdefault(r.extra.pair, []).append(r)
+        if r.extra.side_by_side.pair:
+            pairs.setdefault(r.extra.side_by_side.pair, []).append(r)
     for a, b in (p for p in pairs.values() if len(p) == 2):
         out += [v.said for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label))]
     return out

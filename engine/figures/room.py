@@ -30,7 +30,7 @@ MAX_TICKS = 40  # token ticks per request beyond which they blur into the bar
 
 def _names(run: RunResult) -> dict[int, str]:
     """Each request's attendee by its index ('#3' where the run does not name them)."""
-    names = run.extra.attendees or []
+    names = run.extra.room.attendees or []
     return {r.index: str(names[r.index]) if r.index < len(names) else f"#{r.index + 1}" for r in run.records}
 
 

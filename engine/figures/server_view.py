@@ -118,7 +118,7 @@ def _none_said(run: Any) -> Any:
     its energy or why it has none: its server published no histograms (judge.server_time's sentence). One that
     holds neither may be older than that reading, so the sentence says both."""
     n = run.extra
-    if n.server_view is None and n.energy is None and not n.energy_missing:
+    if n.server_view is None and n.energy.reading is None and not n.energy.missing:
         return say("This run holds no histograms of the server's: its server published none on /metrics, or the run "
                    "was saved before this app read them. Where the time went inside the server is not known.")
     return server_time.said(run)[0]  # with no view, its one sentence
@@ -149,7 +149,7 @@ def _output_tokens(run: Any) -> int | None:
 
 def j_per_token(run: Any) -> float | None:
     """The run's joules per output token (a RunResult or a history row); None without an energy reading."""
-    u = energy.use(getattr(run.extra, "energy", None), _output_tokens(run))
+    u = energy.use(run.extra.energy.reading, _output_tokens(run))
     return None if u is None else u.j_per_token
 
 
@@ -157,10 +157,10 @@ def energy_line(run: Any, *, lang: str = "en", price_per_kwh: float | None = Non
     """The run's energy in one line: what its measured part used by which method, per output token and per joule
     (and its cost at `price_per_kwh`), the power before it; or why there is no reading; None for a run that
     recorded neither (saved before energy was read, or the naive baseline)."""
-    u = energy.use(getattr(run.extra, "energy", None), _output_tokens(run), price_per_kwh)
+    u = energy.use(run.extra.energy.reading, _output_tokens(run), price_per_kwh)
     if u is not None:
         return " ".join(translate(m, lang) for m in energy.said(u))
-    if why := getattr(run.extra, "energy_missing", ""):
+    if why := run.extra.energy.missing:
         return translate(energy.missing_said(why), lang)
     return None
 
@@ -169,6 +169,6 @@ def energy_cost_line(run: Any, price_per_kwh: float | None, *, lang: str = "en")
     """What the run's measured energy cost at this viewer's price per kWh; None without a price or a reading."""
     if price_per_kwh is None:
         return None
-    u = energy.use(getattr(run.extra, "energy", None), _output_tokens(run), price_per_kwh)
+    u = energy.use(run.extra.energy.reading, _output_tokens(run), price_per_kwh)
     said = energy.cost_said(u) if u is not None else None
     return translate(said, lang) if said is not None else None

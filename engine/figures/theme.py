@@ -90,7 +90,7 @@ def caption_said(fig: go.Figure) -> list:
 
 def is_placeholder(run: RunResult | RunRow) -> bool:
     """True for the shape-only Llama 3 8B (random weights): its text means nothing."""
-    return run.extra.placeholder_text or "shape-only" in (run.model or "").lower()
+    return run.extra.server.placeholder_text or "shape-only" in (run.model or "").lower()
 
 
 def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder: bool = False,

@@ -247,7 +247,7 @@ def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
                     say("{text} One after another would have taken {x}× as long ({interval}; {how}).", **values)) \
                 if claim else say("{text} The difference is within this machine's noise ({interval}; {how}).",
                                   text=text, interval=v.interval or "–", how=how) if claim == 0 else text
-        if any(r.extra.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
+        if any(r.extra.warmth.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
             text = say("{text} (Cold: the server's first batch of 10, so it includes one-off start-up work.)",
                        text=text)
         add(title, _with_busy(text, both), True, claim)
@@ -285,7 +285,8 @@ def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
     runs, so the heading says "No verdict" and the sentence judges nothing either."""
     a, b, v = t["a"], t["b"], t["verdict"]
     cpu = (a[0].config or {}).get("device") == "cpu"
-    waited = [any((r.extra.peak_waiting or 0) > 0 or (r.extra.preemptions or 0) > 0 for r in side) for side in (a, b)]
+    waited = [any((r.extra.kv.peak_waiting or 0) > 0 or (r.extra.kv.preemptions or 0) > 0 for r in side)
+              for side in (a, b)]
     beyond = v is not None and v.beyond_noise
     if busy:
         verdict_said = say("not judged, because something else ran beside the measurement")

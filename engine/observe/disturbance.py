@@ -3,8 +3,8 @@ its numbers. Over the measured part (`CpuWatch`): the CPU other programs used (t
 /proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
 psutil) and the CPU time the hypervisor took (steal); from the server's own served count, the requests another
 client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
-(Notes.chat_requests_beside). Two readings, one at each end of the measured part: nothing runs beside the
-measurement. Kept in Notes.disturbance (a dict: it goes through every save, export and import as it is)."""
+(Notes.beside.chats). Two readings, one at each end of the measured part: nothing runs beside the
+measurement. Kept in Notes.beside.disturbance (a dict: it goes through every save, export and import as it is)."""
 from __future__ import annotations
 
 import os
@@ -86,7 +86,7 @@ class CpuWatch:
 
 def record(cpu: dict[str, Any] | None, served_before: int | None, served_after: int | None,
            sent: int) -> dict[str, Any] | None:
-    """What Notes.disturbance keeps: the CPU reading, and the requests the server served from before the run's
+    """What Notes.beside.disturbance keeps: the CPU reading, and the requests the server served from before the run's
     warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
     neither is known."""
     out = dict(cpu or {})
@@ -106,14 +106,14 @@ def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
 
 def disturbed(notes: Any) -> bool:
     """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
-    d = notes.disturbance or {}
-    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.chat_requests_beside)
+    d = notes.beside.disturbance or {}
+    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.beside.chats)
 
 
 def said(notes: Any) -> Message | None:
     """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
     these numbers."; None for a quiet run (or one measured before this was recorded)."""
-    d = notes.disturbance or {}
+    d = notes.beside.disturbance or {}
     others, steal = _cpu_disturbed(d)
     what: list[Message] = []
     if others:
@@ -124,7 +124,7 @@ def said(notes: Any) -> Message | None:
     if n := d.get("other_requests"):
         what.append(say_n("the server answered {n} request from another client",
                           "the server answered {n} requests from another client", n))
-    if n := notes.chat_requests_beside:
+    if n := notes.beside.chats:
         what.append(say_n("{n} chat answer streamed beside it", "{n} chat answers streamed beside it", n))
     if not what:
         return None

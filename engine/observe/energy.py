@@ -43,7 +43,7 @@ def _rapl_range(d: Path) -> float | None:
 
 class EnergyMeter:
     """Reads energy around one measured part: `idle()` before the warm-up, `start()` when it measures,
-    `stop()` after the last request returns the record (Notes.energy) or None (`method` None: no meter)."""
+    `stop()` after the last request returns the record (Notes.energy.reading) or None (`method` None: no meter)."""
 
     def __init__(self, nv: Any = None, powercap: Path = POWERCAP, interval_s: float = 0.1,
                  idle_s: float = 0.25) -> None:
@@ -171,7 +171,7 @@ class EnergyUse:
 
 
 def use(energy: dict | None, output_tokens: int | None, price_per_kwh: float | None = None) -> EnergyUse | None:
-    """A run's EnergyUse from its Notes.energy and its output tokens; None without a reading."""
+    """A run's EnergyUse from its Notes.energy.reading and its output tokens; None without a reading."""
     if not energy or energy.get("joules") is None:
         return None
     return EnergyUse(float(energy["joules"]), int(output_tokens or 0), float(energy.get("seconds") or 0.0),

@@ -61,19 +61,19 @@ class KvWatch:
             return result
         after = self.read(self.base_url, self.api_key)
         self._note(after)
-        notes = result.extra
+        kv, server = result.extra.kv, result.extra.server
         a, b = (self.before or {}).get("preemptions_total"), (after or {}).get("preemptions_total")
         if a is not None and b is not None and b >= a:  # a counter that went down: the server restarted
-            notes.preemptions = round(b - a)
+            kv.preemptions = round(b - a)
         if self.peak_waiting is not None:
-            notes.peak_waiting = round(self.peak_waiting)
+            kv.peak_waiting = round(self.peak_waiting)
         if self.peak_kv is not None:
-            notes.peak_kv_usage = round(self.peak_kv, 4)
+            kv.peak_usage = round(self.peak_kv, 4)
         cap = after or self.before
-        if (tokens := cap.get("kv_capacity_tokens")) and notes.kv_cache_tokens is None:
-            notes.kv_cache_tokens = round(tokens)
+        if (tokens := cap.get("kv_capacity_tokens")) and server.kv_cache_tokens is None:
+            server.kv_cache_tokens = round(tokens)
         if blocks := cap.get("kv_blocks"):
-            notes.kv_blocks = round(blocks)
+            kv.blocks = round(blocks)
         if size := cap.get("kv_block_size"):
-            notes.kv_block_size = round(size)
+            kv.block_size = round(size)
         return result

@@ -15,11 +15,12 @@ from typing import Any, Iterator
 from engine.errors import LabError
 from engine.messages import mark, say
 from engine.results.credentials import scrub, scrub_run, scrub_text
-from engine.results.records import RunResult, RunRow, is_sane_time
+from engine.results.records import V5_KEYS, Notes, RunResult, RunRow, is_sane_time
 from engine.results.validation import Invalid, RunDamaged, checked_run, quote
 
-SCHEMA_VERSION = 5  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
-# 4: requests.conversation, turn, planned_time (multi-turn chats, planned sends); 5: requests.slot_wait (a cap)
+SCHEMA_VERSION = 6  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
+# 4: requests.conversation, turn, planned_time (multi-turn chats, planned sends); 5: requests.slot_wait (a cap);
+# 6: runs.extra in parts by concept (records.Notes), no longer flat
 
 _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS runs (
@@ -148,6 +149,8 @@ def migrate(conn: sqlite3.Connection, path: Path) -> bool:
                              ("planned_time", "REAL"), ("slot_wait", "REAL")):
             if column not in have:  # NULL: not reported, or a run saved before the column
                 conn.execute(f"ALTER TABLE requests ADD COLUMN {column} {kind}")
+        if version < 6:
+            _notes_in_parts(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     # The old pages are still in the WAL until a checkpoint copies the clean ones over them.
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -174,6 +177,17 @@ def _remove_stored_secrets(conn: sqlite3.Connection) -> None:
     for run_id, seq, error in errors:
         if isinstance(error, str) and scrub_text(error) != error:
             conn.execute("UPDATE requests SET error=? WHERE run_id=? AND seq=?", (scrub_text(error), run_id, seq))
+
+
+def _notes_in_parts(conn: sqlite3.Connection) -> None:
+    """Schema 6: every stored run's notes rewritten from schema 5's flat keys into their parts (Notes.V5_KEYS)."""
+    for run_id, text in conn.execute("SELECT id, extra FROM runs").fetchall():
+        try:
+            flat = json.loads(text) if isinstance(text, str) and text else None
+        except (ValueError, RecursionError):
+            continue  # unreadable: the page shows the run as damaged, to be deleted
+        if isinstance(flat, dict) and any(k in V5_KEYS for k in flat):
+            conn.execute("UPDATE runs SET extra=? WHERE id=?", (_dumps(Notes.from_dict(flat).to_dict()), run_id))
 
 
 # -- writing (inside the caller's transaction) --------------------------------------------------------

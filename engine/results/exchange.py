@@ -80,10 +80,10 @@ def run_row(run: RunResult) -> dict[str, Any]:
     per-run CSV's row and what History's compare table shows."""
     bench = to_bench_json(run)
     run = scrub_run(run)
-    cold = run.extra.cold
+    cold = run.extra.warmth.cold
     ours = {"run_id": run.id, "scenario": run.scenario,
             "warmth": "" if cold is None else "cold" if cold else "warm",
-            "server": run.extra.endpoint or ("imported" if run.extra.imported_from else "this app's server"),
+            "server": run.extra.server.endpoint or ("imported" if run.extra.imported_from else "this app's server"),
             "hardware": str(run.hardware.get("summary") or ""), "command": run.command}
     return {k: ours[k] if k in ours else bench.get(k) for k in RUN_CSV_COLUMNS}
 

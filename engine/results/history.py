@@ -20,14 +20,14 @@ class SavedPair:
 
 
 def entries(rows: list[RunRow], each: bool = False) -> list[list[RunRow]]:
-    """History's lines: each run alone, except the repeats of one load test (Runner.repeat's Notes.repeat_group),
+    """History's lines: each run alone, except the repeats of one load test (Runner.repeat's Notes.repeat.group),
     which share one line where the newest of them stands, in repeat order; `each`: every run on its own line."""
     if each:
         return [[r] for r in rows]
     out: list[list[RunRow]] = []
     groups: dict[str, list[RunRow]] = {}
     for r in rows:
-        key = r.extra.repeat_group
+        key = r.extra.repeat.group
         if key and not r.problem:
             if key not in groups:
                 groups[key] = []
@@ -36,7 +36,7 @@ def entries(rows: list[RunRow], each: bool = False) -> list[list[RunRow]]:
         else:
             out.append([r])
     for g in groups.values():
-        g.sort(key=lambda r: r.extra.repeat_index or 0)
+        g.sort(key=lambda r: r.extra.repeat.index or 0)
     return out
 
 
@@ -96,10 +96,10 @@ class History:
     def pair_of(self, run_id: str) -> list[RunResult]:
         """A saved side-by-side run and its partner, A first ([] for a run not measured in a pair)."""
         run = self.run(run_id)
-        if not run.extra.pair:
+        if not run.extra.side_by_side.pair:
             return []
-        rows = [r for r in self.runs() if r.extra.pair == run.extra.pair and not r.problem]
-        return [self.run(r.id) for r in sorted(rows, key=lambda r: r.extra.pair_side)]
+        rows = [r for r in self.runs() if r.extra.side_by_side.pair == run.extra.side_by_side.pair and not r.problem]
+        return [self.run(r.id) for r in sorted(rows, key=lambda r: r.extra.side_by_side.side)]
 
     def export_json(self, ids: list[str] | None = None) -> str:
         """The runs (None: all) as `vllm bench serve`-style JSON, damaged ones and secrets left out."""

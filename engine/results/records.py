@@ -2,15 +2,24 @@
 See docs/internals.md#records."""
 from __future__ import annotations
 
-import math
 import re
 import time
-import types
-import typing
 import uuid
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
 from engine.messages import Message, from_json, mark, to_json
 
@@ -77,211 +86,356 @@ class RequestRecord:
         return RequestRecord(**{k: v for k, v in d.items() if k in RequestRecord.__dataclass_fields__})
 
 
-class _Typed:
-    """Known fields typed, everything else in `other`; to_dict() gives back the stored shape."""
+def _whole(v: Any) -> Any:
+    """A whole number stored as a float (3.0) is the int it was; 1.5 stays a float, and is refused."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
 
-    RENAMED: ClassVar[dict[str, str]] = {}  # a key it was saved under -> the field
-    other: dict[str, Any]
 
+# A count: an int (a bool or a fraction is no count), also when a file holds it as 3.0
+Int = Annotated[int, BeforeValidator(_whole)]
+
+
+class Part(BaseModel):
+    """A typed part of a run's record. Loading never fails: a value of the wrong type (or a key this version does
+    not know) is kept aside in `other`, where it is written back from; `to_dict()` gives the stored shape (a
+    field at its default is left out). Strict: a bool is no number, "1500" no count."""
+
+    model_config = ConfigDict(strict=True)
+    other: dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def from_dict(cls, d: Any) -> Any:
-        if isinstance(d, cls):
-            return d
-        hints = typing.get_type_hints(cls)
-        known: dict[str, Any] = {}
-        other: dict[str, Any] = {}
-        for k, v in (d or {}).items() if isinstance(d, dict) else ():
-            name = cls.RENAMED.get(k, k)
-            if name in hints and name != "other" and name not in known and _fits(v, hints[name]):
-                known[name] = v
-            else:
-                other[k] = v
-        return cls(**known, other=other)
+    def _kept_aside(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, dict):
+            return handler(data)  # refused: the part that holds this one keeps it aside
+        data = cls._upgraded(data)
+        known = {k: v for k, v in data.items() if k in cls.model_fields and k != "other"}
+        other = {k: v for k, v in data.items() if k not in known}
+        while True:
+            try:
+                part = handler(known)
+            except ValidationError as e:
+                wrong = {err["loc"][0] for err in e.errors() if err["loc"] and err["loc"][0] in known}
+                if not wrong:
+                    raise
+                other.update({k: known.pop(k) for k in wrong})  # type: ignore[misc]
+                continue
+            part.other = other
+            return part
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)  # type: ignore[arg-type]
-               if f.name != "other" and getattr(self, f.name) != _default(f)}
+    @model_serializer(mode="wrap")
+    def _with_other(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out = handler(self)
         return {**out, **{k: v for k, v in self.other.items() if k not in out}}
 
+    @classmethod
+    def _upgraded(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """`d` as this version names its keys (a part read from an older shape says how)."""
+        return d
 
-def _default(f: Any) -> Any:
-    return f.default_factory() if callable(f.default_factory) else f.default
+    @classmethod
+    def from_dict(cls, d: Any) -> Self:
+        """The part from its stored shape (a dict; anything else reads as nothing said)."""
+        return d if isinstance(d, cls) else cls.model_validate(d if isinstance(d, dict) else {})
 
-
-def _fits(v: Any, hint: Any) -> bool:
-    """Whether a stored value has the field's type (bool is no number, an int is a float)."""
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        return any(_fits(v, h) for h in typing.get_args(hint))
-    if hint is type(None):
-        return v is None
-    base = typing.get_origin(hint) or hint
-    if base is Any:
-        return True
-    if base in (int, float):
-        number = isinstance(v, (int, float)) and not isinstance(v, bool)
-        return number and (base is float or (math.isfinite(v) and v == int(v)))
-    return isinstance(v, base)
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values, the fields at their defaults left out."""
+        return self.model_dump(exclude_defaults=True)
 
 
-@dataclass
-class Load(_Typed):
+def _renamed(d: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """`d` with keys it was saved under given their field's name (where that name is not there already)."""
+    out = {}
+    for k, v in d.items():
+        name = names.get(k, k)
+        out[k if name in d or name in out else name] = v
+    return out
+
+
+class Load(Part):
     """What a run sent: its arrival pattern and size (`RunResult.load`)."""
 
-    RENAMED: ClassVar[dict[str, str]] = {"mode": "shape", "requests": "num_requests", "num_prompts": "num_requests",
-                                         "max_concurrency": "concurrency", "request_rate": "rate"}
     shape: str = ""  # load generator: sequential | concurrency | burst | poisson; naive: sequential | static-batch
-    num_requests: int | None = None
-    concurrency: int | None = None  # the limit on requests in flight (vllm bench serve: max_concurrency)
+    num_requests: Int | None = None
+    concurrency: Int | None = None  # the limit on requests in flight (vllm bench serve: max_concurrency)
     rate: float | None = None  # requests/s of poisson arrivals (vllm bench serve: request_rate, inf = all at once)
-    max_tokens: int | None = None
+    max_tokens: Int | None = None
     ignore_eos: bool = False
     temperature: float | None = None
-    warmup: int = 0  # requests sent before the measured part
+    warmup: Int = 0  # requests sent before the measured part
     endpoint: str = ""  # chat | completions
     base_url: str = ""
     backend: str = ""  # a vllm bench serve file's
     burstiness: float | None = None  # gamma arrivals' shape (1: Poisson), as vllm bench serve's --burstiness
-    prompts: list = field(default_factory=list)
+    prompts: list = Field(default_factory=list)
     # what a workload of engine.measure.workloads sent, never its file: kind, file name, rows, sha256, lengths
     workload: dict | None = None
-    other: dict[str, Any] = field(default_factory=dict)  # timeouts, seed, client processes, ...
+    # `other`: timeouts, seed, client processes, ...
+
+    @classmethod
+    def _upgraded(cls, d: dict[str, Any]) -> dict[str, Any]:
+        return _renamed(d, {"mode": "shape", "requests": "num_requests", "num_prompts": "num_requests",
+                            "max_concurrency": "concurrency", "request_rate": "rate"})
 
 
-@dataclass
-class Notes(_Typed):
-    """What surrounded a run: the server, the client, a cancel, chat beside it, the naive worker
-    (`RunResult.extra`)."""
+# -- a run's notes, one part per concept ---------------------------------------------------------------
 
-    cancelled: bool = False
+class ServerNotes(Part):
+    """The server it ran against, as it was at startup."""
+
     endpoint: str = ""  # the address of a server this app did not start (no key, user or query in it)
     keyed: bool = False  # an API key was sent to it (whether, never which: for the code behind the run)
     placeholder_text: bool = False  # random weights (shape-only model): the text means nothing
-    kv_cache_tokens: int | None = None  # the server's KV capacity at startup
-    max_concurrency_reported: float | None = None  # vLLM's "maximum concurrency" at startup
-    # The KV cache over the measured part (engine.measure.judge.kvcache.KvWatch): its blocks, the preemptions
-    # (vllm:num_preemptions_total's rise), the most requests waiting and the fullest it got (0-1)
-    kv_blocks: int | None = None
-    kv_block_size: int | None = None
-    preemptions: int | None = None
-    peak_waiting: int | None = None
-    peak_kv_usage: float | None = None
-    sweep_level: int | None = None
-    # A rate-based run's sends against its schedule (engine.measure.judge.lateness): how many had a planned time,
-    # how many went out more than LATE_S after it, and the 99th percentile of the lateness (ms)
-    planned_sends: int | None = None
-    late_sends: int | None = None
-    send_lateness_p99_ms: float | None = None
-    # Two servers measured at once on one clock (engine.runs.Runner.side_by_side): the pair's shared id and
-    # this run's side, "A" (the app's server) or "B" (the one given by URL); "" for a run on its own
-    pair: str = ""
-    pair_side: str = ""
-    series: str = ""  # which line of a sweep chart (default: the scenario)
-    # A round of the room (engine.room): the round's id, shared by its two runs (the attendees' requests as they
-    # pressed, then the same requests one at a time), and each request's attendee by the request's index
-    room_round: str = ""
-    attendees: list = field(default_factory=list)
-    chat_requests_beside: int = 0  # chat answers streamed while it measured
-    # What else ran beside the measured part (engine.observe.disturbance): its length and the machine's cores, the
-    # CPU other programs used and the hypervisor took (cores on average), the requests another client sent the
-    # server; None: not watched (a run saved before this field, an import)
+    kv_cache_tokens: Int | None = None  # the server's KV capacity at startup
+    max_concurrency: float | None = None  # vLLM's "maximum concurrency" at startup
+
+
+class ModelSize(Part):
+    """What one decode step of the model reads (engine.measure.judge.ceiling.model_bytes), for its ceiling."""
+
+    weights: Int | None = None  # bytes
+    kv_per_token: Int | None = None  # bytes of KV cache per token of context
+
+
+class KvCache(Part):
+    """The KV cache over the measured part (engine.measure.judge.kvcache.KvWatch)."""
+
+    blocks: Int | None = None
+    block_size: Int | None = None
+    preemptions: Int | None = None  # vllm:num_preemptions_total's rise
+    peak_waiting: Int | None = None  # the most requests waiting
+    peak_usage: float | None = None  # the fullest it got (0-1)
+
+
+class Lateness(Part):
+    """A rate-based run's sends against its schedule (engine.measure.judge.lateness)."""
+
+    planned_sends: Int | None = None  # how many had a planned time
+    late_sends: Int | None = None  # how many went out more than LATE_S after it
+    p99_ms: float | None = None  # the 99th percentile of the lateness
+
+
+class SideBySide(Part):
+    """Two servers measured at once on one clock (engine.runs.Runner.side_by_side)."""
+
+    pair: str = ""  # the pair's shared id; "" for a run on its own
+    side: str = ""  # "A" (the app's server) or "B" (the one given by URL)
+
+
+class RoomRound(Part):
+    """A round of the room (engine.room): its id, shared by its two runs (the attendees' requests as they pressed,
+    then the same requests one at a time), and each request's attendee by the request's index."""
+
+    round: str = ""
+    attendees: list = Field(default_factory=list)
+
+
+class Beside(Part):
+    """What else ran beside the measured part."""
+
+    chats: Int = 0  # chat answers streamed while it measured
+    # engine.observe.disturbance: its length and the machine's cores, the CPU other programs used and the hypervisor
+    # took (cores on average), the requests another client sent the server; None: not watched (older runs, imports)
     disturbance: dict | None = None
-    # The server's own count of the output tokens (vllm:generation_tokens_total's rise from the measured
-    # part's start to its end) and the client's over the same requests (engine.measure.judge.token_check.token_check)
-    server_output_tokens: int | None = None
-    client_output_tokens: int | None = None
-    server_count_missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
-    # vLLM's prefix cache over the measured part, in prompt tokens: the rise of vllm:prefix_cache_hits_total
-    # (found in the cache) and of vllm:prefix_cache_queries_total (looked up); None: not published or reset
-    prefix_cache_hits: int | None = None
-    prefix_cache_queries: int | None = None
-    # The server's own view of the measured part (engine.observe.histograms.view): vLLM's queue /
-    # prefill / decode / inference / TTFT / ITL / TPOT / E2E histograms' deltas (exact means, bucket-estimated
-    # percentiles), its engine steps' tokens and mean batch, and the histograms it did not export; None: no
-    # /metrics (or a run saved before this field)
-    server_view: dict | None = None
-    # The energy the measured part used (engine.observe.energy.EnergyMeter: NVML's counter, NVML power samples
-    # or RAPL, with the method and the idle power before the run); energy_missing: why there is none
-    energy: dict | None = None
-    energy_missing: str = ""  # "no-meter" (neither NVML energy nor readable RAPL here)
-    # One of N repeats of the same spec (engine.runs.Runner.repeat): the group's id, this run's 1-based index and
-    # N, and whether the prefix cache was reset before it (None: not asked, or the first; False: the server refused)
-    repeat_group: str = ""
-    repeat_index: int | None = None
-    repeats: int | None = None
-    prefix_cache_reset: bool | None = None
-    repeat_failed: bool = False  # it did not answer every request it planned: left out of the repeats' statistics
-    # A level of an SLO search (engine.runs.Runner.slo_search): the search's id, and whether the level was
-    # stopped early as past saturation (requests in flight and TTFT both still growing)
-    slo_search: str = ""
-    oversaturated: bool = False
-    # made by a rehearsal of the guided lab (its sheet's id, engine.guide.rehearsal); "": the room's
-    rehearsal: str = ""
+
+
+class TokenCount(Part):
+    """The server's own count of the output tokens (vllm:generation_tokens_total's rise over the measured part) and
+    the client's over the same requests (engine.measure.judge.token_check)."""
+
+    server: Int | None = None
+    client: Int | None = None
+    missing: str = ""  # why there is no server count: "no-metrics" | "counter-reset"
+
+
+class PrefixCache(Part):
+    """vLLM's prefix cache over the measured part, in prompt tokens; None: not published or reset."""
+
+    hits: Int | None = None  # vllm:prefix_cache_hits_total's rise (found in the cache)
+    queries: Int | None = None  # vllm:prefix_cache_queries_total's rise (looked up)
+
+
+class Energy(Part):
+    """The energy the measured part used (engine.observe.energy.EnergyMeter: NVML's counter, NVML power samples or
+    RAPL, with the method and the idle power before the run), or why there is none."""
+
+    reading: dict | None = None
+    missing: str = ""  # "no-meter" (neither NVML energy nor readable RAPL here) | "elsewhere" (another machine's)
+
+
+class Repeat(Part):
+    """One of N repeats of the same spec (engine.runs.Runner.repeat)."""
+
+    group: str = ""  # the group's id
+    index: Int | None = None  # 1-based
+    total: Int | None = None  # N
+    prefix_cache_reset: bool | None = None  # emptied before it (None: not asked, or the first; False: refused)
+    failed: bool = False  # it did not answer every request it planned: left out of the repeats' statistics
+
+
+class SloNotes(Part):
+    """The SLO a run was judged by, and a level of an SLO search (engine.runs.Runner.slo_search)."""
+
+    search: str = ""  # the search's id
+    oversaturated: bool = False  # the level was stopped early as past saturation
     # the SLO summary.request_goodput was judged by, as vllm bench serve's --goodput takes it ({"ttft": ms, ...});
     # None: no goodput was asked for (engine.measure.judge.slo)
-    slo_ms: dict | None = None
-    # What one decode step of the model reads (engine.measure.judge.ceiling.model_bytes), for its ceiling: the
-    # weights, and the KV cache per token of context
-    weight_bytes: int | None = None
-    kv_token_bytes: int | None = None
-    # Cold or warm (engine.measure.judge.warmth): the server instance it ran on (its pid and start time), the most
-    # requests in flight in its measured part and in its warm-up, and whether the measured batch was the first
-    # of its size there (cold_why: "first" | "warm-up" | "earlier-run" | "served"); None: unknown (older runs, imports)
-    server_instance: str = ""
-    batch_size: int | None = None
-    warmup_batch_size: int | None = None
-    cold: bool | None = None
-    cold_why: str = ""
-    # a tuning row whose server already ran its settings: measured on it as it was, not restarted
-    not_restarted: bool = False
-    # The server's own count of requests served since it started (vllm:request_success_total) before the run
-    # and after it, and how many of those before it this app's runs had not sent (cold_why "served"); None: unknown
-    served_before: int | None = None
-    served_after: int | None = None
-    served_elsewhere: int | None = None
-    imported_from: str = ""
-    label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
-    client: str = ""  # the load generator's transport
-    client_workers: int | None = None
-    client_errors: list = field(default_factory=list)
-    # The requests the run meant to send (a multi-turn chat's every turn), so its counts add up
-    # (engine.measure.judge.failures.counts); the connections the client could hold at once (its open-file limit,
-    # engine.measure.load.request.connection_budget) and how many measured requests waited for one
-    planned_requests: int | None = None
-    client_connections: int | None = None
-    client_waits: int | None = None
-    # the naive baseline's worker
+    goodput_ms: dict | None = None
+
+
+class Warmth(Part):
+    """Cold or warm (engine.measure.judge.warmth); None: unknown (older runs, imports)."""
+
+    instance: str = ""  # the server instance it ran on (its pid and start time)
+    batch_size: Int | None = None  # the most requests in flight in its measured part
+    warmup_batch_size: Int | None = None  # ... and in its warm-up
+    cold: bool | None = None  # the measured batch was the first of its size there
+    why: str = ""  # "first" | "warm-up" | "earlier-run" | "served"
+    # the server's own count of requests served since it started (vllm:request_success_total) before the run and
+    # after it, and how many of those before it this app's runs had not sent (why "served")
+    served_before: Int | None = None
+    served_after: Int | None = None
+    served_elsewhere: Int | None = None
+
+
+class LoadClient(Part):
+    """The load generator's side (engine.measure.load)."""
+
+    name: str = ""  # its transport
+    workers: Int | None = None  # client processes
+    errors: list = Field(default_factory=list)
+    # the requests the run meant to send (a multi-turn chat's every turn), so its counts add up
+    # (engine.measure.judge.failures.counts)
+    planned_requests: Int | None = None
+    # the connections it could hold at once (its open-file limit, engine.measure.load.request.connection_budget)
+    # and how many measured requests waited for one
+    connections: Int | None = None
+    waits: Int | None = None
+
+
+class NaiveWorker(Part):
+    """The naive baseline's worker process (engine.measure.baseline.naive)."""
+
     memory: dict | None = None
     warmup_s: float | None = None
     load_s: float | None = None
-    params: int | None = None
+    params: Int | None = None
     dtype: str = ""
     dtype_reason: str | None = None
     device: str = ""
     device_name: str | None = None
-    worker_pid: int | None = None
-    worker_exit_code: int | None = None
+    worker_pid: Int | None = None
+    worker_exit_code: Int | None = None
     timing: str = ""  # how its request times were taken
-    notes: list = field(default_factory=list)
+    notes: list = Field(default_factory=list)
     error: str | None = None
-    log_tail: list = field(default_factory=list)
-    other: dict[str, Any] = field(default_factory=dict)
+    log_tail: list = Field(default_factory=list)
+
+
+class Notes(Part):
+    """What surrounded a run (`RunResult.extra`): a few plain facts, then one part per concept. Stored nested since
+    schema 6; the flat keys of schema 5 and of exports before it (`V5_KEYS`) are read into their parts."""
+
+    cancelled: bool = False
+    series: str = ""  # which line of a sweep chart (default: the scenario)
+    sweep_level: Int | None = None
+    rehearsal: str = ""  # made by a rehearsal of the guided lab (its sheet's id, engine.guide.rehearsal)
+    not_restarted: bool = False  # a tuning row whose server already ran its settings: measured on it as it was
+    imported_from: str = ""
+    label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
+    # The server's own view of the measured part (engine.observe.histograms.view): vLLM's queue / prefill / decode /
+    # inference / TTFT / ITL / TPOT / E2E histograms' deltas (exact means, bucket-estimated percentiles), its engine
+    # steps' tokens and mean batch, and the histograms it did not export; None: no /metrics (or an older run)
+    server_view: dict | None = None
+    server: ServerNotes = Field(default_factory=ServerNotes)
+    model_size: ModelSize = Field(default_factory=ModelSize)
+    kv: KvCache = Field(default_factory=KvCache)
+    lateness: Lateness = Field(default_factory=Lateness)
+    side_by_side: SideBySide = Field(default_factory=SideBySide)
+    room: RoomRound = Field(default_factory=RoomRound)
+    beside: Beside = Field(default_factory=Beside)
+    token_count: TokenCount = Field(default_factory=TokenCount)
+    prefix_cache: PrefixCache = Field(default_factory=PrefixCache)
+    energy: Energy = Field(default_factory=Energy)
+    repeat: Repeat = Field(default_factory=Repeat)
+    slo: SloNotes = Field(default_factory=SloNotes)
+    warmth: Warmth = Field(default_factory=Warmth)
+    load_client: LoadClient = Field(default_factory=LoadClient)
+    naive: NaiveWorker = Field(default_factory=NaiveWorker)
+
+    @classmethod
+    def _upgraded(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """Schema 5's flat keys into their parts."""
+        if not any(k in V5_KEYS for k in d):
+            return d
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            where = V5_KEYS.get(k)
+            if where is None or (k == "energy" and _is_v6_energy(v)):
+                out.setdefault(k, v)
+            elif len(where) == 1:
+                out[where[0]] = v
+            else:
+                part = out.setdefault(where[0], {})
+                if isinstance(part, dict):
+                    part.setdefault(where[1], v)
+        return out
+
+
+def _is_v6_energy(v: Any) -> bool:
+    """Whether `energy` holds the part (schema 6), not schema 5's reading itself (method, joules, ...)."""
+    return isinstance(v, Energy) or (isinstance(v, dict) and bool(v) and set(v) <= {"reading", "missing"})
+
+
+# Schema 5's flat key -> where it lives now (a field of Notes, or a part and its field)
+V5_KEYS: dict[str, tuple[str, ...]] = {
+    "endpoint": ("server", "endpoint"), "keyed": ("server", "keyed"),
+    "placeholder_text": ("server", "placeholder_text"), "kv_cache_tokens": ("server", "kv_cache_tokens"),
+    "max_concurrency_reported": ("server", "max_concurrency"),
+    "weight_bytes": ("model_size", "weights"), "kv_token_bytes": ("model_size", "kv_per_token"),
+    "kv_blocks": ("kv", "blocks"), "kv_block_size": ("kv", "block_size"), "preemptions": ("kv", "preemptions"),
+    "peak_waiting": ("kv", "peak_waiting"), "peak_kv_usage": ("kv", "peak_usage"),
+    "planned_sends": ("lateness", "planned_sends"), "late_sends": ("lateness", "late_sends"),
+    "send_lateness_p99_ms": ("lateness", "p99_ms"),
+    "pair": ("side_by_side", "pair"), "pair_side": ("side_by_side", "side"),
+    "room_round": ("room", "round"), "attendees": ("room", "attendees"),
+    "chat_requests_beside": ("beside", "chats"), "disturbance": ("beside", "disturbance"),
+    "server_output_tokens": ("token_count", "server"), "client_output_tokens": ("token_count", "client"),
+    "server_count_missing": ("token_count", "missing"),
+    "prefix_cache_hits": ("prefix_cache", "hits"), "prefix_cache_queries": ("prefix_cache", "queries"),
+    "energy": ("energy", "reading"), "energy_missing": ("energy", "missing"),
+    "repeat_group": ("repeat", "group"), "repeat_index": ("repeat", "index"), "repeats": ("repeat", "total"),
+    "prefix_cache_reset": ("repeat", "prefix_cache_reset"), "repeat_failed": ("repeat", "failed"),
+    "slo_search": ("slo", "search"), "oversaturated": ("slo", "oversaturated"), "slo_ms": ("slo", "goodput_ms"),
+    "server_instance": ("warmth", "instance"), "batch_size": ("warmth", "batch_size"),
+    "warmup_batch_size": ("warmth", "warmup_batch_size"), "cold": ("warmth", "cold"), "cold_why": ("warmth", "why"),
+    "served_before": ("warmth", "served_before"), "served_after": ("warmth", "served_after"),
+    "served_elsewhere": ("warmth", "served_elsewhere"),
+    "client": ("load_client", "name"), "client_workers": ("load_client", "workers"),
+    "client_errors": ("load_client", "errors"), "planned_requests": ("load_client", "planned_requests"),
+    "client_connections": ("load_client", "connections"), "client_waits": ("load_client", "waits"),
+    **{k: ("naive", k) for k in ("memory", "warmup_s", "load_s", "params", "dtype", "dtype_reason", "device",
+                                 "device_name", "worker_pid", "worker_exit_code", "timing", "notes", "error",
+                                 "log_tail")},
+}
 
 
 # The latency distributions, `{stat}_{name}_ms` as vllm bench serve names them
 _DIST_KEY = re.compile(r"^(?:mean|median|std|p\d+(?:\.\d+)?)_(?:ttft|tpot|itl|e2el)_ms$")
 
 
-@dataclass
-class Summary(_Typed):
+class Summary(Part):
     """A run's metrics under `vllm bench serve`'s names (engine.measure.judge.stats.summarize fills it;
     engine.metrics names them). None: not measured. `get(key)` reads any of them by name."""
 
     duration: float | None = None
-    completed: int | None = None
-    failed: int | None = None
-    in_flight: int | None = None  # live snapshots: neither finished nor failed yet
-    total_input_tokens: int | None = None
-    total_output_tokens: int | None = None
+    completed: Int | None = None
+    failed: Int | None = None
+    in_flight: Int | None = None  # live snapshots: neither finished nor failed yet
+    total_input_tokens: Int | None = None
+    total_output_tokens: Int | None = None
     request_throughput: float | None = None
     request_goodput: float | None = None
     output_throughput: float | None = None
@@ -291,18 +445,15 @@ class Summary(_Typed):
     mean_latency_s: float | None = None
     total_latency_s: float | None = None  # the sum of E2E latencies: the same requests one after another
     mean_cached_tokens: float | None = None  # prompt tokens from the prefix cache per request; None: not reported
-    latency_ms: dict[str, float | None] = field(default_factory=dict)  # "median_ttft_ms" -> value, ...
-    other: dict[str, Any] = field(default_factory=dict)
+    latency_ms: dict[str, float | None] = Field(default_factory=dict)  # "median_ttft_ms" -> value, ...
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Summary":
-        if isinstance(d, cls):
+    def _upgraded(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """vllm bench serve's flat `median_ttft_ms` keys into latency_ms."""
+        if "latency_ms" in d:
             return d
-        d = d if isinstance(d, dict) else {}
         dists = {k: v for k, v in d.items() if isinstance(k, str) and _DIST_KEY.match(k)}
-        out = super().from_dict({k: v for k, v in d.items() if k not in dists})
-        out.latency_ms = dists
-        return out
+        return {**{k: v for k, v in d.items() if k not in dists}, "latency_ms": dists} if dists else d
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -323,7 +474,7 @@ class Summary(_Typed):
         return self.completed is None and self.duration is None and not self.latency_ms
 
 
-_SUMMARY_FIELDS = {f.name for f in fields(Summary)} - {"latency_ms", "other"}
+_SUMMARY_FIELDS = set(Summary.model_fields) - {"latency_ms", "other"}
 
 
 @dataclass

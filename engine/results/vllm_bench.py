@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from engine.messages import say
 from engine.results.credentials import scrub_run
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.validation import (
     COUNT,
     MAX_RECORDS,
@@ -23,7 +23,7 @@ from engine.results.validation import (
     field_of,
 )
 
-EXPORT_FORMAT = "serving-lab-run/1"
+EXPORT_FORMAT = "serving-lab-run/2"  # 2: the notes (extra) in parts by concept; /1 (flat notes) is read too
 _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "transformers-static-batch"}
 
 
@@ -214,5 +214,5 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
                                 "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
                                 "num_prompts": obj.get("num_prompts")}.items() if v is not None},
         summary=summary,
-        extra={"imported_from": "vllm bench serve"},
+        extra=Notes(imported_from="vllm bench serve"),
     )

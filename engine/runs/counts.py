@@ -63,17 +63,17 @@ class ServerCount:
         if not self.started:  # the run ended before it measured: nothing to compare
             return result
         notes = result.extra
-        notes.client_output_tokens = client_output_tokens(result.records)
+        notes.token_count.client = client_output_tokens(result.records)
         page, after = self.read() if self.page_before is not None else (None, None)
         if self.before is None or after is None:
-            notes.server_count_missing = "no-metrics"
+            notes.token_count.missing = "no-metrics"
         elif after < self.before:
-            notes.server_count_missing = "counter-reset"
+            notes.token_count.missing = "counter-reset"
         else:
-            notes.server_output_tokens = round(after - self.before)
+            notes.token_count.server = round(after - self.before)
         if self.page_before is not None and page is not None:
             self._prefix_cache(notes, self.page_before, page)
-            notes.server_view = histograms.view(self.page_before, page, self.target.model, notes.server_output_tokens)
+            notes.server_view = histograms.view(self.page_before, page, self.target.model, notes.token_count.server)
             notes.server_view |= engine_counters.view(self.page_before, page, self.target.model)
         return result
 
@@ -86,4 +86,4 @@ class ServerCount:
             return
         (h0, q0), (h1, q1) = pairs
         if h1 >= h0 and q1 >= q0:  # a restarted server's counters start again: no count then
-            notes.prefix_cache_hits, notes.prefix_cache_queries = round(h1 - h0), round(q1 - q0)
+            notes.prefix_cache.hits, notes.prefix_cache.queries = round(h1 - h0), round(q1 - q0)

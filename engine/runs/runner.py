@@ -26,7 +26,7 @@ from engine.messages import Message, mark, say, say_n
 from engine.observe import disturbance, hardware
 from engine.observe.energy import EnergyMeter
 from engine.observe.telemetry import read_requests_served
-from engine.results.records import RunResult
+from engine.results.records import Repeat, RunResult, SloNotes
 from engine.serving import endpoint
 from engine.serving.config import ServerConfig
 from engine.serving.server import READY, VLLMServer
@@ -168,7 +168,8 @@ class Runner:
             record_goodput(result, self.slo)
         result = self._judge_warmth(target.stamp(result), target, served_before)
         notes = result.extra
-        notes.disturbance = disturbance.record(cpu, notes.served_before, notes.served_after, len(result.records))
+        notes.beside.disturbance = disturbance.record(cpu, notes.warmth.served_before, notes.warmth.served_after,
+                                                      len(result.records))
         return self.save(result)
 
     @staticmethod
@@ -182,16 +183,16 @@ class Runner:
         """Mark the run cold when its measured batch was the first of its size on this server instance
         and the server had not served as many requests elsewhere (engine.measure.judge.warmth); unknown when the
         server does not say which start it is."""
-        notes = result.extra
+        notes = result.extra.warmth
         notes.batch_size = peak_in_flight(result.records) or None
         notes.warmup_batch_size = peak_in_flight(result.records, warmup=True) or None
         if target.instance is not None:
-            notes.server_instance = target.instance
+            notes.instance = target.instance
             notes.served_before = served_before
             notes.served_after = self.served(target) if served_before is not None else None
             if (w := self.warmth.judge(target.instance, notes.batch_size or 0, notes.warmup_batch_size or 0,
                                        served_before, notes.served_after)):
-                notes.cold, notes.cold_why, notes.served_elsewhere = w.cold, w.why, w.elsewhere
+                notes.cold, notes.why, notes.served_elsewhere = w.cold, w.why, w.elsewhere
         return result
 
     def _meter(self, target: Target) -> EnergyMeter | None:
@@ -209,13 +210,13 @@ class Runner:
     def _energy(result: RunResult, meter: EnergyMeter | None) -> RunResult:
         """The measured part's energy in the run's notes, or why there is none."""
         reading = meter.stop() if meter is not None else None
-        result.extra.energy = reading
+        result.extra.energy.reading = reading
         if reading is None:
-            result.extra.energy_missing = "elsewhere" if meter is None else "no-meter"
+            result.extra.energy.missing = "elsewhere" if meter is None else "no-meter"
         return result
 
     def load(self, spec: LoadSpec, target: Target, **notes) -> RunResult:
-        """One load test; `notes` (Notes fields) are set on the run before it is saved."""
+        """One load test; `notes` (Notes fields: a part or a value) are set on the run before it is saved."""
         spec = target.aim(spec)
         self.progress.on_stage(say("sending requests"))
         return self.gathered(spec, target, lambda on_measure: loadgen.run_load(
@@ -242,9 +243,9 @@ class Runner:
         result = self._energy(kv.finish(count.finish(result)), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
-        if result.extra.repeat_group:  # a repeat that did not answer all it planned is left out of their statistics
+        if result.extra.repeat.group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
-            result.extra.repeat_failed = c.answered < c.planned
+            result.extra.repeat.failed = c.answered < c.planned
         return self._keep(result, target, served, beside)
 
     # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
@@ -254,7 +255,7 @@ class Runner:
         """The same load against two servers at once: each side warms up on its own
         (not counted), then both measured parts start together on ONE clock (the same perf_counter origin,
         the same started_at), each side in its own thread through run_load, reported to
-        `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.pair` id. A
+        `progress.side("A" | "B")` and saved the moment it ends, both marked with one `Notes.side_by_side.pair` id. A
         side that fails does not stop the other: its measured requests are saved, then the failure is
         raised (a LabError naming the side). A spec without a warm-up gets one batch of it: a cold server
         beside a warm one would be compared on its start-up work. Returns [A's run, B's run]."""
@@ -294,7 +295,7 @@ class Runner:
                     kv.stop()
                 beside = cpu.stop()
                 result.started_at = origin.get("epoch", result.started_at)
-                result.extra.pair, result.extra.pair_side = pair, name
+                result.extra.side_by_side.pair, result.extra.side_by_side.side = pair, name
                 results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside)
             except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
                 barrier.abort()
@@ -373,9 +374,9 @@ class Runner:
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
         """The same load `n` times, each run saved as it ends and marked as one of the group
-        (Notes.repeat_group / repeat_index / repeats): engine.measure.judge.repeats gives their median and
+        (Notes.repeat: its group, index and total): engine.measure.judge.repeats gives their median and
         interval. Before each repeat after the first the server's prefix cache is emptied where it allows it
-        (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.prefix_cache_reset
+        (vLLM's POST /reset_prefix_cache, served only with VLLM_SERVER_DEV_MODE=1; Notes.repeat.prefix_cache_reset
         False says it refused, so later repeats may have found earlier prompts cached). Synthetic prompts are made
         again from a new seed for each repeat after the first unless `fixed_seed` (workloads.seeds: each run records
         its own)."""
@@ -387,9 +388,9 @@ class Runner:
             self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
             sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
-            run = self.load(sent, target, repeat_group=group, repeat_index=i + 1, repeats=n, prefix_cache_reset=reset)
+            run = self.load(sent, target, repeat=Repeat(group=group, index=i + 1, total=n, prefix_cache_reset=reset))
             out.append(run)
-            if run.extra.repeat_failed and i + 1 < n and not self.cancel.is_set():
+            if run.extra.repeat.failed and i + 1 < n and not self.cancel.is_set():
                 out.stopped = self._repeats_stop(run, target, i + 1, n)
                 if out.stopped is not None:
                     self.progress.on_stage(out.stopped)
@@ -423,7 +424,7 @@ class Runner:
         """The largest load at which `slo` holds: requests in flight (`by` "concurrency",
         whole numbers, each level through run_level) or requests per second (`by` "rate": the spec's
         num_requests arriving as Poisson at that rate). Bisection between `low` and `high` (each level saved as
-        it ends, marked Notes.slo_search), until the last level that held and the first that did not are
+        it ends, marked Notes.slo.search), until the last level that held and the first that did not are
         `tolerance` apart or `time_cap_s` has passed (then the best found so far, said as not settled). A level
         is stopped early, and counts as missed, once the server is past saturation
         (engine.measure.judge.saturation: in flight and TTFT both still growing, which only arrivals at a rate
@@ -489,11 +490,11 @@ class Runner:
         relay_thread.start()
         try:
             run = self._level(spec, int(level) if whole else 0, target, rounds, watch, stop,
-                              rate=None if whole else level, slo_search=search_id, oversaturated=False)
+                              rate=None if whole else level, slo=SloNotes(search=search_id))
         finally:
             relay_done.set()
         if watch.saturated:
-            run.extra.oversaturated = True
+            run.extra.slo.oversaturated = True
         verdict = judge(run, slo)
         return run, bool(verdict is not None and verdict.meets and not watch.saturated)
 
@@ -525,9 +526,9 @@ class Runner:
                     break
                 self.progress.on_stage(say("{label}: measuring", label=label) if repeats == 1 else
                                        say("{label}: measuring, repeat {i} of {n}", label=label, i=k + 1, n=repeats))
-                notes = {} if repeats == 1 else dict(  # as Runner.repeat marks its runs
-                    repeat_group=group, repeat_index=k + 1, repeats=repeats,
-                    prefix_cache_reset=endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None)
+                notes = {} if repeats == 1 else dict(repeat=Repeat(  # as Runner.repeat marks its runs
+                    group=group, index=k + 1, total=repeats,
+                    prefix_cache_reset=endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None))
                 out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), target,
                                      not_restarted=kept, **notes))
         self.progress.on_step(len(configs), len(configs), mark("done"))
@@ -543,7 +544,7 @@ class Runner:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
             self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
-        result.extra.disturbance = disturbance.record(cpu.stop(), None, None, 0)
+        result.extra.beside.disturbance = disturbance.record(cpu.stop(), None, None, 0)
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         if self.slo is not None:

@@ -100,7 +100,7 @@ class SloSearch:
         for level, held, run in self.tried:
             verdict = judge(run, self.slo)
             out.append(Tried(level, held, verdict.attainment if verdict else None, verdict.goodput if verdict else None,
-                             bool(run.extra.oversaturated), run))
+                             bool(run.extra.slo.oversaturated), run))
         return out
 
     @property

@@ -136,7 +136,7 @@ class Target:
         """Mark a run with what it ran on, so a saved run explains itself anywhere."""
         result.model = self.model
         if self.config is None:  # a server at a URL: its address (no secrets in it, see endpoint.root_url)
-            result.extra.endpoint, result.extra.keyed = self.base_url, bool(self.api_key)
+            result.extra.server.endpoint, result.extra.server.keyed = self.base_url, bool(self.api_key)
         # A server at a URL on another machine: only what it says of itself (a loopback one shares this
         # machine, whose hardware is then its own: what the ceiling and the report need)
         elsewhere = not self.on_this_machine
@@ -148,11 +148,11 @@ class Target:
         if self.config is not None:
             result.config = self.config.to_dict()
             result.command = self.config.shell_command()
-            result.extra.kv_cache_tokens = self.kv_cache_tokens
-            result.extra.max_concurrency_reported = self.max_concurrency
-            result.extra.placeholder_text = self.config.load_format == "dummy"
+            result.extra.server.kv_cache_tokens = self.kv_cache_tokens
+            result.extra.server.max_concurrency = self.max_concurrency
+            result.extra.server.placeholder_text = self.config.load_format == "dummy"
             if size := ceiling.server_model_bytes(result.config):  # what each decode step reads: its ceiling
-                result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
+                result.extra.model_size.weights, result.extra.model_size.kv_per_token = size.weights, size.kv_per_token
         return result
 
 

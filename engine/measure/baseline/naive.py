@@ -22,7 +22,7 @@ from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import mark, say
 from engine.observe import nvml
 from engine.observe import hardware
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import NaiveWorker, Notes, RequestRecord, RunResult, ServerNotes
 
 TERMINATE_GRACE_S = 5.0
 WORKER_MODULE = "engine.measure.baseline.naive_worker"
@@ -311,7 +311,7 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     memory["worker_exited"] = proc.returncode is not None
     memory["worker_peak_device"] = peak["device"] or None  # NVML per-process; None where NVML can't see pids
 
-    extra: dict[str, Any] = {
+    worker: dict[str, Any] = {  # the run's Notes.naive
         "memory": memory,
         "load_s": st.loaded.get("load_s"),
         "params": st.loaded.get("params"),
@@ -322,8 +322,6 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         "warmup_s": st.warmup_s,
         "worker_pid": proc.pid,
         "worker_exit_code": proc.returncode,
-        "cancelled": cancelled,
-        "placeholder_text": bool(spec.random_weights),
         "timing": ("sequential: each request's clock starts when its own generate() starts (the lab's "
                    "measure); requests ran one after another" if spec.mode == "sequential" else
                    "static batch: every request is sent at 0 and answered when the whole batch ends; "
@@ -335,16 +333,16 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     if spec.random_weights:
         notes.append("random weights: the text is meaningless, only speed and memory count")
     if st.error:
-        extra["error"] = st.error.get("message")
-        extra["log_tail"] = log_tail[-40:]
-    extra["notes"] = notes
+        worker["error"] = st.error.get("message")
+        worker["log_tail"] = log_tail[-40:]
+    worker["notes"] = notes
 
     config = {
         "model": spec.display_name(),
         "model_path": str(spec.model_path),
         "mode": spec.mode,
-        "dtype": extra["dtype"],
-        "device": extra["device"],
+        "dtype": worker["dtype"],
+        "device": worker["device"],
         "max_new_tokens": spec.max_new_tokens,
         "temperature": spec.temperature,
         "do_sample": spec.temperature > 0,
@@ -361,7 +359,8 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     result = RunResult(
         kind=spec.kind, scenario=spec.default_scenario(), label=spec.default_label(), records=records,
         duration=duration, started_at=st.started_at or t_begin, model=spec.display_name(), config=config,
-        load=load, extra=extra,
+        load=load, extra=Notes(cancelled=cancelled, server=ServerNotes(placeholder_text=bool(spec.random_weights)),
+                               naive=NaiveWorker.from_dict(worker)),
     )
     try:
         result.hardware = dict(hardware.describe())
@@ -373,10 +372,10 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     if dev:
         result.hardware["naive_device"] = dev
     try:  # what each decode step read, for the run's ceiling (engine.measure.judge.ceiling)
-        size = model_bytes(str(spec.model_path), extra["dtype"], params=extra["params"])
+        size = model_bytes(str(spec.model_path), worker["dtype"], params=worker["params"])
     except Exception:  # noqa: BLE001 - the run is kept without a ceiling rather than lost
         size = None
     if size:
-        result.extra.weight_bytes, result.extra.kv_token_bytes = size.weights, size.kv_per_token
+        result.extra.model_size.weights, result.extra.model_size.kv_per_token = size.weights, size.kv_per_token
     result.summary = summarize(records, duration)
     return result

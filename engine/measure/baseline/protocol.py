@@ -18,7 +18,7 @@ DTYPES = ("auto", "float16", "bfloat16", "float32")
 #   batch of 3 prompts: bfloat16 62.6-63.9 tok/s vs  float32 22.5-23.6 tok/s  (~2.7x)
 # float16 on CPU was no faster than bf16 and erratic. bf16 only pays where the CPU has native bf16
 # (avx512_bf16 or AMX); elsewhere torch emulates it and float32 is the fast one. The worker applies this
-# rule and records the reason in RunResult.extra.dtype_reason.
+# rule and records the reason in RunResult.extra.naive.dtype_reason.
 CPU_DTYPE_BF16_REASON = ("bfloat16: this CPU has native bf16 (avx512_bf16/AMX), where bf16 measured ~1.5x "
                          "(1 prompt) to ~2.7x (batch of 3) faster than float32")
 CPU_DTYPE_FP32_REASON = "float32: this CPU has no native bf16 (avx512_bf16/AMX), so bf16 would be emulated and slower"

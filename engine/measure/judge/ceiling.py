@@ -242,17 +242,17 @@ def run_ceiling(run: RunResult) -> RunCeiling | None:
     """`run`'s decode speed against its ceiling, from what was stored with it: the model's bytes (its
     notes), the bandwidth (its hardware record), its requests. None when any is missing: a run from
     before these were recorded, a server this app did not start, answers of one token."""
-    notes = run.extra
+    notes = run.extra.model_size
     bw = bandwidth_of(run)
     s = run.summary if not run.summary.empty else stats.summarize(run.records, run.duration)
     tpot_ms = s.get("mean_tpot_ms")
-    if not (bw and notes.weight_bytes and notes.kv_token_bytes is not None and tpot_ms):
+    if not (bw and notes.weights and notes.kv_per_token is not None and tpot_ms):
         return None
     done = [r for r in stats.measured(run.records) if r.ok]
     if not done:
         return None
     context = sum(r.prompt_tokens + r.output_tokens / 2 for r in done) / len(done)
     batch = decode_batch(run.records, static=run.kind == "static-batch")
-    ceiling = decode_ceiling(bw.bytes_per_s, notes.weight_bytes, notes.kv_token_bytes, context, batch)
+    ceiling = decode_ceiling(bw.bytes_per_s, notes.weights, notes.kv_per_token, context, batch)
     return RunCeiling(measured=1000 / tpot_ms, ceiling=ceiling, batch=batch, context=context, bandwidth=bw,
-                      weight_bytes=notes.weight_bytes, kv_token_bytes=notes.kv_token_bytes)
+                      weight_bytes=notes.weights, kv_token_bytes=notes.kv_per_token)

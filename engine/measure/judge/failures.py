@@ -194,8 +194,8 @@ def _groups(records: Iterable[RequestRecord], planned: int | None) -> tuple[dict
 
 
 def planned_of(run) -> int | None:
-    """The requests a finished run planned (Notes.planned_requests; None for a live or older one)."""
-    return getattr(run.extra, "planned_requests", None)
+    """The requests a finished run planned (Notes.load_client.planned_requests; None for a live or older one)."""
+    return run.extra.load_client.planned_requests
 
 
 def run_causes(run) -> list[tuple[int, str]]:
@@ -235,7 +235,7 @@ def counted_repeats(runs) -> list:
     """The repeats whose numbers enter their statistics: those that answered every request they planned (a repeat
     cut short by a dying server would enter as a zero, or as a fast run of a few requests), and never a stored run
     that answered none (History's RunRow.failed: one saved before repeats recorded their failure, or a run alone)."""
-    return [r for r in runs if not r.extra.repeat_failed and not getattr(r, "failed", False)]
+    return [r for r in runs if not r.extra.repeat.failed and not getattr(r, "failed", False)]
 
 
 def failure_causes(records: Iterable[RequestRecord], planned: int | None = None) -> list[tuple[int, str]]:

@@ -29,7 +29,7 @@ def need(run: RunResult) -> Need | None:
         return None
     answers = min(run.load.concurrency or len(run.measured), len(run.measured))
     tokens = round(sum(r.prompt_tokens + r.output_tokens for r in done) / len(done))
-    size = run.extra.kv_block_size
+    size = run.extra.kv.block_size
     blocks = answers * math.ceil(tokens / size) if size else None
     return Need(answers, tokens, answers * tokens, blocks)
 
@@ -57,8 +57,8 @@ def said(run: RunResult) -> Message | None:
     """What the flags did to this run's cache, in one sentence, e.g. "With --kv-cache-memory-bytes 10737418
     --max-model-len 256 the cache holds 384 tokens: 8 requests of 230 tokens (prompt and answer) need 1,840, so requests
     waited (up to 5) and 12 were preempted." None when the capacity or the answers are unknown."""
-    n = run.extra
-    cap, wanted = n.kv_cache_tokens, need(run)
+    n = run.extra.kv
+    cap, wanted = run.extra.server.kv_cache_tokens, need(run)
     if not cap or wanted is None:
         return None
     values = dict(flags=flags(run) or "—", capacity=cap, answers=wanted.answers, tokens=wanted.tokens,
@@ -76,9 +76,9 @@ def said(run: RunResult) -> Message | None:
 
 def row(run: RunResult) -> dict:
     """One configuration's numbers for a comparison table (keys: data; the page names the columns)."""
-    n, s, wanted = run.extra, run.summary, need(run)
-    return {"config": flags(run), "capacity_tokens": n.kv_cache_tokens, "blocks": n.kv_blocks,
-            "block_size": n.kv_block_size, "need_tokens": wanted.total if wanted else None,
-            "peak_kv_percent": None if n.peak_kv_usage is None else round(n.peak_kv_usage * 100, 1),
+    n, s, wanted = run.extra.kv, run.summary, need(run)
+    return {"config": flags(run), "capacity_tokens": run.extra.server.kv_cache_tokens, "blocks": n.blocks,
+            "block_size": n.block_size, "need_tokens": wanted.total if wanted else None,
+            "peak_kv_percent": None if n.peak_usage is None else round(n.peak_usage * 100, 1),
             "preemptions": n.preemptions, "peak_waiting": n.peak_waiting,
             "median_ttft_ms": s.get("median_ttft_ms"), "output_throughput": s.get("output_throughput")}

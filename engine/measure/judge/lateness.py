@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.measure.judge.stats import peak_in_flight, percentile
 from engine.messages import Message, say, say_n
+from engine.results.records import Lateness as LatenessNotes
 from engine.results.records import Notes, RequestRecord
 
 # A send more than this after its planned time counts as late: an event loop's timer wakes within about a
@@ -34,39 +35,41 @@ def of(records: Iterable[RequestRecord]) -> Lateness | None:
                     worst_s=max(gaps))
 
 
-def notes(records: Iterable[RequestRecord]) -> dict[str, Any]:
-    """The Notes fields of a run's lateness (none for a closed loop)."""
+def notes(records: Iterable[RequestRecord]) -> LatenessNotes:
+    """A run's lateness as its notes keep it (nothing for a closed loop)."""
     late = of(records)
     if late is None:
-        return {}
-    return {"planned_sends": late.planned, "late_sends": late.late, "send_lateness_p99_ms": late.p99_s * 1000}
+        return LatenessNotes()
+    return LatenessNotes(planned_sends=late.planned, late_sends=late.late, p99_ms=late.p99_s * 1000)
 
 
-def said(n: Notes) -> Message | None:
+def said(notes: Notes) -> Message | None:
     """One sentence on whether the client kept to its schedule; None for a run without one."""
-    if n.planned_sends is None or n.late_sends is None or n.send_lateness_p99_ms is None:
+    n = notes.lateness
+    if n.planned_sends is None or n.late_sends is None or n.p99_ms is None:
         return None
     if n.late_sends == 0:
         return say_n("The client sent its {n} scheduled request on time (99th percentile {p99:.1f} ms behind its "
                      "plan).", "The client sent all {n} scheduled requests on time (99th percentile {p99:.1f} ms "
-                     "behind their plan).", n.planned_sends, p99=n.send_lateness_p99_ms)
+                     "behind their plan).", n.planned_sends, p99=n.p99_ms)
     return say("The client fell behind its schedule: {late} of {n} requests went out more than {limit:.0f} ms late "
                "(99th percentile {p99:.0f} ms), so the server saw less load than planned and the latencies may look "
                "better than that load would give: send fewer requests per second, or use more client processes.",
-               late=n.late_sends, n=n.planned_sends, limit=LATE_S * 1000, p99=n.send_lateness_p99_ms)
+               late=n.late_sends, n=n.planned_sends, limit=LATE_S * 1000, p99=n.p99_ms)
 
 
-def budget_said(n: Notes) -> Message | None:
+def budget_said(notes: Notes) -> Message | None:
     """One sentence when measured requests waited for a connection of the client's open-file budget
     (engine.measure.load.request.connection_budget); None when none did."""
-    if not n.client_waits or n.client_connections is None:
+    n = notes.load_client
+    if not n.waits or n.connections is None:
         return None
     return say_n("{n} request waited for one of the {budget:,} connections this client can hold at once (set by its "
                  "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
                  "limit (ulimit -n) to send more at once.",
                  "{n} requests waited for one of the {budget:,} connections this client can hold at once (set by its "
                  "open-file limit and local ports), so the server saw fewer requests at once than planned: raise the "
-                 "limit (ulimit -n) to send more at once.", n.client_waits, budget=n.client_connections)
+                 "limit (ulimit -n) to send more at once.", n.waits, budget=n.connections)
 
 
 def in_flight_said(result: Any) -> Message | None:

@@ -21,14 +21,14 @@ def caching_on(run: Any) -> bool | None:
     setting = (run.config or {}).get("enable_prefix_caching")
     if isinstance(setting, bool):
         return setting
-    hits = run.extra.prefix_cache_hits
+    hits = run.extra.prefix_cache.hits
     return None if hits is None else hits > 0
 
 
 def hit_rate(run: Any) -> float | None:
     """The share of looked-up prompt tokens the server found in its prefix cache during the measured
     part (vllm:prefix_cache_hits_total / queries_total); None without its counters or lookups."""
-    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    hits, queries = run.extra.prefix_cache.hits, run.extra.prefix_cache.queries
     return hits / queries if hits is not None and queries else None
 
 
@@ -38,7 +38,7 @@ CACHED_NOTABLE = 0.1  # from this share of its prompt tokens on, a run's prefill
 def cached_share(run: Any) -> float | None:
     """The share of a run's prompt tokens its server found in the prefix cache over the measured part (its counters);
     None without them or without lookups."""
-    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    hits, queries = run.extra.prefix_cache.hits, run.extra.prefix_cache.queries
     return None if hits is None or not queries else hits / queries
 
 
@@ -59,7 +59,7 @@ def cached_said(run: Any) -> Message | None:
     """The share of a run's prompt tokens its server took from the prefix cache, said wherever its throughput or TTFT
     is (issue #29: a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
     fresh prompts); None below CACHED_NOTABLE or without the server's counters (vllm:prefix_cache_hits/queries)."""
-    hits, queries = run.extra.prefix_cache_hits, run.extra.prefix_cache_queries
+    hits, queries = run.extra.prefix_cache.hits, run.extra.prefix_cache.queries
     w = getattr(run.load, "workload", None) or {}
     if hits is not None and queries and (most := shared_most(w)) is not None:  # what the workload was made to show
         return say("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from the server's prefix cache; "
@@ -143,8 +143,8 @@ def sentence(on: Any, off: Any) -> str:
                    "the first one.")
     if a.cached_tokens is not None:
         cached, prompt = a.cached_tokens, a.prompt_tokens
-    elif on.extra.prefix_cache_hits is not None and on.extra.prefix_cache_queries:
-        cached, prompt = on.extra.prefix_cache_hits, on.extra.prefix_cache_queries
+    elif on.extra.prefix_cache.hits is not None and on.extra.prefix_cache.queries:
+        cached, prompt = on.extra.prefix_cache.hits, on.extra.prefix_cache.queries
     else:
         return say("After the first request, median TTFT was {on:,.0f} ms with prefix caching and {off:,.0f} ms "
                    "without; the server reported no cached tokens.", on=a.rest_ms, off=b.rest_ms)

@@ -116,9 +116,9 @@ def median(runs: Sequence, value: str | Callable[[Any], float | None]) -> float 
 
 
 def reset_said(runs: Sequence) -> Message | None:
-    """Whether the server's prefix cache was emptied before each repeat after the first (Notes.prefix_cache_reset;
-    None when no run says, as for a single run)."""
-    resets = [r.extra.prefix_cache_reset for r in runs if r.extra.prefix_cache_reset is not None]
+    """Whether the server's prefix cache was emptied before each repeat after the first
+    (Notes.repeat.prefix_cache_reset; None when no run says, as for a single run)."""
+    resets = [r.extra.repeat.prefix_cache_reset for r in runs if r.extra.repeat.prefix_cache_reset is not None]
     if not resets:
         return None
     if all(resets):
@@ -132,5 +132,5 @@ def sets(runs: Sequence) -> list[list]:
     in the order each first appears (an overlaid run of the same label from another day stays apart)."""
     found: dict[str, list] = {}
     for r in runs:
-        found.setdefault(r.extra.repeat_group or f"run:{r.id}", []).append(r)
+        found.setdefault(r.extra.repeat.group or f"run:{r.id}", []).append(r)
     return list(found.values())

@@ -66,7 +66,7 @@ class Slo:
 
     @classmethod
     def from_config(cls, d: Any) -> "Slo | None":
-        """The SLO a stored goodput_config names (Notes.slo_ms); None when it is not one."""
+        """The SLO a stored goodput_config names (Notes.slo.goodput_ms); None when it is not one."""
         if not isinstance(d, dict) or not d or not set(d) <= {key for _, key, _ in _LIMITS}:
             return None
         try:
@@ -151,11 +151,11 @@ def judge(run: Any, slo: Slo) -> Verdict | None:
 
 def record_goodput(run: RunResult, slo: Slo) -> RunResult:
     """Keep `run`'s goodput under `slo` with it: summary.request_goodput (vLLM's key, so exported as
-    vllm bench serve writes it) and the SLO it was judged by (extra.slo_ms, which vLLM's file lacks)."""
+    vllm bench serve writes it) and the SLO it was judged by (extra.slo.goodput_ms, which vLLM's file lacks)."""
     verdict = judge(run, slo)
     if verdict is not None:
         run.summary.request_goodput = verdict.goodput
-        run.extra.slo_ms = slo.goodput_config()
+        run.extra.slo.goodput_ms = slo.goodput_config()
     return run
 
 

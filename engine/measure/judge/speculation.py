@@ -49,7 +49,7 @@ def said(run) -> Message | None:
                "({rate:.0%}), {length:.2f} tokens per verification step on average; accepted by draft position: "
                "{positions}.", accepted=s.accepted, drafted=s.draft_tokens, rate=s.acceptance_rate,
                length=s.mean_length, positions=positions or "–")
-    if getattr(run.extra, "placeholder_text", False):
+    if run.extra.server.placeholder_text:
         return say("{sentence} The model's weights are random, so what it accepts says nothing of a real model's "
                    "text.", sentence=text)
     return text

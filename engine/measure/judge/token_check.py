@@ -36,18 +36,18 @@ def token_check(notes: Notes) -> TokenCheck | None:
     when they differ by more than TOKEN_TOLERANCE; that there was nothing to check against when the
     server publishes no /metrics. None for a run that never tried (older runs, the naive baseline,
     imported ones)."""
-    if notes.server_count_missing == "no-metrics":
-        return TokenCheck(None, notes.client_output_tokens, None, "unchecked", (
+    if notes.token_count.missing == "no-metrics":
+        return TokenCheck(None, notes.token_count.client, None, "unchecked", (
             say("The server publishes no vLLM /metrics, so the client's count of output tokens could not be "
                 "checked against the server's own."),))
-    if notes.server_count_missing == "counter-reset":
-        return TokenCheck(None, notes.client_output_tokens, None, "unchecked", (
+    if notes.token_count.missing == "counter-reset":
+        return TokenCheck(None, notes.token_count.client, None, "unchecked", (
             say("The server's output-token counter went backwards during the run (the server restarted), so the "
                 "client's count could not be checked against it."),))
-    server, client = notes.server_output_tokens, notes.client_output_tokens
+    server, client = notes.token_count.server, notes.token_count.client
     if server is None or client is None:
         return None
-    chats = notes.chat_requests_beside
+    chats = notes.beside.chats
     said = []
     if client:
         ratio = server / client
@@ -69,10 +69,10 @@ def token_check(notes: Notes) -> TokenCheck | None:
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}, likely because the run was "
                             "cancelled: the server counts what it generated for answers the client stopped "
                             "reading.", gap=gap, tolerance=TOKEN_TOLERANCE))
-        elif notes.endpoint and server > client:  # a server at a URL is often shared: it counts all its clients
+        elif notes.server.endpoint and server > client:  # a server at a URL is often shared: it counts all its clients
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}, likely because {url} served other "
                             "clients meanwhile, whose tokens it counts too: measure it while it is otherwise idle to "
-                            "check the client's count.", gap=gap, tolerance=TOKEN_TOLERANCE, url=notes.endpoint))
+                            "check the client's count.", gap=gap, tolerance=TOKEN_TOLERANCE, url=notes.server.endpoint))
         else:
             said.append(say("They differ by {gap:.1%}, more than {tolerance:.0%}: the client's token counts, and "
                             "the throughput made from them, are in doubt.", gap=gap, tolerance=TOKEN_TOLERANCE))

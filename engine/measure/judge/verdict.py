@@ -253,8 +253,8 @@ def per_request_values(run, key: str) -> list[float] | None:
 
 def value(run, key: str) -> float | None:
     """A run's summary value of `key` (its wall time for "duration"; a run without a summary yet, as a live one,
-    summarised from its requests); None for a repeat that did not answer every request (Notes.repeat_failed)."""
-    if getattr(run.extra, "repeat_failed", False):  # a repeat cut short (its server gone) is no measurement
+    summarised from its requests); None for a repeat that did not answer every request (Notes.repeat.failed)."""
+    if run.extra.repeat.failed:  # a repeat cut short (its server gone) is no measurement
         return None
     if key == "duration":
         return float(run.duration) if run.duration else None

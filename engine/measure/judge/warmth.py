@@ -10,24 +10,26 @@ from engine.measure.judge.stats import measured
 from engine.messages import say, say_n
 from engine.results.records import Notes, RequestRecord
 
-# Why a run is cold or warm (Notes.cold_why): stored codes, said by `said`
+# Why a run is cold or warm (Warmth.why): stored codes, said by `said`
 FIRST, WARMED_UP, EARLIER_RUN, SERVED = "first", "warm-up", "earlier-run", "served"
 
 
 def recall_from(notes: Iterable[Notes], instance: str) -> set[int]:
     """The batch sizes the runs with these notes put through `instance` (for runs.ledger.WarmthLedger's recall)."""
-    return {n for x in notes if x.server_instance == instance
-            for n in (x.batch_size, x.warmup_batch_size) if isinstance(n, int)}
+    return {n for x in notes if x.warmth.instance == instance
+            for n in (x.warmth.batch_size, x.warmth.warmup_batch_size) if isinstance(n, int)}
 
 
 def served_from(notes: Iterable[Notes], instance: str) -> int | None:
     """The server's served count after the latest saved run on `instance` (for WarmthLedger's recall_served)."""
-    counts = [x.served_after for x in notes if x.server_instance == instance and isinstance(x.served_after, int)]
+    counts = [x.warmth.served_after for x in notes
+              if x.warmth.instance == instance and isinstance(x.warmth.served_after, int)]
     return max(counts, default=None)
 
 
-def said(notes: Notes) -> str | None:
+def said(run_notes: Notes) -> str | None:
     """Why a run is cold or warm, one sentence; None when unknown (an older run, an import)."""
+    notes = run_notes.warmth
     n = notes.batch_size
     if notes.cold is None or n is None:
         return None
@@ -35,14 +37,14 @@ def said(notes: Notes) -> str | None:
         return say("Cold: the first batch of {n} in flight since the server started. vLLM may do one-off work the "
                    "first time it runs a batch of a size, so these numbers can include start-up cost; run it again, "
                    "or warm up first, to measure serving.", n=n)
-    if notes.cold_why == SERVED:
+    if notes.why == SERVED:
         return say_n("Warm: before this run the server had served {n} request this app's runs did not send (its "
                      "own count on /metrics), no fewer than this batch of {batch}, so its start-up work is most likely "
                      "done.",
                      "Warm: before this run the server had served {n} requests this app's runs did not send (its "
                      "own count on /metrics), no fewer than this batch of {batch}, so its start-up work is most likely "
                      "done.", notes.served_elsewhere or 0, batch=n)
-    if notes.cold_why == WARMED_UP:
+    if notes.why == WARMED_UP:
         return say("Warm: the warm-up put a batch of {n} through the server first.", n=n)
     return say("Warm: this server had already run a batch of {n} in flight since it started.", n=n)
 

@@ -1,5 +1,5 @@
-"""The naive worker's own memory, from its run's notes (Notes.memory, engine.measure.baseline.naive): its peak, what
-it held after its cleanup and whether its process is gone; on a GPU the device's used memory before the run and
+"""The naive worker's own memory, from its run's notes (Notes.naive.memory, engine.measure.baseline.naive): its peak,
+what it held after its cleanup and whether its process is gone; on a GPU the device's used memory before the run and
 after the worker exited (NVML). Never the system's RAM: other programs move that too (issue #29 item 5)."""
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ def worker_memory(naive: Any) -> dict[str, Any]:
     device, else its own peak resident memory), `after_cleanup_gb` (what it still held after `del model` and
     gc, inside the process), `exited` (its process is gone, so it holds nothing: `held_gb` 0), `exit_code`;
     on a GPU also the device's used memory `before_gb`, `after_gb` and the difference `left_gb`."""
-    mem = naive.extra.memory or {}
+    mem = naive.extra.naive.memory or {}
     before, after = mem.get("before") or {}, mem.get("after_exit") or {}
     gpu = "device_used" in before and "device_used" in after
     exited = mem.get("worker_exited")
     if exited is None:  # a run saved before the field: an exit code means its process was reaped
-        exited = naive.extra.worker_exit_code is not None
+        exited = naive.extra.naive.worker_exit_code is not None
     cleanup = mem.get("after_cleanup") or {}
     out: dict[str, Any] = {
-        "gpu": gpu, "exited": bool(exited), "exit_code": naive.extra.worker_exit_code,
+        "gpu": gpu, "exited": bool(exited), "exit_code": naive.extra.naive.worker_exit_code,
         "worker_peak_gb": _gb(mem.get("worker_peak_device") if gpu else mem.get("worker_peak_rss")),
         "after_cleanup_gb": _gb(cleanup.get("allocated") if gpu else cleanup.get("rss")),
         "held_gb": 0.0 if exited else None,

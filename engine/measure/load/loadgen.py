@@ -9,7 +9,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import aiohttp
 
@@ -20,7 +19,7 @@ from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec
 from engine.messages import say
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import LoadClient, Notes, RequestRecord, RunResult
 
 # In-flight streams one client loop is trusted with before `workers="auto"` adds a process.
 PER_LOOP_CONCURRENCY = 64
@@ -119,13 +118,9 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
     records = sorted(out.records, key=lambda r: (not r.warmup, r.index))
     _count_fallback(records, spec.count_tokens)
     duration = max(0.0, out.end - out.t0)
-    extra: dict[str, Any] = {"cancelled": cancel.is_set(), "client_workers": shards, "client": client_name(),
-                             **lateness.notes(records)}
-    if out.errors:
-        extra["client_errors"] = out.errors
-    extra["planned_requests"] = spec.n
-    if out.connections is not None:
-        extra["client_connections"], extra["client_waits"] = out.connections, out.waits
+    client = LoadClient(name=client_name(), workers=shards, errors=out.errors, planned_requests=spec.n,
+                        connections=out.connections, waits=out.waits)
+    extra = Notes(cancelled=cancel.is_set(), load_client=client, lateness=lateness.notes(records))
     result = RunResult(
         kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
         records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),

@@ -89,7 +89,7 @@ def run_code(run: Any, lang: str = "en") -> str | None:
     if run.load.workload:
         return workload_code(run, lang)
     spec = spec_of(run)
-    keyed = bool(run.config.get("api_key")) or run.extra.keyed  # our server's, or one at a URL
+    keyed = bool(run.config.get("api_key")) or run.extra.server.keyed  # our server's, or one at a URL
     return None if spec is None else load_code(spec, key_needed=keyed, lang=lang)
 
 

@@ -31,7 +31,7 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace") or paced_beyond_code(load):
         return None
     c = Comments(lang)
-    keyed = bool(run.config.get("api_key")) or run.extra.keyed
+    keyed = bool(run.config.get("api_key")) or run.extra.server.keyed
     head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
             *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}",

@@ -1,0 +1,89 @@
+"""A history written before the notes were split into parts opens and reads the same values.
+
+tests/data/history-v5/ was written by the code of schema 5 (main at ce04e77), through a real RunStore.save of a run
+with every field of every record set (tests/test_record_round_trip.py's sample run): `history.sqlite` as it left it,
+`export.json` its export (format serving-lab-run/1, flat notes), `run.json` the run as that code read it back."""
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.results.database import SCHEMA_VERSION
+from engine.results.records import V5_KEYS, Notes, RunResult
+from engine.results.store import RunStore
+
+DATA = Path(__file__).parent / "data" / "history-v5"
+WRITTEN = json.loads((DATA / "run.json").read_text())  # what schema 5's code read back
+RUN_ID = WRITTEN["id"]
+
+
+@pytest.fixture
+def old_history(tmp_path) -> Path:
+    path = tmp_path / "history.sqlite"
+    shutil.copy(DATA / "history.sqlite", path)  # opening it migrates it: never the repository's copy
+    with sqlite3.connect(path) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 5
+    return path
+
+
+def _at(notes: Notes, key: str) -> Any:
+    """Where schema 5's flat `key` lives now."""
+    value: Any = notes
+    for name in V5_KEYS.get(key, (key,)):
+        value = getattr(value, name)
+    return value
+
+
+def _same_values(run: RunResult) -> None:
+    flat = WRITTEN["extra"]
+    known = {k: v for k, v in flat.items() if k in V5_KEYS or k in Notes.model_fields}
+    assert len(known) > 60  # the sample sets every field schema 5 had
+    assert {k: _at(run.extra, k) for k in known} == known
+    assert run.extra.other == {k: v for k, v in flat.items() if k not in known}  # keys no version knew, kept
+    parts = [getattr(run.extra, name) for name in Notes.model_fields if name != "other"]
+    assert [p.other for p in parts if hasattr(p, "other") and p.other] == []  # nothing left unread in a part
+    # a few by hand, as a reader reaches them now
+    n = run.extra
+    assert (n.side_by_side.pair, n.side_by_side.side) == ("pair value", "pair_side value")
+    assert (n.repeat.group, n.repeat.index, n.repeat.total) == ("repeat_group value", 18, 84)
+    assert (n.warmth.cold, n.warmth.why, n.warmth.instance) == (True, "cold_why value", "server_instance value")
+    assert n.energy.reading == {"energy key": "energy value", "n": 68} and n.energy.missing == "energy_missing value"
+    assert (n.token_count.server, n.token_count.client, n.beside.chats) == (75, 51, 88)
+    assert (n.load_client.name, n.naive.worker_pid, n.server.max_concurrency) == ("client value", 18, 59.25)
+    # everything beside the notes as it was
+    back = run.to_dict()
+    assert {k: v for k, v in back.items() if k != "extra"} == {k: v for k, v in WRITTEN.items() if k != "extra"}
+
+
+def test_a_schema_5_history_opens_migrated_and_reads_the_same_values(old_history):
+    store = RunStore(old_history)
+    with sqlite3.connect(old_history) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+        stored = json.loads(c.execute("SELECT extra FROM runs WHERE id=?", (RUN_ID,)).fetchone()[0])
+    assert not set(stored) & (set(V5_KEYS) - {"energy"}) and stored["side_by_side"] == {"pair": "pair value",
+                                                                                         "side": "pair_side value"}
+    _same_values(store.load(RUN_ID))
+    (row,) = store.list()
+    assert row.extra == store.load(RUN_ID).extra
+    assert RunStore(old_history).load(RUN_ID).extra == row.extra  # opened again: migrated once, read the same
+
+
+def test_an_export_of_schema_5_imports_with_the_same_values(tmp_path):
+    store = RunStore(tmp_path / "h.sqlite")
+    assert store.import_file(DATA / "export.json") == [RUN_ID]
+    _same_values(store.load(RUN_ID))
+
+
+def test_a_run_saved_now_is_stored_in_parts_and_read_back_whole(old_history, tmp_path):
+    run = RunStore(old_history).load(RUN_ID)
+    store = RunStore(tmp_path / "new.sqlite")
+    store.save(run)
+    with sqlite3.connect(tmp_path / "new.sqlite") as c:
+        stored = json.loads(c.execute("SELECT extra FROM runs").fetchone()[0])
+    assert stored == run.extra.to_dict() and "warmth" in stored and "cold_why" not in stored
+    assert store.load(RUN_ID).extra == run.extra
