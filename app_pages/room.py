@@ -70,7 +70,7 @@ def _controls() -> None:
                          help=_("Ignores the end-of-text token (ignore_eos), so every answer has the same length and "
                                 "the one-at-a-time contrast does exactly the same work."))
         if st.form_submit_button(_("Open a round"), type="primary", icon=":material/play_arrow:", width="stretch"):
-            ui.act(room.open, seconds, tokens, full)
+            ui.act(room.open, seconds, tokens, full, rerun=True)  # the page in its live shape: the round's settings
 
 
 def _status(view) -> None:

@@ -277,6 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="fake OpenAI SSE server")
     p.add_argument("--chunk-delay", type=float, default=0.02, help="seconds between content chunks")
     p.add_argument("--endless", action="store_true", help="answer /v1/models, then never end any other answer")
+    p.add_argument("--models", nargs="*", default=[], help="answer GET /v1/models with these names (the CLI's --url)")
+    p.add_argument("--metrics", action="store_true", help="serve GET /metrics (the server's view of a run)")
     a = p.parse_args(argv)
     try:
         import uvloop  # type: ignore[import-not-found]
@@ -284,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     except ImportError:
         pass
-    srv = FakeOpenAIServer(chunk_delay_s=a.chunk_delay, endless=a.endless)
+    srv = FakeOpenAIServer(chunk_delay_s=a.chunk_delay, endless=a.endless, models=tuple(a.models), metrics=a.metrics)
     srv._loop = asyncio.new_event_loop()  # after the policy, so it is uvloop's
     srv._thread = threading.Thread(target=srv._loop.run_forever, name="fake-openai", daemon=True)
     with srv:

@@ -311,6 +311,22 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
     assert lab.room.screen("en").view.names == ["Otter a", "Otter b"]
 
 
+def test_the_presenter_who_opens_a_round_sees_its_settings_not_a_form_to_open_another(lab, monkeypatch):
+    """Once the presenter opens a round the page redraws in its live shape: the round's own settings where the form
+    was (the form drawn before the press offered 'Open a round' again, and a second screen's defaults)."""
+    def opened(seconds, max_tokens, full_length, token=None, caller=None):  # Room.open without a server
+        rnd = _open_round()
+        rnd.closes_at = time.time() + seconds
+        lab.room._round = rnd
+
+    monkeypatch.setattr(lab.room, "open", opened)
+    monkeypatch.setattr(lab.room, "_round", None)
+    at = app_page("app_pages/room.py")
+    next(b for b in at.button if b.label == "Open a round").click().run()
+    assert not at.exception and not [b for b in at.button if b.label == "Open a round"]
+    assert [m.value for m in at.markdown if m.value.startswith("**This round**: open for 60 s")]
+
+
 def test_a_finished_round_whose_run_was_deleted_in_history_draws_what_is_left(lab, monkeypatch):
     """A run deleted in History while the round ended (commit 757ca38): the page shows what is left, never a
     traceback."""

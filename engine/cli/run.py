@@ -34,6 +34,9 @@ def register(sub) -> None:
     r.add_argument("--concurrency", type=int,
                    help="the sweep's top level, or the requests in flight of a scenario that keeps some in flight")
     r.add_argument("--levels", help="sweep levels, e.g. 1,2,4,8")
+    r.add_argument("--client-processes", type=int, metavar="N",
+                   help="client processes sending the load, each with its own event loop and connections (default: "
+                        "one per 64 requests in flight, at most a quarter of the cores)")
     r.add_argument("--repeats", type=int, metavar="N",
                    help="run the load test (or each tuning configuration) N times and print the median and range of "
                         "its throughput and TTFT, a repeat far off flagged; tuning judges each configuration against "
@@ -141,6 +144,11 @@ def _load(scn, args):
                            seed=args.seed, **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
+    if args.client_processes is not None:
+        if args.client_processes < 1:
+            raise ConfigError(f"--client-processes {args.client_processes} is not a number of processes: give 1 or "
+                              "more, or leave it out to let the load choose.")
+        load = replace(load, workers=args.client_processes)
     return replace(load, **shaped) if (shaped := request_of(args)) else load  # replace validates it
 
 

@@ -2,8 +2,9 @@
 See docs/measuring.md#load-generator."""
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import msgspec
 
 
 class SSEDecoder:
@@ -42,6 +43,33 @@ def _event_data(event: bytes) -> bytes | None:
 
 
 
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+    role: Any = msgspec.UNSET  # told apart from null: the preamble is an event that has the key
+    tool_calls: Any = None
+
+
+class _Choice(msgspec.Struct):
+    text: str | None = None
+    delta: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _Event(msgspec.Struct):
+    """The fields of an OpenAI stream event that a measurement reads; the rest (id, model, logprobs, ...) is
+    skipped unbuilt, and one a server sends in an unexpected type falls back to the generic reading."""
+
+    choices: list[_Choice] | None = None
+    usage: dict[str, Any] | None = None
+    error: Any = None
+    object: Any = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+
+
 class StreamParser:
     """What one streamed answer said: content chunk times, text, usage, end marker, error.
     Feed it each SSE event's data with its arrival time (`event`)."""
@@ -57,15 +85,45 @@ class StreamParser:
         self.error: str | None = None
 
     def event(self, t: float, payload: bytes) -> None:
-        """Interpret one event: a content chunk is kept with its arrival time t."""
+        """Interpret one event: a content chunk is kept with its arrival time t. Hot path (one call per token of
+        every stream): msgspec decodes only the fields read, into slotted objects, several times faster than
+        json.loads building every dict."""
         if payload == b"[DONE]":
             self.done = True
             return
         try:
-            obj = json.loads(payload)
-        except ValueError:
+            ev = _decode_event(payload)
+        except msgspec.ValidationError:  # JSON, but not shaped as expected: read it as plain objects
+            self._generic(t, payload)
+            return
+        except msgspec.DecodeError:
             self.error = f"the server sent an event that is not JSON: {payload[:120]!r}"
             return
+        if ev.error or ev.object == "error":
+            self._generic(t, payload)
+            return
+        if ev.usage:
+            self.usage = ev.usage
+        if not ev.choices:
+            return
+        c = ev.choices[0]
+        if self.chat:
+            d = c.delta
+            if d is None:
+                text = ""
+            else:
+                text = d.content or d.reasoning_content or d.reasoning or ""
+                # vLLM's chat preamble {"role": "assistant", "content": ""} carries no token: not a chunk.
+                if d.role is not msgspec.UNSET and not text and not d.tool_calls and c.finish_reason is None:
+                    return
+        else:
+            text = c.text or ""
+        self.times.append(t)
+        self.texts.append(text)
+
+    def _generic(self, t: float, payload: bytes) -> None:
+        """An event read as plain JSON objects: an error, or fields in types the typed reading does not take."""
+        obj = msgspec.json.decode(payload)
         if not isinstance(obj, dict):
             return
         if obj.get("error") or obj.get("object") == "error":
@@ -76,16 +134,15 @@ class StreamParser:
         if obj.get("usage"):
             self.usage = obj["usage"]
         choices = obj.get("choices")
-        if not choices:
+        if not choices or not isinstance(choices, list):
             return
-        c = choices[0]
+        c = choices[0] if isinstance(choices[0], dict) else {}
         if self.chat:
-            delta = c.get("delta") or {}
+            delta: dict[str, Any] = d if isinstance(d := c.get("delta"), dict) else {}
             text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or ""
-            # vLLM's chat preamble {"role": "assistant", "content": ""} carries no token: not a chunk.
             if "role" in delta and not text and not delta.get("tool_calls") and c.get("finish_reason") is None:
                 return
         else:
             text = c.get("text") or ""
         self.times.append(t)
-        self.texts.append(text)
+        self.texts.append(text if isinstance(text, str) else str(text))

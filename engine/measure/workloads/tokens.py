@@ -3,6 +3,7 @@ See docs/measuring.md#workloads."""
 from __future__ import annotations
 
 import functools
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,8 +105,38 @@ def estimated() -> Tokens:
     return Tokens("")
 
 
+class _Fast:
+    """A folder's tokenizer.json through the `tokenizers` library alone, as encode/decode of transformers' fast
+    tokenizer say it (tests/test_tokens.py holds them equal): importing transformers (and torch behind it) cost
+    every `engine run` ~5 s of CPU and ~450 MB before its first request."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer  # what transformers' fast tokenizers run on; only a workload needs it
+
+        self._tok = Tokenizer.from_file(str(path))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=False)
+
+
+def _plain(folder: Path) -> bool:
+    """Whether transformers would read the folder's tokenizer.json as it is: no clean-up of spaces on decoding
+    (" ." made ".") asked for by its tokenizer_config.json."""
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        config = {}
+    return (folder / "tokenizer.json").is_file() and not (isinstance(config, dict)
+                                                          and config.get("clean_up_tokenization_spaces"))
+
+
 @functools.lru_cache(maxsize=4)
 def _load(folder: str) -> Any:
+    if _plain(Path(folder)):
+        return _Fast(Path(folder) / "tokenizer.json")
     # the class's own module, not `from transformers import AutoTokenizer`: under `streamlit run` transformers'
     # lazy top-level module did not list it (ImportError), while the module it lives in imports as usual
     from transformers.models.auto.tokenization_auto import AutoTokenizer
