@@ -346,8 +346,7 @@ class Room:
     def _run(self, rnd: Round, runner: "Runner", spec: LoadSpec, target: "Target") -> list[RunResult]:
         """The round, then its contrast: each saved the moment it ends (Runner.gathered), paired by the round's id."""
         try:
-            together = runner.gathered(spec, target, lambda on_measure: self._gather(rnd, spec, runner, on_measure),
-                                       room_round=rnd.id)
+            together = runner.gathered(spec, target, lambda on_measure: self._gather(rnd, spec, runner, on_measure))
             out = [together]
             if together.measured:
                 rnd.runs["together"] = together.id
@@ -365,7 +364,8 @@ class Room:
                 result.load.prompts = [str(TYPED) if e.typed else e.text for e in rnd.entries]
                 return result
 
-            out.append(runner.gathered(alone, target, one_by_one, room_round=rnd.id, attendees=rnd.names))
+            out.append(runner.gathered(alone, target, one_by_one,
+                                       room=RoomRound(round=rnd.id, attendees=rnd.names)))
             if out[-1].measured:
                 rnd.runs["alone"] = out[-1].id
             return out
@@ -423,7 +423,7 @@ class Room:
             records=rnd.kept(records), duration=duration, started_at=(rnd.opened_at or time.time()) + first,
             model=spec.model, load=load,
             extra=Notes(cancelled=cancel.is_set(), load_client=LoadClient(name=loadgen.client_name(), workers=1),
-                        room=RoomRound(attendees=rnd.names)))
+                        room=RoomRound(round=rnd.id, attendees=rnd.names)))
         result.summary = stats.summarize(result.records, duration)
         notify(progress.on_complete, result)
         return result
