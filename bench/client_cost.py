@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,21 +39,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.fidelity import VLLM_BENCH, served_model  # noqa: E402
+from bench.fidelity import VLLM_BENCH, served_model, synthetic_server  # noqa: E402
 from engine.observe import hardware  # noqa: E402
-
-
-@contextlib.contextmanager
-def fake_server() -> Iterator[str]:
-    """tests/fakes.py answering at once (no pause between chunks), serving the model "ok"; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes.py"), "--chunk-delay", "0",
-                             "--models", "ok"], stdout=subprocess.PIPE, text=True)
-    try:
-        port = int(proc.stdout.readline())  # type: ignore[union-attr]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, seed: int, out: Path,
@@ -256,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.synthetic:
             from engine.serving import models
 
-            base_url, model = stack.enter_context(fake_server()), "ok"
+            base_url, model = stack.enter_context(synthetic_server(0, "--models", "ok"))  # answering at once, "ok"
             tokenizer = a.tokenizer or str(models.embedded_dir())
             server = ("tests/fakes.py in its own process, every chunk at once (no pause): a server that answers "
                       "instantly")

@@ -72,10 +72,10 @@ def served_model(base_url: str) -> tuple[str, str]:
 
 
 @contextmanager
-def synthetic_server(chunk_delay: float) -> Iterator[str]:
-    """tests/fakes.py serving in a child process; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes.py"), "--chunk-delay", str(chunk_delay)],
-                            stdout=subprocess.PIPE, text=True)
+def synthetic_server(chunk_delay: float, *extra: str) -> Iterator[str]:
+    """tests/fakes.py serving in a child process (`extra`: more of its options); yields its base URL."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fakes.py"), "--chunk-delay", str(chunk_delay),
+                             *extra], stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())  # type: ignore[union-attr]
         yield f"http://127.0.0.1:{port}"
