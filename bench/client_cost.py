@@ -125,12 +125,14 @@ def result_of(side: str, path: Path, env: dict[str, str]) -> dict[str, Any]:
     if side == "vllm":
         d = json.loads(path.read_text())
         return {"completed": d["completed"], "output_tokens": d["total_output_tokens"],
-                "output_throughput": d["output_throughput"], "duration": d["duration"]}
+                "output_throughput": d["output_throughput"], "duration": d["duration"],
+                "median_ttft_ms": d.get("median_ttft_ms")}
     from engine.results.store import RunStore
 
     s = RunStore(Path(env["SERVING_LAB_DB"])).list(kind="vllm")[0].summary  # the newest first
     return {"completed": s.completed, "output_tokens": s.total_output_tokens,
-            "output_throughput": s.output_throughput, "duration": s.duration}
+            "output_throughput": s.output_throughput, "duration": s.duration,
+            "median_ttft_ms": s.latency_ms.get("median_ttft_ms")}
 
 
 def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: str, c: int, n: int, seed: int,
@@ -151,7 +153,8 @@ def one(a: argparse.Namespace, side: str, base_url: str, model: str, tokenizer: 
 def level(a: argparse.Namespace, i: int, c: int, base_url: str, model: str, tokenizer: str, tmp: Path,
           env: dict[str, str], log: Path) -> dict[str, Any]:
     n = max(a.min_prompts, a.rounds * c)
-    sides = ["ours", "vllm", *(f"ours:{w}" for w in a.also_workers)]
+    extra = a.also_workers if a.also_workers_at is None or c in a.also_workers_at else []
+    sides = ["ours", "vllm", *(f"ours:{w}" for w in extra)]
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     for r in range(a.repeats):
         order = sides if (i + r) % 2 == 0 else sides[::-1]
@@ -162,7 +165,8 @@ def level(a: argparse.Namespace, i: int, c: int, base_url: str, model: str, toke
             runs[side].append(got)
             print(f"    {got['cpu_s']:.2f} s CPU = {got['cpu_ms_per_request']:.2f} ms/request, "
                   f"{got['cpu_us_per_token']:.0f} µs/token; peak RSS {got['peak_tree_rss'] / 2**20:.0f} MiB; "
-                  f"{_f(got['after_done_s'], '.2f')} s after done; {got['output_throughput']:.0f} tok/s", flush=True)
+                  f"{_f(got['after_done_s'], '.2f')} s after done; {got['output_throughput']:.0f} tok/s, "
+                  f"median TTFT {_f(got.get('median_ttft_ms'))} ms", flush=True)
     return {"concurrency": c, "requests": n, "runs": runs}
 
 
@@ -189,8 +193,8 @@ def markdown(rep: dict[str, Any]) -> str:
              "prompts, the run, its record); 'before done': the part spent until the run said it was done",
              "- Peak RSS: the tree's summed resident set, sampled every 50 ms", "",
              "| in flight | requests | client | processes | CPU s (before done) | CPU ms/request | CPU µs/output token "
-             "| peak RSS MiB | s from done to exit | output tok/s | load |",
-             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| peak RSS MiB | s from done to exit | output tok/s | median TTFT ms | load |",
+             "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for lv in rep["levels"]:
         for side, runs in lv["runs"].items():
             name = ("vllm bench serve" if side == "vllm" else "engine run" if side == "ours"
@@ -201,7 +205,7 @@ def markdown(rep: dict[str, Any]) -> str:
                     f"({_f(r.get('cpu_at_done_s'), '.2f')}) | {r['cpu_ms_per_request']:.2f} | "
                     f"{r['cpu_us_per_token']:.0f} | {r['peak_tree_rss'] / 2**20:.0f} | "
                     f"{_f(r['after_done_s'], '.2f')} | "
-                    f"{r['output_throughput']:.0f} | {r['load_1min']:.1f} |")
+                    f"{r['output_throughput']:.0f} | {_f(r.get('median_ttft_ms'))} | {r['load_1min']:.1f} |")
     lines += ["", "Ratios (engine run / vllm bench serve, medians over repeats; below 1 means ours costs less):", "",
               "| in flight | CPU per request | peak RSS | s from done to exit (ours) |", "|---:|---:|---:|---:|"]
     for lv in rep["levels"]:
@@ -209,6 +213,20 @@ def markdown(rep: dict[str, Any]) -> str:
         cpu = (_med(o, "cpu_ms_per_request") or 0) / (_med(v, "cpu_ms_per_request") or 1)
         rss = (_med(o, "peak_tree_rss") or 0) / (_med(v, "peak_tree_rss") or 1)
         lines.append(f"| {lv['concurrency']} | {cpu:.2f} | {rss:.2f} | {_f(_med(o, 'after_done_s'), '.2f')} |")
+    split = [lv for lv in rep["levels"] if any(":" in side for side in lv["runs"])]
+    if split:
+        lines += ["", "Client processes (engine run; medians over repeats; the default is the row without "
+                  "--client-processes):", "",
+                  "| in flight | processes | CPU ms/request | peak RSS MiB | output tok/s | median TTFT ms |",
+                  "|---:|---:|---:|---:|---:|---:|"]
+        for lv in split:
+            for side, runs in sorted(lv["runs"].items(), key=lambda kv: _med(kv[1], "processes") or 1):
+                if side == "vllm":
+                    continue
+                lines.append(f"| {lv['concurrency']} | {_f(_med(runs, 'processes'), '.0f')}"
+                             f"{'' if ':' in side else ' (default)'} | {_f(_med(runs, 'cpu_ms_per_request'), '.2f')} "
+                             f"| {_f((_med(runs, 'peak_tree_rss') or 0) / 2**20, '.0f')} "
+                             f"| {_f(_med(runs, 'output_throughput'), '.0f')} | {_f(_med(runs, 'median_ttft_ms'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -226,6 +244,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--also-workers", type=int, nargs="*", default=[],
                    help="also run ours with these numbers of client processes (--client-processes)")
+    p.add_argument("--also-workers-at", type=int, nargs="*", default=None, metavar="C",
+                   help="only at these levels of --concurrency (default: every level)")
     p.add_argument("--seed", type=int, default=2000)
     p.add_argument("--log", type=Path, default=None, help="both commands' output (default: a temp file)")
     p.add_argument("--out", type=Path, default=None, help="markdown report; a .json with the same stem beside it")
@@ -242,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.synthetic:
             from engine.serving import models
 
-            base_url, model = stack.enter_context(synthetic_server(0, "--models", "ok"))  # answering at once, "ok"
+            base_url = stack.enter_context(synthetic_server(0, "--models", "ok"))  # answering at once
+            model = "ok"
             tokenizer = a.tokenizer or str(models.embedded_dir())
             server = ("tests/fakes.py in its own process, every chunk at once (no pause): a server that answers "
                       "instantly")
