@@ -50,7 +50,8 @@ _DIGIT = {"0": (True, False), "1": (True, True), "2": (False, False), "3": (True
           "5": (False, False), "6": (True, False), "7": (True, True), "8": (True, True), "9": (False, False)}
 # a round number ends in its place (십 백 천) or its group of four digits (만 억 조 경)
 _GROUP = [(True, False), (True, False), (False, False), (True, False)]
-_LETTER = {"l": (True, True), "m": (True, False), "n": (True, False), "r": (True, True)}  # 엘 엠 엔 알; others: 비, 에스
+# the names of the letters that end in a consonant: 엘 엠 엔 알 (the others in a vowel: 비, 에스, 에이치)
+_LETTER = {"l": (True, True), "m": (True, False), "n": (True, False), "r": (True, True)}
 _SIGN = {"%": (False, False), "×": (False, False), "°": (False, False)}  # 퍼센트, 배, 도
 
 

@@ -100,7 +100,7 @@ FORMS = [("은", "는"), ("이", "가"), ("을", "를"), ("과", "와"), ("으�
          ("이랑", "랑"), ("이에요", "예요"), ("이야", "야")]
 COPULA = {c for c, v in FORMS if c.startswith("이") and c != "이"}
 SPELLED = {s: (c, v) for c, v in FORMS  # either form, or both written out
-           for s in [c, v, f"{c}({v})", f"{v}({c})"] + (["(으)로"] if c == "으로" else [f"(이){v}"] if c in COPULA else [])}
+           for s in [c, v, f"{c}({v})", f"{v}({c})", "(으)로" if c == "으로" else f"(이){v}" if c in COPULA else c]}
 NOUNS = ("가지", "가량", "이상", "이하", "이내", "이후", "이전", "나머지")  # words that begin like a particle
 CLOSERS = "'\"`’”»*_"
 AFTER = re.compile(r"\{[^{}]*\}([" + re.escape(CLOSERS) + r"]*)([가-힣()]+)")
