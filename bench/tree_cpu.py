@@ -27,22 +27,26 @@ def main() -> int:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         sys.exit(f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}")
     t0 = time.monotonic()
-    code = subprocess.call(cmd)
-    wall = time.monotonic() - t0
-    deadline = time.monotonic() + a.linger
-    while time.monotonic() < deadline:  # the orphans that came back to us
+    main_pid = subprocess.Popen(cmd).pid
+    code, wall, deadline = None, 0.0, float("inf")
+    # Reap every child as it ends, orphans included: one held as a zombie would still "exist" for the suite's own
+    # waits (psutil.wait_procs), and a server's stop would sit out its whole grace period.
+    while time.monotonic() < deadline:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG if code is not None else 0)
         except ChildProcessError:
             break
-        if pid == 0:
+        if pid == main_pid:
+            code, wall = os.waitstatus_to_exitcode(status), time.monotonic() - t0
+            deadline = time.monotonic() + a.linger
+        elif pid == 0:
             time.sleep(0.5)
     left = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == os.getpid()]
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     print(f"tree_cpu: wall {wall:.0f} s, CPU {ru.ru_utime + ru.ru_stime:.1f} s (user {ru.ru_utime:.1f} + sys "
           f"{ru.ru_stime:.1f}), exit {code}" + (f", still running (not counted): {left}" if left else ""),
           file=sys.stderr)
-    return code
+    return 1 if code is None else code
 
 
 def _parent(pid: str) -> int:

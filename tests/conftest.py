@@ -46,14 +46,6 @@ if _xdist.startswith("gw") and _xdist[2:].isdigit():
     _cores = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_xdist[2:]) % len(_cores)]))
 
-# A vLLM start is what the suite pays most for: ~32 s of CPU in three processes that each import torch and vLLM
-# (API server, EngineCore, its worker). Where a test is not about that tree, the model runs inside the EngineCore
-# (VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps vllm-cpu's "uni" executor): ~10 s of CPU less a start
-# (bench/results/test-suite-cpu.md). The product starts the whole tree, and so do the session's servers and every
-# test of a crash, an adoption or a stop (`real_tree`).
-REAL_TREE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
 
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
 NEEDS_REAL_PARTS = {"vllm_server", "browser", "app", "page", "keyed"}  # fixtures that start vLLM or Chromium
@@ -170,8 +162,7 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
     """Start a server through the CLI, wait for 'ready', then SIGKILL the CLI (the 'app')."""
     argv = [sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
             "--kv-cache-gib", "1", "--max-model-len", "2048", "--enforce-eager"]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **REAL_TREE})
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
     deadline = time.time() + timeout_s
     assert proc.stdout is not None
@@ -219,14 +210,6 @@ def vllm_server(isolated_home):
         srv.stop()
         left = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         assert not left, f"stop() left processes behind: {left}"
-
-
-@pytest.fixture
-def real_tree(monkeypatch):
-    """vLLM servers this test starts (itself, through an app or the CLI) run the product's whole process tree: for
-    tests of a crash, an adoption, a stop, what the tree leaves behind."""
-    for k, v in REAL_TREE.items():
-        monkeypatch.setenv(k, v)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
 
 from .conftest import ROOT, free_port
 
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.usefixtures("real_tree")]
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def eager(spec: models.ModelSpec, port: int) -> ServerConfig:

@@ -249,7 +249,6 @@ def test_every_page_speaks_korean_to_a_korean_browser(browser, app):
 
 
 # -- e. start and stop from the UI -------------------------------------------------------------
-@pytest.mark.usefixtures("real_tree")
 def test_start_shows_a_stage_and_stop_leaves_no_process(browser, tmp_path):
     vllm_port = free_port()
     runtime = tmp_path / "runtime"

@@ -26,7 +26,7 @@ from .browser import (
     metric,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("real_tree")]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def tree_of(runtime) -> dict[str, list]:

@@ -29,7 +29,7 @@ from .browser import (
 )
 from .conftest import ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.usefixtures("real_tree")]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):

@@ -23,7 +23,7 @@ from engine.serving.server import FAILED, READY, VLLMServer
 
 from .conftest import ROOT, free_port
 
-pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.usefixtures("real_tree")]
+pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 def bench_rounds(tmp_path, mode: str, rounds: int = 1) -> list[dict]:  # 20 in bench/results/one-server.md

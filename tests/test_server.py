@@ -18,7 +18,7 @@ from engine.serving.vllm_log import STAGES
 
 from .conftest import _family, free_port
 
-pytestmark = [pytest.mark.server, pytest.mark.usefixtures("real_tree")]
+pytestmark = pytest.mark.server
 
 
 def _needs_own_server(vllm_server):
