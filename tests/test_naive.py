@@ -262,7 +262,7 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
         f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 8, max_new_tokens=200,"
-        " random_weights=True), observer=O())\n"
+        " random_weights=True, warmup=False), observer=O())\n"  # the warm-up would only delay the kill
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
