@@ -316,7 +316,8 @@ def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch)
     complete" on a bar a third full read as done)."""
     from engine.measure.load.request import clock
 
-    rnd = _open_round()
+    rnd = Round("r-filling", 60, 32, True)  # an id of its own: no reading of an earlier test's round is reused
+    rnd.status = OPEN
     for who in ("a", "b", "c"):
         rnd.admit(who, f"Otter {who}", "", time.time(), clock())
     rnd.status = ANSWERING
