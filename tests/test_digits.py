@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.digits import rounded, significant, times
+from engine.digits import change, rounded, significant, times
 from engine.figures import caption, caption_said
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
@@ -75,6 +75,14 @@ def test_a_rounding_that_carries_into_a_new_digit_keeps_the_figures_asked(x, fig
 def test_a_ratio_has_three_figures_below_ten_and_two_from_ten_up(ratio, shown):
     """The Naive page's chart, the guided lab's table and its finding say a speed-up through this one helper."""
     assert times(ratio) == shown
+
+
+@pytest.mark.parametrize("ratio, shown", [
+    (1.21, "+21"), (0.9997, "-0.030"), (1.0, "0"), (1 - 1e-15, "0"), (1 + 2e-13, "0"), (None, "–")])
+def test_a_change_in_per_cent_says_no_float_noise(ratio, shown):
+    """Two sides of exactly equal means (their order reversed) gave a ratio of 0.999999999999999: the verdict said
+    "measured 1.00× (-0.00000000000010 %)"."""
+    assert change(ratio) == shown
 
 
 def test_a_median_and_its_range_share_the_decimals_of_the_largest_after_the_carry():
