@@ -160,15 +160,15 @@ class Runner:
         self.warmth = warmth or WarmthLedger()
 
     def _keep(self, result: RunResult, target: Target, served_before: int | None = None,
-              cpu: dict | None = None) -> RunResult:
+              beside: dict | None = None) -> RunResult:
         """A load run finished: stamped with its server, cold or warm, what disturbed it, its goodput under the
-        SLO, saved. `served_before`: the server's served count read before the run began (served()); `cpu`: its
-        CpuWatch's reading over the measured part."""
+        SLO, saved. `served_before`: the server's served count read before the run began (served()); `beside`: its
+        disturbance.Watch's reading over the measured part."""
         if self.slo is not None:
             record_goodput(result, self.slo)
         result = self._judge_warmth(target.stamp(result), target, served_before)
         notes = result.extra
-        notes.beside.disturbance = disturbance.record(cpu, notes.warmth.served_before, notes.warmth.served_after,
+        notes.beside.disturbance = disturbance.record(beside, notes.warmth.served_before, notes.warmth.served_after,
                                                       len(result.records))
         return self.save(result)
 
@@ -233,13 +233,13 @@ class Runner:
         kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
         served = self.served(target)
         meter = self._meter(target)
-        cpu = disturbance.CpuWatch([target.pid])  # the CPU used beside the measured part
+        watch = disturbance.Watch([target.pid])  # the CPU and GPUs used beside the measured part
         try:
-            result = send(lambda: (count.start(), kv.start(), meter and meter.start(), cpu.start()))
+            result = send(lambda: (count.start(), kv.start(), meter and meter.start(), watch.start()))
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
-        beside = cpu.stop()
+        beside = watch.stop()
         result = self._energy(kv.finish(count.finish(result)), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
@@ -278,13 +278,13 @@ class Runner:
             count = ServerCount(target)
             kv = KvWatch(target.base_url, target.api_key)
             served = self.served(target)
-            cpu = disturbance.CpuWatch([a.pid, b.pid])  # both servers' trees are the pair's own
+            watch = disturbance.Watch([a.pid, b.pid])  # both servers' trees are the pair's own
 
             def on_measure() -> float:
                 count.start()
                 kv.start()
                 barrier.wait()  # BrokenBarrierError when the other side failed before measuring
-                cpu.start()
+                watch.start()
                 return origin["clock"]
 
             try:
@@ -293,7 +293,7 @@ class Runner:
                                               on_measure=on_measure)
                 finally:
                     kv.stop()
-                beside = cpu.stop()
+                beside = watch.stop()
                 result.started_at = origin.get("epoch", result.started_at)
                 result.extra.side_by_side.pair, result.extra.side_by_side.side = pair, name
                 results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside)
@@ -356,8 +356,8 @@ class Runner:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
         at that many per second instead) with the server's view and energy, saved."""
         count, served, meter = ServerCount(target), self.served(target), self._meter(target)
-        cpu = disturbance.CpuWatch([target.pid])
-        hooks = lambda: (count.start(), meter and meter.start(), cpu.start())  # noqa: E731
+        watch = disturbance.Watch([target.pid])
+        hooks = lambda: (count.start(), meter and meter.start(), watch.start())  # noqa: E731
         if rate is not None:  # arrivals at a rate (the spec's: Poisson, gamma, constant, a cap), not a number in flight
             n = rate_requests(spec, rate, self.rate_level_s)
             result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, num_requests=n,
@@ -366,7 +366,7 @@ class Runner:
         else:
             result = loadgen.run_level(spec, level, observer=progress, cancel=cancel, rounds=rounds,
                                        on_measure=hooks)
-        beside = cpu.stop()
+        beside = watch.stop()
         result = self._energy(count.finish(result), meter)
         for name, value in notes.items():
             setattr(result.extra, name, value)
@@ -538,13 +538,13 @@ class Runner:
         """The transformers baseline (spec: engine.measure.baseline.protocol.NaiveSpec) in its own worker process."""
         static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one
         self.mark(say("static batch start") if static else say("naive start"))
-        cpu = disturbance.CpuWatch()  # its worker is this process's child: its own
-        cpu.start()
+        watch = disturbance.Watch()  # its worker is this process's child: its own
+        watch.start()
         try:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
             self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
-        result.extra.beside.disturbance = disturbance.record(cpu.stop(), None, None, 0)
+        result.extra.beside.disturbance = disturbance.record(watch.stop(), None, None, 0)
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         if self.slo is not None:
