@@ -15,12 +15,13 @@ import pytest
 
 from engine.messages import translate
 from engine.observe import disturbance, nvml
-from engine.results.records import Beside, Notes
+from engine.results.records import Beside, Disturbance, Notes
 from tests.said import values
 
 GB = 1024 ** 3
 OTHER = 4_000_000  # a pid on the GPU that is no process of this machine's run (no pid is this high here)
 CPU_KEYS = {"seconds", "cores", "others_cores", "steal_cores"}
+GPU_KEYS = ("gpus", "gpu_others", "gpu_others_gb", "gpu_others_busy")
 
 
 class NotFound(Exception):
@@ -75,7 +76,7 @@ def server():
     p.wait()
 
 
-def _watched(nv: FakeNvml, server: int) -> dict:
+def _watched(nv: FakeNvml | None, server: int) -> Disturbance:
     watch = disturbance.Watch([server], nv=nv)
     watch.start()
     time.sleep(0.3)
@@ -84,8 +85,14 @@ def _watched(nv: FakeNvml, server: int) -> dict:
     return out
 
 
-def _notes(d: dict) -> Notes:
-    return Notes(beside=Beside(disturbance=disturbance.record(d, None, None, 0)))
+def _gpu(d: Disturbance) -> dict:
+    return {k: getattr(d, k) for k in GPU_KEYS}
+
+
+def _notes(d: Disturbance, gpu_only: bool = True) -> Notes:
+    """The reading as a run keeps it; `gpu_only`: its GPU part alone (what this busy machine's CPU says, apart)."""
+    kept = Disturbance(**_gpu(d)) if gpu_only else d
+    return Notes(beside=Beside(disturbance=disturbance.record(kept, None, None, 0)))
 
 
 def test_another_process_computing_on_the_runs_gpu_is_recorded_and_said(server):
@@ -93,11 +100,11 @@ def test_another_process_computing_on_the_runs_gpu_is_recorded_and_said(server):
     nv = FakeNvml({0: {server: 60 * GB, OTHER: 5 * GB}, 1: {OTHER + 1: 70 * GB}},
                   {0: {server: 55.0, OTHER: 40.0}, 1: {OTHER + 1: 99.0}})
     d = _watched(nv, server)
-    assert {k: d[k] for k in ("gpus", "gpu_others", "gpu_others_gb", "gpu_others_busy")} == {
-        "gpus": [0], "gpu_others": 1, "gpu_others_gb": 5.0, "gpu_others_busy": 40.0}  # GPU 1 is not the run's
-    assert CPU_KEYS <= set(d)  # beside the CPU's reading, in the same part
+    assert _gpu(d) == {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 5.0,
+                       "gpu_others_busy": 40.0}  # GPU 1 is not the run's
+    assert CPU_KEYS <= set(d.to_dict())  # beside the CPU's reading, in the same part
     assert all(since > 0 for since in nv.asked_since)  # the samples asked for are the measured part's only
-    notes = _notes({k: v for k, v in d.items() if k not in CPU_KEYS})  # this busy machine's CPU said apart
+    notes = _notes(d)
     assert disturbance.disturbed(notes)
     assert values(disturbance.said(notes))["what"] == {"n": 1, "gb": "5.0", "share": "40 %"}
     ko = translate(disturbance.said(notes), "ko")
@@ -107,31 +114,30 @@ def test_another_process_computing_on_the_runs_gpu_is_recorded_and_said(server):
 def test_an_idle_process_holding_memory_is_recorded_but_disturbs_nothing(server):
     nv = FakeNvml({0: {server: 60 * GB, OTHER: 2 * GB}}, {0: {server: 80.0}})
     d = _watched(nv, server)
-    assert (d["gpu_others"], d["gpu_others_gb"], d["gpu_others_busy"]) == (1, 2.0, 0.0)
-    gpu_only = {k: v for k, v in d.items() if k not in CPU_KEYS}
-    assert not disturbance.disturbed(_notes(gpu_only))  # it held memory, took no time
+    assert (d.gpu_others, d.gpu_others_gb, d.gpu_others_busy) == (1, 2.0, 0.0)
+    assert not disturbance.disturbed(_notes(d))  # it held memory, took no time
 
 
 def test_a_driver_that_does_not_say_how_busy_counts_any_other_process(server):
     nv = FakeNvml({0: {server: 60 * GB, OTHER: 3 * GB}}, {0: None})
-    d = {k: v for k, v in _watched(nv, server).items() if k not in CPU_KEYS}
-    assert d["gpu_others_busy"] is None and disturbance.disturbed(_notes(d))
+    d = _watched(nv, server)
+    assert d.gpu_others_busy is None and disturbance.disturbed(_notes(d))
     assert values(disturbance.said(_notes(d)))["what"] == {"n": 1, "gb": "3.0"}
 
 
 def test_a_process_that_came_and_went_between_the_readings_still_counts(server):
     nv = FakeNvml({0: {server: 60 * GB}}, {0: {server: 50.0, OTHER: 30.0}})
     d = _watched(nv, server)
-    assert (d["gpu_others"], d["gpu_others_busy"]) == (1, 30.0)
+    assert (d.gpu_others, d.gpu_others_busy) == (1, 30.0)
 
 
 def test_no_gpu_of_the_runs_judges_nothing_and_the_cpu_path_is_unchanged(server):
     # NVML lists only processes that are not the run's (a server elsewhere, or pids of another namespace)
     nv = FakeNvml({0: {OTHER: 60 * GB}}, {0: {OTHER: 90.0}})
-    assert set(_watched(nv, server)) == CPU_KEYS
+    assert set(_watched(nv, server).to_dict()) == CPU_KEYS
     # this machine: no GPU, the real pynvml (or none): the CPU's reading alone, as before
     assert not nvml.available()
-    assert set(_watched(None, server)) == CPU_KEYS  # type: ignore[arg-type]
+    assert set(_watched(None, server).to_dict()) == CPU_KEYS
 
 
 def test_a_run_records_the_gpu_beside_it_through_the_driver_boundary(monkeypatch):
@@ -155,8 +161,8 @@ def test_a_run_records_the_gpu_beside_it_through_the_driver_boundary(monkeypatch
         monkeypatch.setattr(nvml, "_lib", lambda: None)  # the same machine, no GPU: the CPU path
         quiet = Runner(save=lambda r: r).load(spec, local)
     d = busy.extra.beside.disturbance
-    assert (d["gpus"], d["gpu_others"], d["gpu_others_gb"], d["gpu_others_busy"]) == ([0], 1, 7.0, 25.0)
-    assert not {"gpus", "gpu_others"} & set(quiet.extra.beside.disturbance or {})
+    assert _gpu(d) == {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 7.0, "gpu_others_busy": 25.0}
+    assert _gpu(quiet.extra.beside.disturbance) == dict.fromkeys(GPU_KEYS)  # no GPU: the CPU's part only
     v = verdict.compare_runs([quiet], [busy], "mean_e2el_ms", name="E2E", label_a="quiet", label_b="busy")
     assert v is not None and v.finding is None and v.disturbed is not None
     assert "other process on the GPU held 7.0 GB" in str(v.said)

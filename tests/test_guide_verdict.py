@@ -16,11 +16,12 @@ from engine.digits import significant
 from engine.figures import tuning_compare
 from engine.figures.theme import caption
 from engine.messages import translate
+from engine.results.records import Disturbance, Notes, Repeat
 from tests.guide_runs import _run
 from tests.said import values
 
-BUSY = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
-GPU_BUSY = {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 5.0, "gpu_others_busy": 40.0}
+BUSY = Disturbance(seconds=10.0, cores=2, others_cores=1.4, steal_cores=0.0)
+GPU_BUSY = Disturbance(gpus=[0], gpu_others=1, gpu_others_gb=5.0, gpu_others_busy=40.0)
 CPU = {"device": "cpu", "cpu_kvcache_gib": 2}
 
 
@@ -28,7 +29,8 @@ def _repeats(scenario: str, secs: list[float], tokens: int, n: int, *, label: st
              kind: str = "vllm") -> list:
     """One run per value of `secs` (each of its `n` requests taking that long), the same label: a step's repeats."""
     return [_run(scenario, kind, [(s, tokens)] * n, tokens, at_once=at_once, label=label, config=CPU,
-                 repeat_group=f"g-{label}", repeat_index=i + 1, repeats=len(secs)) for i, s in enumerate(secs)]
+                 extra=Notes(repeat=Repeat(group=f"g-{label}", index=i + 1, total=len(secs))))
+            for i, s in enumerate(secs)]
 
 
 def _naive(secs: list[float]):

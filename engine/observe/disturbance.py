@@ -1,11 +1,11 @@
-"""Whether a run was measured on a disturbed machine (issue #29 item 3), and the one sentence that says so next to
+"""Whether a run was measured on a disturbed machine, and the one sentence that says so next to
 its numbers. Over the measured part (`Watch`): the CPU other programs used (`CpuWatch`: the machine's busy time from
 /proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
 psutil) and the CPU time the hypervisor took (steal); the other processes on the run's GPUs (`GpuWatch`: NVML's
 compute processes, their memory and their share of the GPU's time); from the server's own served count, the
 requests another client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
 (Notes.beside.chats). Two readings, one at each end of the measured part: nothing runs beside the
-measurement. Kept in Notes.beside.disturbance (a dict: it goes through every save, export and import as it is)."""
+measurement. Kept in Notes.beside.disturbance (engine.results.records.Disturbance)."""
 from __future__ import annotations
 
 import os
@@ -18,6 +18,7 @@ import psutil
 from engine.digits import significant
 from engine.messages import Message, say, say_n
 from engine.observe import nvml
+from engine.results.records import Disturbance
 
 # Disturbed: other programs used at least this share of the machine's cores (and at least MIN_CORES), the
 # hypervisor took STEAL_SHARE of its CPU time, or any other request reached the server or any chat ran beside
@@ -88,8 +89,8 @@ class CpuWatch:
         busy, steal = _machine()
         self._begin = (time.monotonic(), busy, steal, _tree_seconds(self.roots))
 
-    def stop(self) -> dict[str, Any] | None:
-        """{seconds, cores, others_cores, steal_cores} over the measured part; None when it never started."""
+    def stop(self) -> Disturbance | None:
+        """The CPU over the measured part (seconds, cores, others_cores, steal_cores); None when it never started."""
         if self._begin is None:
             return None
         t0, busy0, steal0, own0 = self._begin
@@ -99,8 +100,8 @@ class CpuWatch:
         if seconds <= 0:
             return None
         others = max(0.0, (busy - busy0) - (own - own0)) / seconds
-        return {"seconds": round(seconds, 2), "cores": psutil.cpu_count() or 1, "others_cores": round(others, 2),
-                "steal_cores": round(max(0.0, steal - steal0) / seconds, 2)}
+        return Disturbance(seconds=round(seconds, 2), cores=psutil.cpu_count() or 1, others_cores=round(others, 2),
+                           steal_cores=round(max(0.0, steal - steal0) / seconds, 2))
 
 
 class GpuWatch:
@@ -125,9 +126,9 @@ class GpuWatch:
         self._begin, self._own = self._procs(), _tree_pids(self.roots)
 
     def stop(self) -> dict[str, Any] | None:
-        """{gpus, gpu_others, gpu_others_gb, gpu_others_busy}: the run's GPUs, how many other processes computed on
-        them, the most memory those held (GB), and the largest share of one GPU's SM time they had together (per
-        cent; None where the driver does not say); None without a GPU of the run's."""
+        """{gpus, gpu_others, gpu_others_gb, gpu_others_busy} (Disturbance's fields): the run's GPUs, how many other
+        processes computed on them, the most memory those held (GB), and the largest share of one GPU's SM time they
+        had together (per cent; None where the driver does not say); None without a GPU of the run's."""
         if self._since is None:
             return None
         end = self._procs()
@@ -167,67 +168,69 @@ class Watch:
         self.gpu.start()
         self.cpu.start()
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self) -> Disturbance | None:
         """CpuWatch's reading with GpuWatch's; None when neither read anything."""
         cpu, gpu = self.cpu.stop(), self.gpu.stop()
-        return None if cpu is None and gpu is None else {**(cpu or {}), **(gpu or {})}
+        if gpu is None:
+            return cpu
+        return (cpu or Disturbance()).model_copy(update=gpu)
 
 
-def record(watched: dict[str, Any] | None, served_before: int | None, served_after: int | None,
-           sent: int) -> dict[str, Any] | None:
-    """What Notes.beside.disturbance keeps: the Watch's reading, and the requests the server served from before the
-    run's warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
-    neither is known."""
-    out = dict(watched or {})
+def record(cpu: Disturbance | None, served_before: int | None, served_after: int | None,
+           sent: int) -> Disturbance | None:
+    """What Notes.beside.disturbance keeps: the Watch's reading (`cpu`), and the requests the server served from
+    before the run's warm-up to its end that this run did not send (`sent`: all its requests, warm-up included);
+    None when neither is known."""
+    other = None
     if served_before is not None and served_after is not None and served_after >= served_before:
-        out["other_requests"] = max(0, served_after - served_before - sent)
-    return out or None
+        other = max(0, served_after - served_before - sent)
+    if cpu is None and other is None:
+        return None
+    return (cpu or Disturbance()).model_copy(update={"other_requests": other})
 
 
-def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
+def _cpu_disturbed(d: Disturbance) -> tuple[bool, bool]:
     """(other programs used enough CPU to matter, the hypervisor took enough), beyond the ticks' coarseness."""
-    if not d.get("seconds") or d["seconds"] < MIN_SECONDS:
+    if not d.seconds or d.seconds < MIN_SECONDS:
         return False, False
-    cores = d.get("cores") or 1
-    others = (d.get("others_cores") or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d["seconds"]
-    return others, (d.get("steal_cores") or 0) >= STEAL_SHARE * cores
+    cores = d.cores or 1
+    others = (d.others_cores or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d.seconds
+    return others, (d.steal_cores or 0) >= STEAL_SHARE * cores
 
 
-def _gpu_disturbed(d: dict[str, Any]) -> bool:
+def _gpu_disturbed(d: Disturbance) -> bool:
     """Another process computed on the run's GPU: with a share of its time NVML measured, or one it cannot say."""
-    if not d.get("gpu_others"):
+    if not d.gpu_others:
         return False
-    busy = d.get("gpu_others_busy")
-    return busy is None or busy >= GPU_BUSY_PCT
+    return d.gpu_others_busy is None or d.gpu_others_busy >= GPU_BUSY_PCT
 
 
 def disturbed(notes: Any) -> bool:
     """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
-    d = notes.beside.disturbance or {}
-    return (any(_cpu_disturbed(d)) or _gpu_disturbed(d) or bool(d.get("other_requests"))
-            or bool(notes.beside.chats))
+    d = notes.beside.disturbance or Disturbance()
+    return any(_cpu_disturbed(d)) or _gpu_disturbed(d) or bool(d.other_requests) or bool(notes.beside.chats)
 
 
 def said(notes: Any) -> Message | None:
     """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
     these numbers."; None for a quiet run (or one measured before this was recorded)."""
-    d = notes.beside.disturbance or {}
+    d = notes.beside.disturbance or Disturbance()
     others, steal = _cpu_disturbed(d)
     what: list[Message] = []
     if others:
-        what.append(say("other programs used {used:.1f} of {cores} cores", used=d["others_cores"], cores=d["cores"]))
+        what.append(say("other programs used {used:.1f} of {cores} cores", used=d.others_cores, cores=d.cores))
     if steal:
         what.append(say("the hypervisor took {share:.0%} of the CPU time (steal)",
-                        share=d["steal_cores"] / (d.get("cores") or 1)))
+                        share=(d.steal_cores or 0) / (d.cores or 1)))
     if _gpu_disturbed(d):
-        n, gb, busy = d["gpu_others"], significant(d.get("gpu_others_gb") or 0), d.get("gpu_others_busy")
+        n, gb, busy = d.gpu_others or 0, significant(d.gpu_others_gb or 0), d.gpu_others_busy
         what.append(say_n("{n} other process on the GPU held {gb} GB (how busy, the driver does not say)",
                           "{n} other processes on the GPU held {gb} GB (how busy, the driver does not say)", n,
                           gb=gb) if busy is None else
                     say_n("{n} other process on the GPU held {gb} GB and used {share} of its compute time",
                           "{n} other processes on the GPU held {gb} GB and used {share} of its compute time", n,
                           gb=gb, share=f"{round(busy)} %"))
-    if n := d.get("other_requests"):
+    if n := d.other_requests:
         what.append(say_n("the server answered {n} request from another client",
                           "the server answered {n} requests from another client", n))
     if n := notes.beside.chats:
