@@ -86,7 +86,7 @@ def ttft_by_turn(run: RunResult, *, lang: str = "en") -> go.Figure:
                       tokens=by[-1].mean_prompt_tokens or 0)
         cap = [v.said, history] if v is not None else [history]
     elif by:
-        cap = say("One turn only: run more turns to see the history grow.")
+        cap = [say("One turn only: run more turns to see the history grow.")]
     else:
-        cap = say("This run has no multi-turn chats.")
+        cap = [say("This run has no multi-turn chats.")]
     return finish(fig, say("TTFT per turn: does a later turn still start fast?"), cap, height=620, lang=lang)
