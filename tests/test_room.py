@@ -311,6 +311,34 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
     assert lab.room.screen("en").view.names == ["Otter a", "Otter b"]
 
 
+def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch):
+    """While the room's answers come in, the bar's label is a count so far and says what comes next ("Answers
+    complete" on a bar a third full read as done)."""
+    from engine.measure.load.request import clock
+
+    rnd = Round("r-filling", 60, 32, True)  # an id of its own: no reading of an earlier test's round is reused
+    rnd.status = OPEN
+    for who in ("a", "b", "c"):
+        rnd.admit(who, f"Otter {who}", "", time.time(), clock())
+    rnd.status = ANSWERING
+    rnd.closes_at = time.time()
+    rnd.entries[0].record.end_time = 1.0  # one answer in, two still generating
+    running = threading.Event()
+    job = lab.jobs.submit("room", "The room's round", lambda job: running.wait(120))
+    rnd.job_id = job.id
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    monkeypatch.setattr(lab.room, "_view", None)  # no earlier test's reading of a round of the same id
+    monkeypatch.setattr(lab.room, "_screens", {})
+    try:
+        at = app_page("app_pages/room.py")
+    finally:
+        running.set()
+    bars = at.get("progress")
+    assert len(bars) == 1, bars
+    assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
+        bars[0].proto.text
+
+
 def test_the_presenter_who_opens_a_round_sees_its_settings_not_a_form_to_open_another(lab, monkeypatch):
     """Once the presenter opens a round the page redraws in its live shape: the round's own settings where the form
     was (the form drawn before the press offered 'Open a round' again, and a second screen's defaults)."""
