@@ -22,9 +22,19 @@ BY = {N_("Requests in flight"): "concurrency", N_("Arrival rate"): "rate"}
 RATES = "0.5, 1, 2, 4"  # requests/s: the first offer of a rate sweep on a CPU server
 
 
-def section(lab, defaults, wl_plan) -> None:
+def _spec(defaults, wl_plan, request):
+    """The sweep's (and the search's) workload sent in the page's request shape; None, its one sentence shown, when
+    a request box holds a bad value."""
+    try:
+        return sweep_spec(defaults, plan=wl_plan, request=request.fields())
+    except LabError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+        return None
+
+
+def section(lab, defaults, wl_plan, request) -> None:
     """The sweep's levels (requests in flight or arrival rates) and Run, and the search's tolerance and Run, with
-    what each will do."""
+    what each will do; `request` the page's request boxes (request_form.Chosen)."""
     st.divider()
     st.subheader(_("Sweep"))
     by = BY[st.radio(_("Sweep over"), list(BY), horizontal=True, key="sweep_by", format_func=i18n.shown(BY),
@@ -32,7 +42,7 @@ def section(lab, defaults, wl_plan) -> None:
                             "requests arrive at each rate (Poisson), as `vllm bench serve --request-rate`; each rate "
                             "sends at least 15 s of arrivals."))]
     if by == "rate":
-        _by_rate(lab, defaults, wl_plan)
+        _by_rate(lab, defaults, wl_plan, request)
         return
     st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput "
                  "climbs while each request gets only a little slower — until the server is full."))
@@ -42,7 +52,8 @@ def section(lab, defaults, wl_plan) -> None:
         st.caption(ui.plain(defaults.said))
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
-        ui.act(lab.run_sweep, sweep_spec(defaults, plan=wl_plan), sorted(levels))
+        if (spec := _spec(defaults, wl_plan, request)) is not None:
+            ui.act(lab.run_sweep, spec, sorted(levels))
     # The SLO search: the sweep's workload at levels found by bisection between the lowest and the
     # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
     search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
@@ -63,11 +74,11 @@ def section(lab, defaults, wl_plan) -> None:
                               "clearly past saturation is stopped early and counts as missed.", low=min(levels),
                               high=max(levels), slo=viewer_limits.slo().said)))
     if searched and search_why is None:
-        ui.act(lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(levels),
-               max(levels), int(tolerance))
+        if (spec := _spec(defaults, wl_plan, request)) is not None:
+            ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(levels), max(levels), int(tolerance))
 
 
-def _by_rate(lab, defaults, wl_plan) -> None:
+def _by_rate(lab, defaults, wl_plan, request) -> None:
     """The sweep over arrival rates, and the search for the highest rate that meets the viewer's SLO."""
     st.caption(_("The same workload arriving at each rate, Poisson: throughput follows the rate while the server "
                  "keeps up; past that, requests queue and the wait for the first token grows."))
@@ -81,7 +92,8 @@ def _by_rate(lab, defaults, wl_plan) -> None:
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", key="run_rate_sweep",
                         disabled=not ui.can_act(lab) or not rates):
-        ui.act(lab.run_sweep, sweep_spec(defaults, plan=wl_plan), rates, by="rate")
+        if (spec := _spec(defaults, wl_plan, request)) is not None:
+            ui.act(lab.run_sweep, spec, rates, by="rate")
     search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the highest rate that "
                     "meets it.") if ui.refusal(viewer_limits.slo) else
                   _("Give at least two rates: the search runs between the lowest and the highest.")
@@ -100,8 +112,8 @@ def _by_rate(lab, defaults, wl_plan) -> None:
                               "server clearly cannot keep up with is stopped early and counts as missed.",
                               low=min(rates), high=max(rates), slo=viewer_limits.slo().said)))
     if searched and search_why is None:
-        ui.act(lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(rates), max(rates),
-               float(tolerance), by="rate")
+        if (spec := _spec(defaults, wl_plan, request)) is not None:
+            ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(rates), max(rates), float(tolerance), by="rate")
 
 
 def _search_done() -> str:
