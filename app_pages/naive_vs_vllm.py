@@ -142,7 +142,7 @@ def results() -> None:
             own = worker_memory.worker_memory(naive)
             st.markdown(ui.plain(worker_memory.said(own)))
             # no GPU: the system's RAM before and after moves with every other program, so only the worker's own
-            st.json(mem if own["gpu"] else {k: v for k, v in mem.items() if k not in ("before", "after_exit")})
+            st.json({k: v for k, v in mem.to_dict().items() if own["gpu"] or k not in ("before", "after_exit")})
     compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
         f"{names[figures.contender(r)]}: " + ", ".join(str(x) for x in (
             r.model.split('/')[-1], r.config.get('dtype'),

@@ -1,4 +1,4 @@
-"""The room (issue #30 item 4): on the presenter's cue every attendee presses once on their own device; the big screen
+"""The room as the load: on the presenter's cue every attendee presses once on their own device; the big screen
 shows their requests on one clock (who joined whose answer mid-generation, how many generated together, each
 person's TTFT), then the same requests one at a time. The round lives in the engine (`lab.room`, engine/room.py),
 shared by every viewer; each attendee sees only their own question and answer, the room sees names and timings."""

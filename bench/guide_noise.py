@@ -54,7 +54,7 @@ def run_steps(lab, scale: float) -> dict:
         runs = g.runs(sid)
         steps[sid] = {"seconds": round(time.time() - t0, 1), "runs": len(runs),
                       "disturbed": [disturbance.disturbed(r.extra) for r in runs],
-                      "disturbance": [r.extra.beside.disturbance for r in runs],
+                      "disturbance": [(d := r.extra.beside.disturbance) and d.to_dict() for r in runs],
                       "said": [translate(s, "en") for r in runs if (s := disturbance.said(r.extra))]}
         print(f"  {sid}: {steps[sid]['seconds']} s, {len(runs)} runs, disturbed {steps[sid]['disturbed']}", flush=True)
     found = [{"number": f.number, "title": translate(f.title, "en"), "claim": f.claim, "text": translate(f.text, "en")}

@@ -99,7 +99,7 @@ class Bench:
             self.mark(f"{name} end (worker exited)")
             r.extra.server.placeholder_text = True
             self.save(r)
-            print(json.dumps(r.extra.naive.memory, indent=1)[:3000], flush=True)
+            print(json.dumps(r.extra.naive.memory and r.extra.naive.memory.to_dict(), indent=1)[:3000], flush=True)
 
     def vllm(self):
         self.start(self.config())

@@ -58,7 +58,7 @@ def main() -> int:
             out.append({"mfu_flag": flag, "level": level, "requests": n, "tokens": a.tokens, "duration_s": run.duration,
                         "output_throughput": s.output_throughput, "mean_ttft_ms": s.get("mean_ttft_ms"),
                         "mean_tpot_ms": s.get("mean_tpot_ms"),
-                        "estimated": (run.extra.server_view or {}).get("estimated"),
+                        "estimated": (v := run.extra.server_view) and v.estimated and v.estimated.to_dict(),
                         "tflop_s": u.tflop_s if u else None, "mfu": u.mfu if u else None,
                         "read_gb_s": u.read_gb_s if u else None})
     # the reading's cost: the page as the server view reads it after a run, and its parse

@@ -45,7 +45,8 @@ def main() -> int:
         for line in (energy.said(use) if use else [energy.missing_said(run.extra.energy.missing or "no-meter")]):
             print("  ", line)
         out.append({"level": level, "requests": n, "tokens": a.tokens, "duration_s": run.duration,
-                    "summary": s.to_dict(), "server_view": run.extra.server_view, "energy": run.extra.energy.reading,
+                    "summary": s.to_dict(), "server_view": (v := run.extra.server_view) and v.to_dict(),
+                    "energy": (e := run.extra.energy.reading) and e.to_dict(),
                     "energy_use": dataclasses.asdict(use) if use else None,
                     "server_time": dataclasses.asdict(st) if (st := server_time.of(run)) else None})
     (a.out / "server-view.json").write_text(json.dumps(out, indent=1, default=str))

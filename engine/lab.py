@@ -21,7 +21,7 @@ from engine.observe import hardware
 from engine.observe.monitor import Monitor
 from engine.observe.telemetry import Telemetry
 from engine.results.history import History
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.room import Room
 from engine.runs import Runner, Target, check_repeats, check_search, check_sweep, check_tuning
@@ -153,7 +153,9 @@ class Lab:
     def attach(self, url: str, api_key: str | None = None, model: str | None = None) -> Attached:
         """Measure the OpenAI-compatible server at `url` instead of our own, for every page and viewer,
         until detach(); an EndpointError (one sentence) when it cannot be measured."""
-        return self.connection.attach(url, api_key, model)
+        attached = self.connection.attach(url, api_key, model)
+        assert attached is not None  # given no cancel, it never gives up
+        return attached
 
     @presenter_only
     def connect(self, url: str, api_key: str | None = None, model: str | None = None) -> Job:
@@ -198,12 +200,12 @@ class Lab:
     # -- measurements -------------------------------------------------------------------------
     # Each is a job running an engine.runs.Runner: the orchestration the CLI shares. The spec is
     # checked against the server before the job is queued, so a page hears a ConfigError at once.
-    def _runner(self, job: Job, notes: dict | None = None) -> Runner:
-        """A Runner for `job`, each run it saves carrying `notes` (Notes fields: a rehearsal's sheet id)."""
+    def _runner(self, job: Job, notes: Notes | None = None) -> Runner:
+        """A Runner for `job`, each run it saves carrying the fields `notes` was made with (a rehearsal's sheet id)."""
         return Runner(lambda result: self._save(result, notes), progress=job, cancel=job.cancel,
                       mark=self.server.mark, warmth=self.warmth)
 
-    def _measure(self, kind: str, label: str, spec, work: Callable, notes: dict | None = None, **submit) -> Job:
+    def _measure(self, kind: str, label: str, spec, work: Callable, notes: Notes | None = None, **submit) -> Job:
         """Submit work(runner, spec, target) against the server the app measures, `spec` aimed at it first."""
         target = self._aim()
         spec = target.aim(spec)
@@ -218,9 +220,9 @@ class Lab:
 
     @presenter_only
     def run_load(self, spec, label: str | None = None, repeats: int = 1, fixed_seed: bool = False,
-                 notes: dict | None = None) -> Job:
+                 notes: Notes | None = None) -> Job:
         """A load test against the running server (spec: a LoadSpec); `repeats` > 1: Runner.repeat's list of runs,
-        each with synthetic prompts of a new seed unless `fixed_seed`; `notes`: Notes fields each run carries."""
+        each with synthetic prompts of a new seed unless `fixed_seed`; `notes`: what each run carries (Notes.add)."""
         n = check_repeats(repeats)
         return self._measure("load", label or spec.label or spec.scenario, spec,
                              lambda r, spec, t: r.load(spec, t) if n == 1 else r.repeat(spec, t, n, fixed_seed),
@@ -250,7 +252,7 @@ class Lab:
 
     @presenter_only
     def run_tuning(self, configs: list[ServerConfig], spec, labels: list | None = None, repeats: int = 1,
-                   notes: dict | None = None) -> Job:
+                   notes: Notes | None = None) -> Job:
         """Restart vLLM with each config, run the same workload `repeats` times, keep each run (notebook step 4);
         `labels` names the configurations (a scenario's config_labels; default: their flags). The KV-squeeze and
         prefix-cache comparisons send their scenario's configs_after() and spec."""
@@ -282,7 +284,7 @@ class Lab:
                                 lambda job: self._runner(job).side_by_side(a, b, spec))
 
     @presenter_only
-    def run_naive(self, spec, notes: dict | None = None) -> Job:
+    def run_naive(self, spec, notes: Notes | None = None) -> Job:
         """Submit the transformers baseline (spec: a baseline.protocol.NaiveSpec) in its own worker process."""
         if self.device == "cuda" and self.server.snapshot().state in (READY, STARTING):
             raise ServerBusy(say("vLLM holds most of the GPU memory: stop the server first, run the naive baseline, "
@@ -351,13 +353,12 @@ class Lab:
         return next((j for j in self.jobs.active() if j.kind != "connect"), None)  # connecting measures nothing
 
     # -- saving -------------------------------------------------------------------------------
-    def _save(self, result: RunResult, notes: dict | None = None) -> RunResult:
+    def _save(self, result: RunResult, notes: Notes | None = None) -> RunResult:
         """Keep a run that measured anything, marked when chat traffic ran beside it; `notes`: the action's own
         Notes fields (a rehearsal's sheet id), set on the run alone, never on others saved meanwhile."""
         if n := self.chat_desk.beside(result.started_at, result.started_at + result.duration):
             result.extra.beside.chats = n
-        for name, value in (notes or {}).items():
-            setattr(result.extra, name, value)
+        result.extra.add(notes)
         if result.measured:
             self.store.save(result)
         return result

@@ -1,4 +1,4 @@
-"""The room as the load (issue #30 item 4): on the presenter's cue a round opens, each attendee presses one button (or
+"""The room as the load: on the presenter's cue a round opens, each attendee presses one button (or
 types a short question) on their own device, and their requests go to the server as they come, timed on one clock;
 once the round has closed and its answers are in, the same requests go again one at a time, for contrast. Both are
 saved as runs, paired by `Notes.room.round`. One `Room` per Lab (`Lab.room`), shared by every viewer.
@@ -365,7 +365,7 @@ class Room:
                 return result
 
             out.append(runner.gathered(alone, target, one_by_one,
-                                       room=RoomRound(round=rnd.id, attendees=rnd.names)))
+                                       Notes(room=RoomRound(round=rnd.id, attendees=rnd.names))))
             if out[-1].measured:
                 rnd.runs["alone"] = out[-1].id
             return out

@@ -8,14 +8,14 @@ from engine.lab import Lab
 from engine.measure.judge import stats
 from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import MemoryAt, NaiveWorker, Notes, RequestRecord, RunResult, WorkerMemory
 from engine.results.store import RunStore
 
 from .conftest import free_port
 
 
 def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], tokens: int, *, at_once=False,
-         label=None, config=None, **extra) -> RunResult:
+         label=None, config=None, extra: Notes | None = None) -> RunResult:
     """A saved run as the step makes it: its scenario's name at the step's budget, requests of the given
     (seconds, output tokens), one after another or all at once."""
     recs, t = [], 0.0
@@ -32,7 +32,7 @@ def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], tokens:
     name = label or scenarios.get(scenario).label(tokens)
     return RunResult(kind=kind, scenario=scenario, label=name, records=recs, duration=duration,
                      started_at=time.time(), config=config or {"device": "cpu", "cpu_kvcache_gib": 2},
-                     summary=stats.summarize(recs, duration), extra=extra)
+                     summary=stats.summarize(recs, duration), extra=extra or Notes())
 
 
 def seed(folder: Path) -> None:
@@ -41,9 +41,9 @@ def seed(folder: Path) -> None:
     try:
         guide = lab.guide
         guide.set_scale(0.1, token=None)
-        mem = {"before": {"ram_used": 4.2e9}, "after_exit": {"ram_used": 4.25e9}, "worker_peak_rss": 8.4e8,
-               "after_cleanup": {"rss": 6.1e8}, "worker_exited": True}
-        runs = {"naive": [_run("naive-5", "naive", [(9.0, 20)] * 5, 20, memory=mem)],
+        mem = WorkerMemory(before=MemoryAt(ram_used=4_200_000_000), after_exit=MemoryAt(ram_used=4_250_000_000),
+                           worker_peak_rss=840_000_000, after_cleanup=MemoryAt(rss=610_000_000), worker_exited=True)
+        runs = {"naive": [_run("naive-5", "naive", [(9.0, 20)] * 5, 20, extra=Notes(naive=NaiveWorker(memory=mem)))],
                 "test-query": [_run("test-query", "vllm", [(1.1, 20)], 20)],
                 "sequential": [_run("vllm-5-sequential", "vllm", [(2.0, 20)] * 5, 20)],
                 "concurrent": [_run("concurrent-10", "vllm", [(3.5, 15)] * 10, 15, at_once=True)],

@@ -19,7 +19,7 @@ from engine.measure.judge.stats import summarize
 from engine.measure.workloads import scenarios
 from engine.messages import translate
 from engine.observe import bandwidth
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import ModelSize, Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.serving.models import LLAMA3_8B_CONFIG
 from tests.said import said, values
@@ -127,7 +127,7 @@ def test_a_stored_bandwidth_that_is_not_one_is_not_read(stored):
 
 # -- a run against its ceiling ----------------------------------------------------------------------
 
-def _run(hardware: dict, tok_s: float, n: int = 1, kind: str = "vllm", device: str = "cuda", **extra) -> RunResult:
+def _run(hardware: dict, tok_s: float, n: int = 1, kind: str = "vllm", device: str = "cuda") -> RunResult:
     """`n` requests decoding together at `tok_s` each (n=1: one request), 200 tokens after a 30-token prompt."""
     recs = []
     for i in range(n):
@@ -137,7 +137,7 @@ def _run(hardware: dict, tok_s: float, n: int = 1, kind: str = "vllm", device: s
                                   chunk_times=chunks, prompt_tokens=30, output_tokens=200))
     run = RunResult(kind=kind, scenario="vllm-5-sequential", label="vLLM", records=recs, duration=recs[0].end_time,
                     started_at=1_764_500_000.0, model="llama3", config={"device": device}, hardware=hardware,
-                    extra={"weight_bytes": LLAMA3_8B_FP16, "kv_token_bytes": 131_072, **extra})
+                    extra=Notes(model_size=ModelSize(weights=LLAMA3_8B_FP16, kv_per_token=131_072)))
     run.summary = summarize(run.records, run.duration)
     return run
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Beside, Disturbance, Notes, Repeat, RequestRecord, RunResult
 from engine.results.store import RunStore
 
 from .conftest import cli_in_process
@@ -22,8 +22,8 @@ def _run(label: str, ttft_s: float, *, gap_s: float = 0.02, tput: float | None =
                                   end_time=chunks[-1], chunk_times=chunks, prompt_tokens=20, output_tokens=10))
     run = RunResult(kind="vllm", scenario="concurrent-10", label=label, records=recs, duration=2.0,
                     started_at=started,
-                    extra={"repeat_group": group, "repeat_index": index, "repeats": 3 if group else None,
-                           "disturbance": disturbance})
+                    extra=Notes(repeat=Repeat(group=group, index=index, total=3 if group else None),
+                                beside=Beside(disturbance=disturbance)))
     from engine.measure.judge import stats
 
     run.summary = stats.summarize(recs, run.duration)
@@ -80,7 +80,7 @@ def test_repeat_groups_within_noise_and_by_label(store):
 
 
 def test_a_disturbed_side_is_said(store):
-    busy = {"seconds": 10, "cores": 2, "others_cores": 1.5, "steal_cores": 0.0}
+    busy = Disturbance(seconds=10, cores=2, others_cores=1.5, steal_cores=0.0)
     a, b = _run("x", 0.2), _run("x", 0.21, started=1.76e9 + 60, disturbance=busy)
     store.save(a), store.save(b)
     lines = _lines(cli_in_process("compare", a.id[:8], b.id))

@@ -39,11 +39,11 @@ def test_three_repeats_with_one_far_slower_print_their_range_and_flag_it():
     """On an H100, three repeats, one 3.5× slower, printed "median 5,475.68, 95 % bootstrap interval
     1,563.07–5,629.59" and nothing on the odd one."""
     from engine.cli.summary import repeats_table
-    from engine.results.records import RunResult
+    from engine.results.records import Notes, Repeat, RunResult
 
     runs = [RunResult(kind="vllm", scenario="chat", label="chat", records=[], duration=1.0, started_at=1.7e9 + i,
                       summary={"output_throughput": v},
-                      extra={"repeat_group": "g", "repeat_index": i + 1, "repeats": 3})
+                      extra=Notes(repeat=Repeat(group="g", index=i + 1, total=3)))
             for i, v in enumerate((5475.68, 5629.59, 1563.07))]
     lines = repeats_table(runs).splitlines()
     assert lines[0] == "== 3 repeats of chat =="
@@ -128,12 +128,12 @@ def test_tuning_with_repeats_judges_each_configuration_against_the_first(capsys)
     the first configuration's, said beyond noise or as no measurable difference."""
     from engine.cli.run import _said
     from engine.measure.workloads import scenarios
-    from engine.results.records import RunResult
+    from engine.results.records import Notes, Repeat, RunResult
 
     def runs(group: str, label: str, values) -> list:
         return [RunResult(kind="vllm", scenario="tuning", label=label, records=[], duration=1.0,
                           started_at=1.7e9 + i, summary={"output_throughput": v},
-                          extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
+                          extra=Notes(repeat=Repeat(group=group, index=i + 1, total=len(values))))
                 for i, v in enumerate(values)]
 
     results = (runs("a", "max-model-len 512", [100, 104, 98]) + runs("b", "max-model-len 2048", [150, 148, 153])

@@ -18,7 +18,7 @@ import pytest
 from engine.measure.load.spec import LoadSpec
 from engine.messages import translate
 from engine.observe import disturbance
-from engine.results.records import Beside, Notes, RequestRecord, RunResult
+from engine.results.records import Beside, Disturbance, Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
 from tests.said import values
@@ -61,13 +61,13 @@ def test_a_busy_program_beside_the_measured_part_is_detected(busy):
     watch.start()
     time.sleep(3)
     cpu = watch.stop()
-    assert cpu["seconds"] >= 3 and cpu["cores"] == psutil.cpu_count()
+    assert cpu.seconds >= 3 and cpu.cores == psutil.cpu_count()
     # two busy loops beside a sleeping client: at least the threshold of the machine's cores went to them
-    assert cpu["others_cores"] >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu["cores"]) + 0.05 / 3
+    assert cpu.others_cores >= max(disturbance.MIN_CORES, disturbance.OTHERS_SHARE * cpu.cores) + 0.05 / 3
     notes = _notes(disturbance=disturbance.record(cpu, None, None, 0))
     assert disturbance.disturbed(notes)
     what = values(disturbance.said(notes))["what"]  # the hypervisor's steal, if it took some too, said after it
-    assert {"used": cpu["others_cores"], "cores": cpu["cores"]} in (what, what.get("first"))
+    assert {"used": cpu.others_cores, "cores": cpu.cores} in (what, what.get("first"))
 
 
 def test_the_runs_own_processes_are_not_others():
@@ -91,8 +91,8 @@ def test_the_runs_own_processes_are_not_others():
 
 def test_another_clients_requests_and_chats_are_said():
     rec = disturbance.record(None, served_before=100, served_after=125, sent=20)  # 5 answered that we did not send
-    assert rec == {"other_requests": 5}
-    assert disturbance.record(None, 100, 110, 20) == {"other_requests": 0}  # a count still catching up: none
+    assert rec == Disturbance(other_requests=5)
+    assert disturbance.record(None, 100, 110, 20) == Disturbance(other_requests=0)  # a count still catching up: none
     assert disturbance.record(None, 100, 90, 20) is None  # a restarted server's count: unknown
     assert disturbance.record(None, None, None, 0) is None
     notes = _notes(disturbance=rec, chats=2)
@@ -100,20 +100,20 @@ def test_another_clients_requests_and_chats_are_said():
     assert values(disturbance.said(notes)) == {"what": {"first": {"n": 5}, "last": {"n": 2}}}
     ko = translate(disturbance.said(notes), "ko")
     assert "5" in ko and "2" in ko and "Measured" not in ko
-    quiet = _notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.1, "steal_cores": 0.0,
-                               "other_requests": 0})
+    quiet = _notes(disturbance=Disturbance(seconds=10, cores=2, others_cores=0.1, steal_cores=0.0,
+                               other_requests=0))
     assert not disturbance.disturbed(quiet) and disturbance.said(quiet) is None
-    short = _notes(disturbance={"seconds": 0.2, "cores": 2, "others_cores": 1.9, "steal_cores": 0.0})
+    short = _notes(disturbance=Disturbance(seconds=0.2, cores=2, others_cores=1.9, steal_cores=0.0))
     assert not disturbance.disturbed(short)  # too short for the CPU ticks to judge
-    brief = _notes(disturbance={"seconds": 0.5, "cores": 2, "others_cores": 0.3, "steal_cores": 0.0})
+    brief = _notes(disturbance=Disturbance(seconds=0.5, cores=2, others_cores=0.3, steal_cores=0.0))
     assert not disturbance.disturbed(brief)  # 0.3 cores over half a second: within the ticks' 0.1 cores of slack
-    assert disturbance.disturbed(_notes(disturbance={**brief.beside.disturbance, "others_cores": 1.5}))
-    steal = _notes(disturbance={"seconds": 10, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4})
+    assert disturbance.disturbed(_notes(disturbance=brief.beside.disturbance.model_copy(update={"others_cores": 1.5})))
+    steal = _notes(disturbance=Disturbance(seconds=10, cores=2, others_cores=0.0, steal_cores=0.4))
     assert values(disturbance.said(steal)) == {"what": {"share": 0.2}}  # of the CPU time, taken by the hypervisor
 
 
 def test_a_steps_repeats_are_said_once_with_how_many_were_disturbed():
-    quiet, busy = _notes(disturbance={"other_requests": 0}), _notes(disturbance={"other_requests": 4})
+    quiet, busy = _notes(disturbance=Disturbance(other_requests=0)), _notes(disturbance=Disturbance(other_requests=4))
     runs = [RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1.0, started_at=time.time(),
                       extra=n) for n in (quiet, busy, quiet)]
     assert values(disturbance.said_of(runs)) == {"k": 1, "n": 3, "sentence": {"what": {"n": 4}}}
@@ -123,9 +123,9 @@ def test_a_steps_repeats_are_said_once_with_how_many_were_disturbed():
 
 def test_the_disturbance_survives_the_save_load_round_trip_and_an_export(tmp_path):
     recs = [RequestRecord(index=0, prompt="p", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=8)]
-    d = {"seconds": 12.5, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0, "other_requests": 3}
+    d = Disturbance(seconds=12.5, cores=2, others_cores=1.4, steal_cores=0.0, other_requests=3)
     run = RunResult(kind="vllm", scenario="s", label="l", records=recs, duration=1.0, started_at=time.time(),
-                    extra={"disturbance": d})
+                    extra=_notes(disturbance=d))
     store = RunStore(tmp_path / "h.sqlite")
     store.save(run)
     back = store.load(run.id)
@@ -145,7 +145,7 @@ def test_the_sentence_stands_next_to_the_numbers_on_the_cli_and_in_the_report():
             for i in range(4)]
     run = RunResult(kind="vllm", scenario="concurrent-10", label="busy", records=recs, duration=1.0,
                     started_at=time.time(), summary=stats.summarize(recs, 1.0),
-                    extra={"disturbance": {"seconds": 8.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}})
+                    extra=_notes(disturbance=Disturbance(seconds=8.0, cores=2, others_cores=1.4, steal_cores=0.0)))
     table = summary_table(run).splitlines()
     at = next(i for i, line in enumerate(table) if line.startswith("output throughput"))
     said = "Measured while other programs used 1.4 of 2 cores"
@@ -179,8 +179,8 @@ def test_a_real_run_with_a_busy_program_and_another_client_beside_it_says_so(vll
         stop.set()
         other.join(timeout=130)
     d = run.extra.beside.disturbance
-    assert d is not None and d["seconds"] > 0
-    assert d["other_requests"] >= 1 and sent_by_other
+    assert d is not None and d.seconds > 0
+    assert d.other_requests >= 1 and sent_by_other
     assert disturbance.disturbed(run.extra)
     said = str(disturbance.said(run.extra))
     assert "from another client" in said and "other programs used" in said

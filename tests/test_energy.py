@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.observe import energy
+from engine.results.records import EnergyReading
 from tests.said import values
 
 
@@ -41,8 +42,8 @@ def test_the_nvml_counter_gives_the_joules_between_start_and_stop_over_every_gpu
     meter.start()
     nv.mj = [1_000_000.0 + 350_000, 2_000_000.0 + 150_000]  # 350 J and 150 J
     reading = meter.stop()
-    assert reading["method"] == "nvml-counter" and reading["joules"] == pytest.approx(500.0)
-    assert reading["idle_w"] == pytest.approx(100.0)
+    assert reading.method == "nvml-counter" and reading.joules == pytest.approx(500.0)
+    assert reading.idle_w == pytest.approx(100.0)
 
 
 def test_without_the_counter_power_samples_are_integrated():
@@ -53,8 +54,8 @@ def test_without_the_counter_power_samples_are_integrated():
     time.sleep(0.1)
     reading = meter.stop()
     # constant 200 W: the trapezoids give 200 W x the measured seconds, whatever the sampler's timing
-    assert reading["joules"] == pytest.approx(200.0 * reading["seconds"], rel=1e-6)
-    assert reading["samples"] >= 2
+    assert reading.joules == pytest.approx(200.0 * reading.seconds, rel=1e-6)
+    assert reading.samples >= 2
 
 
 def test_trapezoids():
@@ -79,10 +80,10 @@ def test_rapl_sums_the_packages_not_their_subzones_and_survives_a_wrap(tmp_path)
     (p0 / "energy_uj").write_text("25000000\n")  # +20 J
     (p1 / "energy_uj").write_text("999900\n")  # +999,800 uJ
     (tmp_path / "intel-rapl:0:0" / "energy_uj").write_text("99000000\n")
-    assert meter.stop()["joules"] == pytest.approx(20.0 + 0.9998)
+    assert meter.stop().joules == pytest.approx(20.0 + 0.9998)
     meter.start()
     (p1 / "energy_uj").write_text("100\n")  # wrapped: 999,900 -> 1,000,000 -> 100
-    assert meter.stop()["joules"] == pytest.approx(200 / 1e6)
+    assert meter.stop().joules == pytest.approx(200 / 1e6)
 
 
 def test_an_unreadable_counter_is_no_meter_and_a_sentence(tmp_path):
@@ -96,12 +97,12 @@ def test_an_unreadable_counter_is_no_meter_and_a_sentence(tmp_path):
 
 
 def test_per_token_arithmetic_and_the_cost_at_a_price_per_kwh():
-    u = energy.use({"method": "nvml-counter", "joules": 7200.0, "seconds": 10.0, "idle_w": 100.0}, 3600,
+    u = energy.use(EnergyReading(method="nvml-counter", joules=7200.0, seconds=10.0, idle_w=100.0), 3600,
                    price_per_kwh=0.30)
     assert u.j_per_token == 2.0 and u.tokens_per_j == 0.5 and u.wh == 2.0
     # 2 J/token x 1e6 tokens = 2e6 J = 0.5556 kWh, at 0.30 a kWh
     assert u.cost_per_million == pytest.approx(2e6 / 3.6e6 * 0.30)
-    assert energy.use({"method": "rapl", "joules": 1.0}, 10).cost_per_million is None  # no price by default
+    assert energy.use(EnergyReading(method="rapl", joules=1.0), 10).cost_per_million is None  # no price by default
     assert energy.use(None, 10) is None
     first, idle = energy.said(u)
     assert values(first) == {"j": 7200.0, "wh": 2.0, "jpt": 2.0, "tpj": 0.5, "cost": pytest.approx(2e6 / 3.6e6 * 0.30),
@@ -134,25 +135,26 @@ def test_each_run_keeps_its_energy_or_why_it_has_none():
     assert Runner(save=lambda r: r)._meter(far) is None
     assert Runner._energy(run.__class__(kind="vllm", scenario="s", label="l", records=[], duration=1, started_at=0),
                           None).extra.energy.missing == "elsewhere"
-    assert run.extra.energy.reading["joules"] == pytest.approx(12.0) and run.extra.energy.reading["idle_w"] == 50.0
+    assert run.extra.energy.reading.joules == pytest.approx(12.0) and run.extra.energy.reading.idle_w == 50.0
     assert run.extra.energy.missing == ""
     # this container has no GPU and no readable /sys/class/powercap (check: both absent here)
     if energy.EnergyMeter().method is None:
         assert here.extra.energy.reading is None and here.extra.energy.missing == "no-meter"
     else:
-        assert here.extra.energy.reading["joules"] >= 0
+        assert here.extra.energy.reading.joules >= 0
 
 
 def test_a_price_per_kwh_gives_the_energy_cost_and_a_bad_one_is_a_sentence():
     from engine.errors import ConfigError
     from engine.figures import energy_cost_line
     from engine.measure.judge.cost import check_kwh_price
-    from engine.results.records import RequestRecord, RunResult
+    from engine.results.records import Energy, Notes, RequestRecord, RunResult
 
     recs = [RequestRecord(index=0, prompt="q", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=1000)]
     run = RunResult(kind="vllm", scenario="concurrent-10", label="x", records=recs, duration=1.0, started_at=1.7e9,
                     summary={"total_output_tokens": 1000},
-                    extra={"energy": {"joules": 3600.0, "seconds": 1.0, "method": "nvml-counter"}})
+                    extra=Notes(energy=Energy(reading=EnergyReading(joules=3600.0, seconds=1.0,
+                                                                    method="nvml-counter"))))
     # 3.6 J per token x 1e6 = 3.6e6 J = 1 kWh per million tokens; the whole run is 1 Wh
     said = energy.cost_said(energy.use(run.extra.energy.reading, 1000, 0.30))
     assert values(said) == {"price": 0.30, "wh": pytest.approx(1.0), "total": pytest.approx(0.0003),

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine import figures
 from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge.stats import summarize  # noqa: E402
-from engine.results.records import RequestRecord, RunResult, Summary  # noqa: E402
+from engine.results.records import Notes, RequestRecord, RunResult, ServerNotes, Summary  # noqa: E402
 from tests.said import said, values  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
@@ -73,18 +73,17 @@ def make_static_batch() -> RunResult:
 
 def make_concurrent(max_model_len: int = 2048, max_tokens: int = 150, tok_s: float = 40.0,
                     prompts=CONCURRENT_PROMPTS, kv_tokens: int | None = 105_000, model: str = MODEL,
-                    **extra) -> RunResult:
+                    placeholder_text: bool = False) -> RunResult:
     rng = random.Random(max_model_len)
     recs = []
     for i, p in enumerate(prompts):
         n = 24 if "haiku" in p else max_tokens
         recs.append(streamed(i, p, 0.002 * i, 0.08 + 0.01 * rng.random(), n, tok_s * (0.97 + 0.06 * rng.random())))
     dur = max(r.end_time for r in recs) + 0.01
-    ext = {"kv_cache_tokens": kv_tokens} if kv_tokens else {}
-    ext.update(extra)
     return _run("vllm", f"concurrent-{len(prompts)}", f"vLLM, max-model-len {max_model_len}", recs, dur,
                 config={"max_model_len": max_model_len}, load={"concurrency": len(prompts), "max_tokens": max_tokens},
-                extra=ext, model=model)
+                extra=Notes(server=ServerNotes(kv_cache_tokens=kv_tokens or None, placeholder_text=placeholder_text)),
+                model=model)
 
 
 def make_timeline_run(n: int = 24, rate: float = 4.0, slots: int = 8) -> RunResult:

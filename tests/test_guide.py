@@ -17,7 +17,8 @@ from engine.measure.workloads import scenarios
 from engine.measure.judge import stats, verdict
 from engine.measure.judge.worker_memory import worker_memory
 from engine.messages import translate
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import (Disturbance, MemoryAt, NaiveWorker, Notes, Repeat, RequestRecord, RunResult,
+                                    WorkerMemory)
 from engine.results.store import RunStore
 
 from .conftest import free_port
@@ -34,7 +35,7 @@ def lab(tmp_path):
 
 
 def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], *, at_once: bool = False,
-         label: str = "", config: dict | None = None, **extra) -> RunResult:
+         label: str = "", config: dict | None = None, extra: Notes | None = None) -> RunResult:
     """A run whose requests take the given (seconds, output tokens): one after another, or all at once."""
     recs, t = [], 0.0
     for i, (secs, tokens) in enumerate(per_request):
@@ -46,7 +47,7 @@ def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], *, at_o
     duration = max(r.end_time for r in recs)
     return RunResult(kind=kind, scenario=scenario, label=label or scenario, records=recs, duration=duration,
                      started_at=time.time(), config=config or {}, summary=stats.summarize(recs, duration),
-                     extra=extra)
+                     extra=extra or Notes())
 
 
 # -- the catalogue ---------------------------------------------------------------------------------
@@ -135,8 +136,8 @@ def _repeats(scenario: str, times: list[float], tokens: int, n: int, *, label: s
     """One run per value of `times` (each request of a run taking that long), marked as one group of repeats."""
     out = []
     for i, secs in enumerate(times):
-        run = _run(scenario, "vllm", [(secs, tokens)] * n, label=label or scenario, repeat_group=f"g-{label}",
-                   repeat_index=i + 1, repeats=len(times), **kw)
+        run = _run(scenario, "vllm", [(secs, tokens)] * n, label=label or scenario,
+                   extra=Notes(repeat=Repeat(group=f"g-{label}", index=i + 1, total=len(times))), **kw)
         out.append(run)
     return out
 
@@ -211,7 +212,7 @@ def test_one_value_a_side_decides_nothing():
 def test_a_disturbed_run_never_claims():
     """The same clear difference, measured while other programs used most of the machine: no verdict, and the
     sentence that says why next to the numbers."""
-    busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    busy = Disturbance(seconds=10.0, cores=2, others_cores=1.4, steal_cores=0.0)
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
     vllm[1].extra.beside.disturbance = busy
     naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
@@ -236,7 +237,7 @@ def test_every_finding_reads_as_one_sentence_in_both_languages():
     """Every shape a finding takes (claimed, denied, within noise, undecided, disturbed, cold, with and without a
     naive run, each KV-cache case): no capital after a colon in English, one colon at most between clauses, and
     a slower vLLM never called faster in Korean."""
-    busy = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    busy = Disturbance(seconds=10.0, cores=2, others_cores=1.4, steal_cores=0.0)
     naive = _run("naive-5", "naive", [(2.0, 50), (2.1, 50), (1.9, 50), (2.0, 50), (2.0, 50)])
     fast_naive = _run("naive-5", "naive", [(0.2, 50), (0.21, 50), (0.19, 50), (0.2, 50), (0.2, 50)])
     vllm = _repeats("vllm-5-sequential", [0.5, 0.52, 0.48], 50, 5)
@@ -293,25 +294,32 @@ def test_the_numbers_beside_the_notebook(lab):
 def test_the_naive_memory_row_says_ram_where_there_is_no_gpu():
     """On a CPU the worker's peak is RAM: the row beside the notebook's GPU figure says so (on a GPU it keeps
     the notebook's label)."""
-    cpu = {"before": {"ram_used": 4e9}, "after_exit": {"ram_used": 4.1e9}, "worker_peak_rss": 9e8}
-    gpu = {"before": {"device_used": 1e9}, "after_exit": {"device_used": 1e9}, "worker_peak_device": 17e9}
+    cpu = WorkerMemory(before=MemoryAt(ram_used=4_000_000_000), after_exit=MemoryAt(ram_used=4_100_000_000),
+                       worker_peak_rss=900_000_000)
+    gpu = WorkerMemory(before=MemoryAt(device_used=1_000_000_000), after_exit=MemoryAt(device_used=1_000_000_000),
+                       worker_peak_device=17_000_000_000)
     labels = {name: [str(r.label) for r in g.numbers("naive", {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5,
-                                                                              memory=mem)]}, {})]
+                                                                              extra=_worker(mem))]}, {})]
               for name, mem in (("cpu", cpu), ("gpu", gpu))}
     assert labels["cpu"][3] == "memory after loading (here: the worker's RAM, no GPU)"
     assert labels["gpu"][3] == "GPU memory after loading"
 
 
 # The issue's step 2 on a CPU: other programs raised the system's RAM by 7.5 GB while the 0.9 GB worker ran and exited
-MOVED_RAM = {"before": {"ram_used": 7.09e9}, "after_exit": {"ram_used": 14.59e9}, "worker_peak_rss": 9e8,
-             "after_cleanup": {"rss": 6e8}, "worker_exited": True}
+MOVED_RAM = WorkerMemory(before=MemoryAt(ram_used=7_090_000_000), after_exit=MemoryAt(ram_used=14_590_000_000),
+                         worker_peak_rss=900_000_000, after_cleanup=MemoryAt(rss=600_000_000), worker_exited=True)
+
+
+def _worker(memory: WorkerMemory, exit_code: int | None = None) -> Notes:
+    """A naive run's notes: its worker's memory and exit code."""
+    return Notes(naive=NaiveWorker(memory=memory, worker_exit_code=exit_code))
 
 
 def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
     """Without a GPU step 2 shows the worker's own memory (its peak, and nothing once its process is gone): the
     7.5 GB other programs added to the system's RAM is no number of the worker's, and the sentence says what the
     numbers say."""
-    naive = _run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM, worker_exit_code=0)
+    naive = _run("naive-5", "naive", [(2.0, 50)] * 5, extra=_worker(MOVED_RAM, exit_code=0))
     lab.store.save(naive)
     lab.guide._state.runs["naive"] = [naive.id]
     fact = lab.guide.run_step("free", token="secret")
@@ -334,11 +342,12 @@ def test_a_gpu_that_did_not_come_back_is_not_said_to_have():
     said so, never "back"."""
     from engine.measure.judge.worker_memory import came_back, said
 
-    base = {"worker_peak_device": 17e9, "worker_exited": True}
-    back = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
-        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 1.02e9}}))
-    held = worker_memory(_run("naive-5", "naive", [(2.0, 50)], memory={
-        **base, "before": {"device_used": 1e9}, "after_exit": {"device_used": 9e9}}))
+    def run(after_gb: float):
+        return _run("naive-5", "naive", [(2.0, 50)], extra=_worker(WorkerMemory(
+            worker_peak_device=17_000_000_000, worker_exited=True, before=MemoryAt(device_used=1_000_000_000),
+            after_exit=MemoryAt(device_used=round(after_gb * 1e9)))))
+
+    back, held = worker_memory(run(1.02)), worker_memory(run(9))
     assert came_back(back) and "again" in str(said(back))
     assert not came_back(held) and "8.0 GB more" in str(said(held)) and "again" not in str(said(held))
 
@@ -410,7 +419,7 @@ def test_every_step_draws_the_runs_it_made(app_lab):
     import ui
 
     lab = ui.get_lab()
-    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, memory=MOVED_RAM)],
+    runs = {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5, extra=_worker(MOVED_RAM))],
             "test-query": [_run("test-query", "vllm", [(0.4, 20)])],
             "sequential": [_run("vllm-5-sequential", "vllm", [(0.5, 50)] * 5)],
             "concurrent": [_run("concurrent-10", "vllm", [(1.5, 25)] * 10, at_once=True)],
@@ -500,7 +509,7 @@ def test_the_speed_up_is_one_number_on_the_step_and_its_chart_claims_nothing_the
     assert f"{x}×" in title and "faster" in title
     assert at.dataframe[0].value.iloc[1, 2] == f"{x}×"
     assert any(f"{x}×" in e.value.replace("\\", "") for e in at.success)  # markdown escapes the point
-    vllm[0].extra.beside.disturbance = {"seconds": 10.0, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0}
+    vllm[0].extra.beside.disturbance = Disturbance(seconds=10.0, cores=2, others_cores=1.4, steal_cores=0.0)
     lab.store.save(vllm[0])
     at, title = shown()
     assert "faster" not in title and not at.success

@@ -16,7 +16,7 @@ from engine import figures
 from engine.figures.report import build_report
 from engine.measure.judge import stats
 from engine.results import exchange
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Notes, Repeat, RequestRecord, RunResult, ServerNotes, Warmth
 from engine.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,13 +24,16 @@ COMMAND = ("VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_serve
            "--served-model-name SmolLM2 --max-model-len 512 --enforce-eager --host 127.0.0.1 --port 9000")
 
 
-def _run(label: str, n: int, cold: bool | None, **extra) -> RunResult:
+def _run(label: str, n: int, cold: bool | None, why: str = "", repeat: Repeat | None = None,
+         endpoint: str = "") -> RunResult:
     recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=0.2 + i / 10,
                           chunk_times=[0.2 + i / 10, 0.3 + i / 10], end_time=1.0 + i / 10, prompt_tokens=20,
                           output_tokens=50) for i in range(n)]
     return RunResult(kind="vllm", scenario="tuning", label=label, records=recs, duration=2.0, started_at=time.time(),
                      model="/m/SmolLM2", summary=stats.summarize(recs, 2.0), load={"concurrency": n},
-                     command=COMMAND, hardware={"summary": "2 CPU cores"}, extra={"cold": cold, **extra})
+                     command=COMMAND, hardware={"summary": "2 CPU cores"},
+                     extra=Notes(warmth=Warmth(cold=cold, why=why), repeat=repeat or Repeat(),
+                                 server=ServerNotes(endpoint=endpoint)))
 
 
 def test_the_per_run_csv_has_one_row_per_run_with_the_json_exports_numbers():
@@ -77,7 +80,7 @@ def test_the_compare_table_puts_runs_side_by_side_with_their_flags_and_warmth():
 
 
 def test_the_html_report_marks_a_cold_run():
-    cold, warm = _run("first batch", 5, cold=True, cold_why="first"), _run("second batch", 5, cold=False)
+    cold, warm = _run("first batch", 5, cold=True, why="first"), _run("second batch", 5, cold=False)
     page = build_report([cold, warm])
     assert "❄ cold" in page and "warm" in page
 
@@ -103,7 +106,7 @@ def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_n
 def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():
     """Seen on a real server: three repeats of one label started within a minute shared one category, so their
     bars were drawn over each other and the label on top was another repeat's value."""
-    runs = [_run("concurrent-10", 4, cold=False, repeat_group="g", repeat_index=i + 1, repeats=3) for i in range(3)]
+    runs = [_run("concurrent-10", 4, cold=False, repeat=Repeat(group="g", index=i + 1, total=3)) for i in range(3)]
     for i, r in enumerate(runs):
         r.started_at = runs[0].started_at + i
     fig = figures.history_compare(runs, "output_throughput")

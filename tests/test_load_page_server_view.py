@@ -11,7 +11,7 @@ import pytest
 
 from engine.digits import significant
 from engine.measure.judge import server_time
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Energy, EnergyReading, KeptHistogram, Notes, RequestRecord, RunResult, ServerView
 from tests.conftest import app_page
 from tests.said import values
 from tests.test_load_page import _connected, _ran
@@ -49,9 +49,9 @@ def test_a_real_run_shows_where_its_time_went_and_its_energy_then_history_does_t
         fig = _server_view(at)
         assert fig is not None, [c.value for c in at.caption]
         server = {d["name"]: d["x"][0] for d in fig["data"] if d["y"] == ["vLLM (its /metrics)"]}
-        view = run.extra.server_view["histograms"]
+        view = run.extra.server_view.histograms
         for key, name in (("queue", "waiting in the queue"), ("prefill", "prefill"), ("decode", "decode")):
-            assert server[name] == pytest.approx(view[key]["mean"] * 1000)  # the bars are the run's own notes
+            assert server[name] == pytest.approx(view[key].mean * 1000)  # the bars are the run's own notes
         client = {d["name"]: d["x"][0] for d in fig["data"] if d["y"] == ["the client"]}
         e2e = sum(client.values())
         assert sum(server.values()) == pytest.approx(e2e)  # the gap named closes the bar at the client's E2E
@@ -69,7 +69,7 @@ def test_a_real_run_shows_where_its_time_went_and_its_energy_then_history_does_t
         lab.detach()
 
 
-def _stored(label: str, **extra) -> RunResult:
+def _stored(label: str, extra: Notes) -> RunResult:
     recs = [RequestRecord(index=i, prompt="q", send_time=0.0, first_token_time=1.0, end_time=2.0, chunk_times=[1.0],
                           output_tokens=32) for i in range(2)]
     run = RunResult(kind="vllm", scenario="concurrent-2", label=label, records=recs, duration=2.0,
@@ -81,12 +81,12 @@ def _stored(label: str, **extra) -> RunResult:
 
 
 def test_history_shows_joules_per_token_and_a_sentence_for_a_run_without_a_server_view(lab):
-    view = {"histograms": {"queue": {"mean": 0.8}, "prefill": {"mean": 0.1}, "decode": {"mean": 0.9}},
-            "missing": []}
-    measured = _stored("measured with energy", server_view=view,
-                       energy={"method": "rapl", "joules": 32.0, "seconds": 2.0})
+    view = ServerView(histograms={"queue": KeptHistogram(mean=0.8), "prefill": KeptHistogram(mean=0.1),
+                                  "decode": KeptHistogram(mean=0.9)})
+    measured = _stored("measured with energy", Notes(server_view=view, energy=Energy(
+        reading=EnergyReading(method="rapl", joules=32.0, seconds=2.0))))
     lab.store.save(measured)
-    lab.store.save(_stored("a server that is not vLLM", energy_missing="no-meter"))
+    lab.store.save(_stored("a server that is not vLLM", Notes(energy=Energy(missing="no-meter"))))
     at = app_page("app_pages/history.py")
     df = at.dataframe[0].value.set_index("run")
     assert df.loc["measured with energy", "J / output token"] == pytest.approx(0.5)  # 32 J over 64 tokens

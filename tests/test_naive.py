@@ -135,15 +135,15 @@ def test_sequential_two_prompts(model_dir):
     assert res.config["max_new_tokens"] == 16 and res.config["temperature"] == 0.7
     if res.config["device"].startswith("cuda"):
         assert res.config["dtype"] == "float16"  # the lab's dtype
-        assert res.extra.naive.memory["after_load"]["allocated"] > 0
+        assert res.extra.naive.memory.after_load.allocated > 0
     else:
         assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
     assert res.extra.naive.params > 100_000_000 and res.extra.naive.load_s > 0 and res.extra.naive.dtype_reason
     mem = res.extra.naive.memory
-    assert mem["after_load"]["rss"] > 0 and "after_run" in mem and "after_cleanup" in mem
+    assert mem.after_load.rss > 0 and mem.after_run is not None and mem.after_cleanup is not None
     # the worker's own peak (the kernel's high-water mark it reported) and that its process is gone: what the
     # guided lab's "Free the memory" shows where there is no GPU, never the system's RAM
-    assert mem["worker_peak_rss"] >= mem["after_load"]["rss"] and mem["worker_exited"] is True
+    assert mem.worker_peak_rss >= mem.after_load.rss and mem.worker_exited is True
     assert res.summary.get("completed") == 2
     # observer saw the whole story
     assert obs.plan and obs.plan.total == 2
@@ -203,7 +203,7 @@ def test_random_weights_tiny_config(tiny_random_dir):
     assert res.extra.server.placeholder_text is True
     assert 0 < res.extra.naive.params < 10_000_000
     mem = res.extra.naive.memory  # the worker's own peak as the kernel counted it, and its process gone
-    assert mem["worker_peak_rss"] >= mem["after_load"]["peak_rss"] > 0 and mem["worker_exited"] is True
+    assert mem.worker_peak_rss >= mem.after_load.peak_rss > 0 and mem.worker_exited is True
 
 
 def test_warmup_plan_meets_every_shape_of_the_run():
@@ -289,11 +289,11 @@ def test_cuda_memory_report(tiny_random_dir):
     mem = res.extra.naive.memory
     assert res.config["device"].startswith("cuda") and res.config["dtype"] == "float16"
     for point in ("after_load", "after_run", "after_cleanup"):
-        assert {"allocated", "reserved", "max_allocated", "device_used"} <= set(mem[point])
+        assert {"allocated", "reserved", "max_allocated", "device_used"} <= set(getattr(mem, point).to_dict())
     # what del + gc + empty_cache leaves inside the worker: the weights are gone (cuBLAS keeps a small
     # workspace, ~32 MiB, which can exceed a tiny model's weights, so compare with the end of the run)
-    assert mem["after_cleanup"]["allocated"] < mem["after_run"]["allocated"]
-    assert mem["after_run"]["max_allocated"] >= mem["after_load"]["allocated"]
-    assert "device_used" in mem["before"] and "device_used" in mem["after_exit"]
-    assert mem["left_after_exit"] is not None
+    assert mem.after_cleanup.allocated < mem.after_run.allocated
+    assert mem.after_run.max_allocated >= mem.after_load.allocated
+    assert mem.before.device_used is not None and mem.after_exit.device_used is not None
+    assert mem.left_after_exit is not None
     assert res.extra.naive.device_name

@@ -11,6 +11,7 @@ import pytest
 from engine import figures
 from engine.digits import significant
 from engine.measure.judge import warmth
+from engine.results.records import EnergyReading, KeptHistogram, ServerView
 from tests.conftest import app_page
 from tests.said import values
 from tests.test_figures import NAIVE_PROMPTS, _run, make_naive, make_static_batch, make_vllm_sequential, streamed
@@ -118,9 +119,10 @@ def test_the_vllm_side_shows_where_its_time_went_inside_the_server_and_its_energ
     runs = four()
     views = {2: 0.05, 3: 0.4}  # queue seconds: one after another nothing waits; all at once some do
     for k, queue in views.items():
-        runs[k].extra.server_view = {"histograms": {"queue": {"mean": queue}, "prefill": {"mean": 0.02},
-                                                    "decode": {"mean": 0.6}}, "missing": []}
-        runs[k].extra.energy.reading = {"method": "rapl", "joules": 90.0 * k, "seconds": runs[k].duration}
+        runs[k].extra.server_view = ServerView(histograms={"queue": KeptHistogram(mean=queue),
+                                                           "prefill": KeptHistogram(mean=0.02),
+                                                           "decode": KeptHistogram(mean=0.6)})
+        runs[k].extra.energy.reading = EnergyReading(method="rapl", joules=90.0 * k, seconds=runs[k].duration)
     for r in runs:
         r.started_at = time.time()
         lab.store.save(r)

@@ -180,7 +180,7 @@ def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
     the bandwidth and model size stored with it, with the bars of measured against ceiling."""
     import ui
     from engine.measure.judge import stats
-    from engine.results.records import RequestRecord, RunResult
+    from engine.results.records import ModelSize, Notes, RequestRecord, RunResult
 
     h200 = {"gpus": [{"index": 0, "name": "NVIDIA H200",
                       "memory_bandwidth": {"gb_s": 4800.0, "source": "table", "reference": "H200"}}],
@@ -193,7 +193,7 @@ def test_naive_vs_vllm_holds_each_run_to_its_memory_bandwidth_ceiling():
         runs.append(RunResult(kind=kind, scenario=scenario, label=f"apptest {kind}", records=recs,
                               duration=chunks[-1], started_at=time.time(), model="llama3", config={"device": "cuda"},
                               hardware=h200, summary=stats.summarize(recs, chunks[-1]),
-                              extra={"weight_bytes": 16_060_522_496, "kv_token_bytes": 131_072}))
+                              extra=Notes(model_size=ModelSize(weights=16_060_522_496, kv_per_token=131_072))))
         ui.get_lab().store.save(runs[-1])
     try:
         at = _page("app_pages/naive_vs_vllm.py")
@@ -321,12 +321,11 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
 
     def page():
         import ui
-        from engine.results.records import RunResult
+        from engine.results.records import Notes, RunResult, TokenCount
 
         for server in (100, 120):
             ui.token_check(RunResult(kind="vllm", scenario="concurrent-10", label="run", records=[], duration=1.0,
-                                     started_at=1.7e9,
-                                     extra={"server_output_tokens": server, "client_output_tokens": 100}))
+                                     started_at=1.7e9, extra=Notes(token_count=TokenCount(server=server, client=100))))
         ui.token_check(RunResult(kind="naive", scenario="naive-5", label="naive", records=[], duration=1.0,
                                  started_at=1.7e9))  # never checked: nothing said
 
@@ -334,9 +333,9 @@ def test_a_runs_token_check_is_a_caption_or_a_warning():
     assert not at.exception, at.exception
     unescaped = lambda e: e.value.replace("\\", "")  # noqa: E731 - ui.plain escapes markdown
     from engine.measure.judge.token_check import token_check
-    from engine.results.records import Notes
+    from engine.results.records import Notes, TokenCount
 
-    said = {n: " ".join(token_check(Notes(server_output_tokens=n, client_output_tokens=100)).sentences)
+    said = {n: " ".join(token_check(Notes(token_count=TokenCount(server=n, client=100))).sentences)
             for n in (100, 120)}
     assert [unescaped(c) for c in at.caption] == [said[100]]  # the check's own words: agreeing, a caption
     assert [unescaped(w) for w in at.warning] == [said[120]]  # 20 % apart, a warning
@@ -570,7 +569,7 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
     them per configuration, with the sentence that says what the flags did."""
     import ui
     from engine.measure.judge import kvcache, stats
-    from engine.results.records import RequestRecord, RunResult
+    from engine.results.records import KvCache, Notes, RequestRecord, RunResult, ServerNotes
 
     def run(gib: float, capacity: int, preempted: int, waiting: int) -> RunResult:
         recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i,
@@ -580,8 +579,9 @@ def test_tuning_shows_what_squeezing_the_kv_cache_did():
                          records=recs, duration=11.0, started_at=time.time(), model="/m/SmolLM2",
                          summary=stats.summarize(recs, 11.0), load={"concurrency": 8, "max_tokens": 100},
                          config={"device": "cpu", "cpu_kvcache_gib": gib, "max_model_len": 256},
-                         extra={"kv_cache_tokens": capacity, "kv_blocks": capacity // 128, "kv_block_size": 128,
-                                "preemptions": preempted, "peak_waiting": waiting, "peak_kv_usage": 1.0})
+                         extra=Notes(server=ServerNotes(kv_cache_tokens=capacity),
+                                     kv=KvCache(blocks=capacity // 128, block_size=128, preemptions=preempted,
+                                                peak_waiting=waiting, peak_usage=1.0)))
 
     runs = [run(0.01, 384, 6, 7), run(1, 46_592, 0, 0)]
     for r in runs:

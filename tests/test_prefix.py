@@ -21,7 +21,7 @@ from engine.measure.load.request import Requester, cached_tokens  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.load.sse import StreamParser  # noqa: E402
 from tests.said import said, values  # noqa: E402
-from engine.results.records import Notes, RequestRecord, RunResult, Summary  # noqa: E402
+from engine.results.records import Disturbance, Notes, PrefixCache, RequestRecord, RunResult, Summary  # noqa: E402
 from engine.runs import Runner, ServerCount, Target  # noqa: E402
 
 USAGE = b'{"id":"x","choices":[],"usage":{"prompt_tokens":1300,"completion_tokens":3,"total_tokens":1303%s}}'
@@ -93,7 +93,7 @@ def _run(on: bool | None, ttfts_s: list[float], cached: list[int | None], hits=N
     config = {} if on is None else {"enable_prefix_caching": on}
     return RunResult(kind="vllm", scenario="prefix-cache", label=f"caching {on}", records=recs, duration=8,
                      started_at=started, config=config,
-                     extra={"prefix_cache_hits": hits, "prefix_cache_queries": queries})
+                     extra=Notes(prefix_cache=PrefixCache(hits=hits, queries=queries)))
 
 
 def test_the_sentence_says_what_caching_saved_after_the_first_request():
@@ -132,7 +132,7 @@ def test_a_fall_beside_a_disturbed_run_is_no_verdict():
     run measured while another client used the server, the fall is measured and said, but not called real."""
     on = _run(True, [0.9, 0.10, 0.14, 0.12], [0, 1280, 1280, 1280], hits=3840, queries=5200)
     off = _run(False, [0.9, 0.80, 0.84, 0.86], [0, 0, 0, 0], hits=0, queries=0)
-    off.extra.beside.disturbance = {"other_requests": 4}
+    off.extra.beside.disturbance = Disturbance(other_requests=4)
     sentence = prefix.sentence(on, off)
     assert "fell" not in said(sentence).template and "beyond noise" not in sentence
     assert "no verdict" in said(sentence).template
@@ -201,7 +201,7 @@ def _cached_run(hits: int | None, queries: int | None) -> RunResult:
     recs = [RequestRecord(index=i, prompt="q", send_time=0.0, first_token_time=0.1, end_time=1.0, output_tokens=64,
                           prompt_tokens=1000) for i in range(4)]
     return RunResult(kind="vllm", scenario="random-512-64", label="random", records=recs, duration=1.0,
-                     started_at=1.7e9, extra={"prefix_cache_hits": hits, "prefix_cache_queries": queries})
+                     started_at=1.7e9, extra=Notes(prefix_cache=PrefixCache(hits=hits, queries=queries)))
 
 
 def test_a_run_that_took_most_prompt_tokens_from_the_cache_says_so_wherever_its_numbers_are():

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from engine.messages import say, to_json
 from engine.results.credentials import scrub, scrub_run, scrub_text
+from engine.results import records
 from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary
 from engine.results.store import RunStore
 
@@ -54,8 +55,9 @@ def _sample(owner: str, name: str, hint: Any, default: Any) -> Any:
         return f"{name} value"
     if base is list:
         (item,) = typing.get_args(hint) or (Any,)
-        return [_sample(owner, name, item, None)] if dataclasses.is_dataclass(item) else \
-            [1.5 + seed, 2.5 + seed] if item is float else [f"{name} item", {"n": seed}]
+        return [f"{name} item", {"n": seed}] if item is Any else [_sample(owner, name, item, None)]
+    if base is dict and typing.get_args(hint):  # keyed values of a type: a part's by name
+        return {f"{name} key": _sample(owner, name, typing.get_args(hint)[1], None)}
     if base is dict or base is Any:
         return {f"{name} key": f"{name} value", "n": seed}
     raise TypeError(f"{owner}.{name}: no sample for {hint!r}; add one to _CONSTRAINED")
@@ -83,15 +85,21 @@ def _build(cls: type) -> Any:
     return cls(**values)
 
 
-def _every_field(run: RunResult) -> dict[str, Any]:
-    """'Notes.warmth.why' -> value, for every field of the run and of each part it holds, nested parts included."""
+def _every_field(run: RunResult, reached: set | None = None) -> dict[str, Any]:
+    """'Notes.warmth.why' -> value, for every field of the run and of each part it holds, nested parts included (and
+    parts held by key: 'RunResult.extra.server_view.histograms[queue].mean'); `reached` gets each type walked."""
     out: dict[str, Any] = {}
 
     def walk(owner: str, obj: Any) -> None:
+        if reached is not None:
+            reached.add(type(obj))
         for name in _fields(type(obj)):
             value = getattr(obj, name)
             if _is_part(type(value)):
                 walk(f"{owner}.{name}", value)
+            elif isinstance(value, dict) and value and all(_is_part(type(v)) for v in value.values()):
+                for key, part in value.items():
+                    walk(f"{owner}.{name}[{key}]", part)
             elif owner != "RunResult" or name not in ("records",):
                 out[f"{owner}.{name}"] = value
 
@@ -99,6 +107,21 @@ def _every_field(run: RunResult) -> dict[str, Any]:
     for i, r in enumerate(run.records):
         walk(f"RequestRecord[{i}]", r)
     out["RunResult.records"] = len(run.records)
+    return out
+
+
+def _parts(run: RunResult) -> list[BaseModel]:
+    """Every part the run holds, nested ones included."""
+    out: list[BaseModel] = []
+
+    def walk(obj: Any) -> None:
+        for value in (getattr(obj, n) for n in _fields(type(obj))):
+            for v in value.values() if isinstance(value, dict) else [value]:
+                if _is_part(type(v)):
+                    out.append(v)
+                    walk(v)
+
+    walk(run)
     return out
 
 
@@ -126,9 +149,17 @@ def test_every_field_of_every_record_survives_the_history(tmp_path, full_run):
 
 def test_every_part_of_the_notes_is_sampled(full_run):
     """The walk above reaches into every part: a part it skipped would be a part no test saves."""
-    parts = {name for name, f in Notes.model_fields.items() if _is_part(f.annotation)}
+    parts = {name for name, f in Notes.model_fields.items()
+             if any(_is_part(t) for t in (f.annotation, *typing.get_args(f.annotation)))}  # optional parts too
     walked = {k.split(".")[2] for k in _every_field(full_run) if k.startswith("RunResult.extra.") and k.count(".") == 3}
     assert parts and parts == walked
+    # and every part type records.py defines, however deep (the server's view's histograms, the naive worker's
+    # memory at each point, ...), each with every field set to a value of its type
+    reached: set = set()
+    _every_field(full_run, reached)
+    defined = {c for c in vars(records).values() if _is_part(c) and c.__module__ == records.__name__} - {records.Part}
+    assert defined - reached == set()
+    assert [f"{type(p).__name__}: {p.other}" for p in _parts(full_run) if p.other and type(p) is not Summary] == []
 
 
 def test_every_field_of_every_record_survives_an_export_and_its_import(tmp_path, full_run):

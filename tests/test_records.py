@@ -6,7 +6,7 @@ import math
 import pytest
 
 from engine.measure.judge import stats, token_check
-from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary
+from engine.results.records import Beside, Load, Notes, RequestRecord, RunResult, Summary, TokenCount, from_v5
 from tests.said import ids, said, values
 
 
@@ -24,7 +24,7 @@ def test_each_setting_has_one_name_whatever_it_was_saved_under():
 
 
 def test_a_value_of_the_wrong_type_is_kept_aside_not_trusted():
-    r = run(extra={"placeholder_text": "yes", "kv_cache_tokens": 1.5, "sweep_level": 4},
+    r = run(extra={"server": {"placeholder_text": "yes", "kv_cache_tokens": 1.5}, "sweep_level": 4},
             load={"concurrency": True, "rate": math.inf})
     assert r.extra.server.placeholder_text is False and r.extra.server.kv_cache_tokens is None
     assert r.extra.sweep_level == 4
@@ -62,47 +62,48 @@ def test_the_token_check_compares_the_servers_count_with_the_clients():
     """The ratio and the sentences from a run's notes, with answers worked out by hand: agreeing counts are
     said with their ratio; a difference beyond 3 % is a warning, explained by chat answers when the
     server counted more and chat ran beside the run; a server without /metrics is said to be unchecked."""
-    check = token_check.token_check(Notes(server_output_tokens=1500, client_output_tokens=1500))
+    check = token_check.token_check(Notes(token_count=TokenCount(server=1500, client=1500)))
     assert (check.ratio, check.level) == (1.0, "ok")
     assert [values(s) for s in check.sentences] == [{"server": 1500, "client": 1500, "ratio": 1.0}]
 
     # 3.0 %: not more than 3 %
-    edge = token_check.token_check(Notes(server_output_tokens=1545, client_output_tokens=1500))
+    edge = token_check.token_check(Notes(token_count=TokenCount(server=1545, client=1500)))
     assert edge.level == "ok" and len(edge.sentences) == 1 and values(edge.sentences[0])["ratio"] == 1.03
 
-    low = token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500))
+    low = token_check.token_check(Notes(token_count=TokenCount(server=1400, client=1500)))
     assert low.level == "warn" and low.ratio == 1400 / 1500
     assert [values(s) for s in low.sentences] == [{"server": 1400, "client": 1500, "ratio": 1400 / 1500},
                                                   {"gap": pytest.approx(100 / 1500), "tolerance": 0.03}]
     assert "chat" not in said(low.sentences[1]).template and "cancelled" not in said(low.sentences[1]).template
 
-    chat = token_check.token_check(Notes(server_output_tokens=1800, client_output_tokens=1500, chat_requests_beside=2))
+    chat = token_check.token_check(Notes(token_count=TokenCount(server=1800, client=1500), beside=Beside(chats=2)))
     assert chat.level == "warn" and [values(s) for s in chat.sentences[1:]] == [{"n": 2}, {"gap": pytest.approx(0.2),
                                                                                           "tolerance": 0.03}]
     assert "chat" in said(chat.sentences[2]).template  # the difference put down to the chat answers
-    one_chat = token_check.token_check(Notes(server_output_tokens=1510, client_output_tokens=1500,
-                                             chat_requests_beside=1))
+    one_chat = token_check.token_check(Notes(token_count=TokenCount(server=1510, client=1500), beside=Beside(chats=1)))
     assert one_chat.level == "ok" and ids(one_chat.sentences[1:]) == ids(chat.sentences[1:2])
     assert values(one_chat.sentences[1]) == {"n": 1}
 
-    cancelled = token_check.token_check(Notes(server_output_tokens=130, client_output_tokens=100, cancelled=True))
+    cancelled = token_check.token_check(Notes(token_count=TokenCount(server=130, client=100), cancelled=True))
     assert cancelled.level == "warn" and "cancelled" in said(cancelled.sentences[1]).template
     assert values(cancelled.sentences[1]) == {"gap": pytest.approx(0.3), "tolerance": 0.03}
 
-    none = token_check.token_check(Notes(server_output_tokens=0, client_output_tokens=0))
+    none = token_check.token_check(Notes(token_count=TokenCount(server=0, client=0)))
     assert none.level == "ok" and none.ratio is None
-    assert token_check.token_check(Notes(server_output_tokens=12, client_output_tokens=0)).level == "warn"
+    assert token_check.token_check(Notes(token_count=TokenCount(server=12, client=0))).level == "warn"
 
-    missing = token_check.token_check(Notes(server_count_missing="no-metrics", client_output_tokens=80))
+    missing = token_check.token_check(Notes(token_count=TokenCount(client=80, missing="no-metrics")))
     assert (missing.level, missing.server, missing.ratio) == ("unchecked", None, None)
     assert len(missing.sentences) == 1 and "/metrics" in said(missing.sentences[0]).template
-    assert token_check.token_check(Notes(server_count_missing="counter-reset")).level == "unchecked"
+    assert token_check.token_check(Notes(token_count=TokenCount(missing="counter-reset"))).level == "unchecked"
     assert token_check.token_check(Notes()) is None  # an older run, the naive baseline, an import: never tried
 
 
 def test_the_token_counts_are_stored_under_their_own_keys():
-    r = run(extra={"server_output_tokens": 1500, "client_output_tokens": 1500, "chat_requests_beside": 1})  # schema 5
-    assert r.extra.to_dict() == {"token_count": {"server": 1500, "client": 1500}, "beside": {"chats": 1}}
+    flat = {"server_output_tokens": 1500, "client_output_tokens": 1500, "chat_requests_beside": 1}  # schema 5
+    assert run(extra=from_v5(flat)).extra.to_dict() == {"token_count": {"server": 1500, "client": 1500},
+                                                        "beside": {"chats": 1}}
+    assert run(extra=flat).extra.other == flat  # read as today's notes: no name of theirs, kept aside
     unchecked = {"token_count": {"missing": "no-metrics"}}
     assert run(extra=unchecked).to_dict()["extra"] == unchecked
     older = run(extra={"server": {"kv_cache_tokens": 5}})  # saved before the check existed: nothing said about it

@@ -21,6 +21,7 @@ from engine.guide import sheet as sheets
 from engine.guide.sheet import Sheet, StepSheet
 from engine.lab import Lab
 from engine.messages import say, translate
+from engine.results.records import Notes
 from engine.results.store import RunStore
 
 from .conftest import ROOT, cli_in_process, free_port
@@ -85,7 +86,7 @@ def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path):
         with FakeOpenAIServer(models=("ok",)) as srv:
             lab.attach(srv.base_url)
             rehearsed = Guide(lab, tmp_path / "rehearsal-guide.json")
-            rehearsed.notes = {"rehearsal": "rehearsal-1765000000"}
+            rehearsed.notes = Notes(rehearsal="rehearsal-1765000000")
             jobs = []
             for press in (lambda: rehearsed.run_step("test-query"),
                           lambda: lab.run_load(scenarios.get("test-query").load_spec(max_tokens=8))):  # the room's

@@ -125,9 +125,10 @@ def test_an_address_that_cannot_be_measured_is_one_sentence(given, says):
 def test_a_shared_server_counting_more_tokens_says_other_clients_are_the_likely_cause():
     """Measured on the session's shared server while others used it: 1,316 tokens counted there, 1,157 here."""
     from engine.measure.judge.token_check import token_check
-    from engine.results.records import Notes
+    from engine.results.records import Notes, ServerNotes, TokenCount
 
-    check = token_check(Notes(endpoint="http://gw:8000", server_output_tokens=1316, client_output_tokens=1157))
+    check = token_check(Notes(server=ServerNotes(endpoint="http://gw:8000"),
+                              token_count=TokenCount(server=1316, client=1157)))
     assert check.level == "warn"
     assert values(check.sentences[-1]) == {"gap": pytest.approx(1316 / 1157 - 1), "tolerance": 0.03,
                                            "url": "http://gw:8000"}

@@ -60,11 +60,11 @@ def test_the_runner_repeats_a_spec_and_says_when_the_prefix_cache_could_not_be_r
 
 def _sets(*sets) -> list:
     """Runs of Runner.repeat's groups: (group, label, first start, throughputs) each."""
-    from engine.results.records import RunResult
+    from engine.results.records import Notes, Repeat, RunResult
 
     return [RunResult(kind="vllm", scenario="concurrent-10", label=label, records=[], duration=1.0,
                       started_at=start + i, summary={"output_throughput": v}, id=f"{group}{i}",
-                      extra={"repeat_group": group, "repeat_index": i + 1, "repeats": len(values)})
+                      extra=Notes(repeat=Repeat(group=group, index=i + 1, total=len(values))))
             for group, label, start, values in sets for i, v in enumerate(values)]
 
 

@@ -418,10 +418,10 @@ def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vll
 
 # -- the figures ---------------------------------------------------------------------------------------
 def _room_run(records, names, scenario="room"):
-    from engine.results.records import RunResult
+    from engine.results.records import Notes, RoomRound, RunResult
 
     return RunResult(kind="vllm", scenario=scenario, label="x", records=records, duration=0.0, started_at=0.0,
-                     extra={"attendees": names})
+                     extra=Notes(room=RoomRound(attendees=names)))
 
 
 def test_the_timeline_names_who_joined_whom_and_counts_who_generated_together():

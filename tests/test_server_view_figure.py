@@ -7,7 +7,7 @@ import pytest
 
 from engine.figures import caption, caption_said
 from engine.figures import server_view as sv
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Energy, EnergyReading, Notes, RequestRecord, RunResult, ServerView
 
 from .said import said, values
 
@@ -17,11 +17,14 @@ VIEW = {"histograms": {"queue": {"mean": 0.8, "p50": 0.7, "p90": 0.9, "p99": 1.0
                        "e2e": {"mean": 1.95, "count": 2}}, "missing": []}
 
 
-def _run(view, ttfts=(1.0, 1.0), e2es=(2.0, 2.2), label="ten at once", **extra) -> RunResult:
+def _run(view: dict | None, ttfts=(1.0, 1.0), e2es=(2.0, 2.2), label="ten at once",
+         energy: Energy | None = None) -> RunResult:
+    """A run of requests with those TTFTs and E2Es, the server's view `view` (as stored), its `energy`."""
     recs = [RequestRecord(index=i, prompt="q", send_time=0.0, first_token_time=t, end_time=e, output_tokens=32)
             for i, (t, e) in enumerate(zip(ttfts, e2es))]
     return RunResult(kind="vllm", scenario="concurrent-10", label=label, records=recs, duration=2.2,
-                     started_at=1.7e9, extra={"server_view": view, **extra})
+                     started_at=1.7e9, extra=Notes(server_view=None if view is None else ServerView.from_dict(view),
+                                                   energy=energy or Energy()))
 
 
 def _bars(fig) -> dict[str, dict[str, float]]:
@@ -79,9 +82,10 @@ def test_in_korean_the_caption_is_korean_with_the_same_numbers():
 
 def test_no_server_view_is_a_sentence_not_an_empty_chart():
     # a server that is not vLLM: the run was measured by this app (its energy said), /metrics had no histograms
-    said = sv.server_view_chart(_run(None, energy_missing="no-meter"))
+    said = sv.server_view_chart(_run(None, energy=Energy(missing="no-meter")))
     assert isinstance(said, str) and "published no request histograms" in said
-    vllm_like = sv.server_view_chart(_run({"histograms": {}, "missing": ["queue"]}, energy_missing="no-meter"))
+    vllm_like = sv.server_view_chart(_run({"histograms": {}, "missing": ["queue"]},
+                                          energy=Energy(missing="no-meter")))
     assert isinstance(vllm_like, str) and "published no request histograms" in vllm_like
     # a run that holds no trace of the reading at all may be older than it: both are said
     older = sv.server_view_chart(_run(None))
@@ -90,15 +94,16 @@ def test_no_server_view_is_a_sentence_not_an_empty_chart():
 
 
 def test_the_energy_line_and_the_joules_per_token():
-    run = _run(VIEW, energy={"method": "nvml-counter", "joules": 128.0, "seconds": 2.0, "idle_w": 70.0})
+    run = _run(VIEW, energy=Energy(reading=EnergyReading(method="nvml-counter", joules=128.0, seconds=2.0,
+                                                         idle_w=70.0)))
     assert sv.j_per_token(run) == pytest.approx(2.0)  # 128 J over 2 answers of 32 tokens
     line = sv.energy_line(run)
     assert "2.000 J per output token" in line and "0.50 output tokens per J" in line
     assert "NVML's energy counter" in line and "70 W before the run" in line
     assert "출력 토큰당 2.000 J" in sv.energy_line(run, lang="ko")
-    missing = _run(VIEW, energy_missing="elsewhere")
+    missing = _run(VIEW, energy=Energy(missing="elsewhere"))
     assert sv.j_per_token(missing) is None and "another machine" in sv.energy_line(missing)
-    assert "Energy is not measurable here" in sv.energy_line(_run(VIEW, energy_missing="no-meter"))
+    assert "Energy is not measurable here" in sv.energy_line(_run(VIEW, energy=Energy(missing="no-meter")))
     assert sv.energy_line(_run(VIEW)) is None  # recorded neither: nothing said
 
 
@@ -113,11 +118,11 @@ def _texts(fig) -> list[str]:
 def test_korean_leaves_no_english_but_names():
     from tests.korean import english_in
 
-    run = _run(VIEW, energy={"method": "rapl", "joules": 128.0, "seconds": 2.0, "idle_w": 70.0})
+    run = _run(VIEW, energy=Energy(reading=EnergyReading(method="rapl", joules=128.0, seconds=2.0, idle_w=70.0)))
     fig = sv.server_view_chart([run, _run({**VIEW, "histograms": {k: v for k, v in VIEW["histograms"].items()
                                                                   if k != "e2e"}}, label="둘째")], lang="ko")
     one = sv.server_view_chart(run, lang="ko")
     texts = _texts(fig) + _texts(one) + [sv.energy_line(run, lang="ko"), sv.server_view_chart(_run(None), lang="ko"),
-                                         sv.energy_line(_run(VIEW, energy_missing="no-meter"), lang="ko"),
-                                         sv.energy_line(_run(VIEW, energy_missing="elsewhere"), lang="ko")]
+                                         sv.energy_line(_run(VIEW, energy=Energy(missing="no-meter")), lang="ko"),
+                                         sv.energy_line(_run(VIEW, energy=Energy(missing="elsewhere")), lang="ko")]
     assert not english_in(texts, frozenset({"ten", "at", "once"})), english_in(texts)  # the run's label is data

@@ -25,7 +25,7 @@ from engine.cli.console import Console
 from engine.measure.progress import RunPlan
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads.defaults import load_test_spec
-from engine.results.records import Notes, RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult, from_v5
 from engine.runs import Runner, Target
 from engine.serving.cluster import second_server_command, side_by_side_here
 from tests import said as sentences
@@ -51,10 +51,10 @@ def _run(label: str, recs: list[RequestRecord], duration: float) -> RunResult:
 # -- the record -------------------------------------------------------------------------------------
 
 def test_a_pair_is_kept_in_the_notes_and_older_runs_read_back_unpaired():
-    notes = Notes.from_dict({"pair": "abc123", "pair_side": "B", "cancelled": False})  # schema 5's keys
+    notes = Notes.from_dict(from_v5({"pair": "abc123", "pair_side": "B", "cancelled": False}))  # schema 5's keys
     assert (notes.side_by_side.pair, notes.side_by_side.side) == ("abc123", "B")
     assert notes.to_dict() == {"side_by_side": {"pair": "abc123", "side": "B"}}
-    old = Notes.from_dict({"cancelled": True, "endpoint": "http://gpu:8000"})  # a run saved before pairs existed
+    old = Notes.from_dict(from_v5({"cancelled": True, "endpoint": "http://gpu:8000"}))  # saved before pairs existed
     assert (old.side_by_side.pair, old.side_by_side.side) == ("", "") and "side_by_side" not in old.to_dict()
 
 

@@ -14,7 +14,7 @@ from engine.measure.judge import speculation, utilization
 from engine.measure.workloads import scenarios
 from engine.messages import translate
 from engine.observe import engine_counters
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult, ServerNotes, ServerView
 
 from .said import values
 from engine.serving.config import ServerConfig
@@ -37,22 +37,21 @@ def _value(page: str, name: str, position: str | None = None) -> float:
 
 
 def test_the_deltas_are_the_counters_after_minus_before():
-    view = engine_counters.view(_scaled(AFTER, 0.25), AFTER, "smol")
-    spec, est = view["spec_decode"], view["estimated"]
+    spec, est = engine_counters.view(_scaled(AFTER, 0.25), AFTER, "smol")
     drafts = _value(AFTER, "vllm:spec_decode_num_drafts_total")
-    assert spec["drafts"] == pytest.approx(0.75 * drafts) and drafts > 0
-    assert spec["draft_tokens"] == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_draft_tokens_total"))
-    assert spec["accepted"] == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_accepted_tokens_total"))
-    assert spec["accepted_at"] == pytest.approx(
+    assert spec.drafts == pytest.approx(0.75 * drafts) and drafts > 0
+    assert spec.draft_tokens == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_draft_tokens_total"))
+    assert spec.accepted == pytest.approx(0.75 * _value(AFTER, "vllm:spec_decode_num_accepted_tokens_total"))
+    assert spec.accepted_at == pytest.approx(
         [0.75 * _value(AFTER, "vllm:spec_decode_num_accepted_tokens_per_pos_total", str(i)) for i in range(3)])
-    assert est["flops"] == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_flops_per_gpu_total"))
-    assert est["read_bytes"] == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_read_bytes_per_gpu_total"))
+    assert est.flops == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_flops_per_gpu_total"))
+    assert est.read_bytes == pytest.approx(0.75 * _value(AFTER, "vllm:estimated_read_bytes_per_gpu_total"))
 
 
 def test_a_server_without_them_adds_nothing_and_a_restart_is_not_a_delta():
-    assert engine_counters.view(PLAIN, PLAIN, "smol") == {}
-    assert engine_counters.view(AFTER, _scaled(AFTER, 0.5), "smol") == {}  # counters went backwards
-    assert engine_counters.view(AFTER, AFTER, "smol") == {}  # nothing drafted, nothing estimated meanwhile
+    assert engine_counters.view(PLAIN, PLAIN, "smol") == (None, None)
+    assert engine_counters.view(AFTER, _scaled(AFTER, 0.5), "smol") == (None, None)  # counters went backwards
+    assert engine_counters.view(AFTER, AFTER, "smol") == (None, None)  # nothing drafted, nothing estimated meanwhile
 
 
 def _run(view: dict, placeholder: bool = False, duration: float = 2.0) -> RunResult:
@@ -60,7 +59,8 @@ def _run(view: dict, placeholder: bool = False, duration: float = 2.0) -> RunRes
     hw = {"cpu": {"memory_bandwidth": {"gb_s": 20.0, "source": "measured", "reference": "copy"}}}
     return RunResult(kind="vllm", scenario="speculation", label="on", records=recs, duration=duration,
                      started_at=1.7e9, config={"device": "cpu"}, hardware=hw,
-                     extra={"server_view": view, "placeholder_text": placeholder})
+                     extra=Notes(server_view=ServerView.from_dict(view) if view else None,
+                                 server=ServerNotes(placeholder_text=placeholder)))
 
 
 def test_acceptance_and_tokens_per_step_known_answers():

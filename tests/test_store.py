@@ -44,7 +44,8 @@ def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once"
                     command="vllm serve /models/SmolLM2-135M-Instruct --max-model-len 2048",
                     load={"concurrency": n, "max_tokens": 20, "request_rate": float("inf")},
                     hardware={"accelerator": "cpu", "gpus": []}, versions={"vllm": "0.32.0", "torch": "2.13.0"},
-                    extra={"kv_cache_tokens": 12345, "memory": [{"t": 0.0, "used_gb": 1.5}]})
+                    # a value not of its field's type (kept aside in its part)
+                    extra={"server": {"kv_cache_tokens": 12345}, "naive": {"memory": [{"t": 0.0, "used_gb": 1.5}]}})
     run.summary = summarize(run.records, run.duration)
     return run
 

@@ -14,13 +14,14 @@ from streamlit.testing.v1 import AppTest
 from engine.measure.judge import kvcache, stats
 
 from engine.measure.workloads import scenarios
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import KvCache, Notes, Repeat, RequestRecord, RunResult, ServerNotes, Warmth
 from engine.serving.config import ServerConfig
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
-def _run(scenario: str, label: str, gib: float = 2, **extra) -> RunResult:
+def _run(scenario: str, label: str, gib: float = 2, cold: bool | None = None,
+         repeat: Repeat | None = None) -> RunResult:
     recs = [RequestRecord(index=i, prompt=f"p{i}", send_time=0.0, first_token_time=1.0 + i,
                           chunk_times=[1.0 + i, 2.0 + i],
                           end_time=3.0 + i, prompt_tokens=30, output_tokens=100) for i in range(8)]
@@ -28,7 +29,8 @@ def _run(scenario: str, label: str, gib: float = 2, **extra) -> RunResult:
                      model="/m/SmolLM2", summary=stats.summarize(recs, 11.0),
                      load={"concurrency": 8, "max_tokens": 100},
                      config={"device": "cpu", "cpu_kvcache_gib": gib, "max_model_len": 256},
-                     extra={"kv_cache_tokens": 384, "kv_blocks": 3, "kv_block_size": 128, **extra})
+                     extra=Notes(server=ServerNotes(kv_cache_tokens=384), kv=KvCache(blocks=3, block_size=128),
+                                 warmth=Warmth(cold=cold), repeat=repeat or Repeat()))
 
 
 # -- the flags a caption cites are the ones the server was given ---------------------------------------
@@ -194,7 +196,7 @@ def test_each_configuration_measured_several_times_is_judged_against_noise(page,
     for cfg, (label, values) in enumerate((("max-model-len 256 / KV 2 GiB", (100.0, 104.0, 98.0)),
                                             ("max-model-len 256 / KV 4 GiB", (150.0, 148.0, 153.0)))):
         for i, v in enumerate(values):
-            r = _run("tuning", label, repeat_group=f"g{cfg}", repeat_index=i + 1, repeats=3)
+            r = _run("tuning", label, repeat=Repeat(group=f"g{cfg}", index=i + 1, total=3))
             r.summary.output_throughput = v
             runs.append(r)
 

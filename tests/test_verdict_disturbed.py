@@ -11,18 +11,18 @@ import json
 from engine.measure.judge import stats, verdict
 from engine.messages import translate
 from engine.observe import disturbance
-from engine.results.records import RequestRecord, RunResult
+from engine.results.records import Beside, Disturbance, Notes, Repeat, RequestRecord, RunResult
 
 from .said import said, values
 
-BUSY = {"seconds": 10.0, "cores": 2, "others_cores": 1.5, "steal_cores": 0.0}  # 1.5 of 2 cores used by others
-QUIET = {"seconds": 10.0, "cores": 2, "others_cores": 0.05, "steal_cores": 0.0, "other_requests": 0}
+BUSY = Disturbance(seconds=10.0, cores=2, others_cores=1.5, steal_cores=0.0)  # 1.5 of 2 cores used by others
+QUIET = Disturbance(seconds=10.0, cores=2, others_cores=0.05, steal_cores=0.0, other_requests=0)
 WITHHELD = ("{name}: no verdict, because the machine was disturbed: {b} measured {effect} against {a} ({sure}). "
             "{beside} Measure both again on a quiet machine.")
 
 
 def _run(label: str, ttft_s: float, *, tput: float, group: str = "", index: int | None = None,
-         started: float = 1.76e9, beside: dict | None = None) -> RunResult:
+         started: float = 1.76e9, beside: Disturbance | None = None) -> RunResult:
     """A run of 12 requests of 10 tokens, the first token after about `ttft_s`, its throughput `tput`."""
     recs = []
     for i in range(12):
@@ -31,8 +31,8 @@ def _run(label: str, ttft_s: float, *, tput: float, group: str = "", index: int 
         recs.append(RequestRecord(index=i, prompt=f"p{i}", send_time=0.1 * i, first_token_time=chunks[0],
                                   end_time=chunks[-1], chunk_times=chunks, prompt_tokens=20, output_tokens=10))
     run = RunResult(kind="vllm", scenario="tuning", label=label, records=recs, duration=2.0, started_at=started,
-                    extra={"repeat_group": group, "repeat_index": index, "repeats": 3 if group else None,
-                           "disturbance": beside})
+                    extra=Notes(repeat=Repeat(group=group, index=index, total=3 if group else None),
+                                beside=Beside(disturbance=beside)))
     run.summary = stats.summarize(recs, run.duration)
     run.summary.output_throughput = tput
     return run
@@ -79,8 +79,8 @@ def test_the_rule_follows_the_disturbance_recorded_on_the_runs():
     """Withheld exactly when disturbance.disturbed says a run was: another client, chats, steal, other programs;
     a run saved before the field (None) or a quiet one claims as before."""
     a, b = _sets(busy=False)
-    for beside, chats in ((BUSY, 0), ({"other_requests": 3}, 0), (None, 2),
-                          ({"seconds": 10.0, "cores": 2, "others_cores": 0.0, "steal_cores": 0.4}, 0),
+    for beside, chats in ((BUSY, 0), (Disturbance(other_requests=3), 0), (None, 2),
+                          (Disturbance(seconds=10.0, cores=2, others_cores=0.0, steal_cores=0.4), 0),
                           (None, 0), (QUIET, 0)):
         b2 = copy.deepcopy(b)
         b2[0].extra.beside.disturbance, b2[0].extra.beside.chats = beside, chats

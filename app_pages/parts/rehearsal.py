@@ -1,4 +1,4 @@
-"""The guided lab's rehearsal and the room's pre-flight (issue #30 item 2), for the guide page: each step's time
+"""The guided lab's rehearsal and the room's pre-flight, for the guide page: each step's time
 in rehearsal beside the agenda, and the presenter's tools (rehearse the whole lab, read its sheet, check the
 room) in one expander. The work is engine.guide.rehearsal and engine.guide.preflight, reached through the Lab."""
 from __future__ import annotations

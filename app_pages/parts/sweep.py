@@ -1,5 +1,7 @@
 """The sweep and the SLO search: the same workload at several levels in flight or arrival rates, and the most in
 flight (or the highest rate) that meets the viewer's SLO, found by bisection and starred on the sweep's Pareto chart."""
+from dataclasses import dataclass
+
 import streamlit as st
 
 import i18n
@@ -22,6 +24,55 @@ BY = {N_("Requests in flight"): "concurrency", N_("Arrival rate"): "rate"}
 RATES = "0.5, 1, 2, 4"  # requests/s: the first offer of a rate sweep on a CPU server
 
 
+@dataclass(frozen=True)
+class _Axis:
+    """What the sweep and the search say and take on one axis (BY's values): its sentences (marked, said through
+    _() where shown), the search tolerance's first value and step, the widgets' keys."""
+
+    caption: str
+    no_slo: str  # why the search waits: no SLO set
+    too_few: str  # ... fewer than two levels
+    tolerance: str
+    tolerance_help: str
+    tolerance_start: int | float  # an int: a whole number of requests in flight
+    search: str  # the search's button
+    search_said: str  # what the search will do ({low}, {high}, {slo})
+    tolerance_key: str
+    sweep_key: str | None = None
+
+
+AXES = {
+    "concurrency": _Axis(
+        caption=N_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput "
+                   "climbs while each request gets only a little slower — until the server is full."),
+        no_slo=N_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
+                  "that meet it."),
+        too_few=N_("Pick at least two levels: the search runs between the lowest and the highest."),
+        tolerance=N_("Search tolerance (requests in flight)"),
+        tolerance_help=N_("The search stops when the most in flight that met the SLO and the fewest that missed it "
+                          "are this close."),
+        tolerance_start=1, tolerance_key="search_tolerance",
+        search=N_("Find the most in flight that meets the SLO"),
+        search_said=N_("The search runs the sweep's workload at levels it picks by bisection between {low} and {high} "
+                       "requests in flight, to within the tolerance, judged by your SLO ({slo}); a level clearly past "
+                       "saturation is stopped early and counts as missed.")),
+    "rate": _Axis(
+        caption=N_("The same workload arriving at each rate, Poisson: throughput follows the rate while the server "
+                   "keeps up; past that, requests queue and the wait for the first token grows."),
+        no_slo=N_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the highest rate that meets "
+                  "it."),
+        too_few=N_("Give at least two rates: the search runs between the lowest and the highest."),
+        tolerance=N_("Search tolerance (requests/s)"),
+        tolerance_help=N_("The search stops when the highest rate that met the SLO and the lowest that missed it are "
+                          "this close."),
+        tolerance_start=0.25, tolerance_key="search_rate_tolerance", sweep_key="run_rate_sweep",
+        search=N_("Find the highest rate that meets the SLO"),
+        search_said=N_("The search runs the sweep's workload at rates it picks by bisection between {low:g} and "
+                       "{high:g} requests/s, to within the tolerance, judged by your SLO ({slo}); a rate the server "
+                       "clearly cannot keep up with is stopped early and counts as missed.")),
+}
+
+
 def _spec(defaults, wl_plan, request):
     """The sweep's (and the search's) workload sent in the page's request shape; None, its one sentence shown, when
     a request box holds a bad value."""
@@ -34,86 +85,56 @@ def _spec(defaults, wl_plan, request):
 
 def section(lab, defaults, wl_plan, request) -> None:
     """The sweep's levels (requests in flight or arrival rates) and Run, and the search's tolerance and Run, with
-    what each will do; `request` the page's request boxes (request_form.Chosen)."""
+    what each will do. The search runs the sweep's workload between the lowest and the highest level picked, judged
+    by this viewer's SLO (the limits above); its answer is starred on the Pareto chart. Both send the page's request
+    shape (`request`: request_form.Chosen, the boxes above the load test's form)."""
     st.divider()
     st.subheader(_("Sweep"))
     by = BY[st.radio(_("Sweep over"), list(BY), horizontal=True, key="sweep_by", format_func=i18n.shown(BY),
                      help=_("Requests in flight: a closed loop at each level, as `vllm bench sweep`. Arrival rate: "
                             "requests arrive at each rate (Poisson), as `vllm bench serve --request-rate`; each rate "
                             "sends at least 15 s of arrivals."))]
-    if by == "rate":
-        _by_rate(lab, defaults, wl_plan, request)
-        return
-    st.caption(_("The same workload at 1, 2, 4 … N requests in flight, with a warm-up at each level: throughput "
-                 "climbs while each request gets only a little slower — until the server is full."))
-    levels = st.multiselect(_("Levels"), ALL_LEVELS, default=list(defaults.sweep_levels),
-                            placeholder=_("Pick the levels"))
-    if defaults.said:  # a server at a URL: why these levels
-        st.caption(ui.plain(defaults.said))
+    axis = AXES[by]
+    st.caption(_(axis.caption))
+    levels = _rates() if by == "rate" else _levels_in_flight(defaults)
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
-    if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", disabled=not ui.can_act(lab) or not levels):
+    if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", key=axis.sweep_key,
+                        disabled=not ui.can_act(lab) or not levels):
         if (spec := _spec(defaults, wl_plan, request)) is not None:
-            ui.act(lab.run_sweep, spec, sorted(levels))
-    # The SLO search: the sweep's workload at levels found by bisection between the lowest and the
-    # highest level picked, judged by this viewer's SLO (the limits above); its answer is starred on the Pareto chart.
-    search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the most requests in flight "
-                    "that meet it.") if ui.refusal(viewer_limits.slo) else
-                  _("Pick at least two levels: the search runs between the lowest and the highest.")
-                  if len(levels) < 2 else None)
-    tolerance = tolerance_col.number_input(_("Search tolerance (requests in flight)"), value=1, step=1,
-                                           key="search_tolerance",
-                                           help=_("The search stops when the most in flight that met the SLO and the "
-                                                  "fewest that missed it are this close."))
-    searched = search_col.button(_("Find the most in flight that meets the SLO"), icon=":material/target:",
+            ui.act(lab.run_sweep, spec, levels, by=by)
+    search_why = (_(axis.no_slo) if ui.refusal(viewer_limits.slo) else
+                  _(axis.too_few) if len(levels) < 2 else None)
+    tolerance = tolerance_col.number_input(_(axis.tolerance), value=axis.tolerance_start, step=axis.tolerance_start,
+                                           key=axis.tolerance_key, help=_(axis.tolerance_help))
+    searched = search_col.button(_(axis.search), icon=":material/target:",
                                  disabled=not ui.can_act(lab) or search_why is not None)
     if search_why is not None:
         st.caption(search_why)
-    else:
-        st.caption(ui.plain(_("The search runs the sweep's workload at levels it picks by bisection between {low} and "
-                              "{high} requests in flight, to within the tolerance, judged by your SLO ({slo}); a level "
-                              "clearly past saturation is stopped early and counts as missed.", low=min(levels),
-                              high=max(levels), slo=viewer_limits.slo().said)))
-    if searched and search_why is None:
-        if (spec := _spec(defaults, wl_plan, request)) is not None:
-            ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(levels), max(levels), int(tolerance))
+        return
+    st.caption(ui.plain(_(axis.search_said, low=min(levels), high=max(levels), slo=viewer_limits.slo().said)))
+    if searched and (spec := _spec(defaults, wl_plan, request)) is not None:
+        ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(levels), max(levels),
+               int(tolerance) if by == "concurrency" else float(tolerance), by=by)
 
 
-def _by_rate(lab, defaults, wl_plan, request) -> None:
-    """The sweep over arrival rates, and the search for the highest rate that meets the viewer's SLO."""
-    st.caption(_("The same workload arriving at each rate, Poisson: throughput follows the rate while the server "
-                 "keeps up; past that, requests queue and the wait for the first token grows."))
+def _levels_in_flight(defaults) -> list[int]:
+    """The levels in flight picked, in order (a server at a URL: why these are offered)."""
+    levels = st.multiselect(_("Levels"), ALL_LEVELS, default=list(defaults.sweep_levels),
+                            placeholder=_("Pick the levels"))
+    if defaults.said:
+        st.caption(ui.plain(defaults.said))
+    return sorted(levels)
+
+
+def _rates() -> list[float]:
+    """The arrival rates given, in order; none (and the sentence why) when the text is not a list of rates."""
     text = st.text_input(_("Rates (requests/s)"), value=RATES, key="sweep_rates",
                          help=_("Comma-separated, e.g. 0.5, 1, 2, 4, as `vllm bench serve --request-rate` takes one."))
     try:
-        rates = parse_rates(text)
+        return parse_rates(text)
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
-        rates = []
-    sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
-    if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", key="run_rate_sweep",
-                        disabled=not ui.can_act(lab) or not rates):
-        if (spec := _spec(defaults, wl_plan, request)) is not None:
-            ui.act(lab.run_sweep, spec, rates, by="rate")
-    search_why = (_("Set an SLO above (a TTFT or TPOT limit in milliseconds) to search for the highest rate that "
-                    "meets it.") if ui.refusal(viewer_limits.slo) else
-                  _("Give at least two rates: the search runs between the lowest and the highest.")
-                  if len(rates) < 2 else None)
-    tolerance = tolerance_col.number_input(_("Search tolerance (requests/s)"), value=0.25, step=0.25,
-                                           key="search_rate_tolerance",
-                                           help=_("The search stops when the highest rate that met the SLO and the "
-                                                  "lowest that missed it are this close."))
-    searched = search_col.button(_("Find the highest rate that meets the SLO"), icon=":material/target:",
-                                 disabled=not ui.can_act(lab) or search_why is not None)
-    if search_why is not None:
-        st.caption(search_why)
-    else:
-        st.caption(ui.plain(_("The search runs the sweep's workload at rates it picks by bisection between {low:g} and "
-                              "{high:g} requests/s, to within the tolerance, judged by your SLO ({slo}); a rate the "
-                              "server clearly cannot keep up with is stopped early and counts as missed.",
-                              low=min(rates), high=max(rates), slo=viewer_limits.slo().said)))
-    if searched and search_why is None:
-        if (spec := _spec(defaults, wl_plan, request)) is not None:
-            ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(rates), max(rates), float(tolerance), by="rate")
+        return []
 
 
 def _search_done() -> str:

@@ -107,15 +107,15 @@ def _server_and_energy(r) -> list[str]:
     from engine.digits import significant
     from engine.measure.judge import server_time
     from engine.observe import energy
+    from engine.results.records import KeptHistogram
 
     lines = []
-    view = r.extra.server_view or {}
-    hist = view.get("histograms") or {}
+    hist = r.extra.server_view.histograms if r.extra.server_view else {}
 
     def ms(key: str, stat: str) -> str:
-        h = hist.get(key) or {}
+        h = hist.get(key) or KeptHistogram()
         return server_time.percentile_ms(h, 0.5) if stat == "p50" else significant(
-            None if h.get(stat) is None else h[stat] * 1000)
+            None if h.mean is None else h.mean * 1000)
 
     if any(k in hist for k in ("queue", "prefill", "decode")):
         phases = ("queue", "prefill", "decode")

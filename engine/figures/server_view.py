@@ -30,8 +30,8 @@ def _runs(runs: Any) -> list:
 def _percentiles(run: Any, key: str, lang: str) -> str:
     """The hover's line of bucket-estimated percentiles of one of the server's histograms, bounds marked ('' when
     none)."""
-    h = ((getattr(run.extra, "server_view", None) or {}).get("histograms") or {}).get(key) or {}
-    if h.get("p50") is None:
+    h = run.extra.server_view.histograms.get(key) if run.extra.server_view else None
+    if h is None or h.p50 is None:
         return ""
     return "<br>" + translate(server_time.percentiles_said(h), lang)
 

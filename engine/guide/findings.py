@@ -2,7 +2,7 @@
 machine's (`numbers`), computed from the runs each step made. A finding's heading states the notebook's claim only
 where engine.measure.judge.verdict finds the difference beyond the noise of the step's repeats; within it the
 heading says there is no measurable difference on this machine, and a run measured beside other programs or
-clients (engine.observe.disturbance) decides nothing (issue #29)."""
+clients (engine.observe.disturbance) decides nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -181,7 +181,7 @@ def streamed(runs: list) -> dict[str, Any] | None:
 FINDING_OF = {"naive": 0, "sequential": 1, "concurrent": 2, "tuning": 3, "streaming": 4}  # a step's, in findings()
 
 
-def findings(runs: dict[str, list], scale: float = 1.0) -> list[Finding]:
+def findings(runs: dict[str, list]) -> list[Finding]:
     """The notebook's six findings, each with this lab's numbers from the steps' runs (`runs`: step id ->
     the newest press's runs, its repeats), or the step to run for them."""
     naive = (runs.get("naive") or [None])[-1]

@@ -1,4 +1,4 @@
-"""The room's pre-flight (issue #30 item 2): before the room fills, whether attendees can reach the app, whether
+"""The room's pre-flight, run by the presenter: before the room fills, whether attendees can reach the app, whether
 it is locked down, the ports, the Korean font, the GPU, the model and the memory; each a line with what to do."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The guided lab rehearsed the night before (issue #30 item 2): every step run unattended through the same
+"""The guided lab rehearsed the night before the workshop: every step run unattended through the same
 `Guide.run_step` the page presses, on a session of its own (the room's guide.json is left as it was), its runs
 marked as the rehearsal's in History, and its sheet (engine.guide.sheet) written beside the history as JSON
 with a readable Markdown view."""
@@ -20,6 +20,7 @@ from engine.jobs import Job
 from engine.measure.judge.failures import failure_causes
 from engine.messages import Message, say
 from engine.observe import hardware
+from engine.results.records import Notes
 from engine.serving.states import READY, STARTING
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class Rehearsal:
                       machine=machine(self.model, self.scale), steps=[], memory_before_gb=self._memory(None),
                       talk_s=self.talk_s)
         path = sheet_path(lab.store.path)
-        self.guide.notes = {"rehearsal": sheet.id}  # its steps' runs, and only they, are the rehearsal's (History)
+        self.guide.notes = Notes(rehearsal=sheet.id)  # its steps' runs, and only they, are the rehearsal's (History)
         try:
             for i, s in enumerate(STEPS):
                 if self.cancel.is_set():

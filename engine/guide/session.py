@@ -20,6 +20,7 @@ from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.messages import Message, say
 from engine.paths import history_path
+from engine.results.records import Notes
 from engine.serving import models
 from engine.serving.states import READY, STARTING, STOPPING
 
@@ -74,7 +75,7 @@ def guide_path(history: Path | None = None) -> Path:
 class Guide:
     def __init__(self, lab: "Lab", path: Path | None = None):
         self.lab = lab
-        self.notes: dict[str, Any] = {}  # Notes fields every run of its steps carries (a rehearsal's sheet id)
+        self.notes: Notes | None = None  # what every run of its steps carries (a rehearsal's sheet id)
         self.access = lab.access  # the Lab's: who may act on the guide
         self.path = path or guide_path(lab.store.path)
         self._lock = threading.Lock()
@@ -278,7 +279,7 @@ class Guide:
     # -- the summary ------------------------------------------------------------------------------
     def findings(self, state: State | None = None) -> list["Finding"]:
         state = state or self.state()
-        return findings({sid: self.runs(sid, state) for sid in STEP_IDS if state.runs.get(sid)}, state.scale)
+        return findings({sid: self.runs(sid, state) for sid in STEP_IDS if state.runs.get(sid)})
 
     def finding(self, step_id: str, state: State | None = None) -> "Finding | None":
         """The summary's finding the step's run fills in (None: a step without one)."""

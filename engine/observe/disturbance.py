@@ -1,10 +1,10 @@
-"""Whether a run was measured on a disturbed machine (issue #29 item 3), and the one sentence that says so next to
+"""Whether a run was measured on a disturbed machine, and the one sentence that says so next to
 its numbers. Over the measured part (`CpuWatch`): the CPU other programs used (the machine's busy time from
 /proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
 psutil) and the CPU time the hypervisor took (steal); from the server's own served count, the requests another
 client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
 (Notes.beside.chats). Two readings, one at each end of the measured part: nothing runs beside the
-measurement. Kept in Notes.beside.disturbance (a dict: it goes through every save, export and import as it is)."""
+measurement. Kept in Notes.beside.disturbance (engine.results.records.Disturbance)."""
 from __future__ import annotations
 
 import os
@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 
 from engine.messages import Message, say, say_n
+from engine.results.records import Disturbance
 
 # Disturbed: other programs used at least this share of the machine's cores (and at least MIN_CORES), the
 # hypervisor took STEAL_SHARE of its CPU time, or any other request reached the server or any chat ran beside
@@ -69,8 +70,8 @@ class CpuWatch:
         busy, steal = _machine()
         self._begin = (time.monotonic(), busy, steal, _tree_seconds(self.roots))
 
-    def stop(self) -> dict[str, Any] | None:
-        """{seconds, cores, others_cores, steal_cores} over the measured part; None when it never started."""
+    def stop(self) -> Disturbance | None:
+        """The CPU over the measured part (seconds, cores, others_cores, steal_cores); None when it never started."""
         if self._begin is None:
             return None
         t0, busy0, steal0, own0 = self._begin
@@ -80,48 +81,50 @@ class CpuWatch:
         if seconds <= 0:
             return None
         others = max(0.0, (busy - busy0) - (own - own0)) / seconds
-        return {"seconds": round(seconds, 2), "cores": psutil.cpu_count() or 1, "others_cores": round(others, 2),
-                "steal_cores": round(max(0.0, steal - steal0) / seconds, 2)}
+        return Disturbance(seconds=round(seconds, 2), cores=psutil.cpu_count() or 1, others_cores=round(others, 2),
+                           steal_cores=round(max(0.0, steal - steal0) / seconds, 2))
 
 
-def record(cpu: dict[str, Any] | None, served_before: int | None, served_after: int | None,
-           sent: int) -> dict[str, Any] | None:
+def record(cpu: Disturbance | None, served_before: int | None, served_after: int | None,
+           sent: int) -> Disturbance | None:
     """What Notes.beside.disturbance keeps: the CPU reading, and the requests the server served from before the run's
     warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
     neither is known."""
-    out = dict(cpu or {})
+    other = None
     if served_before is not None and served_after is not None and served_after >= served_before:
-        out["other_requests"] = max(0, served_after - served_before - sent)
-    return out or None
+        other = max(0, served_after - served_before - sent)
+    if cpu is None and other is None:
+        return None
+    return (cpu or Disturbance()).model_copy(update={"other_requests": other})
 
 
-def _cpu_disturbed(d: dict[str, Any]) -> tuple[bool, bool]:
+def _cpu_disturbed(d: Disturbance) -> tuple[bool, bool]:
     """(other programs used enough CPU to matter, the hypervisor took enough), beyond the ticks' coarseness."""
-    if not d.get("seconds") or d["seconds"] < MIN_SECONDS:
+    if not d.seconds or d.seconds < MIN_SECONDS:
         return False, False
-    cores = d.get("cores") or 1
-    others = (d.get("others_cores") or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d["seconds"]
-    return others, (d.get("steal_cores") or 0) >= STEAL_SHARE * cores
+    cores = d.cores or 1
+    others = (d.others_cores or 0) >= max(MIN_CORES, OTHERS_SHARE * cores) + TICK_SLACK_S / d.seconds
+    return others, (d.steal_cores or 0) >= STEAL_SHARE * cores
 
 
 def disturbed(notes: Any) -> bool:
     """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
-    d = notes.beside.disturbance or {}
-    return any(_cpu_disturbed(d)) or bool(d.get("other_requests")) or bool(notes.beside.chats)
+    d = notes.beside.disturbance or Disturbance()
+    return any(_cpu_disturbed(d)) or bool(d.other_requests) or bool(notes.beside.chats)
 
 
 def said(notes: Any) -> Message | None:
     """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
     these numbers."; None for a quiet run (or one measured before this was recorded)."""
-    d = notes.beside.disturbance or {}
+    d = notes.beside.disturbance or Disturbance()
     others, steal = _cpu_disturbed(d)
     what: list[Message] = []
     if others:
-        what.append(say("other programs used {used:.1f} of {cores} cores", used=d["others_cores"], cores=d["cores"]))
+        what.append(say("other programs used {used:.1f} of {cores} cores", used=d.others_cores, cores=d.cores))
     if steal:
         what.append(say("the hypervisor took {share:.0%} of the CPU time (steal)",
-                        share=d["steal_cores"] / (d.get("cores") or 1)))
-    if n := d.get("other_requests"):
+                        share=(d.steal_cores or 0) / (d.cores or 1)))
+    if n := d.other_requests:
         what.append(say_n("the server answered {n} request from another client",
                           "the server answered {n} requests from another client", n))
     if n := notes.beside.chats:

@@ -10,6 +10,7 @@ from typing import Any
 
 from engine.messages import Message, mark, say
 from engine.observe import nvml
+from engine.results.records import EnergyReading
 
 POWERCAP = Path("/sys/class/powercap")
 J_PER_KWH = 3.6e6
@@ -108,9 +109,8 @@ class EnergyMeter:
             total += max(diff, 0.0)
         return total / 1e6
 
-    def stop(self) -> dict | None:
-        """The measured part's energy: {method, joules, seconds, mean_w, idle_w, samples}; None when there is no
-        meter or it was never started."""
+    def stop(self) -> EnergyReading | None:
+        """The measured part's energy; None when there is no meter or it was never started."""
         if self.method is None or self._t0 is None:
             return None
         t1 = time.monotonic()
@@ -130,8 +130,8 @@ class EnergyMeter:
             self._samples.append((t1, self._power_w() or self._samples[-1][1]))
             joules = integrate(self._samples)
             samples = len(self._samples)
-        return {"method": self.method, "joules": joules, "seconds": seconds,
-                "mean_w": joules / seconds if seconds > 0 else None, "idle_w": self.idle_w, "samples": samples}
+        return EnergyReading(method=self.method, joules=joules, seconds=seconds,
+                             mean_w=joules / seconds if seconds > 0 else None, idle_w=self.idle_w, samples=samples)
 
 
 def integrate(samples: list[tuple[float, float]]) -> float:
@@ -170,12 +170,13 @@ class EnergyUse:
         return self.j_per_token * 1e6 / J_PER_KWH * self.price_per_kwh
 
 
-def use(energy: dict | None, output_tokens: int | None, price_per_kwh: float | None = None) -> EnergyUse | None:
+def use(energy: EnergyReading | None, output_tokens: int | None,
+        price_per_kwh: float | None = None) -> EnergyUse | None:
     """A run's EnergyUse from its Notes.energy.reading and its output tokens; None without a reading."""
-    if not energy or energy.get("joules") is None:
+    if energy is None or energy.joules is None:
         return None
-    return EnergyUse(float(energy["joules"]), int(output_tokens or 0), float(energy.get("seconds") or 0.0),
-                     str(energy.get("method", "")), energy.get("idle_w"), price_per_kwh)
+    return EnergyUse(energy.joules, int(output_tokens or 0), energy.seconds or 0.0, energy.method, energy.idle_w,
+                     price_per_kwh)
 
 
 METHODS = {"nvml-counter": mark("NVML's energy counter"), "nvml-power": mark("NVML power samples, integrated"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.results.records import EstimatedWork, SpecDecode
+
 SPEC_DECODE = {"drafts": "vllm:spec_decode_num_drafts_total",
                "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
                "accepted": "vllm:spec_decode_num_accepted_tokens_total"}
@@ -49,19 +51,20 @@ def _deltas(before: str, after: str, wanted: dict[str, str], model: str | None) 
     return out
 
 
-def view(before: str, after: str, model: str | None = None) -> dict:
-    """What a run keeps of these counters (merged into Notes.server_view): "spec_decode" (drafts, draft tokens,
-    accepted tokens, and accepted tokens by draft position) when the server speculates, "estimated" (FLOPs and
-    bytes per GPU) when it estimates its work; neither key when it does not export them."""
-    out: dict = {}
+def view(before: str, after: str, model: str | None = None) -> tuple[SpecDecode | None, EstimatedWork | None]:
+    """What a run keeps of these counters (in Notes.server_view): speculation's (drafts, draft tokens, accepted
+    tokens, and accepted tokens by draft position) when the server speculates, the estimated work (FLOPs and bytes
+    per GPU) when it estimates it; None for either it does not export or did not count meanwhile."""
     spec = _deltas(before, after, SPEC_DECODE, model)
+    speculation = None
     if spec is not None and spec["drafts"] > 0:
         b, a = _samples(before, {ACCEPTED_AT}, model), _samples(after, {ACCEPTED_AT}, model)
         at = {int(pos): a[(ACCEPTED_AT, pos)] - b.get((ACCEPTED_AT, pos), 0.0)
               for name, pos in a if name == ACCEPTED_AT and pos is not None and pos.isdigit()}
-        spec["accepted_at"] = [at[i] for i in sorted(at)]
-        out["spec_decode"] = spec
+        speculation = SpecDecode(drafts=spec["drafts"], draft_tokens=spec["draft_tokens"], accepted=spec["accepted"],
+                                 accepted_at=[at[i] for i in sorted(at)])
     est = _deltas(before, after, ESTIMATED, model)
+    work = None
     if est is not None and est["flops"] > 0:
-        out["estimated"] = est
-    return out
+        work = EstimatedWork(flops=est["flops"], read_bytes=est["read_bytes"], write_bytes=est["write_bytes"])
+    return speculation, work

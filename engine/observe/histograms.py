@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.results.records import Buckets, EngineSteps, KeptHistogram, ServerView
+
 # our key -> vLLM's histogram (seconds unless said): where a request's time went, and tokens per engine step
 HISTOGRAMS: dict[str, str] = {
     "queue": "vllm:request_queue_time_seconds",
@@ -102,38 +104,40 @@ class Histogram:
             lower, below = bound, cum
         return lower, None
 
-    def buckets(self) -> list[list[float]]:
+    def buckets(self) -> Buckets:
         """[[upper bound, observations in that bucket alone], ...] (+Inf written as None for JSON)."""
-        out, below = [], 0.0
+        out: Buckets = []
+        below = 0.0
         for bound, cum in zip(self.bounds, self.cumulative):
             out.append([None if math.isinf(bound) else bound, cum - below])
             below = cum
         return out
 
-    def said(self) -> dict:
+    def said(self) -> KeptHistogram:
         """What a run keeps of it: count, exact mean and sum, bucket-estimated percentiles with the bucket each
         lies in, the buckets."""
         ps = {f"p{round(q * 100)}": self.percentile(q) for q in QUANTILES}
-        return {"count": self.count, "sum": self.sum, "mean": self.mean,
-                **{k: p and p.value for k, p in ps.items()}, **{f"{k}_kind": p and p.kind for k, p in ps.items()},
-                **{f"p{round(q * 100)}_bucket": self.bucket_of(q) for q in QUANTILES}, "buckets": self.buckets()}
+        buckets = {f"p{round(q * 100)}_bucket": list(b) if (b := self.bucket_of(q)) else None for q in QUANTILES}
+        return KeptHistogram.model_validate({
+            "count": self.count, "sum": self.sum, "mean": self.mean, **{k: p and p.value for k, p in ps.items()},
+            **{f"{k}_kind": p and p.kind for k, p in ps.items()}, **buckets, "buckets": self.buckets()})
 
 
-def stored(said: dict) -> Histogram | None:
+def stored(said: KeptHistogram) -> Histogram | None:
     """A Histogram again from what a run kept of it (`Histogram.said`: its buckets, sum and count), so a percentile
     is judged as today even in a run saved before; None when its buckets were not kept."""
-    rows = said.get("buckets") or []
-    if not rows or said.get("count") is None:
+    rows = said.buckets
+    if not rows or said.count is None:
         return None
     bounds = tuple(math.inf if b is None else float(b) for b, _n in rows)
     cum, total = [], 0.0
     for _b, n in rows:
-        total += n
+        total += n or 0.0
         cum.append(total)
-    return Histogram(bounds, tuple(cum), float(said.get("sum") or 0.0), float(said["count"]))
+    return Histogram(bounds, tuple(cum), said.sum or 0.0, said.count)
 
 
-def percentile(said: dict, q: float) -> Percentile | None:
+def percentile(said: KeptHistogram, q: float) -> Percentile | None:
     """The q-quantile of a histogram a run kept, as `Histogram.percentile` judges it (None without one)."""
     h = stored(said)
     return None if h is None else h.percentile(q)
@@ -191,16 +195,15 @@ def deltas(before: str, after: str, model: str | None = None) -> tuple[dict[str,
     return out, missing
 
 
-def view(before: str, after: str, model: str | None = None, output_tokens: float | None = None) -> dict:
+def view(before: str, after: str, model: str | None = None, output_tokens: float | None = None) -> ServerView:
     """What a run keeps of the server's view of its measured part (Notes.server_view): each histogram's
     delta (`Histogram.said`), the keys the server did not export (`missing`), and its engine steps: how many,
     the tokens they computed, and the output tokens per step (the server's generated tokens over the steps:
     the mean batch it decoded; None without that count)."""
     found, missing = deltas(before, after, model)
-    out: dict = {"histograms": {k: h.said() for k, h in found.items() if k != "step_tokens"}, "missing": missing}
+    out = ServerView(histograms={k: h.said() for k, h in found.items() if k != "step_tokens"}, missing=missing)
     steps = found.get("step_tokens")
     if steps is not None and steps.count:
-        out["steps"] = {"count": steps.count, "tokens": steps.sum, "mean_tokens": steps.mean,
-                        "buckets": steps.buckets(),
-                        "mean_batch": output_tokens / steps.count if output_tokens is not None else None}
+        out.steps = EngineSteps(count=steps.count, tokens=steps.sum, mean_tokens=steps.mean, buckets=steps.buckets(),
+                                mean_batch=output_tokens / steps.count if output_tokens is not None else None)
     return out

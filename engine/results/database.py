@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from engine.errors import LabError
 from engine.messages import mark, say
 from engine.results.credentials import scrub, scrub_run, scrub_text
-from engine.results.records import V5_KEYS, Notes, RunResult, RunRow, is_sane_time
+from engine.results.records import V5_KEYS, Notes, RunResult, RunRow, from_v5, is_sane_time
 from engine.results.validation import Invalid, RunDamaged, checked_run, quote
 
 SCHEMA_VERSION = 6  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
@@ -180,14 +180,15 @@ def _remove_stored_secrets(conn: sqlite3.Connection) -> None:
 
 
 def _notes_in_parts(conn: sqlite3.Connection) -> None:
-    """Schema 6: every stored run's notes rewritten from schema 5's flat keys into their parts (Notes.V5_KEYS)."""
+    """Schema 6: every stored run's notes rewritten from schema 5's flat keys into their parts (records.from_v5)."""
     for run_id, text in conn.execute("SELECT id, extra FROM runs").fetchall():
         try:
             flat = json.loads(text) if isinstance(text, str) and text else None
         except (ValueError, RecursionError):
             continue  # unreadable: the page shows the run as damaged, to be deleted
         if isinstance(flat, dict) and any(k in V5_KEYS for k in flat):
-            conn.execute("UPDATE runs SET extra=? WHERE id=?", (_dumps(Notes.from_dict(flat).to_dict()), run_id))
+            conn.execute("UPDATE runs SET extra=? WHERE id=?", (_dumps(Notes.from_dict(from_v5(flat)).to_dict()),
+                                                                 run_id))
 
 
 # -- writing (inside the caller's transaction) --------------------------------------------------------

@@ -232,13 +232,22 @@ class RoomRound(Part):
     attendees: list = Field(default_factory=list)
 
 
+class Disturbance(Part):
+    """What took from the measured part (engine.observe.disturbance): its length and the machine's cores, the CPU other
+    programs used and the hypervisor took (cores on average), the requests another client sent the server."""
+
+    seconds: float | None = None
+    cores: Int | None = None
+    others_cores: float | None = None
+    steal_cores: float | None = None
+    other_requests: Int | None = None  # None: the server did not say how many it served
+
+
 class Beside(Part):
     """What else ran beside the measured part."""
 
     chats: Int = 0  # chat answers streamed while it measured
-    # engine.observe.disturbance: its length and the machine's cores, the CPU other programs used and the hypervisor
-    # took (cores on average), the requests another client sent the server; None: not watched (older runs, imports)
-    disturbance: dict | None = None
+    disturbance: Disturbance | None = None  # None: not watched (older runs, imports)
 
 
 class TokenCount(Part):
@@ -257,11 +266,22 @@ class PrefixCache(Part):
     queries: Int | None = None  # vllm:prefix_cache_queries_total's rise (looked up)
 
 
+class EnergyReading(Part):
+    """A meter's reading over the measured part (engine.observe.energy.EnergyMeter.stop)."""
+
+    method: str = ""  # "nvml-counter" | "nvml-power" | "rapl"
+    joules: float | None = None
+    seconds: float | None = None
+    mean_w: float | None = None
+    idle_w: float | None = None  # the power drawn before the run
+    samples: Int | None = None  # NVML power samples integrated ("nvml-power" only)
+
+
 class Energy(Part):
     """The energy the measured part used (engine.observe.energy.EnergyMeter: NVML's counter, NVML power samples or
     RAPL, with the method and the idle power before the run), or why there is none."""
 
-    reading: dict | None = None
+    reading: EnergyReading | None = None
     missing: str = ""  # "no-meter" (neither NVML energy nor readable RAPL here) | "elsewhere" (another machine's)
 
 
@@ -315,10 +335,44 @@ class LoadClient(Part):
     waits: Int | None = None
 
 
+class MemoryAt(Part):
+    """Memory at one point of the naive worker's life, in bytes: inside it (engine.measure.baseline.torch_device's
+    snapshot: its RSS and the kernel's peak of it; on CUDA torch's allocated and reserved with their peaks, and the
+    device's used and total), or the machine's from outside (the system RAM used; NVML's device used and total)."""
+
+    rss: Int | None = None
+    peak_rss: Int | None = None
+    allocated: Int | None = None
+    reserved: Int | None = None
+    max_allocated: Int | None = None
+    max_reserved: Int | None = None
+    ram_used: Int | None = None
+    device_used: Int | None = None
+    device_total: Int | None = None
+
+
+class WorkerMemory(Part):
+    """The naive worker's memory (engine.measure.baseline.naive; read by engine.measure.judge.worker_memory)."""
+
+    unit: str = ""  # "bytes"
+    device: str | None = None  # the device's name
+    inside: str = ""  # how the worker read its own memory
+    outside: str = ""  # how the parent read the machine's
+    after_load: MemoryAt | None = None
+    after_run: MemoryAt | None = None
+    after_cleanup: MemoryAt | None = None
+    before: MemoryAt | None = None  # the machine's, before the worker started
+    after_exit: MemoryAt | None = None  # ... and after it exited
+    left_after_exit: Int | None = None  # the device's used memory after it exited less before (~0: it came back)
+    worker_peak_rss: Int | None = None
+    worker_peak_device: Int | None = None  # NVML per process; None where NVML can't see pids
+    worker_exited: bool | None = None  # reaped: the operating system took back all it held
+
+
 class NaiveWorker(Part):
     """The naive baseline's worker process (engine.measure.baseline.naive)."""
 
-    memory: dict | None = None
+    memory: WorkerMemory | None = None
     warmup_s: float | None = None
     load_s: float | None = None
     params: Int | None = None
@@ -334,9 +388,74 @@ class NaiveWorker(Part):
     log_tail: list = Field(default_factory=list)
 
 
+# The buckets of a histogram as a run keeps them: [[upper bound (None: +Inf), observations in that bucket alone], ...]
+Buckets = list[list[float | None]]
+
+
+class KeptHistogram(Part):
+    """One of vLLM's histograms over the measured part (engine.observe.histograms.Histogram.said): its count, sum and
+    exact mean, its p50 / p90 / p99 estimated from the buckets with what each is ("estimate", "below", "above") and
+    the bucket it lies in ([lower, upper], upper None for +Inf), and the buckets, from which a percentile is judged
+    again (engine.observe.histograms.stored)."""
+
+    count: float | None = None
+    sum: float | None = None
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    p50_kind: str | None = None
+    p90_kind: str | None = None
+    p99_kind: str | None = None
+    p50_bucket: list[float | None] | None = None
+    p90_bucket: list[float | None] | None = None
+    p99_bucket: list[float | None] | None = None
+    buckets: Buckets = Field(default_factory=list)
+
+
+class EngineSteps(Part):
+    """The server's engine steps over the measured part (vllm:iteration_tokens_total's delta)."""
+
+    count: float | None = None
+    tokens: float | None = None  # prompt and output tokens they computed
+    mean_tokens: float | None = None
+    buckets: Buckets = Field(default_factory=list)
+    mean_batch: float | None = None  # output tokens per step: the mean batch it decoded; None without that count
+
+
+class SpecDecode(Part):
+    """Speculative decoding's counters over the measured part (engine.observe.engine_counters)."""
+
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted: float | None = None
+    accepted_at: list[float] = Field(default_factory=list)  # accepted tokens by draft position
+
+
+class EstimatedWork(Part):
+    """The work vLLM estimated its engine did, per GPU (--enable-mfu-metrics; engine.observe.engine_counters)."""
+
+    flops: float | None = None
+    read_bytes: float | None = None
+    write_bytes: float | None = None
+
+
+class ServerView(Part):
+    """The server's own view of the measured part (engine.observe.histograms.view): vLLM's queue / prefill / decode /
+    inference / TTFT / ITL / TPOT / E2E histograms' deltas by our key (engine.observe.histograms.HISTOGRAMS), the keys
+    it did not export, its engine steps, and the counters of speculation and estimated work where it has them."""
+
+    histograms: dict[str, KeptHistogram] = Field(default_factory=dict)
+    missing: list[str] = Field(default_factory=list)
+    steps: EngineSteps | None = None
+    spec_decode: SpecDecode | None = None
+    estimated: EstimatedWork | None = None
+
+
 class Notes(Part):
     """What surrounded a run (`RunResult.extra`): a few plain facts, then one part per concept. Stored nested since
-    schema 6; the flat keys of schema 5 and of exports before it (`V5_KEYS`) are read into their parts."""
+    schema 6 (the flat keys of schema 5 and of exports before it are moved into their parts where those are read:
+    `from_v5`)."""
 
     cancelled: bool = False
     series: str = ""  # which line of a sweep chart (default: the scenario)
@@ -345,10 +464,7 @@ class Notes(Part):
     not_restarted: bool = False  # a tuning row whose server already ran its settings: measured on it as it was
     imported_from: str = ""
     label_said: dict | None = None  # the label's wording (engine.messages.to_json): said again in the viewer's language
-    # The server's own view of the measured part (engine.observe.histograms.view): vLLM's queue / prefill / decode /
-    # inference / TTFT / ITL / TPOT / E2E histograms' deltas (exact means, bucket-estimated percentiles), its engine
-    # steps' tokens and mean batch, and the histograms it did not export; None: no /metrics (or an older run)
-    server_view: dict | None = None
+    server_view: ServerView | None = None  # None: no /metrics (or an older run)
     server: ServerNotes = Field(default_factory=ServerNotes)
     model_size: ModelSize = Field(default_factory=ModelSize)
     kv: KvCache = Field(default_factory=KvCache)
@@ -365,32 +481,36 @@ class Notes(Part):
     load_client: LoadClient = Field(default_factory=LoadClient)
     naive: NaiveWorker = Field(default_factory=NaiveWorker)
 
-    @classmethod
-    def _upgraded(cls, d: dict[str, Any]) -> dict[str, Any]:
-        """Schema 5's flat keys into their parts."""
-        if not any(k in V5_KEYS for k in d):
-            return d
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            where = V5_KEYS.get(k)
-            if where is None or (k == "energy" and _is_v6_energy(v)):
-                out.setdefault(k, v)
-            elif len(where) == 1:
-                out[where[0]] = v
-            else:
-                part = out.setdefault(where[0], {})
-                if isinstance(part, dict):
-                    part.setdefault(where[1], v)
-        return out
+    def add(self, given: Notes | None) -> None:
+        """Set here the fields `given` was made with (an action's own notes on its run: a rehearsal's sheet id, a
+        repeat's place in its group); a whole part replaces the run's own. A name Notes does not know is refused
+        (TypeError): it would vanish from the record."""
+        if given is None:
+            return
+        if given.other:
+            raise TypeError(f"Notes has no field {', '.join(map(repr, given.other))}")
+        for name in given.model_fields_set - {"other"}:
+            setattr(self, name, getattr(given, name))
 
 
-def _is_v6_energy(v: Any) -> bool:
-    """Whether `energy` holds the part (schema 6), not schema 5's reading itself (method, joules, ...)."""
-    return isinstance(v, Energy) or (isinstance(v, dict) and bool(v) and set(v) <= {"reading", "missing"})
+
+def from_v5(flat: dict[str, Any]) -> dict[str, Any]:
+    """Schema 5's flat notes (a history before schema 6, an export of serving-lab-run/1) as Notes stores them now:
+    each key in its part (V5_KEYS); keys it does not name as they are."""
+    out: dict[str, Any] = {}
+    for k, v in flat.items():
+        where = V5_KEYS.get(k)
+        if where is None:
+            out.setdefault(k, v)
+        else:
+            part = out.setdefault(where[0], {})
+            if isinstance(part, dict):
+                part.setdefault(where[1], v)
+    return out
 
 
-# Schema 5's flat key -> where it lives now (a field of Notes, or a part and its field)
-V5_KEYS: dict[str, tuple[str, ...]] = {
+# Schema 5's flat key -> where it lives now (a part and its field)
+V5_KEYS: dict[str, tuple[str, str]] = {
     "endpoint": ("server", "endpoint"), "keyed": ("server", "keyed"),
     "placeholder_text": ("server", "placeholder_text"), "kv_cache_tokens": ("server", "kv_cache_tokens"),
     "max_concurrency_reported": ("server", "max_concurrency"),

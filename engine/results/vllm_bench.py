@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from engine.messages import say
 from engine.results.credentials import scrub_run
-from engine.results.records import Notes, RequestRecord, RunResult
+from engine.results.records import Notes, RequestRecord, RunResult, from_v5
 from engine.results.validation import (
     COUNT,
     MAX_RECORDS,
@@ -23,7 +23,8 @@ from engine.results.validation import (
     field_of,
 )
 
-EXPORT_FORMAT = "serving-lab-run/2"  # 2: the notes (extra) in parts by concept; /1 (flat notes) is read too
+EXPORT_FORMAT = "serving-lab-run/2"  # 2: the notes (extra) in parts by concept
+FORMAT_1 = "serving-lab-run/1"  # the notes flat (records.from_v5): read too, as is an export that names no format
 _BACKENDS = {"vllm": "openai-chat", "naive": "transformers", "static-batch": "transformers-static-batch"}
 
 
@@ -123,7 +124,10 @@ def from_bench_json(obj: dict[str, Any]) -> RunResult:
             return checked_run(_from_vllm_result(obj).to_dict(), strict=True)
         if not isinstance(lab, dict):
             raise Invalid(say("{where} is not an object", where="serving_lab"))
-        return checked_run({k: v for k, v in lab.items() if k != "format"}, strict=True)
+        run = {k: v for k, v in lab.items() if k != "format"}
+        if lab.get("format", FORMAT_1) == FORMAT_1 and isinstance(run.get("extra"), dict):
+            run["extra"] = from_v5(run["extra"])  # the notes flat, as schema 5 kept them
+        return checked_run(run, strict=True)
     except Invalid as e:
         maker = "vllm bench serve" if lab is MISSING else "Serving Lab"
         raise ImportFailed(say("{what}: export it again from {maker}.", what=e.what, maker=maker)) from None

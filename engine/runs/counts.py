@@ -81,8 +81,9 @@ class ServerCount:
             notes.token_count.server = round(after - self.before)
         if self.page_before is not None and page is not None:
             self._prefix_cache(notes, self.page_before, page)
-            notes.server_view = histograms.view(self.page_before, page, self.target.model, notes.token_count.server)
-            notes.server_view |= engine_counters.view(self.page_before, page, self.target.model)
+            view = histograms.view(self.page_before, page, self.target.model, notes.token_count.server)
+            view.spec_decode, view.estimated = engine_counters.view(self.page_before, page, self.target.model)
+            notes.server_view = view
         return result
 
     def _prefix_cache(self, notes: Notes, before: str, after: str) -> None:

@@ -26,7 +26,7 @@ from engine.messages import Message, mark, say, say_n
 from engine.observe import disturbance, hardware
 from engine.observe.energy import EnergyMeter
 from engine.observe.telemetry import read_requests_served, requests_served
-from engine.results.records import Repeat, RunResult, SloNotes
+from engine.results.records import Disturbance, Notes, Repeat, RunResult, SloNotes
 from engine.serving import endpoint
 from engine.serving.config import ServerConfig
 from engine.serving.server import READY, VLLMServer
@@ -160,7 +160,7 @@ class Runner:
         self.warmth = warmth or WarmthLedger()
 
     def _keep(self, result: RunResult, target: Target, served_before: int | None = None,
-              cpu: dict | None = None, page_after: str | None = None) -> RunResult:
+              cpu: Disturbance | None = None, page_after: str | None = None) -> RunResult:
         """A load run finished: stamped with its server, cold or warm, what disturbed it, its goodput under the
         SLO, saved. `served_before`: the server's served count read before the run began (served()); `cpu`: its
         CpuWatch's reading over the measured part; `page_after`: the /metrics page ServerCount read after it (its
@@ -218,15 +218,15 @@ class Runner:
             result.extra.energy.missing = "elsewhere" if meter is None else "no-meter"
         return result
 
-    def load(self, spec: LoadSpec, target: Target, **notes) -> RunResult:
-        """One load test; `notes` (Notes fields: a part or a value) are set on the run before it is saved."""
+    def load(self, spec: LoadSpec, target: Target, notes: Notes | None = None) -> RunResult:
+        """One load test; the fields `notes` was made with are set on the run before it is saved (Notes.add)."""
         spec = target.aim(spec)
         self.progress.on_stage(say("sending requests"))
         return self.gathered(spec, target, lambda on_measure: loadgen.run_load(
-            spec, observer=self.progress, cancel=self.cancel, on_measure=on_measure), **notes)
+            spec, observer=self.progress, cancel=self.cancel, on_measure=on_measure), notes)
 
     def gathered(self, spec: LoadSpec, target: Target, send: Callable[[Callable[[], None]], RunResult],
-                 **notes) -> RunResult:
+                 notes: Notes | None = None) -> RunResult:
         """A run whose requests `send(on_measure)` sends and returns as a RunResult, calling on_measure right
         before its measured part (a load test's loadgen.run_load; the room's attendees as they press): the
         server's own counts, its KV cache and the energy around it, cold or warm, `notes` set, saved."""
@@ -237,15 +237,22 @@ class Runner:
         served = self.served(target)
         meter = self._meter(target)
         cpu = disturbance.CpuWatch([target.pid])  # the CPU used beside the measured part
+
+        def measuring() -> None:
+            count.start()
+            kv.start()
+            if meter is not None:
+                meter.start()
+            cpu.start()
+
         try:
-            result = send(lambda: (count.start(), kv.start(), meter and meter.start(), cpu.start()))
+            result = send(measuring)
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
         beside = cpu.stop()
         result = self._energy(kv.finish(count.finish(result)), meter)
-        for name, value in notes.items():
-            setattr(result.extra, name, value)
+        result.extra.add(notes)
         if result.extra.repeat.group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
             result.extra.repeat.failed = c.answered < c.planned
@@ -356,12 +363,18 @@ class Runner:
         return out
 
     def _level(self, spec: LoadSpec, level: int, target: Target, rounds: int, progress: Progress,
-               cancel: threading.Event, rate: float | None = None, **notes) -> RunResult:
+               cancel: threading.Event, rate: float | None = None, notes: Notes | None = None) -> RunResult:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
         at that many per second instead) with the server's view and energy, saved."""
         count, served, meter = ServerCount(target), self.served(target), self._meter(target)
         cpu = disturbance.CpuWatch([target.pid])
-        hooks = lambda: (count.start(), meter and meter.start(), cpu.start())  # noqa: E731
+
+        def hooks() -> None:
+            count.start()
+            if meter is not None:
+                meter.start()
+            cpu.start()
+
         if rate is not None:  # arrivals at a rate (the spec's: Poisson, gamma, constant, a cap), not a number in flight
             n = rate_requests(spec, rate, self.rate_level_s)
             result = loadgen.run_load(replace(spec, shape="poisson", rate=rate, num_requests=n,
@@ -372,8 +385,7 @@ class Runner:
                                        on_measure=hooks)
         beside = cpu.stop()
         result = self._energy(count.finish(result), meter)
-        for name, value in notes.items():
-            setattr(result.extra, name, value)
+        result.extra.add(notes)
         return self._keep(result, target, served, beside, count.page_after)
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
@@ -392,7 +404,8 @@ class Runner:
             self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
             sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
-            run = self.load(sent, target, repeat=Repeat(group=group, index=i + 1, total=n, prefix_cache_reset=reset))
+            run = self.load(sent, target, Notes(repeat=Repeat(group=group, index=i + 1, total=n,
+                                                              prefix_cache_reset=reset)))
             out.append(run)
             if run.extra.repeat.failed and i + 1 < n and not self.cancel.is_set():
                 out.stopped = self._repeats_stop(run, target, i + 1, n)
@@ -444,8 +457,10 @@ class Runner:
         expected = 2 + math.ceil(math.log2(max(1.0, (top - low) / tolerance)))  # low, high, then halvings
         self.mark(say("SLO search start"))
         try:
-            ok, bad = None, None  # the highest level that held and the lowest that did not
-            level = low
+            # the highest level that held and the lowest that did not
+            ok: float | None = None
+            bad: float | None = None
+            level: float | None = low
             while level is not None and not self.cancel.is_set():
                 if search.tried and time.monotonic() - began > time_cap_s:
                     search.capped = True
@@ -467,6 +482,7 @@ class Runner:
                 elif bad is None:
                     level = top if level < top else None  # the top first: the answer may lie at or beyond it
                 else:  # ok < bad: halve the gap between them
+                    assert ok is not None  # the lowest level held, else the search has stopped
                     mid = (ok + bad) // 2 if whole else (ok + bad) / 2
                     level = mid if bad - ok > tolerance else None
             search.best, search.above, search.cancelled = ok, bad, self.cancel.is_set()
@@ -494,7 +510,7 @@ class Runner:
         relay_thread.start()
         try:
             run = self._level(spec, int(level) if whole else 0, target, rounds, watch, stop,
-                              rate=None if whole else level, slo=SloNotes(search=search_id))
+                              rate=None if whole else level, notes=Notes(slo=SloNotes(search=search_id)))
         finally:
             relay_done.set()
         if watch.saturated:
@@ -522,7 +538,7 @@ class Runner:
             else:
                 self.progress.on_step(i, len(configs), say("{label}: restarting vLLM", label=label))
                 server.restart(cfg, model_max_len=model_max_len)
-                server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(
+                server.wait_ready(on_stage=lambda s, label=label: self.progress.on_stage(  # type: ignore[misc]
                     say("{label}: {stage}", label=label, stage=s.stage)))
             target, group = Target.of(server), uuid.uuid4().hex[:12]
             for k in range(repeats):
@@ -530,11 +546,11 @@ class Runner:
                     break
                 self.progress.on_stage(say("{label}: measuring", label=label) if repeats == 1 else
                                        say("{label}: measuring, repeat {i} of {n}", label=label, i=k + 1, n=repeats))
-                notes = {} if repeats == 1 else dict(repeat=Repeat(  # as Runner.repeat marks its runs
-                    group=group, index=k + 1, total=repeats,
-                    prefix_cache_reset=endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None))
-                out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), target,
-                                     not_restarted=kept, **notes))
+                notes = Notes(not_restarted=kept)
+                if repeats > 1:  # as Runner.repeat marks its runs
+                    notes.repeat = Repeat(group=group, index=k + 1, total=repeats, prefix_cache_reset=(
+                        endpoint.reset_prefix_cache(target.base_url, target.api_key) if k else None))
+                out.append(self.load(replace(spec, scenario=spec.scenario or "tuning", label=label), target, notes))
         self.progress.on_step(len(configs), len(configs), mark("done"))
         return out
 

@@ -22,7 +22,7 @@ from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import mark, say
 from engine.observe import nvml
 from engine.observe import hardware
-from engine.results.records import NaiveWorker, Notes, RequestRecord, RunResult, ServerNotes
+from engine.results.records import MemoryAt, NaiveWorker, Notes, RequestRecord, RunResult, ServerNotes, WorkerMemory
 
 TERMINATE_GRACE_S = 5.0
 WORKER_MODULE = "engine.measure.baseline.naive_worker"
@@ -277,6 +277,17 @@ def _after_exit(before: dict, device: dict) -> dict[str, Any]:
     return {"gpus": gpus, "ram_used": _ram_used()}
 
 
+def _at(snapshot: Any) -> MemoryAt | None:
+    """The worker's memory at one point, as it reported it (torch_device.memory_snapshot); None: not reached."""
+    return MemoryAt.from_dict(snapshot) if isinstance(snapshot, dict) else None
+
+
+def _outside(ram_used: int | None, gpu: dict | None) -> MemoryAt:
+    """The machine's memory seen from outside the worker: the system RAM used, and its GPU's (NVML) when on one."""
+    return MemoryAt(ram_used=ram_used, device_used=gpu["used"] if gpu else None,
+                    device_total=gpu["total"] if gpu else None)
+
+
 def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: dict, proc: subprocess.Popen,
                   cancelled: bool, t_begin: float, log_tail: list[str]) -> RunResult:
     records = sorted(st.records, key=lambda r: r.index)
@@ -285,64 +296,46 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     dev = st.loaded.get("device", {})
     on_cuda = dev.get("type") == "cuda"
 
-    memory: dict[str, Any] = {
-        "unit": "bytes",
-        "device": dev.get("name"),
-        "inside": "torch.cuda.memory_allocated/reserved + mem_get_info" if on_cuda else "worker RSS (psutil)",
-        "outside": "NVML device used memory" if on_cuda else "system RAM used (psutil)",
-    }
-    for point in ("after_load", "after_run", "after_cleanup"):
-        if point in st.memory:
-            memory[point] = st.memory[point]
     g_before, g_after = _pick_gpu(before["gpus"], dev), _pick_gpu(after["gpus"], dev)
-    memory["before"] = {"ram_used": before["ram_used"]}
-    memory["after_exit"] = {"ram_used": after["ram_used"]}
-    if g_before:
-        memory["before"].update(device_used=g_before["used"], device_total=g_before["total"])
-    if g_after:
-        memory["after_exit"].update(device_used=g_after["used"], device_total=g_after["total"])
-    if g_before and g_after:
-        memory["left_after_exit"] = g_after["used"] - g_before["used"]  # ~0: the memory really came back
     # the worker's own peak: the kernel's high-water mark it reported (exact), else the parent's samples
     reported = [st.memory[p].get("peak_rss") or 0 for p in ("after_load", "after_run", "after_cleanup")
                 if isinstance(st.memory.get(p), dict)]
-    memory["worker_peak_rss"] = max([peak["rss"], *reported]) or None
-    # reaped: the operating system has taken back everything the process held (its RSS, its CUDA context)
-    memory["worker_exited"] = proc.returncode is not None
-    memory["worker_peak_device"] = peak["device"] or None  # NVML per-process; None where NVML can't see pids
+    memory = WorkerMemory(
+        unit="bytes", device=dev.get("name"),
+        inside="torch.cuda.memory_allocated/reserved + mem_get_info" if on_cuda else "worker RSS (psutil)",
+        outside="NVML device used memory" if on_cuda else "system RAM used (psutil)",
+        after_load=_at(st.memory.get("after_load")), after_run=_at(st.memory.get("after_run")),
+        after_cleanup=_at(st.memory.get("after_cleanup")),
+        before=_outside(before["ram_used"], g_before), after_exit=_outside(after["ram_used"], g_after),
+        # ~0: the memory really came back
+        left_after_exit=g_after["used"] - g_before["used"] if g_before and g_after else None,
+        worker_peak_rss=max([peak["rss"], *reported]) or None,
+        # reaped: the operating system has taken back everything the process held (its RSS, its CUDA context)
+        worker_exited=proc.returncode is not None,
+        worker_peak_device=peak["device"] or None)  # NVML per-process; None where NVML can't see pids
 
-    worker: dict[str, Any] = {  # the run's Notes.naive
-        "memory": memory,
-        "load_s": st.loaded.get("load_s"),
-        "params": st.loaded.get("params"),
-        "dtype": st.loaded.get("dtype") or spec.dtype,
-        "dtype_reason": st.loaded.get("dtype_reason"),
-        "device": dev.get("name") or spec.device,
-        "device_name": dev.get("description"),
-        "warmup_s": st.warmup_s,
-        "worker_pid": proc.pid,
-        "worker_exit_code": proc.returncode,
-        "timing": ("sequential: each request's clock starts when its own generate() starts (the lab's "
-                   "measure); requests ran one after another" if spec.mode == "sequential" else
-                   "static batch: every request is sent at 0 and answered when the whole batch ends; "
-                   "TTFT is the batch's first decoding step; chunk_times stop where each answer ended"),
-    }
     notes = []
     if cancelled:
         notes.append(f"cancelled after {len(records)} of {len(spec.prompts)} requests")
     if spec.random_weights:
         notes.append("random weights: the text is meaningless, only speed and memory count")
-    if st.error:
-        worker["error"] = st.error.get("message")
-        worker["log_tail"] = log_tail[-40:]
-    worker["notes"] = notes
+    worker = NaiveWorker(  # the run's Notes.naive (what the worker reported is kept aside where of another type)
+        memory=memory, load_s=st.loaded.get("load_s"), params=st.loaded.get("params"),
+        dtype=st.loaded.get("dtype") or spec.dtype, dtype_reason=st.loaded.get("dtype_reason"),
+        device=dev.get("name") or spec.device, device_name=dev.get("description"), warmup_s=st.warmup_s,
+        worker_pid=proc.pid, worker_exit_code=proc.returncode, notes=notes,
+        timing=("sequential: each request's clock starts when its own generate() starts (the lab's "
+                "measure); requests ran one after another" if spec.mode == "sequential" else
+                "static batch: every request is sent at 0 and answered when the whole batch ends; "
+                "TTFT is the batch's first decoding step; chunk_times stop where each answer ended"),
+        error=st.error.get("message") if st.error else None, log_tail=log_tail[-40:] if st.error else [])
 
     config = {
         "model": spec.display_name(),
         "model_path": str(spec.model_path),
         "mode": spec.mode,
-        "dtype": worker["dtype"],
-        "device": worker["device"],
+        "dtype": worker.dtype,
+        "device": worker.device,
         "max_new_tokens": spec.max_new_tokens,
         "temperature": spec.temperature,
         "do_sample": spec.temperature > 0,
@@ -360,7 +353,7 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         kind=spec.kind, scenario=spec.default_scenario(), label=spec.default_label(), records=records,
         duration=duration, started_at=st.started_at or t_begin, model=spec.display_name(), config=config,
         load=load, extra=Notes(cancelled=cancelled, server=ServerNotes(placeholder_text=bool(spec.random_weights)),
-                               naive=NaiveWorker.from_dict(worker)),
+                               naive=worker),
     )
     try:
         result.hardware = dict(hardware.describe())

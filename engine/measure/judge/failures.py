@@ -15,36 +15,6 @@ from engine.results.records import RequestRecord
 # gives (group key, what happened, what to do): what happened is a function of how many requests it
 # happened to, returning a Message ("was refused ..." for one, "were refused ..." for more).
 
-def _refused_tokens(m: re.Match) -> tuple[str, Callable[[int], str], str]:
-    mt, mml = m["mt"], m["mml"]
-    return (f"max_tokens>{mml}:{mt}",
-            lambda n: say_n("was refused because the prompt plus {mt} output tokens exceed the server's "
-                            "max-model-len of {mml}",
-                            "were refused because the prompt plus {mt} output tokens exceed the server's "
-                            "max-model-len of {mml}", n, mt=mt, mml=mml),
-            say("lower the max tokens per answer or restart the server with a longer max-model-len"))
-
-
-def _refused_prompt(m: re.Match) -> tuple[str, Callable[[int], str], str]:
-    mml = m["mml"]
-    return (f"prompt>{mml}",
-            lambda n: say_n("was refused because the prompt alone is longer than the server's max-model-len of "
-                            "{mml} tokens",
-                            "were refused because the prompt alone is longer than the server's max-model-len of "
-                            "{mml} tokens", n, mml=mml),
-            say("use shorter prompts or restart the server with a longer max-model-len"))
-
-
-def _refused_context(m: re.Match) -> tuple[str, Callable[[int], str], str]:
-    mml = m["mml"]
-    return (f"context>{mml}",
-            lambda n: say_n("was refused because prompt and answer together exceed the server's max-model-len of "
-                            "{mml} tokens",
-                            "were refused because prompt and answer together exceed the server's max-model-len of "
-                            "{mml} tokens", n, mml=mml),
-            say("lower the max tokens per answer or restart the server with a longer max-model-len"))
-
-
 def _no_model(m: re.Match) -> tuple[str, Callable[[int], str], str]:
     served, name = (m["valid"] or "").strip().rstrip("."), m["name"]
     return (f"model:{name}",
@@ -117,9 +87,28 @@ _FAILURE_RULES: list[tuple[re.Pattern, Any]] = [
                                            "not ended after {s} s", n, asked=m["asked"], s=m["s"]),
                 say("that is the server's doing, not the load's (it ignores max_tokens or never ends its stream), so "
                     "check its log and version"))),
-    (re.compile(r"max_tokens=(?P<mt>\d+) cannot be greater than max_model_len=(?P<mml>\d+)"), _refused_tokens),
-    (re.compile(r"maximum context length is (?P<mml>\d+) tokens.*prompt contains", re.S), _refused_prompt),
-    (re.compile(r"maximum context length is (?P<mml>\d+) tokens", re.S), _refused_context),
+    # vLLM's refusals of a request longer than its max-model-len
+    (re.compile(r"max_tokens=(?P<mt>\d+) cannot be greater than max_model_len=(?P<mml>\d+)"),
+     lambda m: (f"max_tokens>{m['mml']}:{m['mt']}",
+                lambda n: say_n("was refused because the prompt plus {mt} output tokens exceed the server's "
+                                "max-model-len of {mml}",
+                                "were refused because the prompt plus {mt} output tokens exceed the server's "
+                                "max-model-len of {mml}", n, mt=m["mt"], mml=m["mml"]),
+                say("lower the max tokens per answer or restart the server with a longer max-model-len"))),
+    (re.compile(r"maximum context length is (?P<mml>\d+) tokens.*prompt contains", re.S),
+     lambda m: (f"prompt>{m['mml']}",
+                lambda n: say_n("was refused because the prompt alone is longer than the server's max-model-len of "
+                                "{mml} tokens",
+                                "were refused because the prompt alone is longer than the server's max-model-len of "
+                                "{mml} tokens", n, mml=m["mml"]),
+                say("use shorter prompts or restart the server with a longer max-model-len"))),
+    (re.compile(r"maximum context length is (?P<mml>\d+) tokens", re.S),
+     lambda m: (f"context>{m['mml']}",
+                lambda n: say_n("was refused because prompt and answer together exceed the server's max-model-len of "
+                                "{mml} tokens",
+                                "were refused because prompt and answer together exceed the server's max-model-len of "
+                                "{mml} tokens", n, mml=m["mml"]),
+                say("lower the max tokens per answer or restart the server with a longer max-model-len"))),
     (re.compile(r"HTTP 404: The model `(?P<name>[^`]*)` does not exist\.(?: Valid aliases: (?P<valid>.*))?", re.S),
      _no_model),
     (re.compile(r"HTTP (?P<code>\d{3}): (?P<msg>.*)", re.S), _http),

@@ -57,7 +57,7 @@ def levels_said(runs: Sequence[Any]) -> Message | None:
 
 def cached_said(run: Any) -> Message | None:
     """The share of a run's prompt tokens its server took from the prefix cache, said wherever its throughput or TTFT
-    is (issue #29: a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
+    is (a repeated random-512-64 took 25,600 of 31,600 from it and reported twice the throughput of
     fresh prompts); None below CACHED_NOTABLE or without the server's counters (vllm:prefix_cache_hits/queries)."""
     hits, queries = run.extra.prefix_cache.hits, run.extra.prefix_cache.queries
     w = getattr(run.load, "workload", None) or {}

@@ -10,6 +10,7 @@ from engine.digits import significant
 from engine.messages import Message, mark, say
 from engine.observe import histograms
 from engine.observe.histograms import HISTOGRAMS, QUANTILES
+from engine.results.records import KeptHistogram, ServerView
 
 QUEUE_DOMINATES = 0.5  # the share of the client's mean TTFT spent waiting for a slot that makes it the story
 
@@ -75,41 +76,41 @@ class ServerTime:
         return (self.queue_share or 0.0) > QUEUE_DOMINATES
 
 
-def _mean(view: dict, key: str) -> float | None:
-    h = view.get("histograms", {}).get(key)
-    return None if h is None else h.get("mean")
+def _mean(view: ServerView, key: str) -> float | None:
+    h = view.histograms.get(key)
+    return None if h is None else h.mean
 
 
 def of(run: Any) -> ServerTime | None:
     """`run`'s time per request, server and client; None when the run has no server view (no /metrics, or a
     run saved before it was read)."""
-    view = getattr(run.extra, "server_view", None)
-    if not view or not view.get("histograms"):  # no /metrics, or none of the histograms on it
+    view = run.extra.server_view
+    if view is None or not view.histograms:  # no /metrics, or none of the histograms on it
         return None
     recs = [r for r in stats.measured(getattr(run, "records", None) or []) if r.ok]
     ttfts = [r.ttft for r in recs if r.ttft is not None]
     e2es = [r.e2e for r in recs if r.e2e is not None]
-    e2e = view.get("histograms", {}).get("e2e")
+    e2e = view.histograms.get("e2e")
     return ServerTime(_mean(view, "queue"), _mean(view, "prefill"), _mean(view, "decode"), _mean(view, "ttft"),
                       _mean(view, "e2e"), sum(ttfts) / len(ttfts) if ttfts else None,
-                      sum(e2es) / len(e2es) if e2es else None, None if e2e is None else e2e.get("count"),
-                      tuple(HISTOGRAMS[k] for k in view.get("missing", ()) if k in HISTOGRAMS))
+                      sum(e2es) / len(e2es) if e2es else None, None if e2e is None else e2e.count,
+                      tuple(HISTOGRAMS[k] for k in view.missing if k in HISTOGRAMS))
 
 
 def _ms(s: float | None) -> str:
     return significant(None if s is None else s * 1000)
 
 
-def percentile_ms(h: dict, q: float) -> str:
+def percentile_ms(h: KeptHistogram, q: float) -> str:
     """A histogram's (as a run kept it) q-quantile in ms, marked where it is a bound ("< 0.60": below the first
     bucket's top or what the sum allows; "> 10,000": in the +Inf bucket); "–" without one."""
     p = histograms.percentile(h, q)
     if p is None:  # kept without its buckets: the stored estimate as it is
-        return _ms(h.get(f"p{round(q * 100)}"))
+        return _ms(getattr(h, f"p{round(q * 100)}"))
     return p.shown(_ms(p.value))
 
 
-def percentiles_said(h: dict) -> Message:
+def percentiles_said(h: KeptHistogram) -> Message:
     """A histogram's p50, p90 and p99 in one line (bucket estimates, bounds marked)."""
     return say("p50 {p50} ms · p90 {p90} ms · p99 {p99} ms (bucket estimates)", p50=percentile_ms(h, 0.5),
                p90=percentile_ms(h, 0.9), p99=percentile_ms(h, 0.99))
@@ -117,7 +118,7 @@ def percentiles_said(h: dict) -> Message:
 
 def bounded(run: Any) -> bool:
     """Whether any percentile of the run's server view is a bound rather than an estimate."""
-    hists = ((getattr(run.extra, "server_view", None) or {}).get("histograms") or {}).values()
+    hists = run.extra.server_view.histograms.values() if run.extra.server_view else ()
     return any(p is not None and p.kind != "estimate" for h in hists for q in QUANTILES
                if (p := histograms.percentile(h, q)) is not None)
 
@@ -158,18 +159,18 @@ def said(run: Any) -> list[Message]:
 def batch_said(run: Any) -> Message | None:
     """How full the server's engine steps were over the measured part (its tokens per step and the mean batch
     it decoded), beside the client's peak in flight; None without a server view."""
-    view = getattr(run.extra, "server_view", None)
-    if not view:
+    view = run.extra.server_view
+    if view is None:
         return None
-    steps = view.get("steps")
-    if not steps:
+    steps = view.steps
+    if steps is None:
         return say("This server does not export vllm:iteration_tokens_total, so how full its batches were is not "
                    "known.")
     peak = stats.peak_in_flight(getattr(run, "records", None) or [])
-    if steps.get("mean_batch") is None:
+    if steps.mean_batch is None:
         return say("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and "
-                   "output); the client's peak in flight was {peak}.", steps=steps["count"],
-                   tokens=steps["mean_tokens"], peak=peak)
+                   "output); the client's peak in flight was {peak}.", steps=steps.count,
+                   tokens=steps.mean_tokens, peak=peak)
     return say("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and output), "
                "and decoded {batch:.1f} requests per step on average; the client's peak in flight was {peak}.",
-               steps=steps["count"], tokens=steps["mean_tokens"], batch=steps["mean_batch"], peak=peak)
+               steps=steps.count, tokens=steps.mean_tokens, batch=steps.mean_batch, peak=peak)

@@ -32,11 +32,10 @@ class Speculation:
 
 def of(run) -> Speculation | None:
     """The run's speculation counts; None when its server did not speculate (or did not say)."""
-    d = ((getattr(run.extra, "server_view", None) or {}).get("spec_decode")) or {}
-    if not d.get("drafts"):
+    d = run.extra.server_view.spec_decode if run.extra.server_view else None
+    if d is None or not d.drafts:
         return None
-    return Speculation(d["drafts"], d.get("draft_tokens", 0.0), d.get("accepted", 0.0),
-                       tuple(d.get("accepted_at") or ()))
+    return Speculation(d.drafts, d.draft_tokens or 0.0, d.accepted or 0.0, tuple(d.accepted_at))
 
 
 def said(run) -> Message | None:

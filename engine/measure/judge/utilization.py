@@ -27,14 +27,14 @@ class Utilization:
 
 def of(run) -> Utilization | None:
     """None when the server estimated nothing (the flag off, an older vLLM, a server that is not vLLM)."""
-    est = ((getattr(run.extra, "server_view", None) or {}).get("estimated")) or {}
-    if not est.get("flops") or not run.duration:
+    est = run.extra.server_view.estimated if run.extra.server_view else None
+    if est is None or not est.flops or not run.duration:
         return None
     bw = bandwidth_of(run)
     tp = run.config.get("tensor_parallel_size") if isinstance(run.config, dict) else None
     per_gpu = bw.gb_s / tp if bw and isinstance(tp, int) and tp > 1 else (bw.gb_s if bw else None)
     peak = _peak(run)
-    return Utilization(est["flops"] / run.duration / 1e12, est.get("read_bytes", 0.0) / run.duration / 1e9,
+    return Utilization(est.flops / run.duration / 1e12, (est.read_bytes or 0.0) / run.duration / 1e9,
                        per_gpu, bw.said if bw else None, peak.tflop_s if peak else None,
                        peak.reference if peak else None)
 
@@ -80,11 +80,11 @@ def why_absent(run) -> list[Message]:
     not started with --enable-mfu-metrics (or its vLLM exported no estimates), no datasheet peak for its device, a
     model not in half precision. Nothing when both are shown, or when the run has no server view at all (its own
     sentence says that)."""
-    view = getattr(run.extra, "server_view", None)
-    if not view:
+    view = run.extra.server_view
+    if view is None:
         return []
     config = run.config if isinstance(run.config, dict) else {}
-    if not (view.get("estimated") or {}).get("flops"):
+    if view.estimated is None or not view.estimated.flops:
         if FLAG in (config.get("extra_args") or ()):
             return [say("No MFU or memory bandwidth used: the server was started with --enable-mfu-metrics but "
                        "published no estimates (vllm:estimated_flops_per_gpu_total); its vLLM may predate them.")]

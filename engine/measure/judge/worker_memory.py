@@ -1,12 +1,14 @@
 """The naive worker's own memory, from its run's notes (Notes.naive.memory, engine.measure.baseline.naive): its peak,
 what it held after its cleanup and whether its process is gone; on a GPU the device's used memory before the run and
-after the worker exited (NVML). Never the system's RAM: other programs move that too (issue #29 item 5)."""
+after the worker exited (NVML). Never the system's RAM: other programs move that too (a CPU machine's RAM rose by
+7.5 GB while a 0.9 GB worker ran, none of it the worker's)."""
 from __future__ import annotations
 
 from typing import Any
 
 from engine.digits import significant
 from engine.messages import Message, say
+from engine.results.records import MemoryAt, WorkerMemory
 
 LEFT_GB = 0.1  # more than this still used on the device after the worker exited is not "back"
 
@@ -20,22 +22,22 @@ def worker_memory(naive: Any) -> dict[str, Any]:
     device, else its own peak resident memory), `after_cleanup_gb` (what it still held after `del model` and
     gc, inside the process), `exited` (its process is gone, so it holds nothing: `held_gb` 0), `exit_code`;
     on a GPU also the device's used memory `before_gb`, `after_gb` and the difference `left_gb`."""
-    mem = naive.extra.naive.memory or {}
-    before, after = mem.get("before") or {}, mem.get("after_exit") or {}
-    gpu = "device_used" in before and "device_used" in after
-    exited = mem.get("worker_exited")
+    mem = naive.extra.naive.memory or WorkerMemory()
+    before, after = mem.before or MemoryAt(), mem.after_exit or MemoryAt()
+    gpu = before.device_used is not None and after.device_used is not None
+    exited = mem.worker_exited
     if exited is None:  # a run saved before the field: an exit code means its process was reaped
         exited = naive.extra.naive.worker_exit_code is not None
-    cleanup = mem.get("after_cleanup") or {}
+    cleanup = mem.after_cleanup or MemoryAt()
     out: dict[str, Any] = {
         "gpu": gpu, "exited": bool(exited), "exit_code": naive.extra.naive.worker_exit_code,
-        "worker_peak_gb": _gb(mem.get("worker_peak_device") if gpu else mem.get("worker_peak_rss")),
-        "after_cleanup_gb": _gb(cleanup.get("allocated") if gpu else cleanup.get("rss")),
+        "worker_peak_gb": _gb(mem.worker_peak_device if gpu else mem.worker_peak_rss),
+        "after_cleanup_gb": _gb(cleanup.allocated if gpu else cleanup.rss),
         "held_gb": 0.0 if exited else None,
     }
-    if gpu:
-        out.update(before_gb=_gb(before["device_used"]), after_gb=_gb(after["device_used"]),
-                   left_gb=_gb(after["device_used"] - before["device_used"]))
+    if before.device_used is not None and after.device_used is not None:
+        out.update(before_gb=_gb(before.device_used), after_gb=_gb(after.device_used),
+                   left_gb=_gb(after.device_used - before.device_used))
     return out
 
 

@@ -167,7 +167,7 @@ class Requester:
         # first request failed with "server disconnected". No proxies from the environment (trust_env=False);
         # no total timeout (asyncio.timeout in run).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, s.deadline_s), sock_read=s.read_timeout_s)
-        # At most as many connections as this process has files for (issue #31: a 100,000-request trace at
+        # At most as many connections as this process has files for (a 100,000-request trace at
         # time scale 0.001 opened one per request and every one failed with "Too many open files"): a request
         # beyond the budget waits for a connection before it goes out, and its late send is counted
         # (judge/lateness.py), not blamed on the server.

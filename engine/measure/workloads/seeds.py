@@ -1,4 +1,4 @@
-"""The seed synthetic prompts are made from (issue #29 item 4). vLLM's prefix cache keeps the prompts it has seen:
+"""The seed synthetic prompts are made from, new for every run. vLLM's prefix cache keeps the prompts it has seen:
 a run sending the very prompts of an earlier one finds most of its prefill done (a repeated random-512-64 took
 25,600 of its 31,600 prompt tokens from the cache and reported twice `vllm bench serve`'s throughput). So every run
 and every repeat draws a new seed unless one is fixed, and records it (LoadSpec.prompt_seed). See
