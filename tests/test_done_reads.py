@@ -44,3 +44,19 @@ def test_the_served_count_after_a_run_comes_from_the_page_already_read():
     runner.served = no_read
     notes = runner._keep(run_of(batch(10)), target, 4000, page_after=SERVED).extra
     assert (notes.warmth.served_before, notes.warmth.served_after) == (4000, 4010)
+
+
+def test_the_kv_watch_takes_the_page_already_read_after_the_run():
+    from engine.observe.kvwatch import KvWatch
+
+    reads = []
+
+    def read(url, key=None, timeout_s=5.0):
+        reads.append(url)
+        return {"preemptions_total": 2.0}
+
+    watch = KvWatch("http://x", read=read)
+    watch.INTERVAL_S = 3600  # no sample between start and finish
+    watch.start()
+    run = watch.finish(run_of(batch(2)), page='vllm:num_preemptions_total{engine="0",model_name="m"} 5.0\n')
+    assert reads == ["http://x"] and run.extra.kv.preemptions == 3

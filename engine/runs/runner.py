@@ -251,7 +251,7 @@ class Runner:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
         beside = cpu.stop()
-        result = self._energy(kv.finish(count.finish(result)), meter)
+        result = self._energy(kv.finish(count.finish(result), count.page_after), meter)
         result.extra.add(notes)
         if result.extra.repeat.group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
@@ -306,7 +306,7 @@ class Runner:
                 beside = cpu.stop()
                 result.started_at = origin.get("epoch", result.started_at)
                 result.extra.side_by_side.pair, result.extra.side_by_side.side = pair, name
-                results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside,
+                results[name] = self._keep(kv.finish(count.finish(result), count.page_after), target, served, beside,
                                            count.page_after)
             except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
                 barrier.abort()
