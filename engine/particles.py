@@ -53,6 +53,8 @@ _GROUP = [(True, False), (True, False), (False, False), (True, False)]
 # the names of the letters that end in a consonant: 엘 엠 엔 알 (the others in a vowel: 비, 에스, 에이치)
 _LETTER = {"l": (True, True), "m": (True, False), "n": (True, False), "r": (True, True)}
 _SIGN = {"%": (False, False), "×": (False, False), "°": (False, False)}  # 퍼센트, 배, 도
+# words this app says whose Korean spelling ends otherwise than the rule: 랩, 웹, 잡, 탭, 타입, 템플릿, 스윕
+_USAGE = {w: (True, False) for w in ("lab", "web", "job", "tab", "type", "dtype", "template", "sweep")}
 
 
 def final_sound(text: str) -> tuple[bool, bool] | None:
@@ -104,8 +106,11 @@ def _latin(word: str) -> tuple[bool, bool]:
     small letters in a row) by its last letter's name (GB 비, URL 엘, vLLM 엠, GiB 비); a word by its English
     ending: -ng ㅇ, -l ㄹ, -m ㅁ, -n ㄴ, a silent e after l/m/n likewise (file 파일, time 타임, engine 엔진), -ck and a
     k/t/p after one short vowel a final consonant (block 블록, chat 챗, step 스텝); every other ending a vowel (test
-    테스트, load 로드, server 서버, cache 캐시)."""
+    테스트, load 로드, server 서버, cache 캐시); a few words as usage spells them (lab 랩, sweep 스윕, template
+    템플릿)."""
     lower = word.lower()
+    if lower in _USAGE:
+        return _USAGE[lower]
     if not re.search("[a-z]{2}", word):  # no two small letters in a row: GB, vLLM, GiB, kWh, LoRA
         return _LETTER.get(lower[-1], (False, False))
     if lower.endswith("ng"):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from engine.results.database import SCHEMA_VERSION
-from engine.results.records import V5_KEYS, Notes, Part, RunResult
+from engine.results.records import V5_KEYS, Notes, Part, RunResult, from_v5
 from engine.results.store import RunStore
 from engine.results.vllm_bench import EXPORT_FORMAT, FORMAT_1
 
@@ -141,3 +141,45 @@ def test_each_shipped_example_is_todays_format_read_whole_and_its_format_1_reads
     older = RunStore(tmp_path / "format-1.sqlite")
     assert older.import_text(json.dumps(old), "format-1.json") == ids
     assert [older.load(i).extra for i in ids] == [r.extra for r in runs]
+
+
+# What schema 5's code wrote where today's parts were dicts (histograms.view with engine_counters.view,
+# EnergyMeter.stop, disturbance.record): read typed, nothing left aside, written back as it was (None left out)
+V5_DICTS = {
+    "server_view": {
+        "histograms": {"queue": {"count": 4.0, "sum": 0.0012, "mean": 0.0003, "p50": 0.0006, "p90": 0.0027,
+                                 "p99": 0.03, "p50_kind": "below", "p90_kind": "below", "p99_kind": "below",
+                                 "p50_bucket": [0.0, 0.3], "p90_bucket": [0.0, 0.3], "p99_bucket": [0.0, 0.3],
+                                 "buckets": [[0.3, 4.0], [0.5, 0.0], [None, 0.0]]},
+                       "e2e": {"count": 4.0, "sum": 3.9, "mean": 0.975, "p50": None, "p50_kind": None,
+                               "p50_bucket": [0.8, None], "buckets": [[0.8, 0.0], [None, 4.0]]}},
+        "missing": ["itl"],
+        "steps": {"count": 17.0, "tokens": 84.0, "mean_tokens": 4.94, "buckets": [[1.0, 0.0], [None, 17.0]],
+                  "mean_batch": None},
+        "spec_decode": {"drafts": 40.0, "draft_tokens": 120.0, "accepted": 60.0, "accepted_at": [30.0, 20.0, 10.0]},
+        "estimated": {"flops": 4e12, "read_bytes": 2e10, "write_bytes": 1e9}},
+    "energy": {"method": "nvml-power", "joules": 32.0, "seconds": 2.0, "mean_w": 16.0, "idle_w": None, "samples": 21},
+    "disturbance": {"seconds": 12.5, "cores": 2, "others_cores": 1.4, "steal_cores": 0.0, "other_requests": 3},
+}
+
+
+def _said(v: Any) -> Any:
+    """`v` without the None values today's parts leave out."""
+    if isinstance(v, dict):
+        return {k: _said(x) for k, x in v.items() if x is not None}
+    return [_said(x) for x in v] if isinstance(v, list) else v
+
+
+def test_what_schema_5_kept_as_dicts_reads_typed(tmp_path):
+    flat = json.loads(json.dumps(V5_DICTS))  # as stored
+    run = RunResult(kind="vllm", scenario="s", label="l", records=[], duration=1.0, started_at=1.7e9,
+                    extra=from_v5(flat))
+    n = run.extra
+    assert _aside(n) == []
+    assert n.server_view.histograms["queue"].p50_bucket == [0.0, 0.3] and n.server_view.steps.count == 17.0
+    assert n.server_view.spec_decode.accepted_at == [30.0, 20.0, 10.0] and n.server_view.estimated.flops == 4e12
+    assert (n.energy.reading.method, n.energy.reading.samples, n.beside.disturbance.other_requests) == \
+        ("nvml-power", 21, 3)
+    stored = n.to_dict()
+    assert (stored["server_view"], stored["energy"]["reading"], stored["beside"]["disturbance"]) == \
+        (_said(V5_DICTS["server_view"]), _said(V5_DICTS["energy"]), V5_DICTS["disturbance"])

@@ -139,6 +139,7 @@ def test_sequential_two_prompts(model_dir):
     else:
         assert res.config["device"] == "cpu" and res.config["dtype"] in ("bfloat16", "float32")
     assert res.extra.naive.params > 100_000_000 and res.extra.naive.load_s > 0 and res.extra.naive.dtype_reason
+    assert res.extra.model_size.weights > 0 and res.extra.model_size.kv_per_token > 0  # its ceiling's inputs
     mem = res.extra.naive.memory
     assert mem.after_load.rss > 0 and mem.after_run is not None and mem.after_cleanup is not None
     # the worker's own peak (the kernel's high-water mark it reported) and that its process is gone: what the

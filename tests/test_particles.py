@@ -30,7 +30,8 @@ C, V, L = (True, False), (False, False), (True, True)  # a final consonant, a vo
     # Latin: an abbreviation by its letters' names, a word by its English ending
     ("URL", L), ("vLLM", C), ("JSON", C), ("LoRA", V), ("GPU", V), ("model", L), ("system", C), ("streaming", C),
     ("engine", C), ("pipeline", C), ("file", L), ("name", C), ("block", C), ("target", C), ("step", C),
-    ("test", V), ("prompt", V), ("load", V), ("server", V), ("cache", V), ("FlashInfer", V),
+    ("test", V), ("prompt", V), ("load", V), ("server", V), ("cache", V), ("FlashInfer", V), ("Serving Lab", C),
+    ("sweep", C), ("chat-template", C),
     ("meta-llama/Meta-Llama-3-8B-Instruct", V), ("facebook/opt-125m", C), ("float16", C), ("int8", L),
     # an aside in brackets: the word before it
     ("max-model-len(512)", C), ("동시 요청 10개(50%)", V), ("시스템 (전체 프로세스)", C), ("(전체 24 GB)", V)])

@@ -186,7 +186,7 @@ def test_a_vllm_like_server_without_the_histograms_and_older_records():
     assert run.extra.server_view == ServerView(missing=list(histograms.HISTOGRAMS))
     assert server_time.of(run) is None and "no request histograms" in server_time.said(run)[0]
     assert "iteration_tokens_total" in server_time.batch_said(run)
-    old = RunResult(**{**run.to_dict(), "records": [], "extra": {"server_output_tokens": 8}})
+    old = RunResult(**{**run.to_dict(), "records": [], "extra": {"token_count": {"server": 8}}})
     assert old.extra.server_view is None and old.extra.energy.reading is None
     import json
 

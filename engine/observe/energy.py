@@ -60,7 +60,8 @@ class EnergyMeter:
             self.method = "rapl" if self.domains else None
         self.idle_w: float | None = None
         self._t0: float | None = None
-        self._e0: list[float] | float | None = None
+        self._mj0: float | None = None  # NVML's counter at the start (mJ)
+        self._uj0: list[float] = []  # each RAPL domain's at the start (uJ)
         self._samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -85,9 +86,9 @@ class EnergyMeter:
             return
         self._t0 = time.monotonic()
         if self.method == "nvml-counter":
-            self._e0 = nvml.total_energy_mj(self.nv)
+            self._mj0 = nvml.total_energy_mj(self.nv)
         elif self.method == "rapl":
-            self._e0 = _rapl_uj(self.domains)
+            self._uj0 = _rapl_uj(self.domains)
         else:
             self._samples = [(self._t0, self._power_w() or 0.0)]
             self._stop.clear()
@@ -118,11 +119,11 @@ class EnergyMeter:
         samples = None
         if self.method == "nvml-counter":
             e1 = nvml.total_energy_mj(self.nv)
-            if e1 is None or self._e0 is None or e1 < self._e0:
+            if e1 is None or self._mj0 is None or e1 < self._mj0:
                 return None
-            joules = (e1 - self._e0) / 1000
+            joules = (e1 - self._mj0) / 1000
         elif self.method == "rapl":
-            joules = self._rapl_joules(self._e0, _rapl_uj(self.domains))  # type: ignore[arg-type]
+            joules = self._rapl_joules(self._uj0, _rapl_uj(self.domains))
         else:
             self._stop.set()
             if self._thread is not None:
@@ -210,7 +211,7 @@ def missing_said(why: str) -> Message:
 
 def cost_said(u: EnergyUse) -> Message | None:
     """What the measured part's energy costs at the viewer's price per kWh; None without a price or tokens."""
-    if u.cost_per_million is None:
+    if u.cost_per_million is None or u.price_per_kwh is None:
         return None
     return say("At {price:g} per kWh the measured part's {wh:.3f} Wh cost {total:.6f}: {cost:.4f} per million "
                "output tokens (the energy only, not the machine).", price=u.price_per_kwh, wh=u.wh,

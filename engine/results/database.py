@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from engine.errors import LabError
 from engine.messages import mark, say
 from engine.results.credentials import scrub, scrub_run, scrub_text
-from engine.results.records import V5_KEYS, Notes, RunResult, RunRow, from_v5, is_sane_time
+from engine.results.records import V5_KEYS, Load, Notes, RunResult, RunRow, Summary, from_v5, is_sane_time
 from engine.results.validation import Invalid, RunDamaged, checked_run, quote
 
 SCHEMA_VERSION = 6  # 1: the tables; 2: no secrets in stored runs; 3: requests.cached_tokens;
@@ -351,9 +351,10 @@ def _row(r: tuple) -> RunRow:
         id=_text_of(r[0]), kind=_text_of(r[1]), scenario=_text_of(r[2]), label=_text_of(r[3]),
         started_at=float(started), duration=number(r[5], mark("wall time")), model=_text_of(r[6]),
         n_requests=number(r[7], mark("request count"), True), n_failed=number(r[8], mark("failure count"), True),
-        source=_text_of(r[9]), saved_at=r[10] if isinstance(r[10], (int, float)) else 0.0, summary=summary,
-        config=obj(r[12], "config"), load=obj(r[13], "load"), hardware=obj(r[14], "hardware"),
-        versions=obj(r[15], "versions"), extra=obj(r[16], "extra"), command=_text_of(r[17]),
+        source=_text_of(r[9]), saved_at=r[10] if isinstance(r[10], (int, float)) else 0.0,
+        summary=Summary.from_dict(summary), config=obj(r[12], "config"), load=Load.from_dict(obj(r[13], "load")),
+        hardware=obj(r[14], "hardware"), versions=obj(r[15], "versions"), extra=Notes.from_dict(obj(r[16], "extra")),
+        command=_text_of(r[17]),
         problem=_joined(problems),
     )
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from engine.messages import say
 from engine.results.credentials import scrub_run
-from engine.results.records import Notes, RequestRecord, RunResult, from_v5
+from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary, from_v5
 from engine.results.validation import (
     COUNT,
     MAX_RECORDS,
@@ -214,9 +214,10 @@ def _from_vllm_result(obj: dict[str, Any]) -> RunResult:
         started_at=started,
         model=checked_text(obj.get("model_id") or "", "model_id", 1000),
         config={"tokenizer": obj["tokenizer_id"]} if obj.get("tokenizer_id") else {},
-        load={k: v for k, v in {"backend": obj.get("backend"), "request_rate": float(rate) if rate != "inf" else None,
-                                "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
-                                "num_prompts": obj.get("num_prompts")}.items() if v is not None},
-        summary=summary,
+        load=Load.from_dict({k: v for k, v in {
+            "backend": obj.get("backend"), "request_rate": float(rate) if rate != "inf" else None,
+            "burstiness": obj.get("burstiness"), "max_concurrency": obj.get("max_concurrency"),
+            "num_prompts": obj.get("num_prompts")}.items() if v is not None}),
+        summary=Summary.from_dict(summary),
         extra=Notes(imported_from="vllm bench serve"),
     )

@@ -90,9 +90,9 @@ class ServerCount:
         """The prefix cache's hits and queries over the measured part (from the settled pages: a request's
         lookup is counted when it is scheduled, long before its last token)."""
         m = self.target.model
-        pairs = [(counter(page, PREFIX_HITS, m), counter(page, PREFIX_QUERIES, m)) for page in (before, after)]
-        if any(v is None for pair in pairs for v in pair):
+        h0, q0 = counter(before, PREFIX_HITS, m), counter(before, PREFIX_QUERIES, m)
+        h1, q1 = counter(after, PREFIX_HITS, m), counter(after, PREFIX_QUERIES, m)
+        if h0 is None or q0 is None or h1 is None or q1 is None:
             return
-        (h0, q0), (h1, q1) = pairs
         if h1 >= h0 and q1 >= q0:  # a restarted server's counters start again: no count then
             notes.prefix_cache.hits, notes.prefix_cache.queries = round(h1 - h0), round(q1 - q0)

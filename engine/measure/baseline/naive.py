@@ -22,7 +22,8 @@ from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.messages import mark, say
 from engine.observe import nvml
 from engine.observe import hardware
-from engine.results.records import MemoryAt, NaiveWorker, Notes, RequestRecord, RunResult, ServerNotes, WorkerMemory
+from engine.results.records import (Load, MemoryAt, NaiveWorker, Notes, RequestRecord, RunResult, ServerNotes,
+                                    WorkerMemory)
 
 TERMINATE_GRACE_S = 5.0
 WORKER_MODULE = "engine.measure.baseline.naive_worker"
@@ -346,8 +347,8 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         "prompts": len(spec.prompts),
         "chat_template": True,
     }
-    load = {"mode": spec.mode, "requests": len(spec.prompts), "max_tokens": spec.max_new_tokens,
-            "concurrency": 1 if spec.mode == "sequential" else len(spec.prompts)}
+    load = Load(shape=spec.mode, num_requests=len(spec.prompts), max_tokens=spec.max_new_tokens,
+                concurrency=1 if spec.mode == "sequential" else len(spec.prompts))
 
     result = RunResult(
         kind=spec.kind, scenario=spec.default_scenario(), label=spec.default_label(), records=records,
@@ -365,7 +366,7 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
     if dev:
         result.hardware["naive_device"] = dev
     try:  # what each decode step read, for the run's ceiling (engine.measure.judge.ceiling)
-        size = model_bytes(str(spec.model_path), worker["dtype"], params=worker["params"])
+        size = model_bytes(str(spec.model_path), worker.dtype, params=worker.params)
     except Exception:  # noqa: BLE001 - the run is kept without a ceiling rather than lost
         size = None
     if size:

@@ -19,7 +19,7 @@ from engine.measure.progress import Progress, RunPlan, Totals, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec
 from engine.messages import say
-from engine.results.records import LoadClient, Notes, RequestRecord, RunResult
+from engine.results.records import Load, LoadClient, Notes, RequestRecord, RunResult
 
 # In-flight streams one client loop is trusted with before `workers="auto"` adds a process.
 PER_LOOP_CONCURRENCY = 64
@@ -123,7 +123,8 @@ def run_load(spec: LoadSpec, observer: Progress | None = None, cancel: threading
     extra = Notes(cancelled=cancel.is_set(), load_client=client, lateness=lateness.notes(records))
     result = RunResult(
         kind="vllm", scenario=spec.scenario or spec.shape, label=spec.label or f"vLLM {spec.shape}",
-        records=records, duration=duration, started_at=started_at, model=spec.model, load=spec.as_dict(),
+        records=records, duration=duration, started_at=started_at, model=spec.model,
+        load=Load.from_dict(spec.as_dict()),
         extra=extra,
     )
     result.summary = stats.summarize(records, duration)
