@@ -22,6 +22,7 @@ from engine.measure.judge import token_check as token_counts
 from engine.measure.judge.warmth import said as warmth_said
 from engine.measure.judge.warmth import warmup_cost
 from engine.observe.disturbance import said_of as disturbed_said
+from engine.serving import models
 from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING
 from i18n import N_, _, ngettext
 
@@ -339,6 +340,11 @@ def sidebar(lab: Lab, on_guide: bool = False):
     return slot
 
 
+def model_detail(model: str | None) -> str | None:
+    """A model's full name or path, for the hover of a place that shows its short name (models.shown_name)."""
+    return model if model and models.shown_name(model) != model else None
+
+
 def server_status(slot) -> None:
     """The sidebar's server status, drawn into its slot once the page is drawn (see sidebar)."""
     with slot:
@@ -392,7 +398,8 @@ def _server_status() -> None:
     if remote := lab.attached():  # a server at a URL: measured, never started or stopped here
         connected, gone = _("connected"), _("not answering")
         st.markdown(f"**{title}** :blue-badge[{connected}]" if remote.answering else f"**{title}** :red-badge[{gone}]")
-        st.caption(plain(_("{model} · {url}", model=remote.model, url=remote.url)))
+        st.caption(plain(_("{model} · {url}", model=models.shown_name(remote.model), url=remote.url)),
+                   help=model_detail(remote.model))
         if remote.said and remote.answering:  # it answers again: restarted or not, another model or not
             st.info(plain(remote.said), icon=":material/link:")
         elif remote.said:  # since when it stopped answering, and what to do
@@ -400,7 +407,8 @@ def _server_status() -> None:
     else:
         st.markdown(f"**{title}** {badge(s.state)}")
     if s.config and not remote:
-        st.caption(plain(_("{model} · port {port}", model=s.config.model_name, port=s.config.port)))
+        st.caption(plain(_("{model} · port {port}", model=models.shown_name(s.config.model_name),
+                             port=s.config.port)), help=model_detail(s.config.model))
     if s.state == STARTING:
         st.caption(plain(f"{i18n.tr(s.stage)} · {fmt_s(s.elapsed)}"))
     if job := lab.measuring():

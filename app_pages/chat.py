@@ -7,6 +7,7 @@ import i18n
 import ui
 from engine import figures
 from engine.lab import LabError
+from engine.serving import models
 from engine.serving.models import SHAPE_ONLY_NOTE
 from engine.serving.states import STARTING, STOPPING
 from i18n import _
@@ -20,7 +21,8 @@ st.caption(_("Answers stream token by token. Under each: the time to first token
              "and the speed. The chart shows when each token arrived, as in the lab's step 5."))
 remote = lab.attached()  # a server at a URL, chatted with instead of our own
 if remote:
-    st.caption(ui.plain(_("Chatting with {model} at {url}.", model=remote.model, url=remote.url)))
+    st.caption(ui.plain(_("Chatting with {model} at {url}.", model=models.shown_name(remote.model), url=remote.url)),
+               help=ui.model_detail(remote.model))
 elif snap.config and snap.config.load_format == "dummy":
     st.warning(_("The server runs the {note}.", note=SHAPE_ONLY_NOTE), icon=":material/warning:")
 

@@ -15,6 +15,7 @@ from engine.measure.judge import failures, repeats
 from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.workloads.named import named as workload_named
 from engine.measure.load.shape import shape_said
+from engine.serving import models
 from i18n import _
 
 lab = ui.get_lab()
@@ -111,7 +112,7 @@ else:
             **({"cost / M output tokens": median(lambda g: pricing.run_cost_per_million(g, price))}
                if price is not None else {}),
             "kind": r.kind, "workload": i18n.tr(workload_named(r.load.workload)),
-            "model": r.model.split("/")[-1], "server": r.extra.server.endpoint,
+            "model": models.shown_name(r.model), "server": r.extra.server.endpoint,
             "requests": sum(g.n_requests for g in group), "failed": sum(g.n_failed for g in group),
             "wall time (s)": median("duration"),  # a median beside medians, not the repeats' sum
             "output tok/s": median("output_throughput"),

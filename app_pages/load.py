@@ -17,6 +17,7 @@ from engine.measure.snippets.load import run_code
 from engine.measure.load.shape import shape_said
 from engine.measure.load.spec import arrivals_recorded, deadline_said
 from engine.measure.workloads.defaults import SEEDED, load_defaults, load_test_spec, rate_choice
+from engine.serving import models
 from i18n import N_, _, ngettext
 
 lab = ui.get_lab()
@@ -47,8 +48,8 @@ arrival = top_arrival.radio(_("Arrival"), list(ARRIVALS), horizontal=True, key="
                           "(Poisson, gamma) or evenly spaced, as `vllm bench serve --request-rate` sends them."))
 shape = ARRIVALS[arrival]
 if remote := lab.attached():  # say where the requests go: a server this app did not start
-    st.caption(ui.plain(_("Requests go to {model} at {url} (connected on the Server page).", model=remote.model,
-                          url=remote.url)))
+    st.caption(ui.plain(_("Requests go to {model} at {url} (connected on the Server page).",
+                          model=models.shown_name(remote.model), url=remote.url)), help=ui.model_detail(remote.model))
 
 tokens_hi = min(TOKENS_CAP, server_len) if server_len else TOKENS_CAP
 tokens_help = (

@@ -85,7 +85,7 @@ if not lab.ready():
 elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; the naive ones run here
     st.caption(ui.plain(_("The vLLM buttons measure the server at {url} ({model}); the naive baseline runs on this "
                           "machine, so the comparison is fair only when both have the same hardware.",
-                          url=remote.url, model=remote.model)))
+                          url=remote.url, model=models.shown_name(remote.model))), help=ui.model_detail(remote.model))
 
 
 @st.fragment(run_every=1)
@@ -145,7 +145,7 @@ def results() -> None:
             st.json({k: v for k, v in mem.to_dict().items() if own["gpu"] or k not in ("before", "after_exit")})
     compared = " · ".join(  # built first: pybabel does not extract a _() nested in another's arguments
         f"{names[figures.contender(r)]}: " + ", ".join(str(x) for x in (
-            r.model.split('/')[-1], r.config.get('dtype'),
+            models.shown_name(r.model), r.config.get('dtype'),
             _("{n} tokens", n=r.config.get('max_new_tokens') or r.load.max_tokens)) if x) for r in ran)
     st.caption(_("Compared: {runs}", runs=compared))
     warm = [f"{names[figures.contender(r)]}: {i18n.seconds(r.extra.naive.warmup_s)}" for r in (naive, static)

@@ -93,7 +93,9 @@ def _status(view) -> None:
         done, total = view.alone
         text = (_("The round's time") if view.accepting else
                 _("One at a time: {done} of {n} answered", done=done, n=total) if view.status == "one at a time" else
-                _("Answers complete") if view.status == "answering" else _("Opening the round"))
+                # the count so far, and what follows once it is full: not "complete" on a filling bar
+                _("Answers completed so far: {done} of {n}; then the same requests one at a time",
+                  done=view.answered, n=len(view.names)) if view.status == "answering" else _("Opening the round"))
         ui.job_panel(lab, job, text, key="room_cancel", error_for_s=600, share=view.share)
 
 

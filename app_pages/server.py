@@ -80,7 +80,7 @@ with st.expander(_("Connect to an existing server"), expanded=remote is not None
             if remote.said:  # it answers again: restarted or not, the same model or another
                 st.info(ui.plain(remote.said), icon=":material/restart_alt:")
         r1, r2, r3, r4 = st.columns([3, 2, 2, 2])  # a model id is long: its column is wider
-        r1.metric(_("Model"), remote.model)
+        r1.metric(_("Model"), models.shown_name(remote.model), help=ui.model_detail(remote.model))
         r2.metric(_("Max model length"), number(remote.max_model_len) if remote.max_model_len else "–",
                   help=_("As the server's model card says (vLLM's max_model_len); the app stops its sliders there."))
         r3.metric(_("vLLM version"), remote.version or "–")

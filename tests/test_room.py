@@ -26,6 +26,7 @@ from engine.room import (
 )
 
 from .conftest import ROOT, app_page, free_port
+from .said import said, values
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -311,6 +312,34 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
     assert lab.room.screen("en").view.names == ["Otter a", "Otter b"]
 
 
+def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch):
+    """While the room's answers come in, the bar's label is a count so far and says what comes next ("Answers
+    complete" on a bar a third full read as done)."""
+    from engine.measure.load.request import clock
+
+    rnd = Round("r-filling", 60, 32, True)  # an id of its own: no reading of an earlier test's round is reused
+    rnd.status = OPEN
+    for who in ("a", "b", "c"):
+        rnd.admit(who, f"Otter {who}", "", time.time(), clock())
+    rnd.status = ANSWERING
+    rnd.closes_at = time.time()
+    rnd.entries[0].record.end_time = 1.0  # one answer in, two still generating
+    running = threading.Event()
+    job = lab.jobs.submit("room", "The room's round", lambda job: running.wait(120))
+    rnd.job_id = job.id
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    monkeypatch.setattr(lab.room, "_view", None)  # no earlier test's reading of a round of the same id
+    monkeypatch.setattr(lab.room, "_screens", {})
+    try:
+        at = app_page("app_pages/room.py")
+    finally:
+        running.set()
+    bars = at.get("progress")
+    assert len(bars) == 1, bars
+    assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
+        bars[0].proto.text
+
+
 def test_the_presenter_who_opens_a_round_sees_its_settings_not_a_form_to_open_another(lab, monkeypatch):
     """Once the presenter opens a round the page redraws in its live shape: the round's own settings where the form
     was (the form drawn before the press offered 'Open a round' again, and a second screen's defaults)."""
@@ -354,8 +383,8 @@ def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presen
     assert [t.value for t in at.title] == ["The room"]
     assert [b for b in at.button if b.label == "Open a round"]
     next(b for b in at.button if b.label == "Send my request").click().run()
-    said = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
-    assert said == ["No round is open: wait for the presenter's cue, then press."]
+    shown = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
+    assert shown == ["No round is open: wait for the presenter's cue, then press."]
     next(b for b in at.button if b.label == "Open a round").click().run()
     assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
 
@@ -444,7 +473,10 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
     fig = figures.room_contrast(together, alone)
     assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
-    assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
+    ends, ratio, _ = figures.caption_said(fig)  # the caption says the title's numbers, and their ratio
+    assert values(ends) == {"together": "1.4 s", "alone": "2.1 s"}
+    assert said(ratio).template.startswith("{ratio}× as long one at a time")
+    assert values(ratio) == {"ratio": "1.6", "a": 20, "b": 20}
 
 
 def test_the_timeline_ticks_every_row_or_none_and_labels_the_lower_panel_in_three():

@@ -31,6 +31,7 @@ from engine.observe.bandwidth import Bandwidth, from_table
 from engine.observe.hardware import summary_line
 from engine.results.credentials import scrub_run, scrub_text
 from engine.results.records import RunResult, is_sane_time
+from engine.serving import models
 
 # The charts' own buttons stay (zoom, hover, PNG download); nothing links to plotly's site.
 NOT_RECORDED = mark("Not recorded.")
@@ -164,7 +165,7 @@ class _Writer:
         name = self.t(run.label or run.scenario)
         about = [(mark("Scenario"), html.escape(run.scenario)), (mark("Kind"), html.escape(run.kind)),
                  (mark("Started"), html.escape(self.when(run.started_at))),
-                 (mark("Model"), html.escape(run.model or "–")),
+                 (mark("Model"), _model(run.model)),
                  (mark("Load"), self.t(_load_said(run))),
                  *([(mark("Workload"), self.workload(run.load.workload))] if run.load.workload else []),
                  (mark("Versions"), html.escape(", ".join(f"{k} {v}" for k, v in run.versions.items()) or "–"))]
@@ -271,6 +272,12 @@ class _Writer:
         if is_placeholder(run):
             out.append(self.t(mark("Shape-only Llama 3 8B: random weights, so any text shown is meaningless")))
         return out
+
+
+def _model(model: str | None) -> str:
+    """The model by its name, its full path (a folder it was served from) on hover."""
+    name = html.escape(models.shown_name(model) or "–")
+    return f"<span title='{html.escape(model or '')}'>{name}</span>" if model and name != html.escape(model) else name
 
 
 def _load_said(run: RunResult):

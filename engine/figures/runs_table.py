@@ -11,6 +11,7 @@ from engine.digits import significant
 from engine.messages import say, translate
 from engine.results.exchange import run_row
 from engine.results.records import RunResult
+from engine.serving import models
 
 # (row name, run_row key, decimals): None a measurement, in significant figures (engine.digits); 0 a count
 _NUMBERS = (
@@ -73,7 +74,7 @@ def compare_table(runs: Sequence[RunResult], *, lang: str = "en") -> tuple[list[
 
     add(say("Started"), [datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S") for r in runs])
     add(say("Kind"), [r.kind for r in runs])
-    add(say("Model"), [(r.model or "–").split("/")[-1] for r in runs])
+    add(say("Model"), [models.shown_name(r.model) or "–" for r in runs])
     for name, key, digits in _NUMBERS:
         add(name, [_num(d.get(key), digits, lang) for d in data])
     warmth = {"cold": say("❄ cold"), "warm": say("warm"), "": say("not known")}

@@ -339,7 +339,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
         here = [_mean_latency([run]), run.duration, 1 / pace if pace else None, worker_memory(run)["worker_peak_gb"]]
     elif step_id == "free" and facts:  # on a GPU the device's memory; else the worker's own, gone with its process
         here = ([facts.get("left_gb"), 0.0 if facts.get("after_gb") is not None else None] if facts.get("gpu") else
-                [facts.get("held_gb"), facts.get("held_gb")])
+                [facts.get("after_cleanup_gb"), facts.get("held_gb")])  # the metrics' own numbers beside it
     elif step_id == "test-query" and mine:
         here = [_mean_latency(mine)]
     elif step_id == "sequential" and mine:
@@ -356,7 +356,7 @@ def numbers(step_id: str, runs: dict[str, list], facts: dict[str, Any]) -> list[
     if step_id == "naive" and mine and not worker_memory(mine[-1])["gpu"]:  # no GPU here: the worker's peak RAM
         labels[3] = mark("memory after loading (here: the worker's RAM, no GPU)")
     if step_id == "free" and facts and not facts.get("gpu"):  # no GPU: what the worker's process holds once gone
-        labels = [mark("allocated after cleanup (the exited worker's RAM)"),
-                  mark("still reserved (by the exited worker)")]
+        labels = [mark("allocated after cleanup (here: the worker's RAM after del + gc)"),
+                  mark("still reserved (here: once the worker exited)")]
     return [Row(label, seed_text(n), None if v is None else value_text(v, n.unit, shown=w))
             for label, n, v, w in zip(labels, s.seed, here, shown)]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import PurePath
 from typing import Any
 
 from engine.digits import significant
 from engine.guide.steps import STEP_IDS, Step, step
 from engine.messages import Message, from_json, say, to_json, translate
+from engine.serving import models
 
 TALK_S = 180.0  # the presenter's own time per step, by default: what the steps' machine time leaves out
 
@@ -121,7 +121,7 @@ def _value(key: str, v: Any) -> Any:
         return say("unknown")
     if key == "scale":
         return f"{v:.0%}"
-    return PurePath(v).name if key == "model" else v
+    return models.shown_name(v) if key == "model" else v
 
 
 # -- in words ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def machine_said(m: dict[str, Any]) -> Message:
 def heading(sheet: Sheet, when: str) -> Message:
     """The sheet's one line of what and where: `when` as the reader's locale writes it."""
     return say("Rehearsed {when} · token budget {share} · model {model} · {machine}", when=when,
-               share=f"{sheet.scale:.0%}", model=PurePath(sheet.model).name, machine=machine_said(sheet.machine))
+               share=f"{sheet.scale:.0%}", model=models.shown_name(sheet.model), machine=machine_said(sheet.machine))
 
 
 def memory(s: StepSheet, lang: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from engine.errors import LabError
 from engine.messages import mark, say
@@ -86,6 +86,21 @@ class ModelSpec:
         """The name clients use for it (vLLM's --served-model-name)."""
         return {"embedded": EMBEDDED_NAME, "shape-only": "llama3-8b-shape-only"}.get(
             self.kind, Path(self.path.rstrip("/")).name or self.path)
+
+
+def shown_name(model: str | None) -> str:
+    """A model as a screen names it: a folder's name for a path (vLLM names a model started from a folder by its
+    full path, unless given --served-model-name), a hub id or a served name as it is; the path itself is for a
+    hover or a detail. '' for none."""
+    model = (model or "").strip()
+    if not model:
+        return ""
+    folder = PurePath(model.rstrip("/\\"))
+    # a hub id is owner/name: more parts, a leading /, ~ or ., or a folder here is a path
+    if model.startswith(("/", "~", ".", "\\")) or folder.is_absolute() or len(folder.parts) > 2 \
+            or Path(model).expanduser().is_dir():
+        return folder.name or model
+    return model
 
 
 def shape_from_config(cfg: dict) -> ModelShape:
