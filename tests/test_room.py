@@ -303,6 +303,7 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
         at = app_page("app_pages/room.py")
     finally:
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     assert [m.value for m in at.markdown if "**2** pressed" in m.value]
     bars = at.get("progress")
     assert len(bars) == 1 and 0 <= bars[0].proto.value <= 60  # the round's time gone, of its 60 s
@@ -334,6 +335,7 @@ def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch)
         at = app_page("app_pages/room.py")
     finally:
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     bars = at.get("progress")
     assert len(bars) == 1, bars
     assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
