@@ -26,6 +26,7 @@ from engine.room import (
 )
 
 from .conftest import ROOT, app_page, free_port
+from .said import said, values
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -302,6 +303,7 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
         at = app_page("app_pages/room.py")
     finally:
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     assert [m.value for m in at.markdown if "**2** pressed" in m.value]
     bars = at.get("progress")
     assert len(bars) == 1 and 0 <= bars[0].proto.value <= 60  # the round's time gone, of its 60 s
@@ -333,6 +335,7 @@ def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch)
         at = app_page("app_pages/room.py")
     finally:
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     bars = at.get("progress")
     assert len(bars) == 1, bars
     assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
@@ -382,8 +385,8 @@ def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presen
     assert [t.value for t in at.title] == ["The room"]
     assert [b for b in at.button if b.label == "Open a round"]
     next(b for b in at.button if b.label == "Send my request").click().run()
-    said = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
-    assert said == ["No round is open: wait for the presenter's cue, then press."]
+    shown = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
+    assert shown == ["No round is open: wait for the presenter's cue, then press."]
     next(b for b in at.button if b.label == "Open a round").click().run()
     assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
 
@@ -472,7 +475,10 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
     fig = figures.room_contrast(together, alone)
     assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
-    assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
+    ends, ratio, _ = figures.caption_said(fig)  # the caption says the title's numbers, and their ratio
+    assert values(ends) == {"together": "1.4 s", "alone": "2.1 s"}
+    assert said(ratio).template.startswith("{ratio}× as long one at a time")
+    assert values(ratio) == {"ratio": "1.6", "a": 20, "b": 20}
 
 
 def test_the_timeline_ticks_every_row_or_none_and_labels_the_lower_panel_in_three():

@@ -25,7 +25,7 @@ from engine.measure.workloads import seeds
 from engine.messages import Message, mark, say, say_n
 from engine.observe import disturbance, hardware
 from engine.observe.energy import EnergyMeter
-from engine.observe.telemetry import read_requests_served
+from engine.observe.telemetry import read_requests_served, requests_served
 from engine.results.records import Disturbance, Notes, Repeat, RunResult, SloNotes
 from engine.serving import endpoint
 from engine.serving.config import ServerConfig
@@ -160,13 +160,14 @@ class Runner:
         self.warmth = warmth or WarmthLedger()
 
     def _keep(self, result: RunResult, target: Target, served_before: int | None = None,
-              beside: Disturbance | None = None) -> RunResult:
+              beside: Disturbance | None = None, page_after: str | None = None) -> RunResult:
         """A load run finished: stamped with its server, cold or warm, what disturbed it, its goodput under the
         SLO, saved. `served_before`: the server's served count read before the run began (served()); `beside`: its
-        disturbance.Watch's reading over the measured part."""
+        disturbance.Watch's reading over the measured part; `page_after`: the /metrics page ServerCount read after it
+        (its served count then, without another read)."""
         if self.slo is not None:
             record_goodput(result, self.slo)
-        result = self._judge_warmth(target.stamp(result), target, served_before)
+        result = self._judge_warmth(target.stamp(result), target, served_before, page_after)
         notes = result.extra
         notes.beside.disturbance = disturbance.record(beside, notes.warmth.served_before, notes.warmth.served_after,
                                                       len(result.records))
@@ -179,7 +180,8 @@ class Runner:
         return None if target.instance is None else read_requests_served(target.base_url, target.model,
                                                                            target.api_key)
 
-    def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None) -> RunResult:
+    def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None,
+                      page_after: str | None = None) -> RunResult:
         """Mark the run cold when its measured batch was the first of its size on this server instance
         and the server had not served as many requests elsewhere (engine.measure.judge.warmth); unknown when the
         server does not say which start it is."""
@@ -189,7 +191,8 @@ class Runner:
         if target.instance is not None:
             notes.instance = target.instance
             notes.served_before = served_before
-            notes.served_after = self.served(target) if served_before is not None else None
+            notes.served_after = None if served_before is None else (
+                requests_served(page_after, target.model) if page_after is not None else self.served(target))
             if (w := self.warmth.judge(target.instance, notes.batch_size or 0, notes.warmup_batch_size or 0,
                                        served_before, notes.served_after)):
                 notes.cold, notes.why, notes.served_elsewhere = w.cold, w.why, w.elsewhere
@@ -248,12 +251,12 @@ class Runner:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
         beside = watch.stop()
-        result = self._energy(kv.finish(count.finish(result)), meter)
+        result = self._energy(kv.finish(count.finish(result), count.page_after), meter)
         result.extra.add(notes)
         if result.extra.repeat.group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
             result.extra.repeat.failed = c.answered < c.planned
-        return self._keep(result, target, served, beside)
+        return self._keep(result, target, served, beside, count.page_after)
 
     # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
     PAIR_LEAD_S = 0.05
@@ -303,7 +306,8 @@ class Runner:
                 beside = watch.stop()
                 result.started_at = origin.get("epoch", result.started_at)
                 result.extra.side_by_side.pair, result.extra.side_by_side.side = pair, name
-                results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside)
+                results[name] = self._keep(kv.finish(count.finish(result), count.page_after), target, served, beside,
+                                           count.page_after)
             except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
                 barrier.abort()
                 failures[name] = e
@@ -382,7 +386,7 @@ class Runner:
         beside = watch.stop()
         result = self._energy(count.finish(result), meter)
         result.extra.add(notes)
-        return self._keep(result, target, served, beside)
+        return self._keep(result, target, served, beside, count.page_after)
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
         """The same load `n` times, each run saved as it ends and marked as one of the group
