@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -196,11 +197,26 @@ def test_missing_model_folder_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.slow
-def test_random_weights_tiny_config(tiny_random_dir):
-    spec = NaiveSpec(model_path=str(tiny_random_dir), prompts=PROMPTS[:2], max_new_tokens=8, random_weights=True,
-                     mode="static-batch", warmup=False)
-    res = run_naive(spec)
-    assert len(res.records) == 2 and all(r.ok and r.output_tokens > 0 for r in res.records)
+@pytest.mark.parametrize("mode", ["static-batch", "sequential"])
+def test_a_random_weight_run_warms_up_first_and_its_progress_names_the_prompts(tiny_random_dir, mode):
+    """A tiny random-weight Llama (quick on a CPU), one worker a mode: the warm-up runs first and is reported; the
+    progress says the run's own sizes (a static batch of 5 once read "static batch of 200: step 23/200", the
+    warm-up's token count where the batch's size belongs); the text is marked a placeholder; the worker reports its
+    own peak memory and is gone."""
+    obs = Recorder()
+    prompts = PROMPTS[:3]
+    res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=prompts, max_new_tokens=12, random_weights=True,
+                              mode=mode, warmup=True), observer=obs)
+    stages = [str(s) for s in obs.stages]
+    assert len(res.measured) == len(prompts) and all(r.ok and r.output_tokens > 0 for r in res.measured)
+    assert res.extra.naive.warmup_s > 0
+    assert any(s.startswith("warming up, not measured") for s in stages)  # the warm-up ran first
+    if mode == "static-batch":
+        sizes = {int(m.group(1)) for s in stages if (m := re.match(r"static batch of (\d+)", s))}
+        assert sizes == {len(prompts)}, stages
+    else:
+        totals = {int(m.group(1)) for s in stages if (m := re.match(r"request \d+/(\d+)", s))}
+        assert totals == {len(prompts)}, stages
     assert res.extra.server.placeholder_text is True
     assert 0 < res.extra.naive.params < 10_000_000
     mem = res.extra.naive.memory  # the worker's own peak as the kernel counted it, and its process gone
@@ -220,20 +236,6 @@ def test_warmup_plan_meets_every_shape_of_the_run():
     # capped by the model's context: never asks for more positions than it has
     assert warmup_plan([17, 22], 200, 30, "sequential")[-1] == ([0], 13)
     assert warmup_plan([17, 22, 9], 64, 0, "static-batch") == [([0, 1, 2], 64)]
-
-
-@pytest.mark.slow
-def test_warmup_runs_and_is_reported(tiny_random_dir):
-    stages: list[str] = []
-
-    class Obs(Progress):
-        def on_stage(self, text):
-            stages.append(text)
-
-    res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=["hi", PROMPTS[1]], max_new_tokens=8,
-                              random_weights=True), observer=Obs())
-    assert res.extra.naive.warmup_s > 0 and len(res.measured) == 2
-    assert any(s.startswith("warming up, not measured") for s in stages)
 
 
 @pytest.mark.slow
@@ -261,7 +263,7 @@ def test_worker_exits_when_parent_dies(tiny_random_dir):
         "    def on_worker(self, pid): self.pid = pid\n"
         "    def on_start(self, plan): print(self.pid, flush=True)\n"  # the model is loaded, generation runs
         f"run_naive(NaiveSpec(model_path={str(tiny_random_dir)!r}, prompts=['hi'] * 8, max_new_tokens=200,"
-        " random_weights=True), observer=O())\n"
+        " random_weights=True, warmup=False), observer=O())\n"  # the warm-up would only delay the kill
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
