@@ -48,7 +48,8 @@ def change(ratio: float | None) -> str:
     never "-0.0"), 1 "0"; "–" for no ratio."""
     if not _finite(ratio):
         return "–"
-    pct = (float(ratio) - 1) * 100
+    # rounded past any change a measurement shows: equal means divided give 0.999999999999999, not -1e-13 %
+    pct = round((float(ratio) - 1) * 100, 9)
     return f"{pct:+.0f}" if abs(pct) >= 1 else ("+" if pct > 0 else "") + significant(pct)
 
 

@@ -26,13 +26,13 @@ from engine.measure.judge import stats
 from engine.measure.judge.joins import Join, Sharing, first_joins, sharing
 from engine.measure.load import loadgen
 from engine.measure.load.drive import run_loop, shift
-from engine.measure.progress import RunPlan, notify
+from engine.measure.progress import Progress, RunPlan, notify
 from engine.measure.load.request import Requester, clock
 from engine.measure.load.spec import LoadSpec, check_max_tokens
 from engine.measure.load.sse import StreamParser
 from engine.measure.workloads.prompts import LAB_CONCURRENT
 from engine.messages import mark, say
-from engine.results.records import LoadClient, Notes, RequestRecord, RoomRound, RunResult
+from engine.results.records import Load, LoadClient, Notes, RequestRecord, RoomRound, RunResult
 
 if TYPE_CHECKING:  # the Room is handed its Lab; engine.lab imports this module, not the other way round
     from engine.jobs import Job
@@ -281,7 +281,7 @@ class Room:
         self._round: Round | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._requester: Requester | None = None
-        self._progress = None
+        self._progress: Progress | None = None
         self._view: tuple[float, RoundView] | None = None  # the last reading (its clock), shared by every viewer
         self._screens: dict[str, Screen] = {}  # the big screen's figures by language, shared by every viewer
         self._building: set[str] = set()
@@ -333,6 +333,7 @@ class Room:
             if rnd is None:
                 raise RoomRefused(say("No round is open: wait for the presenter's cue, then press."))
             entry = rnd.admit(attendee, name, text, time.time(), req.t0 if req is not None else clock())
+            assert loop is not None and req is not None  # admitted: the round is open, and they are set with it
             rnd.futures.append(asyncio.run_coroutine_threadsafe(self._ask(entry, req, progress, rnd.max_tokens), loop))
         return entry
 
@@ -421,7 +422,7 @@ class Room:
         result = RunResult(
             kind="vllm", scenario="room", label=say("The room: {n} requests as the attendees pressed", n=len(records)),
             records=rnd.kept(records), duration=duration, started_at=(rnd.opened_at or time.time()) + first,
-            model=spec.model, load=load,
+            model=spec.model, load=Load.from_dict(load),
             extra=Notes(cancelled=cancel.is_set(), load_client=LoadClient(name=loadgen.client_name(), workers=1),
                         room=RoomRound(round=rnd.id, attendees=rnd.names)))
         result.summary = stats.summarize(result.records, duration)
@@ -500,6 +501,8 @@ class Room:
             return None
         if entry.record.index >= len(view.names):  # pressed a moment after the shared reading was taken
             view = self.view(fresh=True)
+            if view is None:
+                return None
         record = copy.copy(next(r for r in view.run.records if r.index == entry.record.index))
         record.output_text = "".join(entry.parser.texts)
         join = view.joins.get(record.index)

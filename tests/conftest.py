@@ -18,6 +18,7 @@ and every test that asks for the real server or a browser even unmarked (so a mi
 the inner loop slow); the full suite (`make test`, what CI runs) keeps them all."""
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -48,6 +49,19 @@ if _xdist.startswith("gw") and _xdist[2:].isdigit():
 
 
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def components_scanned_once():
+    """Streamlit looks for custom components in the METADATA of every installed package on each AppTest's first
+    run (~230 packages here: 0.25 s of CPU and up to 2 s on a loaded machine, for each of the ~150 AppTests of
+    a run). The installed packages do not change while the tests run: they are read once per process."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manifest_scanner, "scan_component_manifests", lambda *a, **k: list(scan(*a, **k)))
+        yield
 NEEDS_REAL_PARTS = {"vllm_server", "browser", "app", "page", "keyed"}  # fixtures that start vLLM or Chromium
 
 

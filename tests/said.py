@@ -27,3 +27,10 @@ def ids(texts) -> list[str]:
 def parts(text: object) -> dict[str, str]:
     """The ids of the sentences a composite one is made of, by placeholder (`{who} {what}: {todo}.`)."""
     return {k: v.template for k, v in said(text).values.items() if isinstance(v, Message)}
+
+
+def tree(text: object) -> dict:
+    """A sentence as its id and values all the way down: {"id": template, name: value or the tree of a sentence
+    inside it}, for a test about what a composite sentence is made of (which phrase, with which numbers)."""
+    m = said(text)
+    return {"id": m.template, **{k: tree(v) if isinstance(v, Message) else v for k, v in m.values.items()}}

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from engine.digits import rounded, significant, times
-from engine.figures import caption
+from engine.digits import change, rounded, significant, times
+from engine.figures import caption, caption_said
 from engine.figures.report import build_report
 from engine.figures.runs_table import compare_table
 from engine.guide import value_text
 from engine.measure.judge.stats import summarize
 from engine.messages import translate
 from engine.results.records import RequestRecord, RunResult
+from tests.said import tree, values
 
 
 @pytest.mark.parametrize("x, shown", [
@@ -76,6 +77,14 @@ def test_a_ratio_has_three_figures_below_ten_and_two_from_ten_up(ratio, shown):
     assert times(ratio) == shown
 
 
+@pytest.mark.parametrize("ratio, shown", [
+    (1.21, "+21"), (0.9997, "-0.030"), (1.0, "0"), (1 - 1e-15, "0"), (1 + 2e-13, "0"), (None, "–")])
+def test_a_change_in_per_cent_says_no_float_noise(ratio, shown):
+    """Two sides of exactly equal means (their order reversed) gave a ratio of 0.999999999999999: the verdict said
+    "measured 1.00× (-0.00000000000010 %)"."""
+    assert change(ratio) == shown
+
+
 def test_a_median_and_its_range_share_the_decimals_of_the_largest_after_the_carry():
     from engine.measure.judge import repeats
 
@@ -120,7 +129,8 @@ def test_the_tuning_finding_says_a_slow_throughput_with_its_digits():
 
     a, b = _fast_run("vllm", "512", 5.0), _fast_run("vllm", "2048", 5.0)
     said = tuning_said({"a": [a], "b": [b], "tput_a": 0.40, "tput_b": 0.60, "verdict": None})
-    assert said.startswith("Throughput 0.40 → 0.60 tok/s (+50 %) from 512 to 2048")
+    assert {k: v for k, v in tree(said).items() if k not in ("id", "why")} == {
+        "a": "0.40", "b": "0.60", "change": "+50 %", "first": "512", "second": "2048"}
     assert translate(said, "ko").startswith("512에서 2048로 바꾸자 처리량이 0.40 → 0.60 tok/s(+50 %)")
 
 
@@ -128,8 +138,9 @@ def test_the_worker_s_memory_sentence_keeps_a_small_peak():
     from engine.measure.judge.worker_memory import said
 
     m = {"exited": True, "gpu": True, "worker_peak_gb": 0.004, "before_gb": 14.59, "after_gb": 14.6, "left_gb": 0.01}
-    assert said(m) == ("The naive worker's process has exited: the GPU uses 15 GB again, as before the run (15 GB); "
-                       "the worker's peak was 0.0040 GB.")
+    assert tree(said(m)) == {"id": "The naive worker's process has exited: the GPU uses {after} GB again, as before "
+                                   "the run ({before} GB); the worker's peak was {peak}.",
+                             "after": "15", "before": "15", "peak": {"id": "{v} GB", "v": "0.0040"}}
 
 
 def test_the_server_metrics_chart_keeps_a_small_kv_usage_and_rate():
@@ -186,9 +197,9 @@ def test_side_by_side_keeps_a_slow_pair_s_digits():
     a, b = _slow_run(), _slow_run()
     b.label = "other"
     fig = side_by_side(a, b)
-    cap = caption(fig)
-    assert "slow sustained 0.40 tok/s and other 0.40 tok/s on average" in cap, cap
-    assert "Median TTFT: 0.30 ms on slow, 0.30 ms on other." in cap
+    sustained, ttft = (values(m) for m in caption_said(fig)[:2])
+    assert (sustained["avg_a"], sustained["avg_b"]) == ("0.40", "0.40"), sustained
+    assert (ttft["ttft_a"], ttft["ttft_b"]) == ("0.30", "0.30"), ttft
     assert "(avg 0.40 tok/s)" in fig.data[3].name
 
 

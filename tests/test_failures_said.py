@@ -24,7 +24,7 @@ from engine.measure.workloads import scenarios
 from engine.measure.workloads.tokens import estimated
 from tests.said import parts, values
 
-from .conftest import ROOT
+from .conftest import ROOT, cli_in_process
 from .fakes import FakeOpenAIServer
 
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -91,13 +91,12 @@ def test_a_burst_beyond_the_open_file_limit_waits_for_connections_instead_of_fai
     assert "CAUSE" not in lines
 
 
-def test_a_large_cli_run_prints_a_summary_and_keeps_each_request_s_line_in_a_file(tmp_path):
+def test_a_large_cli_run_prints_a_summary_and_keeps_each_request_s_line_in_a_file(tmp_path, monkeypatch):
+    for name, value in (("HOME", tmp_path), ("RUNTIME", tmp_path / "runtime"), ("DB", tmp_path / "h.sqlite")):
+        monkeypatch.setenv(f"SERVING_LAB_{name}", str(value))
     with FakeOpenAIServer(chunk_delay_s=0.001, models=("ok",)) as srv:
-        env = {**CHILD_ENV, "SERVING_LAB_HOME": str(tmp_path), "SERVING_LAB_RUNTIME": str(tmp_path / "runtime"),
-               "SERVING_LAB_DB": str(tmp_path / "h.sqlite")}
-        done = subprocess.run([sys.executable, "-m", "engine", "run", "concurrent-10", "--url", srv.base_url,
-                               "--input-len", "8", "--num-prompts", "400", "--max-tokens", "2"], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = cli_in_process("run", "concurrent-10", "--url", srv.base_url, "--input-len", "8", "--num-prompts", "400",
+                              "--max-tokens", "2")
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
     assert len(out) < 120, done.stdout

@@ -19,7 +19,7 @@ from engine import figures
 from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, ServerNotes, Summary  # noqa: E402
-from tests.said import said, values  # noqa: E402
+from tests.said import said, tree, values  # noqa: E402
 
 MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 NAIVE_PROMPTS = prompts.LAB_SEQUENTIAL
@@ -203,8 +203,13 @@ def test_latency_bars():
     assert "avg 3.7 s" in bars[0].name and "avg 3.2 s" in bars[1].name
     # one computation for the title and the caption: prompt by prompt, with its interval
     assert fig.layout.title.text == "Latency per request: vLLM 1.18× faster"
-    assert ("vLLM answers 1.18× faster than the naive loop (95 % interval 1.12× to 1.24×; paired t on log values "
-            "(the same prompts), 5 requests each)") in figures.caption(fig)
+    (group,) = figures.caption_said(fig)
+    faster = tree(group)["sentence"]
+    assert faster["id"].startswith("Prompt by prompt, vLLM answers {x}× faster than the naive loop")
+    assert {k: faster[k] for k in ("x", "low", "high", "level")} == {"x": "1.18", "low": "1.12", "high": "1.24",
+                                                                     "level": "95 %"}
+    assert faster["how"]["method"] == {"id": "paired t on log values (the same prompts)"}
+    assert faster["how"]["counts"] == {"id": "{n} requests each", "n": 5}
     same = make_vllm_sequential()
     for r, n in zip(same.records, naive.records):  # within a few per cent either way of the naive loop's
         shift = 1.02 if r.index % 2 else 0.98

@@ -18,6 +18,7 @@ from engine.measure.judge import stats
 from engine.results import exchange
 from engine.results.records import Notes, Repeat, RequestRecord, RunResult, ServerNotes, Warmth
 from engine.results.store import RunStore
+from tests.said import said, values
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMAND = ("VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model /m/SmolLM2 "
@@ -94,13 +95,17 @@ def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_n
     a, b = _run("concurrent-10", 8, cold=False), _run("concurrent-10", 8, cold=False)
     b.started_at = a.started_at + 300
     b.summary = stats.summarize(b.records, 1.9)  # 5 % more throughput: one run each, its noise unknown
-    cap = figures.caption(figures.history_compare([a, b], "output_throughput"))
-    assert "is best" not in cap and cap.startswith("Highest: concurrent-10, ")
-    first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (a.started_at, b.started_at))
-    assert (f"Output throughput: concurrent-10 from {second} measured 1.05× (+5 %) against concurrent-10 from "
-            f"{first}, but with one value a side the noise is unknown, so this decides nothing") in cap
-    ttft = figures.caption(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests: no difference
-    assert "Mean TTFT: no measurable difference on this machine between" in ttft and "8 requests each" in ttft
+    top, lead = figures.caption_said(figures.history_compare([a, b], "output_throughput"))
+    assert said(top).template == "Highest: {run}, {value} {unit} (higher is better)."  # named, not called best
+    assert values(top)["run"] == "concurrent-10"
+    first, second = ({"name": "concurrent-10", "time": datetime.fromtimestamp(t).strftime("%H:%M:%S")}
+                     for t in (a.started_at, b.started_at))
+    assert said(lead).template.startswith("{name}: {b} measured {effect} against {a}, but with one value a side")
+    assert {k: values(lead)[k] for k in ("name", "a", "b", "effect")} == {
+        "name": "Output throughput", "a": first, "b": second, "effect": {"ratio": "1.05", "change": "+5"}}
+    _, same = figures.caption_said(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests
+    assert said(same).template.startswith("{name}: no measurable difference on this machine between")
+    assert values(same)["how"]["counts"] == {"n": 8}  # judged from the requests
 
 
 def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():

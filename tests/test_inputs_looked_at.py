@@ -13,7 +13,7 @@ from engine.measure.workloads import datasets, traces
 from engine.measure.workloads.base import WorkloadError
 
 from .conftest import app_page, cli_in_process
-from .said import said, values
+from .said import said, tree, values
 
 DEAD = "http://127.0.0.1:9"
 
@@ -23,21 +23,30 @@ def _trace(times, unit: str = "ms", scale: float = 1.0) -> dict:
     return traces.plan(traces.parse(data, "t.jsonl", unit), scale).summary
 
 
-@pytest.mark.parametrize("times, unit, scale, says", [
-    ([5, 5, 5, 5], "ms", 1.0, "Every timestamp of t.jsonl is the same, so all 4 requests go out at once"),
+MINUTES = "{x:,.0f} min"
+
+
+@pytest.mark.parametrize("times, unit, scale, says, numbers", [
+    ([5, 5, 5, 5], "ms", 1.0, "Every timestamp of {name} is the same, so all {n:,} requests go out at once",
+     {"name": "t.jsonl", "n": 4}),
     ([0, 0, 0, 1000, 1000, 1000], "ms", 1.0,
-     "4 of the 6 requests of t.jsonl share their timestamp with the one before"),
-    ([-100, -50, 0, 50], "ms", 1.0, "t.jsonl has negative timestamps"),
-    ([0.1, 0.5, 1.2, 2.0], "ms", 1.0, "its timestamps are likely seconds"),
-    ([0, 3000, 60000, 120000], "s", 1.0, "its timestamps are likely milliseconds"),
-    ([i * 10**6 for i in range(10)], "ms", 1.0, "its timestamps are likely microseconds"),
-    ([i * 1000 for i in range(3000)], "ms", 1.0, "The replay takes 50 min at time scale 1: a time scale of 0.1 replays "
-                                                  "it in 5 min."),
-    ([i * 1000 for i in range(3000)], "ms", 0.001, "At time scale 0.001 the replay sends 1,000 requests a second"),
+     "{same:,} of the {n:,} requests of {name} share their timestamp with the one before", {"same": 4, "n": 6}),
+    ([-100, -50, 0, 50], "ms", 1.0, "{name} has negative timestamps", {"name": "t.jsonl"}),
+    ([0.1, 0.5, 1.2, 2.0], "ms", 1.0, "read as milliseconds: its timestamps are likely seconds",
+     {"gap": {"id": "{x:,.1f} ms", "x": pytest.approx(0.7)}}),
+    ([0, 3000, 60000, 120000], "s", 1.0, "read as seconds: its timestamps are likely milliseconds",
+     {"gap": {"id": "{h} h {m} min", "h": 15, "m": 50}}),
+    ([i * 10**6 for i in range(10)], "ms", 1.0, "read as milliseconds: its timestamps are likely microseconds",
+     {"gap": {"id": MINUTES, "x": pytest.approx(1000 / 60)}}),
+    ([i * 1000 for i in range(3000)], "ms", 1.0, "The replay takes {span} at time scale {scale:g}: a time scale of "
+     "{less:g} replays it in {shorter}.", {"span": {"id": MINUTES, "x": pytest.approx(2999 / 60)}, "scale": 1.0,
+                                           "less": 0.1, "shorter": {"id": MINUTES, "x": pytest.approx(2999 / 600)}}),
+    ([i * 1000 for i in range(3000)], "ms", 0.001, "At time scale {scale:g} the replay sends {rate:,.0f} requests a "
+     "second", {"scale": 0.001, "rate": pytest.approx(3000 / 2.999)}),
 ])
-def test_a_trace_s_timestamps_are_looked_at(times, unit, scale, says):
-    said = [str(m) for m in traces.checks(_trace(times, unit, scale))]
-    assert any(says in s for s in said), said
+def test_a_trace_s_timestamps_are_looked_at(times, unit, scale, says, numbers):
+    said = [tree(m) for m in traces.checks(_trace(times, unit, scale))]
+    assert any(says in s["id"] and {k: s.get(k) for k in numbers} == numbers for s in said), said
 
 
 def test_a_plausible_trace_passes_without_a_word_and_says_its_replay_time():

@@ -1,6 +1,7 @@
 """The layering rules (docs/architecture.md): engine/ is plain Python; the UI layer (app.py, ui.py, the pages)
 acts through the Lab facade and reads through the figures and an allowlist of read-only concept modules."""
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ LAB_PARTS = {"server", "jobs", "store", "telemetry", "chat_desk", "connection"} 
 FORBIDDEN_IN_READ_ONLY = FORBIDDEN_IN_UI | {"threading"}  # reading needs no process, socket, database or thread
 
 
+@functools.cache  # each file parsed once for all the tests that read it (read only: ast.walk)
 def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), filename=str(path))
 

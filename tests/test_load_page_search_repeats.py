@@ -17,6 +17,7 @@ from engine.measure.judge import repeats, stats
 from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
 from tests.conftest import app_page, wait_done
+from tests.said import tree
 from tests.test_figures import make_slo_sweep
 from tests.test_load_page import _connected, _ran
 
@@ -96,8 +97,11 @@ def test_a_finished_search_shows_its_sentence_its_levels_and_its_star_on_the_swe
     _finished(lab, "slo-search", search)
     at = app_page("app_pages/load.py")
     assert str(search.said) in _plain(at.success), _plain(at.success)
-    assert str(search.said).startswith("The most requests in flight that meet the SLO (TTFT ≤ 2000 ms and TPOT ≤ "
-                                       "100 ms) is 32: 64 did not")
+    said = tree(search.said)
+    assert said["id"].startswith("The most requests in flight that meet the SLO ({slo}) is {best}: {above} did not")
+    assert (said["best"], said["above"]) == (32, 64)
+    assert [(s["name"], s["ms"]) for s in (said["slo"]["first"], said["slo"]["second"])] == [("TTFT", 2000),
+                                                                                            ("TPOT", 100)]
     table = _frame(at, "SLO held")
     assert list(table["Requests in flight"]) == [1, 64, 32]
     assert list(table["SLO held"]) == ["yes", "no", "yes"]

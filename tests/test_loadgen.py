@@ -26,7 +26,7 @@ from engine.measure.load.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.load.sse import SSEDecoder  # noqa: E402
 from engine.observe.telemetry import generation_tokens  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
-from tests.said import values  # noqa: E402
+from tests.said import tree, values  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -223,11 +223,14 @@ def test_server_dying_mid_stream_keeps_completed():
     assert all("could not connect" in r.error for r in res.records[3:])
     assert res.summary.get("completed") == 2 and res.summary.get("failed") == 3
     # what the page, the CLI and the console say about the three failed ones
-    assert failures.failure_causes(res.records) == [
-        (2, f"2 of 5 requests found nothing listening at {srv.base_url}: start the server (it may have stopped or "
-            "crashed) and run again."),
-        (1, "1 of 5 requests was cut off mid-answer when the server closed the connection: it probably stopped or "
-            "crashed, so check its state and log, restart it and run again.")]
+    (refused, n_refused), (cut, n_cut) = ((tree(m), n) for n, m in failures.failure_causes(res.records))
+    assert (n_refused, refused["who"], refused["what"]) == (2, {"id": "{n} of {total} requests", "n": 2, "total": 5},
+                                                            {"id": "found nothing listening at {url}",
+                                                             "url": srv.base_url})
+    assert refused["todo"]["id"].startswith("start the server (it may have stopped or crashed)")
+    assert (n_cut, cut["who"]["n"], cut["what"]["id"]) == (
+        1, 1, "was cut off mid-answer when the server closed the connection")
+    assert cut["todo"]["id"].startswith("it probably stopped or crashed, so check its state and log")
     out = io.StringIO()
     Console(out).on_complete(res)
     said = [line.strip() for line in out.getvalue().splitlines()[1:]]

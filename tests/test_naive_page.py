@@ -13,7 +13,7 @@ from engine.digits import significant
 from engine.measure.judge import warmth
 from engine.results.records import EnergyReading, KeptHistogram, ServerView
 from tests.conftest import app_page
-from tests.said import values
+from tests.said import tree, values
 from tests.test_figures import NAIVE_PROMPTS, _run, make_naive, make_static_batch, make_vllm_sequential, streamed
 
 NAMES = ["1 · Naive, one at a time", "2 · Static batch", "3 · vLLM, one at a time", "4 · vLLM, all at once"]
@@ -43,10 +43,13 @@ def test_the_whole_job_per_contender_in_the_buttons_order():
     naive, static = runs[0], runs[1]
     assert static.summary.mean_latency_s > naive.summary.mean_latency_s and static.duration < naive.duration
     # the times, never their ratio: one run each, and the speed-up is the latency chart's one number
-    assert cap.startswith("4 · vLLM, all at once answered all 5 prompts soonest, in 1.2 s; 1 · Naive, one at a time "
-                          f"took longest, {significant(naive.duration)} s (one run each).")
+    soonest, batching = (tree(m) for m in figures.caption_said(fig))
+    assert soonest == {"id": "{fast} answered all {n} prompts soonest, in {t_fast} s; {slow} took longest, {t_slow} s "
+                             "(one run each).", "fast": "4 · vLLM, all at once", "slow": "1 · Naive, one at a time",
+                       "n": 5, "t_fast": "1.2", "t_slow": significant(naive.duration)}
     assert "×" not in cap
-    assert "batching pays in total time, not in each request's latency" in cap
+    assert batching["id"].endswith("batching pays in total time, not in each request's latency.")
+    assert (batching["batch"], batching["naive"]) == (significant(static.duration), significant(naive.duration))
 
 
 def test_a_contender_not_run_keeps_its_place_and_a_cold_one_is_marked():

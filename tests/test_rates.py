@@ -24,7 +24,7 @@ from engine.measure.workloads import scenarios
 
 from .conftest import ROOT, cli_in_process
 from .fakes import FakeOpenAIServer
-from .said import said as tsaid, values
+from .said import said as tsaid, tree, values
 
 
 def gaps(xs: list[float]) -> list[float]:
@@ -74,10 +74,15 @@ def test_the_arrivals_are_named_by_what_they_draw_and_said_with_their_rate_ramp_
     assert spec(shape="poisson", rate=2.0).arrival == "poisson"
     assert spec(shape="poisson", rate=2.0, burstiness=0.5).arrival == "gamma"
     assert spec(shape="poisson", rate=2.0, arrival="gamma").arrival == "poisson"  # burstiness 1 is Poisson
-    assert str(spec(shape="poisson", rate=4.0, arrival="constant", max_in_flight=8).describe()) == \
-        "4 requests, constant 4/s, at most 8 in flight, 200 tokens"
-    assert str(spec(shape="poisson", rate=8.0, ramp_strategy="exponential", ramp_start_rps=1.0).describe()) == \
-        "4 requests, Poisson from 1 to 8/s, exponential by request, 200 tokens"
+    tokens = {"id": "{max_tokens} tokens", "max_tokens": 200}
+    assert tree(spec(shape="poisson", rate=4.0, arrival="constant", max_in_flight=8).describe()) == {
+        "id": "{n} request, {arrivals}, {tokens}", "n": 4, "tokens": tokens,
+        "arrivals": {"id": "{arrivals}, at most {cap} in flight", "cap": 8,
+                     "arrivals": {"id": "constant {rate:g}/s", "rate": 4.0}}}
+    assert tree(spec(shape="poisson", rate=8.0, ramp_strategy="exponential", ramp_start_rps=1.0).describe()) == {
+        "id": "{n} request, {arrivals}, {tokens}", "n": 4, "tokens": tokens,
+        "arrivals": {"id": "Poisson from {start:g} to {end:g}/s, {how}", "start": 1.0, "end": 8.0,
+                     "how": {"id": "exponential by request"}}}
     assert spec(shape="poisson", rate=4.0, max_in_flight=3).in_flight() == 3
 
 
@@ -274,10 +279,15 @@ def test_the_levels_follow_the_servers_kv_cache_its_reported_concurrency_and_max
 
     kv = capacity(SimpleNamespace(kv_cache_tokens=46_592, max_concurrency=None, config=None), 168, [1, 32])
     assert kv.fits == 277 and kv.levels == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]  # past 277: where requests wait
-    assert "46,592 tokens hold about 277 requests of 168 tokens" in kv.said and "up to 512" in kv.said
+    holds = {"id": "its KV cache's {tokens:,} tokens hold about {fits:,} requests of {per} tokens at once",
+             "tokens": 46_592, "fits": 277, "per": 168}
+    assert tree(kv.said) == {"id": "The levels follow the server's capacity: {why}, so they go up to {top} in flight.",
+                             "why": holds, "top": 512}
     seqs = capacity(SimpleNamespace(kv_cache_tokens=46_592, max_concurrency=None,
                                     config=SimpleNamespace(max_num_seqs=64)), 168, [1, 32])
-    assert seqs.fits == 64 and seqs.levels[-1] == 128 and "--max-num-seqs lets 64 run at once" in seqs.said
+    assert seqs.fits == 64 and seqs.levels[-1] == 128
+    assert tree(seqs.said)["why"] == {"id": "{why}, and its --max-num-seqs lets {seqs} run at once", "why": holds,
+                                      "seqs": 64}
     h100 = capacity(SimpleNamespace(kv_cache_tokens=None, max_concurrency=205.3, config=None), 168, [1, 32])
     assert h100.fits == 205 and h100.levels[-1] == 256  # the H100: not "32, search higher"
     silent = capacity(SimpleNamespace(kv_cache_tokens=None, max_concurrency=None, config=None), 168, [1, 32])
@@ -396,5 +406,8 @@ def test_the_report_says_a_poisson_runs_rate_and_its_observed_peak_not_up_to_1_i
                           chunk_times=[0.5 * i + 0.1], end_time=0.5 * i + 1.2) for i in range(3)]
     run = RunResult(kind="vllm", scenario="sustained", label="x", records=recs, duration=2.2, started_at=0.0, model="m",
                     load={"shape": "poisson", "rate": 2.0, "concurrency": 1, "num_requests": 3, "max_tokens": 8})
-    said = str(_load_said(run))
-    assert said == "3 requests, Poisson 2/s; at most 3 in flight (observed); at most 8 output tokens each.", said
+    said = tree(_load_said(run))
+    assert said["id"] == ("{n} requests, {arrivals}; at most {peak} in flight (observed); at most {tokens} output "
+                          "tokens each.")
+    assert {k: said[k] for k in ("n", "arrivals", "peak", "tokens")} == {
+        "n": 3, "arrivals": {"id": "Poisson {rate:g}/s", "rate": 2.0}, "peak": 3, "tokens": 8}

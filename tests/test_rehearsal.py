@@ -25,6 +25,7 @@ from engine.results.records import Notes
 from engine.results.store import RunStore
 
 from .conftest import ROOT, cli_in_process, free_port
+from .said import tree
 
 APP = str(ROOT / "app.py")
 
@@ -50,8 +51,11 @@ def test_the_sheet_adds_up_and_says_each_step_in_both_languages():
     assert [x.id for x in s.failed] == ["test-query"]
     again = Sheet.from_dict(json.loads(json.dumps(s.to_dict())))  # what a reader of the file gets back
     assert again == s
-    assert translate(sheets.took(again.of("start")), "en") == "took 121 s in rehearsal (vLLM ready after 98 s)"
-    assert translate(sheets.took(again.of("naive")), "en") == "took 52 s in rehearsal"
+    assert tree(sheets.took(again.of("start"))) == {"id": "took {time} in rehearsal (vLLM ready after {ready})",
+                                                    "time": {"id": "{s} s", "s": "121"},
+                                                    "ready": {"id": "{s} s", "s": "98"}}
+    assert tree(sheets.took(again.of("naive"))) == {"id": "took {time} in rehearsal",
+                                                    "time": {"id": "{s} s", "s": "52"}}
     # the failure is kept as its sentence: said again in Korean, not frozen in English
     assert "run step 3 (start vLLM) first" in translate(sheets.result(again.of("test-query")), "en")
     assert "3단계" in translate(sheets.result(again.of("test-query")), "ko")
@@ -65,14 +69,17 @@ def test_the_sheet_adds_up_and_says_each_step_in_both_languages():
 def test_a_stopped_rehearsal_states_no_session_length():
     """Four of nine steps ran: their sum is no session's length, in the sheet, its Markdown or beside the agenda."""
     s = _sheet()
-    assert translate(sheets.expected(s), "en").startswith("Expected length: about 11 min")
+    expected = tree(sheets.expected(s))
+    assert expected["id"].startswith("Expected length: about {total}") and expected["total"]["m"] == "11"
     s.cancelled = True
-    said = translate(sheets.expected(s), "en")
-    assert said == ("Stopped after 4 of the 9 steps, so there is no session length to expect: the steps that ran "
-                    "took 2.9 min of their own time."), said  # 174 s in two figures, as every length
+    assert tree(sheets.expected(s)) == {
+        "id": "Stopped after {n} of the {total} steps, so there is no session length to expect: the steps that ran "
+              "took {steps} of their own time.",
+        "n": 4, "total": 9, "steps": {"id": "{m} min", "m": "2.9"}}  # 174 s in two figures, as every length
     assert "예상 시간: 약" not in sheets.text(s, "ko") and "Expected length" not in sheets.text(s, "en")
     s.cancelled, s.ended_at = False, None  # read while it runs
-    assert translate(sheets.expected(s), "en").startswith("Under way: 4 of the 9 steps so far")
+    under_way = tree(sheets.expected(s))
+    assert under_way["id"].startswith("Under way: {n} of the {total} steps so far") and under_way["n"] == 4
 
 
 def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path):
@@ -117,9 +124,11 @@ def test_the_days_machine_against_the_rehearsals():
     s = _sheet()
     assert sheets.differences(s.machine, dict(s.machine)) == []
     now = {**s.machine, "gpus": ["NVIDIA H100 80GB HBM3"], "scale": 0.25, "vllm": "0.33.0"}
-    said = [translate(d, "en") for d in sheets.differences(s.machine, now)]
-    assert said == ["GPU: none in rehearsal, NVIDIA H100 80GB HBM3 now",
-                    "vLLM version: 0.32.0 in rehearsal, 0.33.0 now", "token budget: 10% in rehearsal, 25% now"]
+    said = [tree(d) for d in sheets.differences(s.machine, now)]
+    assert {d["id"] for d in said} == {"{what}: {then} in rehearsal, {now} now"}
+    assert [(d["what"], d["then"], d["now"]) for d in said] == [
+        ({"id": "GPU"}, {"id": "none"}, "NVIDIA H100 80GB HBM3"), ({"id": "vLLM version"}, "0.32.0", "0.33.0"),
+        ({"id": "token budget"}, "10%", "25%")]
     assert "리허설" in translate(sheets.differences(s.machine, now)[0], "ko")
 
 

@@ -24,6 +24,7 @@ from engine.errors import ServerBusy
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import load_defaults, load_test_spec, sweep_spec
 from engine.serving.endpoint import EndpointError
+from tests import said as sentences
 from tests.test_remote import free_port, serve
 
 KEY = "sk-live-key-NEVER-STORED-4d1e9b"
@@ -297,8 +298,8 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
             per = 128 + scenarios.get("sweep").prompt_tokens_guess  # a sweep request's tokens, about
             assert d.in_flight_max == 256 and d.sweep_max_tokens == 128 and sweep_spec(d).max_tokens == 128
             assert 2000 // per == 9 and d.sweep_levels == (1, 4, 16)  # all that fit at once, and the next up
-            assert d.said == (f"The sweep's levels follow the KV cache of {url}: its 2,000 tokens hold about 9 of the "
-                              f"sweep's requests ({per} tokens each) at once, so the sweep goes to 16 in flight.")
+            assert sentences.said(d.said).template.startswith("The sweep's levels follow the KV cache of {url}")
+            assert sentences.values(d.said) == {"url": url, "capacity": 2000, "fits": 9, "per": per, "top": 16}
             lab.detach()
 
             state.update(kv=per)  # room for one at a time: 1, and 4 to see them wait
@@ -316,8 +317,8 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
             lab.attach(url)
             d = _defaults(lab)
             assert d.sweep_levels == NEUTRAL_LEVELS and d.in_flight_max == 256
-            assert d.said == (f"{url} does not say how big its KV cache is (no vLLM /metrics): the sweep offers 1, 4, "
-                              "16, 64 requests in flight; add levels to go further.")
+            assert sentences.said(d.said).template.startswith("{url} does not say how big its KV cache is")
+            assert sentences.values(d.said) == {"url": url, "levels": "1, 4, 16, 64"}
             lab.detach()
         assert _defaults(lab) == own
     finally:

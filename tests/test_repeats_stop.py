@@ -3,16 +3,13 @@ run, the finished repeats are kept, the reason is said, and a failed repeat neve
 the CLI caps --repeats as the page does unless told. The dying server is tests/fakes.py's (`die`)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 
 from engine.cli.summary import repeats_table
 from engine.measure.judge import failures
 from engine.measure.load.spec import LoadSpec
 from engine.runs import Runner, Target
 
-from .conftest import ROOT, cli_in_process
+from .conftest import cli_in_process
 from .fakes import FakeOpenAIServer
 from .said import values
 
@@ -50,13 +47,11 @@ def test_repeats_go_on_past_a_failed_repeat_while_the_server_answers():
     assert len(out) == 3 and out.stopped is None and not any(r.extra.repeat.failed for r in out)
 
 
-def test_the_cli_runs_no_repeat_against_a_dead_server(tmp_path):
-    env = {**os.environ, "SERVING_LAB_HOME": str(tmp_path), "SERVING_LAB_RUNTIME": str(tmp_path / "runtime"),
-           "SERVING_LAB_DB": str(tmp_path / "h.sqlite")}
+def test_the_cli_runs_no_repeat_against_a_dead_server(tmp_path, monkeypatch):
+    for name, value in (("HOME", tmp_path), ("RUNTIME", tmp_path / "runtime"), ("DB", tmp_path / "h.sqlite")):
+        monkeypatch.setenv(f"SERVING_LAB_{name}", str(value))
     with FakeOpenAIServer(die_after=7, models=("die",)) as srv:  # repeat 2 answers 2 of its 5, then it dies
-        done = subprocess.run([sys.executable, "-m", "engine", "run", "vllm-5-sequential", "--url", srv.base_url,
-                               "--max-tokens", "2", "--repeats", "3"], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300)
+        done = cli_in_process("run", "vllm-5-sequential", "--url", srv.base_url, "--max-tokens", "2", "--repeats", "3")
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert out.count("saved as run ") == 2 and "repeat 3 of 3" not in out, out

@@ -26,6 +26,7 @@ from engine.room import (
 )
 
 from .conftest import ROOT, app_page, free_port
+from .said import said, values
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -382,8 +383,8 @@ def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presen
     assert [t.value for t in at.title] == ["The room"]
     assert [b for b in at.button if b.label == "Open a round"]
     next(b for b in at.button if b.label == "Send my request").click().run()
-    said = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
-    assert said == ["No round is open: wait for the presenter's cue, then press."]
+    shown = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
+    assert shown == ["No round is open: wait for the presenter's cue, then press."]
     next(b for b in at.button if b.label == "Open a round").click().run()
     assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
 
@@ -472,7 +473,10 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
     fig = figures.room_contrast(together, alone)
     assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
-    assert "1.6× as long one at a time, for 20 and 20 generated tokens" in figures.caption(fig)
+    ends, ratio, _ = figures.caption_said(fig)  # the caption says the title's numbers, and their ratio
+    assert values(ends) == {"together": "1.4 s", "alone": "2.1 s"}
+    assert said(ratio).template.startswith("{ratio}× as long one at a time")
+    assert values(ratio) == {"ratio": "1.6", "a": 20, "b": 20}
 
 
 def test_the_timeline_ticks_every_row_or_none_and_labels_the_lower_panel_in_three():

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import app_page
 from engine.errors import LabError
-from engine.figures import caption, side_by_side
+from engine.figures import caption, caption_said, side_by_side
 from engine.jobs import Job
 from engine.measure.judge import failures
 from engine.cli.console import Console
@@ -125,12 +125,23 @@ def test_which_server_did_better_is_said_only_beyond_the_noise_of_its_requests()
     TPOT are judged from each side's requests, and throughput, one run a side, decides nothing."""
     a = _ttfts("A: max-model-len 2048", A_TTFT, 1.0)
     slow = _ttfts("B: 127.0.0.1:8001", [2 * t for t in A_TTFT], 1.2)
-    cap = caption(side_by_side(a, slow))
-    assert "Mean TTFT: B: 127.0.0.1:8001 is higher than A: max-model-len 2048, 2.00× (+100 %), beyond noise" in cap
-    assert "8 requests each" in cap
-    assert "Output throughput: B: 127.0.0.1:8001 measured" in cap and "decides nothing" in cap
-    same = caption(side_by_side(a, _ttfts("B: 127.0.0.1:8001", list(reversed(A_TTFT)), 1.0)))
-    assert "Mean TTFT: no measurable difference on this machine between A: max-model-len 2048 and B" in same
+    verdicts = _verdicts(side_by_side(a, slow))
+    sides = {"a": "A: max-model-len 2048", "b": "B: 127.0.0.1:8001"}
+    ttft = verdicts["Mean TTFT"]
+    assert ttft.template == "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
+    assert {k: ttft.values[k] for k in sides} == sides
+    assert sentences.values(ttft)["effect"] == {"ratio": "2.00", "change": "+100"}
+    assert sentences.values(ttft)["how"]["counts"] == {"n": 8}  # judged from each side's requests
+    throughput = verdicts["Output throughput"]
+    assert throughput.template.startswith("{name}: {b} measured {effect} against {a}, but with one value a side")
+    same = _verdicts(side_by_side(a, _ttfts("B: 127.0.0.1:8001", list(reversed(A_TTFT)), 1.0)))
+    assert same["Mean TTFT"].template.startswith("{name}: no measurable difference on this machine between {a} and")
+    assert {k: same["Mean TTFT"].values[k] for k in sides} == sides
+
+
+def _verdicts(fig) -> dict:
+    """The caption's verdicts by the metric each judges (its name as said in English)."""
+    return {str(m.values["name"]): sentences.said(m) for m in caption_said(fig) if "name" in m.values}
 
 
 def test_the_cli_says_the_pairs_verdicts_after_its_two_runs(capsys):

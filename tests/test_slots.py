@@ -138,4 +138,4 @@ def test_a_panel_that_cannot_be_drawn_says_why():
     bare = vllm_run([RequestRecord(index=0, prompt="p", send_time=0.0, end_time=1.0, output_tokens=5)])
     fig = figures.slot_chart([static_run([3, 6]), bare])
     assert any("no token times" in (a.text or "") for a in fig.layout.annotations)
-    assert figures.caption(fig).startswith("3 of the static batch's slot-steps (25%)")  # 3 of 3 + 6 + 3
+    assert values(figures.caption_said(fig)[0]) == {"wasted": 3, "share": "25%"}  # 3 of 3 + 6 + 3

@@ -132,11 +132,12 @@ def test_the_history_caption_withholds_beyond_noise_beside_a_disturbed_run():
     from engine import figures
 
     a, b = _sets(busy=True)
-    cap = figures.caption(figures.history_compare(a + b, "output_throughput"))
-    assert "beyond noise" not in cap
-    assert "no verdict, because the machine was disturbed" in cap and "1.5 of 2 cores" in cap
-    quiet = figures.caption(figures.history_compare(sum(_sets(busy=False), []), "output_throughput"))
-    assert "beyond noise" in quiet
+    _, lead = figures.caption_said(figures.history_compare(a + b, "output_throughput"))
+    assert said(lead).template.startswith("{name}: no verdict, because the machine was disturbed: {b} measured")
+    assert values(lead)["beside"]["side"] == "max-model-len 2048"  # what disturbed which side, in numbers
+    assert values(lead)["beside"]["sentence"]["sentence"]["what"] == {"used": 1.5, "cores": 2}
+    _, quiet = figures.caption_said(figures.history_compare(sum(_sets(busy=False), []), "output_throughput"))
+    assert said(quiet).template == "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
 
 
 def test_the_cli_tuning_verdict_withholds_beyond_noise_beside_a_disturbed_run(capsys):
