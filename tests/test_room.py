@@ -309,6 +309,7 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
     finally:
         after = time.time()
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     assert [m.value for m in at.markdown if "**2** pressed" in m.value]
     bars = at.get("progress")
     # the round's time gone, of its 600 s, when the page drew it: between its share before and after the draw
@@ -342,6 +343,7 @@ def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch)
         at = app_page("app_pages/room.py")
     finally:
         running.set()
+        _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     bars = at.get("progress")
     assert len(bars) == 1, bars
     assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
