@@ -62,6 +62,8 @@ tokens_help = (
 # What to send: the lab's prompts stay the default
 chosen = workload_form.choose(top_what, top_said, tokens_hi)
 what, wl_plan = chosen.what, chosen.plan
+# How each request is sent, for every run this page starts: the load test, the sweep, the SLO search and the pair
+request = request_form.boxes()
 
 with st.form("load"):
     c1, c2, c3 = st.columns(3, gap="large")
@@ -141,7 +143,6 @@ with st.form("load"):
                                help=_("Empty: every run and every repeat makes new prompts, so none finds another's "
                                       "in the server's prefix cache. A number sends the same prompts each time (the "
                                       "cache then serves their prefill, and the results say how much of it)."))
-    request = request_form.boxes()
     submitted = st.form_submit_button(_("Run load test"), type="primary", icon=":material/play_arrow:",
                                       disabled=not ui.can_act(lab) or chosen.blocked)
 
@@ -342,8 +343,8 @@ def live() -> None:
 live()
 
 
-pair.section(lab, chosen, shape, arrival, defaults, tokens_hi, tokens_help)
+pair.section(lab, chosen, request, shape, arrival, defaults, tokens_hi, tokens_help)
 pair.live()
-sweep.section(lab, defaults, wl_plan)
+sweep.section(lab, defaults, wl_plan, request)
 sweep.sweep_live()
 sweep.search_live()

@@ -20,7 +20,9 @@ The request's model name picks the behaviour:
 With models=("ok", ...) it answers GET /v1/models with those names (max_model_len 2048), so discovery
 (engine.serving.endpoint, the CLI's --url) takes it for a server; without, that GET is a 404.
 Every request's JSON is kept in `bodies`, in arrival order. POST /v1/rerank answers as vLLM's cross-encoder
-route does: each document scored, usage.total_tokens the words of the query and documents.
+route does: each document scored, usage.total_tokens the words of the query and documents; POST /v1/embeddings
+with one embedding, usage.prompt_tokens the input's words. A completion asked for without "stream" (the openai
+SDK's plain create(), as the code behind a run calls it) is one JSON answer of max_tokens words.
 With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
 --max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
 are in flight. An answer's chunks keep the fake's own schedule (chunk_delay_s apart from its first, a late
@@ -82,6 +84,7 @@ class FakeOpenAIServer:
         self.completed = 0
         self.prefix_hits = self.prefix_queries = 0  # prompt tokens found in / looked up in the prefix cache
         self.requests = 0
+        self.metrics_reads = 0  # GET /metrics answered (metrics=True)
         self.last_body: dict[str, Any] = {}  # the last request's JSON
         self.bodies: list[dict[str, Any]] = []  # every POST's JSON, in arrival order
         self.connections = 0  # accepted so far: shows whether a client reuses its warm-up's connections
@@ -154,6 +157,7 @@ class FakeOpenAIServer:
             await self._endless(request_line, writer)
             return
         if self.metrics and request_line.startswith(b"GET /metrics"):
+            self.metrics_reads += 1
             text = ("# HELP vllm:generation_tokens_total Number of generation tokens processed.\n"
                     "# TYPE vllm:generation_tokens_total counter\n"
                     f'vllm:generation_tokens_total{{engine="0",model_name="ok"}} {float(self.generated)}\n'
@@ -180,6 +184,12 @@ class FakeOpenAIServer:
                          + str(len(ranked.encode())).encode() + b"\r\n\r\n" + ranked.encode())
             await writer.drain()
             return
+        if request_line.startswith(b"POST /v1/embeddings"):  # a pooling model's route: one JSON answer
+            counted = len(str(body.get("input", "")).split())
+            await self._json(writer, {"object": "list", "model": body.get("model", "ok"), "data": [
+                {"object": "embedding", "index": 0, "embedding": [0.5] * 8}], "usage": {
+                "prompt_tokens": counted, "total_tokens": counted}})
+            return
         if not request_line.startswith(b"POST") or b"completions" not in request_line:
             writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n"
                          b'{"error": {"message": "no such route"}}\n')
@@ -195,6 +205,13 @@ class FakeOpenAIServer:
             writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
                          + str(len(text)).encode() + b"\r\n\r\n" + text)
             await writer.drain()
+            return
+        if not body.get("stream"):  # the openai SDK's plain create() (the code behind a run): one JSON answer
+            text = "".join(f" t{i}" for i in range(n))
+            choice = {"index": 0, "finish_reason": "length",
+                      **({"message": {"role": "assistant", "content": text}} if chat else {"text": text})}
+            await self._json(writer, {"id": "fake", "object": "chat.completion" if chat else "text_completion",
+                                      "model": model, "choices": [choice], "usage": _usage(4, n)["usage"]})
             return
         writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
 
@@ -223,6 +240,13 @@ class FakeOpenAIServer:
                 await self._stream(model, n, chat, send, writer)
         else:
             await self._stream(model, n, chat, send, writer)
+
+    @staticmethod
+    async def _json(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
+        data = json.dumps(answer).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: " + str(len(data)).encode()
+                     + b"\r\n\r\n" + data)
+        await writer.drain()
 
     async def _stream(self, model: str, n: int, chat: bool, send, writer: asyncio.StreamWriter) -> None:
         sep = b"\r\n\r\n" if model == "crlf" else b"\n\n"

@@ -154,3 +154,32 @@ def test_a_shaped_request_runs_through_the_page_on_the_real_server_and_is_said_a
         assert "sk-page-secret" not in lab.store.export_json([run.id])
     finally:
         lab.detach()
+
+
+def test_the_request_boxes_shape_the_sweep_the_search_and_the_pair_too(lab, monkeypatch):
+    """One request shape for every run the page starts: the boxes above the forms reach the sweep's, the SLO
+    search's and the pair's specs as they reach the load test's; a bad one is the same sentence there, and nothing
+    runs."""
+    asked = []
+    monkeypatch.setattr(lab, "run_sweep", lambda spec, levels, by="concurrency", **kw: asked.append(("sweep", spec)))
+    monkeypatch.setattr(lab, "run_slo_search", lambda spec, slo, low, high, tolerance, by="concurrency", **kw:
+                        asked.append(("search", spec)))
+    monkeypatch.setattr(lab, "run_side_by_side", lambda url, spec, key=None, **kw: asked.append(("pair", spec)))
+    at = _shape(app_page("app_pages/load.py"), endpoint="Completions (prompt as text)", temperature=0.0, top_p=0.9,
+                header_name_0="X-Team", header_value_0="sk-team", extra_body='{"seed": 7}', lora_modules="sql chat")
+    at.run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
+    next(b for b in at.button if b.label == "Find the most in flight that meets the SLO").click().run()
+    at.text_input(key="pair_url").set_value("http://127.0.0.1:8001")
+    next(b for b in at.button if b.label == "Run on both servers").click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    assert [kind for kind, _spec in asked] == ["sweep", "search", "pair"]
+    for kind, spec in asked:
+        assert (spec.endpoint, spec.temperature, spec.sampling, spec.headers, spec.extra_body, spec.lora_modules) == \
+            ("completions", 0.0, {"top_p": 0.9}, {"X-Team": "sk-team"}, {"seed": 7}, ["sql", "chat"]), kind
+    asked.clear()
+    _shape(at, extra_body="{seed: 1}").run()
+    next(b for b in at.button if b.label == "Run sweep").click().run()
+    said = [e.value.replace("\\", "") for e in at.error]
+    assert len(said) == 1 and said[0].startswith("The extra body is not JSON"), said
+    assert not asked

@@ -90,8 +90,8 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
                        "--extra-body", '{"min_tokens": 4, "seed": 7}')
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
-    assert ("request shape          completions, top_p 0.9, top_k 5, extra body {\"min_tokens\": 4, \"seed\": 7}, "
-            "headers X-Request-Source, X-Api-Key (values not recorded)") in p.stdout
+    assert ("request shape          the completions endpoint; top_p 0.9; top_k 5; extra body {\"min_tokens\": 4, "
+            "\"seed\": 7}; headers X-Request-Source, X-Api-Key (values not recorded)") in p.stdout
     run_id = p.stdout.split("saved as run ")[1].split()[0]
     store = RunStore()
     run = store.load(run_id)
@@ -153,7 +153,8 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
 
     first = next(b for b in ranked if b["query"] == LAB_CONCURRENT[0])
     assert first["documents"] == list(LAB_CONCURRENT[1:5]) and first["truncate_prompt_tokens"] == -1
-    assert "requests ok / failed   10 / 0" in p.stdout and "request shape          rerank" in p.stdout, p.stdout
+    assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
+    assert "request shape          the rerank endpoint" in p.stdout, p.stdout
     run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
     assert run.load.endpoint == "rerank" and all(r.prompt_tokens > 0 and r.ttft == r.e2e for r in run.measured)
     with pytest.raises(ConfigError, match="A rerank scores documents and samples no tokens, so top_p does not"):
@@ -180,3 +181,26 @@ def test_the_python_behind_a_rerank_run_sends_the_same_bodies():
         sent = sorted((b["query"], tuple(b["documents"]), b["priority"]) for b in srv.bodies)
     assert sent == sorted((q, tuple(spec.documents_for(i)), 1) for i, q in enumerate(LAB_CONCURRENT))
     assert "10 requests in" in p.stdout
+
+
+def test_the_cli_prints_the_pages_request_sentence_not_a_wording_of_its_own():
+    """Issue #33: the CLI's "request shape" line is the parts of the sentence the pages show under a run (one
+    Message, said in English or Korean), so the two never drift apart."""
+    from types import SimpleNamespace
+
+    from engine.cli.summary import request_shape
+    from engine.measure.load.shape import shape_said
+    from engine.messages import catalog, translate
+    from engine.results.records import Load
+
+    spec = _spec(endpoint="embeddings", headers={"X-Team": "sk-team-secret"}, extra_body={"dimensions": 8},
+                 lora_modules=["sql", "chat"], lora_weights=[3, 1], lora_assignment="random")
+    run = SimpleNamespace(load=Load.from_dict(spec.as_dict()))
+    line = request_shape(run)
+    assert line == ('the embeddings endpoint; extra body {"dimensions": 8}; headers X-Team (values not recorded); '
+                    "LoRA sql ×3, chat ×1 drawn at random"), line
+    assert str(shape_said(run.load)) == f"Requests: {line}."
+    catalog("ko")
+    korean = translate(shape_said(run.load), "ko")
+    assert "sql ×3, chat ×1" in korean and "Requests" not in korean and "endpoint" not in korean, korean
+    assert request_shape(SimpleNamespace(load=Load.from_dict(_spec().as_dict()))) == ""

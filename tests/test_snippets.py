@@ -150,3 +150,23 @@ def test_each_snippet_runs_against_the_real_server(vllm_server):
     assert re.search(r"^TTFT \(time to first token\): \d+ ms$", out, re.MULTILINE), out
     said = re.search(r"^Tokens generated: (\d+) in [\d.]+ s$", out, re.MULTILINE)
     assert said and 1 <= int(said.group(1)) <= tokens, out
+
+
+@pytest.mark.server
+def test_a_workload_run_on_the_completions_endpoint_has_code_that_runs_against_the_real_server(vllm_server):
+    """Issue #33: the code behind a workload run sent to /v1/completions was not written; run whole against the
+    session's server it sends the run's requests to that endpoint, each to its length (ignore_eos)."""
+    from engine.measure.workloads import kinds
+
+    tokens = 6
+    plan = kinds.plan_of({"kind": "lengths", "n": 4, "input": {"kind": "fixed", "mean": 16},
+                          "output": {"kind": "fixed", "mean": tokens}, "seed": 3})
+    spec = plan.apply(LoadSpec(base_url=vllm_server.base_url, model=vllm_server.model, prompts=["-"],
+                               shape="concurrency", concurrency=2, endpoint="completions", temperature=0.0))
+    ran = Runner(save=lambda run: run).load(spec, Target.at(vllm_server.base_url))
+    assert ran.summary.completed == 4
+    code = snippets.run_code(ran)
+    assert code is not None and "client.completions.create(" in code and "max_tokens=LENGTHS[i]" in code, code
+    out = _run(code)
+    assert re.search(r"^4 requests in [\d.]+ s, mean latency [\d.]+ s$", out, re.MULTILINE), out
+    assert re.search(rf"^Throughput: \d+ tokens/s \({4 * tokens} tokens\)$", out, re.MULTILINE), out

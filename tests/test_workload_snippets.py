@@ -110,3 +110,78 @@ def test_a_shared_prefix_runs_code_sends_k_prefixes_and_the_random_prefix_opens_
                                                                "prefix_len": 64}).load_spec()
     ns = built(run_code(stored(spec)), tmp_path)
     assert all(p.startswith("Shared: word") for p in ns["PROMPTS"]) and len(set(ns["PROMPTS"])) == spec.n
+
+
+def _ran(code: str, where, **env) -> str:
+    """The code behind a run, run whole in its own Python (against the fake its URL names): what it printed."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=where,
+                       env={"PATH": "/usr/bin", **env})
+    assert p.returncode == 0, p.stderr[-2000:] + code
+    return p.stdout
+
+
+def test_a_workload_run_on_completions_with_lora_modules_has_code_that_sends_them_so(tmp_path, monkeypatch):
+    """Issue #33: the code behind a workload run sent to /v1/completions with LoRA modules in turn (3 to 1) was not
+    written; it sends each of its prompts to the completions endpoint naming the module the run's request named,
+    with the run's header read from the environment (run against the fake, which answers any model name)."""
+    from tests.fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        spec = replace(scenarios.get("random-512-64").load_spec(), endpoint="completions",
+                       lora_modules=["sql", "chat"], lora_weights=[3, 1], headers={"X-Team": "t"})
+        code = run_code(replace_url(stored(spec), srv.base_url))
+        assert code is not None
+        monkeypatch.setenv("X_TEAM", "from-the-environment")
+        prompts = built(code, tmp_path)["PROMPTS"]
+        out = _ran(code, tmp_path, X_TEAM="from-the-environment")
+        sent = sorted((b["prompt"], b["model"], b["max_tokens"]) for b in srv.bodies)
+    assert sent == sorted((p, spec.model_for(i), spec.max_tokens_each[i]) for i, p in enumerate(prompts))
+    assert [spec.model_for(i) for i in range(4)] == ["sql", "sql", "chat", "sql"]
+    assert f"{spec.n} requests in" in out
+
+
+@pytest.mark.parametrize("endpoint", ["embeddings", "rerank"])
+def test_a_workload_run_on_a_pooling_endpoint_has_code_that_sends_the_same_bodies(endpoint, tmp_path):
+    """Embeddings: each of the file's prompts as one input; rerank: each prompt the query, the next ones its
+    documents, as the run sent them (run against the fake: the embedded model serves neither route)."""
+    from tests.fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        spec = replace(scenarios.get("dataset-chat").load_spec(), endpoint=endpoint)
+        code = run_code(replace_url(stored(spec), srv.base_url))
+        assert code is not None
+        out = _ran(code, EXAMPLES)
+        bodies = list(srv.bodies)
+    if endpoint == "embeddings":
+        assert sorted(b["input"] for b in bodies) == sorted(spec.prompts)
+        assert all(b["truncate_prompt_tokens"] == -1 and "max_tokens" not in b for b in bodies)
+    else:
+        assert sorted((b["query"], tuple(b["documents"])) for b in bodies) == \
+            sorted((p, tuple(spec.documents_for(i))) for i, p in enumerate(spec.prompts))
+    assert f"{len(spec.prompts)} requests in" in out
+
+
+def test_a_multi_turn_run_with_lora_modules_has_code_that_keeps_each_conversation_on_its_module():
+    from tests.fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        spec = replace(scenarios.get("multi-turn").load_spec(), lora_modules=["a", "b", "c"],
+                       lora_assignment="random", seed=5)
+        code = run_code(replace_url(stored(spec), srv.base_url))
+        assert code is not None
+        chats = built(code, EXAMPLES)["CHATS"]
+        _ran(code, EXAMPLES)
+        bodies = list(srv.bodies)
+    assert len(bodies) == sum(len(c) for c in chats)
+    for b in bodies:  # every turn names the module its conversation was given in the run
+        k = next(k for k, chat in enumerate(chats) if chat[0] == b["messages"][0]["content"])
+        assert b["model"] == spec.model_for(0, conversation=k), (k, b["model"])
+    assert len({b["model"] for b in bodies}) > 1
+
+
+def replace_url(run: RunResult, url: str) -> RunResult:
+    run.load.base_url = url
+    return run

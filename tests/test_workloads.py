@@ -27,6 +27,8 @@ from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import conversations, datasets, kinds, lengths, scenarios, tokens, traces  # noqa: E402
 from engine.measure.workloads.base import WorkloadError  # noqa: E402
 from engine.results.records import RequestRecord, RunResult  # noqa: E402
+from engine.figures.theme import caption_said  # noqa: E402
+from tests.said import said, values  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -438,6 +440,30 @@ def test_the_length_histogram_and_ttft_per_turn_draw_the_plans_and_the_records_n
     fig = fw.ttft_by_turn(run, lang="ko")
     assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == pytest.approx([100, 200])
     assert "2.0" in caption(fig)
+    # the later turn's slower start is the verdict's, with its interval and method (issue #29: no bare ratio)
+    v = said(caption_said(fig)[0])
+    assert v.template.startswith("{name}: {b} is higher than {a}, {effect}, beyond noise")
+    assert values(v)["effect"]["ratio"] == "2.00" and values(v)["how"]["counts"] == {"n": 3}
+
+
+def test_a_later_turns_ttft_within_noise_or_beside_a_disturbed_run_claims_nothing():
+    from engine.figures import workloads as fw
+    from engine.results.records import Beside, Disturbance, Notes
+
+    def run(ttfts: list[tuple[float, float]], **notes):
+        recs = [RequestRecord(index=c * 2 + t, prompt="q", send_time=0.0, first_token_time=pair[t], end_time=1.0,
+                              chunk_times=[pair[t]], prompt_tokens=10 + 90 * t, conversation=c, turn=t)
+                for c, pair in enumerate(ttfts) for t in range(2)]
+        return RunResult(kind="vllm", scenario="multi-turn", label="x", records=recs, duration=1,
+                         started_at=time.time(), extra=Notes(**notes))
+
+    noisy = run([(0.10, 0.12), (0.14, 0.11), (0.12, 0.13), (0.09, 0.10)])
+    assert said(caption_said(fw.ttft_by_turn(noisy))[0]).template.startswith(
+        "{name}: no measurable difference on this machine")
+    busy = run([(0.1, 0.2)] * 3, beside=Beside(disturbance=Disturbance(seconds=10.0, cores=2, others_cores=1.4,
+                                                                        steal_cores=0.0)))
+    v = said(caption_said(fw.ttft_by_turn(busy))[0])
+    assert "no verdict, because the machine was disturbed" in v.template
 
 
 def test_a_max_tokens_given_to_a_workload_scenario_caps_each_answer():

@@ -15,7 +15,7 @@ from engine.serving.cluster import second_server_command, side_by_side_here
 from i18n import _
 
 
-def section(lab, chosen, shape: str, arrival: str, defaults, tokens_hi: int, tokens_help: str) -> None:
+def section(lab, chosen, request, shape: str, arrival: str, defaults, tokens_hi: int, tokens_help: str) -> None:
     """The folded "two servers at once" box: why it may not apply here, its form, and Run."""
     what, wl_plan = chosen.what, chosen.plan
     with st.expander(_("Against two servers at once"), icon=":material/view_column_2:"):
@@ -78,7 +78,8 @@ def section(lab, chosen, shape: str, arrival: str, defaults, tokens_hi: int, tok
                 try:
                     pair_spec = load_test_spec(shape, int(pair_n), int(pair_tokens), max_len=lab.serving_max_len(),
                                                ignore_eos=True, rate=pair_rate, concurrency=int(pair_in_flight),
-                                               synthetic=what == "synthetic", plan=wl_plan)
+                                               synthetic=what == "synthetic", plan=wl_plan,
+                                               request=request.fields())
                 except LabError as e:
                     st.error(ui.plain(e), icon=":material/error:")
                 else:

@@ -1,6 +1,7 @@
-"""The Load test's request shape, folded away under the form: the endpoint, sampling parameters, HTTP headers, an
-extra body and LoRA modules, as `vllm bench serve` sends them. Read when Run is pressed
-(engine.measure.load.shape.request_fields says a bad one in one sentence)."""
+"""The Load test page's request shape, folded away above its forms: the endpoint, sampling parameters, HTTP headers,
+an extra body and LoRA modules, as `vllm bench serve` sends them, for every run the page starts (the load test, the
+sweep, the SLO search, the pair). Read when a Run is pressed (engine.measure.load.shape.request_fields says a bad one
+in one sentence; engine.measure.workloads.defaults.with_request puts it on each run's spec)."""
 from dataclasses import dataclass
 
 import streamlit as st
@@ -39,8 +40,10 @@ class Chosen:
 
 
 def boxes() -> Chosen:
-    """The request's shape, inside the Load test's form, under one folded expander."""
+    """The request's shape, under one folded expander, for every run on the page."""
     with st.expander(_("Request: endpoint, sampling, headers, extra body, LoRA"), icon=":material/tune:"):
+        st.caption(_("Every run on this page sends requests of this shape: the load test, the sweep, the SLO search "
+                     "and the pair."))
         a, b = st.columns([2, 1])
         endpoint = a.selectbox(_("Endpoint"), list(ENDPOINTS), key="load_endpoint", format_func=i18n.shown(ENDPOINTS),
                                help=_("Chat: /v1/chat/completions, as in the lab. Completions: /v1/completions with "

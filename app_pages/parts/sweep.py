@@ -73,10 +73,21 @@ AXES = {
 }
 
 
-def section(lab, defaults, wl_plan) -> None:
+def _spec(defaults, wl_plan, request):
+    """The sweep's (and the search's) workload sent in the page's request shape; None, its one sentence shown, when
+    a request box holds a bad value."""
+    try:
+        return sweep_spec(defaults, plan=wl_plan, request=request.fields())
+    except LabError as e:
+        st.error(ui.plain(e), icon=":material/error:")
+        return None
+
+
+def section(lab, defaults, wl_plan, request) -> None:
     """The sweep's levels (requests in flight or arrival rates) and Run, and the search's tolerance and Run, with
     what each will do. The search runs the sweep's workload between the lowest and the highest level picked, judged
-    by this viewer's SLO (the limits above); its answer is starred on the Pareto chart."""
+    by this viewer's SLO (the limits above); its answer is starred on the Pareto chart. Both send the page's request
+    shape (`request`: request_form.Chosen, the boxes above the load test's form)."""
     st.divider()
     st.subheader(_("Sweep"))
     by = BY[st.radio(_("Sweep over"), list(BY), horizontal=True, key="sweep_by", format_func=i18n.shown(BY),
@@ -89,7 +100,8 @@ def section(lab, defaults, wl_plan) -> None:
     sweep_col, tolerance_col, search_col = st.columns([1, 1, 2], vertical_alignment="bottom")
     if sweep_col.button(_("Run sweep"), icon=":material/trending_up:", key=axis.sweep_key,
                         disabled=not ui.can_act(lab) or not levels):
-        ui.act(lab.run_sweep, sweep_spec(defaults, plan=wl_plan), levels, by=by)
+        if (spec := _spec(defaults, wl_plan, request)) is not None:
+            ui.act(lab.run_sweep, spec, levels, by=by)
     search_why = (_(axis.no_slo) if ui.refusal(viewer_limits.slo) else
                   _(axis.too_few) if len(levels) < 2 else None)
     tolerance = tolerance_col.number_input(_(axis.tolerance), value=axis.tolerance_start, step=axis.tolerance_start,
@@ -100,8 +112,8 @@ def section(lab, defaults, wl_plan) -> None:
         st.caption(search_why)
         return
     st.caption(ui.plain(_(axis.search_said, low=min(levels), high=max(levels), slo=viewer_limits.slo().said)))
-    if searched:
-        ui.act(lab.run_slo_search, sweep_spec(defaults, plan=wl_plan), viewer_limits.slo(), min(levels), max(levels),
+    if searched and (spec := _spec(defaults, wl_plan, request)) is not None:
+        ui.act(lab.run_slo_search, spec, viewer_limits.slo(), min(levels), max(levels),
                int(tolerance) if by == "concurrency" else float(tolerance), by=by)
 
 

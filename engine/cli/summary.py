@@ -63,25 +63,12 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
 
 
 def request_shape(r) -> str:
-    """What a run's requests carried beyond a plain chat request (as recorded: a header's value never is):
-    "completions, top_p 0.9, extra body {"seed": 1}, headers X-Team (values not recorded)"; "" for a plain chat
-    request."""
-    import json
+    """What a run's requests carried beyond a plain chat request (as recorded: a header's value never is), the
+    pages' sentence's parts (measure.load.shape.shape_parts): "the completions endpoint; top_p 0.9; extra body
+    {"seed": 1}; headers X-Team (values not recorded)"; "" for a plain chat request."""
+    from engine.measure.load.shape import shape_parts
 
-    other = r.load.other
-    parts = [r.load.endpoint] if r.load.endpoint in ("completions", "embeddings", "rerank") else []
-    parts += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in (other.get("sampling") or {}).items()]
-    if body := other.get("extra_body"):
-        parts.append(f"extra body {json.dumps(body, ensure_ascii=False)}")
-    secret = other.get("credential_headers") or ()  # runs saved while other headers' values were recorded
-    if headers := [*(other.get("headers") or ()), *secret]:
-        parts.append(f"headers {', '.join(headers)} (values not recorded)")
-    if lora := other.get("lora_modules"):
-        weights = other.get("lora_weights") or []
-        named = [f"{m} ×{w}" for m, w in zip(lora, weights)] if weights else lora
-        how = "drawn at random" if other.get("lora_assignment") == "random" else "in turn"
-        parts.append(f"LoRA {', '.join(named)} {how}")
-    return ", ".join(parts)
+    return str(shape_parts(r.load) or "")
 
 
 def _by_turn(r) -> list[str]:

@@ -7,9 +7,8 @@ from collections import Counter
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from engine.digits import times
 from engine.figures.theme import BLUE, GREEN, MUTED, VERMILLION, finish
-from engine.measure.judge import turns
+from engine.measure.judge import turns, verdict
 from engine.measure.workloads.base import Plan
 from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.messages import say, translate
@@ -50,6 +49,11 @@ def length_histogram(plan: Plan, *, lang: str = "en") -> go.Figure:
                   cap, height=460, lang=lang)
 
 
+def _ttfts(run: RunResult, turn: int) -> list[float]:
+    """The measured, answered requests' TTFT (s) of one turn index (the values turns.by_turn takes the median of)."""
+    return [r.ttft for r in run.records if not r.warmup and r.turn == turn and r.ok and r.ttft is not None]
+
+
 def ttft_by_turn(run: RunResult, *, lang: str = "en") -> go.Figure:
     """Median and p99 TTFT per turn index (ms), and the mean prompt the turn sent (tokens, the history so far),
     with the tokens its prefix cache served when the server says them."""
@@ -72,11 +76,17 @@ def ttft_by_turn(run: RunResult, *, lang: str = "en") -> go.Figure:
     fig.update_yaxes(title_text=translate(say("TTFT (ms), lower is better"), lang), rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=translate(say("tokens"), lang), rangemode="tozero", row=2, col=1)
     if len(by) >= 2 and by[0].median_ttft_s and by[-1].median_ttft_s:
-        cap = say("Turn {last}'s median TTFT is {ratio}× turn 1's, its prompt {tokens:,.0f} tokens of history on "
-                  "average.", last=by[-1].turn + 1, ratio=times(by[-1].median_ttft_s / by[0].median_ttft_s),
-                  tokens=by[-1].mean_prompt_tokens or 0)
+        # a later turn slower than the first is a finding only beyond the noise of their requests (and never beside
+        # a disturbed run): engine.measure.judge.verdict, the rule every comparison follows
+        first, last = (_ttfts(run, t.turn) for t in (by[0], by[-1]))
+        v = verdict.beside(verdict.compare(first, last, name=say("TTFT"), label_a=say("Turn {n}", n=1),
+                                           label_b=say("Turn {n}", n=by[-1].turn + 1), per=verdict.REQUESTS,
+                                           unit="s"), (str(run.label), [run]))
+        history = say("Turn {last}'s prompt held {tokens:,.0f} tokens of history on average.", last=by[-1].turn + 1,
+                      tokens=by[-1].mean_prompt_tokens or 0)
+        cap = [v.said, history] if v is not None else [history]
     elif by:
-        cap = say("One turn only: run more turns to see the history grow.")
+        cap = [say("One turn only: run more turns to see the history grow.")]
     else:
-        cap = say("This run has no multi-turn chats.")
+        cap = [say("This run has no multi-turn chats.")]
     return finish(fig, say("TTFT per turn: does a later turn still start fast?"), cap, height=620, lang=lang)

@@ -6,7 +6,7 @@ clients (engine.observe.disturbance) decides nothing."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from statistics import fmean, geometric_mean
+from statistics import fmean
 from typing import Any
 
 from engine.digits import change, significant, times
@@ -85,13 +85,15 @@ def _busy(runs) -> Message | None:
     return disturbance.said_of([r for r in runs if r is not None])
 
 
-def _heading(v, runs, claim: Message, opposite: Message, either_way: bool = False) -> tuple[Message, int | None]:
-    """A finding's heading and claim from its verdict: the claim only beyond noise and on a quiet machine."""
-    if _busy(runs) is not None:
+def _heading(v, claim: Message, opposite: Message, either_way: bool = False) -> tuple[Message, int | None]:
+    """A finding's heading and claim, as its verdict's `finding` decides them (engine.measure.judge.verdict, the
+    rule every page follows): the claim only beyond noise on a quiet machine, "no measurable difference on this
+    machine" within noise, no verdict beside a disturbed run, nothing decided from one value a side."""
+    if v is not None and v.disturbed is not None:
         return BUSY, None
-    if v is None or v.beyond_noise is None:
+    if v is None or v.finding is None:
         return UNDECIDED, None
-    if not v.beyond_noise:
+    if not v.finding:
         return NO_DIFFERENCE, 0
     if either_way or (v.ratio or 0) > 1:
         return claim, 1
@@ -105,22 +107,14 @@ def _with_busy(text: Message, runs) -> Message:
 # -- one computation per step: its numbers, its verdict (the table and the finding both read these) ----------
 def speedup(naive, sequential: list) -> dict[str, Any] | None:
     """Naive against vLLM one request at a time, the same prompts: both means and the verdict on their answer
-    times prompt by prompt (paired, as Naive vs vLLM judges it; each prompt's vLLM time the geometric mean of its
-    repeats), the ratio naive's over vLLM's: the speed-up."""
+    times prompt by prompt (verdict.per_prompt, as Naive vs vLLM judges it; each prompt's vLLM time the geometric
+    mean of its repeats), the ratio naive's over vLLM's: the speed-up."""
     if naive is None or not sequential:
         return None
     mean_naive, mean_vllm = _mean_latency([naive]), _mean_latency(sequential)
     if mean_naive is None or mean_vllm is None:
         return None
-    slow = {r.index: r.e2e for r in naive.measured if r.ok and r.e2e}
-    fast: dict[int, list[float]] = {}
-    for run in sequential:
-        for r in run.measured:
-            if r.ok and r.e2e:
-                fast.setdefault(r.index, []).append(r.e2e)
-    both = sorted(slow.keys() & fast.keys())
-    v = verdict.compare([geometric_mean(fast[i]) for i in both], [slow[i] for i in both], label_a="vLLM",
-                        label_b="naive", per=verdict.REQUESTS, unit="s", paired=True)
+    v = verdict.per_prompt(sequential, naive, name="", label_a="vLLM", label_b="naive")
     return {"naive": mean_naive, "vllm": mean_vllm, "verdict": v, "x": v.ratio if v else None}
 
 
@@ -133,12 +127,11 @@ def concurrency(concurrent: list, naive) -> dict[str, Any] | None:
     would = naive_would_take(concurrent, naive)
     tput = _avg([r.summary.output_throughput for r in concurrent])
     if (rates := _naive_rates(naive)):
-        v = verdict.compare(rates, [r.summary.output_throughput for r in concurrent], name="", label_a="naive",
-                            label_b="vLLM", per=verdict.RUNS, unit="tok/s")
+        v = verdict.of_values(rates, [r.summary.output_throughput for r in concurrent], naive, concurrent, name="",
+                              label_a="naive", label_b="vLLM", unit="tok/s")
     else:
-        v = verdict.compare([r.duration for r in concurrent],
-                            [r.summary.total_latency_s for r in concurrent], name="", label_a="wall",
-                            label_b="serial", per=verdict.RUNS, unit="s")
+        v = verdict.of_values([r.duration for r in concurrent], [r.summary.total_latency_s for r in concurrent],
+                              [], concurrent, name="", label_a="wall", label_b="serial", unit="s")
     return {"wall": _avg([r.duration for r in concurrent]), "latency": _mean_latency(concurrent), "tput": tput,
             "would": would, "verdict": v, "naive_tput": _avg(rates) if rates else None,
             "tokens": _avg([sum(r.output_tokens for r in run.measured if r.ok) for run in concurrent])}
@@ -153,14 +146,17 @@ def tuning_groups(runs: list) -> tuple[list, list]:
 
 
 def tuned(runs: list) -> dict[str, Any] | None:
-    """The two settings' mean throughput and wall time and the verdict on their throughput."""
+    """The two settings' throughput, the second's mean wall time and the verdict on their throughput. The
+    throughputs are the verdict's own centres (each side's geometric mean over its repeats that count), so the
+    change the finding, the table and the chart's caption state is the one the verdict judged."""
     a, b = tuning_groups(runs)
     if not a or not b or not all(r.summary.output_throughput for r in a + b):
         return None
     v = verdict.compare_runs(a, b, "output_throughput", name="", label_a=str(a[0].label), label_b=str(b[0].label),
                              unit="tok/s")
-    return {"a": a, "b": b, "tput_a": _avg([r.summary.output_throughput for r in a]),
-            "tput_b": _avg([r.summary.output_throughput for r in b]), "wall_b": _avg([r.duration for r in b]),
+    if v is None:  # no repeat of a side counted (each cut short)
+        return None
+    return {"a": a, "b": b, "tput_a": v.center_a, "tput_b": v.center_b, "wall_b": _avg([r.duration for r in b]),
             "verdict": v}
 
 
@@ -171,7 +167,7 @@ def streamed(runs: list) -> dict[str, Any] | None:
     if not firsts:
         return None
     ttft, total = [f.ttft for f in firsts], [f.e2e or 0.0 for f in firsts]
-    v = verdict.compare(ttft, total, name="", label_a="TTFT", label_b="total", per=verdict.RUNS, unit="s")
+    v = verdict.of_values(ttft, total, runs, [], name="", label_a="TTFT", label_b="total", unit="s")
     tokens = _avg([f.output_tokens for f in firsts])
     rates = [f.output_tokens / f.e2e for f in firsts if f.e2e]
     return {"ttft": fmean(ttft), "total": fmean(total), "tokens": tokens, "rate": _avg(rates), "verdict": v,
@@ -201,7 +197,7 @@ def findings(runs: dict[str, list]) -> list[Finding]:
     seq = runs.get("sequential") or []
     if (sp := speedup(naive, seq)) is not None:
         v, both = sp["verdict"], [naive, *seq]
-        title, claim = _heading(v, both, mark("vLLM serves the same model faster"),
+        title, claim = _heading(v, mark("vLLM serves the same model faster"),
                                 mark("Naive inference answered faster here"))
         values = dict(mean=significant(sp["vllm"]), naive=significant(sp["naive"]),
                       x=times(sp["x"]) if sp["x"] else "–", interval=v.interval or "–", how=v.how)
@@ -214,6 +210,9 @@ def findings(runs: dict[str, list]) -> list[Finding]:
                     "token budget: {x}×, within this machine's noise ({interval}, which holds no change; {how}).",
                     **values) if claim == 0 else
                 say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
+                    "token budget: {x}× as measured, not judged ({interval}; {how}).", **values)
+                if v.interval is not None else  # beside a disturbed run: how sure it would be, and no claim
+                say("{mean} s per request through vLLM against naive's {naive} s, with the same prompts and "
                     "token budget: {x}× ({how}).", **values))
         add(title, _with_busy(text, both), True, claim, v)
     else:
@@ -221,7 +220,7 @@ def findings(runs: dict[str, list]) -> list[Finding]:
     conc = runs.get("concurrent") or []
     if (c := concurrency(conc, naive)) is not None and c["would"] and c["wall"]:
         v, both = c["verdict"], [naive, *conc] if naive else conc
-        title, claim = _heading(v, both, mark("Concurrency is where the difference shows"),
+        title, claim = _heading(v, mark("Concurrency is where the difference shows"),
                                 mark("Concurrency did not pay off here"))
         n, wall, would = len(conc), significant(c["wall"]), significant(c["would"][0])
         # the lesson ("continuous batching keeps the hardware busy") only where the verdict carries it
@@ -250,27 +249,28 @@ def findings(runs: dict[str, list]) -> list[Finding]:
         if any(r.extra.warmth.cold for r in conc):  # said where the number is: a first batch's start-up work is in it
             text = say("{text} (Cold: the server's first batch of 10, so it includes one-off start-up work.)",
                        text=text)
-        add(title, _with_busy(text, both), True, claim)
+        add(title, _with_busy(text, both), True, claim, v)
     else:
         add(mark("Concurrency is where the difference shows"), todo("concurrent"), False)
     if (t := tuned(runs.get("tuning") or [])) is not None:
         group = t["a"] + t["b"]
-        title, claim = _heading(t["verdict"], group, mark("max-model-len and gpu-memory-utilization set the capacity"),
+        title, claim = _heading(t["verdict"], mark("max-model-len and gpu-memory-utilization set the capacity"),
                                 mark("max-model-len and gpu-memory-utilization set the capacity"), either_way=True)
-        add(title, _with_busy(tuning_said(t, busy=_busy(group) is not None), group), True, claim)
+        add(title, _with_busy(tuning_said(t), group), True, claim, t["verdict"])
     else:
         add(mark("max-model-len and gpu-memory-utilization set the capacity"), todo("tuning"), False)
     stream = runs.get("streaming") or []
     if (sm := streamed(stream)) is not None:
         v = sm["verdict"]
-        title, claim = _heading(v, stream, mark("Streaming gives an immediate TTFT"),
+        title, claim = _heading(v, mark("Streaming gives an immediate TTFT"),
                                 mark("Streaming gave no earlier first token here"))
         text = say("The first token after {ttft} ms, the whole {tokens:.0f}-token answer after {total} s: "
                    "without streaming the user would see nothing for {total} s.", ttft=significant(sm["ttft"] * 1000),
                    tokens=sm["tokens"] or 0, total=significant(sm["total"]))
-        if v is not None and v.decided:
-            text = say("{text} ({how}.)", text=text, how=v.how)
-        add(title, _with_busy(text, stream), True, claim)
+        if v is not None and v.decided:  # what was compared, by how much and how sure, not the method alone
+            text = say("{text} The whole answer took {x}× as long as its first token ({interval}; {how}).", text=text,
+                       x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=v.how)
+        add(title, _with_busy(text, stream), True, claim, v)
     else:
         add(mark("Streaming gives an immediate TTFT"), todo("streaming"), False)
     add(mark("The right engine for the job"),
@@ -279,16 +279,16 @@ def findings(runs: dict[str, list]) -> list[Finding]:
     return out
 
 
-def tuning_said(t: dict[str, Any], busy: bool = False) -> Message:
+def tuning_said(t: dict[str, Any]) -> Message:
     """The tuning comparison in one sentence: the throughput change, how sure, and why, from the runs' own notes
-    (whether requests waited for KV-cache room; on a CPU the fixed KV cache). `busy`: something ran beside the
-    runs, so the heading says "No verdict" and the sentence judges nothing either."""
+    (whether requests waited for KV-cache room; on a CPU the fixed KV cache). Beside a disturbed run (the
+    verdict's `disturbed`) the heading says "No verdict" and the sentence judges nothing either."""
     a, b, v = t["a"], t["b"], t["verdict"]
     cpu = (a[0].config or {}).get("device") == "cpu"
     waited = [any((r.extra.kv.peak_waiting or 0) > 0 or (r.extra.kv.preemptions or 0) > 0 for r in side)
               for side in (a, b)]
     beyond = v is not None and v.beyond_noise
-    if busy:
+    if v is not None and v.disturbed is not None:
         verdict_said = say("not judged, because something else ran beside the measurement")
     elif v is None or v.beyond_noise is None:
         verdict_said = None  # its heading says it: "Not decided: one value a side shows no noise"

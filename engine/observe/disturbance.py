@@ -1,8 +1,9 @@
 """Whether a run was measured on a disturbed machine, and the one sentence that says so next to
-its numbers. Over the measured part (`CpuWatch`): the CPU other programs used (the machine's busy time from
+its numbers. Over the measured part (`Watch`): the CPU other programs used (`CpuWatch`: the machine's busy time from
 /proc/stat less the run's own processes' — the client's process with its children and the server's tree — from
-psutil) and the CPU time the hypervisor took (steal); from the server's own served count, the requests another
-client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
+psutil) and the CPU time the hypervisor took (steal); the other processes on the run's GPUs (`GpuWatch`: NVML's
+compute processes, their memory and their share of the GPU's time); from the server's own served count, the
+requests another client sent it meanwhile (`record`); from the chat desk, the chat answers streamed beside it
 (Notes.beside.chats). Two readings, one at each end of the measured part: nothing runs beside the
 measurement. Kept in Notes.beside.disturbance (engine.results.records.Disturbance)."""
 from __future__ import annotations
@@ -14,7 +15,9 @@ from typing import Any
 
 import psutil
 
+from engine.digits import significant
 from engine.messages import Message, say, say_n
+from engine.observe import nvml
 from engine.results.records import Disturbance
 
 # Disturbed: other programs used at least this share of the machine's cores (and at least MIN_CORES), the
@@ -26,6 +29,11 @@ STEAL_SHARE = 0.05
 # threshold grows by TICK_SLACK_S over the span, and a span under MIN_SECONDS is not judged at all
 TICK_SLACK_S = 0.05
 MIN_SECONDS = 0.25
+# Disturbed on a GPU: another process had at least this share (per cent) of the run's GPU's SM time, NVML's
+# per-process samples say; where the driver gives no such samples, any other compute process there (its share
+# unknown, it cannot be ruled out)
+GPU_BUSY_PCT = 5.0
+GIB = 1024 ** 3
 
 
 def _tree_seconds(roots: Iterable[int]) -> float:
@@ -48,6 +56,17 @@ def _tree_seconds(roots: Iterable[int]) -> float:
                 continue
             total += t.user + t.system + t.children_user + t.children_system
     return total
+
+
+def _tree_pids(roots: Iterable[int]) -> set[int]:
+    """The pids of the processes under `roots`, the roots included (one that is gone counts nothing)."""
+    out: set[int] = set()
+    for root in roots:
+        try:
+            out.update([root, *(p.pid for p in psutil.Process(root).children(recursive=True))])
+        except psutil.Error:
+            continue
+    return out
 
 
 def _machine() -> tuple[float, float]:
@@ -85,11 +104,83 @@ class CpuWatch:
                            steal_cores=round(max(0.0, steal - steal0) / seconds, 2))
 
 
+class GpuWatch:
+    """The other processes on the run's GPUs over its measured part: NVML's compute processes at each end (their pids
+    and memory) and each process's share of the GPU's SM time in between (NVML's per-process samples). A process is
+    the run's own when it is in the trees under `roots` (as CpuWatch's); a GPU is the run's when one of its own
+    processes computes on it. A server on another machine, or NVML's pids from another pid namespace (a container's
+    host pids), leave no GPU of the run's here: nothing is judged then. `nv`: the pynvml to ask (default: this
+    process's; none without a GPU, and then `stop` gives None: the CPU's reading alone)."""
+
+    def __init__(self, roots: Iterable[int], nv: Any = None) -> None:
+        self.roots, self.nv = list(roots), nv
+        self._since: int | None = None
+        self._begin: dict[int, dict[int, int]] = {}
+        self._own: set[int] = set()
+
+    def _procs(self) -> dict[int, dict[int, int]]:
+        return {g["index"]: g["procs"] for g in nvml.devices(self.nv)}
+
+    def start(self) -> None:
+        self._since = int(time.time() * 1e6)  # NVML's sample clock: microseconds since the epoch
+        self._begin, self._own = self._procs(), _tree_pids(self.roots)
+
+    def stop(self) -> dict[str, Any] | None:
+        """{gpus, gpu_others, gpu_others_gb, gpu_others_busy} (Disturbance's fields): the run's GPUs, how many other
+        processes computed on them, the most memory those held (GB), and the largest share of one GPU's SM time they
+        had together (per cent; None where the driver does not say); None without a GPU of the run's."""
+        if self._since is None:
+            return None
+        end = self._procs()
+        own = self._own | _tree_pids(self.roots)
+        pids = {i: set(self._begin.get(i, {})) | set(end.get(i, {})) for i in set(self._begin) | set(end)}
+        mine = sorted(i for i, on in pids.items() if on & own)
+        if not mine:
+            return None
+        held: dict[tuple[int, int], int] = {}
+        for i in mine:
+            for procs in (self._begin.get(i, {}), end.get(i, {})):
+                for pid, used in procs.items():
+                    if pid not in own:
+                        held[(i, pid)] = max(held.get((i, pid), 0), used)
+        busy: float | None = None
+        for i in mine:
+            if (shares := nvml.process_busy(i, self._since, self.nv)) is None:
+                continue
+            others = {pid: share for pid, share in shares.items() if pid not in own and share > 0}
+            for pid in others:  # one that came and went between the two readings still computed beside the run
+                held.setdefault((i, pid), 0)
+            busy = max(busy or 0.0, sum(others.values()))
+        return {"gpus": mine, "gpu_others": len({pid for _i, pid in held}),
+                "gpu_others_gb": round(sum(held.values()) / GIB, 2),
+                "gpu_others_busy": None if busy is None else round(busy, 1)}
+
+
+class Watch:
+    """What ran beside a run's measured part, read at its two ends: the CPU (CpuWatch) and the GPUs (GpuWatch) beside
+    this process's tree and the servers' (`servers`); `nv` as GpuWatch's."""
+
+    def __init__(self, servers: Iterable[int | None] = (), nv: Any = None) -> None:
+        self.cpu = CpuWatch(servers)
+        self.gpu = GpuWatch(self.cpu.roots, nv)
+
+    def start(self) -> None:
+        self.gpu.start()
+        self.cpu.start()
+
+    def stop(self) -> Disturbance | None:
+        """CpuWatch's reading with GpuWatch's; None when neither read anything."""
+        cpu, gpu = self.cpu.stop(), self.gpu.stop()
+        if gpu is None:
+            return cpu
+        return (cpu or Disturbance()).model_copy(update=gpu)
+
+
 def record(cpu: Disturbance | None, served_before: int | None, served_after: int | None,
            sent: int) -> Disturbance | None:
-    """What Notes.beside.disturbance keeps: the CPU reading, and the requests the server served from before the run's
-    warm-up to its end that this run did not send (`sent`: all its requests, warm-up included); None when
-    neither is known."""
+    """What Notes.beside.disturbance keeps: the Watch's reading (`cpu`), and the requests the server served from
+    before the run's warm-up to its end that this run did not send (`sent`: all its requests, warm-up included);
+    None when neither is known."""
     other = None
     if served_before is not None and served_after is not None and served_after >= served_before:
         other = max(0, served_after - served_before - sent)
@@ -107,10 +198,17 @@ def _cpu_disturbed(d: Disturbance) -> tuple[bool, bool]:
     return others, (d.steal_cores or 0) >= STEAL_SHARE * cores
 
 
+def _gpu_disturbed(d: Disturbance) -> bool:
+    """Another process computed on the run's GPU: with a share of its time NVML measured, or one it cannot say."""
+    if not d.gpu_others:
+        return False
+    return d.gpu_others_busy is None or d.gpu_others_busy >= GPU_BUSY_PCT
+
+
 def disturbed(notes: Any) -> bool:
     """Whether something beside the run took from it: its numbers are not what this machine gives when quiet."""
     d = notes.beside.disturbance or Disturbance()
-    return any(_cpu_disturbed(d)) or bool(d.other_requests) or bool(notes.beside.chats)
+    return any(_cpu_disturbed(d)) or _gpu_disturbed(d) or bool(d.other_requests) or bool(notes.beside.chats)
 
 
 def said(notes: Any) -> Message | None:
@@ -124,6 +222,14 @@ def said(notes: Any) -> Message | None:
     if steal:
         what.append(say("the hypervisor took {share:.0%} of the CPU time (steal)",
                         share=(d.steal_cores or 0) / (d.cores or 1)))
+    if _gpu_disturbed(d):
+        n, gb, busy = d.gpu_others or 0, significant(d.gpu_others_gb or 0), d.gpu_others_busy
+        what.append(say_n("{n} other process on the GPU held {gb} GB (how busy, the driver does not say)",
+                          "{n} other processes on the GPU held {gb} GB (how busy, the driver does not say)", n,
+                          gb=gb) if busy is None else
+                    say_n("{n} other process on the GPU held {gb} GB and used {share} of its compute time",
+                          "{n} other processes on the GPU held {gb} GB and used {share} of its compute time", n,
+                          gb=gb, share=f"{round(busy)} %"))
     if n := d.other_requests:
         what.append(say_n("the server answered {n} request from another client",
                           "the server answered {n} requests from another client", n))

@@ -54,12 +54,13 @@ class KvWatch:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def finish(self, result: RunResult) -> RunResult:
-        """`result`'s notes given the preemptions, peaks and capacity (nothing when it never started)."""
+    def finish(self, result: RunResult, page: str | None = None) -> RunResult:
+        """`result`'s notes given the preemptions, peaks and capacity (nothing when it never started). `page`: the
+        /metrics page already read after the run (runs.ServerCount's), else it is read here."""
         self.stop()
         if self.before is None:
             return result
-        after = self.read(self.base_url, self.api_key)
+        after = parse_metrics(page) if page is not None else self.read(self.base_url, self.api_key)
         self._note(after)
         kv, server = result.extra.kv, result.extra.server
         a, b = (self.before or {}).get("preemptions_total"), (after or {}).get("preemptions_total")

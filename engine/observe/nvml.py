@@ -38,9 +38,10 @@ def available() -> bool:
         return False
 
 
-def devices() -> list[dict[str, Any]]:
-    """[{index, name, uuid, used, total (bytes), procs {pid: bytes}}] for every GPU; [] without one."""
-    nv = _lib()
+def devices(nv: Any = None) -> list[dict[str, Any]]:
+    """[{index, name, uuid, used, total (bytes), procs {pid: bytes}}] for every GPU; [] without one. `nv`: the
+    pynvml to ask (default: this process's)."""
+    nv = nv if nv is not None else _lib()
     if nv is None:
         return []
     out = []
@@ -59,6 +60,24 @@ def devices() -> list[dict[str, Any]]:
     except Exception:
         return out
     return out
+
+
+def process_busy(index: int, since_us: int, nv: Any = None) -> dict[int, float] | None:
+    """Each process's share of GPU `index`'s SM time since `since_us` (microseconds since the epoch, NVML's clock),
+    in per cent, the mean of NVML's samples of it (nvmlDeviceGetProcessUtilization); {} when no process had a
+    sample since then; None without a GPU or where the driver does not say (older GPUs, some containers)."""
+    nv = nv if nv is not None else _lib()
+    if nv is None:
+        return None
+    try:
+        samples = nv.nvmlDeviceGetProcessUtilization(nv.nvmlDeviceGetHandleByIndex(index), since_us)
+    except Exception as e:  # NVML_ERROR_NOT_FOUND: no sample since then, which is an answer; the rest is not
+        return {} if getattr(e, "value", None) == getattr(nv, "NVML_ERROR_NOT_FOUND", None) else None
+    seen: dict[int, list[float]] = {}
+    for x in samples or ():
+        if int(getattr(x, "timeStamp", since_us)) >= since_us:
+            seen.setdefault(int(x.pid), []).append(float(x.smUtil))
+    return {pid: sum(v) / len(v) for pid, v in seen.items()}
 
 
 def memory_bus(index: int) -> tuple[int, int] | None:

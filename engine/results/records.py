@@ -234,13 +234,21 @@ class RoomRound(Part):
 
 class Disturbance(Part):
     """What took from the measured part (engine.observe.disturbance): its length and the machine's cores, the CPU other
-    programs used and the hypervisor took (cores on average), the requests another client sent the server."""
+    programs used and the hypervisor took (cores on average), the other processes on its GPU, the requests another
+    client sent the server."""
 
     seconds: float | None = None
     cores: Int | None = None
     others_cores: float | None = None
     steal_cores: float | None = None
     other_requests: Int | None = None  # None: the server did not say how many it served
+    # the other processes on the run's GPUs (GpuWatch): the run's GPUs, how many others computed there, the most
+    # memory they held (GB), their largest share of one GPU's SM time (per cent; None: the driver does not say);
+    # all None without a GPU of the run's
+    gpus: list[Int] | None = None
+    gpu_others: Int | None = None
+    gpu_others_gb: float | None = None
+    gpu_others_busy: float | None = None
 
 
 class Beside(Part):

@@ -19,7 +19,8 @@ from engine.runs.target import Target
 
 class ServerCount:
     """The server's own view of one run's measured part, from ONE read of its /metrics page when the
-    warm-up is over (`start`, the load generator's on_measure) and one after the last request (`finish`),
+    warm-up is over (`start`, the load generator's on_measure) and one after the last request (`finish`; more only
+    while its token counter has not yet counted every token the client received),
     so warm-up answers are left out: numbers a reader can check against the server's own.
     From the two pages: its count of the output tokens it generated (vllm:generation_tokens_total, to
     check the client's), the prefix cache's hits and queries, and the deltas of its per-request and
@@ -35,16 +36,21 @@ class ServerCount:
         self.started = False
         self.before: float | None = None
         self.page_before: str | None = None
+        self.page_after: str | None = None  # the settled page after the run: its served count too (Runner._keep)
 
-    def read(self) -> tuple[str | None, float | None]:
+    def read(self, expected: float | None = None) -> tuple[str | None, float | None]:
         """The /metrics page once the token counter stops moving (vLLM may count a step's tokens a moment after
         it sent them, and observes a request's histograms as it finishes; chat traffic keeps it moving: then
-        the last read) and that counter; (None, None) without /metrics."""
+        the last read) and that counter; (None, None) without /metrics. A first read whose counter is already
+        `expected` (every token the client received counted) has settled: no second read, so the command
+        returns sooner after its last answer."""
         t = self.target
         if t.endpoint is not None and not t.endpoint.metrics:
             return None, None  # discovery found no readable /metrics: no read to wait for
         page = read_metrics_text(t.base_url, t.api_key)
         value = None if page is None else generation_tokens(page, t.model)
+        if value is not None and expected is not None and value == expected:
+            return page, value
         for _ in range(self.READS if value is not None else 0):
             time.sleep(self.SETTLE_S)
             again_page = read_metrics_text(t.base_url, t.api_key)
@@ -64,7 +70,9 @@ class ServerCount:
             return result
         notes = result.extra
         notes.token_count.client = client_output_tokens(result.records)
-        page, after = self.read() if self.page_before is not None else (None, None)
+        expected = None if self.before is None else self.before + notes.token_count.client
+        page, after = self.read(expected) if self.page_before is not None else (None, None)
+        self.page_after = page
         if self.before is None or after is None:
             notes.token_count.missing = "no-metrics"
         elif after < self.before:

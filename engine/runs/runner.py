@@ -25,7 +25,7 @@ from engine.measure.workloads import seeds
 from engine.messages import Message, mark, say, say_n
 from engine.observe import disturbance, hardware
 from engine.observe.energy import EnergyMeter
-from engine.observe.telemetry import read_requests_served
+from engine.observe.telemetry import read_requests_served, requests_served
 from engine.results.records import Disturbance, Notes, Repeat, RunResult, SloNotes
 from engine.serving import endpoint
 from engine.serving.config import ServerConfig
@@ -160,15 +160,16 @@ class Runner:
         self.warmth = warmth or WarmthLedger()
 
     def _keep(self, result: RunResult, target: Target, served_before: int | None = None,
-              cpu: Disturbance | None = None) -> RunResult:
+              beside: Disturbance | None = None, page_after: str | None = None) -> RunResult:
         """A load run finished: stamped with its server, cold or warm, what disturbed it, its goodput under the
-        SLO, saved. `served_before`: the server's served count read before the run began (served()); `cpu`: its
-        CpuWatch's reading over the measured part."""
+        SLO, saved. `served_before`: the server's served count read before the run began (served()); `beside`: its
+        disturbance.Watch's reading over the measured part; `page_after`: the /metrics page ServerCount read after it
+        (its served count then, without another read)."""
         if self.slo is not None:
             record_goodput(result, self.slo)
-        result = self._judge_warmth(target.stamp(result), target, served_before)
+        result = self._judge_warmth(target.stamp(result), target, served_before, page_after)
         notes = result.extra
-        notes.beside.disturbance = disturbance.record(cpu, notes.warmth.served_before, notes.warmth.served_after,
+        notes.beside.disturbance = disturbance.record(beside, notes.warmth.served_before, notes.warmth.served_after,
                                                       len(result.records))
         return self.save(result)
 
@@ -179,7 +180,8 @@ class Runner:
         return None if target.instance is None else read_requests_served(target.base_url, target.model,
                                                                            target.api_key)
 
-    def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None) -> RunResult:
+    def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None,
+                      page_after: str | None = None) -> RunResult:
         """Mark the run cold when its measured batch was the first of its size on this server instance
         and the server had not served as many requests elsewhere (engine.measure.judge.warmth); unknown when the
         server does not say which start it is."""
@@ -189,7 +191,8 @@ class Runner:
         if target.instance is not None:
             notes.instance = target.instance
             notes.served_before = served_before
-            notes.served_after = self.served(target) if served_before is not None else None
+            notes.served_after = None if served_before is None else (
+                requests_served(page_after, target.model) if page_after is not None else self.served(target))
             if (w := self.warmth.judge(target.instance, notes.batch_size or 0, notes.warmup_batch_size or 0,
                                        served_before, notes.served_after)):
                 notes.cold, notes.why, notes.served_elsewhere = w.cold, w.why, w.elsewhere
@@ -233,27 +236,27 @@ class Runner:
         kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
         served = self.served(target)
         meter = self._meter(target)
-        cpu = disturbance.CpuWatch([target.pid])  # the CPU used beside the measured part
+        watch = disturbance.Watch([target.pid])  # the CPU and GPUs used beside the measured part
 
         def measuring() -> None:
             count.start()
             kv.start()
             if meter is not None:
                 meter.start()
-            cpu.start()
+            watch.start()
 
         try:
             result = send(measuring)
         finally:
             kv.stop()
             self.mark(say("{run}: end", run=spec.label or spec.scenario))
-        beside = cpu.stop()
-        result = self._energy(kv.finish(count.finish(result)), meter)
+        beside = watch.stop()
+        result = self._energy(kv.finish(count.finish(result), count.page_after), meter)
         result.extra.add(notes)
         if result.extra.repeat.group:  # a repeat that did not answer all it planned is left out of their statistics
             c = failures.counts(result)
             result.extra.repeat.failed = c.answered < c.planned
-        return self._keep(result, target, served, beside)
+        return self._keep(result, target, served, beside, count.page_after)
 
     # the measured parts of a side-by-side pair start this far after both warm-ups end, on one clock
     PAIR_LEAD_S = 0.05
@@ -285,13 +288,13 @@ class Runner:
             count = ServerCount(target)
             kv = KvWatch(target.base_url, target.api_key)
             served = self.served(target)
-            cpu = disturbance.CpuWatch([a.pid, b.pid])  # both servers' trees are the pair's own
+            watch = disturbance.Watch([a.pid, b.pid])  # both servers' trees are the pair's own
 
             def on_measure() -> float:
                 count.start()
                 kv.start()
                 barrier.wait()  # BrokenBarrierError when the other side failed before measuring
-                cpu.start()
+                watch.start()
                 return origin["clock"]
 
             try:
@@ -300,10 +303,11 @@ class Runner:
                                               on_measure=on_measure)
                 finally:
                     kv.stop()
-                beside = cpu.stop()
+                beside = watch.stop()
                 result.started_at = origin.get("epoch", result.started_at)
                 result.extra.side_by_side.pair, result.extra.side_by_side.side = pair, name
-                results[name] = self._keep(kv.finish(count.finish(result)), target, served, beside)
+                results[name] = self._keep(kv.finish(count.finish(result), count.page_after), target, served, beside,
+                                           count.page_after)
             except BaseException as e:  # noqa: BLE001 - raised below, once the other side is saved
                 barrier.abort()
                 failures[name] = e
@@ -363,13 +367,13 @@ class Runner:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
         at that many per second instead) with the server's view and energy, saved."""
         count, served, meter = ServerCount(target), self.served(target), self._meter(target)
-        cpu = disturbance.CpuWatch([target.pid])
+        watch = disturbance.Watch([target.pid])
 
         def hooks() -> None:
             count.start()
             if meter is not None:
                 meter.start()
-            cpu.start()
+            watch.start()
 
         if rate is not None:  # arrivals at a rate (the spec's: Poisson, gamma, constant, a cap), not a number in flight
             n = rate_requests(spec, rate, self.rate_level_s)
@@ -379,10 +383,10 @@ class Runner:
         else:
             result = loadgen.run_level(spec, level, observer=progress, cancel=cancel, rounds=rounds,
                                        on_measure=hooks)
-        beside = cpu.stop()
+        beside = watch.stop()
         result = self._energy(count.finish(result), meter)
         result.extra.add(notes)
-        return self._keep(result, target, served, beside)
+        return self._keep(result, target, served, beside, count.page_after)
 
     def repeat(self, spec: LoadSpec, target: Target, n: int, fixed_seed: bool = False) -> list[RunResult]:
         """The same load `n` times, each run saved as it ends and marked as one of the group
@@ -554,13 +558,13 @@ class Runner:
         """The transformers baseline (spec: engine.measure.baseline.protocol.NaiveSpec) in its own worker process."""
         static = spec.mode == "static-batch"  # one padded generate() over all prompts, not naive one by one
         self.mark(say("static batch start") if static else say("naive start"))
-        cpu = disturbance.CpuWatch()  # its worker is this process's child: its own
-        cpu.start()
+        watch = disturbance.Watch()  # its worker is this process's child: its own
+        watch.start()
         try:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
             self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
-        result.extra.beside.disturbance = disturbance.record(cpu.stop(), None, None, 0)
+        result.extra.beside.disturbance = disturbance.record(watch.stop(), None, None, 0)
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         if self.slo is not None:

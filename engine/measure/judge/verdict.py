@@ -323,13 +323,38 @@ def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
             say("{name} from {time}", name=label_b, time=times[1]))
 
 
+def _runs(x) -> list:
+    """A run or a set of runs (a step's repeats) as a list."""
+    return [r for r in (x if isinstance(x, (list, tuple)) else [x]) if r is not None]
+
+
+def _per_prompt_latency(runs: Sequence) -> dict[int, float]:
+    """Each prompt's end-to-end latency over `runs`: the geometric mean of its answers in the repeats (the paired
+    test's own scale, so that the stated ratio is exactly the two sides' centres' ratio)."""
+    seen: dict[int, list[float]] = {}
+    for run in runs:
+        for r in getattr(run, "measured", ()):
+            if r.ok and r.e2e:
+                seen.setdefault(r.index, []).append(math.log(r.e2e))
+    return {i: math.exp(_mean(logs)) for i, logs in seen.items()}
+
+
 def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdict | None:
-    """Two runs of the same prompts (the Naive page's contenders: one request per prompt, by index) compared on each
-    prompt's end-to-end latency, paired: B's latency over A's, so a ratio above 1 means B is slower. None when no
-    prompt was answered on both sides."""
-    lat_a = {r.index: r.e2e for r in getattr(run_a, "measured", ()) if r.ok and r.e2e}
-    lat_b = {r.index: r.e2e for r in getattr(run_b, "measured", ()) if r.ok and r.e2e}
+    """Two runs of the same prompts (the Naive page's contenders, the guided lab's naive and sequential steps: one
+    request per prompt, by index), each a run or its repeats, compared on each prompt's end-to-end latency, paired:
+    B's latency over A's, so a ratio above 1 means B is slower. None when no prompt was answered on both sides."""
+    runs_a, runs_b = _runs(run_a), _runs(run_b)
+    lat_a, lat_b = _per_prompt_latency(runs_a), _per_prompt_latency(runs_b)
     both = sorted(lat_a.keys() & lat_b.keys())
     v = compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
                 per=REQUESTS, unit="s", paired=True)
-    return beside(v, (label_a, [run_a]), (label_b, [run_b]))
+    return beside(v, (label_a, runs_a), (label_b, runs_b))
+
+
+def of_values(a: Sequence[float | None], b: Sequence[float | None], runs_a, runs_b, *, name: str, label_a: str,
+              label_b: str, per: str = RUNS, unit: str = "", paired: bool = False) -> Verdict | None:
+    """Two samples that runs gave otherwise than a summary metric (the guided lab's naive answers' pace against
+    vLLM's runs; a streamed answer's first token against its end), compared by the same test and withheld beside
+    a disturbed run of either side, as compare_runs does."""
+    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, paired=paired)
+    return beside(v, (label_a, _runs(runs_a)), (label_b, _runs(runs_b)))

@@ -70,9 +70,10 @@ def request_fields(endpoint: str, temperature: float, sampling: dict[str, Any], 
             "lora_weights": weights, "lora_assignment": lora_assignment}
 
 
-def shape_said(load: Any):
-    """What a recorded run's requests carried beyond the lab's plain chat request, in one sentence (its endpoint,
-    sampling parameters, extra body, headers by name, LoRA modules and their shares); None for a plain request."""
+def shape_parts(load: Any):
+    """What a recorded run's requests carried beyond the lab's plain chat request (its endpoint, sampling
+    parameters, extra body, headers by name, LoRA modules and their shares), its parts joined by semicolons: the CLI's
+    "request shape" line, and inside shape_said the pages' sentence; None for a plain request."""
     other = load.other if isinstance(getattr(load, "other", None), dict) else {}
     parts = [say("the {endpoint} endpoint", endpoint=load.endpoint)] if load.endpoint in ("completions", "embeddings",
                                                                                               "rerank") else []
@@ -93,4 +94,10 @@ def shape_said(load: Any):
     said = parts[0]
     for part in parts[1:]:  # each part a Message of its own: said again in the reader's language
         said = say("{said}; {part}", said=said, part=part)
-    return say("Requests: {parts}.", parts=said)
+    return said
+
+
+def shape_said(load: Any):
+    """shape_parts in one sentence, as the pages show it under a run; None for a plain request."""
+    parts = shape_parts(load)
+    return None if parts is None else say("Requests: {parts}.", parts=parts)

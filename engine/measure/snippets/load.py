@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.measure.load.spec import RERANK_DOCUMENTS, SHAPES, LoadSpec
-from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, headers_lines, lit, literal,
-                                            paced_beyond_code, shape_of)
+from engine.measure.load.spec import SHAPES, LoadSpec
+from engine.measure.snippets.python import (WIDTH, Comments, client, lit, paced_beyond_code, request_call, shape_lines,
+                                            shape_of, tokens_used)
 from engine.measure.snippets.workload import workload_code
 from engine.messages import Message, say
 from engine.serving.config import ServerConfig
@@ -99,86 +99,6 @@ def shaped_spec(spec: LoadSpec) -> bool:
     return bool(spec.sampling or spec.headers or spec.extra_body or spec.lora_modules)
 
 
-def _used(spec: LoadSpec) -> str:
-    """Where a request's tokens are read from: an answer's usage, an embedding's prompt tokens, a rerank's (a dict)
-    total of its query's and documents'."""
-    return {"embeddings": "r.usage.prompt_tokens", "rerank": 'r["usage"]["total_tokens"]'}.get(
-        spec.endpoint, "r.usage.completion_tokens")
-
-
-def _call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) -> list[str]:
-    """`r = [await] client.….create(...)` for one prompt, wrapped as the lab writes it, with the request's shape: its
-    endpoint, sampling parameters, headers (HEADERS) and extra body, and its LoRA module (`model`)."""
-    chat, embed = spec.endpoint == "chat", spec.endpoint == "embeddings"
-    if spec.endpoint == "rerank":
-        return _rerank_call(spec, prompt, indent, c, awaited)
-    what = ('messages=[{"role": "user", "content": ' + prompt + "}]" if chat else f"input={prompt}" if embed
-            else f"prompt={prompt}")
-    args = ["model=model" if spec.lora_modules else "model=MODEL", what]
-    if spec.max_tokens is not None and not embed:
-        args.append(f"max_tokens={spec.max_tokens}")
-    if not embed:
-        args.append(f"temperature={spec.temperature:g}")
-    args += [f"{k}={v!r}" for k, v in spec.sampling.items() if k in SDK_SAMPLING]
-    if spec.headers:
-        args.append("extra_headers=HEADERS")
-    extra = {**({"truncate_prompt_tokens": -1} if embed else {}),
-             **{k: v for k, v in spec.sampling.items() if k not in SDK_SAMPLING}, **spec.extra_body}
-    api = "chat.completions" if chat else "embeddings" if embed else "completions"
-    lines = [f"{indent}r = {'await ' if awaited else ''}client.{api}.create("]
-    tail = "," if spec.ignore_eos or extra else ")"
-    args[-1] += tail
-    line = indent + "    " + args[0]
-    for arg in args[1:]:  # wrapped between arguments, never inside one
-        if len(line) + 2 + len(arg) > WIDTH:
-            lines.append(line + ",")
-            line = indent + "    " + arg
-        else:
-            line += ", " + arg
-    lines.append(line)
-    if spec.ignore_eos:
-        extra = {"ignore_eos": True, **extra}
-    if extra:
-        why = (say("vLLM's extension: always generate max_tokens") if spec.ignore_eos and len(extra) == 1 else
-               say("what the OpenAI API has no argument for: vLLM reads it from the body"))
-        lines.append(f"{indent}    extra_body={literal(extra)})" + c.inline(why))
-    return lines
-
-
-def _rerank_call(spec: LoadSpec, prompt: str, indent: str, c: Comments, awaited: bool) -> list[str]:
-    """vLLM's /v1/rerank, which the openai SDK has no method for: its generic post, the JSON answer a dict."""
-    model = "model" if spec.lora_modules else "MODEL"
-    body = f'{{"model": {model}, "query": {prompt}, "documents": docs, "truncate_prompt_tokens": -1'
-    body += "".join(f", {lit(str(k))}: {literal(v)}" for k, v in spec.extra_body.items()) + "}"
-    options = ", options={\"headers\": HEADERS}" if spec.headers else ""
-    return [c.line(say("vLLM's rerank: the prompt the query, the next prompts its documents, scored by the server"),
-                   indent),
-            f"{indent}r = {'await ' if awaited else ''}client.post(\"/rerank\", cast_to=object{options},",
-            f"{indent}    body={body})"]
-
-
-def _shape_lines(spec: LoadSpec, c: Comments) -> list[str]:
-    """HEADERS (each value from an environment variable named for it: a header's value is never recorded) and the
-    LoRA modules' assignment (model_for), where the run sent them."""
-    lines = []
-    if spec.endpoint == "rerank":
-        lines.append(f"docs_for = lambda i: [PROMPTS[(i + k) % len(PROMPTS)] for k in range(1, min({RERANK_DOCUMENTS}, "
-                     "len(PROMPTS) - 1) + 1)] or PROMPTS[:1]")
-    lines += headers_lines(list(spec.headers), c)
-    if spec.lora_modules:
-        weights = spec.lora_weights or [1] * len(spec.lora_modules)
-        if spec.lora_assignment == "random":
-            lines += [f"LORA, WEIGHTS, SEED = {literal(spec.lora_modules)}, {weights!r}, {spec.seed}",
-                      "model_for = lambda i: random.Random(f\"{SEED}:{i}\").choices(LORA, WEIGHTS)[0]"
-                      + c.inline(say("each request's LoRA module, drawn from the run's seed"))]
-        else:
-            cycle = [spec.model_for(i) for i in range(sum(weights))]
-            lines += [f"MODELS = {literal(cycle)}"
-                      + c.inline(say("each request names the next LoRA module in turn")),
-                      "model_for = lambda i: MODELS[i % len(MODELS)]"]
-    return lines
-
-
 def _prompts(spec: LoadSpec, room: int, c: Comments) -> list[str]:
     """PROMPTS (as many of the spec's as fit in `room` lines, at least one) and N, the number of requests."""
     used = [lit(p) for p in spec.prompts[:spec.n]]
@@ -213,7 +133,7 @@ def _pack(items: list[str]) -> list[str]:
 def _assemble(top: list[str], rest: list[str], spec: LoadSpec, c: Comments) -> str:
     """`top`, then PROMPTS and N in the lines `top` and `rest` leave of MAX_LINES, then `rest`."""
     # a request's shape (headers, LoRA, an extra body) takes lines of its own: the prompts keep their room
-    room = (MAX_LINES + len(_shape_lines(spec, c)) + 2 * shaped_spec(spec)) - len(top) - len(rest) - 1  # N's line
+    room = (MAX_LINES + len(shape_lines(spec, c)) + 2 * shaped_spec(spec)) - len(top) - len(rest) - 1  # N's line
     return "\n".join(top + _prompts(spec, room, c) + rest) + "\n"
 
 
@@ -221,13 +141,13 @@ def _sequential(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) 
     drawn = spec.lora_modules and spec.lora_assignment == "random"
     top = head + ["import os, random, time" if drawn else "import os, time", "from openai import OpenAI", "",
                   *client("OpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
-    used = _used(spec)
-    rest = [*_shape_lines(spec, c), "", "times, tokens = [], 0",
+    used = tokens_used(spec)
+    rest = [*shape_lines(spec, c), "", "times, tokens = [], 0",
             "for i in range(N):",
             *(["    model = model_for(i)"] if spec.lora_modules else []),
             *(["    docs = docs_for(i)"] if spec.endpoint == "rerank" else []),
             "    start = time.perf_counter()",
-            *_call(spec, "PROMPTS[i % len(PROMPTS)]", "    ", c, awaited=False),
+            *request_call(spec, "PROMPTS[i % len(PROMPTS)]", "    ", c, awaited=False),
             "    times.append(time.perf_counter() - start)",
             f"    tokens += {used}",
             f'    print(f"Request {{i + 1}}: {{times[-1]:.1f}} s ({{{used}}} tokens)")',
@@ -243,8 +163,8 @@ def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) 
                if drawn else "import asyncio, os, time")
     top = head + [imports, "from openai import AsyncOpenAI", "",
                   *client("AsyncOpenAI", spec.base_url, key_needed, c), f"MODEL = {lit(spec.model)}"]
-    body = [*_call(spec, "prompt", "    ", c, awaited=True),
-            f"    return time.perf_counter() - start, {_used(spec)}"]
+    body = [*request_call(spec, "prompt", "    ", c, awaited=True),
+            f"    return time.perf_counter() - start, {tokens_used(spec)}"]
     args, passed = "prompt", "PROMPTS[i % len(PROMPTS)]"
     if spec.lora_modules:
         args, passed = args + ", model", passed + ", model_for(i)"
@@ -265,7 +185,7 @@ def _concurrent(spec: LoadSpec, head: list[str], key_needed: bool, c: Comments) 
         setup = []
         one = [f"async def one({args}):", "    start = time.perf_counter()", *body]
         send = f"one({passed})"
-    setup = _shape_lines(spec, c) + setup
+    setup = shape_lines(spec, c) + setup
     gather = (["    arrivals = itertools.accumulate(random.expovariate(RATE) for _ in range(N))",
                f"    results = await asyncio.gather(*[{send}])"] if poisson else
               [f"    results = await asyncio.gather(*[{send} for i in range(N)])"])

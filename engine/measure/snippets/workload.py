@@ -6,8 +6,10 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from engine.measure.snippets.python import (SDK_SAMPLING, WIDTH, Comments, client, comment, headers_lines, lit,
-                                            literal, paced_beyond_code, shape_of)
+from engine.errors import ConfigError
+from engine.measure.load.spec import POOLING, LoadSpec
+from engine.measure.snippets.python import (WIDTH, Comments, client, comment, lit, paced_beyond_code, request_call,
+                                            shape_lines, shape_of, tokens_used)
 from engine.measure.workloads.named import named
 from engine.measure.workloads.conversations import FOLLOW_UPS
 from engine.measure.workloads import fixed_text
@@ -25,17 +27,17 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     write as the run sent it."""
     load, w = run.load, run.load.workload or {}
     kind = w.get("kind")
-    if run.kind != "vllm" or not load.base_url or not run.model or (load.endpoint or "chat") != "chat" \
-            or load.other.get("lora_modules"):  # another endpoint, or a model per request: the Load test's code
+    if run.kind != "vllm" or not load.base_url or not run.model:
         return None
     if load.shape not in ("concurrency", "burst", "sequential", "poisson", "trace") or paced_beyond_code(load):
+        return None
+    if (spec := _request(run)) is None:
         return None
     c = Comments(lang)
     keyed = bool(run.config.get("api_key")) or run.extra.server.keyed
     head = [*comment(c, say("{what}: what this run sent, with the openai SDK.", what=named(w))),
             "import asyncio, csv, itertools, json, math, os, random, time", "from openai import AsyncOpenAI", "",
-            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}",
-            *headers_lines(list(shape_of(load)["headers"]), c)]
+            *client("AsyncOpenAI", load.base_url, keyed, c), f"MODEL = {lit(run.model)}"]
     body: list  # lines, None where a part cannot be written as the run sent it
     if kind == "dataset":
         body = _file_lines(w, c) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
@@ -48,7 +50,7 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     elif kind == "hub":
         body = _hub_lines(w) + _prompts_of_rows(w) + _sampled(w) + _dataset_lengths(w, load)
     elif kind == "multi-turn":
-        return _chat_code(run, w, head, c)
+        return _chat_code(run, spec, w, head, c)
     elif kind == "trace":
         if w.get("time_unit") != "ms" or not str(w.get("name", "")).lower().endswith((".jsonl", ".ndjson")):
             return None  # the Mooncake shape only: Azure's date-times would need their own reading
@@ -58,7 +60,21 @@ def workload_code(run: Any, lang: str = "en") -> str | None:
     lines = [line for line in body if line is not None]
     if len(lines) < len(body):  # a part it cannot write as the run sent it
         return None
-    return "\n".join(head + lines + _send(load, c, trace=kind == "trace")) + "\n"
+    return "\n".join(head + lines + _send(load, spec, c, trace=kind == "trace")) + "\n"
+
+
+def _request(run: Any) -> LoadSpec | None:
+    """How each request of a stored run was sent (its endpoint, sampling, headers by name, extra body, LoRA modules
+    and their assignment), as a LoadSpec the shared request writer reads; None where its record does not make one."""
+    load = run.load
+    endpoint = load.endpoint or "chat"
+    try:
+        return LoadSpec(base_url=load.base_url, model=run.model, prompts=["-"], max_tokens=load.max_tokens,
+                        ignore_eos=bool(load.ignore_eos) and endpoint not in POOLING, endpoint=endpoint,
+                        temperature=0.7 if load.temperature is None else load.temperature,
+                        seed=int(load.other.get("seed") or 0), **shape_of(load))
+    except (ConfigError, TypeError, ValueError):
+        return None
 
 
 def _file_lines(w: dict, c: Comments) -> list[str]:
@@ -231,29 +247,10 @@ def _trace_lines(w: dict, c: Comments) -> list[str]:
                     'LENGTHS = [row["output_length"] for row in rows]']
 
 
-def _create(indent: str, messages: str, load, c: Comments, tokens: str) -> list[str]:
-    """`r = await client.chat.completions.create(...)`, with vLLM's ignore_eos where the run held lengths, and the
-    request's shape the run sent (its sampling parameters, headers and extra body)."""
-    shape = shape_of(load)
-    args = (f"{indent}    model=MODEL, messages={messages}, max_tokens={tokens}, "
-            f"temperature={0.7 if load.temperature is None else load.temperature:g}")
-    sdk = [f"{k}={v!r}" for k, v in shape["sampling"].items() if k in SDK_SAMPLING]
-    sdk += ["extra_headers=HEADERS"] if shape["headers"] else []
-    extra = {**({"ignore_eos": True} if load.ignore_eos else {}),
-             **{k: v for k, v in shape["sampling"].items() if k not in SDK_SAMPLING}, **shape["extra_body"]}
-    lines = [f"{indent}r = await client.chat.completions.create("]
-    if sdk:
-        lines.append(args + ",")
-        args = f"{indent}    " + ", ".join(sdk)
-    if not extra:
-        return lines + [args + ")"]
-    why = (say("vLLM's extension: every answer runs to its length") if list(extra) == ["ignore_eos"] else
-           say("what the OpenAI API has no argument for: vLLM reads it from the body"))
-    return lines + [args + ",", f"{indent}    extra_body={literal(extra)})" + c.inline(why)]
-
-
-def _send(load, c: Comments, trace: bool) -> list[str]:
-    """PROMPTS[i] with LENGTHS[i] sent as the run's arrival did, then what it measured."""
+def _send(load, spec: LoadSpec, c: Comments, trace: bool) -> list[str]:
+    """PROMPTS[i] with LENGTHS[i] sent as the run's arrival did, in the request's shape (its endpoint, sampling,
+    headers, extra body, LoRA module: python.request_call, as the Load test's code writes it), then what it
+    measured."""
     if trace:
         gate, wait = [], ["    await asyncio.sleep(AT[i])" + c.inline(say("on the trace's clock"))]
     elif load.shape == "poisson":
@@ -269,12 +266,14 @@ def _send(load, c: Comments, trace: bool) -> list[str]:
     ramp = load.other.get("ramp_up_s") if isinstance(load.other, dict) else None
     note = comment(c, say("The run ramped up over {s:g} s; this code starts at the full load.",
                            s=ramp)) if ramp else []
-    inner = ["    start = time.perf_counter()",
-             *_create("    ", '[{"role": "user", "content": PROMPTS[i]}]', load, c, "LENGTHS[i]"),
-             "    return time.perf_counter() - start, r.usage.completion_tokens"]
+    inner = [*(["    model = model_for(i)"] if spec.lora_modules else []),
+             *(["    docs = docs_for(i)"] if spec.endpoint == "rerank" else []),
+             "    start = time.perf_counter()",
+             *request_call(spec, "PROMPTS[i]", "    ", c, awaited=True, tokens="LENGTHS[i]"),
+             f"    return time.perf_counter() - start, {tokens_used(spec)}"]
     one = (["async def one(i):", *wait, *inner] if not gate or load.shape == "poisson" else
            ["async def one(i):", "    async with IN_FLIGHT:", *["    " + line for line in inner]])
-    return [*note, *gate, "", *one, "",
+    return [*shape_lines(spec, c), *note, *gate, "", *one, "",
             "async def main():",
             "    start = time.perf_counter()",
             "    results = await asyncio.gather(*[one(i) for i in range(len(PROMPTS))])",
@@ -286,10 +285,11 @@ def _send(load, c: Comments, trace: bool) -> list[str]:
             "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]
 
 
-def _chat_code(run: Any, w: dict, head: list[str], c: Comments) -> str | None:
-    """N conversations × K turns, each turn sent with the history so far (its replies included)."""
+def _chat_code(run: Any, spec: LoadSpec, w: dict, head: list[str], c: Comments) -> str | None:
+    """N conversations × K turns, each turn sent with the history so far (its replies included); with LoRA modules
+    each conversation names its own (spec.model_for's conversation index) in every turn."""
     load, turns = run.load, _turns_expr(str(w.get("layout", "")))
-    if turns is None or not w.get("conversations") or not w.get("turns"):
+    if turns is None or not w.get("conversations") or not w.get("turns") or spec.endpoint != "chat":
         return None
     n = min(load.concurrency or 1, w["conversations"]) if load.shape == "concurrency" else (
         1 if load.shape == "sequential" else w["conversations"])
@@ -307,22 +307,25 @@ def _chat_code(run: Any, w: dict, head: list[str], c: Comments) -> str | None:
             f"CONVERSATIONS, TURNS, rng = {w['conversations']}, {w['turns']}, random.Random({w.get('seed', 0)})",
             "CHATS = [STARTS[i % len(STARTS)][:TURNS] for i in range(CONVERSATIONS)]",
             "CHATS = [chat + [rng.choice(FOLLOW_UPS) for _ in range(TURNS - len(chat))] for chat in CHATS]",
+            *shape_lines(spec, c),
             f"IN_FLIGHT = asyncio.Semaphore({n})" + c.inline(say("conversations at once")), "",
-            "async def conversation(chat):",
+            "async def conversation(k, chat):",
             "    messages, took = [], []",
+            *(["    model = model_for(k)" + c.inline(say("every turn of a conversation names its LoRA module"))]
+              if spec.lora_modules else []),
             "    async with IN_FLIGHT:",
             "        for text in chat:",
             '            messages.append({"role": "user", "content": text})'
             + c.inline(say("the whole history so far, then this turn")),
             "            start = time.perf_counter()",
-            *_create("            ", "messages", load, c, str(load.max_tokens) if load.max_tokens else "None"),
+            *request_call(spec, "", "            ", c, awaited=True, messages="messages"),
             "            took.append(time.perf_counter() - start)",
             '            messages.append({"role": "assistant", "content": r.choices[0].message.content})',
             *([f"            await asyncio.sleep({think:g})" + c.inline(say("the think time before the next turn"))]
               if think else []),
             "    return took", "",
             "async def main():",
-            "    results = await asyncio.gather(*[conversation(chat) for chat in CHATS])",
+            "    results = await asyncio.gather(*[conversation(k, chat) for k, chat in enumerate(CHATS)])",
             "    for t in range(TURNS):",
             '        print(f"Turn {t + 1}: mean latency {sum(r[t] for r in results) / len(results):.2f} s")', "",
             "asyncio.run(main())" + c.inline(say("in a notebook: await main()"))]

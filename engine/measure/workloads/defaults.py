@@ -52,15 +52,24 @@ def load_defaults(device: str, max_len: int | None, attached=None) -> LoadDefaul
         url=attached.url, capacity=int(capacity), fits=fits, per=per_request, top=levels[-1]))
 
 
-def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None, seed: int | None = None) -> LoadSpec:
+def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None, seed: int | None = None,
+               request: dict[str, Any] | None = None) -> LoadSpec:
     """The sweep's workload, its tokens per request as `defaults` (load_defaults) follow the server. A workload
     `plan` (workload_plan: a dataset or lengths; each level cycles its requests) replaces the sweep's prompts,
     and every level's run records it; a trace's clock or a chat's turns are refused by the sweep
     (runs.check_sweep), which sets the requests in flight itself. Synthetic prompts (the sweep's own, a length
     distribution's) are made from `seed`, a new one when None: a second sweep never meets the first's prompts in
-    the prefix cache (each level then adds its index: seeds.nth)."""
+    the prefix cache (each level then adds its index: seeds.nth). `request`: the request's shape, as
+    load_test_spec's (with_request)."""
     spec = scenarios.get("sweep").load_spec(max_tokens=defaults.sweep_max_tokens, seed=seed)
-    return spec if plan is None else seeds.reseed(plan.apply(spec), int(spec.prompt_seed or 0))
+    return with_request(spec if plan is None else seeds.reseed(plan.apply(spec), int(spec.prompt_seed or 0)), request)
+
+
+def with_request(spec: LoadSpec, request: dict[str, Any] | None) -> LoadSpec:
+    """`spec` sending the request shape the Load test page's boxes chose (measure.load.shape's request_fields: the
+    endpoint, sampling, headers, extra body, LoRA modules), for every kind of run the page starts: one shape for the
+    load test, the sweep, the SLO search and the pair. LoadSpec's one sentence (ConfigError) for a bad one."""
+    return replace(spec, **request) if request else spec
 
 
 # What the Load test page offers to send: the lab's prompts first, then each workload kind
@@ -127,8 +136,7 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
                        ramp_strategy=ramp_strategy if rated else None, ramp_start_rps=ramp_start_rps if rated else None)
     if max_in_flight and spec.shape in ("poisson", "trace"):  # a cap holds back arrivals on a schedule
         spec = replace(spec, max_in_flight=max_in_flight)
-    if request:
-        spec = replace(spec, **request)
+    spec = with_request(spec, request)
     spec.validate(max_len)
     scenario = (plan.kind if plan is not None else "poisson" if shape == "poisson"
                 else f"concurrent-{min(spec.in_flight(), spec.n)}")
