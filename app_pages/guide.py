@@ -55,9 +55,10 @@ def _chosen(key: str, action) -> None:
         ui.on_press(action, value)
 
 
-head, side = st.columns([3, 1], vertical_alignment="bottom")
+# the title and the presenter's two choices on one line: stacked, they pushed every step ~70 px down a projector
+head, scale_side, model_side = st.columns([3, 2, 3], vertical_alignment="bottom")
 head.title(_("Guided lab"))
-with side:
+with scale_side:
     if presenter:
         key = f"guide_scale_{state.scale}"  # one widget per scale: its default is the session's, never a stale one
         # required: a click on the chosen share keeps it (else it showed none chosen while the session kept it)
@@ -67,6 +68,8 @@ with side:
                              help=_("Token budgets as a share of the lab's. On a CPU a quarter (a tenth on a "
                                     "busy one) keeps each step to a minute or two; the ratios stay "
                                     "comparable, the times do not."))
+with model_side:
+    if presenter:
         choices = models.catalogue()
         if len(choices) > 1:  # the model of every step; on a GPU the lab's Llama 3 8B (or its shape-only stand-in)
             paths = [m.path for m in choices]
@@ -171,7 +174,7 @@ def _result(s) -> None:
                                                       icon=":material/insights:")
     if s.id == "naive":
         if run:
-            ui.chart(ui.fit(figures.latency_bars(run, None, lang=lang)), key="g-naive")
+            ui.chart(ui.fit(figures.latency_bars(run, None, lang=lang, numbered=False)), key="g-naive")
             ui.warmth(run)
     elif s.id == "free":
         fact = state.facts.get("free")
@@ -228,7 +231,8 @@ def _result(s) -> None:
         if run:
             # the finding's verdict, or none where it claims none
             speed = found.verdict if found is not None and found.claim is not None else None
-            fig = figures.latency_bars(guide.latest("naive", state), run, lang=lang, speed=speed)
+            # unnumbered: "3 · vLLM" on step 5 read as step 3
+            fig = figures.latency_bars(guide.latest("naive", state), run, lang=lang, speed=speed, numbered=False)
             ui.chart(_last_of(ui.fit(fig), s), key="g-seq")
     elif s.id == "concurrent":
         st.page_link("app_pages/room.py", label=_("Try it with the room as the load"), icon=":material/groups:")

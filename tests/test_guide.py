@@ -448,6 +448,9 @@ def test_every_step_draws_the_runs_it_made(app_lab):
                 assert any("Seoul" in m.value for m in at.markdown), [m.value for m in at.markdown]
             elif sid in runs:
                 assert at.get("plotly_chart"), sid
+            # the Naive page numbers its contenders ("3 · vLLM, one at a time"); on step 5 that read as step 3
+            names = [t.get("name") or "" for c in at.get("plotly_chart") for t in json.loads(c.proto.spec)["data"]]
+            assert not [n for n in names if re.match(r"\d+ · ", n)], (lang, sid, names)
             if g.step(sid).seed:
                 here = at.dataframe[0].value.iloc[:, 2].tolist()
                 assert not any(v in ("not run yet", "아직 실행 안 함") for v in here), (sid, here)

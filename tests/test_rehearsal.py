@@ -62,6 +62,8 @@ def test_the_sheet_adds_up_and_says_each_step_in_both_languages():
     text = sheets.text(again, "ko")
     assert "121초" in text and "98초" in text and "예상 시간" in text, text
     assert "| 1. " in text and "시스템" in text
+    # a process's resident memory can exceed the system's RAM in use (shared libraries, mapped files): said once
+    assert translate(sheets.MEMORY_NOTE, "ko") in text
 
 
 def test_a_stopped_rehearsal_states_no_session_length():

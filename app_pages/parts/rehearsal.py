@@ -92,6 +92,7 @@ def _sheet(lab: Lab) -> None:
                    _("Memory at its peak"): sheets.memory(s, i18n.lang()),
                    _("Result"): i18n.tr(sheets.result(s))} for s in sheet.steps],
                  hide_index=True, width="stretch")
+    st.caption(ui.plain(sheets.MEMORY_NOTE))
     st.markdown(ui.plain(sheets.expected(sheet)))
     if sheet.cancelled:
         st.warning(_("The rehearsal was stopped before its end: the steps not listed did not run."),

@@ -95,9 +95,11 @@ def contender_name(k: int, lang: str = "en") -> str:
     return f"{k + 1} · {translate(CONTENDERS[k], lang)}"
 
 
-def _name(run: Any, lang: str) -> str:
+def _name(run: Any, lang: str, numbered: bool = True) -> str:
     k = contender(run)
-    return contender_name(k, lang) if k is not None else run_label(run, lang)
+    if k is None:
+        return run_label(run, lang)
+    return contender_name(k, lang) if numbered else translate(CONTENDERS[k], lang)
 
 
 def _in_order(runs: Iterable[Any]) -> list[Any]:
@@ -107,11 +109,14 @@ def _in_order(runs: Iterable[Any]) -> list[Any]:
 
 
 def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
-                 extra_runs: Iterable[RunResult] = (), *, lang: str = "en", speed: Any = "own") -> go.Figure:
+                 extra_runs: Iterable[RunResult] = (), *, lang: str = "en", speed: Any = "own",
+                 numbered: bool = True) -> go.Figure:
     """Grouped per-request latency bars: naive vs vLLM (+ e.g. static batching, vLLM all at once), in the
     contenders' order (CONTENDERS); averages in the legend (under the chart, clear of the title), the
     speed-up in the title. Either of the two main runs may be None. `speed`: the verdict the title and caption
-    say, when the page judged it otherwise (the guided lab's over its repeats); None: no speed-up said."""
+    say, when the page judged it otherwise (the guided lab's over its repeats); None: no speed-up said.
+    `numbered`: names as the Naive page's numbered buttons ("3 · vLLM, one at a time"); the guided lab, whose
+    steps carry numbers of their own, names them without."""
     runs = _in_order(r for r in (naive_run, vllm_run, *extra_runs) if r is not None)
     fig = go.Figure()
     indices = sorted({r.index for run in runs for r in run.measured})
@@ -127,7 +132,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         ok = [v for v in lat if v is not None]
         avg = sum(ok) / len(ok) if ok else float("nan")
         avgs[id(run)] = avg
-        label = esc(_name(run, lang))
+        label = esc(_name(run, lang, numbered))
         hover = [
             f"<b>{label}</b><br>{esc(short(r.prompt, 60))}<br>"
             + (translate(say("latency {latency} s · {tokens} tokens · {rate} tok/s", latency=significant(r.e2e),
@@ -162,7 +167,7 @@ def latency_bars(naive_run: RunResult | None, vllm_run: RunResult | None,
         title = say("Latency per request")
         said = []
         for run in runs:
-            who, avg = _name(run, lang), avgs[id(run)]
+            who, avg = _name(run, lang, numbered), avgs[id(run)]
             said.append(translate(say("{run} failed on every request (hover a 'failed' label for why)", run=who)
                                   if math.isnan(avg) else say("{run} averages {avg} s", run=who,
                                                               avg=significant(avg)), lang))

@@ -181,6 +181,10 @@ def memory(s: StepSheet, lang: str) -> str:
 
 
 TITLE = say("Guided lab rehearsal")
+# the sheet showed "system 4.5 GB, vLLM server 4.9 GB": the part above the whole, each true by its definition
+MEMORY_NOTE = say("Memory: the system's figure is the RAM in use without the page cache; a process's sums the resident "
+                  "memory of its processes, counting shared libraries once for each and the files they map, so it can "
+                  "be higher than the system's.")
 COLUMNS = (say("Step"), say("Time"), say("vLLM ready after"), say("Memory at its peak"), say("Result"))
 
 
@@ -194,7 +198,7 @@ def text(sheet: Sheet, lang: str = "en") -> str:
         cells = [f"{s.step.number}. {t(s.step.title)}", "–" if s.seconds is None else t(length(s.seconds)),
                  "" if s.ready_s is None else t(length(s.ready_s)), memory(s, lang), t(result(s))]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
-    lines += ["", t(expected(sheet))]
+    lines += ["", t(MEMORY_NOTE), "", t(expected(sheet))]
     if sheet.cancelled:
         lines += ["", t(say("The rehearsal was stopped before its end: the steps not listed did not run."))]
     return "\n".join(lines) + "\n"
