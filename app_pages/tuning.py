@@ -142,7 +142,7 @@ with left:
         _("Measure each configuration"), min_value=1, max_value=5, value=1, step=1, key="tuning_repeats",
         help=_("How many times to run the workload on each configuration after its restart. Once is quickest, but "
                "a single run's noise is unknown and no difference is called real; from 2 the chart shows each "
-               "configuration's median and range, and the caption says which differences are beyond noise."))
+               "configuration's mean and range, and the caption says which differences are beyond noise."))
     with st.container():  # what the chosen workload sends: one slot
         if wl_error is not None:
             st.error(ui.plain(wl_error), icon=":material/error:")

@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import figures
+from engine import digits, figures
 from engine.measure.workloads import prompts  # noqa: E402
 from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, ServerNotes, Summary  # noqa: E402
@@ -356,13 +356,30 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     quiet = _repeated(a, "g1", [100.0, 104.0, 98.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
     fig = figures.tuning_compare(quiet)
     tput, wall = _bars(fig)
-    assert list(tput.y) == [100.0, 150.0] and len(tput.x) == 2
-    assert list(tput.error_y.array) == [4.0, 3.0] and list(tput.error_y.arrayminus) == [2.0, 2.0]
+    gm_a, gm_b = (100.0 * 104.0 * 98.0) ** (1 / 3), (150.0 * 148.0 * 153.0) ** (1 / 3)
+    assert list(tput.y) == pytest.approx([gm_a, gm_b]) and len(tput.x) == 2
+    assert list(tput.error_y.array) == pytest.approx([104.0 - gm_a, 153.0 - gm_b])
+    assert list(tput.error_y.arrayminus) == pytest.approx([gm_a - 98.0, gm_b - 148.0])
     cap = figures.caption(fig)
     assert "1.49× (+49 %), beyond noise" in cap and "Welch's t on log values" in cap and "3 runs each" in cap
-    assert "the median of its runs; the whisker spans their range" in cap
+    assert "the geometric mean of its runs (as the comparison takes it); the whisker spans their range" in cap
     noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])
     assert "no measurable difference" in figures.caption(figures.tuning_compare(noisy))
+
+
+def test_the_tuning_bars_stand_where_the_verdict_compares():
+    """Three repeats a side whose medians rank the settings one way and whose geometric means (what the caption's
+    verdict, the guided lab's finding and its table compare) the other: the bars, their numbers and the caption
+    tell one story (a screen showed bars 88 -> 95 under a finding of 93 -> 89 tok/s)."""
+    from engine.measure.judge import verdict
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
+    ra, rb = _repeated(a, "g1", [60.0, 100.0, 101.0]), _repeated(b, "g2", [90.0, 95.0, 120.0])
+    v = verdict.compare_runs(ra, rb, "output_throughput", name="", label_a="a", label_b="b")
+    tput, _wall = _bars(figures.tuning_compare(ra + rb))
+    assert list(tput.y) == pytest.approx([v.center_a, v.center_b])
+    assert (tput.y[1] > tput.y[0]) == (v.ratio > 1)  # medians 100 vs 95 would have drawn it the other way
+    assert [t.replace("<b>", "").replace("</b>", "") for t in tput.text] == [
+        digits.significant(v.center_a), digits.significant(v.center_b)]
 
 
 def test_a_failed_repeat_is_no_zero_in_the_tuning_chart():
@@ -372,7 +389,9 @@ def test_a_failed_repeat_is_no_zero_in_the_tuning_chart():
     runs = _repeated(a, "g1", [100.0, 104.0, 0.0]) + _repeated(b, "g2", [150.0, 148.0, 153.0])
     runs[2].extra.repeat.failed = True
     tput, wall = _bars(figures.tuning_compare(runs))
-    assert list(tput.y) == [102.0, 150.0] and list(tput.error_y.arrayminus)[0] == 2.0
+    gm = (100.0 * 104.0) ** 0.5
+    assert list(tput.y) == pytest.approx([gm, (150.0 * 148.0 * 153.0) ** (1 / 3)])
+    assert list(tput.error_y.arrayminus)[0] == pytest.approx(gm - 100.0)
 
 
 def test_token_timeline():

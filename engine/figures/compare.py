@@ -68,8 +68,8 @@ def _kv_label(run: RunResult) -> str:
 def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     """Two panels side by side: output throughput (tok/s) and wall time per configuration, values on the bars,
     KV-cache capacity under each label when known. A configuration measured several times (a repeat group) is
-    one bar, its median, with a whisker over the runs' range; the caption judges each against the first by
-    engine.measure.judge.verdict."""
+    one bar at its geometric mean (the centre the caption's verdict compares), with a whisker over the runs'
+    range; the caption judges each against the first by engine.measure.judge.verdict."""
     runs = list(runs)
     sets = repeats.sets(runs)
     firsts = [g[0] for g in sets]
@@ -92,24 +92,28 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
 
     tput = [repeats.spread(measured(g, "output_throughput")) for g in sets]
     wall = [repeats.spread(measured(g, "duration")) for g in sets]
+    # Each bar at the centre the caption's verdict compares (a geometric mean of the repeats), so the bars, their
+    # numbers and the caption's change never disagree (a median of three can rank two settings the other way).
+    tput_at = [verdict.centre(measured(g, "output_throughput")) for g in sets]
+    wall_at = [verdict.centre(measured(g, "duration")) for g in sets]
     colors = run_colors(firsts)
     several = any(len(g) > 1 for g in sets)
 
-    def whisker(spreads) -> dict | None:  # the range of each configuration's repeats
+    def whisker(spreads, at) -> dict | None:  # the range of each configuration's repeats
         if not several:
             return None
-        return dict(type="data", symmetric=False, array=[s.high - s.median for s in spreads],
-                    arrayminus=[s.median - s.low for s in spreads], color=MUTED, thickness=2, width=8)
+        return dict(type="data", symmetric=False, array=[s.high - c for s, c in zip(spreads, at)],
+                    arrayminus=[c - s.low for s, c in zip(spreads, at)], color=MUTED, thickness=2, width=8)
 
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Wall time (lower is better)"), lang)))
-    fig.add_bar(x=cats, y=[s.median for s in tput], error_y=whisker(tput), marker_color=colors,
-                text=[f"<b>{significant(s.median)}</b>" for s in tput], textposition="outside", cliponaxis=False,
+    fig.add_bar(x=cats, y=tput_at, error_y=whisker(tput, tput_at), marker_color=colors,
+                text=[f"<b>{significant(c)}</b>" for c in tput_at], textposition="outside", cliponaxis=False,
                 showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
-    fig.add_bar(x=cats, y=[s.median for s in wall], error_y=whisker(wall), marker_color=colors,
-                text=[f"<b>{seconds(s.median, lang)}</b>" for s in wall], textposition="outside", cliponaxis=False,
+    fig.add_bar(x=cats, y=wall_at, error_y=whisker(wall, wall_at), marker_color=colors,
+                text=[f"<b>{seconds(c, lang)}</b>" for c in wall_at], textposition="outside", cliponaxis=False,
                 showlegend=False, name=translate(say("wall time"), lang),
                 hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>", row=1, col=2)
     fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang),
@@ -140,13 +144,13 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
             cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
                            "those again on a quiet machine.", beside=told))
     elif sets:
-        cap = [say("{run}: {tput} tok/s, {wall} wall time.", run=labels[0], tput=significant(tput[0].median),
-                   wall=seconds(wall[0].median, lang))]
+        cap = [say("{run}: {tput} tok/s, {wall} wall time.", run=labels[0], tput=significant(tput_at[0]),
+                   wall=seconds(wall_at[0], lang))]
     else:
         cap = [say("No runs to compare yet.")]
     if several:
-        cap.append(say("A configuration measured several times is one bar, the median of its runs; the whisker spans "
-                       "their range."))
+        cap.append(say("A configuration measured several times is one bar, the geometric mean of its runs (as "
+                       "the comparison takes it); the whisker spans their range."))
     differ = []
     for key in ("max_tokens", "concurrency"):  # setting names: data, not words
         vals = {str(getattr(r.load, key)) for r in runs if getattr(r.load, key) is not None}

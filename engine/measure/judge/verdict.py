@@ -203,6 +203,15 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs)
 
 
+def centre(values: Sequence[float]) -> float:
+    """One side's centre as compare() judges it: the geometric mean of values above 0, else the mean. A chart
+    that draws a side's bar at it states the number its caption's ratio was made from."""
+    xs = _clean(values)
+    if not xs:
+        return 0.0
+    return math.exp(_mean([math.log(x) for x in xs])) if min(xs) > 0 else _mean(xs)
+
+
 def _paired(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
     """The interval of mean(b - a) at `level` and the two-sided p, by the paired t test (scipy); differences that
     do not vary at all are the difference itself."""
