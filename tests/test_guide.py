@@ -16,7 +16,7 @@ from engine.lab import Lab
 from engine.measure.workloads import scenarios
 from engine.measure.judge import stats, verdict
 from engine.measure.judge.worker_memory import worker_memory
-from engine.messages import translate
+from engine.messages import say, translate
 from engine.results.records import (Disturbance, MemoryAt, NaiveWorker, Notes, Repeat, RequestRecord, RunResult,
                                     WorkerMemory)
 from engine.results.store import RunStore
@@ -565,3 +565,25 @@ def test_a_findings_heading_names_the_step_it_comes_from():
     assert translate(Guide.heading(busy), "ko").startswith(translate(mark("5 sequential via vLLM"), "ko"))
     sixth = Finding(6, mark("The right engine for the job"), mark("x"), False)
     assert Guide.heading(sixth) == sixth.title
+
+
+def test_a_repeated_steps_chart_says_it_is_the_last_run_under_its_title(app_lab):
+    """Step 8's chart draws the last of its three runs beside their mean: that is said on a line of its own under
+    the title, so a long Korean title running off the chart's edge cannot take it along (a screenshot lost it)."""
+    import ui
+
+    lab = ui.get_lab()
+    runs = [_run("stream-300", "vllm", [(4.0 + i / 10, 300)]) for i in range(3)]
+    for r in runs:
+        lab.store.save(r)
+    lab.guide._state.runs["streaming"] = [r.id for r in runs]
+    lab.guide.go_to("streaming", token=None)
+    for lang in ("en", "ko"):
+        at = AppTest.from_file(APP, default_timeout=60)
+        at.session_state["lang"] = lang
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        layout = json.loads(at.get("plotly_chart")[0].proto.spec)["layout"]
+        note = translate(say("The last of {n} runs", n=3), lang)
+        assert layout["title"]["subtitle"]["text"] == note
+        assert note not in layout["title"]["text"]
