@@ -485,6 +485,8 @@ def test_the_steps_heading_and_the_summary_follow_the_verdict(app_lab):
         tuning = translate(g.step("tuning").title, lang)  # the summary heads each finding after its step too
         assert any(m.value.startswith(f"**4. {tuning} · {heading}**") for m in at.markdown), \
             [m.value for m in at.markdown]
+        # no tick beside a finding: after "no measurable difference" it read as a claim approved
+        assert not [m.value for m in at.markdown if m.value.startswith("**4. ") and "✓" in m.value]
         assert heading in lab.guide.report_html(lang) and claim not in lab.guide.report_html(lang)
 
 
