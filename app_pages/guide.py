@@ -124,7 +124,7 @@ def _button(s) -> None:
     label = i18n.tr(s.button) if tokens is None else _("{action} ({tokens} tokens)", action=s.button, tokens=tokens)
     again = state.done(s.id) and s.id not in running and s.id != "summary"
     busy = lab.measuring() is not None or lab.server_snapshot().state == STARTING  # one press, one run
-    st.button(_("Run again: {label}", label=label) if again else label, type="primary", width="stretch",
+    st.button(_("Again: {label}", label=label) if again else label, type="primary", width="stretch",
               icon=":material/play_arrow:", disabled=not presenter or busy, key=f"run-{s.id}",
               on_click=ui.on_press, args=(guide.run_step, s.id))
     if (n := guide.repeats(s)) > 1:

@@ -123,7 +123,7 @@ def test_next_step_from_two_presenter_tabs_at_once_moves_the_room_one_step(app_l
 
 def test_a_step_is_ticked_only_once_its_run_finished(app_lab):
     """A step under way (a naive run going, a vLLM start asked for and not ready) carries no tick and no
-    "Run again", even when an earlier run of it is saved; the progress line has one total."""
+    "Again: …", even when an earlier run of it is saved; the progress line has one total."""
     lab, guide = app_lab, app_lab.guide
     state = guide.state()
     state.facts["start"] = {"asked_at": time.time(), "already": False, "ready_s": None}
@@ -135,12 +135,13 @@ def test_a_step_is_ticked_only_once_its_run_finished(app_lab):
     guide.set_scale(0.1, token=None)
     at = _page()
     assert any(o.startswith("✓ 1 ·") for o in at.button_group(key="guide_pick").options)
+    assert _step_button(at, "naive").label.startswith("Again: Run naive inference"), _step_button(at, "naive").label
     _step_button(at, "naive").click().run()
     try:
         assert lab.latest_job("naive").active
         options = at.button_group(key="guide_pick").options
         assert not any(o.startswith("✓ 1 ·") for o in options), options
-        assert not _step_button(at, "naive").label.startswith("Run again"), _step_button(at, "naive").label
+        assert not _step_button(at, "naive").label.startswith("Again"), _step_button(at, "naive").label
         line = at.get("progress")[0].proto.text
         assert line == "0 of the 8 steps run", line
     finally:

@@ -121,7 +121,7 @@ class Guide:
 
     def running(self, state: State | None = None) -> frozenset[str]:
         """The steps whose run is under way: a job a step started and not ended, or the vLLM start the start step
-        asked for while the server is still coming up (a tick or "Run again" only once it finished)."""
+        asked for while the server is still coming up (a tick or "Again: …" only once it finished)."""
         state = state or self.state()
         with self._lock:
             out = {sid for sid, job_id in self._jobs.items() if (job := self.lab.job(job_id)) and job.active}
