@@ -61,6 +61,15 @@ def plain(text: object) -> str:
     return _MARKDOWN.sub(r"\\\1", i18n.tr(text))
 
 
+def plain_code(text: object) -> str:
+    """As plain(), but a `quoted command` in the sentence shows as code (not as literal backticks): the text
+    between backticks goes into a code span, where markdown is not read; an unpaired backtick falls back to plain()."""
+    parts = i18n.tr(text).split("`")
+    if len(parts) % 2 == 0:
+        return plain(text)
+    return "".join(_MARKDOWN.sub(r"\\\1", p) if i % 2 == 0 else f"`{p}`" for i, p in enumerate(parts))
+
+
 def act(fn: Callable[..., Any], *args, rerun: bool = False, **kw) -> Any:
     """Run one Lab action (a @presenter_only method) with this viewer's token; a user-caused error
     becomes one st.error sentence, never a traceback. rerun=True redraws the whole page afterwards

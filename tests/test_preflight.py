@@ -144,3 +144,14 @@ def test_the_cli_prints_a_line_each_and_fails_on_a_failed_check():
     assert "✗ 강의실 접속 주소: 앱이 127.0.0.1에서만" in r.stdout, r.stdout
     r = cli_in_process("preflight", "--port", "70000")
     assert r.returncode == 2 and "not a valid port" in r.stderr
+
+
+def test_a_quoted_command_in_a_preflight_line_shows_as_code_and_nothing_else_as_markdown():
+    """The pre-flight's 'restart it with `make run HOST=0.0.0.0`' showed its backticks literally (escaped like
+    every other markdown character); the command now shows as code, while the rest stays plain text."""
+    import ui
+
+    said = ui.plain_code("restart it with `make run HOST=0.0.0.0` at [the room](http://x) *now*")
+    assert "`make run HOST=0.0.0.0`" in said
+    assert "\\[the room\\]\\(http://x\\)" in said.replace("\\:", ":") and "\\*now\\*" in said
+    assert ui.plain_code("an odd ` backtick") == ui.plain("an odd ` backtick")

@@ -117,4 +117,4 @@ def _preflight(lab: Lab) -> None:
         return
     at, rows = found
     st.caption(_("Checked {when}.", when=i18n.when(at, "short")))
-    st.markdown("\n".join(f"- {LEVEL_ICON[c.level]} **{ui.plain(c.what)}**: {ui.plain(c.said)}" for c in rows))
+    st.markdown("\n".join(f"- {LEVEL_ICON[c.level]} **{ui.plain(c.what)}**: {ui.plain_code(c.said)}" for c in rows))
