@@ -237,7 +237,7 @@ def test_a_dataset_runs_through_the_page_on_poisson_arrivals_and_says_the_client
         at.radio(key="load_arrival").set_value("At a rate").run()
         at.number_input(key="wl_ds_n").set_value(4)
         at.radio(key="wl_ds_how").set_value("first").run()
-        at.slider[0].set_value(16)
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         run = _ran(lab, at)
         assert [r.prompt for r in run.measured] == _first_prompts(4)
         assert run.load.workload["kind"] == "dataset" and run.load.workload["name"] == "chat-prompts.jsonl"
@@ -263,7 +263,7 @@ def test_a_multi_turn_chat_runs_through_the_page_and_draws_ttft_per_turn(lab, vl
         at = _what(app_page("app_pages/load.py"), "Multi-turn chats")
         at.number_input(key="wl_mt_convs").set_value(2)
         at.number_input(key="wl_mt_turns").set_value(3).run()
-        at.slider[0].set_value(16)
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         run = _ran(lab, at)
         assert sorted((r.conversation, r.turn) for r in run.measured) == [(c, t) for c in range(2) for t in range(3)]
         charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

@@ -134,7 +134,7 @@ def test_a_shaped_request_runs_through_the_page_on_the_real_server_and_is_said_a
     wait_done(lab.connect(vllm_server.base_url), 60)
     try:
         at = app_page("app_pages/load.py")
-        at.slider[0].set_value(16)  # max tokens per answer
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         at.toggle(key="load_warmup").set_value(False)
         _shape(at, endpoint="Completions (prompt as text)", top_k=5, header_name_0="X-Request-Source",
                header_value_0="sk-page-secret", extra_body='{"min_tokens": 16}')

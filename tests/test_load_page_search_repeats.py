@@ -182,8 +182,8 @@ def test_a_load_test_repeated_twice_shows_the_median_and_range_of_its_two_saved_
     _connected(lab, vllm_server)
     try:
         at = app_page("app_pages/load.py")
-        at.number_input[0].set_value(4)
-        at.slider[0].set_value(16)
+        next(w for w in at.number_input if w.label == "Number of requests").set_value(4)
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         at.number_input(key="load_repeats").set_value(2)
         saved = [lab.store.load(r.id) for r in _ran(lab, at)]
         assert len(saved) == 2 and len({r.extra.repeat.group for r in saved}) == 1 and saved[0].extra.repeat.group

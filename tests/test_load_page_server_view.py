@@ -43,8 +43,8 @@ def test_a_real_run_shows_where_its_time_went_and_its_energy_then_history_does_t
     _connected(lab, vllm_server)
     try:
         at = app_page("app_pages/load.py")
-        at.number_input[0].set_value(4)
-        at.slider[0].set_value(16)
+        next(w for w in at.number_input if w.label == "Number of requests").set_value(4)
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         run = _ran(lab, at)
         fig = _server_view(at)
         assert fig is not None, [c.value for c in at.caption]

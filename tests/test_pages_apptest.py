@@ -518,8 +518,8 @@ def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
 
         at.switch_page("app_pages/load.py").run()
         assert not at.exception
-        at.number_input[0].set_value(2)  # requests
-        at.slider[0].set_value(16)  # max tokens per answer
+        next(w for w in at.number_input if w.label == "Number of requests").set_value(2)
+        next(w for w in at.slider if w.label == "Max tokens per answer").set_value(16)
         next(b for b in at.button if b.label == "Run load test").click().run()
         assert not _errors(at), _errors(at)
         job = lab.latest_job("load")
@@ -529,7 +529,8 @@ def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
         assert job.status == "done", job.error
         assert job.result.extra.server.endpoint == url
         at.run()
-        assert not at.exception and any(m.label == "OK / failed" and m.value == "2 / 0" for m in at.metric)
+        assert not at.exception and any(m.label == "OK / failed" and m.value == "2 / 0" for m in at.metric), \
+            ([(m.label, m.value) for m in at.metric], [e.value for e in at.error], [w.value for w in at.warning])
 
         at.switch_page("app_pages/chat.py").run()
         assert not at.chat_input[0].disabled
