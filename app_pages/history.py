@@ -16,7 +16,7 @@ from engine.measure.judge.ceiling import run_ceiling
 from engine.measure.workloads.named import named as workload_named
 from engine.measure.load.shape import shape_said
 from engine.serving import models
-from i18n import _
+from i18n import _, ngettext
 
 lab = ui.get_lab()
 
@@ -204,8 +204,9 @@ else:
     if len(chosen) == 2 and chosen[0].extra.side_by_side.pair == chosen[1].extra.side_by_side.pair != "":
         _draw_pair(chosen[0].id, i18n.lang())  # a pair: its two servers on one clock, as the Load test drew them
     if shown and failed_here and not include_failed:
-        st.caption(_("{n} failed run(s) are left out of the chart (every request failed); they stay in the table "
-                     "and in exports.", n=failed_here))
+        st.caption(ngettext("{n} failed run is left out of the chart (every request failed); it stays in the table "
+                              "and in exports.", "{n} failed runs are left out of the chart (every request failed); "
+                              "they stay in the table and in exports.", failed_here))
 
     ids = [r.id for r in chosen] or None
     readable = [r.id for r in chosen if not r.problem]  # a damaged run cannot be read back whole: not in a report
@@ -235,7 +236,7 @@ else:
                  disabled=not chosen or not ui.can_act(lab)):
         n = ui.act(lab.delete_runs, [r.id for r in chosen])
         if n is not None:
-            st.session_state["history_note"] = _("Deleted {n} run(s).", n=n)
+            st.session_state["history_note"] = ngettext("Deleted {n} run.", "Deleted {n} runs.", n)
             st.rerun()
     if any(r.problem for r in (chosen or rows)):
         st.caption(_("Damaged runs are left out of the chart unless selected, and out of exports: they cannot be "
@@ -291,14 +292,17 @@ with c1:
         imported = ui.act(lab.import_runs, up.getvalue(), up.name)
         if imported is not None:
             st.session_state["history_uploads"] = st.session_state.get("history_uploads", 0) + 1
-            st.session_state["history_note"] = _("Imported {n} run(s); any that were already in the history are "
-                                                 "kept as they were.", n=len(imported))
+            st.session_state["history_note"] = ngettext("Imported {n} run; any that were already in the "
+                                                        "history are kept as they were.", "Imported {n} runs; any that "
+                                                        "were already in the history are kept as they were.",
+                                                        len(imported))
             st.rerun()
 with c2:
     st.markdown(_("The repository ships example runs measured on an NVIDIA H200."))
     if st.button(_("Load the example runs"), icon=":material/dataset:", disabled=not ui.can_act(lab)):
         new = ui.act(lab.import_examples)
         if new is not None:
-            st.session_state["history_note"] = (_("Loaded {n} example run(s).", n=len(new)) if new else
-                                                _("No new example runs (already loaded)."))
+            st.session_state["history_note"] = (
+                ngettext("Loaded {n} example run.", "Loaded {n} example runs.", len(new)) if new else
+                _("No new example runs (already loaded)."))
             st.rerun()

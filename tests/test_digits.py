@@ -53,6 +53,8 @@ def test_history_and_the_report_keep_the_digits_of_a_slow_run():
     assert row["Output tokens / s"] == "0.40" and row["Mean TTFT (ms)"] == "0.30"
     page = build_report([run], made_at=1.7e9)
     assert "0.40 tok/s" in page and "0.0 tok/s" not in page
+    assert "; 1 run.</p>" in page and "run(s)" not in page  # a count said as one, not "1 run(s)"
+    assert "; 2 runs.</p>" in build_report([run, _slow_run()], made_at=1.7e9)
 
 
 def test_the_cli_summary_keeps_the_digits_of_a_slow_run():

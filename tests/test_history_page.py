@@ -87,7 +87,7 @@ def test_every_row_is_listed_with_its_status(lab):
 def test_failed_runs_stay_out_of_the_chart_unless_included(lab):
     at = page()
     assert "all failed" not in chart_spec(at) and "good run" in chart_spec(at)
-    assert any("1 failed run(s) are left out" in c.value for c in at.caption)
+    assert any("1 failed run is left out" in c.value for c in at.caption)
     at.toggle(key="history_include_failed").set_value(True).run()
     assert "all failed" in chart_spec(at)
 
@@ -112,7 +112,7 @@ def test_a_damaged_row_can_be_selected_and_deleted(lab):
     next(b for b in at.button if b.label == "Delete 1 selected").click().run()
     assert not at.exception
     assert "future" not in lab.store and "from the far future" not in list(at.dataframe[0].value["run"])
-    assert any("Deleted 1 run(s)." in s.value for s in at.success)
+    assert any("Deleted 1 run." in s.value for s in at.success)
 
 
 def test_exports_are_built_only_when_asked(lab, monkeypatch):

@@ -31,7 +31,7 @@ from engine.figures.theme import (
     wrap,
 )
 from engine.measure.judge import repeats, stats, verdict
-from engine.messages import say, seconds, translate
+from engine.messages import say, say_n, seconds, translate
 from engine.metrics import metric_info
 from engine.results.records import RunResult
 
@@ -244,7 +244,8 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     else:
         cap = [say("No saved run has {metric} yet.", metric=label)]
     if missing:
-        cap.append(say("{count} run(s) without this metric are left out.", count=missing))
+        cap.append(say_n("{n} run without this metric is left out.", "{n} runs without this metric are left out.",
+                         missing))
     return finish(fig, say("{metric} by run", metric=label), cap, height=520, lang=lang)
 
 

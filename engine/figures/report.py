@@ -24,7 +24,7 @@ from engine.measure.judge.stats import peak_in_flight
 from engine.measure.load.spec import arrivals_recorded
 from engine.measure.workloads.named import named
 from engine.measure.workloads.tokens import CHARS_PER_TOKEN
-from engine.messages import mark, say, seconds, translate
+from engine.messages import mark, say, say_n, seconds, translate
 from engine.metrics import DISTRIBUTIONS, metric_info
 from engine.observe import disturbance
 from engine.observe.bandwidth import Bandwidth, from_table
@@ -60,8 +60,8 @@ def build_report(runs: Sequence[RunResult], lang: str = "en", *, made_at: float 
     runs = [_scrubbed(r) for r in runs]
     r = _Writer(lang)
     title = r.t(mark("Serving Lab report"))
-    body = [f"<header><h1>{title}</h1><p class='muted'>"
-            + r.t(say("Made {when}; {n} run(s).", when=r.when(made_at or time.time()), n=len(runs))) + "</p></header>"]
+    made = say_n("Made {when}; {n} run.", "Made {when}; {n} runs.", len(runs), when=r.when(made_at or time.time()))
+    body = [f"<header><h1>{title}</h1><p class='muted'>" + r.t(made) + "</p></header>"]
     if gone:
         body.append("<p class='muted'>" + r.t(say("Deleted from the history before this report was made, so not in "
                                                   "it: {ids}.", ids=", ".join(gone))) + "</p>")
