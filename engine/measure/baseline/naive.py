@@ -365,10 +365,9 @@ def _build_result(spec: NaiveSpec, st: _State, before: dict, after: dict, peak: 
         result.versions.update(st.loaded["versions"])  # what the worker actually imported
     if dev:
         result.hardware["naive_device"] = dev
-    try:  # what each decode step read, for the run's ceiling (engine.measure.judge.ceiling)
-        size = model_bytes(str(spec.model_path), worker.dtype, params=worker.params)
-    except Exception:  # noqa: BLE001 - the run is kept without a ceiling rather than lost
-        size = None
+    # what each decode step read, for the run's ceiling; None when the model's files cannot say (model_bytes reads
+    # them defensively). No blanket except here: it once hid a TypeError that dropped every naive run's ceiling.
+    size = model_bytes(str(spec.model_path), worker.dtype, params=worker.params)
     if size:
         result.extra.model_size.weights, result.extra.model_size.kv_per_token = size.weights, size.kv_per_token
     result.summary = summarize(records, duration)

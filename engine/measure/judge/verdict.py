@@ -178,7 +178,7 @@ def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str =
     positive = min(xa + xb) > 0
     if positive:
         la, lb = [math.log(x) for x in xa], [math.log(x) for x in xb]
-        ca, cb = math.exp(_mean(la)), math.exp(_mean(lb))
+        ca, cb = centre(xa), centre(xb)
     else:
         la, lb, ca, cb = xa, xb, _mean(xa), _mean(xb)
     ratio = cb / ca if ca > 0 else None
