@@ -314,8 +314,9 @@ OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "hub", "lengths", "random-
 @st.fragment(run_every=1)
 def live() -> None:
     job = lab.latest_job("load", OWN_SCENARIOS)
-    if job is None:
-        st.info(_("Press **Run load test**.") if lab.ready() else
+    if job is None:  # a viewer can neither press Run nor start a server: told what will happen instead
+        st.info(_("No load test yet: the presenter runs it, and its result appears here.") if not ui.can_act(lab)
+                else _("Press **Run load test**.") if lab.ready() else
                 _("Start the server on the Server page, then press **Run load test**."), icon=":material/info:")
         return
     if job.active and job.warming:  # the warm-up is not the run: said, not drawn as if it were measured

@@ -191,6 +191,10 @@ def test_viewers_are_told_what_is_true_for_them(app_lab, monkeypatch):
         infos = [i.value for i in at.info]
         assert "No vLLM server is running: chat opens once the presenter starts one." in infos, infos
         assert not any("Server page" in i for i in infos), infos
+        at.switch_page("app_pages/load.py").run()
+        infos = [i.value for i in at.info]
+        assert "No load test yet: the presenter runs it, and its result appears here." in infos, infos
+        assert not any("Server page" in i or "Press" in i for i in infos), infos
     finally:
         ui.get_lab().shutdown()
 
