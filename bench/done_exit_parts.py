@@ -39,7 +39,7 @@ STAMPED = (("engine.observe.disturbance", "Watch", "stop", "disturbance watch"),
            ("engine.runs.runner", "Runner", "_judge_warmth", "cold or warm"),
            ("engine.results.store", "RunStore", "save", "save to the history"),
            ("engine.cli.run", None, "_said", "summary printed"),
-           ("engine.cli", None, "main", "the command's own end"))
+           ("engine.cli", None, "main", "main() returned"))
 WRAPPER = """
 import atexit, functools, importlib, json, os, sys, threading, time
 sys.path.insert(0, os.getcwd())
@@ -107,6 +107,7 @@ def parts(run: dict[str, Any]) -> dict[str, float]:
         else:
             returned[label] = t
     out = {label: returned.get(label, t) - t for label, t in entered.items()}  # no return: it exited there
+    out["main() returned"] = returned["main() returned"]  # entered long before "done": when, after it
     last = max(t for t, _ in run["marks"])
     out["teardown (after the last stamp)"] = run["exit_s"] - last
     out["done -> exit"] = run["exit_s"]
@@ -114,7 +115,7 @@ def parts(run: dict[str, Any]) -> dict[str, float]:
 
 
 ORDER = ["disturbance watch", "/metrics read (server's count and view)", "KV watch", "energy", "cold or warm",
-         "save to the history", "summary printed", "the command's own end", "threads joined", "atexit handlers",
+         "save to the history", "summary printed", "main() returned", "threads joined", "atexit handlers",
          "teardown (after the last stamp)", "done -> exit"]
 
 
@@ -146,19 +147,29 @@ def main() -> int:
                 got = run_once(trees[name], a, model, a.seed + 10 * r + len(runs[name]), env)
                 runs[name].append(got)
                 print(f"{name} run {r + 1}: {got['exit_s']:.3f} s from done to exit", flush=True)
-    table = {name: [parts(x) for x in rs] for name, rs in runs.items()}
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "hardware": hardware.describe(), "base_url": a.base_url,
               "model": model, "load_1min": loads, "note": a.note,
               "trees": {n: {"path": str(t), "commit": commit(t)} for n, t in trees.items()},
-              "settings": {k: v for k, v in vars(a).items() if k not in ("out", "tree")}, "runs": runs,
-              "parts": table}
-    names = list(trees)
+              "settings": {k: v for k, v in vars(a).items() if k not in ("out", "tree")}, "runs": runs}
+    text = markdown(report)
+    print(text)
+    if a.out:
+        a.out.write_text(text)
+        a.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report's table: each part's median per checkout, then each run's done -> exit."""
+    table = {name: [parts(x) for x in rs] for name, rs in report["runs"].items()}
+    names, loads, s = list(table), report["load_1min"], report["settings"]
     lines = [f"# Done -> exit, part by part: `python -m engine run` against a real server ({report['date']})", "",
-             f"- Hardware: {report['hardware']['summary']}; server: vLLM at {a.base_url} (`{model}`), on the same "
-             f"machine; 1-minute load {min(loads):.1f}-{max(loads):.1f} at the runs' starts. {a.note}".rstrip(),
-             f"- Load: random-512-64, {a.input_len} input / {a.output_len} output tokens, {a.num_prompts} requests, "
-             f"{a.concurrency} in flight, /v1/completions, stdout a pipe (not PYTHONUNBUFFERED); after one uncounted "
-             f"run of each checkout, {a.repeats} runs each, interleaved",
+             f"- Hardware: {report['hardware']['summary']}; server: vLLM at {report['base_url']} "
+             f"(`{report['model']}`), on the same machine; 1-minute load {min(loads):.1f}-{max(loads):.1f} at the "
+             f"runs' starts. {report['note']}".rstrip(),
+             f"- Load: random-512-64, {s['input_len']} input / {s['output_len']} output tokens, {s['num_prompts']} "
+             f"requests, {s['concurrency']} in flight, /v1/completions, stdout a pipe (not PYTHONUNBUFFERED); after "
+             f"one uncounted run of each checkout, {s['repeats']} runs each, interleaved",
              "- " + "; ".join(f"{n}: {report['trees'][n]['commit']}" for n in names), "",
              "Median seconds of each part after the \"done in\" line (a part is a stamped call, entry to return):", "",
              "| part | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
@@ -170,11 +181,7 @@ def main() -> int:
         lines.append(f"| {part} | " + " | ".join(cells) + " |")
     lines += ["", "Each run's done -> exit, in order: " + "; ".join(
         f"{n} " + " · ".join(f"{x['done -> exit']:.2f}" for x in table[n]) for n in names)]
-    print("\n".join(lines))
-    if a.out:
-        a.out.write_text("\n".join(lines) + "\n")
-        a.out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

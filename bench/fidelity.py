@@ -60,6 +60,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import random
 import resource
 import statistics
@@ -337,9 +338,10 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, x: float, i: int, l
         for who in order:
             print(f"  {'rate' if by_rate(a) else 'concurrency'} {x:g}, run {r + 1}/{a.repeats}: {who} "
                   f"({n} prompts)...", flush=True)
-            before = metrics_text(a.base_url)
+            before, load = metrics_text(a.base_url), os.getloadavg()[0]
             got = side(a, who, model, tokenizer, x, n, a.seed if ds is not None else seed, log, toks, same, vfile)
             runs[who].append(got)
+            got["load_1min"] = load  # the machine's, as the run began: a shared machine's neighbours move runs
             after = metrics_text(a.base_url)
             if (hits := prefix_hits(before)) is not None and (now := prefix_hits(after)) is not None:
                 got["prefix_cache_hit_tokens"] = now - hits
@@ -419,6 +421,8 @@ def workload_said(a: argparse.Namespace, ds: datasets.Dataset | None) -> str:
 def markdown(report: dict[str, Any]) -> str:
     hw = report["hardware"]
     rated = any(r.get("by_rate") for r in report["levels"])
+    loads = [run["load_1min"] for r in report["levels"] for rs in r["runs"].values() for run in rs
+             if run.get("load_1min") is not None]
     head = "requests/s" if rated else "concurrency"
     lines = [
         f"# Fidelity: engine.measure.load.loadgen vs `vllm bench serve` ({report['date']})", "",
@@ -429,6 +433,7 @@ def markdown(report: dict[str, Any]) -> str:
          f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
          f"model `{report['model']}` at {report['base_url']}; client and server share the machine"),
         f"- Workload: {report['workload']}",
+        *([f"- Machine load (1-minute average as each run began): {min(loads):.1f}-{max(loads):.1f}"] if loads else []),
         f"- Client: {report['client']}",
         f"- Command: `{report.get('command', 'python bench/fidelity.py')}`", "",
         f"| {head} | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | loadgen TTFT "
