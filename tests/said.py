@@ -3,7 +3,11 @@ the catalogue knows it by) and the values it was filled with. A test about numbe
 sentence breaks only the few tests that read rendered sentences in each language (tests/test_sentences_read.py)."""
 from __future__ import annotations
 
-from engine.messages import Message
+import functools
+import re
+import string
+
+from engine.messages import DOMAIN, LOCALES, Message
 
 
 def said(text: object) -> Message:
@@ -34,3 +38,36 @@ def tree(text: object) -> dict:
     inside it}, for a test about what a composite sentence is made of (which phrase, with which numbers)."""
     m = said(text)
     return {"id": m.template, **{k: tree(v) if isinstance(v, Message) else v for k, v in m.values.items()}}
+
+
+def read(template: str, text: str, plural: str | None = None) -> dict[str, str] | None:
+    """The values a sentence of message id `template` was filled with where `text` shows it rendered in English (a
+    CLI's output, a page's text), as the strings shown; None when no such sentence is there. For a test that can
+    only read what a person reads: it still checks which sentence and which numbers, not the sentence's wording.
+    `plural`: the id's plural form, when the count said was not one."""
+    assert template in _ids(), f"{template!r} is no message id of the catalogue (reworded? run make catalogue)"
+    pattern, names = "", set()
+    fields = list(string.Formatter().parse(plural or template))
+    for i, (literal, name, _spec, _conv) in enumerate(fields):
+        pattern += re.escape(literal)
+        if name is None:
+            continue
+        if name in names:
+            pattern += f"(?P={name})"
+        else:
+            # a field that opens the sentence is one word (else it would take the line's start: "error: ..."); the
+            # last runs to the line's end
+            last = i == len(fields) - 1
+            pattern += (f"(?P<{name}>\\S+)" if not pattern else f"(?P<{name}>[^\\n]*\\S)" if last
+                        else f"(?P<{name}>[^\\n]+?)")
+            names.add(name)
+    m = re.search(pattern, text)
+    return m.groupdict() if m else None
+
+
+@functools.cache
+def _ids() -> frozenset[str]:
+    from babel.messages.pofile import read_po
+
+    with (LOCALES / "ko" / "LC_MESSAGES" / f"{DOMAIN}.po").open("rb") as f:
+        return frozenset(i for m in read_po(f) for i in (m.id if isinstance(m.id, tuple) else (m.id,)) if i)
