@@ -71,3 +71,9 @@ def _ids() -> frozenset[str]:
 
     with (LOCALES / "ko" / "LC_MESSAGES" / f"{DOMAIN}.po").open("rb") as f:
         return frozenset(i for m in read_po(f) for i in (m.id if isinstance(m.id, tuple) else (m.id,)) if i)
+
+
+def shown(template: str, texts, plural: str | None = None) -> list[dict[str, str]]:
+    """The values of each sentence of message id `template` among `texts` (a page's infos, captions, lines), in
+    order: [{}] for a fixed sentence shown once, [] when none is there."""
+    return [v for t in texts if (v := read(template, t, plural)) is not None]
