@@ -364,7 +364,8 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     assert list(tput.error_y.array) == pytest.approx([104.0 - gm_a, 153.0 - gm_b])
     assert list(tput.error_y.arrayminus) == pytest.approx([gm_a - 98.0, gm_b - 148.0])
     changes, judged, bars = (tree(m) for m in figures.caption_said(fig))
-    assert changes["id"] == "Throughput against {run}: {changes}." and "1.49× (+49 %), beyond noise" in changes["changes"]
+    assert changes["id"] == "Throughput against {run}: {changes}."
+    assert "1.49× (+49 %), beyond noise" in changes["changes"]
     assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} runs each", "n": 3},
                              "method": {"id": "Welch's t on log values (a ratio of geometric means)"}}
     assert bars["id"].startswith("A configuration measured several times is one bar, the geometric mean of its runs")

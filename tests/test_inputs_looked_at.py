@@ -81,8 +81,8 @@ def test_the_page_previews_a_trace_s_replay_time_and_what_looks_wrong(lab):
     at.file_uploader(key="wl_trace_upload").set_value(("same.jsonl", data.encode(), "application/json")).run()
     assert not at.exception
     warnings = [w.value.replace("\\", "") for w in at.warning]
-    burst = "Every timestamp of {name} is the same, so all {n:,} requests go out at once: a burst, not a replay. Check " \
-            "the timestamp column."
+    burst = ("Every timestamp of {name} is the same, so all {n:,} requests go out at once: a burst, not a replay. "
+             "Check the timestamp column.")
     assert [read(burst, w) for w in warnings if read(burst, w)] == [{"name": "same.jsonl", "n": "3"}], warnings
 
 
