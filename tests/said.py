@@ -45,24 +45,32 @@ def read(template: str, text: str, plural: str | None = None) -> dict[str, str] 
     CLI's output, a page's text), as the strings shown; None when no such sentence is there. For a test that can
     only read what a person reads: it still checks which sentence and which numbers, not the sentence's wording.
     `plural`: the id's plural form, when the count said was not one."""
-    assert template in _ids(), f"{template!r} is no message id of the catalogue (reworded? run make catalogue)"
+    found = reads(template, text, plural)
+    return found[0] if found else None
+
+
+def reads(template: str, text: str, plural: str | None = None) -> list[dict[str, str]]:
+    """Every sentence of message id `template` in `text`, in order, as read() reads one."""
+    for t in (template, plural):
+        assert t is None or t in _ids(), f"{t!r} is no message id of the catalogue (reworded? run make catalogue)"
     pattern, names = "", set()
     fields = list(string.Formatter().parse(plural or template))
-    for i, (literal, name, _spec, _conv) in enumerate(fields):
-        pattern += re.escape(literal)
+    for i, (literal, name, spec, _conv) in enumerate(fields):
+        pattern += re.escape(literal) + ("(?=\\s|$)" if literal.endswith(".") else "")  # a full stop, not 1.5's
         if name is None:
             continue
         if name in names:
             pattern += f"(?P={name})"
+        elif spec and spec[-1] in "dfg%" or "," in (spec or ""):  # a number, as its format writes it
+            pattern += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
         else:
             # a field that opens the sentence is one word (else it would take the line's start: "error: ..."); the
             # last runs to the line's end
             last = i == len(fields) - 1
             pattern += (f"(?P<{name}>\\S+)" if not pattern else f"(?P<{name}>[^\\n]*\\S)" if last
                         else f"(?P<{name}>[^\\n]+?)")
-            names.add(name)
-    m = re.search(pattern, text)
-    return m.groupdict() if m else None
+        names.add(name)
+    return [m.groupdict() for m in re.finditer(pattern, text)]
 
 
 @functools.cache
