@@ -40,6 +40,15 @@ def tree(text: object) -> dict:
     return {"id": m.template, **{k: tree(v) if isinstance(v, Message) else v for k, v in m.values.items()}}
 
 
+def chain(text: object) -> list[dict]:
+    """The trees of the parts of a list said as "{said}; {part}" one part at a time (a request's shape), in order."""
+    t, out = tree(text), []
+    while t["id"] == "{said}; {part}":
+        out.insert(0, t["part"])
+        t = t["said"]
+    return [t, *out]
+
+
 def read(template: str, text: str, plural: str | None = None) -> dict[str, str] | None:
     """The values a sentence of message id `template` was filled with where `text` shows it rendered in English (a
     CLI's output, a page's text), as the strings shown; None when no such sentence is there. For a test that can

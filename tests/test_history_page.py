@@ -15,7 +15,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import insert_raw, make_run  # noqa: E402
 from engine.results.records import Warmth  # noqa: E402
+from engine.measure.load.shape import shape_said  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.said import chain  # noqa: E402
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
@@ -225,8 +227,11 @@ def test_a_runs_request_shape_is_said_in_its_details_and_no_header_value_anywher
     try:
         at = select(page(), "shaped run")
         shown = [c.value.replace("\\", "") for c in at.caption]
-        assert ('Requests: the completions endpoint; top_p 0.9; extra body {"seed": 3}; headers X-Team (values not '
-                "recorded); LoRA sql ×3, chat ×1 in turn.") in shown, shown
+        said = shape_said(lab.history.run(run.id).load)  # the stored run's shape (its parts: test_request_shape)
+        assert said is not None and str(said) in shown, shown
+        assert [p["id"] for p in chain(said.values["parts"])] == [
+            "the {endpoint} endpoint", "{name} {value}", "extra body {json}", "headers {names} (values not recorded)",
+            "LoRA {names} in turn"]
         assert "sk-team-secret" not in json.dumps([e.value for e in at.json]) + lab.store.export_json([run.id])
     finally:
         lab.store.delete([run.id])
