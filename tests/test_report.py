@@ -20,6 +20,7 @@ from engine.messages import mark, translate
 from engine.results.store import RunStore
 
 from .conftest import ROOT
+from .said import read
 from .test_store import make_run
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -161,7 +162,8 @@ def test_the_cli_refuses_an_unknown_run_in_one_sentence(store, tmp_path, capsys)
     out = tmp_path / "report.html"
     assert main(["report", store.list()[0].id, "nope", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == "error: No run 'nope' in the history; it may have been deleted.\n"
+    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line
+    assert read("No run {run_id!r} in the history; it may have been deleted.", err) == {"run_id": "'nope'"}, err
     assert not out.exists()
 
 
