@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from .conftest import ROOT, cli_in_process
+from .said import read
 
 DEAD = "http://127.0.0.1:9"
 
@@ -58,7 +59,9 @@ def test_slo_search_finds_the_top_level_meets_a_loose_slo(vllm_server):
             "--slo-ttft-ms", "60000")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("== concurrency ") == 2  # the lowest level, then the highest
-    assert p.stdout.splitlines()[-1].startswith("Even 2 requests in flight, the highest level searched, met the SLO")
+    top = read("Even {high} requests in flight, the highest level searched, met the SLO ({slo}): the limit lies "
+               "higher, so search higher.", p.stdout.splitlines()[-1])
+    assert top and (top["high"], top["slo"]) == ("2", "TTFT ≤ 60000 ms"), p.stdout
 
 
 @pytest.mark.parametrize("argv, says", [
