@@ -42,10 +42,9 @@ def test_the_bars_are_the_notes_means_and_add_up_to_the_client_e2e():
     assert server["waiting in the queue"] == pytest.approx(800)
     assert server["prefill"] == pytest.approx(100) and server["decode"] == pytest.approx(1000)
     # the gap named, split where vLLM timed its whole request too: 1.95 - 1.9 inside it, 2.1 - 1.95 outside it
-    assert server["inside vLLM, outside its engine's steps"] == pytest.approx(50)
-    assert server["outside the server: HTTP, streaming, the client"] == pytest.approx(150)
+    assert server[sv.FRONT] == pytest.approx(50) and server[sv.OUTSIDE] == pytest.approx(150)  # the legend's names
     assert sum(server.values()) == pytest.approx(2100)  # the client's mean E2E (2.0 and 2.2 s)
-    assert client == pytest.approx({"client: time to first token": 1000, "client: first token to last": 1100})
+    assert client == pytest.approx({sv.CLIENT_TTFT: 1000, sv.CLIENT_REST: 1100})
     parts, _queue_said, estimated = caption_said(fig)  # the bars' numbers, the queue named, how they were read
     assert values(parts) == {"queue": "800", "prefill": "100", "decode": "1,000", "front": "50", "outside": "150",
                              "e2e": "2,100"}
