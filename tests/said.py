@@ -65,7 +65,7 @@ def reads(template: str, text: str, plural: str | None = None) -> list[dict[str,
     pattern, names = "", set()
     fields = list(string.Formatter().parse(plural or template))
     for i, (literal, name, spec, _conv) in enumerate(fields):
-        pattern += re.escape(literal) + ("(?=\\s|$)" if literal.endswith(".") else "")  # a full stop, not 1.5's
+        pattern += re.escape(literal) + ("(?!\\w)" if literal.endswith(".") else "")  # a full stop, not 1.5's
         if name is None:
             continue
         if name in names:
@@ -73,10 +73,10 @@ def reads(template: str, text: str, plural: str | None = None) -> list[dict[str,
         elif spec and spec[-1] in "dfg%" or "," in (spec or ""):  # a number, as its format writes it
             pattern += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
         else:
-            # a field that opens the sentence is one word (else it would take the line's start: "error: ..."); the
-            # last runs to the line's end
+            # a field that opens the sentence starts after the line's last tag, colon or semicolon (not at "error: ");
+            # the last runs to the line's end
             last = i == len(fields) - 1
-            pattern += (f"(?P<{name}>\\S+)" if not pattern else f"(?P<{name}>[^\\n]*\\S)" if last
+            pattern += (f"(?P<{name}>[^\\s<>.:;,][^\\n<>:;]*?)" if not pattern else f"(?P<{name}>[^\\n]*\\S)" if last
                         else f"(?P<{name}>[^\\n]+?)")
         names.add(name)
     return [m.groupdict() for m in re.finditer(pattern, text)]
