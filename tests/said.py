@@ -58,6 +58,9 @@ def read(template: str, text: str, plural: str | None = None) -> dict[str, str] 
     return found[0] if found else None
 
 
+OPENING = r"[^\s<>.:;,](?:[^\n<>:;.]|\.(?=\w))*?"  # a field at a sentence's start: no ": " or ". " inside
+
+
 def reads(template: str, text: str, plural: str | None = None) -> list[dict[str, str]]:
     """Every sentence of message id `template` in `text`, in order, as read() reads one."""
     for t in (template, plural):
@@ -72,12 +75,12 @@ def reads(template: str, text: str, plural: str | None = None) -> list[dict[str,
             pattern += f"(?P={name})"
         elif spec and spec[-1] in "dfg%" or "," in (spec or ""):  # a number, as its format writes it
             pattern += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
+        elif not pattern:  # the sentence's opening: after the line's last tag, colon, semicolon or full stop
+            pattern += f"(?P<{name}>{OPENING})"  # (not from "error: " on)
+        elif i == len(fields) - 1:  # its end: the rest of the line
+            pattern += f"(?P<{name}>[^\\n]*\\S)"
         else:
-            # a field that opens the sentence starts after the line's last tag, colon or semicolon (not at "error: ");
-            # the last runs to the line's end
-            last = i == len(fields) - 1
-            pattern += (f"(?P<{name}>[^\\s<>.:;,][^\\n<>:;]*?)" if not pattern else f"(?P<{name}>[^\\n]*\\S)" if last
-                        else f"(?P<{name}>[^\\n]+?)")
+            pattern += f"(?P<{name}>[^\\n]+?)"
         names.add(name)
     return [m.groupdict() for m in re.finditer(pattern, text)]
 
