@@ -40,6 +40,14 @@ def tree(text: object) -> dict:
     return {"id": m.template, **{k: tree(v) if isinstance(v, Message) else v for k, v in m.values.items()}}
 
 
+def within(text: object, template: str) -> list[dict]:
+    """The trees of every sentence of id `template` inside `text` (itself, or a phrase at any depth), in order."""
+    def walk(t: dict) -> list[dict]:
+        inner = [x for v in t.values() if isinstance(v, dict) for x in walk(v)]
+        return ([t] if t.get("id") == template else []) + inner
+    return walk(tree(text))
+
+
 def chain(text: object) -> list[dict]:
     """The trees of the parts of a list said as "{said}; {part}" one part at a time (a request's shape), in order."""
     t, out = tree(text), []

@@ -17,7 +17,7 @@ from test_store import insert_raw, make_run  # noqa: E402
 from engine.results.records import Warmth  # noqa: E402
 from engine.measure.load.shape import shape_said  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
-from tests.said import chain  # noqa: E402
+from tests.said import chain, reads  # noqa: E402
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
@@ -206,8 +206,11 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
         at = page()
         said = " ".join(m.value.replace("\\", "") for m in at.markdown)  # the chart's caption (ui.chart)
         first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1_764_600_000.0, 1_764_600_600.0))
-        assert "Output throughput: no measurable difference on this machine between repeated from" in said, said
-        assert first in said and second in said and "3 runs each" in said
+        within = reads("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; "
+                       "{interval}, which holds no change; {how}).", said)
+        assert within and within[0]["name"] == "Output throughput", said
+        assert {within[0]["a"], within[0]["b"]} == {f"repeated from {first}", f"repeated from {second}"}  # by start
+        assert within[0]["how"].endswith("3 runs each"), said
         assert "differs from" not in said
     finally:
         lab.store.delete([r.id for r in runs])
