@@ -40,6 +40,12 @@ def _defaults(lab):
     return load_defaults(lab.device, lab.serving_max_len(), lab.attached())
 
 
+def _said_as(lab, start: str):
+    """What the attached server's watch says now, when it is the sentence whose message id begins with `start`."""
+    said = lab.attached().said
+    return said if getattr(said, "template", "").startswith(start) else None
+
+
 def _until(check, what: str, limit_s: float = 120):
     """Wait for `check()` to hold (a liveness bound, not a timing claim)."""
     deadline = time.time() + limit_s
@@ -272,24 +278,29 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
             assert lab.attach(url).model == "model-a"
             state["up"] = False  # a router in front whose server went away: 503
             said = _until(lambda: lab.attached().said if not lab.attached().answering else None, "not seen down", 30)
-            assert STOPPED.fullmatch(said) and "(HTTP 503)" in said
+            down = sentences.tree(said)
+            assert down["id"].startswith("The server at {url} stopped answering at {time} ({why})"), said
+            assert (down["url"], down["why"]) == (url, {"id": "HTTP {code}", "code": 503}), said
             state.update(up=True, model="model-b", start=1_700_000_100.0)
             back = _until(lambda: lab.attached().said if lab.attached().answering else None, "not seen back", 30)
-            assert back.startswith(f"The server at {url} answers again (it stopped at ")
-            assert back.endswith("now serving model-b instead of model-a: every page measures model-b from now on.")
+            assert sentences.said(back).template.startswith("The server at {url} answers again (it stopped at {time}), "
+                                                            "now serving {model} instead of {old}"), back
+            assert {k: sentences.values(back)[k] for k in ("url", "model", "old")} == {
+                "url": url, "model": "model-b", "old": "model-a"}, back
             assert lab.attached().model == "model-b" and lab.remote.model == "model-b"
 
             state["start"] = 1_700_000_200.0  # restarted between two scrapes: never seen down
-            restarted = _until(lambda: (s := lab.attached().said).startswith(f"The server at {url} restarted")
-                               and s, "the new process not seen", 30)
-            assert restarted.endswith("(serving model-b): the first batch of each size is cold again.")
+            restarted = _until(lambda: _said_as(lab, "The server at {url} restarted at {start} (serving {model})"),
+                               "the new process not seen", 30)
+            assert sentences.values(restarted)["model"] == "model-b", restarted  # said with the first batches cold
             assert lab.remote.started == 1_700_000_200.0
 
             state["up"] = False
             _until(lambda: not lab.attached().answering, "not seen down again", 30)
             state.update(up=True, refuse=True)  # back with a key: it answers, but cannot be measured
-            refused = f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
-            _until(lambda: lab.attached().said == refused, "the refusal not said", 30)
+            refused = _until(lambda: _said_as(lab, "The server at {url} asks for an API key"), "the refusal not said",
+                             30)
+            assert sentences.values(refused) == {"url": url, "code": 401}
             seen = set()
             for _ in range(10):  # its /metrics answer each tick: it stays down in those words, never flickers
                 seen.add((lab.attached().answering, lab.attached().said))
