@@ -207,7 +207,8 @@ def test_latency_bars():
     # one run a side is within the run-to-run allowance (issue #29): measured, stated, not claimed
     v = contenders.speedup(naive, vllm)
     assert v.beyond_noise is False and v.low < 1 < v.high and v.allowance == verdict.BETWEEN_RUNS
-    assert fig.layout.title.text == "Latency per request: no difference beyond noise"
+    assert tree(figures.title_said(fig)) == {"id": "Latency per request: {speedup}",
+                                             "speedup": {"id": "no difference beyond noise"}}
     (group,) = figures.caption_said(fig)
     within = tree(group)["sentence"]
     assert {k: within[k] for k in ("x", "low", "high", "level")} == {
@@ -220,7 +221,8 @@ def test_latency_bars():
         r.end_time = r.send_time + r.e2e / 2
     fig = figures.latency_bars(naive, fast)
     v = contenders.speedup(naive, fast)
-    assert v.beyond_noise and fig.layout.title.text == f"Latency per request: vLLM {digits.times(v.ratio)}× faster"
+    assert v.beyond_noise and tree(figures.title_said(fig))["speedup"] == {"id": "vLLM {x}× faster",
+                                                                           "x": digits.times(v.ratio)}
     faster = tree(figures.caption_said(fig)[0])["sentence"]
     assert faster["id"].startswith("Prompt by prompt, vLLM answers {x}× faster than the naive loop")
     assert (faster["x"], faster["low"], faster["high"]) == tuple(digits.times(x) for x in (v.ratio, v.low, v.high))
@@ -230,9 +232,10 @@ def test_latency_bars():
         r.end_time = r.send_time + n.e2e * shift
     one = figures.latency_bars(_run("naive", "naive-5-sequential", "n", naive.records[:1], 4.3),
                                _run("vllm", "vllm-5-sequential", "v", vllm.records[:1], 3.4))
-    assert one.layout.title.text == "Latency per request: vLLM 1.26× faster, noise unknown"  # one prompt a side
+    assert tree(figures.title_said(one))["speedup"] == {  # one prompt a side
+        "id": "vLLM {x}× faster, noise unknown", "x": "1.26"}
     flat = figures.latency_bars(naive, same)
-    assert flat.layout.title.text == "Latency per request: no difference beyond noise"
+    assert tree(figures.title_said(flat))["speedup"] == {"id": "no difference beyond noise"}
     assert "faster" not in figures.caption(flat)
     fig3 = figures.latency_bars(naive, vllm, extra_runs=[make_static_batch()])
     assert len(_bars(fig3)) == 3
