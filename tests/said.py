@@ -1,6 +1,8 @@
 """Reading what the engine said by meaning, not by its English wording: a sentence's message id (the template
 the catalogue knows it by) and the values it was filled with. A test about numbers checks the numbers; a reworded
-sentence breaks only the few tests that read rendered sentences in each language (tests/test_sentences_read.py)."""
+sentence breaks only the few tests that read rendered sentences in each language (tests/test_sentences_read.py).
+Where only the rendered English is at hand (a CLI's output, a page's or a report's text), read() finds the sentence
+of a catalogue id in it and gives the values it shows."""
 from __future__ import annotations
 
 import functools
