@@ -18,7 +18,7 @@ from engine.measure.judge import repeats, stats
 from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
 from tests.conftest import app_page, wait_done
-from tests.said import said, shown, tree
+from tests.said import said, shown as shown_in, tree
 from tests.test_figures import make_slo_sweep
 from tests.test_load_page import _connected, _ran
 
@@ -156,7 +156,7 @@ def test_a_real_sweep_shows_each_levels_server_view_then_a_search_is_starred_on_
         per_level = [(r.extra.sweep_level, j) for r in sweep.result if (j := figures.j_per_token(r)) is not None]
         said = _plain(at.markdown) + _plain(at.caption)
         if per_level:  # each level's J per output token, the figures' own number
-            assert shown("Energy per output token, by requests in flight: {levels}.", said) == [
+            assert shown_in("Energy per output token, by requests in flight: {levels}.", said) == [
                 {"levels": " · ".join(f"{n}: **{j:.3g} J**" for n, j in per_level)}], said
         else:
             assert any("Energy is not measurable here" in s for s in said), said
@@ -197,7 +197,7 @@ def test_a_load_test_repeated_twice_shows_the_median_and_range_of_its_two_saved_
             assert table.loc[name, "Spread"] == shown
         reset = str(repeats.reset_said(saved))
         assert reset in _plain(at.info), _plain(at.info)  # emptied between them, or why not
-        assert shown("The numbers and charts below are the last repeat's ({i} of {n}).", _plain(at.caption)) == [
+        assert shown_in("The numbers and charts below are the last repeat's ({i} of {n}).", _plain(at.caption)) == [
             {"i": "2", "n": "2"}]
     finally:
         lab.detach()
