@@ -383,7 +383,7 @@ def sidebar(lab: Lab, on_guide: bool = False):
     """The sidebar; returns the slot of its server status, which the app fills after the page (server_status):
     drawn before it, the status could be older than the result the page shows (a server killed while the page
     drew its run's failures still read "ready" above them)."""
-    # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
+    # What the page's buttons were drawn for; the server status redraws the page when it changes.
     st.session_state["drawn_state"] = _drawn_for(lab)
     st.session_state["on_guide"] = on_guide  # read by the follower's tick between full runs
     with st.sidebar:
@@ -428,8 +428,8 @@ def _follow() -> None:
     follower is taken to it (from any page); the viewer's language stays their own."""
     st.toggle(_("Follow the presenter"), key="follow_presenter",
               help=_("Your screen shows the presenter's step of the guided lab and moves when they move."))
-    if st.session_state.get("follow_presenter"):
-        _follow_tick()
+    if st.session_state.get("follow_presenter") and not st.session_state.get("on_guide"):
+        _follow_tick()  # on the guided lab, the page's watcher follows (Guide.seen)
 
 
 @st.fragment(run_every=WATCH_S)
