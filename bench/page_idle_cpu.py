@@ -61,9 +61,19 @@ def _chromium() -> list[int]:
     return [c.pid for c in me.children(recursive=True) if "chrom" in c.name().lower()]
 
 
+# DOM mutations inside plotly charts: plotly rewrites its SVG when it redraws, so none means the browser kept its chart
+CHART_MUTATIONS = """
+window.__chartMutations = 0;
+new MutationObserver(records => {
+  for (const r of records) if (r.target.closest && r.target.closest('.js-plotly-plot')) window.__chartMutations++;
+}).observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+"""
+
+
 def element_counter(page) -> dict:
     """Counts the ForwardMsgs that carry an element to this page (new or a cached one by reference)."""
     seen = {"elements": 0, "runs": 0}
+    page.add_init_script(CHART_MUTATIONS)
 
     def frame(payload) -> None:
         if isinstance(payload, str):
@@ -82,11 +92,13 @@ def element_counter(page) -> dict:
 def measure(app: StreamlitApp, page, seen: dict, window: float) -> dict:
     page.wait_for_timeout(5000)  # the page has drawn and settled
     procs_app, procs_chr = _tree(app.proc.pid), _chromium()
+    mutations = "() => window.__chartMutations"
     a0, c0, e0, r0, t0 = _tree_cpu(procs_app), _tree_cpu(procs_chr), seen["elements"], seen["runs"], time.monotonic()
+    m0 = page.evaluate(mutations)
     page.wait_for_timeout(window * 1000)
     a1, c1, wall = _tree_cpu(procs_app), _tree_cpu(procs_chr), time.monotonic() - t0
     return {"app_cpu_s": a1 - a0, "chromium_cpu_s": c1 - c0, "elements": seen["elements"] - e0,
-            "runs": seen["runs"] - r0, "wall_s": wall}
+            "runs": seen["runs"] - r0, "wall_s": wall, "chart_mutations": page.evaluate(mutations) - m0}
 
 
 def follower(app, browser, window):
@@ -157,8 +169,9 @@ def main() -> None:
                     args = (fake_url,) if name == "load" else ()
                     r = globals()[name](app, browser, a.window, *args)
                     print(f"{name:9s} app {r['app_cpu_s']:6.2f} s  chromium {r['chromium_cpu_s']:6.2f} s  "
-                          f"elements {r['elements']:5d}  script runs {r['runs']:4d}  over {r['wall_s']:.0f} s  "
-                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                          f"elements {r['elements']:5d}  chart mutations {r['chart_mutations']:5d}  "
+                          f"script runs {r['runs']:4d}  over {r['wall_s']:.0f} s  (load {os.getloadavg()[0]:.1f})",
+                          flush=True)
                 browser.close()
         finally:
             fake.terminate()
