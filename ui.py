@@ -412,15 +412,11 @@ def model_detail(model: str | None) -> str | None:
 
 def server_status(slot) -> None:
     """The sidebar's server status, drawn into its slot once the page is drawn (see sidebar): every 2 s while the
-    server starts (its stage and time), else once, and again when what it says changed."""
+    server starts or a run measures (their stages), else once, and again when what it says changed."""
     lab = get_lab()
     with slot:
-        live(_server_status, lambda: _status_seen(lab), lambda: lab.server_snapshot().state == STARTING, every=2)
-
-
-def _status_seen(lab: Lab) -> tuple:
-    job = lab.measuring()
-    return _drawn_for(lab), lab.server_snapshot().config, (job.label, job.stage) if job else None
+        live(_server_status, lambda: (_drawn_for(lab), lab.server_snapshot().config),
+             lambda: lab.server_snapshot().state == STARTING or lab.measuring() is not None, every=2)
 
 
 def _follow() -> None:
