@@ -152,11 +152,8 @@ def _job(s) -> None:
 def _last_of(fig, s):
     """A repeated step draws its newest run, while its finding and numbers are the runs' mean: the title says so,
     so that the chart's 3.6 s beside the mean's 2.6 s reads as one run of several, not a contradiction."""
-    if (n := len(guide.runs(s.id, state))) > 1:  # under the title: appended to it, a long title lost it off the edge
-        note, before = _("The last of {n} runs", n=n), fig.layout.title.subtitle.text
-        fig.update_layout(title_subtitle_text=f"{before} · {note}" if before else note)
-        if not before:
-            fig.update_layout(margin_t=(fig.layout.margin.t or 80) + 34)
+    if (n := len(guide.runs(s.id, state))) > 1:
+        figures.note_under_title(fig, _("The last of {n} runs", n=n))
     return fig
 
 

@@ -294,14 +294,30 @@ def test_the_levels_follow_the_servers_kv_cache_its_reported_concurrency_and_max
     assert silent.fits is None and silent.levels == [1, 32] and "does not say" in silent.said
 
 
-def test_a_search_without_a_top_doubles_until_the_slo_misses_then_bisects():
-    from engine.measure.judge.slo import Slo
-    from engine.runs import Runner, Target
+@pytest.fixture(scope="module")
+def doubled_on_the_cli():
+    """One SLO search from the command line against a fake that says nothing of its capacity (four slots, each
+    20-token answer 400 ms by its own clock: at 5 or more in flight a TTFT of 400 ms or more), and the `SloSearch`
+    Runner.slo_search gave the CLI: the CLI's sentences and the search's levels are different facts of one search,
+    so the two tests below share its ~13 s of the fake's time instead of running it twice."""
+    from engine.runs import Runner
 
-    base = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=1, max_tokens=20, ignore_eos=True)
-    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:  # at 5 or more in flight a TTFT of 400 ms or more
-        search = Runner(save=lambda r: r).slo_search(base, Target(srv.base_url, "ok"), Slo(ttft_ms=350.0), low=1,
-                                                     high=None)
+    searches = []
+    original = Runner.slo_search
+
+    def kept(self, *args, **kwargs):
+        searches.append(original(self, *args, **kwargs))
+        return searches[-1]
+
+    with pytest.MonkeyPatch.context() as mp, FakeOpenAIServer(slots=4, chunk_delay_s=0.02, models=("ok",)) as srv:
+        mp.setattr(Runner, "slo_search", kept)
+        p = cli_in_process("run", "slo-search", "--url", srv.base_url, "--slo-ttft-ms", "350", "--max-tokens", "20")
+    return p, searches
+
+
+def test_a_search_without_a_top_doubles_until_the_slo_misses_then_bisects(doubled_on_the_cli):
+    _, searches = doubled_on_the_cli
+    [search] = searches
     assert search.levels == [1, 2, 4, 8, 6, 5] and (search.best, search.above) == (4, 5), search.tried
     assert search.high == 8 and search.doubled  # the top it reached, not a fixed 32 or 64
 
@@ -313,17 +329,17 @@ def test_a_search_by_rate_doubles_from_its_lowest_and_every_level_arrives_at_its
     base = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=2, max_tokens=20, ignore_eos=True,
                     shape="poisson", rate=1.0, arrival="constant")
     runner = Runner(save=lambda r: r)
-    runner.rate_level_s = 2.0
-    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:  # about 10 answers a second at most
+    runner.rate_level_s = 1.0  # 1 s of arrivals a level: what is checked is each level's rate and count, not a queue
+    with FakeOpenAIServer(slots=2, chunk_delay_s=0.02) as srv:  # 5 answers a second at most: a miss by 8/s
         search = runner.slo_search(base, Target(srv.base_url, "ok"), Slo(ttft_ms=350.0), low=2.0, high=None,
                                    tolerance=2.0, by="rate")
     levels = search.levels
     first_miss = next((i for i, (_, held, _) in enumerate(search.tried) if not held), len(levels))
     assert levels[:first_miss + 1] == [2.0 * 2 ** i for i in range(first_miss + 1)][:len(levels)]  # doubling
     assert all(search.best is None or search.best < lv for lv in levels[first_miss + 1:] if lv == search.above)
-    for level, _, run in search.tried:  # each level at its own rate, its arrivals evenly spaced, 2 s of them at least
+    for level, _, run in search.tried:  # each level at its own rate, its arrivals evenly spaced, 1 s of them at least
         assert (run.load.shape, run.load.rate, run.load.other["arrival"]) == ("poisson", level, "constant")
-        assert run.load.num_requests == max(2, math.ceil(level * 2.0))
+        assert run.load.num_requests == max(2, math.ceil(level * 1.0))
     assert search.high == max(levels)
 
 
@@ -390,9 +406,9 @@ def test_a_rate_sweep_says_its_highest_rate_that_met_the_slo_as_judge_slo_judges
     assert values(top) == {"best": 4.0, "slo": {"name": "TTFT", "ms": 500.0}} and "sweep higher" in tsaid(top).template
 
 
-def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on_the_command_line():
-    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02, models=("ok",)) as srv:
-        p = cli_in_process("run", "slo-search", "--url", srv.base_url, "--slo-ttft-ms", "350", "--max-tokens", "20")
+def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on_the_command_line(
+        doubled_on_the_cli):
+    p, _ = doubled_on_the_cli
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
     assert "the search doubles the requests in flight from 1 until the SLO misses" in p.stdout
     assert "The most requests in flight that meet the SLO (TTFT ≤ 350 ms) is 4: 5 did not" in p.stdout, p.stdout[-1500:]

@@ -23,6 +23,7 @@ from streamlit.testing.v1 import AppTest
 from engine.errors import ServerBusy
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import load_defaults, load_test_spec, sweep_spec
+from engine.serving import endpoint
 from engine.serving.endpoint import EndpointError
 from tests import said as sentences
 from tests.test_remote import free_port, serve
@@ -239,10 +240,31 @@ def _fake_vllm(state: dict):
         yield url
 
 
-def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path):
+def test_a_failure_counts_as_down_only_once_it_has_lasted_down_after_s():
+    """The watch's clock is the caller's `t`: one refused or failed check is not an outage (a slow scrape under
+    load), DOWN_AFTER_S of them are, and an answer between them starts the count again."""
+    import httpx
+
+    watch = endpoint.Watch("http://x", None, started=1.0)
+    gone, ok = httpx.ConnectError("refused"), httpx.Response(200, text="", request=httpx.Request("GET", "http://x/v1/models"))
+    assert watch.heard(100.0, None, gone) is None and watch.answering
+    assert watch.heard(100.0 + endpoint.DOWN_AFTER_S - 0.1, None, gone) is None and watch.answering
+    assert watch.heard(100.0 + endpoint.DOWN_AFTER_S, None, gone) == "down" and watch.down_since == 100.0
+    again = endpoint.Watch("http://x", None, started=1.0)
+    again.heard(100.0, None, gone)
+    assert again.heard(101.0, ok, None) is None  # answered: the count starts again
+    assert again.heard(102.0, None, gone) is None and again.heard(101.9 + endpoint.DOWN_AFTER_S, None, gone) is None
+    assert again.answering
+
+
+def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path, monkeypatch):
     from engine.lab import Lab
     from engine.results.store import RunStore
 
+    # What is checked is what the watch says at each change, not how long it waits (the test above): a failure
+    # counts after 1 s, not 3, and a server down is looked for again every 1 s, not 3: about 5 s less of waiting.
+    monkeypatch.setattr(endpoint, "DOWN_AFTER_S", 1.0)
+    monkeypatch.setattr(endpoint, "CHECK_S", 1.0)
     state = {"up": True, "model": "model-a", "start": 1_700_000_000.0}
     lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.2)
     try:

