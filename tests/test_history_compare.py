@@ -163,7 +163,8 @@ def test_two_runs_of_one_label_in_one_minute_are_told_apart_as_the_caption_names
     assert "05:52:44" in ticks[0] and "05:52:49" in ticks[1]
     assert values(lead)["a"]["time"] in " ".join(ticks) and values(lead)["b"]["time"] in " ".join(ticks)
     best = b if b.summary.output_throughput > a.summary.output_throughput else a
-    assert values(top)["run"] == {"name": "concurrent-10", "time": f"{datetime.fromtimestamp(best.started_at):%H:%M:%S}"}
+    assert values(top)["run"] == {"name": "concurrent-10",
+                                  "time": f"{datetime.fromtimestamp(best.started_at):%H:%M:%S}"}
     # one label for every bar: said once under the axis, the bars carry only what tells them apart
     assert fig.layout.xaxis.title.text == "concurrent-10" and not any("concurrent-10" in t for t in ticks)
 
