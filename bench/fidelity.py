@@ -39,6 +39,11 @@ With --request-rate R... the levels are arrival rates instead of numbers in flig
 --ramp-up-strategy linear|exponential --ramp-up-start-rps S the levels are the ramps' end rates (whole numbers, as
 vLLM takes them). Any kind runs at rates.
 
+With --lora-modules NAME... (adapters the server serves, started with --enable-lora --lora-modules NAME=PATH) every
+request names one of them instead of the base model, on both sides by --lora-assignment (round-robin: in turn, the
+same sequence on both sides; random: each side its own seeded draw): vLLM's --lora-modules/--lora-assignment, ours
+LoadSpec.lora_modules as `python -m engine run --lora-modules` sets them. Any kind and arrival takes adapters.
+
     python bench/fidelity.py --base-url http://127.0.0.1:18500 --kind prefix-repetition --prefix-len 256 \
         --suffix-len 32 --num-prefixes 4 --output-len 32 --concurrency 8 --repeats 2 --num-prompts 32 \
         --out bench/results/fidelity-prefix-repetition-cpu.md
@@ -55,6 +60,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import random
 import resource
 import statistics
@@ -122,6 +128,8 @@ def level_argv(a: argparse.Namespace, model: str, tokenizer: str, x: float, n: i
     argv = ["--base-url", a.base_url, "--model", model, "--tokenizer", tokenizer, "--num-prompts", str(n),
             "--ignore-eos", "--temperature", str(a.temperature), "--seed", str(seed),
             "--num-warmups", str(warmups(a, x)), "--disable-tqdm"]
+    if a.lora_modules:
+        argv += ["--lora-modules", *a.lora_modules, "--lora-assignment", a.lora_assignment]
     if not by_rate(a):
         return argv + ["--max-concurrency", str(int(x)), "--request-rate", "inf"]
     if a.max_concurrency:
@@ -266,7 +274,8 @@ def run_ours(a: argparse.Namespace, model: str, prompts: list[str], x: float, se
     spec = LoadSpec(base_url=a.base_url, model=model, prompts=prompts, num_requests=len(prompts),
                     max_tokens=a.output_len, ignore_eos=True, temperature=a.temperature, warmup=warmups(a, x),
                     endpoint="chat" if a.kind == "dataset" else "completions", seed=seed, workers=a.workers,
-                    label=f"loadgen {x:g}", **how)
+                    label=f"loadgen {x:g}", lora_modules=list(a.lora_modules or []),
+                    lora_assignment=a.lora_assignment, **how)
     if plan is not None:
         spec = plan.apply(spec, ignore_eos=True)
     before = _cpu_s()
@@ -329,9 +338,10 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, x: float, i: int, l
         for who in order:
             print(f"  {'rate' if by_rate(a) else 'concurrency'} {x:g}, run {r + 1}/{a.repeats}: {who} "
                   f"({n} prompts)...", flush=True)
-            before = metrics_text(a.base_url)
+            before, load = metrics_text(a.base_url), os.getloadavg()[0]
             got = side(a, who, model, tokenizer, x, n, a.seed if ds is not None else seed, log, toks, same, vfile)
             runs[who].append(got)
+            got["load_1min"] = load  # the machine's, as the run began: a shared machine's neighbours move runs
             after = metrics_text(a.base_url)
             if (hits := prefix_hits(before)) is not None and (now := prefix_hits(after)) is not None:
                 got["prefix_cache_hit_tokens"] = now - hits
@@ -394,6 +404,9 @@ def workload_said(a: argparse.Namespace, ds: datasets.Dataset | None) -> str:
                           f"{a.prefix_len} shared (ours: workloads/fixed_text.py; vllm bench: another seed's plan "
                           "of ours through --dataset-name custom, vLLM 0.32 having no sonnet dataset)",
         }[a.kind] + f"; {answers}, /v1/completions"
+    if a.lora_modules:
+        what += (f"; every request names a LoRA adapter ({', '.join(a.lora_modules)}, {a.lora_assignment}; "
+                 "vllm bench: --lora-modules --lora-assignment, ours: LoadSpec.lora_modules)")
     if not by_rate(a):
         return what + "; all queued, capped at the concurrency"
     arrival = {"poisson": "Poisson", "gamma": f"gamma (burstiness {a.burstiness:g})",
@@ -408,6 +421,8 @@ def workload_said(a: argparse.Namespace, ds: datasets.Dataset | None) -> str:
 def markdown(report: dict[str, Any]) -> str:
     hw = report["hardware"]
     rated = any(r.get("by_rate") for r in report["levels"])
+    loads = [run["load_1min"] for r in report["levels"] for rs in r["runs"].values() for run in rs
+             if run.get("load_1min") is not None]
     head = "requests/s" if rated else "concurrency"
     lines = [
         f"# Fidelity: engine.measure.load.loadgen vs `vllm bench serve` ({report['date']})", "",
@@ -418,6 +433,7 @@ def markdown(report: dict[str, Any]) -> str:
          f"- Server: vLLM {report['versions'].get('vllm', '?')} ({report['versions'].get('vllm_package', '')}), "
          f"model `{report['model']}` at {report['base_url']}; client and server share the machine"),
         f"- Workload: {report['workload']}",
+        *([f"- Machine load (1-minute average as each run began): {min(loads):.1f}-{max(loads):.1f}"] if loads else []),
         f"- Client: {report['client']}",
         f"- Command: `{report.get('command', 'python bench/fidelity.py')}`", "",
         f"| {head} | prompts | vllm bench tok/s | loadgen tok/s | ratio | vllm bench TTFT mean ms | loadgen TTFT "
@@ -487,6 +503,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="arrivals ramped from --ramp-up-start-rps to each of --ramp-up-end-rps (the levels)")
     p.add_argument("--ramp-up-start-rps", type=int, default=1)
     p.add_argument("--ramp-up-end-rps", type=int, nargs="+", default=None)
+    p.add_argument("--lora-modules", nargs="+", default=None, metavar="NAME",
+                   help="LoRA adapters the server serves: each request names one (both sides)")
+    p.add_argument("--lora-assignment", choices=("round-robin", "random"), default="round-robin",
+                   help="--lora-modules: in turn, or a seeded draw per request")
     p.add_argument("--num-prompts", type=int, default=None, help="requests per run at every level")
     p.add_argument("--rounds", type=int, default=2, help="prompts per level = max(min-prompts, rounds x concurrency)")
     p.add_argument("--min-prompts", type=int, default=4)

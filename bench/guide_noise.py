@@ -90,7 +90,7 @@ def verdict(quiet: dict, loaded: dict) -> dict:
 
 def markdown(out: dict) -> str:
     lines = [f"# The guided lab's findings, quiet and beside a CPU hog ({out['when']})", "",
-             f"Machine: {out['machine']}. Model: {out['model']}, answers at {out['scale']:g} of the lab's token "
+             f"Machine: {out['machine']}. Model: {out['model']}, answers at {out['scale']:g}× the lab's token "
              "budget, "
              f"each short vLLM step run {out['repeats']} times. Hog in the loaded pass: `{out['hog']}`.", "",
              f"Command: `{out['command']}`", "",
@@ -128,8 +128,8 @@ def main() -> int:
     a = ap.parse_args()
     if a.combine:
         quiet, loaded = (json.loads(p.read_text()) for p in a.combine)
-        return finish({**quiet, "loaded": loaded["loaded"], "command": f"{quiet['command']} ; {loaded['command']}"},
-                      a.results)
+        return finish({**quiet, "loaded": loaded["loaded"], "hog": loaded["hog"],  # the hog is the loaded pass's
+                       "command": f"{quiet['command']} ; {loaded['command']}"}, a.results)
     os.environ.setdefault("SERVING_LAB_GUIDE_EAGER", "1")  # no compiling: each restart ready sooner
     os.environ.setdefault("SERVING_LAB_RUNTIME", str(a.out / "runtime"))  # its server's record, apart from others
     lab = bench_lab(a.out, free_port())

@@ -1,4 +1,4 @@
 """Headless CLI over the engine: `python -m engine --help`."""
-from engine.cli import main
+from engine.cli import command
 
-raise SystemExit(main())
+raise SystemExit(command())

@@ -54,6 +54,10 @@ def test_two_runs_each_metric_in_one_sentence_ttft_beyond_noise(store):
     assert said[0].startswith("Output throughput: slow measured") and "decides nothing" in said[0]  # one run a side
     assert said[1].startswith("Mean TTFT: slow is higher than fast, 2") and "beyond noise" in said[1]
     assert "12 requests each" in said[1]
+    # one run a side: the run-to-run allowance its requests cannot see is added and named (issue #29)
+    assert "one run a side: its requests' spread plus ±10 % allowed between runs" in said[1]
+    ttft = json.loads(cli_in_process("compare", a.id, b.id, "--json").stdout)["metrics"][1]
+    assert ttft["per"] == "requests" and ttft["between_runs"] == pytest.approx(0.10)
     assert said[2].startswith("Mean TPOT: no measurable difference on this machine between fast and slow"), said[2]
     assert said[3].startswith("Mean E2E latency: slow is higher than fast")
 
@@ -75,6 +79,7 @@ def test_repeat_groups_within_noise_and_by_label(store):
                                                    "mean_e2el_ms"]
     first = data["metrics"][0]
     assert first["n_a"] == first["n_b"] == 3 and first["per"] == "runs" and first["beyond_noise"] is False
+    assert first["between_runs"] is None  # repeats' own spread holds the run-to-run noise
     assert first["low"] < 1 < first["high"] and first["said"] == tput
     assert len(data["a"]["runs"]) == 3 and data["a"]["disturbed"] is False
 

@@ -60,3 +60,19 @@ def test_the_kv_watch_takes_the_page_already_read_after_the_run():
     watch.start()
     run = watch.finish(run_of(batch(2)), page='vllm:num_preemptions_total{engine="0",model_name="m"} 5.0\n')
     assert reads == ["http://x"] and run.extra.kv.preemptions == 3
+
+
+def test_the_history_is_asked_about_the_server_before_the_run_not_after_its_last_answer():
+    from engine.measure.load.spec import LoadSpec
+    from engine.runs.ledger import WarmthLedger
+
+    asked = []  # the requests the server had received each time the history was read
+    with FakeOpenAIServer(chunk_delay_s=0.0, models=("ok",)) as srv:
+        ledger = WarmthLedger(lambda instance: asked.append(("sizes", srv.requests)) or (),
+                              lambda instance: asked.append(("served", srv.requests)))
+        target = Target(srv.base_url, "ok", instance=f"{srv.base_url} started 5.00")
+        spec = LoadSpec(base_url=srv.base_url, model="ok", prompts=["hi"], num_requests=4, concurrency=2,
+                        max_tokens=3, warmup=1)
+        run = Runner(lambda r: r, warmth=ledger).load(spec, target)
+    assert run.summary.completed == 4 and run.extra.warmth.cold is not None  # judged, from what it recalled
+    assert asked == [("sizes", 0), ("served", 0)]  # once, before the warm-up's first request

@@ -16,7 +16,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine import digits, figures
+from engine.figures import contenders
 from engine.measure.workloads import prompts  # noqa: E402
+from engine.measure.judge import verdict  # noqa: E402
 from engine.measure.judge.stats import summarize  # noqa: E402
 from engine.results.records import Notes, RequestRecord, RunResult, ServerNotes, Summary  # noqa: E402
 from tests.said import said, tree, values  # noqa: E402
@@ -201,15 +203,27 @@ def test_latency_bars():
     assert len(bars) == 2 and all(len(b.y) == 5 for b in bars)
     assert list(bars[0].y) == pytest.approx([r.e2e for r in naive.records])
     assert "avg 3.7 s" in bars[0].name and "avg 3.2 s" in bars[1].name
-    # one computation for the title and the caption: prompt by prompt, with its interval
-    assert fig.layout.title.text == "Latency per request: vLLM 1.18× faster"
+    # one computation for the title and the caption: prompt by prompt, with its interval. The notebook's 1.18× from
+    # one run a side is within the run-to-run allowance (issue #29): measured, stated, not claimed
+    v = contenders.speedup(naive, vllm)
+    assert v.beyond_noise is False and v.low < 1 < v.high and v.allowance == verdict.BETWEEN_RUNS
+    assert fig.layout.title.text == "Latency per request: no difference beyond noise"
     (group,) = figures.caption_said(fig)
-    faster = tree(group)["sentence"]
+    within = tree(group)["sentence"]
+    assert {k: within[k] for k in ("x", "low", "high", "level")} == {
+        "x": "1.18", "low": digits.times(v.low), "high": digits.times(v.high), "level": "95 %"}
+    assert within["how"]["method"] == {"id": "paired t on log values (the same prompts)"}
+    assert within["how"]["counts"] == {"id": "{n} requests each", "n": 5}
+    assert within["how"]["between"]["pct"] == "10"  # one run a side: the allowance is said
+    fast = make_vllm_sequential()
+    for r in fast.records:  # twice as fast as the notebook's vLLM: beyond any run-to-run allowance
+        r.end_time = r.send_time + r.e2e / 2
+    fig = figures.latency_bars(naive, fast)
+    v = contenders.speedup(naive, fast)
+    assert v.beyond_noise and fig.layout.title.text == f"Latency per request: vLLM {digits.times(v.ratio)}× faster"
+    faster = tree(figures.caption_said(fig)[0])["sentence"]
     assert faster["id"].startswith("Prompt by prompt, vLLM answers {x}× faster than the naive loop")
-    assert {k: faster[k] for k in ("x", "low", "high", "level")} == {"x": "1.18", "low": "1.12", "high": "1.24",
-                                                                     "level": "95 %"}
-    assert faster["how"]["method"] == {"id": "paired t on log values (the same prompts)"}
-    assert faster["how"]["counts"] == {"id": "{n} requests each", "n": 5}
+    assert (faster["x"], faster["low"], faster["high"]) == tuple(digits.times(x) for x in (v.ratio, v.low, v.high))
     same = make_vllm_sequential()
     for r, n in zip(same.records, naive.records):  # within a few per cent either way of the naive loop's
         shift = 1.02 if r.index % 2 else 0.98
@@ -218,7 +232,7 @@ def test_latency_bars():
                                _run("vllm", "vllm-5-sequential", "v", vllm.records[:1], 3.4))
     assert one.layout.title.text == "Latency per request: vLLM 1.26× faster, noise unknown"  # one prompt a side
     flat = figures.latency_bars(naive, same)
-    assert flat.layout.title.text == "Latency per request: no measurable difference on this machine"
+    assert flat.layout.title.text == "Latency per request: no difference beyond noise"
     assert "faster" not in figures.caption(flat)
     fig3 = figures.latency_bars(naive, vllm, extra_runs=[make_static_batch()])
     assert len(_bars(fig3)) == 3

@@ -161,12 +161,13 @@ def test_the_six_findings_from_known_runs():
     seq = values(found[1].text)
     assert (seq["mean"], seq["naive"], seq["x"], seq["interval"]["level"]) == ("0.50", "2.0", "4.00", "95 %")
     # prompt by prompt
-    assert seq["how"] == {"method": verdict.PAIRED, "counts": {"n": 5}}
+    assert seq["how"] == {"method": verdict.PAIRED, "counts": {"n": 5}, "between": {"pct": "10"}}  # naive's one run
     assert said(found[1].text.values["how"].values["counts"]).template == "{n} requests each"
     conc_said = values(found[2].text)  # 250 tokens at naive's 0.04 s a token; the repeats' mean wall time
     assert conc_said["text"] == {"wall": "1.5", "n": 3, "would": "10", "tokens": 250.0}
     assert conc_said["x"] == "6.67" and conc_said["interval"]["level"] == "95 %"
-    assert conc_said["how"] == {"method": verdict.WELCH_LOG, "a": 5, "b": 3}  # 5 naive answers and 3 runs
+    assert conc_said["how"] == {"method": verdict.WELCH_LOG, "a": 5, "b": 3,  # 5 naive answers and 3 runs
+                                "between": {"pct": "10"}}  # naive's answers are one run's
     tuning = found[3].text
     assert tuning.values["change"] == "+25 %"  # 100 tok/s -> 125 tok/s, the repeats' means
     assert values(tuning)["verdict"]["how"]["counts"] == {"n": 3} and (values(tuning)["a"], values(tuning)["b"]) == (

@@ -67,6 +67,7 @@ def test_the_lock_holds_every_declared_pin(build):
 
 def test_the_installed_command_is_the_cli():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    module, func = scripts["serving-lab"].split(":")
-    assert getattr(importlib.import_module(module), func) is importlib.import_module("engine.cli").main
+    module, func = scripts["serving-lab"].split(":")  # what `python -m engine` runs too (engine/__main__.py)
+    assert getattr(importlib.import_module(module), func) is importlib.import_module("engine.cli").command
+    assert "command()" in (ROOT / "engine" / "__main__.py").read_text()
 

@@ -118,5 +118,5 @@ def _as_json(runs_a, runs_b, label_a, label_b, found, busy) -> dict:
         {"key": key, "name": str(v.name), "unit": str(v.unit), "per": v.per, "n_a": v.n_a, "n_b": v.n_b,
          "center_a": v.center_a, "center_b": v.center_b, "ratio": v.ratio, "low": v.low, "high": v.high,
          "diff": v.diff, "diff_low": v.diff_low, "diff_high": v.diff_high, "p": v.p, "level": v.level,
-         "method": str(v.method), "beyond_noise": v.beyond_noise, "finding": v.finding,
+         "method": str(v.method), "between_runs": v.allowance, "beyond_noise": v.beyond_noise, "finding": v.finding,
          "disturbed": str(v.disturbed) if v.disturbed is not None else None, "said": str(v.said)} for key, v in found]}

@@ -127,8 +127,9 @@ def concurrency(concurrent: list, naive) -> dict[str, Any] | None:
     would = naive_would_take(concurrent, naive)
     tput = _avg([r.summary.output_throughput for r in concurrent])
     if (rates := _naive_rates(naive)):
+        # naive's answers are one run's (its factor unseen by their spread), vLLM's values its runs
         v = verdict.of_values(rates, [r.summary.output_throughput for r in concurrent], naive, concurrent, name="",
-                              label_a="naive", label_b="vLLM", unit="tok/s")
+                              label_a="naive", label_b="vLLM", unit="tok/s", runs=(1, 0))
     else:
         v = verdict.of_values([r.duration for r in concurrent], [r.summary.total_latency_s for r in concurrent],
                               [], concurrent, name="", label_a="wall", label_b="serial", unit="s")
@@ -237,8 +238,9 @@ def findings(runs: dict[str, list]) -> list[Finding]:
                 say("All 10 answers in {wall} s ({n} runs' mean), against {would} s for their latencies one "
                     "after another.", wall=wall, n=n, would=would))
         if v is not None and v.decided:
-            how = (say("{method}, {a} naive answers and {b} runs", method=v.method, a=v.n_a, b=v.n_b)
-                   if c["naive_tput"] is not None else v.how)  # naive's side is its answers, not runs
+            how = (say("{method}, {a} naive answers and {b} runs; {between}", method=v.method, a=v.n_a, b=v.n_b,
+                       between=v.between) if c["naive_tput"] is not None and v.between is not None else
+                   v.how)  # naive's side is its answers, not runs
             values = dict(text=text, x=times(v.ratio) if v.ratio else "–", interval=v.interval or "–", how=how)
             # without a naive run the verdict is the wall time against the same answers one after another
             text = (say("{text} Throughput {x}× naive's ({interval}; {how}).", **values)

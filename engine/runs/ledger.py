@@ -37,6 +37,12 @@ class WarmthLedger:
         """A ledger that recalls an instance it meets first from saved runs' `notes()` (the history)."""
         return cls(lambda instance: recall_from(notes(), instance), lambda instance: served_from(notes(), instance))
 
+    def recall(self, instance: str) -> None:
+        """Ask the history about `instance` now (once per instance), before a run on it: a long history's read
+        then does not come after the run's last answer, when its judge() is asked."""
+        with self._lock:
+            self._sizes(instance)
+
     def _sizes(self, instance: str) -> set[int]:
         if instance not in self._seen:
             self._seen[instance] = {n for n in self._recall(instance) if isinstance(n, int) and n > 0}

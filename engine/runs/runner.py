@@ -180,6 +180,13 @@ class Runner:
         return None if target.instance is None else read_requests_served(target.base_url, target.model,
                                                                            target.api_key)
 
+    def _before(self, target: Target) -> int | None:
+        """Before a run's warm-up: the server's served count (served()), and what the history recalls of its
+        instance (WarmthLedger.recall), read now rather than after the run's last answer."""
+        if target.instance is not None:
+            self.warmth.recall(target.instance)
+        return self.served(target)
+
     def _judge_warmth(self, result: RunResult, target: Target, served_before: int | None = None,
                       page_after: str | None = None) -> RunResult:
         """Mark the run cold when its measured batch was the first of its size on this server instance
@@ -234,7 +241,7 @@ class Runner:
         self.mark(say("{run}: start", run=spec.label or spec.scenario))
         count = ServerCount(target)
         kv = KvWatch(target.base_url, target.api_key)  # preemptions, peak waiting and KV use while it measures
-        served = self.served(target)
+        served = self._before(target)
         meter = self._meter(target)
         watch = disturbance.Watch([target.pid])  # the CPU and GPUs used beside the measured part
 
@@ -287,7 +294,7 @@ class Runner:
         def one(name: str, target: Target) -> None:
             count = ServerCount(target)
             kv = KvWatch(target.base_url, target.api_key)
-            served = self.served(target)
+            served = self._before(target)
             watch = disturbance.Watch([a.pid, b.pid])  # both servers' trees are the pair's own
 
             def on_measure() -> float:
@@ -366,7 +373,7 @@ class Runner:
                cancel: threading.Event, rate: float | None = None, notes: Notes | None = None) -> RunResult:
         """One level of a sweep or a search (loadgen.run_level; given a `rate`, the spec's requests arriving
         at that many per second instead) with the server's view and energy, saved."""
-        count, served, meter = ServerCount(target), self.served(target), self._meter(target)
+        count, served, meter = ServerCount(target), self._before(target), self._meter(target)
         watch = disturbance.Watch([target.pid])
 
         def hooks() -> None:

@@ -152,7 +152,9 @@ def sentence(on: Any, off: Any) -> str:
     # the same order on both sides), and of at least GAIN: on an H200 a 1,300-token prefill takes milliseconds, and
     # both sides measured 55 ms, 0.4 % apart, a difference too small to be the cache's.
     rest_off, rest_on = ([r.ttft for r in ok_in_order(run)[1:]] for run in (off, on))
-    v = verdict.beside(verdict.compare(rest_off, rest_on, paired=len(rest_off) == len(rest_on), per=verdict.REQUESTS),
+    # two runs, each with a factor of its own: the run-to-run allowance (verdict.compare's runs)
+    v = verdict.beside(verdict.compare(rest_off, rest_on, paired=len(rest_off) == len(rest_on), per=verdict.REQUESTS,
+                                       runs=(1, 1)),
                        (say("prefix caching off"), [off]), (say("prefix caching on"), [on]))
     if v is not None and v.disturbed is not None:  # measured, but no finding either way
         return say("With prefix caching {cached:,} of {prompt:,} prompt tokens came from the cache; median TTFT after "

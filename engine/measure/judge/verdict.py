@@ -11,7 +11,14 @@ log-normal, one repeat 3.5× slower) at 2, 3, 5 and 10 a side and checks that ra
 
 Runs compared here (`compare_runs`, `of_pair`, `per_prompt`) carry what disturbed them (engine.observe.disturbance):
 beside a disturbed run the test's outcome is kept but stated as no finding either way, since its noise is not this
-machine's (tests/test_verdict_disturbed.py). Every page, the CLI and the report follow this one rule."""
+machine's (tests/test_verdict_disturbed.py). Every page, the CLI and the report follow this one rule.
+
+Where a side's values are the requests of a single run (or of a few runs averaged per prompt), their spread cannot
+see the run's own factor (a busy neighbour, a warm cache): two runs of the same workload differ as a whole too. Such
+a comparison (`runs=`) adds the run-to-run variance on the log scale, sigma^2 / k for a side of k runs, with sigma
+measured from a side's repeats where the comparison has them and never below BETWEEN_RUNS
+(tests/test_verdict_between_runs.py, bench/results/verdict-aa-single-runs.md). Where both sides come from one run
+(TTFT per turn, a streamed answer's first token against its end), that factor cancels: no allowance."""
 from __future__ import annotations
 
 import math
@@ -32,6 +39,12 @@ PAIRED = mark("paired t on log values (the same prompts)")  # each prompt's rati
 UNKNOWN = mark("one value a side")  # no spread measured on at least one side: nothing decided
 
 RUNS, REQUESTS = "runs", "requests"  # what each value of a sample is: a run's summary, or one request's
+
+# The run-to-run noise allowed where a side is one run judged by its requests: the SD of a run's log value
+# between repeats of the same workload. 0.10 is this project's own: the pooled SD of log throughput over its
+# repeat sets is 0.11 on the 2-core CPU and 0.09 on the H200, and over those sets' spreads an allowance of 0.10
+# keeps one-run-a-side A/A at 4.4 % (docs/measuring.md#between-runs). Repeats that vary more raise it.
+BETWEEN_RUNS = 0.10
 
 
 def percent(level: float) -> str:
@@ -73,6 +86,9 @@ class Verdict:
     beyond_noise: bool | None
     unit: str = ""
     disturbed: Message | None = None
+    allowance: float | None = None  # the run-to-run SD (log scale) added for single runs' requests; None: none
+    allowance_runs: tuple[int, int] = (0, 0)  # how many runs each side's requests came from (0: its values are runs)
+    allowance_measured: bool = False  # the allowance is the repeats' own spread (above BETWEEN_RUNS)
 
     @property
     def decided(self) -> bool:
@@ -111,8 +127,24 @@ class Verdict:
         return None
 
     @property
+    def between(self) -> Message | None:
+        """The run-to-run allowance as said after the method: "one run a side: its requests' spread plus ±10 %
+        allowed between runs"; None where the comparison needs none."""
+        if self.allowance is None:
+            return None
+        pct = f"{round(self.allowance * 100)}"
+        if self.allowance_measured:
+            return say("the requests' spread plus ±{pct} % between runs, as the repeats measured", pct=pct)
+        if self.allowance_runs == (1, 1):
+            return say("one run a side: its requests' spread plus ±{pct} % allowed between runs", pct=pct)
+        return say("the requests' spread plus ±{pct} % allowed between runs", pct=pct)
+
+    @property
     def how(self) -> Message:
-        """The method and the sample sizes, as said after a verdict: "Welch's t on log values, 3 runs each"."""
+        """The method and the sample sizes, as said after a verdict: "Welch's t on log values, 3 runs each", and
+        the run-to-run allowance where one was added."""
+        if (between := self.between) is not None:
+            return say("{method}, {counts}; {between}", method=self.method, counts=self.counts, between=between)
         return say("{method}, {counts}", method=self.method, counts=self.counts)
 
     @property
@@ -161,11 +193,16 @@ class Verdict:
 
 def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str = "", label_a: str = "A",
             label_b: str = "B", per: str = RUNS, unit: str = "", level: float = LEVEL,
-            paired: bool = False) -> Verdict | None:
+            paired: bool = False, runs: tuple[int, int] | None = None,
+            spread: float | None = None) -> Verdict | None:
     """B against A. `a` and `b` are samples of one metric: the summary values of each side's repeats (`per`
     RUNS), or, for a metric measured per request from a single run a side, its requests' values (REQUESTS).
     `paired`: a[i] and b[i] measured the same thing (the same prompt on both sides), compared by their ratios
-    (a pair with a value missing is left out). None when a side has no value at all."""
+    (a pair with a value missing is left out). None when a side has no value at all.
+    `runs`: how many runs each side's values are the requests of (1: one run; k: each value the mean of k runs'
+    answers; 0: the side's values are runs themselves, whose spread already holds the run-to-run noise): the
+    run-to-run allowance is added for each side of k >= 1. Left None where both sides come from the same run(s).
+    `spread`: the run-to-run SD on the log scale that repeats measured; a side of runs (0) measures its own."""
     if paired:
         both = [(x, y) for x, y in zip(_clean_keep(a), _clean_keep(b)) if x is not None and y is not None]
         xa, xb = [x for x, _y in both], [y for _x, y in both]
@@ -185,13 +222,68 @@ def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str =
     if len(xa) < 2 or len(xb) < 2:  # one value has no spread: the noise is unknown
         return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=None,
                        diff_high=None, p=None, method=UNKNOWN, beyond_noise=None, **base)
-    lo, hi, p = _paired(la, lb, level) if paired else _welch(la, lb, level)
+    allowed: dict = {}
+    extra = 0.0
+    if runs is not None and any(runs):
+        if spread is None and (side := next((x for x, k in zip((xa, xb), runs) if k == 0 and len(x) >= 2 and
+                                             min(x) > 0), None)) is not None:
+            spread = spread_of_runs([[math.log(v)] for v in side])
+        sigma = max(BETWEEN_RUNS, spread or 0.0)
+        allowed = dict(allowance=sigma, allowance_runs=runs, allowance_measured=sigma > BETWEEN_RUNS)
+        # on the log scale a run's factor adds sigma^2 / k to a side's mean; on the raw scale, that share of it
+        scale = (1.0, 1.0) if positive else (ca, cb)
+        extra = sum(sigma ** 2 * c ** 2 / k for k, c in zip(runs, scale) if k)
+    if paired:
+        lo, hi, p = _paired(la, lb, level) if not extra else _t_with(
+            [y - x for x, y in zip(la, lb)], [], level, extra)
+    else:
+        lo, hi, p = _welch(la, lb, level) if not extra else _t_with(la, lb, level, extra)
     method = PAIRED if paired else WELCH_LOG if positive else WELCH
     if positive:
         return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=math.exp(lo), high=math.exp(hi), diff=cb - ca,
-                       diff_low=None, diff_high=None, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
+                       diff_low=None, diff_high=None, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base,
+                       **allowed)
     return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=lo,
-                   diff_high=hi, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base)
+                   diff_high=hi, p=p, method=method, beyond_noise=not lo <= 0 <= hi, **base, **allowed)
+
+
+def spread_of_runs(runs: Sequence[Sequence[float]]) -> float | None:
+    """The run-to-run SD on the log scale of repeats of one workload: each run's log values (its prompts' answers,
+    the same prompts in each; or its one summary value) averaged, the SD of those means. None below 2 runs."""
+    means = [_mean(r) for r in runs if r]
+    if len(means) < 2:
+        return None
+    m = _mean(means)
+    return math.sqrt(sum((x - m) ** 2 for x in means) / (len(means) - 1))
+
+
+def _var_of_mean(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = _mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs)
+
+
+def _t_with(a: Sequence[float], b: Sequence[float], level: float, extra: float) -> tuple[float, float, float]:
+    """The interval of mean(b) - mean(a) (of mean(a) alone when `b` is empty: a paired test's differences) at
+    `level` and its two-sided p, with `extra` added to the variance of that difference: the run-to-run variance the
+    samples cannot see, a stated constant. The two parts' half-widths add in quadrature, each at its own critical
+    value (the samples' t at Welch-Satterthwaite's degrees of freedom, the allowance's normal one), so the interval
+    is never narrower than the samples' own nor than the allowance's alone."""
+    from scipy import stats
+
+    va, vb = _var_of_mean(a), _var_of_mean(b) if b else 0.0
+    d = (_mean(b) - _mean(a)) if b else _mean(a)
+    parts = [(v, len(x) - 1) for v, x in ((va, a), (vb, b)) if x and v > 0]
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    half2 = z ** 2 * extra
+    if parts:
+        v = sum(v for v, _k in parts)
+        df = v ** 2 / sum(v ** 2 / k for v, k in parts)
+        half2 += float(stats.t.ppf(0.5 + level / 2, df)) ** 2 * v
+    half = math.sqrt(half2)
+    # p on the same scale: at the interval's edge it is 1 - level
+    return d - half, d + half, float(2 * stats.norm.sf(abs(d) * z / half))
 
 
 def _clean_keep(values: Sequence[float | None]) -> list[float | None]:
@@ -277,13 +369,15 @@ def value(run, key: str) -> float | None:
 def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, label_a: str, label_b: str,
                  unit: str = "", level: float = LEVEL) -> Verdict | None:
     """Two sets of runs compared on a summary metric: their runs' values when a side has repeats, else, for a
-    single run a side and a metric measured per request, those runs' requests; else the undecided verdict of
-    one value a side. None when a side has no value of it. Beside a disturbed run, no finding (`beside`)."""
+    single run a side and a metric measured per request, those runs' requests with the run-to-run allowance;
+    else the undecided verdict of one value a side. None when a side has no value of it. Beside a disturbed run,
+    no finding (`beside`)."""
     v = None
     if len(runs_a) == 1 and len(runs_b) == 1:
         pa, pb = per_request_values(runs_a[0], key), per_request_values(runs_b[0], key)
         if pa is not None and pb is not None and len(pa) >= 2 and len(pb) >= 2:
-            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit, level=level)
+            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit, level=level,
+                        runs=(1, 1))  # two runs: each its own factor, which its requests cannot see
     if v is None:
         v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
                     label_b=label_b, per=RUNS, unit=unit, level=level)
@@ -337,33 +431,53 @@ def _runs(x) -> list:
     return [r for r in (x if isinstance(x, (list, tuple)) else [x]) if r is not None]
 
 
+def _log_latencies(runs: Sequence) -> list[dict[int, float]]:
+    """Each run's answered prompts' log end-to-end latency, by prompt index."""
+    return [{r.index: math.log(r.e2e) for r in getattr(run, "measured", ()) if r.ok and r.e2e} for run in runs]
+
+
 def _per_prompt_latency(runs: Sequence) -> dict[int, float]:
     """Each prompt's end-to-end latency over `runs`: the geometric mean of its answers in the repeats (the paired
     test's own scale, so that the stated ratio is exactly the two sides' centres' ratio)."""
     seen: dict[int, list[float]] = {}
-    for run in runs:
-        for r in getattr(run, "measured", ()):
-            if r.ok and r.e2e:
-                seen.setdefault(r.index, []).append(math.log(r.e2e))
+    for run in _log_latencies(runs):
+        for i, x in run.items():
+            seen.setdefault(i, []).append(x)
     return {i: math.exp(_mean(logs)) for i, logs in seen.items()}
+
+
+def _prompts_spread(runs: Sequence) -> float | None:
+    """The run-to-run SD of repeats of the same prompts: each run's mean log latency over the prompts every one of
+    them answered (spread_of_runs); None below 2 runs."""
+    logs = [run for run in _log_latencies(runs) if run]
+    common = set.intersection(*(set(run) for run in logs)) if len(logs) >= 2 else set()
+    return spread_of_runs([[run[i] for i in sorted(common)] for run in logs]) if common else None
 
 
 def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdict | None:
     """Two runs of the same prompts (the Naive page's contenders, the guided lab's naive and sequential steps: one
     request per prompt, by index), each a run or its repeats, compared on each prompt's end-to-end latency, paired:
-    B's latency over A's, so a ratio above 1 means B is slower. None when no prompt was answered on both sides."""
+    B's latency over A's, so a ratio above 1 means B is slower. None when no prompt was answered on both sides.
+    Two runs (or sets of repeats) of their own: the run-to-run allowance is added."""
     runs_a, runs_b = _runs(run_a), _runs(run_b)
     lat_a, lat_b = _per_prompt_latency(runs_a), _per_prompt_latency(runs_b)
     both = sorted(lat_a.keys() & lat_b.keys())
+    # each side's runs carry a factor of their own that pairing cannot cancel: sigma^2 / k for a side of k runs,
+    # sigma measured where a side has repeats
+    spreads = [s for s in (_prompts_spread(runs_a), _prompts_spread(runs_b)) if s is not None]
     v = compare([lat_a[i] for i in both], [lat_b[i] for i in both], name=name, label_a=label_a, label_b=label_b,
-                per=REQUESTS, unit="s", paired=True)
+                per=REQUESTS, unit="s", paired=True, runs=(max(len(runs_a), 1), max(len(runs_b), 1)),
+                spread=max(spreads, default=None))
     return beside(v, (label_a, runs_a), (label_b, runs_b))
 
 
 def of_values(a: Sequence[float | None], b: Sequence[float | None], runs_a, runs_b, *, name: str, label_a: str,
-              label_b: str, per: str = RUNS, unit: str = "", paired: bool = False) -> Verdict | None:
+              label_b: str, per: str = RUNS, unit: str = "", paired: bool = False,
+              runs: tuple[int, int] | None = None) -> Verdict | None:
     """Two samples that runs gave otherwise than a summary metric (the guided lab's naive answers' pace against
     vLLM's runs; a streamed answer's first token against its end), compared by the same test and withheld beside
-    a disturbed run of either side, as compare_runs does."""
-    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, paired=paired)
+    a disturbed run of either side, as compare_runs does. `runs` as compare() takes it: where a side's values are
+    the requests of a run of its own (naive's answers), the run-to-run allowance; None where both sides come from
+    the same runs."""
+    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, paired=paired, runs=runs)
     return beside(v, (label_a, _runs(runs_a)), (label_b, _runs(runs_b)))
