@@ -318,10 +318,11 @@ def side(a: argparse.Namespace, who: str, model: str, tokenizer: str, x: float, 
 
 def level(a: argparse.Namespace, model: str, tokenizer: str, x: float, i: int, log: Path,
           ds: datasets.Dataset | None = None, tmp: Path | None = None,
-          toks: tokens.Tokens | None = None) -> dict[str, Any]:
+          toks: tokens.Tokens | None = None, keep: Any = None) -> dict[str, Any]:
     """Both clients at one level (in flight, or a rate), `repeats` times each, interleaved (who goes first
     alternates) so that drift on a shared machine hits both alike. Every run draws fresh prompts (a dataset's
-    repeat: one slice for both sides), so no run hits prefix-cache blocks another run's prompts left behind."""
+    repeat: one slice for both sides), so no run hits prefix-cache blocks another run's prompts left behind.
+    `keep` is given the level as it stands after each run (a run cut short keeps the runs before it)."""
     n = prompts_in(a, x)
     runs: dict[str, list[dict[str, Any]]] = {"ours": [], "vllm": []}
     orders = []
@@ -349,6 +350,14 @@ def level(a: argparse.Namespace, model: str, tokenizer: str, x: float, i: int, l
             print(f"    {_f(got.get('output_throughput'))} tok/s, TTFT mean {_f(got.get('mean_ttft_ms'))} ms, "
                   f"{_f(got.get('total_input_tokens'), '.0f')} input tokens, "
                   f"{_f(got.get('prefix_cache_hit_tokens'), '.0f')} prefix-cache hit tokens", flush=True)
+            if keep is not None:
+                keep(_level_of(a, x, n, orders, runs))
+    return _level_of(a, x, n, orders, runs)
+
+
+def _level_of(a: argparse.Namespace, x: float, n: int, orders: list[str],
+              runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One level's report: each side's medians over its runs so far, their ratios, every run."""
     ours, vb = _median(runs["ours"]), _median(runs["vllm"])
     return {"level": x, "by_rate": by_rate(a), "num_prompts": n, "first": orders, "vllm": vb, "ours": ours,
             "runs": runs, "throughput_ratio": _ratio(ours.get("output_throughput"), vb.get("output_throughput")),
@@ -573,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
                   if ds is not None else None,
                   "command": "python bench/fidelity.py " + " ".join(sys.argv[1:] if argv is None else argv)}
         for i, x in enumerate(levels(a)):
-            report["levels"].append(level(a, model, tokenizer, x, i, log, ds, tmp, toks))
+            report["levels"].append(level(a, model, tokenizer, x, i, log, ds, tmp, toks, keep=lambda part: save(
+                {**report, "levels": [*report["levels"], part]}, a.out)))
             save(report, a.out)  # after every level: a run cut short keeps what it measured
     print(markdown(report))
     return 0

@@ -16,6 +16,7 @@ import pytest
 from engine.messages import translate
 from engine.observe import disturbance, nvml
 from engine.results.records import Beside, Disturbance, Notes
+from tests.test_naive import model_dir, tiny_random_dir  # noqa: F401 - fixtures the naive run uses
 from tests.said import values
 
 GB = 1024 ** 3
@@ -166,3 +167,54 @@ def test_a_run_records_the_gpu_beside_it_through_the_driver_boundary(monkeypatch
     v = verdict.compare_runs([quiet], [busy], "mean_e2el_ms", name="E2E", label_a="quiet", label_b="busy")
     assert v is not None and v.finding is None and v.disturbed is not None
     assert "other process on the GPU held 7.0 GB" in str(v.said)
+
+
+WORKER = OTHER + 7  # a pid standing for a run's process that ended before the watch's end reading
+
+
+def test_a_gpu_of_a_process_that_ended_before_the_end_reading_is_the_runs():
+    """The naive worker computes on the GPU and exits before the run ends, so NVML lists it at neither end: the
+    watch is told it was the run's (its pid), and NVML's samples over the span show its GPU; the others there are
+    read as beside a vLLM run."""
+    nv = FakeNvml({0: {OTHER: 5 * GB}, 1: {OTHER + 1: 70 * GB}}, {0: {WORKER: 60.0, OTHER: 35.0}, 1: {OTHER + 1: 99.0}})
+    watch = disturbance.Watch([], nv=nv)
+    watch.start()
+    assert set(watch.stop().to_dict()) == CPU_KEYS  # not told: no GPU of the run's (the naive run's reading until now)
+    watch.start()
+    d = watch.stop(own=[WORKER])
+    assert _gpu(d) == {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 5.0, "gpu_others_busy": 35.0}
+    assert disturbance.disturbed(_notes(d))
+
+
+def test_a_driver_without_samples_finds_the_ended_process_gpu_by_the_device_it_named():
+    nv = FakeNvml({0: {OTHER: 3 * GB}, 1: {}}, {0: None, 1: None})
+    watch = disturbance.Watch([], nv=nv)
+    watch.start()
+    d = watch.stop(own=[WORKER], gpus=[0])
+    assert _gpu(d) == {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 3.0, "gpu_others_busy": None}
+    assert disturbance.disturbed(_notes(d))
+
+
+@pytest.mark.slow
+def test_a_naive_run_records_the_gpu_beside_its_worker(monkeypatch, tiny_random_dir):  # noqa: F811 - the fixture
+    """The naive baseline through the Runner, a real (tiny, random-weight) worker, NVML answered by the fake at
+    engine.observe.nvml's pynvml: its samples show the worker and another process computing on GPU 0, and the saved
+    naive run's disturbance part has the other process, as a vLLM run's would."""
+    from engine.measure.baseline.protocol import NaiveSpec
+    from engine.measure.progress import Progress
+    from engine.runs import Runner
+
+    nv = FakeNvml({0: {OTHER: 6 * GB}}, {0: {OTHER: 30.0}})
+
+    class Worker(Progress):
+        def on_worker(self, pid: int) -> None:  # the worker computes on GPU 0 from its start, as NVML would sample
+            nv.busy[0][pid] = 70.0
+
+    monkeypatch.setattr(nvml, "_lib", lambda: nv)
+    run = Runner(save=lambda r: r, progress=Worker()).naive(
+        NaiveSpec(model_path=str(tiny_random_dir), prompts=["hi", "hello"], max_new_tokens=4, random_weights=True,
+                  warmup=False))
+    d = run.extra.beside.disturbance
+    assert _gpu(d) == {"gpus": [0], "gpu_others": 1, "gpu_others_gb": 6.0, "gpu_others_busy": 30.0}
+    assert disturbance.disturbed(run.extra)
+    assert values(disturbance.said(_notes(d)))["what"] == {"n": 1, "gb": "6.0", "share": "30 %"}  # its GPU part

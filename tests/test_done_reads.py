@@ -76,3 +76,17 @@ def test_the_history_is_asked_about_the_server_before_the_run_not_after_its_last
         run = Runner(lambda r: r, warmth=ledger).load(spec, target)
     assert run.summary.completed == 4 and run.extra.warmth.cold is not None  # judged, from what it recalled
     assert asked == [("sizes", 0), ("served", 0)]  # once, before the warm-up's first request
+
+
+def test_reading_the_servers_metrics_does_not_make_a_tls_context_each_time(monkeypatch):
+    import ssl
+
+    from engine.observe.telemetry import read_metrics_text
+
+    made = []
+    make = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: made.append(1) or make(*a, **k))
+    with FakeOpenAIServer(metrics=True) as srv:
+        pages = [read_metrics_text(srv.base_url) for _ in range(3)]
+    assert all("vllm:generation_tokens_total" in p for p in pages)
+    assert len(made) <= 1  # once per process at most: each made one before, 50-140 ms on a busy machine

@@ -125,16 +125,21 @@ class GpuWatch:
         self._since = int(time.time() * 1e6)  # NVML's sample clock: microseconds since the epoch
         self._begin, self._own = self._procs(), _tree_pids(self.roots)
 
-    def stop(self) -> dict[str, Any] | None:
+    def stop(self, own: Iterable[int] = (), gpus: Iterable[int] = ()) -> dict[str, Any] | None:
         """{gpus, gpu_others, gpu_others_gb, gpu_others_busy} (Disturbance's fields): the run's GPUs, how many other
         processes computed on them, the most memory those held (GB), and the largest share of one GPU's SM time they
-        had together (per cent; None where the driver does not say); None without a GPU of the run's."""
+        had together (per cent; None where the driver does not say); None without a GPU of the run's.
+        `own`: the run's processes that ended before this reading (the naive worker), so at neither end; a GPU is
+        the run's too where NVML's samples over the span show one of them computing, or where it is in `gpus` (the
+        GPU such a process said it used)."""
         if self._since is None:
             return None
         end = self._procs()
-        own = self._own | _tree_pids(self.roots)
+        own = self._own | _tree_pids(self.roots) | set(own)
         pids = {i: set(self._begin.get(i, {})) | set(end.get(i, {})) for i in set(self._begin) | set(end)}
-        mine = sorted(i for i, on in pids.items() if on & own)
+        shares = {i: nvml.process_busy(i, self._since, self.nv) for i in pids}
+        mine = sorted(i for i, on in pids.items()
+                      if on & own or i in set(gpus) or set(shares[i] or {}) & own)
         if not mine:
             return None
         held: dict[tuple[int, int], int] = {}
@@ -145,9 +150,9 @@ class GpuWatch:
                         held[(i, pid)] = max(held.get((i, pid), 0), used)
         busy: float | None = None
         for i in mine:
-            if (shares := nvml.process_busy(i, self._since, self.nv)) is None:
+            if (sampled := shares[i]) is None:
                 continue
-            others = {pid: share for pid, share in shares.items() if pid not in own and share > 0}
+            others = {pid: share for pid, share in sampled.items() if pid not in own and share > 0}
             for pid in others:  # one that came and went between the two readings still computed beside the run
                 held.setdefault((i, pid), 0)
             busy = max(busy or 0.0, sum(others.values()))
@@ -168,9 +173,10 @@ class Watch:
         self.gpu.start()
         self.cpu.start()
 
-    def stop(self) -> Disturbance | None:
-        """CpuWatch's reading with GpuWatch's; None when neither read anything."""
-        cpu, gpu = self.cpu.stop(), self.gpu.stop()
+    def stop(self, own: Iterable[int] = (), gpus: Iterable[int] = ()) -> Disturbance | None:
+        """CpuWatch's reading with GpuWatch's (`own`, `gpus` as GpuWatch.stop takes them); None when neither read
+        anything."""
+        cpu, gpu = self.cpu.stop(), self.gpu.stop(own, gpus)
         if gpu is None:
             return cpu
         return (cpu or Disturbance()).model_copy(update=gpu)

@@ -571,7 +571,11 @@ class Runner:
             result = naive.run_naive(spec, observer=self.progress, cancel=self.cancel)
         finally:
             self.mark(say("static batch end (memory returned)") if static else say("naive end (memory returned)"))
-        result.extra.beside.disturbance = disturbance.record(watch.stop(), None, None, 0)
+        # the worker has exited by now, so no GPU lists it at either end: its pid and device say which GPU was the
+        # run's, for the other processes there (as a vLLM run's GPU watch reads them)
+        worker = [pid] if (pid := result.extra.naive.worker_pid) else []
+        result.extra.beside.disturbance = disturbance.record(watch.stop(worker, naive.worker_gpu(result)), None,
+                                                             None, 0)
         result.hardware = result.hardware or hardware.describe()
         result.versions = result.versions or hardware.versions()
         if self.slo is not None:

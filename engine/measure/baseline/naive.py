@@ -52,6 +52,16 @@ def _pick_gpu(gpus: list[dict], device: dict) -> dict | None:
     return next((g for g in gpus if g["index"] == idx), None)
 
 
+def worker_gpu(result: RunResult) -> list[int]:
+    """The NVML index of the GPU a finished naive run's worker computed on ([] on a CPU, or where NVML does not
+    list it): its device as the worker reported it, matched as the memory readings match it."""
+    dev = (result.hardware or {}).get("naive_device") or {}
+    if dev.get("type") != "cuda":
+        return []
+    g = _pick_gpu(nvml.devices(), dev)
+    return [g["index"]] if g else []
+
+
 # -- the run ------------------------------------------------------------------------------------
 @dataclass
 class _State:
