@@ -1,9 +1,15 @@
 """Reading what the engine said by meaning, not by its English wording: a sentence's message id (the template
 the catalogue knows it by) and the values it was filled with. A test about numbers checks the numbers; a reworded
-sentence breaks only the few tests that read rendered sentences in each language (tests/test_sentences_read.py)."""
+sentence breaks only the few tests that read rendered sentences in each language (tests/test_sentences_read.py).
+Where only the rendered English is at hand (a CLI's output, a page's or a report's text), read() finds the sentence
+of a catalogue id in it and gives the values it shows."""
 from __future__ import annotations
 
-from engine.messages import Message
+import functools
+import re
+import string
+
+from engine.messages import DOMAIN, LOCALES, Message
 
 
 def said(text: object) -> Message:
@@ -34,3 +40,70 @@ def tree(text: object) -> dict:
     inside it}, for a test about what a composite sentence is made of (which phrase, with which numbers)."""
     m = said(text)
     return {"id": m.template, **{k: tree(v) if isinstance(v, Message) else v for k, v in m.values.items()}}
+
+
+def within(text: object, template: str) -> list[dict]:
+    """The trees of every sentence of id `template` inside `text` (itself, or a phrase at any depth), in order."""
+    def walk(t: dict) -> list[dict]:
+        inner = [x for v in t.values() if isinstance(v, dict) for x in walk(v)]
+        return ([t] if t.get("id") == template else []) + inner
+    return walk(tree(text))
+
+
+def chain(text: object) -> list[dict]:
+    """The trees of the parts of a list said as "{said}; {part}" one part at a time (a request's shape), in order."""
+    t, out = tree(text), []
+    while t["id"] == "{said}; {part}":
+        out.insert(0, t["part"])
+        t = t["said"]
+    return [t, *out]
+
+
+def read(template: str, text: str, plural: str | None = None) -> dict[str, str] | None:
+    """The values a sentence of message id `template` was filled with where `text` shows it rendered in English (a
+    CLI's output, a page's text), as the strings shown; None when no such sentence is there. For a test that can
+    only read what a person reads: it still checks which sentence and which numbers, not the sentence's wording.
+    `plural`: the id's plural form, when the count said was not one."""
+    found = reads(template, text, plural)
+    return found[0] if found else None
+
+
+OPENING = r"[^\s<>.:;,](?:[^\n<>:;.]|\.(?=\w))*?"  # a field at a sentence's start: no ": " or ". " inside
+
+
+def reads(template: str, text: str, plural: str | None = None) -> list[dict[str, str]]:
+    """Every sentence of message id `template` in `text`, in order, as read() reads one."""
+    for t in (template, plural):
+        assert t is None or t in _ids(), f"{t!r} is no message id of the catalogue (reworded? run make catalogue)"
+    pattern, names = "", set()
+    fields = list(string.Formatter().parse(plural or template))
+    for i, (literal, name, spec, _conv) in enumerate(fields):
+        pattern += re.escape(literal) + ("(?!\\w)" if literal.endswith(".") else "")  # a full stop, not 1.5's
+        if name is None:
+            continue
+        if name in names:
+            pattern += f"(?P={name})"
+        elif spec and spec[-1] in "dfg%" or "," in (spec or ""):  # a number, as its format writes it
+            pattern += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
+        elif not pattern:  # the sentence's opening: after the line's last tag, colon, semicolon or full stop
+            pattern += f"(?P<{name}>{OPENING})"  # (not from "error: " on)
+        elif i == len(fields) - 1:  # its end: the rest of the line
+            pattern += f"(?P<{name}>[^\\n]*\\S)"
+        else:
+            pattern += f"(?P<{name}>[^\\n]+?)"
+        names.add(name)
+    return [m.groupdict() for m in re.finditer(pattern, text)]
+
+
+@functools.cache
+def _ids() -> frozenset[str]:
+    from babel.messages.pofile import read_po
+
+    with (LOCALES / "ko" / "LC_MESSAGES" / f"{DOMAIN}.po").open("rb") as f:
+        return frozenset(i for m in read_po(f) for i in (m.id if isinstance(m.id, tuple) else (m.id,)) if i)
+
+
+def shown(template: str, texts, plural: str | None = None) -> list[dict[str, str]]:
+    """The values of each sentence of message id `template` among `texts` (a page's infos, captions, lines), in
+    order: [{}] for a fixed sentence shown once, [] when none is there."""
+    return [v for t in texts if (v := read(template, t, plural)) is not None]

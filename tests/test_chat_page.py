@@ -5,6 +5,7 @@ from __future__ import annotations
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import app_page
+from tests.said import read
 
 
 def _chat(lab, monkeypatch, max_len: int | None) -> AppTest:
@@ -20,7 +21,10 @@ def test_a_short_max_model_len_caps_the_answer_and_says_why(lab, monkeypatch):
     at = _chat(lab, monkeypatch, 256)
     slider = at.sidebar.slider[0]
     assert (slider.max, slider.value) == (256, 256)
-    assert "At most 256 tokens, below the lab's 300: the server runs with --max-model-len 256" in _said(at)
+    capped = read("At most {len} tokens, below the lab's 300: the server runs with --max-model-len {len} (a Tuning "
+                  "comparison leaves its last configuration running), which holds the prompt and the answer together. "
+                  "Restart it on the Server page for longer answers.", _said(at))
+    assert capped == {"len": "256"}
 
 
 def test_no_word_and_the_lab_s_300_when_the_server_holds_more(lab, monkeypatch):

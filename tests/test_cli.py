@@ -7,6 +7,7 @@ import time
 import pytest
 
 from .conftest import ROOT, cli_in_process
+from .said import read
 
 pytestmark = pytest.mark.server
 
@@ -37,13 +38,16 @@ def test_sweep_runs_one_saved_run_per_level(vllm_server):
     assert p.stdout.count("== concurrency ") == 2
     assert [line.split(" met the SLO")[0].strip() for line in p.stdout.splitlines() if " met the SLO (" in line][:2] \
         == ["8 of 8 requests (100%)"] * 2  # max(8, 2 x level) requests a level
-    assert p.stdout.splitlines()[-1].startswith("Even the most requests in flight, 2, met the SLO (TTFT ≤ 60000 ms "
-                                                "and TPOT ≤ 60000 ms)")
+    knee = read("Even the most requests in flight, {users:g}, met the SLO ({slo}) for at least {target:.0%} of "
+                "requests, at {total:,.0f} tok/s in total and {per_user:,.1f} tok/s per user: the knee lies further, "
+                "so sweep higher to find it.", p.stdout.splitlines()[-1])
+    assert knee and (knee["users"], knee["slo"]) == ("2", "TTFT ≤ 60000 ms and TPOT ≤ 60000 ms"), p.stdout
 
 
 def test_unknown_scenario_is_one_sentence():
     p = cli("run", "no-such-thing")
-    assert p.returncode == 2 and p.stderr.startswith("error: There is no scenario 'no-such-thing'")
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert read("There is no scenario '{name}': pick one of {names}.", p.stderr)["name"] == "no-such-thing"
 
 
 def test_lab_sweep_job_saves_each_level(vllm_server):

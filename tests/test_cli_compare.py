@@ -9,6 +9,16 @@ from engine.results.records import Beside, Disturbance, Notes, Repeat, RequestRe
 from engine.results.store import RunStore
 
 from .conftest import cli_in_process
+from .said import read, reads
+
+# the verdict's sentences, by message id (engine.measure.judge.verdict.Verdict.said)
+WITHIN = ("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; {interval}, which "
+          "holds no change; {how}).")
+HIGHER = "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
+ONE_VALUE = ("{name}: {b} measured {effect} against {a}, but with one value a side the noise is unknown, so this "
+             "decides nothing: repeat each at least twice.")
+WITHHELD = ("{name}: no verdict, because the machine was disturbed: {b} measured {effect} against {a} ({sure}). "
+            "{beside} Measure both again on a quiet machine.")
 
 
 def _run(label: str, ttft_s: float, *, gap_s: float = 0.02, tput: float | None = None, group: str = "",
@@ -51,15 +61,20 @@ def test_two_runs_each_metric_in_one_sentence_ttft_beyond_noise(store):
     assert lines[0] == f"A: fast, {a.id}" and lines[1] == f"B: slow, {b.id}"
     said = lines[2:]
     assert len(said) == 4, said  # throughput, TTFT, TPOT, E2E: one sentence each
-    assert said[0].startswith("Output throughput: slow measured") and "decides nothing" in said[0]  # one run a side
-    assert said[1].startswith("Mean TTFT: slow is higher than fast, 2") and "beyond noise" in said[1]
-    assert "12 requests each" in said[1]
+    sides = lambda x: (x["name"], x["a"], x["b"])  # noqa: E731
+    one, = reads(ONE_VALUE, said[0])  # throughput: one value a side decides nothing
+    assert sides(one) == ("Output throughput", "fast", "slow"), said[0]
+    ttft, = reads(HIGHER, said[1])
+    assert sides(ttft) == ("Mean TTFT", "fast", "slow") and ttft["effect"].startswith("2"), said[1]
+    how = read("{method}, {counts}; {between}", ttft["how"])
+    assert read("{n} requests each", how["counts"]) == {"n": "12"}, said[1]
     # one run a side: the run-to-run allowance its requests cannot see is added and named (issue #29)
-    assert "one run a side: its requests' spread plus ±10 % allowed between runs" in said[1]
+    assert read("one run a side: its requests' spread plus ±{pct} % allowed between runs", how["between"]) == {
+        "pct": "10"}, said[1]
     ttft = json.loads(cli_in_process("compare", a.id, b.id, "--json").stdout)["metrics"][1]
     assert ttft["per"] == "requests" and ttft["between_runs"] == pytest.approx(0.10)
-    assert said[2].startswith("Mean TPOT: no measurable difference on this machine between fast and slow"), said[2]
-    assert said[3].startswith("Mean E2E latency: slow is higher than fast")
+    assert [sides(x) for x in reads(WITHIN, said[2])] == [("Mean TPOT", "fast", "slow")], said[2]
+    assert [sides(x) for x in reads(HIGHER, said[3])] == [("Mean E2E latency", "fast", "slow")], said[3]
 
 
 def test_repeat_groups_within_noise_and_by_label(store):
@@ -72,8 +87,9 @@ def test_repeat_groups_within_noise_and_by_label(store):
     by_label = _lines(cli_in_process("compare", "base", "tuned"))
     assert by_group == by_label
     tput = next(line for line in by_group if line.startswith("Output throughput"))
-    assert tput.startswith("Output throughput: no measurable difference on this machine between base and tuned")
-    assert "3 runs each" in tput
+    within, = reads(WITHIN, tput)
+    assert (within["name"], within["a"], within["b"]) == ("Output throughput", "base", "tuned"), tput
+    assert within["how"].endswith(", 3 runs each"), tput
     data = json.loads(cli_in_process("compare", "ga", "gb", "--json").stdout)
     assert [m["key"] for m in data["metrics"]] == ["output_throughput", "mean_ttft_ms", "mean_tpot_ms",
                                                    "mean_e2el_ms"]
@@ -90,9 +106,10 @@ def test_a_disturbed_side_is_said(store):
     store.save(a), store.save(b)
     lines = _lines(cli_in_process("compare", a.id[:8], b.id))
     judged = lines[2:]  # one sentence a metric, each withholding its verdict and saying which side was disturbed
-    assert len(judged) == 4 and all("no verdict, because the machine was disturbed" in x for x in judged), judged
-    assert all("Measured while other programs used 1.5 of 2 cores" in x for x in judged)
-    assert "Measure both again on a quiet machine" in lines[-1]
+    withheld = [read(WITHHELD, x) for x in judged]
+    assert len(judged) == 4 and all(withheld), judged
+    assert {read("Measured while {what}: this machine can do better than these numbers.", x["beside"])["what"]
+            for x in withheld} == {"other programs used 1.5 of 2 cores"}, judged
     assert " from " in lines[0]  # one label on both sides: each told apart by its start time
     assert json.loads(cli_in_process("compare", a.id, b.id, "--json").stdout)["b"]["disturbed"] is True
 

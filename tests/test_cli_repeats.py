@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from .conftest import ROOT, cli_in_process
+from .said import read, reads
 
 DEAD = "http://127.0.0.1:9"
 
@@ -58,7 +59,9 @@ def test_slo_search_finds_the_top_level_meets_a_loose_slo(vllm_server):
             "--slo-ttft-ms", "60000")
     assert p.returncode == 0, p.stderr
     assert p.stdout.count("== concurrency ") == 2  # the lowest level, then the highest
-    assert p.stdout.splitlines()[-1].startswith("Even 2 requests in flight, the highest level searched, met the SLO")
+    top = read("Even {high} requests in flight, the highest level searched, met the SLO ({slo}): the limit lies "
+               "higher, so search higher.", p.stdout.splitlines()[-1])
+    assert top and (top["high"], top["slo"]) == ("2", "TTFT ≤ 60000 ms"), p.stdout
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -142,6 +145,10 @@ def test_tuning_with_repeats_judges_each_configuration_against_the_first(capsys)
     out = capsys.readouterr().out
     assert out.count("== 3 repeats of ") == 3
     assert "Output throughput: 'max-model-len 2048'" not in out  # labels as runs carry them, no quotes added
-    assert "Output throughput: max-model-len 2048 is higher than max-model-len 512, 1.49× (+49 %), beyond noise" in out
-    assert ("Output throughput: no measurable difference on this machine between max-model-len 512 and "
-            "max-model-len 1024") in out
+    higher = reads("{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how}).", out)
+    assert [(x["name"], x["a"], x["b"], x["effect"]) for x in higher] == [
+        ("Output throughput", "max-model-len 512", "max-model-len 2048", "1.49× (+49 %)")], out
+    within = reads("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; "
+                   "{interval}, which holds no change; {how}).", out)
+    assert [(x["name"], x["a"], x["b"]) for x in within] == [
+        ("Output throughput", "max-model-len 512", "max-model-len 1024")], out

@@ -16,6 +16,7 @@ from engine.messages import QUOTE_LIMIT, say
 from engine.runs import check_url
 
 from .conftest import ROOT
+from .said import said, values
 
 
 def cli(*args: str, home) -> subprocess.CompletedProcess:
@@ -69,8 +70,11 @@ def test_extra_takes_a_single_flag_in_either_form(argv):
 def test_a_huge_price_is_refused_in_words_by_the_cli(tmp_path):
     done = cli("run", "concurrent-10", "--url", "http://127.0.0.1:9", "--price-per-gpu-hour", "1e30", home=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip() == ("error: A price per GPU-hour of 1e+30 cannot be used: give a price from 0 to "
-                                   "1,000,000 (any currency, for an hour of the whole machine).")
+    with pytest.raises(ConfigError) as refused:
+        check_price(1e30)
+    assert done.stderr == f"error: {refused.value}\n"  # the one sentence the engine says, whole
+    assert said(refused.value).template.startswith("A price per GPU-hour of {price:g} cannot be used")
+    assert values(refused.value) == {"price": 1e30}
     with pytest.raises(ConfigError):
         check_price(float("inf"))
     assert check_price(2.5) == 2.5 and check_price(None) is None

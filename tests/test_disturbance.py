@@ -21,7 +21,7 @@ from engine.observe import disturbance
 from engine.results.records import Beside, Disturbance, Notes, RequestRecord, RunResult
 from engine.results.store import RunStore
 from engine.runs import Runner, Target
-from tests.said import values
+from tests.said import read, values
 
 BUSY = "import time\nend = time.time() + 600\nwhile time.time() < end: pass\n"
 
@@ -148,8 +148,9 @@ def test_the_sentence_stands_next_to_the_numbers_on_the_cli_and_in_the_report():
                     extra=_notes(disturbance=Disturbance(seconds=8.0, cores=2, others_cores=1.4, steal_cores=0.0)))
     table = summary_table(run).splitlines()
     at = next(i for i, line in enumerate(table) if line.startswith("output throughput"))
-    said = "Measured while other programs used 1.4 of 2 cores"
-    assert any(line.strip().startswith(said) for line in table[at:at + 3])
+    beside = [read("Measured while {what}: this machine can do better than these numbers.", line)
+              for line in table[at:at + 3]]
+    assert {"what": "other programs used 1.4 of 2 cores"} in beside, table
     html = build_report([run], "ko")
     assert "다른 프로그램의 CPU 사용(코어 2개 중 1.4개)" in html and "측정했습니다" in html
 

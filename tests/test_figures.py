@@ -207,7 +207,8 @@ def test_latency_bars():
     # one run a side is within the run-to-run allowance (issue #29): measured, stated, not claimed
     v = contenders.speedup(naive, vllm)
     assert v.beyond_noise is False and v.low < 1 < v.high and v.allowance == verdict.BETWEEN_RUNS
-    assert fig.layout.title.text == "Latency per request: no difference beyond noise"
+    assert tree(figures.title_said(fig)) == {"id": "Latency per request: {speedup}",
+                                             "speedup": {"id": "no difference beyond noise"}}
     (group,) = figures.caption_said(fig)
     within = tree(group)["sentence"]
     assert {k: within[k] for k in ("x", "low", "high", "level")} == {
@@ -220,7 +221,8 @@ def test_latency_bars():
         r.end_time = r.send_time + r.e2e / 2
     fig = figures.latency_bars(naive, fast)
     v = contenders.speedup(naive, fast)
-    assert v.beyond_noise and fig.layout.title.text == f"Latency per request: vLLM {digits.times(v.ratio)}× faster"
+    assert v.beyond_noise and tree(figures.title_said(fig))["speedup"] == {"id": "vLLM {x}× faster",
+                                                                           "x": digits.times(v.ratio)}
     faster = tree(figures.caption_said(fig)[0])["sentence"]
     assert faster["id"].startswith("Prompt by prompt, vLLM answers {x}× faster than the naive loop")
     assert (faster["x"], faster["low"], faster["high"]) == tuple(digits.times(x) for x in (v.ratio, v.low, v.high))
@@ -230,9 +232,10 @@ def test_latency_bars():
         r.end_time = r.send_time + n.e2e * shift
     one = figures.latency_bars(_run("naive", "naive-5-sequential", "n", naive.records[:1], 4.3),
                                _run("vllm", "vllm-5-sequential", "v", vllm.records[:1], 3.4))
-    assert one.layout.title.text == "Latency per request: vLLM 1.26× faster, noise unknown"  # one prompt a side
+    assert tree(figures.title_said(one))["speedup"] == {  # one prompt a side
+        "id": "vLLM {x}× faster, noise unknown", "x": "1.26"}
     flat = figures.latency_bars(naive, same)
-    assert flat.layout.title.text == "Latency per request: no difference beyond noise"
+    assert tree(figures.title_said(flat))["speedup"] == {"id": "no difference beyond noise"}
     assert "faster" not in figures.caption(flat)
     fig3 = figures.latency_bars(naive, vllm, extra_runs=[make_static_batch()])
     assert len(_bars(fig3)) == 3
@@ -267,7 +270,9 @@ def test_a_run_with_fewer_in_flight_than_requests_says_up_to_how_many_at_once():
     recs = [streamed(i, f"p{i}", (i // 4) * 2.0, 0.08, 40, 40.0) for i in range(10)]  # 4, 4, then 2 at a time
     run = _run("vllm", "concurrent-4", "4 in flight", recs, max(r.end_time for r in recs) + 0.01)
     fig = figures.concurrent_latency_bars(run)
-    assert fig.layout.title.text.startswith("10 requests, up to 4 at once: all done in")
+    title = tree(figures.title_said(fig))
+    assert title["id"].startswith("{count} requests, up to {peak} at once: all done in {wall} s")
+    assert (title["count"], title["peak"]) == (10, 4)
     said_first = figures.caption_said(fig)[0]
     assert said(said_first).template.startswith("Up to {peak} of the {done} requests")
     assert {k: values(said_first)[k] for k in ("peak", "done")} == {"peak": 4, "done": 10}
@@ -374,9 +379,12 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     assert list(tput.y) == pytest.approx([gm_a, gm_b]) and len(tput.x) == 2
     assert list(tput.error_y.array) == pytest.approx([104.0 - gm_a, 153.0 - gm_b])
     assert list(tput.error_y.arrayminus) == pytest.approx([gm_a - 98.0, gm_b - 148.0])
-    cap = figures.caption(fig)
-    assert "1.49× (+49 %), beyond noise" in cap and "Welch's t on log values" in cap and "3 runs each" in cap
-    assert "the geometric mean of its runs (as the comparison takes it); the whisker spans their range" in cap
+    changes, judged, bars = (tree(m) for m in figures.caption_said(fig))
+    assert changes["id"] == "Throughput against {run}: {changes}."
+    assert "1.49× (+49 %), beyond noise" in changes["changes"]
+    assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} runs each", "n": 3},
+                             "method": {"id": "Welch's t on log values (a ratio of geometric means)"}}
+    assert bars["id"].startswith("A configuration measured several times is one bar, the geometric mean of its runs")
     noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])
     assert "no measurable difference" in figures.caption(figures.tuning_compare(noisy))
 

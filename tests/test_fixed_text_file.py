@@ -12,6 +12,7 @@ import pytest
 from engine.measure.workloads import kinds, seeds
 from engine.measure.workloads.base import WorkloadError
 from tests.conftest import app_page, cli_in_process
+from tests.said import read
 
 OWN = "\n".join(f"Line {i} of a text of my own about serving models, batching and queues." for i in range(60))
 SHIPPED = (Path(__file__).resolve().parent.parent / "examples" / "workloads" / "fixed-text.txt").read_text()
@@ -47,10 +48,12 @@ def test_the_cli_cuts_prompts_from_the_file_given_and_says_a_bad_one(tmp_path):
     bad = tmp_path / "latin.txt"
     bad.write_bytes(b"caf\xe9\n" * 50)
     p = cli_in_process("run", "fixed-text", "--url", "http://127.0.0.1:9", "--fixed-text", str(bad))
-    assert p.returncode == 2 and p.stderr.strip() == ("error: latin.txt is not UTF-8 text (byte 4): save it as UTF-8 "
-                                                      "and upload it again."), p.stderr
+    assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr  # one line
+    assert read("{name} is not UTF-8 text (byte {at}): save it as UTF-8 and upload it again.", p.stderr) == {
+        "name": "latin.txt", "at": "4"}, p.stderr
     p = cli_in_process("run", "fixed-text", "--url", "http://127.0.0.1:9", "--fixed-text", str(tmp_path / "no.txt"))
-    assert p.returncode == 2 and "no.txt does not exist: give the path of a text file." in p.stderr, p.stderr
+    assert p.returncode == 2 and read("{path} does not exist: give the path of a text file.", p.stderr) == {
+        "path": str(tmp_path / "no.txt")}, p.stderr
 
 
 def test_the_page_previews_prompts_cut_from_an_uploaded_text(lab):

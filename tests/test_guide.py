@@ -22,7 +22,7 @@ from engine.results.records import (Disturbance, MemoryAt, NaiveWorker, Notes, R
 from engine.results.store import RunStore
 
 from .conftest import free_port
-from .said import said, values
+from .said import ids, said, tree, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -268,8 +268,10 @@ def test_every_finding_reads_as_one_sentence_in_both_languages():
         assert text.count(": ") <= 2, text
         if f.claim == -1 and f.number == 2 and lang == "ko":
             assert "빠릅니다" not in text, text  # naive was faster here
-    no_naive = next(t for f, t, lang in said if f.number == 3 and lang == "en" and "latencies one after" in t)
-    assert "naive's" not in no_naive and "One after another would have taken 10× as long" in no_naive
+    no_naive = next(f for f, t, lang in said if f.number == 3 and lang == "en" and "latencies one after" in t)
+    found = tree(no_naive.text)  # the wall time against one after another, not naive's throughput
+    assert found["id"] == "{text} One after another would have taken {x}× as long ({interval}; {how})."
+    assert found["x"] == "10" and found["text"]["id"].startswith("All 10 answers in {wall} s"), found
 
 
 def test_findings_without_runs_say_which_step_to_run():
@@ -299,11 +301,11 @@ def test_the_naive_memory_row_says_ram_where_there_is_no_gpu():
                        worker_peak_rss=900_000_000)
     gpu = WorkerMemory(before=MemoryAt(device_used=1_000_000_000), after_exit=MemoryAt(device_used=1_000_000_000),
                        worker_peak_device=17_000_000_000)
-    labels = {name: [str(r.label) for r in g.numbers("naive", {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5,
+    labels = {name: [r.label for r in g.numbers("naive", {"naive": [_run("naive-5", "naive", [(2.0, 50)] * 5,
                                                                               extra=_worker(mem))]}, {})]
               for name, mem in (("cpu", cpu), ("gpu", gpu))}
-    assert labels["cpu"][3] == "memory after loading (here: the worker's RAM, no GPU)"
-    assert labels["gpu"][3] == "GPU memory after loading"
+    assert ids(labels["cpu"])[3] == "memory after loading (here: the worker's RAM, no GPU)"
+    assert ids(labels["gpu"])[3] == "GPU memory after loading"
 
 
 # The issue's step 2 on a CPU: other programs raised the system's RAM by 7.5 GB while the 0.9 GB worker ran and exited
@@ -330,9 +332,9 @@ def test_free_the_memory_reads_the_workers_own_memory_not_the_systems_ram(lab):
     # a contradiction on one screen), then nothing once it exited: not 7.5 GB of other programs' RAM
     assert [str(r.here) for r in rows] == ["0.60 GB", "0 GB"]
     assert fact["after_cleanup_gb"] == 0.6
-    assert str(rows[0].label) == "allocated after cleanup (here: the worker's RAM after del + gc)"
-    said = translate(worker_memory_said(fact), "ko")
-    assert "0.90 GB" in said and "7.5" not in said
+    assert said(rows[0].label).template == "allocated after cleanup (here: the worker's RAM after del + gc)"
+    korean = translate(worker_memory_said(fact), "ko")
+    assert "0.90 GB" in korean and "7.5" not in korean
 
 
 def worker_memory_said(fact):

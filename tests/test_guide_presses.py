@@ -14,6 +14,7 @@ from engine import guide as g
 from engine.serving import models
 
 from .conftest import free_port
+from .said import shown
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -185,15 +186,15 @@ def test_viewers_are_told_what_is_true_for_them(app_lab, monkeypatch):
     try:
         at = _page()
         infos = [i.value for i in at.info]
-        assert "Not run yet: the presenter runs this step, and its result appears here." in infos, infos
+        assert shown("Not run yet: the presenter runs this step, and its result appears here.", infos) == [{}], infos
         assert not any("press the button" in i for i in infos), infos
         at.switch_page("app_pages/chat.py").run()
         infos = [i.value for i in at.info]
-        assert "No vLLM server is running: chat opens once the presenter starts one." in infos, infos
+        assert shown("No vLLM server is running: chat opens once the presenter starts one.", infos) == [{}], infos
         assert not any("Server page" in i for i in infos), infos
         at.switch_page("app_pages/load.py").run()
         infos = [i.value for i in at.info]
-        assert "No load test yet: the presenter runs it, and its result appears here." in infos, infos
+        assert shown("No load test yet: the presenter runs it, and its result appears here.", infos) == [{}], infos
         assert not any("Server page" in i or "Press" in i for i in infos), infos
         at.switch_page("app_pages/history.py").run()  # seen at 1920x1080: told to run a load test or import
         infos = [i.value for i in at.info]

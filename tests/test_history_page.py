@@ -15,7 +15,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_store import insert_raw, make_run  # noqa: E402
 from engine.results.records import Warmth  # noqa: E402
+from engine.measure.load.shape import shape_said  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
+from tests.said import chain, reads  # noqa: E402
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
@@ -204,8 +206,11 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
         at = page()
         said = " ".join(m.value.replace("\\", "") for m in at.markdown)  # the chart's caption (ui.chart)
         first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1_764_600_000.0, 1_764_600_600.0))
-        assert "Output throughput: no measurable difference on this machine between repeated from" in said, said
-        assert first in said and second in said and "3 runs each" in said
+        within = reads("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; "
+                       "{interval}, which holds no change; {how}).", said)
+        assert within and within[0]["name"] == "Output throughput", said
+        assert {within[0]["a"], within[0]["b"]} == {f"repeated from {first}", f"repeated from {second}"}  # by start
+        assert within[0]["how"].endswith("3 runs each"), said
         assert "differs from" not in said
     finally:
         lab.store.delete([r.id for r in runs])
@@ -225,8 +230,11 @@ def test_a_runs_request_shape_is_said_in_its_details_and_no_header_value_anywher
     try:
         at = select(page(), "shaped run")
         shown = [c.value.replace("\\", "") for c in at.caption]
-        assert ('Requests: the completions endpoint; top_p 0.9; extra body {"seed": 3}; headers X-Team (values not '
-                "recorded); LoRA sql ×3, chat ×1 in turn.") in shown, shown
+        said = shape_said(lab.history.run(run.id).load)  # the stored run's shape (its parts: test_request_shape)
+        assert said is not None and str(said) in shown, shown
+        assert [p["id"] for p in chain(said.values["parts"])] == [
+            "the {endpoint} endpoint", "{name} {value}", "extra body {json}", "headers {names} (values not recorded)",
+            "LoRA {names} in turn"]
         assert "sk-team-secret" not in json.dumps([e.value for e in at.json]) + lab.store.export_json([run.id])
     finally:
         lab.store.delete([run.id])

@@ -13,7 +13,7 @@ from engine.measure.workloads import datasets, traces
 from engine.measure.workloads.base import WorkloadError
 
 from .conftest import app_page, cli_in_process
-from .said import said, tree, values
+from .said import read, said, tree, values
 
 DEAD = "http://127.0.0.1:9"
 
@@ -81,7 +81,9 @@ def test_the_page_previews_a_trace_s_replay_time_and_what_looks_wrong(lab):
     at.file_uploader(key="wl_trace_upload").set_value(("same.jsonl", data.encode(), "application/json")).run()
     assert not at.exception
     warnings = [w.value.replace("\\", "") for w in at.warning]
-    assert any("Every timestamp of same.jsonl is the same" in w for w in warnings), warnings
+    burst = ("Every timestamp of {name} is the same, so all {n:,} requests go out at once: a burst, not a replay. "
+             "Check the timestamp column.")
+    assert [read(burst, w) for w in warnings if read(burst, w)] == [{"name": "same.jsonl", "n": "3"}], warnings
 
 
 def _dataset(tmp_path, n: int):
@@ -101,6 +103,8 @@ def test_a_large_dataset_says_how_far_it_is_read_on_the_cli(tmp_path, monkeypatc
 def test_a_dataset_larger_than_a_run_is_refused_before_its_prompts_are_counted(tmp_path):
     ds = datasets.parse(_dataset(tmp_path, 100_001).read_bytes(), "many.jsonl")
     counted = []
-    with pytest.raises(WorkloadError, match="holds 100,001 rows, and a load test sends at most 100,000 requests"):
+    with pytest.raises(WorkloadError) as refused:
         datasets.plan(ds, report=lambda done, total, what: counted.append(done))
+    assert said(refused.value).template.startswith("{name} holds {n:,} rows, and a load test sends at most {limit:,}")
+    assert values(refused.value) == {"name": "many.jsonl", "n": 100_001, "limit": 100_000}
     assert counted == []

@@ -14,6 +14,7 @@ from engine.jobs import Job, JobManager
 from engine.measure.progress import RunPlan
 from engine.results.records import RequestRecord
 from tests.conftest import app_page, wait_done
+from tests.said import read, shown
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -54,9 +55,11 @@ def test_while_warming_up_the_page_says_so_and_draws_no_timeline(lab):
         lab.jobs.submit("load", "10 requests at once", warming, scenario="concurrent-10")
         time.sleep(0.2)
         at = app_page("app_pages/load.py")
-        assert any(i.value.startswith("Warming up: one batch as big as the measured one") for i in at.info)
+        assert shown("Warming up: one batch as big as the measured one goes first and is left out of the numbers. The "
+                     "timeline starts when the measured requests are sent.", [i.value for i in at.info]) == [{}]
         texts = [p.text for p in at.get("progress")] if at.get("progress") else []
-        assert any("warming up, 0/10 warm-up requests done (not counted)" in t for t in texts), texts
+        warming = shown("{label}: warming up, {done}/{total} warm-up requests done (not counted)", texts)
+        assert [(w["done"], w["total"]) for w in warming] == [("0", "10")], texts
         assert not at.get("plotly_chart")  # no timeline of a run that has not started
     finally:
         release.set()
@@ -134,7 +137,9 @@ def test_a_length_distribution_previews_exactly_its_lengths(lab):
     assert list(at.dataframe[0].value["Tokens"]) == [100] * 6
     # the answers are held to the drawn lengths: no max-tokens slider says otherwise
     assert "Max tokens per answer" not in {s.label for s in at.slider if s.key != "pair_tokens"}
-    assert any("Each answer runs to the length the workload gives it (up to 20 tokens)" in c.value for c in at.caption)
+    held = shown("Each answer runs to the length the workload gives it (up to {n} tokens).",
+                 [c.value for c in at.caption])
+    assert held and all(x == {"n": "20"} for x in held), held  # the load test's, and the pair's below it
     at.selectbox(key="wl_in_kind").set_value("Uniform range").run()
     at.number_input(key="wl_in_low").set_value(10)
     at.number_input(key="wl_in_high").set_value(30).run()
@@ -331,7 +336,9 @@ def test_a_fixed_text_previews_prompts_of_its_length_cut_from_the_text(lab):
     assert all(p.startswith(first[:60]) for p in at.dataframe[0].value["Prompt"])
     assert not at.number_input(key="load_seed").disabled
     at.number_input(key="wl_ft_prefix").set_value(90).run()
-    assert any("The shared opening is a whole number of tokens" in e.value for e in at.error)
+    opening = [read("The shared opening is a whole number of tokens from 0 to one less than the prompt's {n}, not {v}: "
+                    "the rest of each prompt is its own.", e.value.replace("\\", "")) for e in at.error]
+    assert {"n": "90", "v": "90"} in opening, [e.value for e in at.error]
     assert next(b for b in at.button if b.label == "Run load test").disabled
 
 

@@ -7,7 +7,10 @@ import json
 
 import pytest
 
+from app_pages.parts.sweep import AXES
+from engine.measure.load.shape import shape_said
 from tests.conftest import app_page, wait_done
+from tests.said import chain, read
 
 
 @pytest.fixture()
@@ -102,12 +105,13 @@ def test_a_sweep_and_a_search_by_rate_reach_the_lab_with_their_rates(lab, monkey
     assert not [w for w in at.multiselect if w.label == "Levels"]  # the levels in flight give way to the rates
     at.text_input(key="sweep_rates").set_value("4, 0.5,1").run()
     next(b for b in at.button if b.key == "run_rate_sweep").click().run()
-    next(b for b in at.button if b.label == "Find the highest rate that meets the SLO").click().run()
+    next(b for b in at.button if b.label == AXES["rate"].search).click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert asked == [("sweep", [0.5, 1.0, 4.0], "rate"), ("search", (0.5, 4.0, 0.25), "rate")]
     at.text_input(key="sweep_rates").set_value("1, fast").run()
     said = [e.value.replace("\\", "") for e in at.error]
-    assert said == ["The rates '1, fast' are not a comma-separated list of numbers, e.g. 0.5,1,2,4."], said
+    assert [read("The rates '{text}' are not a comma-separated list of numbers, e.g. 0.5,1,2,4.", e) for e in said] == [
+        {"text": "1, fast"}], said
     assert next(b for b in at.button if b.key == "run_rate_sweep").disabled
 
 
@@ -155,8 +159,12 @@ def test_a_shaped_request_runs_through_the_page_on_the_real_server_and_is_said_a
         run = job.result
         assert run.load.endpoint == "completions" and all(r.output_tokens == 16 for r in run.measured)
         said = [c.value.replace("\\", "") for c in at.caption]
-        assert ('Requests: the completions endpoint; top_k 5; extra body {"min_tokens": 16}; headers '
-                "X-Request-Source (values not recorded).") in said, said
+        assert str(shape_said(run.load)) in said, said  # the run's recorded shape (read by its parts below)
+        assert chain(shape_said(run.load).values["parts"]) == [
+            {"id": "the {endpoint} endpoint", "endpoint": "completions"}, {"id": "{name} {value}", "name": "top_k",
+                                                                          "value": "5"},
+            {"id": "extra body {json}", "json": '{"min_tokens": 16}'},
+            {"id": "headers {names} (values not recorded)", "names": "X-Request-Source"}]
         code = next(c.value for c in at.code if "AsyncOpenAI" in c.value)
         assert "client.completions.create(" in code and '"min_tokens": 16' in code and '"top_k": 5' in code
         assert 'os.environ["X_REQUEST_SOURCE"]' in code and "sk-page-secret" not in code
@@ -178,7 +186,7 @@ def test_the_request_boxes_shape_the_sweep_the_search_and_the_pair_too(lab, monk
                 header_name_0="X-Team", header_value_0="sk-team", extra_body='{"seed": 7}', lora_modules="sql chat")
     at.run()
     next(b for b in at.button if b.label == "Run sweep").click().run()
-    next(b for b in at.button if b.label == "Find the most in flight that meets the SLO").click().run()
+    next(b for b in at.button if b.label == AXES["concurrency"].search).click().run()
     at.text_input(key="pair_url").set_value("http://127.0.0.1:8001")
     next(b for b in at.button if b.label == "Run on both servers").click().run()
     assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]

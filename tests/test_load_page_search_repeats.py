@@ -11,19 +11,20 @@ from dataclasses import replace
 
 import pytest
 
+from app_pages.parts.sweep import AXES
 from engine import figures
 from engine.digits import significant
 from engine.measure.judge import repeats, stats
 from engine.measure.judge import slo as slos
 from engine.runs.search import SloSearch
 from tests.conftest import app_page, wait_done
-from tests.said import tree
+from tests.said import said, shown as shown_in, tree
 from tests.test_figures import make_slo_sweep
 from tests.test_load_page import _connected, _ran
 
 PARETO = "Per-user against total throughput"
 SERVER_VIEW = "Where a request's time went"
-SEARCH = "Find the most in flight that meets the SLO"
+SEARCH = AXES["concurrency"].search
 STAR = "SLO search's answer"
 
 
@@ -62,9 +63,10 @@ def test_the_pareto_chart_stars_the_search_answer_at_its_own_point_with_its_sent
     assert (star.x[0], star.y[0]) == pytest.approx((point.per_user, point.total)) and list(star.customdata) == [16]
     assert point.users not in [float(t.strip()) for t in fig.data[0].text]  # the star is not a sweep level
     assert "SLO search: 16 in flight" in [a.text for a in fig.layout.annotations]
-    cap = figures.caption(fig)
-    assert (f"The star is the SLO search's answer under its SLO (TTFT ≤ 2000 ms and TPOT ≤ 25 ms): 16 requests in "
-            f"flight, {significant(point.total)} tok/s in total, {significant(point.per_user)} tok/s per user.") in cap
+    star_said = next(tree(m) for m in figures.caption_said(fig) if said(m).template.startswith("The star is"))
+    assert {k: star_said[k] for k in ("users", "total", "per_user")} == {
+        "users": 16, "total": significant(point.total), "per_user": significant(point.per_user)}
+    assert star_said["slo"] == tree(strict.said)  # under the search's own SLO, not the chart's
     assert not any(t.name == STAR for t in figures.pareto_chart(runs).data)  # no search: no star
     assert figures.caption(figures.pareto_chart(runs, lang="ko", search_best=best))  # said in Korean too
 
@@ -154,8 +156,8 @@ def test_a_real_sweep_shows_each_levels_server_view_then_a_search_is_starred_on_
         per_level = [(r.extra.sweep_level, j) for r in sweep.result if (j := figures.j_per_token(r)) is not None]
         said = _plain(at.markdown) + _plain(at.caption)
         if per_level:  # each level's J per output token, the figures' own number
-            assert "Energy per output token, by requests in flight: " + " · ".join(
-                f"{n}: **{j:.3g} J**" for n, j in per_level) + "." in said, said
+            assert shown_in("Energy per output token, by requests in flight: {levels}.", said) == [
+                {"levels": " · ".join(f"{n}: **{j:.3g} J**" for n, j in per_level)}], said
         else:
             assert any("Energy is not measurable here" in s for s in said), said
         # the search, by a generous SLO (so it has an answer to star), between the sweep's lowest and highest level
@@ -195,7 +197,8 @@ def test_a_load_test_repeated_twice_shows_the_median_and_range_of_its_two_saved_
             assert table.loc[name, "Spread"] == shown
         reset = str(repeats.reset_said(saved))
         assert reset in _plain(at.info), _plain(at.info)  # emptied between them, or why not
-        assert "The numbers and charts below are the last repeat's (2 of 2)." in _plain(at.caption)
+        assert shown_in("The numbers and charts below are the last repeat's ({i} of {n}).", _plain(at.caption)) == [
+            {"i": "2", "n": "2"}]
     finally:
         lab.detach()
 

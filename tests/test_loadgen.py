@@ -26,7 +26,7 @@ from engine.measure.load.spec import LoadSpec, parse_levels  # noqa: E402
 from engine.measure.load.sse import SSEDecoder  # noqa: E402
 from engine.observe.telemetry import generation_tokens  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
-from tests.said import tree, values  # noqa: E402
+from tests.said import said, tree, values  # noqa: E402
 
 MAX_TOKENS = 8
 
@@ -165,10 +165,12 @@ def test_answers_longer_than_the_context_are_counted_by_cause(vllm_server):
     mml = _served_max_len(vllm_server)
     res = run_load(spec_for(vllm_server, max_tokens=mml + 1, num_requests=3, ignore_eos=False))
     assert res.summary.get("failed") == 3
-    assert failures.failure_causes(res.records) == [(3, (
-        f"All 3 requests were refused because the prompt plus {mml + 1} output tokens exceed the server's "
-        f"max-model-len of {mml}: lower the max tokens per answer or restart the server with a longer "
-        "max-model-len."))]
+    (n, sentence), = failures.failure_causes(res.records)
+    assert n == 3 and tree(sentence) == {
+        "id": "{who} {what}: {todo}.", "who": {"id": "All {total} requests", "total": 3},
+        "what": {"id": "was refused because the prompt plus {mt} output tokens exceed the server's max-model-len of "
+                       "{mml}", "n": 3, "mt": str(mml + 1), "mml": str(mml)},
+        "todo": {"id": "lower the max tokens per answer or restart the server with a longer max-model-len"}}
 
 
 @pytest.mark.server
@@ -178,10 +180,14 @@ def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vl
     wrong = run_load(spec_for(vllm_server, model="no-such-model", num_requests=2))
     causes = failures.failure_causes(long.records + wrong.records)
     assert [n for n, _ in causes] == [2, 1]
-    assert causes[0][1] == (f"2 of 3 requests were refused because the server serves no model named "
-                            f"'no-such-model': send the name it serves ({vllm_server.model}).")
-    assert causes[1][1].startswith(f"1 of 3 requests was refused because the prompt alone is longer than the "
-                                   f"server's max-model-len of {mml} tokens")
+    wrong_model, too_long = (tree(s) for _, s in causes)
+    assert (wrong_model["who"], wrong_model["what"]["name"]) == ({"id": "{n} of {total} requests", "n": 2, "total": 3},
+                                                                 "no-such-model")
+    assert wrong_model["what"]["id"] == "was refused because the server serves no model named '{name}'"
+    assert wrong_model["todo"] == {"id": "send the name it serves ({served})", "served": vllm_server.model}
+    assert (too_long["who"], too_long["what"]) == ({"id": "{n} of {total} requests", "n": 1, "total": 3}, {
+        "id": "was refused because the prompt alone is longer than the server's max-model-len of {mml} tokens",
+        "n": 1, "mml": str(mml)})
 
 
 @pytest.mark.server
@@ -257,9 +263,12 @@ def test_failed_bars_carry_their_reason_in_the_hover():
     for shown in (failed_hovers(timeline, "failed"), failed_hovers(bars), failed_hovers(grouped)):
         assert len(shown) == 2, shown
         assert {next(w for w in reasons if w in h) for h in shown} == reasons
-    assert "2 failed (grey, ✕; hover a bar for why)" in figures.caption(timeline)
-    assert "2 failed (grey; hover a bar for why)" in figures.caption(bars)
-    assert bars.layout.title.text.startswith("3 requests at once: 1 done, 2 failed in ")
+    assert {"id": "{count} failed (grey, ✕; hover a bar for why).", "count": 2} in map(tree, figures.caption_said(
+        timeline))
+    assert {"id": "{failed} failed (grey; hover a bar for why).", "failed": 2} in map(tree, figures.caption_said(bars))
+    title = tree(figures.title_said(bars))
+    assert title["id"] == "{count} requests at once: {done} done, {failed} failed in {wall} s"
+    assert (title["count"], title["done"], title["failed"]) == (3, 1, 2)
 
 
 def test_a_run_where_every_request_failed_is_not_drawn_as_batching():
@@ -472,19 +481,25 @@ def test_max_tokens_beyond_the_running_servers_context_is_refused_before_sending
     assert spec.validate() is spec  # no server bound given: fine
     with pytest.raises(ConfigError) as e:
         spec.validate(max_model_len=2048)
-    assert str(e.value) == ("Max tokens per answer (3000) is more than the running server's max-model-len (2048 "
-                            "tokens): ask for 2048 or fewer, or restart the server with a longer max-model-len.")
+    assert tree(e.value) == {"id": "Max tokens per answer ({n}) is more than {of} ({limit} tokens): ask for {limit} or "
+                                   "fewer{fix}.", "n": 3000, "limit": 2048,
+                             "of": {"id": "the running server's max-model-len"},
+                             "fix": {"id": ", or restart the server with a longer max-model-len"}}
     assert spec.validate(max_model_len=3000) is spec
 
 
 def test_parse_levels():
     assert parse_levels("1, 4,2,4") == [1, 2, 4]
     for text in ("1,x,4", "", "1,,2", "1.5", "one"):
-        with pytest.raises(ConfigError, match="not a comma-separated list of whole numbers, e.g. 1,2,4,8"):
+        with pytest.raises(ConfigError) as e:
             parse_levels(text)
-    for text, bad in (("0,2", "0"), ("1,-4", "-4"), ("2,100000", "100000")):
-        with pytest.raises(ConfigError, match=f"Each sweep level .* from 1 to 1024, not {bad}\\."):
+        assert said(e.value).template.startswith("The sweep levels '{text}' are not a comma-separated list of whole")
+        assert values(e.value) == {"text": text}
+    for text, bad in (("0,2", 0), ("1,-4", -4), ("2,100000", 100000)):
+        with pytest.raises(ConfigError) as e:
             parse_levels(text)
+        assert tree(e.value) == {"id": "{what} must be a whole number from {lo} to {hi}, not {v}.", "lo": 1, "hi": 1024,
+                                 "v": bad, "what": {"id": "Each sweep level (requests in flight)"}}
 
 
 @pytest.mark.parametrize("over, label", [

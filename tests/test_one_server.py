@@ -22,6 +22,7 @@ from engine.serving import proctree
 from engine.serving.server import FAILED, READY, VLLMServer
 
 from .conftest import ROOT, free_port
+from .said import tree
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -123,4 +124,6 @@ def test_stop_from_another_process_is_said_as_a_stop_not_a_death(isolated_home):
     while follower.snapshot().state == READY and time.time() < deadline:
         time.sleep(0.2)
     s = follower.snapshot()
-    assert s.state == "stopped" and s.notice.startswith("This server was stopped by `python -m engine stop`"), s
+    stopped = tree(s.notice)
+    assert s.state == "stopped" and stopped["id"] == "This server was stopped by {who}.", s
+    assert (stopped["who"]["id"], stopped["who"]["command"]) == ("`python -m engine {command}` (pid {pid})", "stop"), s

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
 from tests.conftest import free_port
-from tests.said import values
+from tests.said import read, reads, shown, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGES = {
@@ -423,11 +423,12 @@ def test_naive_vs_vllm_draws_the_static_batch_and_vllm_slot_by_slot():
     store.save(batch)
     try:
         at = _page("app_pages/naive_vs_vllm.py")  # vLLM alone: drawn, beside the note to run the static batch
-        assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
-        assert any("Run the static batch (2) and vLLM all at once (4)" in c.value for c in at.caption)
+        assert shown("Static vs continuous batching, slot by slot", [h.value for h in at.subheader]) == [{}]
+        assert shown("Run the static batch (2) and vLLM all at once (4) to see both side by side.",
+                     [c.value for c in at.caption]) == [{}]
         store.save(static)
         at = _page("app_pages/naive_vs_vllm.py")
-        assert "Static vs continuous batching, slot by slot" in [h.value for h in at.subheader]
+        assert shown("Static vs continuous batching, slot by slot", [h.value for h in at.subheader]) == [{}]
         said = [c.value.replace("\\", "") for c in at.caption if "were wasted" in c.value]
         grids = [occupancy(static), occupancy(batch)]
         assert [(g.used, g.wasted) for g in grids] == [(17, 13), (17, 0)]  # the same tokens; the static batch waits
@@ -471,8 +472,10 @@ def test_load_test_warms_up_by_default_says_what_it_cost_and_prices_the_runs():
         at.number_input(key="gpu_price_load").set_value(3.6).run()
         assert not at.exception
         # 3.6 an hour over 5.12 s for 2,048 tokens: 2.50 a million
+        assert reads("At **{price}** per GPU-hour, a million output tokens cost **{cost}** ({tokens} output tokens in "
+                     "{wall}).", text(at.markdown)) == [{"price": "3.60", "cost": "2.50", "tokens": "2,048",
+                                                          "wall": "5.1 s"}]
         said = text(at.markdown).replace("*", "")
-        assert "At 3.60 per GPU-hour, a million output tokens cost 2.50 (2,048 output tokens in 5.1 s)" in said
         assert "by requests in flight: 1: " in said and " · 8: 2.50 · " in said
     finally:
         lab.jobs = jobs
@@ -513,7 +516,8 @@ def test_connected_to_a_server_by_url_every_page_measures_it(vllm_server):
         assert shown["API key"] == "••••••••"
         buttons = {b.label: b for b in at.button}
         assert buttons["Start"].disabled and buttons["Restart"].disabled and buttons["Stop"].disabled
-        assert "does not start or stop a server it did not start" in buttons["Start"].help
+        assert read("Connected to {url}: the app does not start or stop a server it did not start. Disconnect above "
+                    "to run a server here.", buttons["Start"].help.replace("\\", "")) == {"url": url}
         assert "connected" in _sidebar_text(at)
 
         at.switch_page("app_pages/load.py").run()

@@ -10,6 +10,7 @@ from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.measure.judge import prefix
 from engine.measure.workloads import scenarios
+from tests.said import said, values
 from engine.runs import Runner, Target
 
 pytestmark = pytest.mark.server
@@ -30,5 +31,8 @@ def test_shared_prefixes_are_recorded_and_found_in_the_servers_prefix_cache(vllm
     assert [r.prompt_tokens for r in run.measured if r.ok] and all(r.output_tokens == 4 for r in run.measured)
     share = prefix.cached_share(run)  # the server's vllm:prefix_cache_hits / queries over the measured part
     assert share is not None and share > 0.3, (run.extra.prefix_cache.hits, run.extra.prefix_cache.queries)
-    said = str(prefix.cached_said(run))
-    assert "came from the server's prefix cache; its shared prefixes allowed up to" in said, said
+    cached = prefix.cached_said(run)
+    assert said(cached).template.startswith("{share} of this run's prompt tokens ({hits:,} of {queries:,}) came from "
+                                            "the server's prefix cache; its shared prefixes allowed up to"), cached
+    assert (values(cached)["hits"], values(cached)["queries"]) == (run.extra.prefix_cache.hits,
+                                                                   run.extra.prefix_cache.queries), cached

@@ -17,6 +17,7 @@ from engine.lab import Lab
 from engine.results.store import RunStore
 
 from .conftest import cli_in_process, free_port
+from .said import read
 
 needs_a_network = pytest.mark.skipif(not pf.interfaces(), reason="this machine has no interface but loopback")
 
@@ -138,7 +139,9 @@ def test_the_cli_prints_a_line_each_and_fails_on_a_failed_check():
     r = cli_in_process("preflight", "--host", "127.0.0.1", "--port", str(free_port()))
     lines = r.stdout.strip().splitlines()
     assert r.returncode == 1 and len(lines) == 8, r
-    assert lines[0].startswith("✗ Address for the room: The app listens only on 127.0.0.1")
+    assert lines[0].startswith("✗ Address for the room: "), lines  # the failed check first, with its sentence
+    assert read("The app listens only on {host}, so nobody else in the room can reach it: restart it with `make run "
+                "HOST=0.0.0.0` and a presenter token.", lines[0]) == {"host": "127.0.0.1"}
     assert any(line.startswith("✓ Korean font:") for line in lines)
     r = cli_in_process("preflight", "--port", str(free_port()), "--lang", "ko")
     assert "✗ 강의실 접속 주소: 앱이 127.0.0.1에서만" in r.stdout, r.stdout

@@ -24,7 +24,10 @@ from engine.measure.workloads import scenarios
 
 from .conftest import ROOT, cli_in_process
 from .fakes import FakeOpenAIServer
-from .said import said as tsaid, tree, values
+from .said import read, reads, said as tsaid, shown as shown_as, tree, values
+
+CAPPED = ("At most {peak} requests were in flight at once (observed; capped at {cap}), and {waited} of {n} arrivals "
+          "waited for a slot.")
 
 
 def gaps(xs: list[float]) -> list[float]:
@@ -178,8 +181,8 @@ def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_k
     text = out.getvalue()
     header = text.splitlines()[0]
     assert "arrivals constant 200/s, at most 2 in flight" in header and "concurrency" not in header, header
-    assert re.search(r"At most 2 requests were in flight at once \(observed; capped at 2\), and \d+ of 8 arrivals "
-                     r"waited for a slot\.", text), text
+    capped = reads(CAPPED, text)
+    assert [(x["peak"], x["cap"], x["n"]) for x in capped] == [("2", "2", "8")], text
     measured = [r for r in result.records if not r.warmup]
     assert all(r.ok for r in measured)
     events = sorted([(r.send_time, 1) for r in measured] + [(r.end_time, -1) for r in measured])
@@ -253,8 +256,11 @@ def test_the_load_page_sends_a_rate_with_its_spacing_cap_and_ramp_records_and_sh
                                                              ramp_strategy="linear", ramp_start_rps=10.0))
             at.run()
             shown = [c.value.replace("\\", "") for c in at.caption]
-            assert any("Arrivals: constant from 10 to 50/s, linear by request, at most 2 in flight. At most" in c
-                       and "(observed; capped at 2)" in c for c in shown), shown
+            assert [(x["peak"], x["cap"]) for x in shown_as(CAPPED, shown)] == [("2", "2")], shown
+            told = [read("{arrivals}, at most {cap} in flight", x["arrivals"])
+                    for x in shown_as("Arrivals: {arrivals}.", shown)]
+            assert [(x["cap"], read("constant from {start:g} to {end:g}/s, {how}", x["arrivals"])) for x in told] == [
+                ("2", {"start": "10", "end": "50", "how": "linear by request"})], shown
             # every bad value: one sentence where Run was pressed, nothing sent
             random = "Random (Poisson, gamma)"
             for args, said in (((0.0, random, 0, "No ramp", 0.0), "The Poisson rate must be above 0"),
@@ -410,8 +416,10 @@ def test_an_slo_search_on_a_server_that_says_nothing_of_itself_doubles_from_1_on
         doubled_on_the_cli):
     p, _ = doubled_on_the_cli
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr
-    assert "the search doubles the requests in flight from 1 until the SLO misses" in p.stdout
-    assert "The most requests in flight that meet the SLO (TTFT ≤ 350 ms) is 4: 5 did not" in p.stdout, p.stdout[-1500:]
+    assert "doubles the requests in flight from 1" in p.stdout  # a line of the CLI's own, no message id
+    found = reads("The most requests in flight that meet the SLO ({slo}) is {best}: {above} did not, found by "
+                  "bisection in {n} levels to within {tol}.", p.stdout)
+    assert [(x["slo"], x["best"], x["above"]) for x in found] == [("TTFT ≤ 350 ms", "4", "5")], p.stdout[-1500:]
 
 
 def test_the_report_says_a_poisson_runs_rate_and_its_observed_peak_not_up_to_1_in_flight():

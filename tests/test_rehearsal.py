@@ -25,7 +25,7 @@ from engine.results.records import Notes
 from engine.results.store import RunStore
 
 from .conftest import ROOT, cli_in_process, free_port
-from .said import tree
+from .said import read, reads, tree
 
 APP = str(ROOT / "app.py")
 
@@ -176,7 +176,9 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
     at.run()
     assert not at.exception, at.exception
     captions = [c.value.replace("\\", "") for c in at.caption]  # as shown: markdown's escapes taken off
-    assert any("Step 3 took 121 s in rehearsal (vLLM ready after 98 s)." in c for c in captions), captions
+    step3, = (x for c in captions for x in reads("Step {n} {took}.", c) if x["n"] == "3")
+    assert read("took {time} in rehearsal (vLLM ready after {ready})", step3["took"]) == {"time": "121 s",
+                                                                                        "ready": "98 s"}, captions
     assert any("1: 52 s · 2: 0.40 s · 3: 121 s · 4: ✗" in c for c in captions), captions
     assert not [w.value for w in at.warning if "rehearsal's setup" in w.value]  # the same setup: no warning
     at.session_state["lang"] = "ko"

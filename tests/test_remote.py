@@ -25,7 +25,7 @@ from engine.measure.workloads.defaults import load_test_spec
 from engine.serving import models
 from engine.serving.endpoint import EndpointError, discover, root_url
 from tests.conftest import free_port
-from tests.said import said, values
+from tests.said import read, said, values
 
 KEY = "sk-serving-lab-test-NEVER-STORED-7f3a"
 
@@ -218,10 +218,14 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         assert answer and record.ttft is not None
         assert lab.code_for_chat("Say hi.", max_tokens=8, temperature=0.7) is not None
 
-        with pytest.raises(ServerBusy, match="disconnect on the Server page first, then start a server here"):
+        with pytest.raises(ServerBusy) as busy:
             lab.start_server(lab.default_config(models.pick("embedded")))
-        with pytest.raises(ServerBusy, match="Tuning restarts a server this app started"):
+        assert said(busy.value).template.startswith("The app is connected to {url}: disconnect on the Server page")
+        assert values(busy.value) == {"url": url}
+        with pytest.raises(ServerBusy) as busy:
             lab.run_tuning([], scenarios.get("tuning").load_spec())
+        assert said(busy.value).template.startswith("Tuning restarts a server this app started, and {url} is not one")
+        assert values(busy.value) == {"url": url}
 
         stored = lab.history.run(run.id)
         assert stored.extra.server.endpoint == url
@@ -268,8 +272,9 @@ def test_the_cli_sends_the_key_from_the_environment_and_a_refusal_is_one_sentenc
         done = subprocess.run([sys.executable, "-m", "engine", "run", "concurrent-10", "--url", url + "/v1"], cwd=root,
                               capture_output=True, text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
     assert done.returncode != 0
-    assert done.stderr.strip().splitlines()[-1].endswith(
-        f"The server at {url} refused the API key (HTTP 401): enter the key it was started with (vLLM's --api-key).")
+    refused = read("The server at {url} refused the API key (HTTP {code}): enter the key it was started with (vLLM's "
+                   "--api-key).", done.stderr.strip().splitlines()[-1])
+    assert refused == {"url": url, "code": "401"}, done.stderr
     assert "Traceback" not in done.stderr and KEY not in done.stdout + done.stderr
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import stat
 import time
 from pathlib import Path
@@ -31,13 +30,19 @@ from tests.test_remote import free_port, serve
 KEY = "sk-live-key-NEVER-STORED-4d1e9b"
 WRONG = "sk-wrong-key-5c2a"
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-STOPPED = re.compile(r"The server at (\S+) stopped answering at (\d\d:\d\d:\d\d) \((.+)\): check that it still runs, "
-                     r"or disconnect on the Server page\.")
+STOPPED = ("The server at {url} stopped answering at {time} ({why}): check that it still runs, or disconnect on the "
+           "Server page.")
 
 
 def _defaults(lab):
     """What the Load test page offers first, as the page asks for it."""
     return load_defaults(lab.device, lab.serving_max_len(), lab.attached())
+
+
+def _said_as(lab, start: str):
+    """What the attached server's watch says now, when it is the sentence whose message id begins with `start`."""
+    said = lab.attached().said
+    return said if getattr(said, "template", "").startswith(start) else None
 
 
 def _until(check, what: str, limit_s: float = 120):
@@ -116,9 +121,9 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
         lab.attach(url + "/v1", WRONG)
     with pytest.raises(EndpointError) as missing:
         lab.attach(url)
-    assert str(wrong.value) == (f"The server at {url} refused the API key (HTTP 401): enter the key it was started "
-                                "with (vLLM's --api-key).")
-    assert str(missing.value) == f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
+    assert sentences.said(wrong.value).template.startswith("The server at {url} refused the API key (HTTP {code})")
+    assert sentences.said(missing.value).template.startswith("The server at {url} asks for an API key (HTTP {code})")
+    assert sentences.values(wrong.value) == sentences.values(missing.value) == {"url": url, "code": 401}
     assert lab.attached() is None and WRONG not in str(wrong.value)
 
     seen = lab.attach(url + "/v1", KEY)
@@ -136,8 +141,9 @@ def test_a_real_api_key_measures_a_wrong_or_missing_one_is_one_sentence_and_the_
         drawn += _drawn(at._tree)
         if page == "app_pages/load.py":  # the sweep's levels follow its KV cache, not this machine's 2 cores
             defaults = _defaults(lab)
-            assert at.multiselect[0].value == list(defaults.sweep_levels) and defaults.said.startswith(
-                f"The sweep's levels follow the KV cache of {url}: ")
+            assert at.multiselect[0].value == list(defaults.sweep_levels)
+            assert sentences.said(defaults.said).template.startswith("The sweep's levels follow the KV cache of {url}")
+            assert sentences.values(defaults.said)["url"] == url
             assert defaults.said in [_unescaped(c.value) for c in at.caption]
     assert url in drawn and "••••••••" in drawn
 
@@ -173,8 +179,8 @@ def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeba
     _done(job)
     said = _until(lambda: lab.attached().said if not lab.attached().answering else None,
                   "the watch did not see the server stop")
-    m = STOPPED.fullmatch(said)
-    assert m and m.group(1) == url, said
+    stopped = sentences.values(said)
+    assert sentences.said(said).template == STOPPED and stopped["url"] == url, said
     assert job.error == said
     kept = lab.history.run(lab.history.runs()[0].id)
     assert len(lab.history.runs()) == saved + 1 and kept.summary.completed >= 1  # the finished requests, saved
@@ -200,8 +206,9 @@ def test_a_server_that_stops_answering_is_one_sentence_everywhere_and_its_comeba
     keyed.server.start_and_wait(keyed.cfg.with_changes(max_model_len=512))
     back = _until(lambda: lab.attached().said if lab.attached().answering else None,
                   "the watch did not see the server answer again")
-    assert re.fullmatch(rf"The server at {re.escape(url)} answers again: it restarted at \d\d:\d\d:\d\d \(it stopped "
-                        rf"answering at {m.group(2)}\), so the first batch of each size is cold again\.", back), back
+    assert sentences.said(back).template == ("The server at {url} answers again: it restarted at {start} (it stopped "
+                                             "answering at {time}), so the first batch of each size is cold again.")
+    assert (sentences.values(back)["url"], sentences.values(back)["time"]) == (url, stopped["time"]), back
     assert lab.attached().max_model_len == 512 and lab.serving_max_len() == 512
     again = _done(lab.run_load(load_test_spec("burst", 2, 16, warmup=False, max_len=lab.serving_max_len()))).result
     assert again.summary.completed == 2 and again.extra.warmth.instance != first.extra.warmth.instance
@@ -272,24 +279,29 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
             assert lab.attach(url).model == "model-a"
             state["up"] = False  # a router in front whose server went away: 503
             said = _until(lambda: lab.attached().said if not lab.attached().answering else None, "not seen down", 30)
-            assert STOPPED.fullmatch(said) and "(HTTP 503)" in said
+            down = sentences.tree(said)
+            assert down["id"].startswith("The server at {url} stopped answering at {time} ({why})"), said
+            assert (down["url"], down["why"]) == (url, {"id": "HTTP {code}", "code": 503}), said
             state.update(up=True, model="model-b", start=1_700_000_100.0)
             back = _until(lambda: lab.attached().said if lab.attached().answering else None, "not seen back", 30)
-            assert back.startswith(f"The server at {url} answers again (it stopped at ")
-            assert back.endswith("now serving model-b instead of model-a: every page measures model-b from now on.")
+            assert sentences.said(back).template.startswith("The server at {url} answers again (it stopped at {time}), "
+                                                            "now serving {model} instead of {old}"), back
+            assert {k: sentences.values(back)[k] for k in ("url", "model", "old")} == {
+                "url": url, "model": "model-b", "old": "model-a"}, back
             assert lab.attached().model == "model-b" and lab.remote.model == "model-b"
 
             state["start"] = 1_700_000_200.0  # restarted between two scrapes: never seen down
-            restarted = _until(lambda: (s := lab.attached().said).startswith(f"The server at {url} restarted")
-                               and s, "the new process not seen", 30)
-            assert restarted.endswith("(serving model-b): the first batch of each size is cold again.")
+            restarted = _until(lambda: _said_as(lab, "The server at {url} restarted at {start} (serving {model})"),
+                               "the new process not seen", 30)
+            assert sentences.values(restarted)["model"] == "model-b", restarted  # said with the first batches cold
             assert lab.remote.started == 1_700_000_200.0
 
             state["up"] = False
             _until(lambda: not lab.attached().answering, "not seen down again", 30)
             state.update(up=True, refuse=True)  # back with a key: it answers, but cannot be measured
-            refused = f"The server at {url} asks for an API key (HTTP 401): enter it in the API key field."
-            _until(lambda: lab.attached().said == refused, "the refusal not said", 30)
+            refused = _until(lambda: _said_as(lab, "The server at {url} asks for an API key"), "the refusal not said",
+                             30)
+            assert sentences.values(refused) == {"url": url, "code": 401}
             seen = set()
             for _ in range(10):  # its /metrics answer each tick: it stays down in those words, never flickers
                 seen.add((lab.attached().answering, lab.attached().said))

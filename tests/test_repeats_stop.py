@@ -11,7 +11,7 @@ from engine.runs import Runner, Target
 
 from .conftest import cli_in_process
 from .fakes import FakeOpenAIServer
-from .said import values
+from .said import read, values
 
 DEAD = "http://127.0.0.1:9"
 
@@ -55,7 +55,10 @@ def test_the_cli_runs_no_repeat_against_a_dead_server(tmp_path, monkeypatch):
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     assert out.count("saved as run ") == 2 and "repeat 3 of 3" not in out, out
-    assert "no longer answers, so the 1 repeat left was not run" in out
+    left = read("Repeat {i} of {total} failed ({counts}) and the server at {url} no longer answers, so the {n} repeat "
+                "left was not run: the finished repeats are kept, and only those that answered every request count in "
+                "the statistics.", out)
+    assert left and (left["i"], left["total"], left["n"], left["url"]) == ("2", "3", "1", srv.base_url), out
     assert "median 0.00" not in out and "Traceback" not in done.stderr
 
 
@@ -63,8 +66,9 @@ def test_the_cli_caps_repeats_as_the_page_does_unless_told():
     p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--repeats", "1000")
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
     line, = p.stderr.splitlines()
-    assert line.startswith("error: --repeats 1000 runs the load test 1000 times, one after another")
-    assert "the Load test page stops at 10" in line and "--many-repeats" in line
+    # a CLI-only sentence (no message id): its numbers and the flags it names
+    assert line.startswith("error: --repeats 1000 ") and "1000 times" in line, line
+    assert "the Load test page stops at 10" in line and "--repeats 10 or fewer" in line and "--many-repeats" in line
     p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--repeats", "1000", "--many-repeats")
     assert "--repeats" not in p.stderr  # allowed: it fails later, on the dead server
 

@@ -4,6 +4,7 @@ numbers, point nowhere outside itself, say a hostile label as text and leave eve
 last test opens the report of a real run in headless Chromium with the network blocked."""
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from engine.messages import mark, translate
 from engine.results.store import RunStore
 
 from .conftest import ROOT
+from .said import read, shown
 from .test_store import make_run
 
 HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)>"
@@ -63,6 +65,12 @@ def store(tmp_path, monkeypatch):
 def report(store) -> tuple[list, str]:
     runs = [store.load(r.id) for r in reversed(store.list())]
     return runs, build_report(runs, "en")
+
+
+def _texts(report: str) -> list[str]:
+    """A report's text as a reader sees it: each element's text, its entities undone (no scripts, no styles)."""
+    visible = re.sub(r"<(script|style)\b.*?</\1>", " ", report, flags=re.S)
+    return [t for part in re.split(r"<[^>]+>", visible) if (t := html.unescape(part).strip())]
 
 
 class Tags(HTMLParser):
@@ -161,7 +169,8 @@ def test_the_cli_refuses_an_unknown_run_in_one_sentence(store, tmp_path, capsys)
     out = tmp_path / "report.html"
     assert main(["report", store.list()[0].id, "nope", "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == "error: No run 'nope' in the history; it may have been deleted.\n"
+    assert err.startswith("error: ") and err.count("\n") == 1, err  # one line
+    assert read("No run {run_id!r} in the history; it may have been deleted.", err) == {"run_id": "'nope'"}, err
     assert not out.exists()
 
 
@@ -238,12 +247,22 @@ def test_repeats_and_a_pair_are_said_with_their_spread_and_verdicts():
         return runs
 
     runs = repeated("g1", 1_764_500_000.0, [100.0, 104.0, 29.0]) + repeated("g2", 1_764_500_600.0, [101.0, 99.0, 103.0])
-    page = build_report(runs, "en")
-    assert "concurrent-4, Output throughput: median 100, range 29–104 of 3 runs" in page
-    assert "concurrent-4: repeat 3 (29) is 3.4× below the median" in page
-    assert "Output throughput: no measurable difference on this machine between concurrent-4 from" in page
+    page = _texts(build_report(runs, "en"))
+    spread = shown("{run}, {metric}: {spread}", page)[0]  # the first set's throughput, its outlier, then the sets
+    assert (spread["run"], spread["metric"]) == ("concurrent-4", "Output throughput")
+    assert read("median {median}, {spread}", spread["spread"])["median"] == "100"
+    assert read("range {low}–{high} of {n} runs", spread["spread"]) == {"low": "29", "high": "104", "n": "3"}
+    assert shown("repeat {i} ({value}) is {x}× below the median: something else may have run then; repeat the test or "
+                 "check the machine.", page) == [{"i": "3", "value": "29", "x": "3.4"}]
+    within = "{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; {interval}, " \
+             "which holds no change; {how})."
+    sets = shown(within, page)
+    assert sets and sets[0]["name"] == "Output throughput" and sets[0]["a"].startswith("concurrent-4 from "), sets
     a, b = make_run(1_764_500_000.0, "A: here"), make_run(1_764_500_000.0, "B: there")
     a.extra.side_by_side.pair = b.extra.side_by_side.pair = "p1"
-    pair = build_report([a, b], "en")
-    assert "Mean TTFT: no measurable difference on this machine between A: here and B: there" in pair
-    assert "Output throughput: B: there measured 1.00× (0 %) against A: here, but with one value a side" in pair
+    pair = _texts(build_report([a, b], "en"))
+    assert ("Mean TTFT", "A: here", "B: there") in [(x["name"], x["a"], x["b"]) for x in shown(within, pair)]
+    one = shown("{name}: {b} measured {effect} against {a}, but with one value a side the noise is unknown, so this "
+                "decides nothing: repeat each at least twice.", pair)
+    assert [(x["name"], x["b"], x["effect"], x["a"]) for x in one][:1] == [
+        ("Output throughput", "B: there", "1.00× (0 %)", "A: here")], one

@@ -11,6 +11,7 @@ from engine.figures.report import build_report
 from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import workload_plan
 
+from .said import reads
 from .test_store import make_run
 
 
@@ -35,9 +36,9 @@ def test_a_dataset_runs_report_states_its_kind_file_rows_lengths_and_hash(tmp_pa
     assert "Workload" in text and "dataset · my-traffic.jsonl" in text
     assert "5 of its 7 rows sent" in text
     i, o = s["input_tokens"], s["output_tokens"]
-    assert (f"prompts: median {i['median']:,.0f} tokens, 99th percentile {i['p99']:,.0f}, longest {i['max']:,.0f}"
-            in text)
-    assert f"answers held to: median {o['median']:,.0f} tokens" in text and f"longest {o['max']:,.0f}" in text
+    lengths = reads("{what}: median {median:,.0f} tokens, 99th percentile {p99:,.0f}, longest {max:,.0f}", text)
+    assert [(x["median"], x["p99"], x["max"]) for x in lengths] == [  # the prompts', then the answers'
+        tuple(f"{d[k]:,.0f}" for k in ("median", "p99", "max")) for d in (i, o)], lengths
     assert f"file sha256 {s['sha256']}" in text
     assert "word word word" not in text  # the prompts themselves are not the workload's record
 

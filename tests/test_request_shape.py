@@ -11,7 +11,11 @@ from engine.errors import ConfigError
 from engine.measure.load.request import Requester
 from engine.measure.load.spec import LoadSpec
 
+from engine.cli.summary import request_shape
+from engine.measure.load.shape import shape_parts
+
 from .conftest import cli_in_process
+from .said import chain, read, said, values
 
 DEAD = "http://127.0.0.1:9"
 
@@ -76,8 +80,9 @@ def test_a_secret_header_value_is_not_repeated_in_its_refusal():
 
 def test_the_naive_scenario_refuses_a_request_shape():
     p = cli_in_process("run", "naive-5", "--top-p", "0.9")
-    assert p.returncode == 2 and "The naive scenario runs transformers itself, with no HTTP request to shape: leave " \
-                                  "--top-p out." in p.stderr, p.stderr
+    refused = read("The naive scenario runs transformers itself, with no HTTP request to shape: leave {flag} out.",
+                   p.stderr)
+    assert p.returncode == 2 and refused == {"flag": "--top-p"}, p.stderr
 
 
 @pytest.mark.server
@@ -90,11 +95,16 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
                        "--extra-body", '{"min_tokens": 4, "seed": 7}')
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
-    assert ("request shape          the completions endpoint; top_p 0.9; top_k 5; extra body {\"min_tokens\": 4, "
-            "\"seed\": 7}; headers X-Request-Source, X-Api-Key (values not recorded)") in p.stdout
     run_id = p.stdout.split("saved as run ")[1].split()[0]
     store = RunStore()
     run = store.load(run_id)
+    assert f"request shape          {request_shape(run)}\n" in p.stdout, p.stdout  # what the run recorded
+    assert chain(shape_parts(run.load)) == [
+        {"id": "the {endpoint} endpoint", "endpoint": "completions"},
+        {"id": "{name} {value}", "name": "top_p", "value": "0.9"},
+        {"id": "{name} {value}", "name": "top_k", "value": "5"},
+        {"id": "extra body {json}", "json": '{"min_tokens": 4, "seed": 7}'},
+        {"id": "headers {names} (values not recorded)", "names": "X-Request-Source, X-Api-Key"}]
     assert run.load.endpoint == "completions" and run.load.temperature == 1.0
     assert all(r.output_tokens == 4 for r in run.measured), [r.output_tokens for r in run.measured]  # min_tokens held
     assert run.load.other["headers"] == ["X-Request-Source", "X-Api-Key"]
@@ -157,8 +167,10 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
     assert "request shape          the rerank endpoint" in p.stdout, p.stdout
     run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
     assert run.load.endpoint == "rerank" and all(r.prompt_tokens > 0 and r.ttft == r.e2e for r in run.measured)
-    with pytest.raises(ConfigError, match="A rerank scores documents and samples no tokens, so top_p does not"):
+    with pytest.raises(ConfigError) as refused:
         _spec(endpoint="rerank", sampling={"top_p": 0.5})
+    assert said(refused.value).template.startswith("A rerank scores documents and samples no tokens, so {key} does not")
+    assert values(refused.value)["key"] == "top_p"
 
 
 def test_the_python_behind_a_rerank_run_sends_the_same_bodies():
@@ -188,7 +200,6 @@ def test_the_cli_prints_the_pages_request_sentence_not_a_wording_of_its_own():
     Message, said in English or Korean), so the two never drift apart."""
     from types import SimpleNamespace
 
-    from engine.cli.summary import request_shape
     from engine.measure.load.shape import shape_said
     from engine.messages import catalog, translate
     from engine.results.records import Load
@@ -197,8 +208,11 @@ def test_the_cli_prints_the_pages_request_sentence_not_a_wording_of_its_own():
                  lora_modules=["sql", "chat"], lora_weights=[3, 1], lora_assignment="random")
     run = SimpleNamespace(load=Load.from_dict(spec.as_dict()))
     line = request_shape(run)
-    assert line == ('the embeddings endpoint; extra body {"dimensions": 8}; headers X-Team (values not recorded); '
-                    "LoRA sql ×3, chat ×1 drawn at random"), line
+    assert line == str(shape_parts(run.load)) and chain(shape_parts(run.load)) == [
+        {"id": "the {endpoint} endpoint", "endpoint": "embeddings"},
+        {"id": "extra body {json}", "json": '{"dimensions": 8}'},
+        {"id": "headers {names} (values not recorded)", "names": "X-Team"},
+        {"id": "LoRA {names} drawn at random", "names": "sql ×3, chat ×1"}], line
     assert str(shape_said(run.load)) == f"Requests: {line}."
     catalog("ko")
     korean = translate(shape_said(run.load), "ko")

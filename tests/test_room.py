@@ -26,7 +26,7 @@ from engine.room import (
 )
 
 from .conftest import ROOT, app_page, free_port
-from .said import said, values
+from .said import read, said, shown, tree, values
 
 
 def _rec(i: int, send: float, chunks: list[float]) -> RequestRecord:
@@ -142,9 +142,11 @@ def test_a_round_is_checked_before_it_opens():
 def test_a_rounds_answers_leave_room_for_a_question_within_the_servers_max_model_len():
     """A server after Tuning (max-model-len 512) cannot take a 128-token answer beside a long question."""
     check_round(60, 64, 512, 512)
-    with pytest.raises(ConfigError, match="max-model-len leaves beside an attendee's question") as e:
+    with pytest.raises(ConfigError) as e:
         check_round(60, 128, 512, 512)
     _one_sentence(e.value)
+    assert tree(e.value)["of"] == {"id": "what the running server's max-model-len leaves beside an attendee's question"}
+    assert values(e.value)["n"] == 128 and values(e.value)["limit"] == 64
 
 
 def test_a_suggested_name_is_short_and_in_the_viewers_language():
@@ -316,8 +318,8 @@ def test_the_presenters_big_screen_draws_a_live_round_from_one_reading(lab, monk
     gone = [100 * (1 - (rnd.closes_at - t) / rnd.seconds) for t in (before, after)]
     assert len(bars) == 1 and gone[0] - 1 <= bars[0].proto.value <= gone[1] + 1, (bars[0].proto.value, gone)
     charts = at.get("plotly_chart")
-    assert [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts] == [
-        "The room: 2 requests, none generating yet"]
+    assert [shown("The room: {n} request, none generating yet", [json.loads(c.proto.spec)["layout"]["title"]["text"]],
+                  plural="The room: {n} requests, none generating yet") for c in charts] == [[{"n": "2"}]]
     assert lab.room.screen("en").view.names == ["Otter a", "Otter b"]
 
 
@@ -346,8 +348,8 @@ def test_a_filling_bar_of_answers_says_so_far_and_what_follows(lab, monkeypatch)
         _wait(lambda: not job.active, 60, "the round's job did not end")  # the next test's round would be busy
     bars = at.get("progress")
     assert len(bars) == 1, bars
-    assert bars[0].proto.text == "Answers completed so far: 1 of 3; then the same requests one at a time", \
-        bars[0].proto.text
+    assert read("Answers completed so far: {done} of {n}; then the same requests one at a time",
+                bars[0].proto.text) == {"done": "1", "n": "3"}, bars[0].proto.text
 
 
 def test_the_presenter_who_opens_a_round_sees_its_settings_not_a_form_to_open_another(lab, monkeypatch):
@@ -394,7 +396,7 @@ def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presen
     assert [b for b in at.button if b.label == "Open a round"]
     next(b for b in at.button if b.label == "Send my request").click().run()
     shown = [e.value.replace("\\", "") for e in at.error]  # shown as typed: markdown escaped
-    assert shown == ["No round is open: wait for the presenter's cue, then press."]
+    assert [read("No round is open: wait for the presenter's cue, then press.", e) for e in shown] == [{}], shown
     next(b for b in at.button if b.label == "Open a round").click().run()
     assert len(at.error) == 1 and "server" in at.error[0].value  # no server here: its sentence, not a traceback
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from engine.measure.judge import kvcache, slo, token_check, verdict
+from engine.errors import LabError
+from engine.measure.judge import failures, kvcache, slo, token_check, verdict
+from engine.measure.load.spec import LoadSpec
 from engine.messages import say, translate
 from engine.observe import disturbance
-from engine.results.records import Beside, Disturbance, KvCache, Notes, TokenCount
+from engine.results.records import Beside, Disturbance, KvCache, Notes, RequestRecord, TokenCount
 from tests.test_kvcache import _run as kv_run
 from tests.test_slo import handcrafted, run_of
 
@@ -52,7 +54,30 @@ SENTENCES = {
          "로그값에 대한 Welch t 검정(기하평균의 비), 각 3회 실행).",
          "출력 처리량: 이 머신에서는 A, B 사이에 측정 가능한 차이가 없습니다 (측정값 1.01배 (+1.0 %), 95 % 구간 "
          "0.955배–1.07배에 '변화 없음' 포함, 로그값에 대한 Welch t 검정(기하평균의 비), 각 3회 실행)."]),
+    "failure cause": (  # a sentence of three said apart (who, what happened, what to do), plural by the count
+        lambda: [sentence for _, sentence in failures.failure_causes(
+            [RequestRecord(index=i, prompt="p", send_time=0.0, end_time=1.0,
+                           error="HTTP 400: max_tokens=2049 cannot be greater than max_model_len=2048")
+             for i in range(3)] + [RequestRecord(index=3, prompt="p", send_time=0.0, first_token_time=0.5,
+                                                 end_time=1.0, output_tokens=5)])],
+        ["3 of 4 requests were refused because the prompt plus 2049 output tokens exceed the server's max-model-len of "
+         "2048: lower the max tokens per answer or restart the server with a longer max-model-len."],
+        ["요청 4개 중 3개가 프롬프트와 출력 토큰 2049개를 합한 길이가 서버의 max-model-len(2048)을 넘어 "
+         "거부되었습니다. 답변당 최대 토큰 수를 낮추거나, max-model-len을 더 길게 설정해 서버를 재시작하세요."]),
+    "refused input": (  # what a person typed, refused in one sentence with what to do
+        lambda: [_refusal(lambda: LoadSpec(base_url="", model="", prompts=["p"], max_tokens=3000).validate(
+            max_model_len=2048))],
+        ["Max tokens per answer (3000) is more than the running server's max-model-len (2048 tokens): ask for 2048 or "
+         "fewer, or restart the server with a longer max-model-len."],
+        ["답변당 최대 토큰 수(3000)가 실행 중인 서버의 max-model-len(2048 토큰)보다 큽니다. "
+         "2048 토큰 이하로 요청하세요. 또는 max-model-len을 더 길게 설정해 서버를 재시작하세요."]),
 }
+
+
+def _refusal(act):
+    with pytest.raises(LabError) as refused:
+        act()
+    return refused.value
 
 
 @pytest.mark.parametrize("name", SENTENCES)

@@ -9,7 +9,7 @@ from engine.figures import caption, caption_said
 from engine.figures import server_view as sv
 from engine.results.records import Energy, EnergyReading, Notes, RequestRecord, RunResult, ServerView
 
-from .said import said, values
+from .said import read, said, values
 
 # vLLM's means per request (s): 0.8 in the queue, 0.1 in prefill, 1.0 in decode, 1.95 in all by its own clock
 VIEW = {"histograms": {"queue": {"mean": 0.8, "p50": 0.7, "p90": 0.9, "p99": 1.0, "count": 2},
@@ -42,10 +42,9 @@ def test_the_bars_are_the_notes_means_and_add_up_to_the_client_e2e():
     assert server["waiting in the queue"] == pytest.approx(800)
     assert server["prefill"] == pytest.approx(100) and server["decode"] == pytest.approx(1000)
     # the gap named, split where vLLM timed its whole request too: 1.95 - 1.9 inside it, 2.1 - 1.95 outside it
-    assert server["inside vLLM, outside its engine's steps"] == pytest.approx(50)
-    assert server["outside the server: HTTP, streaming, the client"] == pytest.approx(150)
+    assert server[sv.FRONT] == pytest.approx(50) and server[sv.OUTSIDE] == pytest.approx(150)  # the legend's names
     assert sum(server.values()) == pytest.approx(2100)  # the client's mean E2E (2.0 and 2.2 s)
-    assert client == pytest.approx({"client: time to first token": 1000, "client: first token to last": 1100})
+    assert client == pytest.approx({sv.CLIENT_TTFT: 1000, sv.CLIENT_REST: 1100})
     parts, _queue_said, estimated = caption_said(fig)  # the bars' numbers, the queue named, how they were read
     assert values(parts) == {"queue": "800", "prefill": "100", "decode": "1,000", "front": "50", "outside": "150",
                              "e2e": "2,100"}
@@ -89,7 +88,9 @@ def test_no_server_view_is_a_sentence_not_an_empty_chart():
     assert isinstance(vllm_like, str) and "published no request histograms" in vllm_like
     # a run that holds no trace of the reading at all may be older than it: both are said
     older = sv.server_view_chart(_run(None))
-    assert isinstance(older, str) and "or the run was saved before this app read them" in older
+    assert read("This run holds no histograms of the server's: its server published none on /metrics, or the run "
+                "was saved before this app read them. Where the time went inside the server is not known.",
+                older) == {}
     assert "히스토그램" in sv.server_view_chart(_run(None), lang="ko")
 
 

@@ -245,7 +245,7 @@ def test_on_cpu_the_lab_says_why_two_servers_here_are_not_fair(lab):
     if lab.device != "cpu":
         pytest.skip("a CPU machine's sentence")
     why = side_by_side_here(lab.device)
-    assert why.startswith("On CPU a second server would share this machine's cores") and "Tuning" in why
+    assert sentences.said(why).template.startswith("On CPU a second server would share this machine's cores")
     assert second_server_command(lab.server_snapshot().config, lab.device) is None
 
 
@@ -262,7 +262,7 @@ def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monk
     monkeypatch.setattr(lab, "device", "cuda")
     monkeypatch.setattr(lab.server, "snapshot", lambda: SimpleNamespace(config=cfg))
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}])
-    assert side_by_side_here(lab.device).startswith("With one GPU a second server would share it")
+    assert sentences.said(side_by_side_here(lab.device)).template.startswith("With one GPU a second server would share")
     assert second_server_command(lab.server_snapshot().config, lab.device) is None
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}, {"index": 1}])
     assert side_by_side_here(lab.device) is None

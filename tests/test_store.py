@@ -24,7 +24,7 @@ from engine.results.records import Load, Notes, RequestRecord, RunResult  # noqa
 from engine.results.store import RunNotFound, RunStore  # noqa: E402
 from engine.results.validation import ImportFailed, RunDamaged  # noqa: E402
 from engine.results.vllm_bench import from_bench_json  # noqa: E402
-from tests.said import values  # noqa: E402
+from tests.said import parts, values  # noqa: E402
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -211,8 +211,9 @@ def test_import_vllm_bench_serve_result(store):
 def test_import_rejects_garbage(store, tmp_path):
     with pytest.raises(ImportFailed, match="not valid JSON"):
         store.import_text("{not json", source="import:x.json")
-    with pytest.raises(ImportFailed, match="neither a Serving Lab export nor a vllm bench serve result"):
+    with pytest.raises(ImportFailed) as refused:
         store.import_text('{"hello": 1}', source="import:x.json")
+    assert parts(refused.value)["why"].startswith("it is neither a Serving Lab export nor a vllm bench serve result")
     with pytest.raises(ImportFailed, match="There is no file"):
         store.import_file(tmp_path / "missing.json")
     with pytest.raises(ImportFailed, match="not a file"):

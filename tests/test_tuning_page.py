@@ -16,6 +16,7 @@ from engine.measure.judge import kvcache, stats
 from engine.measure.workloads import scenarios
 from engine.results.records import KvCache, Notes, Repeat, RequestRecord, RunResult, ServerNotes, Warmth
 from engine.serving.config import ServerConfig
+from tests.said import read, reads, shown
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
@@ -147,7 +148,8 @@ def test_prefix_caching_on_vs_off_is_its_own_job_and_waits_for_a_started_server(
     lab, render = page
     at = render()
     assert not any(b.label == "Restart vLLM and compare prefix caching" for b in at.button)
-    assert sum("Start the server once on the Server page" in i.value for i in at.info) >= 3  # every section
+    assert len(shown("Start the server once on the Server page: tuning reuses its model and other settings.",
+                     [i.value for i in at.info])) >= 3  # every section
 
     pscn = scenarios.get("prefix-cache")
     monkeypatch.setattr(lab, "_runner", lambda job, notes=None: type("R", (), {"tuning": lambda self, *a, **k: []})())
@@ -171,10 +173,11 @@ def test_a_comparison_from_the_history_is_headed_with_where_it_ran_and_never_hal
     assert [r.label for r in h200.runs] == ["KV cache squeezed", "KV cache with room to spare"]
     assert h200.source == "example:h200-views.json" and "H200" in h200.hardware
     said = _captions(render())
-    for scenario in ("kv-squeeze", "prefix-cache"):
-        pair = lab.history.latest_pair(scenario)
-        assert (f"on {pair.hardware}; an example shipped with the app (h200-views.json)" in said
-                and said.count("From the history, not measured just now") == 2), said
+    heads = reads("From the history, not measured just now: {when}, on {hardware}; {origin}.", said)
+    assert [h["hardware"] for h in heads] == [lab.history.latest_pair(s).hardware
+                                              for s in ("kv-squeeze", "prefix-cache")]
+    assert [read("an example shipped with the app ({file})", h["origin"]) for h in heads] == [
+        {"file": "h200-views.json"}] * 2, said
 
     lab._save(_run("kv-squeeze", "KV cache squeezed", gib=0.01))  # half a comparison measured here
     here = lab.history.latest_pair("kv-squeeze")
@@ -221,5 +224,7 @@ def test_each_configuration_measured_several_times_is_judged_against_noise(page,
     gm = [(100.0 * 104.0 * 98.0) ** (1 / 3), (150.0 * 148.0 * 153.0) ** (1 / 3)]  # the verdict's centres
     assert tput["y"] == pytest.approx(gm) and tput["error_y"]["array"] == pytest.approx([104.0 - gm[0], 153.0 - gm[1]])
     said = re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown))  # under the chart (ui.chart)
-    assert "max-model-len 256 / KV 4 GiB: 1.49× (+49 %), beyond noise" in said, said
-    assert "the geometric mean of its runs (as the comparison takes it); the whisker spans their range" in said
+    changes, = reads("Throughput against {run}: {changes}.", said)
+    assert "max-model-len 256 / KV 4 GiB: 1.49× (+49 %), beyond noise" in changes["changes"], said
+    assert reads("A configuration measured several times is one bar, the geometric mean of its runs (as the "
+                 "comparison takes it); the whisker spans their range.", said) == [{}]

@@ -24,6 +24,7 @@ from engine.results.records import RequestRecord, RunResult
 from engine.runs import Runner, Target, check_sweep, check_tuning
 from engine.serving.config import ServerConfig
 from tests.conftest import app_page, wait_done
+from tests.said import said, shown, tree, values
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
 LENGTHS = {"kind": "lengths", "n": 3, "input": {"kind": "fixed", "mean": 32}, "output": {"kind": "fixed", "mean": 8}}
@@ -58,9 +59,10 @@ def test_the_sweep_refuses_a_workload_that_brings_its_own_pace_in_one_sentence(l
                    lambda: Runner(save=lambda r: r).sweep(spec, [1], Target("http://127.0.0.1:1", "m"))):
         with pytest.raises(ConfigError) as e:
             refuse()
-        said = str(e.value)
-        assert said.startswith("The sweep sets the requests in flight itself") and f"a {kind} workload" in said
-        assert "\n" not in said
+        refused = tree(e.value)
+        assert refused["id"].startswith("The sweep sets the requests in flight itself")
+        assert refused["kind"] == {"id": kind}
+        assert "\n" not in str(e.value)
     assert lab.latest_job("sweep") is None
 
 
@@ -80,8 +82,8 @@ def test_tuning_sends_the_lab_s_step_by_default_or_one_shipped_workload_to_every
     with pytest.raises(ConfigError) as e:  # its 891-token prompt does not fit the 512 row: said before a restart
         check_tuning(cfgs, trace)
     longest = trace.workload["input_tokens"]["max"]
-    assert str(e.value) == (f"The workload's longest prompt ({longest:.0f} tokens) and its answers (up to 40) do not "
-                            "fit in max-model-len 512: raise that row's max-model-len or pick another workload.")
+    assert said(e.value).template.startswith("The workload's longest prompt ({prompt:.0f} tokens) and its answers")
+    assert values(e.value) == {"prompt": longest, "tokens": 40, "limit": 512}
 
 
 def _run(label: str, workload: dict | None, prompts: list[str]) -> RunResult:
@@ -177,8 +179,8 @@ def test_tuning_sends_the_chosen_example_to_every_configuration_and_names_it(lab
     (configs, spec), = tuning_page
     assert len(configs) == 2 and spec.workload["name"] == "chat-prompts.jsonl" and len(spec.prompts) == 40
     at.run()
-    assert "Every configuration was sent the same workload: dataset · chat-prompts.jsonl." in [
-        c.value.replace("\\", "") for c in at.caption]
+    assert shown("Every configuration was sent the same workload: {what}.",
+                 [c.value.replace("\\", "") for c in at.caption]) == [{"what": "dataset · chat-prompts.jsonl"}]
 
 
 # -- the real server: every run of a pair, a comparison and a sweep carries the same plan --------------------

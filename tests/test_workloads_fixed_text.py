@@ -16,6 +16,7 @@ from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.workloads import fixed_text, kinds, seeds, tokens  # noqa: E402
 from engine.measure.workloads.base import WorkloadError  # noqa: E402
 from engine.measure.workloads.named import named  # noqa: E402
+from tests.said import tree  # noqa: E402
 
 TEXT = HERE.parent / "examples" / "workloads" / "fixed-text.txt"
 
@@ -44,7 +45,9 @@ def test_prompts_are_cut_from_the_text_exactly_their_length_its_opening_shared(t
     assert (s["kind"], s["file"], s["sent"], s["seed"], s["input_len"], s["prefix_len"], s["output_len"]) == \
         ("fixed-text", "fixed-text.txt", 6, 4, 120, 50, 10)
     assert s["lines"] == len(lines) and len(s["sha256"]) == 64
-    assert "fixed text · prompts of 120 tokens from a fixed text, the first 50 shared · seed 4" == str(named(s))
+    assert tree(named(s)) == {"id": "{kind} · {name} · seed {seed}", "kind": {"id": "fixed text"}, "seed": 4,
+                              "name": {"id": "prompts of {n} tokens from a fixed text, the first {p} shared",
+                                       "n": 120, "p": 50}}
     assert "up to 35%" in str(prefix.cacheable_said(s))  # 5 × 50 of 6 × 120 tokens
 
 

@@ -17,6 +17,7 @@ from engine.measure.load.spec import LoadSpec  # noqa: E402
 from engine.measure.judge import prefix  # noqa: E402
 from engine.measure.workloads import kinds, lengths, prefixes, seeds, tokens  # noqa: E402
 from engine.measure.workloads.base import WorkloadError  # noqa: E402
+from tests.said import said, tree, values  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,10 @@ def test_the_random_workloads_prefix_is_shared_and_on_top_of_the_drawn_length(to
     assert len({tuple(_ids(tok, p)[:20]) for p in plan.prompts}) == 1  # one prefix before every prompt
     assert len({tuple(_ids(tok, p)[20:25]) for p in plan.prompts}) == 5  # then each its own
     assert plan.summary["prefix_len"] == 20
-    with pytest.raises(WorkloadError, match="The random prefix is a whole number of tokens from 0"):
+    with pytest.raises(WorkloadError) as refused:
         kinds.plan_of({"kind": "lengths", "n": 5, "input": {"kind": "fixed", "mean": 8}, "prefix_len": -1})
+    assert said(refused.value).template.startswith("The random prefix is a whole number of tokens from 0 to {limit:,}")
+    assert values(refused.value)["v"] == -1
 
 
 @pytest.mark.parametrize("desc", [
@@ -135,8 +138,13 @@ def test_the_cli_makes_the_shared_prefix_workload_the_page_makes():
     assert rnd.workload["prefix_len"] == 16 and rnd.workload["input_tokens"]["min"] == 512 + 16
     from engine.measure.workloads.named import named
 
-    assert "shared prefixes · 2 shared prefixes of 32 tokens" in str(named(w)) and "seed 9" in str(named(w))
-    assert "after a shared prefix of 16 tokens" in str(named(rnd.workload))
+    shared = tree(named(w))
+    assert shared["id"] == "{kind} · {name} · seed {seed}"
+    assert (shared["kind"], shared["seed"]) == ({"id": "shared prefixes"}, 9)
+    assert shared["name"]["id"].startswith("{k} shared prefixes of {p} tokens") and (
+        shared["name"]["k"], shared["name"]["p"]) == (2, 32)
+    after = tree(named(rnd.workload))["name"]
+    assert after["id"] == "{lengths} after a shared prefix of {n} tokens" and after["n"] == 16
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -14,7 +14,7 @@ from engine.figures.room import room_contrast, room_timeline, room_totals
 from engine.figures.sweep import _label_sides, pareto_chart, sweep_chart
 from engine.figures.sweep import by_rate as sweep_by_rate
 from engine.figures.slots import slot_chart
-from engine.figures.theme import caption, caption_said, note_under_title, template
+from engine.figures.theme import caption, caption_said, note_under_title, template, title_said
 from engine.metrics import METRICS, metric_info
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "_label_sides",  # tests/test_figures.py checks the sweep's label placement directly
     "caption",
     "caption_said",
+    "title_said",
     "ceiling_bars",
     "concurrent_latency_bars",
     "energy_cost_line",

@@ -88,6 +88,11 @@ def caption_said(fig: go.Figure) -> list:
     return list(getattr(fig, "_caption_said", ()))
 
 
+def title_said(fig: go.Figure) -> Any:
+    """The sentence the title was said from, before translation (as caption_said); None when none was kept."""
+    return getattr(fig, "_title_said", None)
+
+
 def is_placeholder(run: RunResult | RunRow) -> bool:
     """True for the shape-only Llama 3 8B (random weights): its text means nothing."""
     return run.extra.server.placeholder_text or "shape-only" in (run.model or "").lower()
@@ -102,6 +107,7 @@ def finish(fig: go.Figure, title: str, cap: str | Sequence[str], *, placeholder:
     if placeholder:
         text = translate(say("{caption} ({note}.)", caption=text, note=PLACEHOLDER_NOTE), lang)
     fig._caption_said = [cap] if isinstance(cap, str) else list(cap)  # not drawn: kept on this object only
+    fig._title_said = title
     fig.update_layout(
         template=TEMPLATE_NAME,
         title=dict(text=translate(title, lang)),
