@@ -26,8 +26,8 @@ check:
 # The inner loop: unit tests, AppTest pages and fakes; no vLLM server, no browser (tests/conftest.py). Its tests
 # start nothing dear, so an idle worker takes tests from the other's queue (worksteal): a file whose tests wait on a
 # fake server's clock no longer holds the last minute on one worker while the other is done. Three workers on two
-# cores: ~100 s of the tier is waiting on fakes' clocks, which a third worker fills (quiet: 123 s with 2, 98 s with 3,
-# 93 s with 4; bench/results/test-suite-cpu.md).
+# cores: part of the tier waits on fakes' clocks (~60 s, ~90 s before 2026-12-07), which a third worker fills (quiet:
+# 123 s with 2, 98 s with 3, 93 s with 4; bench/results/test-suite-cpu.md).
 QUICK_WORKERS ?= 3
 test-quick:
 	scripts/setup.sh run
