@@ -382,7 +382,7 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     changes, judged, bars = (tree(m) for m in figures.caption_said(fig))
     assert changes["id"] == "Throughput against {run}: {changes}."
     assert "1.49× (+49 %), beyond noise" in changes["changes"]
-    assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} runs each", "n": 3},
+    assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} run each", "n": 3},
                              "method": {"id": "Welch's t on log values (a ratio of geometric means)"}}
     assert bars["id"].startswith("A configuration measured several times is one bar, the geometric mean of its runs")
     noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])

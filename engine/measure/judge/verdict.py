@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
-from engine.messages import Message, mark, say
+from engine.messages import Message, mark, say, say_n
 from engine.metrics import metric_info
 from engine.observe import disturbance
 
@@ -110,7 +110,7 @@ class Verdict:
     def counts(self) -> Message:
         """How many values each side had: "3 runs each", "3 and 5 runs", "48 and 50 requests"."""
         if self.n_a == self.n_b:
-            return (say("{n} runs each", n=self.n_a) if self.per == RUNS else
+            return (say_n("{n} run each", "{n} runs each", self.n_a) if self.per == RUNS else  # not "1 runs"
                     say("{n} requests each", n=self.n_a))
         return (say("{a} and {b} runs", a=self.n_a, b=self.n_b) if self.per == RUNS else
                 say("{a} and {b} requests", a=self.n_a, b=self.n_b))
