@@ -268,7 +268,8 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         at = [i for i, r in enumerate(shown) if set_of[id(r)] == k]
         centre = verdict.centre([v for r in g if (v := verdict.value(r, metric)) is not None])
         centres.append((g, centre))
-        fig.add_shape(type="line", x0=min(at) - 0.45, x1=max(at) + 0.45, y0=centre, y1=centre,
+        # under the bars and their numbers: seen in the gaps and above the shorter bars, never over a number
+        fig.add_shape(type="line", x0=min(at) - 0.45, x1=max(at) + 0.45, y0=centre, y1=centre, layer="below",
                       line=dict(color=INK, width=3, dash="dash"))
     fig.update_layout(
         xaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=ticks, tickangle=0,  # never turned
