@@ -28,9 +28,12 @@ nav = st.navigation([
     st.Page("app_pages/room.py", title=_("The room"), icon=":material/groups:"),
     st.Page("app_pages/history.py", title=_("History"), icon=":material/history:"),
 ])
+ui.begin_page()
 status = ui.sidebar(lab, on_guide=nav is guide)
 ui.line_breaking()
 with st.container():  # one slot, shown or not: the page's elements (and its fragments) keep their places
     ui.pending_error()
 nav.run()
 ui.server_status(status)  # after the page: never older than the result it shows
+with st.container():  # the page's one watcher of its still parts, in a slot of its own
+    ui.watch_page()

@@ -174,6 +174,62 @@ def job_count(job) -> str:
     return f"{line} ({job.done}/{job.total})" if job.total else line
 
 
+# -- live parts: redrawn while they move, watched while they stand still ----------------------------------------
+# A fragment's rerun re-sends every element it draws (a chart as a reference to the browser's cached copy) and costs
+# the app a script run and each open browser a new session message, a pass over its element tree and React's work on
+# every element it drew, whether or not anything changed (bench/results/page-idle-cpu.md). So a live part is a timed
+# fragment only while what it shows moves every tick (a job's progress, a server's start); the rest of the time it is
+# drawn once, and one watcher per page, which draws nothing, reads each still part's cheap fingerprint every WATCH_S
+# and reruns the page once one changed. Streamlit lets a fragment's body rerun only itself or the whole app (a keyed
+# rerun of another fragment only from a widget's callback), and clears what a rerun did not draw again: hence the page.
+WATCH_S = 1.0  # a follower is taken to the presenter's step, a finished run drawn, within about a second
+
+
+def live(draw: Callable[[], None], seen: Callable[[], object], moving: Callable[[], bool] | None = None,
+         every: float = 1.0) -> None:
+    """`draw` now, redrawn every `every` s while `moving()`, else again (with the page) once `seen()` changed."""
+    with st.container():  # one slot, ticking or still: the page keeps its shape
+        if moving is not None and moving():
+            st.fragment(run_every=every)(_ticking)(draw, moving)
+        else:
+            drawn = seen()  # before drawing: a change while it draws shows at the next look
+            draw()
+            watch(seen, drawn)
+
+
+def live_job(draw: Callable[[], None], job: Callable[[], Any], every: float = 1.0) -> None:
+    """A job's part of a page: redrawn while `job()` (the newest of its kind) runs, watched once it ended."""
+    live(draw, lambda: (j.seen if (j := job()) is not None else None),
+         lambda: (j := job()) is not None and j.active, every)
+
+
+def watch(seen: Callable[[], object], drawn: object) -> None:
+    """The page reruns once `seen()` is no longer `drawn` (watch_page looks)."""
+    st.session_state.setdefault("still_parts", []).append((seen, drawn))
+
+
+def begin_page() -> None:
+    """A full run of the page begins: the still parts it draws are watched from now on, the last run's no more."""
+    st.session_state["still_parts"] = []
+
+
+def watch_page() -> None:
+    """After the page: one watcher for all of its still parts (none while every part is ticking)."""
+    if parts := st.session_state.get("still_parts"):
+        st.fragment(run_every=WATCH_S)(_watching)(list(parts))
+
+
+def _ticking(draw: Callable[[], None], moving: Callable[[], bool]) -> None:
+    if not moving():  # it stopped: the page draws its still shape, watched from then on
+        st.rerun(scope="app")
+    draw()
+
+
+def _watching(parts: list[tuple[Callable[[], object], object]]) -> None:
+    if any(seen() != drawn for seen, drawn in parts):
+        st.rerun(scope="app")
+
+
 def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str | None = None, key: str | None = None,
               error_for_s: float | None = None, share: float | None = None) -> None:
     """A background job's progress bar (with `text`) and Cancel button while it runs, and the sentence
@@ -327,7 +383,7 @@ def sidebar(lab: Lab, on_guide: bool = False):
     """The sidebar; returns the slot of its server status, which the app fills after the page (server_status):
     drawn before it, the status could be older than the result the page shows (a server killed while the page
     drew its run's failures still read "ready" above them)."""
-    # What the page's buttons were drawn for; the status fragment redraws the page when it changes.
+    # What the page's buttons were drawn for; the server status redraws the page when it changes.
     st.session_state["drawn_state"] = _drawn_for(lab)
     st.session_state["on_guide"] = on_guide  # read by the follower's tick between full runs
     with st.sidebar:
@@ -355,9 +411,12 @@ def model_detail(model: str | None) -> str | None:
 
 
 def server_status(slot) -> None:
-    """The sidebar's server status, drawn into its slot once the page is drawn (see sidebar)."""
+    """The sidebar's server status, drawn into its slot once the page is drawn (see sidebar): every 2 s while the
+    server starts or a run measures (their stages), else once, and again when what it says changed."""
+    lab = get_lab()
     with slot:
-        _server_status()
+        live(_server_status, lambda: (_drawn_for(lab), lab.server_snapshot().config),
+             lambda: lab.server_snapshot().state == STARTING or lab.measuring() is not None, every=2)
 
 
 def _follow() -> None:
@@ -365,11 +424,11 @@ def _follow() -> None:
     follower is taken to it (from any page); the viewer's language stays their own."""
     st.toggle(_("Follow the presenter"), key="follow_presenter",
               help=_("Your screen shows the presenter's step of the guided lab and moves when they move."))
-    if st.session_state.get("follow_presenter"):
-        _follow_tick()
+    if st.session_state.get("follow_presenter") and not st.session_state.get("on_guide"):
+        _follow_tick()  # on the guided lab, the page's watcher follows (Guide.seen)
 
 
-@st.fragment(run_every=1.5)
+@st.fragment(run_every=WATCH_S)
 def _follow_tick() -> None:
     """From another page, to the presenter's step once it moved. The guided lab marks a step seen when it draws
     it (and redraws itself when the presenter moves): a switch that Streamlit folds into a newer rerun of this
@@ -397,7 +456,6 @@ def _drawn_for(lab: Lab) -> tuple[str, str]:
     return lab.server_snapshot().state, f"{remote.url} {remote.answering} {remote.said}" if remote else ""
 
 
-@st.fragment(run_every=2)
 def _server_status() -> None:
     lab = get_lab()
     s = lab.server_snapshot()

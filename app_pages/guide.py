@@ -270,7 +270,6 @@ def _summary() -> None:
                        mime="text/html", icon=":material/download:", type="primary")
 
 
-@st.fragment(run_every=1.5)
 def body() -> None:
     """The step, redrawn while its job runs; the whole page redraws when the session changed (a step's run
     came back, the presenter moved), so the agenda's ticks and a follower's step follow."""
@@ -295,7 +294,7 @@ def body() -> None:
         _result(shown)
 
 
-body()
+ui.live(body, guide.seen, lambda: guide.moving(shown.id), every=1.5)
 
 if presenter:
     with st.expander(_("Start the guided lab over")):

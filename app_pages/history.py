@@ -78,7 +78,9 @@ rows = sorted(rows, key=lambda r: (-r.started_at, r.extra.side_by_side.side or "
 # value the viewer typed, kept in the input's session state.
 price = st.session_state.get("gpu_price_history", st.session_state.get("gpu_price")) if rows else None
 if not rows:
-    st.info(_("No runs yet: run a load test, or import runs exported from another machine below."),
+    # a viewer can neither run a load test nor import: told what will happen instead
+    st.info(_("No runs yet: run a load test, or import runs exported from another machine below.") if ui.can_act(lab)
+            else _("No runs yet: each run the presenter measures appears here the moment it ends."),
             icon=":material/info:")
 else:
     each = any(r.extra.repeat.group for r in rows) and st.toggle(

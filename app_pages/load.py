@@ -311,9 +311,12 @@ OWN_SCENARIOS = ("concurrent-", "poisson", "dataset", "hub", "lengths", "random-
                  "trace", "ramp-up", "bursty")
 
 
-@st.fragment(run_every=1)
+def _job():
+    return lab.latest_job("load", OWN_SCENARIOS)
+
+
 def live() -> None:
-    job = lab.latest_job("load", OWN_SCENARIOS)
+    job = _job()
     if job is None:  # a viewer can neither press Run nor start a server: told what will happen instead
         st.info(_("No load test yet: the presenter runs it, and its result appears here.") if not ui.can_act(lab)
                 else _("Press **Run load test**.") if lab.ready() else
@@ -341,7 +344,9 @@ def live() -> None:
         viewer_limits.cost(run)  # this viewer's own price, likewise
         _draw_charts(job.id, job.status, i18n.lang())
 
-live()
+
+# no job yet: what it says depends on whether a server answers
+ui.live(live, lambda: (_job().seen if _job() else lab.ready()), lambda: (j := _job()) is not None and j.active)
 
 
 pair.section(lab, chosen, request, shape, arrival, defaults, tokens_hi, tokens_help)

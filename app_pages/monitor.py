@@ -60,14 +60,15 @@ def _draw(seconds: int, step: int, tick: int, last_event: float | None, lang: st
                                     t, label in marks))
 
 
-@st.fragment(run_every=REDRAW_S)
-def live() -> None:
+def _drawn() -> tuple:
+    """Which charts are due now: the window's tick (of REDRAW_S while anything runs, else IDLE_REDRAW_S), the newest
+    event, the viewer's language and the server at a URL, if any: _draw's key, which the page watches while idle."""
     newest = lab.monitor.latest_sample()
     events = lab.server_snapshot().events
     step = REDRAW_S if lab.busy() else IDLE_REDRAW_S
     remote = lab.attached()
-    _draw(seconds, step, int(newest.t // step) if newest else 0, events[-1][0] if events else None, i18n.lang(),
-          remote.url if remote else "")
+    return (seconds, step, int(newest.t // step) if newest else 0, events[-1][0] if events else None, i18n.lang(),
+            remote.url if remote else "")
 
 
-live()
+ui.live(lambda: _draw(*_drawn()), _drawn, lab.busy, every=REDRAW_S)

@@ -88,11 +88,17 @@ elif remote := lab.attached():  # the vLLM buttons go to the server at a URL; th
                           url=remote.url, model=models.shown_name(remote.model))), help=ui.model_detail(remote.model))
 
 
-@st.fragment(run_every=1)
+# this page's jobs only: the Load test's runs are load tests too
+KINDS = (("naive", ""), ("load", "vllm-5"))
+
+
+def _jobs() -> list:
+    return [lab.latest_job(kind, scenario) for kind, scenario in KINDS]
+
+
 def results() -> None:
-    # this page's jobs only: the Load test's runs are load tests too
-    for kind, scenario in (("naive", ""), ("load", "vllm-5")):
-        if job := lab.latest_job(kind, scenario):  # an error stays for two minutes after the job ended
+    for (kind, _scenario), job in zip(KINDS, _jobs()):
+        if job:  # an error stays for two minutes after the job ended
             ui.job_panel(lab, job, ui.job_count(job),
                          key=f"cancel-{kind}", error_for_s=120)
     # The stored runs are read once per change of the history, not each second.
@@ -172,4 +178,5 @@ def slots(static, batch) -> None:
         st.caption(_("Run the static batch (2) and vLLM all at once (4) to see both side by side."))
 
 
-results()
+# the stored runs change when this page's jobs end
+ui.live(results, lambda: [j and j.seen for j in _jobs()], lambda: any(j and j.active for j in _jobs()))

@@ -212,12 +212,10 @@ def _my_request() -> None:
                          n=view.max_tokens))
 
 
-@st.fragment(run_every=2.0)
-def _watch(drawn) -> None:
+def _round() -> str | None:
     """Between rounds nothing moves: the page is drawn once, and redrawn when a round opens."""
     view = room.view()
-    if (view.id if view else None) != drawn:
-        st.rerun(scope="app")
+    return view.id if view else None
 
 
 # Each part in a slot of its own: a live round's timed fragments and a finished round's static charts take turns there
@@ -239,6 +237,5 @@ else:
                  help=_("The presenter's big screen: everyone's names and timings, never their questions.")):
         with st.container():
             big_screen()
-with st.container():
-    if not _live():
-        _watch(view.id if (view := room.view()) else None)
+if not _live():
+    ui.watch(_round, _round())

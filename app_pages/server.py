@@ -12,7 +12,7 @@ from engine.serving import models
 from engine.serving.cluster import ray_commands
 from engine.serving.config import PRESETS, checked, fit_check, gpu_choices
 from engine.serving.models import ModelNotPrepared
-from engine.serving.states import FAILED, READY, STARTING, startup_fraction
+from engine.serving.states import FAILED, READY, STARTING, STOPPING, startup_fraction
 from i18n import N_, _, number
 
 lab = ui.get_lab()
@@ -315,7 +315,6 @@ with first_screen:
         st.info(ui.plain(other), icon=":material/dns:")
 
 
-@st.fragment(run_every=1)
 def live_status() -> None:
     """The first screen's line: state, stage, time, and the KV cache's capacity and use."""
     s = lab.server_snapshot()
@@ -356,7 +355,25 @@ def live_status() -> None:
         st.caption(ui.plain(s.started_by))
 
 
-@st.fragment(run_every=1)
+def _status_seen() -> tuple:
+    """What live_status shows, read again each second while nothing moves: its page redraws once any of it changed."""
+    s, sample = lab.server_snapshot(), lab.monitor.latest_sample()
+    live = sample.metrics if s.state == READY and sample else {}
+    up = time.time() - s.started_at if s.adopted and s.started_at else None
+    return (s.state, s.stage, s.ready_at, s.kv_cache_tokens, s.max_concurrency, s.error, s.notice, s.started_by,
+            s.config, *(live.get(k) for k in ("kv_blocks", "kv_block_size", "kv_usage", "preemptions_total")),
+            None if up is None else round(up) if up < 120 else int(up // 60))
+
+
+def _log_seen() -> tuple:
+    s = lab.server_snapshot()
+    return s.pid, s.command, s.state, tuple(s.log_tail[-40:])
+
+
+def _starting() -> bool:
+    return lab.server_snapshot().state in (STARTING, STOPPING)
+
+
 def live_log() -> None:
     """Below the settings: the running server's own command, its PID and the tail of its log."""
     s = lab.server_snapshot()
@@ -370,6 +387,6 @@ def live_log() -> None:
 
 
 if remote is None:  # our own server's state, stage and log; an attached one shows its own above
-    with status_slot:
-        live_status()
-    live_log()
+    with status_slot:  # its KV cache in use moves while anything runs
+        ui.live(live_status, _status_seen, lambda: _starting() or lab.busy())
+    ui.live(live_log, _log_seen, _starting)

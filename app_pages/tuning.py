@@ -81,12 +81,11 @@ def action_slot(label: str, icon: str, key: str, tip: str | None = None) -> bool
 
 def progress(kind: str, cancel_key: str) -> None:
     """This section's job under this section's button: its progress and Cancel while it runs, its error after."""
-    @st.fragment(run_every=2)
     def panel() -> None:
         if job := lab.latest_job(kind):
             ui.job_panel(lab, job, ui.plain(_("{stage} ({done}/{total} configurations)", stage=i18n.tr(job.stage),
                                               done=job.done, total=job.total)), key=cancel_key)
-    panel()
+    ui.live_job(panel, lambda: lab.latest_job(kind), every=2)
 
 
 def warmth_note(runs) -> None:
@@ -185,8 +184,7 @@ with left:
                       "last row's settings."))
 
 
-@st.fragment(run_every=2)
-def results() -> None:
+def _results() -> None:
     job = lab.latest_job("tuning")
     runs = list(job.result or []) if job else []
     saved = [r for r in lab.history.runs(limit=100)  # read once per change of the history
@@ -210,7 +208,7 @@ def results() -> None:
 
 
 with right:
-    results()
+    ui.live_job(_results, lambda: lab.latest_job("tuning"), every=2)
 
 
 def saved_origin(pair) -> None:
@@ -262,8 +260,7 @@ with left:
                       "warm-up would take as long as the measurement."))
 
 
-@st.fragment(run_every=2)
-def kv_results() -> None:
+def _kv_results() -> None:
     """This section's latest comparison (a kv-squeeze job), else the last saved squeeze."""
     job = lab.latest_job("kv-squeeze")
     runs = list(job.result or []) if job else []
@@ -293,7 +290,7 @@ def kv_results() -> None:
 
 
 with right:
-    kv_results()
+    ui.live_job(_kv_results, lambda: lab.latest_job("kv-squeeze"), every=2)
 
 
 # -- 3. prefix caching: its own comparison, on vs off, with its own chart ----------
@@ -311,8 +308,7 @@ with left:
                       "it would fill the cache before the first request is measured."))
 
 
-@st.fragment(run_every=2)
-def prefix_results() -> None:
+def _prefix_results() -> None:
     job = lab.latest_job("prefix-cache")
     runs = list(job.result or []) if job else []
     # the last comparison from the history: one run with the cache on, one with it off
@@ -333,4 +329,4 @@ def prefix_results() -> None:
 
 
 with right:
-    prefix_results()
+    ui.live_job(_prefix_results, lambda: lab.latest_job("prefix-cache"), every=2)

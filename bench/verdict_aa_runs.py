@@ -20,7 +20,8 @@ from common import ROOT  # noqa: E402 - bench/common.py puts the project on the 
 
 from engine.measure.judge import verdict  # noqa: E402
 
-RUN_NOISE = (0.0, 0.03, 0.05, 0.10, 0.15)  # sigma of a run's factor on the log scale: 0 %, ~3, ~5, ~10, ~15 %
+# sigma of a run's factor on the log scale: 0 %, ~3 %, ~5 %, the allowance (a run 10 % faster or slower), ~15 %
+RUN_NOISE = (0.0, 0.03, 0.05, verdict.BETWEEN_RUNS, 0.15)
 REQUEST_NOISE = 0.3  # sigma of a request's own TTFT on the log scale (queueing, prompt length)
 
 
@@ -83,9 +84,12 @@ def main() -> None:
              "counts). The stated rate is 5 %. A request's own noise: sigma "
              f"{REQUEST_NOISE} on the log scale; a run's common factor: the columns (its sigma on the log scale). "
              "Each cell: before (the requests' spread alone, as the verdict judged until issue #29) → after (plus "
-             f"the run-to-run allowance, sigma {verdict.BETWEEN_RUNS} unless the repeats measure more; "
+             f"the run-to-run allowance, sigma {verdict.BETWEEN_RUNS:.4f} (log 1.1: a run 10 % faster or slower) "
+             "unless the repeats measure more; "
              "docs/measuring.md#between-runs). Each cell's two rates come from the same seeded pairs.", "",
-             "| comparison | requests a run | " + " | ".join(f"run-to-run {s:.0%}" for s in RUN_NOISE) + " |",
+             "| comparison | requests a run | " + " | ".join(
+                 f"run-to-run {math.expm1(s):.0%}" + (" (the allowance)" if s == verdict.BETWEEN_RUNS else "")
+                 for s in RUN_NOISE) + " |",
              "|---|---|" + "---|" * len(RUN_NOISE)]
     for name, fn, n in cases:
         cells = []
@@ -98,7 +102,7 @@ def main() -> None:
         lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
     effects = (1.5, 2.0)
     lines += ["", f"A real effect still found (called beyond noise, the right way), {args.trials} seeded pairs at "
-              f"run-to-run {verdict.BETWEEN_RUNS:.0%}, before → after:", "",
+              f"run-to-run {math.expm1(verdict.BETWEEN_RUNS):.0%} (the allowance), before → after:", "",
               "| comparison | requests a run | " + " | ".join(f"B {e:g}× A" for e in effects) + " |",
               "|---|---|" + "---|" * len(effects)]
     for name, fn, n in cases[:-1]:
@@ -115,7 +119,8 @@ def main() -> None:
               "see, so before, a per-request verdict of one run a side called A/A pairs beyond noise more often the "
               "more the runs varied and the more requests they held. After, each path adds the run-to-run variance "
               "its requests cannot see (sigma² / k for a side of k runs), so it holds the stated rate at any "
-              f"run-to-run noise up to the allowance ({verdict.BETWEEN_RUNS:.0%}) and is conservative below it; "
+              f"run-to-run noise up to the allowance ({math.expm1(verdict.BETWEEN_RUNS):.0%}) and is conservative "
+              "below it; "
               "beyond the allowance the rate climbs again, slower, unless a side's repeats measure the spread "
               "(the guided lab's step 5). Repeats compared as runs hold the rate at any run-to-run noise, before "
               "and after: the way to a sharper verdict is to repeat each side."]

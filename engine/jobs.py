@@ -52,6 +52,12 @@ class Job(Progress):
         return self.status == RUNNING
 
     @property
+    def seen(self) -> tuple:
+        """What a still view of this job shows changes with (a page watches it once the job ended): which job,
+        and its status, stage, error and end, which `_run` sets one after another."""
+        return self.id, self.status, self.stage, self.error, self.ended_at
+
+    @property
     def progress(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0
 

@@ -382,7 +382,7 @@ def test_tuning_compare_calls_a_difference_real_only_beyond_noise():
     changes, judged, bars = (tree(m) for m in figures.caption_said(fig))
     assert changes["id"] == "Throughput against {run}: {changes}."
     assert "1.49× (+49 %), beyond noise" in changes["changes"]
-    assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} runs each", "n": 3},
+    assert judged["how"] == {"id": "{method}, {counts}", "counts": {"id": "{n} run each", "n": 3},
                              "method": {"id": "Welch's t on log values (a ratio of geometric means)"}}
     assert bars["id"].startswith("A configuration measured several times is one bar, the geometric mean of its runs")
     noisy = _repeated(a, "g1", [100.0, 130.0, 80.0]) + _repeated(b, "g2", [105.0, 125.0, 90.0])
@@ -649,3 +649,26 @@ def test_a_korean_label_wraps_at_its_drawn_width():
 if __name__ == "__main__":
     for p in render_all(sys.argv[1] if len(sys.argv) > 1 else "/tmp/figs"):
         print(p)
+
+
+def test_a_sweeps_caption_never_says_the_wait_grew_beside_a_chart_drawing_it_lower():
+    """Seen on the Load page (a rate sweep at 0.5 and 1 requests/s on a CPU server, the first level cold): "the
+    median wait for the first token goes from 288 to 218 ms: past what the server keeps up with, requests queue and
+    the wait grows" beside a chart drawing the wait lower, both rates within the SLO."""
+    from engine.figures.sweep import sweep_chart
+
+    def sweep(levels, **load):
+        runs = []
+        for level, tp, ttft in levels:
+            run = _run("vllm", "sweep", f"{level}", [], 20.0, load={**load, ("rate" if load else "concurrency"): level})
+            run.summary = Summary(output_throughput=float(tp), latency_ms={"median_ttft_ms": float(ttft)})
+            runs.append(run)
+        return runs
+
+    rated = figures.caption_said(sweep_chart(sweep([(0.5, 31, 288), (1.0, 61, 218)], shape="poisson")))[0]
+    assert "keeps up" not in rated and "grows" not in rated
+    assert values(rated) == {"c0": 0.5, "c1": 1.0, "t0": "31", "t1": "61", "f0": "288", "f1": "218"}
+    closed = figures.caption_said(sweep_chart(sweep([(1, 58, 300), (4, 200, 120)])))[0]
+    assert "longer" not in closed and "grows" not in closed and values(closed)["f1"] == "120"
+    grew = figures.caption_said(sweep_chart(sweep([(1, 58, 40), (4, 200, 47)])))[0]
+    assert "each waiting a little longer" in grew  # where it holds, still said

@@ -87,6 +87,16 @@ def test_an_unknown_step_is_one_sentence():
 
 
 # -- the shared session ------------------------------------------------------------------------------
+
+def test_the_sessions_fingerprint_stands_still_until_the_presenter_moves(lab):
+    """What a follower's page watches every second (ui.live): unchanged while nothing happens, changed by a move."""
+    before = lab.guide.seen()
+    assert lab.guide.seen() == before
+    lab.guide.go_to("free", token="secret")
+    assert lab.guide.seen() != before
+    assert not lab.guide.moving("free")  # no run, no start: the step's view is drawn once and watched
+
+
 def test_the_session_survives_an_app_restart(lab, tmp_path):
     lab.guide.go_to("concurrent", token="secret")
     lab.guide.set_scale(0.25, token="secret")

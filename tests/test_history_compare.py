@@ -97,9 +97,9 @@ def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_n
     b.summary = stats.summarize(b.records, 1.9)  # 5 % more throughput: one run each, its noise unknown
     top, lead = figures.caption_said(figures.history_compare([a, b], "output_throughput"))
     assert said(top).template == "Highest: {run}, {value} {unit} (higher is better)."  # named, not called best
-    assert values(top)["run"] == "concurrent-10"
     first, second = ({"name": "concurrent-10", "time": datetime.fromtimestamp(t).strftime("%H:%M:%S")}
                      for t in (a.started_at, b.started_at))
+    assert values(top)["run"] == second  # the top run told apart from the other of its label, as under its bar
     assert said(lead).template.startswith("{name}: {b} measured {effect} against {a}, but with one value a side")
     assert {k: values(lead)[k] for k in ("name", "a", "b", "effect")} == {
         "name": "Output throughput", "a": first, "b": second, "effect": {"ratio": "1.05", "change": "+5"}}
@@ -138,3 +138,64 @@ def test_one_bar_per_run_each_with_its_number_whatever_the_labels():
     assert fig.layout.yaxis.range[1] >= max(bar.y) * 1.15
     longest = max(len(line) for t in ticks.values() for line in t.split("<br>") if "<span" not in line)
     assert longest <= 18, longest  # a label without spaces breaks too, not across its neighbours
+
+
+def _set(label: str, n: int, group: str, at: float, widths: list[int]) -> list[RunResult]:
+    """A load test's `n` repeats, started a second apart from `at`, each with `widths[i]` requests."""
+    runs = [_run(label, widths[i], cold=False, repeat=Repeat(group=group, index=i + 1, total=n)) for i in range(n)]
+    for i, r in enumerate(runs):
+        r.started_at = at + i
+    return runs
+
+
+def test_two_runs_of_one_label_in_one_minute_are_told_apart_as_the_caption_names_them():
+    """Seen on a real server (History, two runs of one label from 05:52): the bars said "Dec 07 05:52" and one of
+    them a run id, while the caption's verdict named them "from 05:52:44" and "from 05:52:49" and its "Highest" named
+    neither. The bars and the caption now tell them apart by the same start, to the second."""
+    from datetime import datetime
+
+    a, b = _run("concurrent-10", 4, cold=False), _run("concurrent-10", 6, cold=False)
+    a.started_at = datetime(2026, 12, 7, 5, 52, 44).timestamp()
+    b.started_at = a.started_at + 5
+    fig = figures.history_compare([a, b], "output_throughput")
+    top, lead = figures.caption_said(fig)
+    ticks = fig.layout.xaxis.ticktext
+    assert "05:52:44" in ticks[0] and "05:52:49" in ticks[1]
+    assert values(lead)["a"]["time"] in " ".join(ticks) and values(lead)["b"]["time"] in " ".join(ticks)
+    best = b if b.summary.output_throughput > a.summary.output_throughput else a
+    assert values(top)["run"] == {"name": "concurrent-10",
+                                  "time": f"{datetime.fromtimestamp(best.started_at):%H:%M:%S}"}
+    # one label for every bar: said once under the axis, the bars carry only what tells them apart
+    assert fig.layout.xaxis.title.text == "concurrent-10" and not any("concurrent-10" in t for t in ticks)
+
+
+def test_a_load_tests_repeats_share_a_colour_and_a_line_at_the_centre_the_verdict_compares():
+    """Seen on a real server (History, 3 repeats against 2 of one label): five blue bars, nothing saying which
+    belonged together, while the caption compared the two sets' geometric means, drawn nowhere."""
+    from engine.measure.judge import verdict
+
+    three = _set("concurrent-10", 3, "g3", time.time() - 60, [4, 6, 5])
+    two = _set("concurrent-10", 2, "g2", time.time() - 30, [7, 8])
+    fig = figures.history_compare(two + three, "output_throughput")
+    colors = list(fig.data[0].marker.color)
+    assert len(set(colors[:2])) == 1 and len(set(colors[2:])) == 1 and colors[0] != colors[2]
+    lines = sorted(fig.layout.shapes, key=lambda s: s.x0)
+    expected = [verdict.centre([r.summary.output_throughput for r in g]) for g in (two, three)]
+    assert [s.y0 for s in lines] == [s.y1 for s in lines] == expected
+    assert (lines[0].x0, lines[0].x1, lines[1].x0, lines[1].x1) == (-0.45, 1.45, 1.55, 4.45)
+    note = figures.caption_said(fig)[-1]
+    assert said(note).template.startswith("Bars of one colour are the repeats of one load test")
+    assert all(significant(c) in values(note)["each"] for c in expected)
+
+
+def test_bar_labels_fit_the_room_each_bar_has():
+    """Seen in Korean at 1920x1080 (History, 5 and 8 bars in half the page): "vLLM, 동시 요청vLLM, 동시 요청…", each
+    label wider than its bar's share of the axis and written over its neighbours'."""
+    from engine.figures.compare import _TICK_ROOM
+    from engine.figures.theme import _shown_width
+
+    for n in (2, 5, 8):
+        runs = [_run(f"vLLM, 동시 요청 {i}개 (16 토큰)", 4, cold=False) for i in range(n)]
+        ticks = figures.history_compare(runs, "output_throughput", lang="ko").layout.xaxis.ticktext
+        widest = max(_shown_width(line) for t in ticks for line in t.split("<br>") if "<span" not in line)
+        assert widest * n <= _TICK_ROOM, (n, widest)

@@ -35,3 +35,16 @@ def test_finished_jobs_are_pruned_running_ones_and_each_kinds_newest_kept():
         assert jobs.latest("load") is loads[-1] and jobs.get(loads[-2].id) is loads[-2]
     finally:
         release.set()
+
+
+def test_a_jobs_fingerprint_stands_while_it_runs_and_changes_when_it_ends():
+    """What a page watches once a job's view stands still (ui.live_job): the same until the job ends."""
+    jobs = JobManager()
+    release = threading.Event()
+    job = jobs.submit("load", "one run", lambda job: release.wait(60))
+    before = job.seen
+    assert job.seen == before
+    release.set()
+    _until(lambda: not job.active and job.ended_at is not None)
+    assert job.seen != before
+    assert job.seen[1] == "done"

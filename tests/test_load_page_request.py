@@ -50,6 +50,15 @@ def test_the_request_boxes_reach_the_spec_and_a_headers_value_never_its_record(l
     assert "sk-very-secret" not in recorded and '"headers": ["X-Request-Source"]' in recorded
 
 
+def test_only_the_first_header_row_shows_an_example_name(lab):
+    """Seen at 1920x1080: "X-Request-Source" in grey in all three rows read as three headers already set."""
+    at = app_page("app_pages/load.py")
+    names = {w.key: w.placeholder for w in at.text_input if w.key.startswith("load_header_name_")}
+    assert names["load_header_name_0"] == "X-Request-Source"
+    assert {k: v for k, v in names.items() if k != "load_header_name_0"} == {"load_header_name_1": "",
+                                                                             "load_header_name_2": ""}
+
+
 def test_the_request_boxes_left_alone_send_the_lab_s_plain_chat_request(lab, sent):
     _run(app_page("app_pages/load.py"))
     spec, = sent

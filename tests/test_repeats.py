@@ -72,7 +72,7 @@ def _said(runs) -> dict:
     """The compare chart's verdict on these runs, as said (its message id and values) under the chart."""
     from engine import figures
 
-    *_, verdict = figures.caption_said(figures.history_compare(runs, "output_throughput"))
+    _, verdict, *_ = figures.caption_said(figures.history_compare(runs, "output_throughput"))  # then the centres
     return {"id": said(verdict).template, **values(verdict)}
 
 

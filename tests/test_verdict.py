@@ -127,7 +127,7 @@ def test_the_sentence_follows_the_verdict():
     assert (said_up["a"], said_up["b"], said_up["effect"]) == ("A", "B", {"ratio": "1.50", "change": "+50"})
     assert said_up["interval"]["level"] == "95 %" and 1 < float(said_up["interval"]["low"]) < 1.5
     assert up.method == up.how.values["method"] == verdict.WELCH_LOG and said_up["how"]["counts"] == {"n": 3}
-    assert said(up.how.values["counts"]).template == "{n} runs each"
+    assert said(up.how.values["counts"]).plural == "{n} runs each"
     down = verdict.compare(quiet, [50.0, 51.0, 49.5], name="TTFT", label_a="A", label_b="B")
     assert down.beyond_noise and said(down.said).template.startswith("{name}: {b} is lower than {a}, {effect}")
 
@@ -192,3 +192,13 @@ def test_from_six_runs_the_median_gets_an_interval():
     s = repeats.spread([100.0, 104.0, 98.0, 101.0, 103.0, 99.0, 102.0, 97.0, 105.0, 100.5])
     assert s.method == repeats.ORDER and s.n == 10 and s.low <= s.median <= s.high
     assert "95 % interval" in s.said and "order statistics" in s.said
+
+
+def test_one_run_a_side_is_one_run_not_one_runs():
+    """Seen on History at 1920x1080: "(one value a side, 1 runs each)"."""
+    from engine.messages import translate
+
+    one = verdict.compare([100.0], [104.0], name="Output throughput", label_a="A", label_b="B")
+    assert translate(one.counts, "en") == "1 run each" and translate(one.counts, "ko") == "각 1회 실행"
+    three = verdict.compare([100.0, 101, 99], [104.0, 103, 105], name="Output throughput", label_a="A", label_b="B")
+    assert translate(three.counts, "en") == "3 runs each"

@@ -132,11 +132,11 @@ def test_the_history_caption_withholds_beyond_noise_beside_a_disturbed_run():
     from engine import figures
 
     a, b = _sets(busy=True)
-    _, lead = figures.caption_said(figures.history_compare(a + b, "output_throughput"))
+    _, lead, *_ = figures.caption_said(figures.history_compare(a + b, "output_throughput"))
     assert said(lead).template.startswith("{name}: no verdict, because the machine was disturbed: {b} measured")
     assert values(lead)["beside"]["side"] == "max-model-len 2048"  # what disturbed which side, in numbers
     assert values(lead)["beside"]["sentence"]["sentence"]["what"] == {"used": 1.5, "cores": 2}
-    _, quiet = figures.caption_said(figures.history_compare(sum(_sets(busy=False), []), "output_throughput"))
+    _, quiet, *_ = figures.caption_said(figures.history_compare(sum(_sets(busy=False), []), "output_throughput"))
     assert said(quiet).template == "{name}: {b} is higher than {a}, {effect}, beyond noise ({interval}; {how})."
 
 

@@ -132,8 +132,11 @@ def _pair_sent(runs) -> str:
     return " · ".join(f"{i18n.tr(r.label)}: {i18n.tr(run_workload(r))}" for r in runs)
 
 
-@st.fragment(run_every=1)
 def live() -> None:
+    ui.live_job(_live, lambda: ui.get_lab().latest_job("side-by-side"))
+
+
+def _live() -> None:
     lab = ui.get_lab()
     job = lab.latest_job("side-by-side")
     if job is None:

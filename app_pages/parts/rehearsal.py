@@ -43,12 +43,11 @@ def presenter_tools(lab: Lab) -> None:
     with st.expander(_("Rehearsal and pre-flight"), icon=":material/checklist:"):
         rehearse, check = st.tabs([_("Rehearse the lab"), _("Pre-flight for the room")])
         with rehearse:
-            _rehearse(lab)
+            ui.live_job(lambda: _rehearse(lab), lambda: lab.latest_job("rehearsal"), every=2)
         with check:
             _preflight(lab)
 
 
-@st.fragment(run_every=2.0)
 def _rehearse(lab: Lab) -> None:
     st.caption(_("Runs every step on this machine unattended, as you would press them, on a session of its own "
                  "(the room's stays as it is; its runs are marked as rehearsal in History), then writes the sheet "

@@ -60,7 +60,9 @@ def boxes() -> Chosen:
         headers = []
         for i in range(HEADER_ROWS):
             n, v = st.columns(2)
-            headers.append((n.text_input(_("Header name"), key=f"load_header_name_{i}", placeholder="X-Request-Source",
+            # an example in the first row only: the same grey name in every row read as three headers already set
+            headers.append((n.text_input(_("Header name"), key=f"load_header_name_{i}",
+                                         placeholder="X-Request-Source" if i == 0 else None,
                                          label_visibility="visible" if i == 0 else "collapsed"),
                             v.text_input(_("Header value"), key=f"load_header_value_{i}", type="password",
                                          label_visibility="visible" if i == 0 else "collapsed")))

@@ -144,8 +144,11 @@ def _search_done() -> str:
     return job.id if done and job.result.by == "concurrency" else ""  # a rate's answer has no point in flight
 
 
-@st.fragment(run_every=2)
 def sweep_live() -> None:
+    ui.live_job(_sweep_live, lambda: ui.get_lab().latest_job("sweep"), every=2)
+
+
+def _sweep_live() -> None:
     lab = ui.get_lab()
     job = lab.latest_job("sweep")
     if job is None:
@@ -236,8 +239,11 @@ def _draw_search(job_id: str, status: str, lang: str) -> None:
                  hide_index=True, column_config={_("Goodput (req/s)"): st.column_config.NumberColumn(format="%.2f")})
 
 
-@st.fragment(run_every=2)
 def search_live() -> None:
+    ui.live_job(_search_live, lambda: ui.get_lab().latest_job("slo-search"), every=2)
+
+
+def _search_live() -> None:
     lab = ui.get_lab()
     job = lab.latest_job("slo-search")
     if job is None:

@@ -14,6 +14,7 @@ from engine.digits import significant
 from engine.figures.theme import (
     BASE_SIZE,
     BLUE,
+    INK,
     DASHES,
     FAILED_COLOR,
     KIND_COLORS,
@@ -184,43 +185,96 @@ def _metric_value(run: Any, metric: str) -> float | None:
     return None if v is None else float(v)
 
 
+# Label room across the history chart (half a 1920-pixel page): about this many Latin letters at the tick size,
+# shared by the bars, so that neighbouring labels never run into each other (a Hangul letter counts two).
+_TICK_ROOM = 64
+
+
+def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
+    """Under each bar, when it started: the time (with seconds where a label is shown twice, as the caption's
+    verdict names such runs, engine.measure.judge.verdict.labels_apart), the date only when the runs span
+    several days, a repeat's place on its own line."""
+    stamps = [datetime.fromtimestamp(r.started_at) for r in runs if getattr(r, "started_at", 0)]
+    several_days = len({d.date() for d in stamps}) > 1
+    labels = [run_label(r, lang) for r in runs]
+    out: dict[int, str] = {}
+    for r, label in zip(runs, labels):
+        if not getattr(r, "started_at", 0):
+            continue
+        d = datetime.fromtimestamp(r.started_at)
+        lines = [_when(r.started_at, lang).rsplit(" ", 1)[0]] if several_days else []
+        lines.append(f"{d:%H:%M:%S}" if labels.count(label) > 1 else f"{d:%H:%M}")
+        if r.extra.repeat.index:  # repeats share a label: said which one each is
+            lines.append(translate(say("repeat {i}/{n}", i=r.extra.repeat.index, n=r.extra.repeat.total or "?"),
+                                   lang))
+        out[id(r)] = "<br>".join(lines)
+    return out
+
+
+def _named(run: Any, runs: Sequence[Any], lang: str) -> str:
+    """A run as the caption names it: its label, with its start to the second where another shown run has the same
+    label (as under its bar)."""
+    label = run_label(run, lang)
+    if sum(run_label(r, lang) == label for r in runs) < 2:
+        return label
+    return say("{name} from {time}", name=label, time=f"{datetime.fromtimestamp(run.started_at):%H:%M:%S}")
+
+
 def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, lang: str = "en") -> go.Figure:
-    """One bar per saved run for one summary metric (see METRICS); accepts RunResult or store rows."""
+    """One bar per saved run for one summary metric (see METRICS); accepts RunResult or store rows. A load test's
+    repeats share a colour, with a dashed line across them at the centre the caption's verdict compares."""
     label, unit, better = metric_info(metric)
     name, unit_shown = translate(label, lang), translate(unit, lang)
     pts = [(r, _metric_value(r, metric)) for r in runs]
     have = [(r, v) for r, v in pts if v is not None and not math.isnan(v)]
     missing = len(pts) - len(have)
+    shown = [r for r, _ in have]
+    labels = [run_label(r, lang) for r in shown]
+    one_label = len(shown) > 1 and len(set(labels)) == 1  # said once, under the axis, not under every bar
     # One position per run on the axis, its label only the tick's text: two runs whose labels read the same are
     # still two bars (as categories they were one, stacked, the top one's number lost). The start time under each
     # label and, where even that is the same, the run's id tell them apart to the eye.
     ticks: list[str] = []
-    width = max(8, min(18, 160 // max(len(have), 1)))  # the narrower each bar, the shorter a label's lines
-    for r, _ in have:
-        lab = wrap(esc(run_label(r, lang)), width)
-        if getattr(r, "started_at", 0):
-            when = _when(r.started_at, lang)
-            if r.extra.repeat.index:  # repeats share a label and a minute: said which one each is
-                when += f" · {r.extra.repeat.index}/{r.extra.repeat.total or '?'}"
-            lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{when}</span>"
-        if lab in ticks:  # the same label in the same minute: the id's first characters that differ
+    width = max(6, min(18, _TICK_ROOM // max(len(have), 1)))  # the more bars, the shorter a label's lines
+    when = _apart(shown, lang)
+    small = f"<span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>"
+    for r, text in zip(shown, labels):
+        lab = "" if one_label else wrap(esc(text), width)
+        if id(r) in when:
+            lab += ("<br>" if lab else "") + small + when[id(r)] + "</span>"
+        if lab in ticks:  # the same label in the same second: the id's first characters that differ
             rid, k = str(getattr(r, "id", "")), 4
             while any(f">{rid[:k]}</span>" in t for t in ticks) and k < len(rid):
                 k += 4
-            lab += f"<br><span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>{esc(rid[:k])}</span>"
+            lab += f"<br>{small}{esc(rid[:k])}</span>"
         ticks.append(lab)
     vals = [v for _, v in have]
-    colors = [_color(r, i) for i, (r, _) in enumerate(have)]
+    sets = repeats.sets(shown)
+    grouped = any(len(g) > 1 for g in sets)
+    set_of = {id(r): k for k, g in enumerate(sets) for r in g}
+    # repeats of one load test in one colour, another set in another; without repeats, a colour per kind of run
+    colors = [PALETTE[set_of[id(r)] % len(PALETTE)] if grouped else _color(r, i) for i, r in enumerate(shown)]
     fig = go.Figure(go.Bar(
         x=list(range(len(vals))), y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
         # every number at its full size above its bar (plotly shrinks an outside label to a narrow bar's width)
         textposition="outside", cliponaxis=False, constraintext="none", showlegend=False, name=name,
-        customdata=[run_label(r, lang) for r, _ in have],
+        customdata=labels,
         hovertemplate="%{customdata}: %{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
+    centres = []
+    for k, g in enumerate(sets):
+        if len(g) < 2:
+            continue
+        at = [i for i, r in enumerate(shown) if set_of[id(r)] == k]
+        centre = verdict.centre([v for r in g if (v := verdict.value(r, metric)) is not None])
+        centres.append((g, centre))
+        # under the bars and their numbers: seen in the gaps and above the shorter bars, never over a number
+        fig.add_shape(type="line", x0=min(at) - 0.45, x1=max(at) + 0.45, y0=centre, y1=centre, layer="below",
+                      line=dict(color=INK, width=3, dash="dash"))
     fig.update_layout(
         xaxis=dict(tickmode="array", tickvals=list(range(len(vals))), ticktext=ticks, tickangle=0,  # never turned
                    range=[-0.5, len(vals) - 0.5],
+                   title=dict(text=esc(labels[0]), font=dict(size=BASE_SIZE - 1)) if one_label else None,
                    tickfont=dict(size=BASE_SIZE - 3 if len(ticks) > 6 else BASE_SIZE - 1)),
         yaxis=dict(title=translate(say("{metric} ({unit})", metric=label, unit=unit), lang) if unit else name,
                    range=[0, (max(vals) if vals and max(vals) > 0 else 1) * 1.2]),  # room for the top bar's number
@@ -229,18 +283,24 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     if have:
         ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
         best_r, best_v = ranked[0]
-        best = dict(run=run_label(best_r, lang), value=significant(best_v), unit=unit)
+        best = dict(run=_named(best_r, shown, lang), value=significant(best_v), unit=unit)
         cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
                say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
         # First or not is a finding only beyond the noise: the first run's set of repeats (or the run alone) against
         # the next set's, each told apart by its start where their labels are the same.
-        set_of = {id(r): g for g in repeats.sets([r for r, _v in have]) for r in g}
-        top = set_of[id(best_r)]
-        if nxt := next((set_of[id(r)] for r, _v in ranked if set_of[id(r)] is not top), None):
+        set_at = {id(r): g for g in sets for r in g}
+        top = set_at[id(best_r)]
+        if nxt := next((set_at[id(r)] for r, _v in ranked if set_at[id(r)] is not top), None):
             first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (nxt, top))
             a, b = verdict.labels_apart(first_a, first_b, run_label(first_a, lang), run_label(first_b, lang))
             if v := verdict.compare_runs(nxt, top, metric, name=label, label_a=a, label_b=b, unit=unit):
                 cap.append(v.said)
+        if centres:  # the dashed lines: which number each is, from the one computation the verdict uses
+            each = "; ".join(translate(say("{run}: {value} {unit}", run=_named(min(g, key=lambda r: r.started_at),
+                                                                              shown, lang),
+                                           value=significant(c), unit=unit), lang) for g, c in centres)
+            cap.append(say("Bars of one colour are the repeats of one load test; the dashed line across them is their "
+                           "geometric mean, the value a comparison takes ({each}).", each=each))
     else:
         cap = [say("No saved run has {metric} yet.", metric=label)]
     if missing:

@@ -130,6 +130,18 @@ class Guide:
             out.add("start")
         return frozenset(out)
 
+    def seen(self) -> tuple:
+        """What a still view of the session changes with, cheap enough to read every second for every viewer: the
+        session (a follower's step among it), the steps under way, the server's state and whether a run is going on
+        (a step's button is greyed while one is)."""
+        state = self.state()
+        return state.to_dict(), self.running(state), self.lab.server_snapshot().state, self.lab.measuring() is not None
+
+    def moving(self, step_id: str) -> bool:
+        """Whether a view of this step changes every second: its run's progress, or the server's start."""
+        job = self.job(step_id)
+        return (job is not None and job.active) or (step_id == "start" and step_id in self.running())
+
     def job(self, step_id: str):
         """The job this step started, while it runs or just ended (None after an app restart)."""
         job_id = self._jobs.get(step_id)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
-from engine.messages import Message, mark, say
+from engine.messages import Message, mark, say, say_n
 from engine.metrics import metric_info
 from engine.observe import disturbance
 
@@ -41,10 +41,11 @@ UNKNOWN = mark("one value a side")  # no spread measured on at least one side: n
 RUNS, REQUESTS = "runs", "requests"  # what each value of a sample is: a run's summary, or one request's
 
 # The run-to-run noise allowed where a side is one run judged by its requests: the SD of a run's log value
-# between repeats of the same workload. 0.10 is this project's own: the pooled SD of log throughput over its
-# repeat sets is 0.11 on the 2-core CPU and 0.09 on the H200, and over those sets' spreads an allowance of 0.10
-# keeps one-run-a-side A/A at 4.4 % (docs/measuring.md#between-runs). Repeats that vary more raise it.
-BETWEEN_RUNS = 0.10
+# between repeats of the same workload, a run 10 % faster or slower. This project's own: the pooled SD of log
+# throughput over its repeat sets is 0.11 on the 2-core CPU, 0.086 on the H200, 0.073 on the H100, and over those
+# sets' spreads this allowance keeps one-run-a-side A/A at 3.3-4.8 % (docs/measuring.md#between-runs). Repeats
+# that vary more raise it.
+BETWEEN_RUNS = math.log(1.10)
 
 
 def percent(level: float) -> str:
@@ -109,7 +110,7 @@ class Verdict:
     def counts(self) -> Message:
         """How many values each side had: "3 runs each", "3 and 5 runs", "48 and 50 requests"."""
         if self.n_a == self.n_b:
-            return (say("{n} runs each", n=self.n_a) if self.per == RUNS else
+            return (say_n("{n} run each", "{n} runs each", self.n_a) if self.per == RUNS else  # not "1 runs"
                     say("{n} requests each", n=self.n_a))
         return (say("{a} and {b} runs", a=self.n_a, b=self.n_b) if self.per == RUNS else
                 say("{a} and {b} requests", a=self.n_a, b=self.n_b))
@@ -132,7 +133,7 @@ class Verdict:
         allowed between runs"; None where the comparison needs none."""
         if self.allowance is None:
             return None
-        pct = f"{round(self.allowance * 100)}"
+        pct = f"{round((math.exp(self.allowance) - 1) * 100)}"  # one SD as the share a run may be slower
         if self.allowance_measured:
             return say("the requests' spread plus ±{pct} % between runs, as the repeats measured", pct=pct)
         if self.allowance_runs == (1, 1):
