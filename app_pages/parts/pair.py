@@ -66,7 +66,7 @@ def section(lab, chosen, request, shape: str, arrival: str, defaults, tokens_hi:
                                         min(defaults.sweep_max_tokens, tokens_hi), 2, key="pair_tokens",
                                         help=tokens_help)
             # what both get, from the same plan the single run sends (the "what to send" control above)
-            st.caption(ui.plain(_("Both servers get the same requests: {what} Arrival: {arrival}. Answers always run "
+            st.caption(ui.plain(_("Both servers get the same requests. {what} Arrival: {arrival}. Answers always run "
                                   "to their full length on both, so the two get the same work.", what=chosen.said(),
                                   arrival=_("the trace's own clock") if what == "trace" else _(arrival))))
             run_pair = st.form_submit_button(_("Run on both servers"), type="primary", icon=":material/play_arrow:",
