@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -244,8 +243,7 @@ def job_panel(lab: Lab, job, text: str, *, cancel: str = N_("Cancel"), icon: str
                 st.progress(min(max(share, 0.0), 1.0), text=text)
         if st.button(_(cancel), icon=icon, key=key, disabled=not can_act(lab)):
             act(lab.cancel_job, job.id)
-    recent = error_for_s is None or (job.ended_at is not None and time.time() - job.ended_at < error_for_s)
-    if job.error and recent:
+    if job.error_shown(error_for_s):
         st.error(plain(job.error), icon=":material/error:")
 
 

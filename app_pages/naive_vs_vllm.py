@@ -96,11 +96,14 @@ def _jobs() -> list:
     return [lab.latest_job(kind, scenario) for kind, scenario in KINDS]
 
 
+ERROR_FOR_S = 120  # a job's error stays this long after it ended
+
+
 def results() -> None:
     for (kind, _scenario), job in zip(KINDS, _jobs()):
-        if job:  # an error stays for two minutes after the job ended
+        if job:
             ui.job_panel(lab, job, ui.job_count(job),
-                         key=f"cancel-{kind}", error_for_s=120)
+                         key=f"cancel-{kind}", error_for_s=ERROR_FOR_S)
     # The stored runs are read once per change of the history, not each second.
     naive, static = lab.history.latest_run("naive"), lab.history.latest_run("static-batch")
     vllm, batch = lab.history.latest_run("vllm", "vllm-5-sequential"), lab.history.latest_run("vllm", "vllm-5-batch")
@@ -179,4 +182,5 @@ def slots(static, batch) -> None:
 
 
 # the stored runs change when this page's jobs end
-ui.live(results, lambda: [j and j.seen for j in _jobs()], lambda: any(j and j.active for j in _jobs()))
+ui.live(results, lambda: [j and (j.seen, j.error_shown(ERROR_FOR_S)) for j in _jobs()],
+        lambda: any(j and j.active for j in _jobs()))

@@ -57,6 +57,12 @@ class Job(Progress):
         and its status, stage, error and end, which `_run` sets one after another."""
         return self.id, self.status, self.stage, self.error, self.ended_at
 
+    def error_shown(self, within_s: float | None = None) -> bool:
+        """Whether a view shows this job's error: it failed, and (given `within_s`) ended less than that ago. A still
+        page watches it beside `seen`, so the error leaves when its time is up, not at the page's next rerun."""
+        return bool(self.error) and (within_s is None or (
+            self.ended_at is not None and time.time() - self.ended_at < within_s))
+
     @property
     def progress(self) -> float:
         return min(1.0, self.done / self.total) if self.total else 0.0

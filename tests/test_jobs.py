@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+from engine.errors import LabError
 from engine.jobs import JobManager
 
 
@@ -48,3 +49,20 @@ def test_a_jobs_fingerprint_stands_while_it_runs_and_changes_when_it_ends():
     _until(lambda: not job.active and job.ended_at is not None)
     assert job.seen != before
     assert job.seen[1] == "done"
+
+
+def test_a_failed_jobs_error_is_shown_until_its_time_is_up_then_not():
+    """What a still page watches beside Job.seen, so that an error shown for a while leaves when its time is up."""
+    jobs = JobManager()
+
+    def fail(job):
+        raise LabError("the server went away")
+
+    job = jobs.submit("load", "one run", fail)
+    _until(lambda: not job.active and job.ended_at is not None)
+    assert job.error and job.error_shown() and job.error_shown(120)
+    job.ended_at -= 121  # ended 121 s ago, by its own clock
+    assert job.error_shown() and not job.error_shown(120)
+    done = jobs.submit("load", "another", lambda job: None)
+    _until(lambda: not done.active)
+    assert not done.error_shown() and not done.error_shown(120)
