@@ -266,16 +266,17 @@ def api_servers(runtime_dir: Path) -> list[psutil.Process]:
     return out
 
 
-def described(runtime_dir: Path) -> list[str]:
-    """Every process this runtime folder's apps started, for a failure's message: pid, parent, session, start."""
+def described(runtime_dir: Path) -> str:
+    """Every process this runtime folder's apps started, one a line, for a failure's message (pytest shortens a
+    list): pid, parent, session, start id, command line with its port."""
     out = []
     for p, tag in proctree.tagged(str(runtime_dir.resolve())):
         try:
             out.append(f"{p.pid} (parent {p.ppid()}, session {os.getsid(p.pid)}, start {tag.start_id}): "
-                       f"{' '.join(p.cmdline())[:120]}")
+                       f"{' '.join(p.cmdline())[-300:]}")
         except (OSError, psutil.Error):
             continue
-    return out
+    return "\n".join(out)
 
 
 def press_until(page, control, arrived, tries: int = 3, each_ms: int = 45000) -> None:

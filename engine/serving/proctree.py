@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 import psutil
@@ -80,6 +81,24 @@ def since_boot(p: psutil.Process) -> float:
     except OSError:
         raise psutil.NoSuchProcess(p.pid) from None
     return int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def exec_done(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until the kernel shows `pid`'s new command line and environment. Popen returns once exec has begun, and
+    on a loaded machine /proc/PID/cmdline and environ read empty for a while after (measured: 180 of 300 launches
+    beside six busy loops): a second app reading the port's record then would not see an API server, nor our tag,
+    and launch another. Returns early when the process is gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as c, open(f"/proc/{pid}/environ", "rb") as e:
+                if c.read(1) and e.read(1):
+                    return
+            if not alive(psutil.Process(pid)):  # exited (a zombie reads empty too)
+                return
+        except (OSError, psutil.Error):
+            return
+        time.sleep(0.005)
 
 
 def same_process(pid: int, started: float | None) -> psutil.Process | None:

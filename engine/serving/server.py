@@ -147,6 +147,7 @@ class VLLMServer:
                                               env=env, start_new_session=True)
             finally:
                 os.close(fd)
+            proctree.exec_done(self._proc.pid)  # before the record: whoever reads it next must see an API server
             self._pid = self._proc.pid
             self._family = {}
             self._snap = Snapshot(
