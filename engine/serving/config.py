@@ -340,14 +340,6 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 
-def preset(name: str) -> Preset:
-    for p in PRESETS:
-        if p.name == name:
-            return p
-    raise ConfigError(say("There is no preset called '{name}': pick one of {choices}.", name=name,
-                          choices=", ".join(p.name for p in PRESETS)))
-
-
 def checked(base: ServerConfig, extra_flags: str = "", model_max_len: int | None = None,
             **settings: Any) -> ServerConfig:
     """`base` (a model's defaults: Lab.default_config) with a page's `settings` and the extra flags as
