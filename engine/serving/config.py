@@ -7,6 +7,8 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import psutil
+
 from engine.errors import ConfigError, ServerBusy
 from engine.messages import Message, mark, say, say_n
 from engine.observe import nvml
@@ -405,8 +407,6 @@ def fit_check(cfg: ServerConfig, spec: Any, device: str) -> FitReport:
             say("{fraction:.0%} of {total:.0f} GiB on each of {gpus} GPUs", fraction=cfg.gpu_memory_utilization,
                 total=total, gpus=cfg.gpus_needed)
     else:
-        import psutil
-
         total = psutil.virtual_memory().available / 1024**3
         budget = total
         kv_room = cfg.cpu_kvcache_gib
