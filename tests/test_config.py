@@ -124,7 +124,7 @@ def test_round_trip_through_dict():
 
 @pytest.mark.parametrize("flag", sorted(OWN_CONTROLS))
 def test_a_refused_flag_names_a_control_that_exists(flag):
-    """Issue #29: `--extra "--no-enable-prefix-caching"` was refused for "an option of `python -m engine serve`" that
+    """Once, `--extra "--no-enable-prefix-caching"` was refused for "an option of `python -m engine serve`" that
     serve did not have. Each flag refused for a control of its own names the Server page's field (a label the page
     draws) and, where it names one, an option `serve` takes."""
     import re

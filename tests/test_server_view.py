@@ -65,7 +65,7 @@ def test_bucket_percentiles_interpolate_as_histogram_quantile_does():
 
 
 def test_a_percentile_is_never_placed_past_the_observed_data():
-    """Issue #29: a queue of 0.3 ms in every request (all 20 in vLLM's first bucket, 0-0.3 s) was shown as "p50
+    """Once, a queue of 0.3 ms in every request (all 20 in vLLM's first bucket, 0-0.3 s) was shown as "p50
     150 ms ... mean 0 ms": the interpolation put the median at the bucket's middle. It is a bound there, and never
     above what the sum allows (no observation is negative: the q-quantile is at most mean / (1 - q))."""
     queue = histograms.Histogram(bounds=(0.3, 0.5, 0.8, float("inf")), cumulative=(20, 20, 20, 20), sum=20 * 0.0003,
