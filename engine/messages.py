@@ -6,6 +6,7 @@ import functools
 import gettext
 import re
 import string
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -87,9 +88,7 @@ def catalog(lang: str) -> gettext.NullTranslations:
         if mo.exists() and (not po.exists() or mo.stat().st_mtime >= po.stat().st_mtime):
             with mo.open("rb") as f:
                 return gettext.GNUTranslations(f)
-        from io import BytesIO
-
-        from babel.messages.mofile import write_mo
+        from babel.messages.mofile import write_mo  # only where no compiled catalogue is current
         from babel.messages.pofile import read_po
 
         with po.open("rb") as f:

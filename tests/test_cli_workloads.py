@@ -83,7 +83,7 @@ def test_input_and_output_len_draw_the_same_seeded_lengths_the_page_would():
 
 
 def test_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given():
-    """Issue #29: synthetic prompts were always seed 0, so a repeated random-512-64 found them in the prefix cache."""
+    """Once, synthetic prompts were always seed 0, so a repeated random-512-64 found them in the prefix cache."""
     a, b = load_of("random-512-64"), load_of("random-512-64")
     assert a.prompt_seed != b.prompt_seed and a.prompts != b.prompts
     assert a.workload["seed"] == a.prompt_seed and "seed" in str(named(a.workload))
@@ -103,7 +103,7 @@ def test_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given():
 
 @pytest.mark.parametrize("name", ["sweep", "slo-search", "sustained", "ramp-up", "bursty"])
 def test_the_scenarios_of_synthetic_prompts_take_a_new_seed_each_run_unless_one_is_given(name):
-    """Issue #29 item 4: the sweep, the SLO search, sustained, ramp-up and bursty sent seed 0's (or 1's, 2's, 3's)
+    """Once, the sweep, the SLO search, sustained, ramp-up and bursty sent seed 0's (or 1's, 2's, 3's)
     prompts every run, so a second run found the first's in vLLM's prefix cache, and --seed was refused."""
     slo = ("--slo-ttft-ms", "500") if name == "slo-search" else ()
     load_of = lambda *argv: _load_of(*argv, *slo)  # noqa: E731

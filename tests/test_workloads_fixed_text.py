@@ -1,4 +1,4 @@
-"""The fixed-text workload (issue #33 item 3, as vllm bench serve's sonnet without copied text): prompts of exactly
+"""The fixed-text workload (as vllm bench serve's sonnet without copied text): prompts of exactly
 their length cut from the shipped text the project wrote, its opening shared by every prompt, seeded, recorded,
 and one sentence for each bad setting."""
 from __future__ import annotations

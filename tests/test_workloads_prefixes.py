@@ -1,4 +1,4 @@
-"""Shared-prefix workloads (issue #33 item 3): prefix repetition (N distinct prefixes of a chosen length, each request's
+"""Shared-prefix workloads: prefix repetition (N distinct prefixes of a chosen length, each request's
 own suffix after it, as `vllm bench serve --dataset-name prefix_repetition`) and the random workload's shared prefix
 (--random-prefix-len): lengths counted with the model's tokenizer, the prefixes really shared, a seed that makes the
 same prompts again, the record and the one sentence for each bad setting."""

@@ -2,6 +2,7 @@
 run is stamped with what it ran on."""
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -159,8 +160,6 @@ class Target:
 def _lora_names(args: tuple[str, ...]) -> list[str]:
     """The adapters' names a server this app starts serves from its extra flags: `--lora-modules a=PATH b=PATH`
     (or vLLM's JSON form, '{"name": "a", "path": ...}')."""
-    import json
-
     names: list[str] = []
     words = [w for a in args for w in (a.split("=", 1) if a.startswith("--lora-modules=") else [a])]
     for i, w in enumerate(words):

@@ -25,6 +25,7 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
@@ -271,7 +272,7 @@ def _t_with(a: Sequence[float], b: Sequence[float], level: float, extra: float) 
     samples cannot see, a stated constant. The two parts' half-widths add in quadrature, each at its own critical
     value (the samples' t at Welch-Satterthwaite's degrees of freedom, the allowance's normal one), so the interval
     is never narrower than the samples' own nor than the allowance's alone."""
-    from scipy import stats
+    from scipy import stats  # ~0.8 s to import: only when a comparison is judged
 
     va, vb = _var_of_mean(a), _var_of_mean(b) if b else 0.0
     d = (_mean(b) - _mean(a)) if b else _mean(a)
@@ -311,7 +312,7 @@ def _paired(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float
     d = [y - x for x, y in zip(a, b)]
     if max(d) == min(d):
         return d[0], d[0], (1.0 if d[0] == 0 else 0.0)
-    from scipy import stats
+    from scipy import stats  # ~0.8 s to import: only when a comparison is judged
 
     r = stats.ttest_rel(b, a)
     ci = r.confidence_interval(level)
@@ -418,8 +419,6 @@ def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
     ("X from 16:02:11"), so a sentence never compares 'X' with 'X'."""
     if label_a != label_b:
         return label_a, label_b
-    from datetime import datetime
-
     times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
     if times[0] == times[1]:
         times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
