@@ -62,9 +62,6 @@ SINGLE_PROCESS_VLLM = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS":
 SINGLE_PROCESS_SERVERS = {
     "tests/test_lora_real.py",  # LoRA adapters served: which adapter answered (its stop checks nothing is left)
     "tests/test_remote_live.py",  # a keyed server at a URL, stopped and restarted: what the pages say of it
-    "tests/test_sidebyside.py",  # the second server beside the session's: a pair measured and saved
-    "tests/test_e2e_tuning.py",  # the Tuning page kept drawn through a comparison's restart
-    "tests/test_e2e_browser.py::test_kv_squeeze_and_prefix_caching_views_on_real_servers",  # what the views show
 }
 
 
