@@ -10,6 +10,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
+WIDTH = 1280  # pixels: a projector's 1280×720, and sharp enough for a slide or a report
 
 def _ensure_browser() -> None:
     """kaleido 1.x drives a Chrome; point it at the system Chromium when none is configured."""
@@ -20,7 +21,7 @@ def _ensure_browser() -> None:
                 break
 
 
-def to_png(fig: go.Figure, path: str | Path, width: int = 1280) -> Path:
+def to_png(fig: go.Figure, path: str | Path, width: int = WIDTH) -> Path:
     """Write `fig` as a PNG with kaleido (+ Chromium). If that cannot work here, write an HTML
     file beside it instead (same name, .html), warn, and return that path."""
     path = Path(path)
@@ -39,15 +40,15 @@ def to_png(fig: go.Figure, path: str | Path, width: int = 1280) -> Path:
         return html_path
 
 
-def to_pngs(items: Sequence[tuple[go.Figure, str | Path]], width: int = 1280) -> list[Path]:
+def to_pngs(items: Sequence[tuple[go.Figure, str | Path]]) -> list[Path]:
     """Several PNGs with one browser start (much faster than to_png in a loop); HTML fallback."""
     items = [(f, Path(p)) for f, p in items]
     for _, p in items:
         p.parent.mkdir(parents=True, exist_ok=True)
     try:
         _ensure_browser()
-        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=width,
+        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=WIDTH,
                          height=[f.layout.height or 540 for f, _ in items])
         return [p for _, p in items]
     except Exception:
-        return [to_png(f, p, width=width) for f, p in items]
+        return [to_png(f, p) for f, p in items]
