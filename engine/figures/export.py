@@ -10,7 +10,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
-WIDTH = 1280  # pixels: a projector's 1280×720, and sharp enough for a slide or a report
+WIDTH = 1280  # pixels; each figure keeps its own height
+
 
 def _ensure_browser() -> None:
     """kaleido 1.x drives a Chrome; point it at the system Chromium when none is configured."""
