@@ -29,7 +29,7 @@ from datetime import datetime
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
-from engine.messages import Message, mark, say, say_n
+from engine.messages import Message, mark, say, say_n, when
 from engine.metrics import metric_info
 from engine.observe import disturbance
 
@@ -414,12 +414,14 @@ def of_pair(runs_a: Sequence, runs_b: Sequence, label_a: str, label_b: str,
     return out
 
 
-def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
+def labels_apart(run_a, run_b, label_a: str, label_b: str, lang: str | None = None) -> tuple[str, str]:
     """Two runs' labels as a verdict names them: as they are, or, when they are the same, each with its start time
-    ("X from 16:02:11"), so a sentence never compares 'X' with 'X'."""
+    ("X from 16:02:11"; with `lang`, as that language's pages write a time, engine.messages.when), so a sentence
+    never compares 'X' with 'X'."""
     if label_a != label_b:
         return label_a, label_b
-    times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
+    times = [when(r.started_at, lang, "time") if lang else f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}"
+             for r in (run_a, run_b)]
     if times[0] == times[1]:
         times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
     return (say("{name} from {time}", name=label_a, time=times[0]),
