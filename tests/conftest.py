@@ -47,6 +47,12 @@ if _xdist.startswith("gw") and _xdist[2:].isdigit():
     _cores = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_xdist[2:]) % len(_cores)]))
 
+# The naive baseline's worker (torch) takes a thread per core; beside the other xdist worker, each OMP barrier waits
+# for a thread that lost its core, spinning meanwhile: one guided-lab naive run (5 prompts, 20 tokens) cost 35-46 s
+# of CPU so, 13 s on one thread (bench/results/test-suite-cpu.md). No test reads the worker's pace or thread count;
+# vLLM sets its own workers' threads (VLLM_CPU_OMP_THREADS_BIND above) and serves on one thread already.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
 

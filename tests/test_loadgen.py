@@ -154,9 +154,10 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
 
 
 def _served_max_len(server) -> int:
-    from engine.runs import server_info
+    """The max-model-len the server says its model has (GET /v1/models)."""
+    from engine.serving import endpoint
 
-    return server_info(server.base_url)[1]
+    return min(n for n in endpoint.discover(server.base_url).models.values() if n is not None)
 
 
 @pytest.mark.server
