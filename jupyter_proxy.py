@@ -1,4 +1,4 @@
-"""Serving Lab inside JupyterLab / JupyterHub (issue #30 item 3): jupyter-server-proxy starts the app on a free port
+"""Serving Lab inside JupyterLab / JupyterHub: jupyter-server-proxy starts the app on a free port
 of its own and serves it under the Jupyter server's prefix (`<base_url>serving-lab/`), websockets included; a
 launcher tile opens it. Registered by pyproject.toml's `jupyter_serverproxy_servers` entry point (after
 `pip install -e .`), or by scripts/jupyter_server_config.py without installing anything (README)."""

@@ -96,7 +96,7 @@ def _status(view) -> None:
                 # the count so far, and what follows once it is full: not "complete" on a filling bar
                 _("Answers completed so far: {done} of {n}; then the same requests one at a time",
                   done=view.answered, n=len(view.names)) if view.status == "answering" else _("Opening the round"))
-        ui.job_panel(lab, job, text, key="room_cancel", error_for_s=600, share=view.share)
+        ui.job_panel(lab, job, text, key="room_cancel", error_for_s=room.error_for_s, share=view.share)
 
 
 def _results(together, alone) -> None:
@@ -212,12 +212,6 @@ def _my_request() -> None:
                          n=view.max_tokens))
 
 
-def _round() -> str | None:
-    """Between rounds nothing moves: the page is drawn once, and redrawn when a round opens."""
-    view = room.view()
-    return view.id if view else None
-
-
 # Each part in a slot of its own: a live round's timed fragments and a finished round's static charts take turns there
 if presenter:
     left, right = st.columns([1, 3], gap="large")
@@ -238,4 +232,4 @@ else:
         with st.container():
             big_screen()
 if not _live():
-    ui.watch(_round, _round())
+    ui.watch(room.seen, room.seen())  # between rounds: drawn once, redrawn when a round opens or its error's time ends

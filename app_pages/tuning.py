@@ -223,6 +223,21 @@ def saved_origin(pair) -> None:
                        origin=origin)), icon=":material/history:")
 
 
+def comparison(kind: str) -> list:
+    """A section's comparison: its latest job's runs, else, while no such job runs, the last one saved, headed with
+    where and when it was measured."""
+    job = lab.latest_job(kind)
+    runs = list(job.result or []) if job else []
+    if not runs and not (job and job.active):
+        try:
+            if pair := lab.history.latest_pair(kind):
+                saved_origin(pair)
+                runs = pair.runs
+        except LabError as e:  # a damaged stored run: History shows why and deletes it
+            st.warning(ui.plain(e), icon=":material/warning:")
+    return runs
+
+
 def compare(scenario, spec, label: str, icon: str, key: str) -> None:
     """A scenario's own comparison (its section's button, its job's progress): vLLM restarted with each of its
     configurations, each otherwise as the last started server, and sent `spec`."""
@@ -261,16 +276,7 @@ with left:
 
 
 def _kv_results() -> None:
-    """This section's latest comparison (a kv-squeeze job), else the last saved squeeze."""
-    job = lab.latest_job("kv-squeeze")
-    runs = list(job.result or []) if job else []
-    if not runs:
-        try:
-            if pair := lab.history.latest_pair("kv-squeeze"):
-                saved_origin(pair)
-                runs = pair.runs
-        except LabError as e:  # a damaged stored run: History shows why and deletes it
-            st.warning(ui.plain(e), icon=":material/warning:")
+    runs = comparison("kv-squeeze")
     if not runs:
         st.info(_("The KV cache of each configuration appears here after a comparison."), icon=":material/info:")
         return
@@ -309,16 +315,7 @@ with left:
 
 
 def _prefix_results() -> None:
-    job = lab.latest_job("prefix-cache")
-    runs = list(job.result or []) if job else []
-    # the last comparison from the history: one run with the cache on, one with it off
-    if not runs and not (job and job.active):
-        try:
-            if pair := lab.history.latest_pair("prefix-cache"):
-                saved_origin(pair)
-                runs = pair.runs
-        except LabError as e:  # a damaged stored run: History shows why and deletes it
-            st.warning(ui.plain(e), icon=":material/warning:")
+    runs = comparison("prefix-cache")  # one run with the cache on, one with it off
     if runs:
         ui.chart(figures.prefix_cache_compare(runs, lang=i18n.lang()), key="prefix")
         warmth_note(runs)

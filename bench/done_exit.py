@@ -1,6 +1,6 @@
 """Done -> exit: the wall time from `python -m engine run`'s "done in" line to the command's exit, against a real
 server, for two checkouts of the engine on the same server and workload, interleaved (who goes first alternates).
-Issue #33 item 5: what the command still does after its last answer (the server's /metrics read until its token
+What the command still does after its last answer (the server's /metrics read until its token
 counter settles, the served count, saving the run, printing its summary) should take under a second.
 
     python bench/done_exit.py --base-url http://127.0.0.1:18533 --tree before=/tmp/main-at-X --tree after=. \

@@ -1,5 +1,5 @@
-"""Done -> exit, part by part: where `python -m engine run` spends the time between its "done in" line and its exit
-(issue #33 item 5). Each run goes through a wrapper that stamps time.perf_counter (one clock for every process on
+"""Done -> exit, part by part: where `python -m engine run` spends the time between its "done in" line and its exit.
+Each run goes through a wrapper that stamps time.perf_counter (one clock for every process on
 Linux) around each part of the command's end, without changing the engine: the server's /metrics read, the KV
 watch, the energy meter, the disturbance watch, cold or warm, saving to the history, the printed summary, Python's
 own end (threads joined, atexit handlers); the parent stamps the "done in" line as it reads it and the exit as it

@@ -1,5 +1,5 @@
-"""The guided lab's findings twice on one machine, once quiet and once with a CPU hog beside it (issue #29's
-benchmark): the loaded pass must say it was disturbed, and no finding that one pass calls real may be called the
+"""The guided lab's findings twice on one machine, once quiet and once with a CPU hog beside it: the
+loaded pass must say it was disturbed, and no finding that one pass calls real may be called the
 opposite by the other. Headless, through the Guide's own steps (as bench/guide_gpu.py); it starts its own vLLM
 server (the embedded model, the lab's flags) and stops it at the end.
 

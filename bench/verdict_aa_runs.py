@@ -1,9 +1,9 @@
 """How often the verdict calls an A/A pair "beyond noise" when each side is ONE run judged by its requests, and the
-runs themselves vary from run to run (issue #29 item 2's A/A, reviewed for every comparison path). The verdict's
+runs themselves vary from run to run (an A/A check of every comparison path). The verdict's
 own A/A test (tests/test_verdict.py) draws requests independently, which is true within a run; two runs of the same
 workload also differ as a whole (the machine's state, the server's batches, a neighbour), by a factor common to all
 of a run's requests. No test can pin that factor (it is the machine's), so this measures the call rate for a few
-plausible ones instead, before (the requests' spread alone, as the verdict judged until issue #29's allowance) and
+plausible ones instead, before (the requests' spread alone, as the verdict judged before the run-to-run allowance) and
 after (the run-to-run allowance each path now adds: verdict.compare's `runs`, sigma never below
 verdict.BETWEEN_RUNS, measured from repeats where a side has them). A simulation, no server: the machine does not
 matter; seconds on any machine.
@@ -83,7 +83,7 @@ def main() -> None:
              "`engine.measure.judge.verdict`, no server, so the machine does not matter (any machine gives these "
              "counts). The stated rate is 5 %. A request's own noise: sigma "
              f"{REQUEST_NOISE} on the log scale; a run's common factor: the columns (its sigma on the log scale). "
-             "Each cell: before (the requests' spread alone, as the verdict judged until issue #29) → after (plus "
+             "Each cell: before (the requests' spread alone, as the verdict once judged) → after (plus "
              f"the run-to-run allowance, sigma {verdict.BETWEEN_RUNS:.4f} (log 1.1: a run 10 % faster or slower) "
              "unless the repeats measure more; "
              "docs/measuring.md#between-runs). Each cell's two rates come from the same seeded pairs.", "",

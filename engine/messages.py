@@ -6,6 +6,8 @@ import functools
 import gettext
 import re
 import string
+from datetime import datetime
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +24,11 @@ QUOTED = frozenset({"url", "plain", "model", "first"})
 QUOTE_LIMIT = 120
 
 
-def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
+def quoted(text: str) -> str:
     """`text` as a sentence quotes it: whole when short, else its start and its end around an ellipsis."""
-    if len(text) <= limit:
+    if len(text) <= QUOTE_LIMIT:
         return text
-    return f"{text[: limit * 2 // 3]}…{text[-(limit // 4):]}"
+    return f"{text[: QUOTE_LIMIT * 2 // 3]}…{text[-(QUOTE_LIMIT // 4):]}"
 
 
 class Message(str):
@@ -76,6 +78,20 @@ def duration(x: float, lang: str) -> str:
     return f"{significant(x * 1000)} ms" if x < 1 else seconds(x, lang)
 
 
+def when(t: float, lang: str, part: str = "datetime") -> str:
+    """An epoch time as `lang` writes it, in Babel's medium formats ("Dec 7, 2026, 8:52:44 AM"; "2026. 12. 7. 오전
+    8:52:44"), or one part of that: "date", "time", "minute" (the time without its seconds). One format on a page:
+    its table, chart and captions all say a time through here or i18n.when."""
+    from babel import dates  # only where a time is shown (the CLI's --help imports none of this)
+
+    d = datetime.fromtimestamp(t)
+    if part == "date":
+        return dates.format_date(d, "medium", locale=lang)
+    if part in ("time", "minute"):
+        return dates.format_time(d, "medium" if part == "time" else "short", locale=lang)
+    return dates.format_datetime(d, "medium", locale=lang)
+
+
 @functools.cache
 def catalog(lang: str) -> gettext.NullTranslations:
     """The catalogue of `lang`: its compiled .mo (make run compiles it), else its .po compiled here in memory
@@ -87,9 +103,7 @@ def catalog(lang: str) -> gettext.NullTranslations:
         if mo.exists() and (not po.exists() or mo.stat().st_mtime >= po.stat().st_mtime):
             with mo.open("rb") as f:
                 return gettext.GNUTranslations(f)
-        from io import BytesIO
-
-        from babel.messages.mofile import write_mo
+        from babel.messages.mofile import write_mo  # only where no compiled catalogue is current
         from babel.messages.pofile import read_po
 
         with po.open("rb") as f:

@@ -46,6 +46,7 @@ VIEW_S = 0.25  # how long one reading of the round serves every viewer: a room o
 # core, within 1-10 s. A busy machine redraws less often instead of falling behind its screens.
 PACE_S, PACE_SHARE = (1.0, 10.0), 0.2
 DEFAULT_ROUND_S = 60
+ERROR_FOR_S = 600  # how long a failed round's sentence stays on the page after its job ended
 DEFAULT_TOKENS = 128
 MAX_QUESTION_CHARS = 200  # a short question, well within a viewer's chat message (ChatLimits.max_prompt_chars)
 MAX_NAME_CHARS = 24
@@ -270,7 +271,7 @@ class Mine:
 
 class Room:
     # what the page reads, so that it touches only `lab.room`
-    round_s, default_s, default_tokens = ROUND_S, DEFAULT_ROUND_S, DEFAULT_TOKENS
+    round_s, default_s, default_tokens, error_for_s = ROUND_S, DEFAULT_ROUND_S, DEFAULT_TOKENS, ERROR_FOR_S
     max_name, max_question = MAX_NAME_CHARS, MAX_QUESTION_CHARS
     suggest_name = staticmethod(suggest_name)
 
@@ -459,6 +460,16 @@ class Room:
         with self._lock:
             self._view = (clock(), view)
         return view
+
+    def seen(self) -> tuple | None:
+        """What a still room page shows changes with (it watches this between rounds): the newest round, its stage,
+        its job's end and whether that job's error is still shown, since the error's window ends while nothing else
+        moves."""
+        view = self.view()
+        if view is None:
+            return None
+        job = self.lab.job(view.job_id)
+        return view.id, view.status, job and (job.seen, job.error_shown(ERROR_FOR_S))
 
     def screen(self, lang: str = "en") -> Screen | None:
         """The big screen of the newest round while it runs (None: no round): one reading and its timeline, shared

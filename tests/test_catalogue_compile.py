@@ -1,4 +1,4 @@
-"""`streamlit run app.py` without `make run` (issue #30): the Korean catalogue has no compiled .mo yet, and
+"""`streamlit run app.py` without `make run`: the Korean catalogue has no compiled .mo yet, and
 Korean must still be Korean; a catalogue that cannot be read is said, not silently English."""
 from __future__ import annotations
 

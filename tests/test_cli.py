@@ -245,10 +245,10 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
     (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
 ])
 def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
-    from engine.runs import server_info
     from engine.results.store import RunStore
+    from engine.serving import endpoint
 
-    mml = server_info(vllm_server.base_url)[1]
+    mml = min(n for n in endpoint.discover(vllm_server.base_url).models.values() if n is not None)
     fill = dict(over=mml + 1, mml=mml, model=vllm_server.model)
     saved = len(RunStore())
     p = cli("run", "concurrent-10", "--url", vllm_server.base_url, *[a.format(**fill) for a in extra])

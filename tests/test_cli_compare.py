@@ -69,7 +69,7 @@ def test_two_runs_each_metric_in_one_sentence_ttft_beyond_noise(store):
     assert sides(ttft) == ("Mean TTFT", "fast", "slow") and ttft["effect"].startswith("2"), said[1]
     how = read("{method}, {counts}; {between}", ttft["how"])
     assert read("{n} requests each", how["counts"]) == {"n": "12"}, said[1]
-    # one run a side: the run-to-run allowance its requests cannot see is added and named (issue #29)
+    # one run a side: the run-to-run allowance its requests cannot see is added and named
     assert read("one run a side: its requests' spread plus ±{pct} % allowed between runs", how["between"]) == {
         "pct": "10"}, said[1]
     ttft = json.loads(cli_in_process("compare", a.id, b.id, "--json").stdout)["metrics"][1]

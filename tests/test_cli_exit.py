@@ -1,4 +1,4 @@
-"""How `python -m engine` ends (issue #33 item 5): a command that ended well exits once its threads, client
+"""How `python -m engine` ends: a command that ended well exits once its threads, client
 processes and atexit handlers are done and its output is flushed, without waiting for the interpreter to free every
 module and object; nothing it measured is lost. A command that failed tears down as usual (a file its failed run
 left open is still flushed then)."""

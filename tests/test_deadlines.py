@@ -150,7 +150,7 @@ def test_a_load_test_against_an_endless_stream_ends_each_request_at_its_deadline
     spec, result = in_flight["load"].outcome()["value"]
     assert spec.deadline_s == DEADLINE
     assert len(result.records) == 2
-    for r in result.records:  # more chunks than asked for: the stream, not the load, is at fault (issue #31)
+    for r in result.records:  # more chunks than asked for: the stream, not the load, is at fault
         # the record's own error (failures' "endless" rule reads it, below): its numbers
         assert f"past the {TOKENS} tokens" in r.error and f"within {DEADLINE:g} s" in r.error and r.chunk_times
     from engine.measure.judge import failures

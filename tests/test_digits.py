@@ -1,4 +1,4 @@
-"""Numbers shown with the digits they have (issue #29 item 6, engine.digits): significant figures, not fixed
+"""Numbers shown with the digits they have (engine.digits): significant figures, not fixed
 decimals, wherever a measured number is shown (the guided lab, History's table, the report, the CLI)."""
 from __future__ import annotations
 

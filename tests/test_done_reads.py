@@ -1,4 +1,4 @@
-"""Issue #33 item 5: the command returns within a second of "done". After the last answer the server's /metrics
+"""The command returns within a second of "done". After the last answer the server's /metrics
 page is read once when its token counter already counts every token the client received (no settling re-read),
 and the run's served count comes from that same page (no read of its own)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Failures said as what they are (issue #31 items 1, 4, 6): the client's own limits told apart from the server's
+"""Failures said as what they are: the client's own limits told apart from the server's
 failures, a client that never opens more connections than it has files for, a large run's lines in a file, counts
 that add up to the requests planned for every scenario kind, an endless stream blamed on the server, and a closed
 pipe ended quietly. The faults come from tests/fakes.py (a real vLLM will not run a client out of files)."""

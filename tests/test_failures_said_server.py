@@ -1,4 +1,4 @@
-"""Counts that add up on a real vLLM (issue #31 item 4): a multi-turn chat whose third turn outgrows the server's
+"""Counts that add up on a real vLLM: a multi-turn chat whose third turn outgrows the server's
 max-model-len (2048: the session server's) gets vLLM's own 400 there; the turn after is never sent, and the
 summary says the refused and the never sent apart, adding up to the requests planned."""
 from __future__ import annotations

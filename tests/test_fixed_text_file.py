@@ -1,4 +1,4 @@
-"""Issue #33: a fixed-text workload cut from the user's own text file (the CLI's --fixed-text FILE, the Load test
+"""A fixed-text workload cut from the user's own text file (the CLI's --fixed-text FILE, the Load test
 page's upload): checked as every workload file is (size, binary, UTF-8, long enough for its shared opening), each
 problem one sentence; a repeat or a sweep's level cuts other prompts from the same text, never the shipped one;
 and the Python behind a fixed-text or a Hugging Face dataset run sends that workload."""

@@ -1,4 +1,4 @@
-"""The guided lab on a projector, what a test sees without a browser (issue #30): bar labels stay level (they were
+"""The guided lab on a projector, what a test sees without a browser: bar labels stay level (they were
 turned 90° on Tuning and History), the HTML report breaks Korean lines between words."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The guided lab's presses through Streamlit's AppTest (issue #30 item 1, #31 item 5): every step's button, the
+"""The guided lab's presses through Streamlit's AppTest: every step's button, the
 agenda, "Next step" from two presenter tabs at once; a step ticked only once its run finished. No vLLM server:
 the steps that need one say so, which is how a test sees that the press reached the engine."""
 from __future__ import annotations

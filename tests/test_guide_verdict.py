@@ -1,5 +1,5 @@
-"""The guided lab's findings decided by the one verdict rule every page follows (engine.measure.judge.verdict,
-issue #29): each comparing finding carries the Verdict its heading follows (its `finding`, its `disturbed`), a
+"""The guided lab's findings decided by the one verdict rule every page follows (engine.measure.judge.verdict):
+each comparing finding carries the Verdict its heading follows (its `finding`, its `disturbed`), a
 fact is one number on the step, the summary and the report, and A/A pairs of the steps' repeats are called a
 difference at most at the stated rate while a known effect is found."""
 from __future__ import annotations

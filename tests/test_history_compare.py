@@ -86,26 +86,50 @@ def test_the_html_report_marks_a_cold_run():
     assert "❄ cold" in page and "warm" in page
 
 
-def test_the_compare_chart_names_the_first_run_but_calls_it_better_only_beyond_noise():
-    """It said "X is best at …" over any difference, and two runs of one label read as the same. Now the top run
-    is named as measured, and its lead over the next is a verdict: from the requests for a typical request's
-    number, undecided for a whole run's number from one run each; runs of one label told apart by their start."""
-    from datetime import datetime
+def test_the_compare_chart_names_the_first_run_only_beyond_noise():
+    """It said "X is best at …" over any difference, and then "Highest: X" beside a verdict that decided nothing.
+    Now the caption's first sentence follows the verdict: a whole run's number from one run each names no run (its
+    noise unknown), a typical request's number judged within noise calls the two level; runs of one label told
+    apart by their start, as the page's table writes a time."""
+    from engine.messages import when
 
     a, b = _run("concurrent-10", 8, cold=False), _run("concurrent-10", 8, cold=False)
     b.started_at = a.started_at + 300
     b.summary = stats.summarize(b.records, 1.9)  # 5 % more throughput: one run each, its noise unknown
     top, lead = figures.caption_said(figures.history_compare([a, b], "output_throughput"))
-    assert said(top).template == "Highest: {run}, {value} {unit} (higher is better)."  # named, not called best
-    first, second = ({"name": "concurrent-10", "time": datetime.fromtimestamp(t).strftime("%H:%M:%S")}
-                     for t in (a.started_at, b.started_at))
-    assert values(top)["run"] == second  # the top run told apart from the other of its label, as under its bar
+    first, second = ({"name": "concurrent-10", "time": when(t, "en", "time")} for t in (a.started_at, b.started_at))
+    assert said(top).template == "No run is named best: {a} and {b}, the two best, cannot be told apart yet."
+    assert (values(top)["a"], values(top)["b"]) == (second, first)  # the higher measured first, as the verdict has
     assert said(lead).template.startswith("{name}: {b} measured {effect} against {a}, but with one value a side")
     assert {k: values(lead)[k] for k in ("name", "a", "b", "effect")} == {
         "name": "Output throughput", "a": first, "b": second, "effect": {"ratio": "1.05", "change": "+5"}}
-    _, same = figures.caption_said(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests
+    level, same = figures.caption_said(figures.history_compare([a, b], "mean_ttft_ms"))  # the same requests
+    assert said(level).template == "No run is best beyond noise: {a} and {b}, the two best, are level on this machine."
     assert said(same).template.startswith("{name}: no measurable difference on this machine between")
     assert values(same)["how"]["counts"] == {"n": 8}  # judged from the requests
+
+
+def test_the_highest_is_named_only_where_the_verdict_beside_it_is_beyond_noise():
+    """Seen on History last session: "Highest: …" named one of two load tests' repeats 1 % apart while the verdict
+    beside it said no difference beyond noise. Sets within noise are said to be level; a set beyond noise is named
+    with the centre the verdict and the dashed line take."""
+    from engine.measure.judge import verdict
+
+    near = _set("A", 3, "near-a", time.time() - 120, [4, 6, 5]) + _set("B", 3, "near-b", time.time() - 60, [4, 6, 5])
+    for r, t in zip(near[3:], (1.01, 1.01, 1.01)):  # 1 % apart, with the repeats' own spread of ±20 %
+        r.summary = stats.summarize(r.records, r.duration / t)
+    top, lead, *_ = figures.caption_said(figures.history_compare(near, "output_throughput"))
+    assert said(lead).template.startswith("{name}: no measurable difference on this machine between")
+    assert said(top).template == "No run is best beyond noise: {a} and {b}, the two best, are level on this machine."
+    assert "Highest" not in figures.caption(figures.history_compare(near, "output_throughput"))
+    far = _set("A", 3, "far-a", time.time() - 120, [5, 5, 5]) + _set("B", 3, "far-b", time.time() - 60, [5, 5, 5])
+    for i, r in enumerate(far):
+        r.summary = stats.summarize(r.records, r.duration / ((2.0 if i >= 3 else 1.0) + 0.01 * (i % 3)))
+    top, lead, *_ = figures.caption_said(figures.history_compare(far, "output_throughput"))
+    assert said(lead).template.startswith("{name}: {b} is higher than {a}")
+    assert said(top).template == "Highest: {run}, {value} {unit} (higher is better)."
+    centre = verdict.centre([r.summary.output_throughput for r in far[3:]])
+    assert values(top)["run"] == "B" and values(top)["value"] == significant(centre)
 
 
 def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():
@@ -133,8 +157,9 @@ def test_one_bar_per_run_each_with_its_number_whatever_the_labels():
     assert len(bar.y) == 5 and len(set(bar.x)) == 5  # one position per run, whatever its label says
     ticks = dict(zip(fig.layout.xaxis.tickvals, fig.layout.xaxis.ticktext))
     assert len(set(ticks.values())) == 5 and all(ticks[x] for x in bar.x)
-    assert all(t and significant(v) in t for t, v in zip(bar.text, bar.y))
-    assert bar.constraintext == "none" and bar.cliponaxis is False
+    numbers = {a.x: a for a in fig.layout.annotations if a.yref in (None, "y")}  # each at its full size
+    assert all(numbers[x].text == f"<b>{significant(v)}</b>" and numbers[x].y == v for x, v in zip(bar.x, bar.y))
+    assert bar.cliponaxis is False
     assert fig.layout.yaxis.range[1] >= max(bar.y) * 1.15
     longest = max(len(line) for t in ticks.values() for line in t.split("<br>") if "<span" not in line)
     assert longest <= 18, longest  # a label without spaces breaks too, not across its neighbours
@@ -151,8 +176,11 @@ def _set(label: str, n: int, group: str, at: float, widths: list[int]) -> list[R
 def test_two_runs_of_one_label_in_one_minute_are_told_apart_as_the_caption_names_them():
     """Seen on a real server (History, two runs of one label from 05:52): the bars said "Dec 07 05:52" and one of
     them a run id, while the caption's verdict named them "from 05:52:44" and "from 05:52:49" and its "Highest" named
-    neither. The bars and the caption now tell them apart by the same start, to the second."""
+    neither. The bars and the caption now tell them apart by the same start, to the second, as the page's table
+    writes a time."""
     from datetime import datetime
+
+    from engine.messages import when
 
     a, b = _run("concurrent-10", 4, cold=False), _run("concurrent-10", 6, cold=False)
     a.started_at = datetime(2026, 12, 7, 5, 52, 44).timestamp()
@@ -160,11 +188,10 @@ def test_two_runs_of_one_label_in_one_minute_are_told_apart_as_the_caption_names
     fig = figures.history_compare([a, b], "output_throughput")
     top, lead = figures.caption_said(fig)
     ticks = fig.layout.xaxis.ticktext
-    assert "05:52:44" in ticks[0] and "05:52:49" in ticks[1]
+    assert "5:52:44\u202fAM" in ticks[0] and "5:52:49\u202fAM" in ticks[1]
     assert values(lead)["a"]["time"] in " ".join(ticks) and values(lead)["b"]["time"] in " ".join(ticks)
-    best = b if b.summary.output_throughput > a.summary.output_throughput else a
-    assert values(top)["run"] == {"name": "concurrent-10",
-                                  "time": f"{datetime.fromtimestamp(best.started_at):%H:%M:%S}"}
+    # one run each: its noise unknown, so neither is named first; both as under their bars
+    assert {values(top)["a"]["time"], values(top)["b"]["time"]} == {when(r.started_at, "en", "time") for r in (a, b)}
     # one label for every bar: said once under the axis, the bars carry only what tells them apart
     assert fig.layout.xaxis.title.text == "concurrent-10" and not any("concurrent-10" in t for t in ticks)
 
@@ -186,6 +213,48 @@ def test_a_load_tests_repeats_share_a_colour_and_a_line_at_the_centre_the_verdic
     note = figures.caption_said(fig)[-1]
     assert said(note).template.startswith("Bars of one colour are the repeats of one load test")
     assert all(significant(c) in values(note)["each"] for c in expected)
+
+
+def test_a_repeats_dashed_line_passes_behind_every_bars_number():
+    """Seen on History's screenshots: the dashed line at a set's geometric mean ran through the number of a bar just
+    below it ('108', '117'), the bar's own text having no background. Each number is drawn on the page's white
+    above its bar, over the line (drawn beneath the bars), so the line is hidden where it meets a number."""
+    runs = _set("concurrent-10", 3, "g", time.time() - 60, [5, 5, 6])  # 125, 125, 150: their centre 133
+    fig = figures.history_compare(runs, "output_throughput")
+    (line,) = fig.layout.shapes
+    bar = fig.data[0]
+    assert line.layer == "below" and any(v < line.y0 < v * 1.1 for v in bar.y)  # a number sits on the line
+    numbers = {a.x: a for a in fig.layout.annotations if a.yref in (None, "y")}
+    for x, v in zip(bar.x, bar.y):
+        number = numbers[x]
+        assert number.text == f"<b>{significant(v)}</b>" and number.y == v and number.yanchor == "bottom"
+        assert number.bgcolor == fig.layout.template.layout.plot_bgcolor == "white"  # opaque: the line hidden
+    assert not bar.text  # no second copy without a background
+
+
+def test_every_time_on_history_is_written_one_way_in_the_viewers_language():
+    """Seen on History last session: the table said "2026. 12. 7. 오전 5:52:44", the bars "Dec 07 05:52" and the caption
+    and the compared runs' table "05:52:44" and "2026-12-07 05:52:44". Every time there now comes from one Babel
+    format in the viewer's language (engine.messages.when; the table's column, ui.started, is its medium date and
+    time), each part where only a part is shown."""
+    from datetime import datetime
+
+    from engine.messages import when
+
+    a, b = _run("동시 요청", 4, cold=False), _run("동시 요청", 6, cold=False)
+    a.started_at = datetime(2026, 12, 6, 17, 52, 44).timestamp()
+    b.started_at = datetime(2026, 12, 7, 5, 52, 49).timestamp()  # another day: the bars say the date too
+    fig = figures.history_compare([a, b], "output_throughput", lang="ko")
+    ticks = fig.layout.xaxis.ticktext
+    for r, tick in zip((a, b), ticks):
+        assert when(r.started_at, "ko", "date") in tick and when(r.started_at, "ko", "time") in tick, tick
+    assert "오후 5:52:44" in ticks[0] and "2026. 12. 6." in ticks[0]
+    top, lead = figures.caption_said(fig)
+    assert {values(lead)["a"]["time"], values(lead)["b"]["time"]} == {when(r.started_at, "ko", "time") for r in (a, b)}
+    assert all(t in figures.caption(fig) for t in ("오후 5:52:44", "오전 5:52:49"))
+    columns, rows = figures.compare_table([a, b], lang="ko")
+    started = next(row for row in rows if row[columns[0]] == "시작 시각")
+    assert [started[c] for c in columns[1:]] == [when(r.started_at, "ko") for r in (a, b)]
 
 
 def test_bar_labels_fit_the_room_each_bar_has():

@@ -190,7 +190,7 @@ def test_cold_runs_are_labelled_and_a_price_adds_their_cost(lab):
 def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_noise(lab):
     """Two groups of repeats of the identical workload read "'X' differs from 'X' … beyond noise". Now
     each set is named by its start too, and an A/A pair is no measurable difference."""
-    from datetime import datetime
+    from engine.messages import when
 
     runs = []
     for group, start, values in (("g1", 1_764_600_000.0, (300.0, 304.0, 298.0)), ("g2", 1_764_600_600.0,
@@ -205,7 +205,7 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
     try:
         at = page()
         said = " ".join(m.value.replace("\\", "") for m in at.markdown)  # the chart's caption (ui.chart)
-        first, second = (datetime.fromtimestamp(t).strftime("%H:%M:%S") for t in (1_764_600_000.0, 1_764_600_600.0))
+        first, second = (when(t, "en", "time") for t in (1_764_600_000.0, 1_764_600_600.0))  # as the table writes
         within = reads("{name}: no measurable difference on this machine between {a} and {b} (measured {effect}; "
                        "{interval}, which holds no change; {how}).", said)
         assert within and within[0]["name"] == "Output throughput", said

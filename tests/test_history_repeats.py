@@ -1,4 +1,4 @@
-"""The repeats of one load test are one line of History (issue #31 item 3): their medians over the repeats that
+"""The repeats of one load test are one line of History: their medians over the repeats that
 answered every request, expandable to each repeat, and selected together. Through app.py with AppTest."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inputs looked at before they run (issue #31 item 2): a trace's replay time at its time scale and what looks wrong
+"""Inputs looked at before they run: a trace's replay time at its time scale and what looks wrong
 in its timestamps (all equal, negative, likely in another unit, a replay of hours or faster than anything answers),
 on the Load test page's preview and on the CLI; a large dataset says how far it is read, on the CLI as on the page,
 and one too large for a run is refused before its prompts are counted."""

@@ -279,7 +279,7 @@ def test_a_multi_turn_chat_runs_through_the_page_and_draws_ttft_per_turn(lab, vl
 
 
 def test_synthetic_prompts_have_a_seed_field_and_a_new_seed_each_run_unless_one_is_given(lab):
-    """Issue #29: the Load test's synthetic prompts were always seed 0, so a second run found them in the prefix
+    """Once, the Load test's synthetic prompts were always seed 0, so a second run found them in the prefix
     cache. The form takes a seed (empty: a new one each run); the prompts the lab's own are not seeded."""
     from engine.measure.workloads.defaults import load_test_spec
 
@@ -296,7 +296,7 @@ def test_synthetic_prompts_have_a_seed_field_and_a_new_seed_each_run_unless_one_
 
 
 def test_shared_prefixes_preview_their_lengths_what_the_cache_can_serve_and_take_the_seed(lab):
-    """Issue #33 item 3: the prefix-repetition workload chosen on the page, previewed as the other kinds are (its
+    """The prefix-repetition workload chosen on the page, previewed as the other kinds are (its
     prompts, their exact lengths, the histogram) with what a prefix cache can serve of it; seeded like synthetic
     prompts; a bad setting its one sentence, and nothing runs."""
     from engine.measure.workloads.defaults import load_test_spec, workload_plan
@@ -343,7 +343,7 @@ def test_a_fixed_text_previews_prompts_of_its_length_cut_from_the_text(lab):
 
 
 def test_a_hugging_face_dataset_by_name_previews_its_rows_and_says_what_it_lacks(lab, tmp_path):
-    """Issue #33 item 3: a Hugging Face dataset chosen by name on the page (here a folder written by save_to_disk, which
+    """A Hugging Face dataset chosen by name on the page (here a folder written by save_to_disk, which
     the library reads without the Hub), previewed like a file; one it cannot find is its one sentence."""
     from datasets import Dataset
 

@@ -1,4 +1,4 @@
-"""Issue #33 items 1-2 on the Load test page: the request's shape (endpoint, sampling parameters, headers, an extra
+"""The request's shape on the Load test page (endpoint, sampling parameters, headers, an extra
 body, LoRA modules with their weights) chosen under the form, sent and recorded with the run (a header's value
 never), each bad one a sentence on the page; the code behind a run writes the same request."""
 from __future__ import annotations

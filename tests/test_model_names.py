@@ -1,4 +1,4 @@
-"""A served model by its name, not its folder's full path (issue #30 leftovers): vLLM names a model started from a
+"""A served model by its name, not its folder's full path: vLLM names a model started from a
 folder by that path unless given --served-model-name, and the sidebar, a remote server's line and the report showed
 it whole. The path stays on hover."""
 from __future__ import annotations

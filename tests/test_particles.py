@@ -1,4 +1,4 @@
-"""Korean particles by the final sound of the word or number before them (issue #30): "0.84 GB가", "하나씩은",
+"""Korean particles by the final sound of the word or number before them: "0.84 GB가", "하나씩은",
 "8000으로", never "0.84 GB이" or "하나씩은(는)"; through the catalogue as the pages and the report say them."""
 from __future__ import annotations
 

@@ -208,7 +208,7 @@ def _cached_run(hits: int | None, queries: int | None) -> RunResult:
 
 
 def test_a_run_that_took_most_prompt_tokens_from_the_cache_says_so_wherever_its_numbers_are():
-    """Issue #29: a repeated random-512-64 took 25,600 of its 31,600 prompt tokens from the prefix cache, and nothing
+    """Once, a repeated random-512-64 took 25,600 of its 31,600 prompt tokens from the prefix cache, and nothing
     on screen said so beside its throughput (twice vllm bench serve's)."""
     from engine.cli.summary import summary_table
     from engine.figures.report import build_report

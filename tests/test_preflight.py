@@ -1,4 +1,4 @@
-"""The room's pre-flight (issue #30 item 2) against real sockets, processes and fontconfig: an app bound to
+"""The room's pre-flight against real sockets, processes and fontconfig: an app bound to
 loopback is not reachable by the room, one on every interface is; the token when exposed; a port held by
 another program is named; no Korean font is said with what to install; the CLI prints a line each."""
 from __future__ import annotations

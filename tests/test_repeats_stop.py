@@ -1,4 +1,4 @@
-"""Repeats that stop with their server (issue #31 item 3): the server gone during repeat 2 of 3, repeat 3 is not
+"""Repeats that stop with their server: the server gone during repeat 2 of 3, repeat 3 is not
 run, the finished repeats are kept, the reason is said, and a failed repeat never enters the statistics as a zero;
 the CLI caps --repeats as the page does unless told. The dying server is tests/fakes.py's (`die`)."""
 from __future__ import annotations

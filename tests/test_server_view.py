@@ -55,17 +55,17 @@ def test_the_deltas_count_the_four_requests_and_their_tokens():
 
 def test_bucket_percentiles_interpolate_as_histogram_quantile_does():
     h = histograms.Histogram(bounds=(0.1, 0.5, 1.0, float("inf")), cumulative=(2, 7, 10, 10), sum=4.0, count=10)
-    assert h.quantile(0.5) == pytest.approx(0.1 + 0.4 * (5 - 2) / (7 - 2))  # rank 5 in (0.1, 0.5]
-    assert h.quantile(0.9) == pytest.approx(0.5 + 0.5 * (9 - 7) / (10 - 7))
+    assert h.percentile(0.5).value == pytest.approx(0.1 + 0.4 * (5 - 2) / (7 - 2))  # rank 5 in (0.1, 0.5]
+    assert h.percentile(0.9).value == pytest.approx(0.5 + 0.5 * (9 - 7) / (10 - 7))
     assert h.percentile(0.1) == histograms.Percentile(0.1, "below")  # the first bucket: below its top, no estimate
     assert h.bucket_of(0.5) == (0.1, 0.5)
     assert h.mean == 0.4  # exact: the sum over the count
     tail = histograms.Histogram(bounds=(1.0, float("inf")), cumulative=(1, 4), sum=20, count=4)
-    assert tail.quantile(0.99) == 1.0 and tail.bucket_of(0.99) == (1.0, None)  # +Inf: the highest finite bound
+    assert tail.percentile(0.99).value == 1.0 and tail.bucket_of(0.99) == (1.0, None)  # +Inf: the highest finite bound
 
 
 def test_a_percentile_is_never_placed_past_the_observed_data():
-    """Issue #29: a queue of 0.3 ms in every request (all 20 in vLLM's first bucket, 0-0.3 s) was shown as "p50
+    """Once, a queue of 0.3 ms in every request (all 20 in vLLM's first bucket, 0-0.3 s) was shown as "p50
     150 ms ... mean 0 ms": the interpolation put the median at the bucket's middle. It is a bound there, and never
     above what the sum allows (no observation is negative: the q-quantile is at most mean / (1 - q))."""
     queue = histograms.Histogram(bounds=(0.3, 0.5, 0.8, float("inf")), cumulative=(20, 20, 20, 20), sum=20 * 0.0003,
@@ -103,7 +103,7 @@ def test_the_captured_decode_percentiles_lie_in_the_bucket_every_request_fell_in
     d = histograms.deltas(BEFORE, AFTER, MODEL)[0]["decode"]
     (only,) = [b for b, n in d.buckets() if n]  # all four decodes took between 0.8 and 1.0 s
     assert only == 1.0
-    assert 0.8 <= d.quantile(0.5) <= d.quantile(0.9) <= d.quantile(0.99) <= 1.0
+    assert 0.8 <= d.percentile(0.5).value <= d.percentile(0.9).value <= d.percentile(0.99).value <= 1.0
 
 
 def test_a_restart_or_a_server_without_histograms_is_missing_not_zero():

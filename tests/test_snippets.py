@@ -154,7 +154,7 @@ def test_each_snippet_runs_against_the_real_server(vllm_server):
 
 @pytest.mark.server
 def test_a_workload_run_on_the_completions_endpoint_has_code_that_runs_against_the_real_server(vllm_server):
-    """Issue #33: the code behind a workload run sent to /v1/completions was not written; run whole against the
+    """Once, the code behind a workload run sent to /v1/completions was not written; run whole against the
     session's server it sends the run's requests to that endpoint, each to its length (ignore_eos)."""
     from engine.measure.workloads import kinds
 

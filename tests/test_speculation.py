@@ -108,7 +108,7 @@ def test_on_a_known_gpu_in_half_precision_the_estimate_is_an_mfu_of_its_datashee
 
 
 def test_absent_mfu_and_bandwidth_say_why_and_how_to_see_them():
-    """Issue #29: MFU and the bandwidth used were simply absent unless the server ran with --enable-mfu-metrics."""
+    """Once, MFU and the bandwidth used were simply absent unless the server ran with --enable-mfu-metrics."""
     plain = _run({"histograms": {"e2e": {"mean": 1.0, "count": 1}}})
     (why,) = utilization.why_absent(plain)
     assert "not started with --enable-mfu-metrics" in why and "Server page's extra flags" in why

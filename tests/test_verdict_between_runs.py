@@ -1,4 +1,4 @@
-"""One run a side judged by its requests (issue #29 items 1-2): two runs of the same workload differ as a whole too
+"""One run a side judged by its requests: two runs of the same workload differ as a whole too
 (a busy neighbour, a warm cache), by a factor their requests' spread cannot see. Every path that compares the
 requests of single runs (History compare, side by side, --versus, `engine compare`: compare_runs; the Naive page and
 the guided lab's speed-up: per_prompt; the lab's concurrency against naive's answers: of_values) adds the

@@ -1,4 +1,4 @@
-"""A comparison beside a disturbed run claims nothing (issue #29): whatever the t test says, a difference measured
+"""A comparison beside a disturbed run claims nothing: whatever the t test says, a difference measured
 while other programs, another client or chats took from one side is not this machine's, so every place that
 compares runs (the verdict itself, Tuning's and History's captions, the CLI's tuning verdict, `compare`, the Naive
 page's speed-up) says how sure it would be and that the machine was disturbed, in English and Korean, as the guided

@@ -124,7 +124,7 @@ def _ran(code: str, where, **env) -> str:
 
 
 def test_a_workload_run_on_completions_with_lora_modules_has_code_that_sends_them_so(tmp_path, monkeypatch):
-    """Issue #33: the code behind a workload run sent to /v1/completions with LoRA modules in turn (3 to 1) was not
+    """Once, the code behind a workload run sent to /v1/completions with LoRA modules in turn (3 to 1) was not
     written; it sends each of its prompts to the completions endpoint naming the module the run's request named,
     with the run's header read from the environment (run against the fake, which answers any model name)."""
     from tests.fakes import FakeOpenAIServer

@@ -171,7 +171,7 @@ def test_synthetic_prompts_have_exactly_their_token_lengths_with_the_tokenizer(t
 
 
 def test_the_record_states_the_distribution_asked_for_and_the_sample_that_was_sent():
-    """Issue #29: a uniform 16-64 output length was recorded with "mean": 128 (the unused default) while the
+    """Once, a uniform 16-64 output length was recorded with "mean": 128 (the unused default) while the
     requests' real mean was 41.65. The record states each kind's own parameters, and the drawn lengths' statistics."""
     p = lengths.plan(20, lengths.Lengths("fixed", mean=64), lengths.Lengths("uniform", low=16, high=64, side="output"),
                      seed=7)
@@ -440,7 +440,7 @@ def test_the_length_histogram_and_ttft_per_turn_draw_the_plans_and_the_records_n
     fig = fw.ttft_by_turn(run, lang="ko")
     assert list(fig.data[0].x) == [1, 2] and list(fig.data[0].y) == pytest.approx([100, 200])
     assert "2.0" in caption(fig)
-    # the later turn's slower start is the verdict's, with its interval and method (issue #29: no bare ratio)
+    # the later turn's slower start is the verdict's, with its interval and method, never a bare ratio
     v = said(caption_said(fig)[0])
     assert v.template.startswith("{name}: {b} is higher than {a}, {effect}, beyond noise")
     assert values(v)["effect"]["ratio"] == "2.00" and values(v)["how"]["counts"] == {"n": 3}

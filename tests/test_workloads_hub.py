@@ -1,4 +1,4 @@
-"""A Hugging Face dataset by name (issue #33 item 3), through the `datasets` library, from a cache this test writes
+"""A Hugging Face dataset by name, through the `datasets` library, from a cache this test writes
 the way the library writes one after a download (its own builder, its own folder layout), offline: never the
 network. Its rows as a file's rows, sampled and recorded with the dataset's name, split and fingerprint; one
 sentence when neither the cache nor the network has it, and for a split or column it lacks."""

@@ -32,7 +32,7 @@ from engine.figures.theme import (
     wrap,
 )
 from engine.measure.judge import repeats, stats, verdict
-from engine.messages import say, say_n, seconds, translate
+from engine.messages import say, say_n, seconds, translate, when
 from engine.metrics import metric_info
 from engine.results.records import RunResult
 
@@ -191,9 +191,10 @@ _TICK_ROOM = 64
 
 
 def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
-    """Under each bar, when it started: the time (with seconds where a label is shown twice, as the caption's
-    verdict names such runs, engine.measure.judge.verdict.labels_apart), the date only when the runs span
-    several days, a repeat's place on its own line."""
+    """Under each bar, when it started, as the page's table writes a time (engine.messages.when): the time (to the
+    second where a label is shown twice, as the caption's verdict names such runs,
+    engine.measure.judge.verdict.labels_apart), the date only when the runs span several days, a repeat's place on
+    its own line."""
     stamps = [datetime.fromtimestamp(r.started_at) for r in runs if getattr(r, "started_at", 0)]
     several_days = len({d.date() for d in stamps}) > 1
     labels = [run_label(r, lang) for r in runs]
@@ -201,9 +202,8 @@ def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
     for r, label in zip(runs, labels):
         if not getattr(r, "started_at", 0):
             continue
-        d = datetime.fromtimestamp(r.started_at)
-        lines = [_when(r.started_at, lang).rsplit(" ", 1)[0]] if several_days else []
-        lines.append(f"{d:%H:%M:%S}" if labels.count(label) > 1 else f"{d:%H:%M}")
+        lines = [when(r.started_at, lang, "date")] if several_days else []
+        lines.append(when(r.started_at, lang, "time" if labels.count(label) > 1 else "minute"))
         if r.extra.repeat.index:  # repeats share a label: said which one each is
             lines.append(translate(say("repeat {i}/{n}", i=r.extra.repeat.index, n=r.extra.repeat.total or "?"),
                                    lang))
@@ -212,12 +212,13 @@ def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
 
 
 def _named(run: Any, runs: Sequence[Any], lang: str) -> str:
-    """A run as the caption names it: its label, with its start to the second where another shown run has the same
-    label (as under its bar)."""
-    label = run_label(run, lang)
-    if sum(run_label(r, lang) == label for r in runs) < 2:
-        return label
-    return say("{name} from {time}", name=label, time=f"{datetime.fromtimestamp(run.started_at):%H:%M:%S}")
+    """A run (or its set of repeats) as the caption names it: its label, with its start to the second where another
+    shown run, not a repeat of its own load test, has the same label (as under its bar)."""
+    label, group = run_label(run, lang), run.extra.repeat.group
+    if not any(run_label(r, lang) == label for r in runs if r is not run and not (group and r.extra.repeat.group ==
+                                                                                    group)):
+        return label  # its label alone among the other sets: a load test's own repeats share it
+    return say("{name} from {time}", name=label, time=when(run.started_at, lang, "time"))
 
 
 def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, lang: str = "en") -> go.Figure:
@@ -255,20 +256,30 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     # repeats of one load test in one colour, another set in another; without repeats, a colour per kind of run
     colors = [PALETTE[set_of[id(r)] % len(PALETTE)] if grouped else _color(r, i) for i, r in enumerate(shown)]
     fig = go.Figure(go.Bar(
-        x=list(range(len(vals))), y=vals, marker_color=colors, text=[f"<b>{significant(v)}</b>" for v in vals],
-        # every number at its full size above its bar (plotly shrinks an outside label to a narrow bar's width)
-        textposition="outside", cliponaxis=False, constraintext="none", showlegend=False, name=name,
+        x=list(range(len(vals))), y=vals, marker_color=colors, cliponaxis=False, showlegend=False, name=name,
         customdata=labels,
         hovertemplate="%{customdata}: %{y:,.2f} " + unit_shown + "<extra></extra>",
     ))
+    # Each number on the page's white above its bar, at its full size: a bar's own text has no background, so a
+    # repeats' dashed line at their centre ran through a shorter bar's number (seen on '108' and '117').
+    for i, v in enumerate(vals):
+        fig.add_annotation(x=i, y=v, yanchor="bottom", yshift=2, text=f"<b>{significant(v)}</b>", showarrow=False,
+                           bgcolor="white", borderpad=1, font=dict(size=BASE_SIZE, color=INK))
+    value_of = {id(r): v for r, v in have}
+
+    def centre_of(g: Sequence[Any]) -> float:
+        """A set's centre as the verdict takes it (a repeat cut short left out); a run alone, its own value."""
+        return verdict.centre([x for r in g if (x := verdict.value(r, metric)) is not None]
+                              or [value_of[id(r)] for r in g])
+
     centres = []
     for k, g in enumerate(sets):
         if len(g) < 2:
             continue
         at = [i for i, r in enumerate(shown) if set_of[id(r)] == k]
-        centre = verdict.centre([v for r in g if (v := verdict.value(r, metric)) is not None])
+        centre = centre_of(g)
         centres.append((g, centre))
-        # under the bars and their numbers: seen in the gaps and above the shorter bars, never over a number
+        # under the bars and their numbers: seen in the gaps and above the shorter bars, hidden behind a number
         fig.add_shape(type="line", x0=min(at) - 0.45, x1=max(at) + 0.45, y0=centre, y1=centre, layer="below",
                       line=dict(color=INK, width=3, dash="dash"))
     fig.update_layout(
@@ -281,20 +292,31 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
         bargap=0.35,
     )
     if have:
-        ranked = sorted(have, key=lambda p: p[1], reverse=better == "higher")
-        best_r, best_v = ranked[0]
-        best = dict(run=_named(best_r, shown, lang), value=significant(best_v), unit=unit)
-        cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
-               say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
-        # First or not is a finding only beyond the noise: the first run's set of repeats (or the run alone) against
-        # the next set's, each told apart by its start where their labels are the same.
-        set_at = {id(r): g for g in sets for r in g}
-        top = set_at[id(best_r)]
-        if nxt := next((set_at[id(r)] for r, _v in ranked if set_at[id(r)] is not top), None):
+        # Which is first is a finding only beyond the noise: the sets of repeats (a run alone is a set of one)
+        # ranked by the centre the verdict compares, the first against the next, and the words follow the verdict.
+        ranked = sorted(((g, centre_of(g)) for g in sets),
+                        key=lambda p: p[1], reverse=better == "higher")
+        (top, top_at), nxt = ranked[0], ranked[1][0] if len(ranked) > 1 else None
+        judged = None
+        if nxt is not None:
             first_a, first_b = (min(g, key=lambda r: r.started_at) for g in (nxt, top))
-            a, b = verdict.labels_apart(first_a, first_b, run_label(first_a, lang), run_label(first_b, lang))
-            if v := verdict.compare_runs(nxt, top, metric, name=label, label_a=a, label_b=b, unit=unit):
-                cap.append(v.said)
+            a, b = verdict.labels_apart(first_a, first_b, run_label(first_a, lang), run_label(first_b, lang),
+                                        lang=lang)
+            judged = verdict.compare_runs(nxt, top, metric, name=label, label_a=a, label_b=b, unit=unit)
+        best = dict(run=_named(min(top, key=lambda r: r.started_at), shown, lang), value=significant(top_at),
+                    unit=unit)
+        if nxt is None and len(top) > 1:  # one load test's repeats: their centre is the dashed line's, said below
+            cap = []
+        elif nxt is None or (judged is not None and judged.finding):
+            cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
+                   say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
+        elif judged is not None and judged.finding is False:
+            cap = [say("No run is best beyond noise: {a} and {b}, the two best, are level on this machine.",
+                       a=b, b=a)]
+        else:  # one value a side, or a disturbed run: nothing ranked, the verdict says why
+            cap = [say("No run is named best: {a} and {b}, the two best, cannot be told apart yet.", a=b, b=a)]
+        if judged is not None:
+            cap.append(judged.said)
         if centres:  # the dashed lines: which number each is, from the one computation the verdict uses
             each = "; ".join(translate(say("{run}: {value} {unit}", run=_named(min(g, key=lambda r: r.started_at),
                                                                               shown, lang),

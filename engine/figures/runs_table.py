@@ -3,14 +3,13 @@ disagree. See docs/internals.md#exchange."""
 from __future__ import annotations
 
 import shlex
-from datetime import datetime
 from collections.abc import Sequence
 from typing import Any
 
 from engine.digits import significant
-from engine.messages import say, translate
+from engine.messages import mark, say, translate, when
 from engine.results.exchange import run_row
-from engine.results.records import RunResult
+from engine.results.records import RunResult, is_sane_time
 from engine.serving import models
 
 # (row name, run_row key, decimals): None a measurement, in significant figures (engine.digits); 0 a count
@@ -54,7 +53,7 @@ def _num(v: Any, digits: int | None, lang: str) -> str:
         return "–" if v in (None, "") else str(v)
     if digits is None:
         return significant(float(v))
-    from babel.numbers import format_decimal
+    from babel.numbers import format_decimal  # ~0.1 s to import, paid only when a table is drawn
 
     return format_decimal(round(float(v), digits), format=f"#,##0{'.' + '0' * digits if digits else ''}",
                           locale="ko_KR" if lang == "ko" else "en_US")
@@ -72,7 +71,8 @@ def compare_table(runs: Sequence[RunResult], *, lang: str = "en") -> tuple[list[
     def add(name, values) -> None:
         rows.append({what: translate(name, lang), **dict(zip(cols, values))})
 
-    add(say("Started"), [datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M:%S") for r in runs])
+    add(say("Started"), [when(r.started_at, lang) if is_sane_time(r.started_at) else translate(mark("unknown"), lang)
+                         for r in runs])  # as the History table beside it writes a time
     add(say("Kind"), [r.kind for r in runs])
     add(say("Model"), [models.shown_name(r.model) or "–" for r in runs])
     for name, key, digits in _NUMBERS:

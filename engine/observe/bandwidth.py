@@ -7,12 +7,15 @@ import functools
 import json
 import math
 import os
+import platform
 import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 from engine import paths
 from engine.messages import Message, mark
@@ -166,10 +169,6 @@ def _machine() -> dict[str, Any]:
     try:
         boot = open("/proc/sys/kernel/random/boot_id").read().strip()
     except OSError:  # not Linux: the machine's name and the boot time psutil reads
-        import platform
-
-        import psutil
-
         boot = f"{platform.node()} {psutil.boot_time():.0f}"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"boot": boot, "cores": cores}

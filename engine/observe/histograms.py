@@ -63,11 +63,6 @@ class Histogram:
         """Exact: the sum over the count; None when nothing was observed."""
         return self.sum / self.count if self.count else None
 
-    def quantile(self, q: float) -> float | None:
-        """The q-quantile as far as the data allow (`percentile`'s value); None when nothing was observed."""
-        p = self.percentile(q)
-        return None if p is None else p.value
-
     def percentile(self, q: float) -> "Percentile | None":
         """The q-quantile estimated from the buckets (Prometheus' histogram_quantile: interpolated linearly inside
         the bucket that holds rank q x count), never placed past what the data allow. In the first bucket the

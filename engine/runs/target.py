@@ -2,6 +2,7 @@
 run is stamped with what it ran on."""
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import dataclass, field, replace
@@ -159,8 +160,6 @@ class Target:
 def _lora_names(args: tuple[str, ...]) -> list[str]:
     """The adapters' names a server this app starts serves from its extra flags: `--lora-modules a=PATH b=PATH`
     (or vLLM's JSON form, '{"name": "a", "path": ...}')."""
-    import json
-
     names: list[str] = []
     words = [w for a in args for w in (a.split("=", 1) if a.startswith("--lora-modules=") else [a])]
     for i, w in enumerate(words):
@@ -200,10 +199,3 @@ def check_url(url: str) -> str:
     """The URL of a server to measure, or ConfigError with one sentence."""
     endpoint.root_url(url)
     return url
-
-
-def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | None]:
-    """The model names a running OpenAI-compatible server serves and the shortest max_model_len vLLM
-    gives them (None when it does not say), from GET /v1/models."""
-    found = endpoint.discover(url, api_key)
-    return list(found.models), min((n for n in found.models.values() if n is not None), default=None)

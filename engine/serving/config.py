@@ -7,6 +7,8 @@ import sys
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import psutil
+
 from engine.errors import ConfigError, ServerBusy
 from engine.messages import Message, mark, say, say_n
 from engine.observe import nvml
@@ -340,14 +342,6 @@ PRESETS: tuple[Preset, ...] = (
 )
 
 
-def preset(name: str) -> Preset:
-    for p in PRESETS:
-        if p.name == name:
-            return p
-    raise ConfigError(say("There is no preset called '{name}': pick one of {choices}.", name=name,
-                          choices=", ".join(p.name for p in PRESETS)))
-
-
 def checked(base: ServerConfig, extra_flags: str = "", model_max_len: int | None = None,
             **settings: Any) -> ServerConfig:
     """`base` (a model's defaults: Lab.default_config) with a page's `settings` and the extra flags as
@@ -413,8 +407,6 @@ def fit_check(cfg: ServerConfig, spec: Any, device: str) -> FitReport:
             say("{fraction:.0%} of {total:.0f} GiB on each of {gpus} GPUs", fraction=cfg.gpu_memory_utilization,
                 total=total, gpus=cfg.gpus_needed)
     else:
-        import psutil
-
         total = psutil.virtual_memory().available / 1024**3
         budget = total
         kv_room = cfg.cpu_kvcache_gib

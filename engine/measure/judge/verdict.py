@@ -25,10 +25,11 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
-from engine.messages import Message, mark, say, say_n
+from engine.messages import Message, mark, say, say_n, when
 from engine.metrics import metric_info
 from engine.observe import disturbance
 
@@ -271,7 +272,7 @@ def _t_with(a: Sequence[float], b: Sequence[float], level: float, extra: float) 
     samples cannot see, a stated constant. The two parts' half-widths add in quadrature, each at its own critical
     value (the samples' t at Welch-Satterthwaite's degrees of freedom, the allowance's normal one), so the interval
     is never narrower than the samples' own nor than the allowance's alone."""
-    from scipy import stats
+    from scipy import stats  # ~0.8 s to import: only when a comparison is judged
 
     va, vb = _var_of_mean(a), _var_of_mean(b) if b else 0.0
     d = (_mean(b) - _mean(a)) if b else _mean(a)
@@ -311,7 +312,7 @@ def _paired(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float
     d = [y - x for x, y in zip(a, b)]
     if max(d) == min(d):
         return d[0], d[0], (1.0 if d[0] == 0 else 0.0)
-    from scipy import stats
+    from scipy import stats  # ~0.8 s to import: only when a comparison is judged
 
     r = stats.ttest_rel(b, a)
     ci = r.confidence_interval(level)
@@ -368,7 +369,7 @@ def value(run, key: str) -> float | None:
 
 
 def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, label_a: str, label_b: str,
-                 unit: str = "", level: float = LEVEL) -> Verdict | None:
+                 unit: str = "") -> Verdict | None:
     """Two sets of runs compared on a summary metric: their runs' values when a side has repeats, else, for a
     single run a side and a metric measured per request, those runs' requests with the run-to-run allowance;
     else the undecided verdict of one value a side. None when a side has no value of it. Beside a disturbed run,
@@ -377,11 +378,11 @@ def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, lab
     if len(runs_a) == 1 and len(runs_b) == 1:
         pa, pb = per_request_values(runs_a[0], key), per_request_values(runs_b[0], key)
         if pa is not None and pb is not None and len(pa) >= 2 and len(pb) >= 2:
-            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit, level=level,
+            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit,
                         runs=(1, 1))  # two runs: each its own factor, which its requests cannot see
     if v is None:
         v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
-                    label_b=label_b, per=RUNS, unit=unit, level=level)
+                    label_b=label_b, per=RUNS, unit=unit)
     return beside(v, (label_a, runs_a), (label_b, runs_b))
 
 
@@ -413,14 +414,14 @@ def of_pair(runs_a: Sequence, runs_b: Sequence, label_a: str, label_b: str,
     return out
 
 
-def labels_apart(run_a, run_b, label_a: str, label_b: str) -> tuple[str, str]:
+def labels_apart(run_a, run_b, label_a: str, label_b: str, lang: str | None = None) -> tuple[str, str]:
     """Two runs' labels as a verdict names them: as they are, or, when they are the same, each with its start time
-    ("X from 16:02:11"), so a sentence never compares 'X' with 'X'."""
+    ("X from 16:02:11"; with `lang`, as that language's pages write a time, engine.messages.when), so a sentence
+    never compares 'X' with 'X'."""
     if label_a != label_b:
         return label_a, label_b
-    from datetime import datetime
-
-    times = [f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}" for r in (run_a, run_b)]
+    times = [when(r.started_at, lang, "time") if lang else f"{datetime.fromtimestamp(r.started_at):%H:%M:%S}"
+             for r in (run_a, run_b)]
     if times[0] == times[1]:
         times = [getattr(r, "id", "")[:8] or t for r, t in zip((run_a, run_b), times)]
     return (say("{name} from {time}", name=label_a, time=times[0]),
@@ -473,12 +474,11 @@ def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdic
 
 
 def of_values(a: Sequence[float | None], b: Sequence[float | None], runs_a, runs_b, *, name: str, label_a: str,
-              label_b: str, per: str = RUNS, unit: str = "", paired: bool = False,
-              runs: tuple[int, int] | None = None) -> Verdict | None:
+              label_b: str, per: str = RUNS, unit: str = "", runs: tuple[int, int] | None = None) -> Verdict | None:
     """Two samples that runs gave otherwise than a summary metric (the guided lab's naive answers' pace against
     vLLM's runs; a streamed answer's first token against its end), compared by the same test and withheld beside
     a disturbed run of either side, as compare_runs does. `runs` as compare() takes it: where a side's values are
     the requests of a run of its own (naive's answers), the run-to-run allowance; None where both sides come from
     the same runs."""
-    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, paired=paired, runs=runs)
+    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, runs=runs)
     return beside(v, (label_a, _runs(runs_a)), (label_b, _runs(runs_b)))

@@ -16,7 +16,7 @@ from engine.measure.workloads import fixed_text
 from engine.measure.workloads.kinds import EXAMPLES
 from engine.measure.workloads.tokens import CHARS_PER_TOKEN
 from engine.measure.workloads.lengths import shapes
-from engine.messages import say
+from engine.messages import Message, say
 
 MAX_LINES = 50
 OUTPUT_COLUMNS = ("output_tokens", "output_len", "output_length", "max_tokens", "completion_tokens")
@@ -77,15 +77,21 @@ def _request(run: Any) -> LoadSpec | None:
         return None
 
 
+def _file_named(name: str, w: dict, c: Comments, shipped_said: Message, elsewhere_said: Message) -> list[str]:
+    """`FILE = ...`: the shipped copy where the run sent it (its sha256 the same), else the name, with a comment
+    asking for the file beside the code."""
+    shipped = EXAMPLES / name
+    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
+        return [f"FILE = {lit(str(shipped))}" + c.inline(shipped_said)]
+    return [*comment(c, elsewhere_said), f"FILE = {lit(name)}"]
+
+
 def _file_lines(w: dict, c: Comments) -> list[str]:
     """FILE and its rows, read as the run read it (JSONL, a JSON list, CSV)."""
     name = str(w.get("name") or "")
-    shipped = EXAMPLES / name
-    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
-        lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped example this run sent"))]
-    else:
-        lines = [*comment(c, say("The file this run sent (sha256 {sha}…): put it beside this code.",
-                                  sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
+    lines = _file_named(name, w, c, say("the shipped example this run sent"),
+                        say("The file this run sent (sha256 {sha}…): put it beside this code.",
+                            sha=str(w.get("sha256", ""))[:12]))
     fmt = w.get("format") or ("csv" if name.lower().endswith(".csv") else "jsonl")
     if fmt == "csv":
         read = 'rows = list(csv.DictReader(open(FILE, encoding="utf-8-sig", newline="")))'
@@ -102,13 +108,9 @@ def _text_lines(w: dict, c: Comments) -> list[str]:
     """A fixed text's prompts: its first prefix_len tokens shared, then its lines drawn with the run's seed, each
     prompt about input_len tokens (CHARS_PER_TOKEN characters a token; the run cut them exact with the model's
     tokenizer, so the draws differ from the run's after the opening)."""
-    name = str(w.get("file") or fixed_text.SHIPPED)
-    shipped = EXAMPLES / name
-    if shipped.is_file() and hashlib.sha256(shipped.read_bytes()).hexdigest() == w.get("sha256"):
-        lines = [f"FILE = {lit(str(shipped))}" + c.inline(say("the shipped text this run sent"))]
-    else:
-        lines = [*comment(c, say("The text this run sent (sha256 {sha}…): put it beside this code.",
-                                  sha=str(w.get("sha256", ""))[:12])), f"FILE = {lit(name)}"]
+    lines = _file_named(str(w.get("file") or fixed_text.SHIPPED), w, c, say("the shipped text this run sent"),
+                        say("The text this run sent (sha256 {sha}…): put it beside this code.",
+                            sha=str(w.get("sha256", ""))[:12]))
     head, size = int(w.get("prefix_len") or 0) * CHARS_PER_TOKEN, int(w.get("input_len") or 1) * CHARS_PER_TOKEN
     return [*lines, 'LINES = [line.strip() for line in open(FILE, encoding="utf-8-sig") if line.strip()]',
             f"N, rng = {w.get('sent')}, random.Random({w.get('seed', 0)})",

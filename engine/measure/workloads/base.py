@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from engine.errors import LabError
@@ -58,8 +59,6 @@ def read_file(path: str, text: bool = False) -> tuple[bytes, str]:
     plain `text` file), as (bytes, its name): checked for what a path can be before its content is (a missing file,
     a folder, one over the cap, one that cannot be read); the content is then checked as an upload's is
     (datasets.parse, traces.parse, fixed_text.plan)."""
-    from pathlib import Path
-
     p = Path(path).expanduser()
     if not p.exists():
         raise WorkloadError(say("{path} does not exist: give the path of a text file.", path=path) if text else

@@ -77,13 +77,10 @@ class Lengths:
         return {"kind": self.kind, **{k: getattr(self, k) for k in PARAMETERS[self.kind]}}
 
 
-# A length as one word (the CLI's --input-len / --output-len): "200" fixed, "100-300" a uniform range, "200:50"
-# a normal of that mean and stdev (clipped to 1 and 4 stdevs above the mean), "chat-like" the shipped shape
-TEXT_FORMS = "N, LOW-HIGH, MEAN:STDEV or chat-like"
-
-
 def from_text(text: str, side: str = "input", what: str = "A length") -> Lengths:
-    """The distribution one word names (TEXT_FORMS); WorkloadError (one sentence naming `what`) otherwise."""
+    """The distribution one word names (the CLI's --input-len / --output-len): "200" fixed, "100-300" a uniform
+    range, "200:50" a normal of that mean and stdev (clipped to 1 and 4 stdevs above the mean), "chat-like" the
+    shipped shape; WorkloadError (one sentence naming `what`) otherwise."""
     word = str(text).strip().lower()
     try:
         if word == "chat-like":

@@ -67,13 +67,6 @@ def seeded_prompts(n: int, seed: int = 0, words: Sequence[str] = _WORDS, extra_w
     return out
 
 
-def prompt_cycle(prompts: Sequence[str], n: int) -> list[str]:
-    """The first `n` prompts of `prompts` repeated cyclically (n requests from a shorter set)."""
-    if not prompts:
-        raise ValueError("prompt_cycle needs at least one prompt")
-    return [prompts[i % len(prompts)] for i in range(max(0, n))]
-
-
 # The prefix-cache scenario: one long system prompt every request shares (~1,300 tokens with SmolLM2's
 # tokenizer), then a short question. The prompt is what a workshop's help desk assistant would really be
 # told; its length is the point: with prefix caching on, vLLM computes it once and reuses its KV blocks.
