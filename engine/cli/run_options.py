@@ -9,9 +9,10 @@ from engine.errors import ConfigError
 from engine.measure.load.spec import check_max_tokens
 from engine.messages import mark, say
 
-_HOW = {"sequential": mark("sends its requests one after another"), "burst": mark("sends all its requests at once"),
-        "poisson": mark("sends its requests at random times at a set rate"),
-        "concurrency": mark("keeps a number of requests in flight"), "trace": mark("replays a trace on its own clock")}
+_HOW: dict[str, str] = {
+    "sequential": mark("sends its requests one after another"), "burst": mark("sends all its requests at once"),
+    "poisson": mark("sends its requests at random times at a set rate"),
+    "concurrency": mark("keeps a number of requests in flight"), "trace": mark("replays a trace on its own clock")}
 # The ServerConfig fields a comparison's configurations set, as the options that would set them here (a
 # squeezed KV cache is --kv-cache-gib on the command line).
 _OPTION_OF = {"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}
