@@ -245,8 +245,8 @@ def test_kill_right_after_save_loses_nothing(tmp_path):
     """A process killed (SIGKILL) the instant save() returns: the run is there, whole."""
     path = tmp_path / "h.sqlite"
     code = (
-        "import os, signal, sys; sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[2] + '/tests');"
-        "from test_store import make_run; from engine.results.store import RunStore;"
+        "import os, signal, sys; sys.path.insert(0, sys.argv[2]);"
+        "from tests.test_store import make_run; from engine.results.store import RunStore;"
         "s = RunStore(sys.argv[1]); r = make_run(); s.save(r); print(r.id, flush=True);"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )
