@@ -47,8 +47,46 @@ if _xdist.startswith("gw") and _xdist[2:].isdigit():
     _cores = sorted(os.sched_getaffinity(0))
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(_cores[int(_xdist[2:]) % len(_cores)]))
 
+# The naive baseline's worker (torch) takes a thread per core; beside the other xdist worker, each OMP barrier waits
+# for a thread that lost its core, spinning meanwhile: one guided-lab naive run (5 prompts, 20 tokens) cost 35-46 s
+# of CPU so, 13 s on one thread (bench/results/test-suite-cpu.md). No test reads the worker's pace or thread count;
+# vLLM sets its own workers' threads (VLLM_CPU_OMP_THREADS_BIND above) and serves on one thread already.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
+
+# vLLM single-process: the model runs in the EngineCore (vLLM's "uni" executor, no worker process) on one OMP thread,
+# as the multiprocess executor runs its one worker here. A start costs ~9 s less CPU (of ~30) and answers at the
+# usual pace (bench/single_process.py, bench/start_cost.py; bench/results/test-suite-cpu.md). Only for the servers
+# named here, whose tree is not what the test is about, and where no naive worker runs beside (it would inherit the
+# one thread): the session server (its adoption, then nothing left after its stop), the crash, adoption and one-server
+# tests (test_crash, test_e2e_crash, test_one_server, test_e2e_one_server), test_server's and any that count a
+# server's processes keep the tree users run. Set for the module (or the test) while it runs; whatever starts a server
+# then (the test, its CLI, its app) passes it on.
+SINGLE_PROCESS_VLLM = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
+SINGLE_PROCESS_SERVERS = {
+    "tests/test_lora_real.py",  # LoRA adapters served: which adapter answered (its stop checks nothing is left)
+    "tests/test_remote_live.py",  # a keyed server at a URL, stopped and restarted: what the pages say of it
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_process_vllm_module(request):
+    with pytest.MonkeyPatch.context() as mp:
+        if request.node.nodeid in SINGLE_PROCESS_SERVERS:
+            for k, v in SINGLE_PROCESS_VLLM.items():
+                mp.setenv(k, v)
+        yield
+
+
+@pytest.fixture(autouse=True)
+def single_process_vllm_test(request):
+    with pytest.MonkeyPatch.context() as mp:
+        if request.node.nodeid.split("[")[0] in SINGLE_PROCESS_SERVERS:
+            for k, v in SINGLE_PROCESS_VLLM.items():
+                mp.setenv(k, v)
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -176,7 +214,8 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
     """Start a server through the CLI, wait for 'ready', then SIGKILL the CLI (the 'app')."""
     argv = [sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
             "--kv-cache-gib", "1", "--max-model-len", "2048", "--enforce-eager"]
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in SINGLE_PROCESS_VLLM}  # the tree users run, whoever asks
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
     deadline = time.time() + timeout_s
     assert proc.stdout is not None

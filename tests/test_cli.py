@@ -224,10 +224,10 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
     (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
 ])
 def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
-    from engine.runs import server_info
     from engine.results.store import RunStore
+    from engine.serving import endpoint
 
-    mml = server_info(vllm_server.base_url)[1]
+    mml = min(n for n in endpoint.discover(vllm_server.base_url).models.values() if n is not None)
     fill = dict(over=mml + 1, mml=mml, model=vllm_server.model)
     saved = len(RunStore())
     p = cli("run", "concurrent-10", "--url", vllm_server.base_url, *[a.format(**fill) for a in extra])
@@ -238,8 +238,7 @@ def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, 
 
 def test_the_run_summary_counts_failed_requests_by_cause():
     """A server that dies mid-run: the CLI's summary says, under the counts, what happened to the failed ones."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.cli.summary import summary_table
     from engine.measure.judge import failures
