@@ -238,8 +238,7 @@ def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, 
 
 def test_the_run_summary_counts_failed_requests_by_cause():
     """A server that dies mid-run: the CLI's summary says, under the counts, what happened to the failed ones."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.cli.summary import summary_table
     from engine.measure.judge import failures

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from test_store import insert_raw, make_run  # noqa: E402
-from engine.results.records import Warmth  # noqa: E402
-from engine.measure.load.shape import shape_said  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.said import chain, reads  # noqa: E402
+from tests.test_store import insert_raw, make_run
+from engine.results.records import Warmth
+from engine.measure.load.shape import shape_said
+from tests.conftest import ROOT, free_port
+from tests.said import chain, reads
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"

@@ -29,10 +29,9 @@ from engine.results.records import Notes, RequestRecord, RunResult, from_v5
 from engine.runs import Runner, Target
 from engine.serving.cluster import second_server_command, side_by_side_here
 from tests import said as sentences
+from tests.fakes import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from fakes import FakeOpenAIServer  # noqa: E402
 
 
 def _rec(i: int, send: float, first: float | None, end: float | None, tokens: int = 4,

@@ -3,23 +3,18 @@ their length cut from the shipped text the project wrote, its opening shared by 
 and one sentence for each bad setting."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+from engine.measure.judge import prefix
+from engine.measure.load.spec import LoadSpec
+from engine.measure.workloads import fixed_text, kinds, seeds, tokens
+from engine.measure.workloads.base import WorkloadError
+from engine.measure.workloads.named import named
+from tests.cli_spec import load_of
+from tests.conftest import ROOT
+from tests.said import tree
 
-from engine.measure.judge import prefix  # noqa: E402
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.workloads import fixed_text, kinds, seeds, tokens  # noqa: E402
-from engine.measure.workloads.base import WorkloadError  # noqa: E402
-from engine.measure.workloads.named import named  # noqa: E402
-from tests.cli_spec import load_of  # noqa: E402
-from tests.said import tree  # noqa: E402
-
-TEXT = HERE.parent / "examples" / "workloads" / "fixed-text.txt"
+TEXT = ROOT / "examples" / "workloads" / "fixed-text.txt"
 
 
 @pytest.fixture(scope="module")

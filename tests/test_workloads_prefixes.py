@@ -4,21 +4,16 @@ own suffix after it, as `vllm bench serve --dataset-name prefix_repetition`) and
 same prompts again, the record and the one sentence for each bad setting."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
-
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.judge import prefix  # noqa: E402
-from engine.measure.workloads import kinds, lengths, prefixes, seeds, tokens  # noqa: E402
-from engine.measure.workloads.base import WorkloadError  # noqa: E402
-from tests.cli_spec import load_of  # noqa: E402
-from tests.said import said, tree, values  # noqa: E402
+from engine.measure.load.spec import LoadSpec
+from engine.measure.judge import prefix
+from engine.measure.workloads import kinds, lengths, prefixes, seeds, tokens
+from engine.measure.workloads.base import WorkloadError
+from tests.cli_spec import load_of
+from tests.said import said, tree, values
 
 
 @pytest.fixture(scope="module")
