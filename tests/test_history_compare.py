@@ -143,7 +143,7 @@ def test_repeats_of_one_label_in_one_minute_are_bars_of_their_own():
 
 
 def test_one_bar_per_run_each_with_its_number_whatever_the_labels():
-    """Issue #33 item 6: five runs, two of them with one label, one minute and ids alike, drew four bars (two stacked
+    """Once, five runs, two of them with one label, one minute and ids alike, drew four bars (two stacked
     in one category), the top one clipped and unnumbered. Each run is a bar of its own on the axis, told apart under
     it, its number never shrunk to fit the bar, and room above the tallest one for its number."""
     runs = [_run("concurrent-10", 4 + i, cold=False) for i in range(3)] + [_run("x" * 60, 10, cold=None),
