@@ -147,7 +147,8 @@ def line_breaking() -> None:
             if i18n.lang() == "ko"  # markdown's own break-word on each paragraph
             else "/* English breaks at spaces already */")
     # markdown, not st.html: a style-only st.html (with or without an empty element before it) left the paragraphs
-    # at break-word in Chromium (tests/test_e2e_guide_keepall.py); at the sidebar's end, where it takes no room
+    # at break-word in Chromium (test_e2e_guide_screen.py's test_korean_breaks_lines_between_words); at the
+    # sidebar's end, where it takes no room
     st.sidebar.markdown(f"<style>{rule}</style>", unsafe_allow_html=True)
 
 

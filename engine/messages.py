@@ -24,11 +24,11 @@ QUOTED = frozenset({"url", "plain", "model", "first"})
 QUOTE_LIMIT = 120
 
 
-def quoted(text: str, limit: int = QUOTE_LIMIT) -> str:
+def quoted(text: str) -> str:
     """`text` as a sentence quotes it: whole when short, else its start and its end around an ellipsis."""
-    if len(text) <= limit:
+    if len(text) <= QUOTE_LIMIT:
         return text
-    return f"{text[: limit * 2 // 3]}…{text[-(limit // 4):]}"
+    return f"{text[: QUOTE_LIMIT * 2 // 3]}…{text[-(QUOTE_LIMIT // 4):]}"
 
 
 class Message(str):

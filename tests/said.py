@@ -73,26 +73,39 @@ OPENING = r"[^\s<>.:;,](?:[^\n<>:;.]|\.(?=\w))*?"  # a field at a sentence's sta
 
 def reads(template: str, text: str, plural: str | None = None) -> list[dict[str, str]]:
     """Every sentence of message id `template` in `text`, in order, as read() reads one."""
+    return [m.groupdict() for m in pattern(template, plural).finditer(text)]
+
+
+def pattern(template: str, plural: str | None = None) -> re.Pattern:
+    """What read() looks for: a sentence of message id `template` rendered in English, its values as named groups.
+    A browser test waits on it (on_page()) before it reads the sentence's values."""
     for t in (template, plural):
         assert t is None or t in _ids(), f"{t!r} is no message id of the catalogue (reworded? run make catalogue)"
-    pattern, names = "", set()
+    rx, names = "", set()
     fields = list(string.Formatter().parse(plural or template))
     for i, (literal, name, spec, _conv) in enumerate(fields):
-        pattern += re.escape(literal) + ("(?!\\w)" if literal.endswith(".") else "")  # a full stop, not 1.5's
+        rx += re.escape(literal) + ("(?!\\w)" if literal.endswith(".") else "")  # a full stop, not 1.5's
         if name is None:
             continue
         if name in names:
-            pattern += f"(?P={name})"
+            rx += f"(?P={name})"
         elif spec and spec[-1] in "dfg%" or "," in (spec or ""):  # a number, as its format writes it
-            pattern += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
-        elif not pattern:  # the sentence's opening: after the line's last tag, colon, semicolon or full stop
-            pattern += f"(?P<{name}>{OPENING})"  # (not from "error: " on)
+            rx += f"(?P<{name}>[-+]?[\\d,]*\\.?\\d+(?:e[-+]?\\d+)?%?)"
+        elif not rx:  # the sentence's opening: after the line's last tag, colon, semicolon or full stop
+            rx += f"(?P<{name}>{OPENING})"  # (not from "error: " on)
         elif i == len(fields) - 1:  # its end: the rest of the line
-            pattern += f"(?P<{name}>[^\\n]*\\S)"
+            rx += f"(?P<{name}>[^\\n]*\\S)"
         else:
-            pattern += f"(?P<{name}>[^\\n]+?)"
+            rx += f"(?P<{name}>[^\\n]+?)"
         names.add(name)
-    return [m.groupdict() for m in re.finditer(pattern, text)]
+    return re.compile(rx)
+
+
+def on_page(template: str, plural: str | None = None) -> re.Pattern:
+    """pattern() as a browser's JavaScript reads it (no Python-only named groups), for Playwright's
+    `get_by_text`: wait on the sentence with it, then read() its values from the element's text."""
+    rx = re.sub(r"\(\?P=\w+\)", ".+?", pattern(template, plural).pattern)  # a value said twice
+    return re.compile(re.sub(r"\(\?P<\w+>", "(?:", rx))
 
 
 @functools.cache

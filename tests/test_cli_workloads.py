@@ -12,12 +12,11 @@ import sys
 
 import pytest
 
-from engine.cli import build_parser
-from engine.cli.run import _load
-from engine.cli.run_options import check_run_options
 from engine.errors import ConfigError, LabError
 from engine.measure.workloads import scenarios, seeds
 from engine.measure.workloads.named import named
+
+from tests.cli_spec import load_of
 
 from .conftest import ROOT, cli_in_process
 
@@ -30,18 +29,6 @@ def five(tmp_path):
     path = tmp_path / "five.jsonl"
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in FIVE), encoding="utf-8")
     return path
-
-
-def _load_of(*argv: str):
-    return load_of(*argv)
-
-
-def load_of(*argv: str):
-    """The LoadSpec `python -m engine run ARGV` would send, built as the command builds it."""
-    args = build_parser().parse_args(["run", *argv])
-    scn = scenarios.get(args.scenario)
-    check_run_options(scn, args)
-    return _load(scn, args)
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -106,10 +93,9 @@ def test_the_scenarios_of_synthetic_prompts_take_a_new_seed_each_run_unless_one_
     """Once, the sweep, the SLO search, sustained, ramp-up and bursty sent seed 0's (or 1's, 2's, 3's)
     prompts every run, so a second run found the first's in vLLM's prefix cache, and --seed was refused."""
     slo = ("--slo-ttft-ms", "500") if name == "slo-search" else ()
-    load_of = lambda *argv: _load_of(*argv, *slo)  # noqa: E731
-    a, b = load_of(name), load_of(name)
+    a, b = load_of(name, *slo), load_of(name, *slo)
     assert a.prompt_seed is not None and a.prompt_seed != b.prompt_seed and a.prompts != b.prompts
-    fixed = [load_of(name, "--seed", "42") for _ in range(2)]
+    fixed = [load_of(name, "--seed", "42", *slo) for _ in range(2)]
     assert fixed[0].prompts == fixed[1].prompts and fixed[0].prompt_seed == 42 and fixed[0].prompts != a.prompts
     scn = scenarios.get(name)
     assert len(a.prompts) == len(scn.prompts)  # the shape kept: as many prompts, as long (the sweep's extra words)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -144,8 +143,7 @@ def test_no_gpu_of_the_runs_judges_nothing_and_the_cpu_path_is_unchanged(server)
 def test_a_run_records_the_gpu_beside_it_through_the_driver_boundary(monkeypatch):
     """A load run through the Runner, NVML answered by the fake at engine.observe.nvml's pynvml: the saved run's
     disturbance part has the other process, and its verdict against a quiet run is withheld, saying why."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.measure.judge import verdict
     from engine.measure.load.spec import LoadSpec

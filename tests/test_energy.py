@@ -110,10 +110,8 @@ def test_per_token_arithmetic_and_the_cost_at_a_price_per_kwh():
 
 
 def test_each_run_keeps_its_energy_or_why_it_has_none():
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.measure.load.spec import LoadSpec
     from engine.runs import Runner, Target

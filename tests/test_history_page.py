@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-
-from test_store import insert_raw, make_run  # noqa: E402
-from engine.results.records import Warmth  # noqa: E402
-from engine.measure.load.shape import shape_said  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.said import chain, reads  # noqa: E402
+from tests.test_store import insert_raw, make_run
+from engine.results.records import Warmth
+from engine.measure.load.shape import shape_said
+from tests.conftest import ROOT, free_port
+from tests.said import chain, reads
 
 APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
@@ -217,7 +212,7 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
 
 
 def test_a_runs_request_shape_is_said_in_its_details_and_no_header_value_anywhere(lab):
-    """Issue #33: what a run's requests carried beyond the plain chat request (the Load test's request boxes, the
+    """What a run's requests carried beyond the plain chat request (the Load test's request boxes, the
     CLI's options) is said in History's details as on the Load test page; a header by its name only."""
     from engine.measure.load.spec import LoadSpec
 

@@ -2,19 +2,14 @@
 answered every request, expandable to each repeat, and selected together. Through app.py with AppTest."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+from tests.test_store import make_run
 
-from test_store import make_run  # noqa: E402
-
-from engine.measure.judge import failures, repeats  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
+from engine.measure.judge import failures, repeats
+from tests.conftest import ROOT, free_port
 
 APP = str(ROOT / "app.py")
 

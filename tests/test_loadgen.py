@@ -4,29 +4,24 @@ belong in bench/."""
 from __future__ import annotations
 
 import io
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+from tests.fakes import U2028_TEXT, FakeOpenAIServer
 
-from fakes import U2028_TEXT, FakeOpenAIServer  # noqa: E402
-
-from engine.errors import ConfigError  # noqa: E402
-from engine.measure.workloads import prompts  # noqa: E402
-from engine.measure.judge import failures, token_check# noqa: E402
-from engine.measure.load.arrivals import offsets as poisson_offsets  # noqa: E402
-from engine.measure.load.loadgen import run_load  # noqa: E402
-from engine.cli.console import Console  # noqa: E402
-from engine.measure.progress import Progress  # noqa: E402
-from engine.measure.load.spec import LoadSpec, parse_levels  # noqa: E402
-from engine.measure.load.sse import SSEDecoder  # noqa: E402
-from engine.observe.telemetry import generation_tokens  # noqa: E402
-from engine.runs import Runner, Target  # noqa: E402
-from tests.said import said, tree, values  # noqa: E402
+from engine.errors import ConfigError
+from engine.measure.workloads import prompts
+from engine.measure.judge import failures, token_check
+from engine.measure.load.arrivals import offsets as poisson_offsets
+from engine.measure.load.loadgen import run_load
+from engine.cli.console import Console
+from engine.measure.progress import Progress
+from engine.measure.load.spec import LoadSpec, parse_levels
+from engine.measure.load.sse import SSEDecoder
+from engine.observe.telemetry import generation_tokens
+from engine.runs import Runner, Target
+from tests.said import said, tree, values
 
 MAX_TOKENS = 8
 
@@ -154,9 +149,10 @@ def test_bad_model_name_is_a_clear_error(vllm_server):
 
 
 def _served_max_len(server) -> int:
-    from engine.runs import server_info
+    """The max-model-len the server says its model has (GET /v1/models)."""
+    from engine.serving import endpoint
 
-    return server_info(server.base_url)[1]
+    return min(n for n in endpoint.discover(server.base_url).models.values() if n is not None)
 
 
 @pytest.mark.server

@@ -9,12 +9,14 @@ import json
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import prompts
 from engine.results.store import RunStore
-from tests.conftest import cli_in_process, free_port
+from engine.serving import proctree
+from tests.conftest import _family, cli_in_process, free_port
 from tests.lora_adapter import write_adapter
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -36,11 +38,16 @@ def lora_server(tmp_path_factory, embedded_model):
     srv.start(ServerConfig(model=embedded_model.path, port=port, enforce_eager=True, cpu_kvcache_gib=1,
                            max_model_len=2048, extra_args=("--enable-lora", "--max-lora-rank", "8", "--lora-modules",
                                                            *(f"{n}={p}" for n, p in adapters.items()))))
+    family: list = []
     try:
         snap = srv.wait_ready(timeout_s=900)
+        family = _family(snap.pid)  # single-process here (conftest's SINGLE_PROCESS_SERVERS): no worker process
+        assert not [n for n in map(proctree.name, family) if "Worker" in n], [proctree.name(p) for p in family]
         yield snap.config.base_url
     finally:
         srv.stop()
+    left = [p.pid for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"stop() left processes of the single-process tree behind: {left}"
 
 
 def _answer(url: str, model: str, prompt: str) -> dict:

@@ -4,25 +4,21 @@ chart. The real comparison on vLLM's CPU build runs through the CLI in tests/tes
 its runs and the Tuning page's view of them."""
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fakes import FakeOpenAIServer  # noqa: E402
+from tests.fakes import FakeOpenAIServer
 
-
-from engine import figures  # noqa: E402
+from engine import figures
 from engine.measure.judge import prefix
-from engine.measure.workloads import prompts, scenarios  # noqa: E402
-from engine.measure.load.request import Requester, cached_tokens  # noqa: E402
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.load.sse import StreamParser  # noqa: E402
-from tests.said import said, values  # noqa: E402
-from engine.results.records import Disturbance, Notes, PrefixCache, RequestRecord, RunResult, Summary  # noqa: E402
-from engine.runs import Runner, ServerCount, Target  # noqa: E402
+from engine.measure.workloads import prompts, scenarios
+from engine.measure.load.request import Requester, cached_tokens
+from engine.measure.load.spec import LoadSpec
+from engine.measure.load.sse import StreamParser
+from tests.said import said, values
+from engine.results.records import Disturbance, Notes, PrefixCache, RequestRecord, RunResult, Summary
+from engine.runs import Runner, ServerCount, Target
 
 USAGE = b'{"id":"x","choices":[],"usage":{"prompt_tokens":1300,"completion_tokens":3,"total_tokens":1303%s}}'
 

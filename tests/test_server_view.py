@@ -5,21 +5,19 @@ against the real server whose server-side times and client-side E2E agree within
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fakes import FakeOpenAIServer  # noqa: E402
+from tests.fakes import FakeOpenAIServer
 
-from engine.digits import significant  # noqa: E402
-from engine.measure.judge import server_time  # noqa: E402
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.observe import histograms  # noqa: E402
-from engine.results.records import RequestRecord, RunResult, ServerView  # noqa: E402
-from engine.runs import Runner, Target  # noqa: E402
-from tests.said import values  # noqa: E402
+from engine.digits import significant
+from engine.measure.judge import server_time
+from engine.measure.load.spec import LoadSpec
+from engine.observe import histograms
+from engine.results.records import RequestRecord, RunResult, ServerView
+from engine.runs import Runner, Target
+from tests.said import values
 
 DATA = Path(__file__).parent / "data"
 BEFORE = (DATA / "vllm-0.32.0-metrics-before-4.txt").read_text()

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engine.errors import ConfigError  # noqa: E402
-from engine.measure.judge import slo, stats  # noqa: E402
-from engine.measure.judge.slo import DEFAULT_SLO, Slo, Verdict  # noqa: E402
-from engine.results.records import Notes, RequestRecord, RunResult, RunRow, Summary  # noqa: E402
-from tests.said import said, values  # noqa: E402
+from engine.errors import ConfigError
+from engine.measure.judge import slo, stats
+from engine.measure.judge.slo import DEFAULT_SLO, Slo, Verdict
+from engine.results.records import Notes, RequestRecord, RunResult, RunRow, Summary
+from tests.said import said, values
 
 SAID_SLO = {"first": {"name": "TTFT", "ms": 2000}, "second": {"name": "TPOT", "ms": 100}}  # DEFAULT_SLO, as said
 
@@ -148,8 +144,7 @@ def test_the_cli_summary_says_goodput_when_an_slo_was_given():
 def test_the_runner_keeps_each_runs_goodput_under_the_slo_it_was_given():
     """A load run through engine.runs.Runner against a real (fake-answering) OpenAI-style server: with an
     SLO no answer of a local server can miss, every request is good."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from fakes import FakeOpenAIServer
+    from tests.fakes import FakeOpenAIServer
 
     from engine.measure.load.spec import LoadSpec
     from engine.runs import Runner, Target

@@ -2,16 +2,12 @@
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from engine.measure.judge import failures, stats  # noqa: E402
-from engine.results.records import RequestRecord  # noqa: E402
-from tests.said import parts, values  # noqa: E402
+from engine.measure.judge import failures, stats
+from engine.results.records import RequestRecord
+from tests.said import parts, values
 
 
 def rec(index: int, send: float, chunks: list[float], out: int, prompt: int = 10, error: str | None = None,

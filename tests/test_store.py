@@ -14,17 +14,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from engine.errors import LabError
+from engine.measure.judge.stats import summarize
+from engine.results.exchange import MAX_IMPORT_CHARS
+from engine.results.records import Load, Notes, RequestRecord, RunResult
+from engine.results.store import RunNotFound, RunStore
+from engine.results.validation import ImportFailed, RunDamaged
+from engine.results.vllm_bench import from_bench_json
+from tests.said import parts, values
 
-from engine.errors import LabError  # noqa: E402
-from engine.measure.judge.stats import summarize  # noqa: E402
-from engine.results.exchange import MAX_IMPORT_CHARS  # noqa: E402
-from engine.results.records import Load, Notes, RequestRecord, RunResult  # noqa: E402
-from engine.results.store import RunNotFound, RunStore  # noqa: E402
-from engine.results.validation import ImportFailed, RunDamaged  # noqa: E402
-from engine.results.vllm_bench import from_bench_json  # noqa: E402
-from tests.said import parts, values  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def make_run(started_at: float = 1_764_500_000.0, label: str = "vLLM, 4 at once", n: int = 4,
@@ -246,8 +245,8 @@ def test_kill_right_after_save_loses_nothing(tmp_path):
     """A process killed (SIGKILL) the instant save() returns: the run is there, whole."""
     path = tmp_path / "h.sqlite"
     code = (
-        "import os, signal, sys; sys.path.insert(0, sys.argv[2]); sys.path.insert(0, sys.argv[2] + '/tests');"
-        "from test_store import make_run; from engine.results.store import RunStore;"
+        "import os, signal, sys; sys.path.insert(0, sys.argv[2]);"
+        "from tests.test_store import make_run; from engine.results.store import RunStore;"
         "s = RunStore(sys.argv[1]); r = make_run(); s.save(r); print(r.id, flush=True);"
         "os.kill(os.getpid(), signal.SIGKILL)"
     )

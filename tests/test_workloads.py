@@ -6,29 +6,24 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+from tests.fakes import FakeOpenAIServer
 
-from fakes import FakeOpenAIServer  # noqa: E402
-
-from engine.errors import ConfigError, LabError  # noqa: E402
-from engine.measure.judge import lateness, turns  # noqa: E402
-from engine.measure.load.arrivals import offsets as poisson_offsets  # noqa: E402
-from engine.measure.load.drive import measured_job, ramp_starts  # noqa: E402
-from engine.measure.load.loadgen import run_load  # noqa: E402
-from engine.measure.progress import Progress  # noqa: E402
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.workloads import conversations, datasets, kinds, lengths, scenarios, tokens, traces  # noqa: E402
-from engine.measure.workloads.base import WorkloadError  # noqa: E402
-from engine.results.records import RequestRecord, RunResult  # noqa: E402
-from engine.figures.theme import caption_said  # noqa: E402
-from tests.said import said, values  # noqa: E402
+from engine.errors import ConfigError, LabError
+from engine.measure.judge import lateness, turns
+from engine.measure.load.arrivals import offsets as poisson_offsets
+from engine.measure.load.drive import measured_job, ramp_starts
+from engine.measure.load.loadgen import run_load
+from engine.measure.progress import Progress
+from engine.measure.load.spec import LoadSpec
+from engine.measure.workloads import conversations, datasets, kinds, lengths, scenarios, tokens, traces
+from engine.measure.workloads.base import WorkloadError
+from engine.results.records import RequestRecord, RunResult
+from engine.figures.theme import caption_said
+from tests.said import said, values
 
 
 @pytest.fixture(scope="module")

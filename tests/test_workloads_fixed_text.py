@@ -3,22 +3,18 @@ their length cut from the shipped text the project wrote, its opening shared by 
 and one sentence for each bad setting."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
+from engine.measure.judge import prefix
+from engine.measure.load.spec import LoadSpec
+from engine.measure.workloads import fixed_text, kinds, seeds, tokens
+from engine.measure.workloads.base import WorkloadError
+from engine.measure.workloads.named import named
+from tests.cli_spec import load_of
+from tests.conftest import ROOT
+from tests.said import tree
 
-from engine.measure.judge import prefix  # noqa: E402
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.workloads import fixed_text, kinds, seeds, tokens  # noqa: E402
-from engine.measure.workloads.base import WorkloadError  # noqa: E402
-from engine.measure.workloads.named import named  # noqa: E402
-from tests.said import tree  # noqa: E402
-
-TEXT = HERE.parent / "examples" / "workloads" / "fixed-text.txt"
+TEXT = ROOT / "examples" / "workloads" / "fixed-text.txt"
 
 
 @pytest.fixture(scope="module")
@@ -80,28 +76,16 @@ def test_the_shipped_text_says_where_it_comes_from():
     assert "written for this project" in row and "CC0-1.0" in row
 
 
-def _load(*argv: str):
-    from engine.cli import build_parser
-    from engine.cli.run import _load as load
-    from engine.cli.run_options import check_run_options
-    from engine.measure.workloads import scenarios
-
-    args = build_parser().parse_args(["run", *argv])
-    scn = scenarios.get(args.scenario)
-    check_run_options(scn, args)
-    return load(scn, args)
-
-
 def test_the_cli_sends_the_fixed_text_the_page_sends():
     from engine.measure.workloads.defaults import workload_plan
 
-    load = _load("concurrent-10", "--fixed-text", "--input-len", "80", "--prefix-len", "20", "--output-len", "6",
+    load = load_of("concurrent-10", "--fixed-text", "--input-len", "80", "--prefix-len", "20", "--output-len", "6",
                  "--num-prompts", "3", "--seed", "7")
     page = workload_plan({"kind": "fixed-text", "n": 3, "input_len": 80, "prefix_len": 20, "output_len": 6, "seed": 7})
     assert load.prompts == page.prompts and load.max_tokens_each == [6] * 3 and load.prompt_seed == 7
-    own = _load("fixed-text", "--num-prompts", "2")  # the catalogue's scenario: its lengths, a new seed each run
+    own = load_of("fixed-text", "--num-prompts", "2")  # the catalogue's scenario: its lengths, a new seed each run
     assert own.n == 2 and own.workload["input_len"] == 256 and own.prompt_seed is not None
-    assert _load("fixed-text", "--input-len", "64", "--num-prompts", "2").workload["input_len"] == 64
+    assert load_of("fixed-text", "--input-len", "64", "--num-prompts", "2").workload["input_len"] == 64
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -115,5 +99,5 @@ def test_a_bad_fixed_text_option_is_one_sentence(argv, says):
     from engine.errors import LabError
 
     with pytest.raises(LabError) as e:
-        _load(*argv)
+        load_of(*argv)
     assert says in str(e.value) and "\n" not in str(e.value)

@@ -4,20 +4,16 @@ own suffix after it, as `vllm bench serve --dataset-name prefix_repetition`) and
 same prompts again, the record and the one sentence for each bad setting."""
 from __future__ import annotations
 
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent), str(HERE)]
-
-from engine.measure.load.spec import LoadSpec  # noqa: E402
-from engine.measure.judge import prefix  # noqa: E402
-from engine.measure.workloads import kinds, lengths, prefixes, seeds, tokens  # noqa: E402
-from engine.measure.workloads.base import WorkloadError  # noqa: E402
-from tests.said import said, tree, values  # noqa: E402
+from engine.measure.load.spec import LoadSpec
+from engine.measure.judge import prefix
+from engine.measure.workloads import kinds, lengths, prefixes, seeds, tokens
+from engine.measure.workloads.base import WorkloadError
+from tests.cli_spec import load_of
+from tests.said import said, tree, values
 
 
 @pytest.fixture(scope="module")
@@ -109,32 +105,20 @@ def test_a_new_seed_makes_the_workload_again_alike_and_the_record_says_it(desc, 
     assert again.max_tokens_each == spec.max_tokens_each
 
 
-def _load(*argv: str):
-    from engine.cli import build_parser
-    from engine.cli.run import _load as load
-    from engine.cli.run_options import check_run_options
-    from engine.measure.workloads import scenarios
-
-    args = build_parser().parse_args(["run", *argv])
-    scn = scenarios.get(args.scenario)
-    check_run_options(scn, args)
-    return load(scn, args)
-
-
 def test_the_cli_makes_the_shared_prefix_workload_the_page_makes():
     from engine.measure.workloads.defaults import workload_plan
 
-    load = _load("concurrent-10", "--prefix-len", "32", "--suffix-len", "8", "--num-prefixes", "2", "--output-len",
+    load = load_of("concurrent-10", "--prefix-len", "32", "--suffix-len", "8", "--num-prefixes", "2", "--output-len",
                  "6", "--num-prompts", "6", "--seed", "9")
     page = workload_plan({"kind": "prefix-repetition", "n": 6, "prefix_len": 32, "suffix_len": 8, "num_prefixes": 2,
                           "output_len": 6, "seed": 9})
     assert load.prompts == page.prompts and load.max_tokens_each == [6] * 6 and load.prompt_seed == 9
     w = load.workload
     assert (w["kind"], w["prefix_len"], w["num_prefixes"], w["sent"]) == ("prefix-repetition", 32, 2, 6)
-    own = _load("prefix-repetition", "--num-prompts", "8")  # the catalogue's scenario, a new seed each run
+    own = load_of("prefix-repetition", "--num-prompts", "8")  # the catalogue's scenario, a new seed each run
     assert own.n == 8 and own.workload["prefix_len"] == 256 and own.prompt_seed is not None
-    assert _load("prefix-repetition").prompt_seed != own.prompt_seed
-    rnd = _load("random-512-64", "--random-prefix-len", "16", "--num-prompts", "3", "--seed", "1")
+    assert load_of("prefix-repetition").prompt_seed != own.prompt_seed
+    rnd = load_of("random-512-64", "--random-prefix-len", "16", "--num-prompts", "3", "--seed", "1")
     assert rnd.workload["prefix_len"] == 16 and rnd.workload["input_tokens"]["min"] == 512 + 16
     from engine.measure.workloads.named import named
 
@@ -161,5 +145,5 @@ def test_a_bad_shared_prefix_option_is_one_sentence(argv, says):
     from engine.errors import LabError
 
     with pytest.raises(LabError) as e:
-        _load(*argv)
+        load_of(*argv)
     assert says in str(e.value) and "\n" not in str(e.value)

@@ -10,6 +10,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import plotly.io as pio
 
+WIDTH = 1280  # pixels; each figure keeps its own height
+
 
 def _ensure_browser() -> None:
     """kaleido 1.x drives a Chrome; point it at the system Chromium when none is configured."""
@@ -20,16 +22,14 @@ def _ensure_browser() -> None:
                 break
 
 
-def to_png(fig: go.Figure, path: str | Path, width: int = 1280, height: int | None = None,
-           scale: float = 1.0) -> Path:
+def to_png(fig: go.Figure, path: str | Path, width: int = WIDTH) -> Path:
     """Write `fig` as a PNG with kaleido (+ Chromium). If that cannot work here, write an HTML
     file beside it instead (same name, .html), warn, and return that path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    h = height or fig.layout.height or 540
     try:
         _ensure_browser()
-        fig.write_image(str(path), format="png", width=width, height=h, scale=scale)
+        fig.write_image(str(path), format="png", width=width, height=fig.layout.height or 540)
         if path.exists() and path.stat().st_size > 0:
             return path
         raise RuntimeError("kaleido wrote nothing")
@@ -41,15 +41,15 @@ def to_png(fig: go.Figure, path: str | Path, width: int = 1280, height: int | No
         return html_path
 
 
-def to_pngs(items: Sequence[tuple[go.Figure, str | Path]], width: int = 1280, scale: float = 1.0) -> list[Path]:
+def to_pngs(items: Sequence[tuple[go.Figure, str | Path]]) -> list[Path]:
     """Several PNGs with one browser start (much faster than to_png in a loop); HTML fallback."""
     items = [(f, Path(p)) for f, p in items]
     for _, p in items:
         p.parent.mkdir(parents=True, exist_ok=True)
     try:
         _ensure_browser()
-        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=width,
-                         height=[f.layout.height or 540 for f, _ in items], scale=scale)
+        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=WIDTH,
+                         height=[f.layout.height or 540 for f, _ in items])
         return [p for _, p in items]
     except Exception:
-        return [to_png(f, p, width=width, scale=scale) for f, p in items]
+        return [to_png(f, p) for f, p in items]

@@ -115,15 +115,15 @@ def concurrent_latency_bars(run: RunResult, *, lang: str = "en") -> go.Figure:
 
 # -- continuous batching made visible ---------------------------------------------------------------
 
-def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool | None = None,
-                     include_warmup: bool = False, *, lang: str = "en") -> go.Figure:
+def request_timeline(run: RunResult, now: float | None = None, show_tokens: bool | None = None, *,
+                     lang: str = "en") -> go.Figure:
     """One horizontal bar per request from send to finish: orange while waiting for the first
     token (queue + prefill), blue while generating. A finished request with no first-token time
     (not streamed, e.g. the naive baseline) is one bar in its run's colour. Traces, in order:
     0 "wait", 1 "decode", 2 "failed" bars, 3 failed ✕ markers, 4 "not streamed" bars, then token
     ticks when shown. Requests still in flight (end_time None) are drawn up to `now` (seconds from
     the run's start; default: the latest time seen in the records)."""
-    recs = sorted(run.records if include_warmup else run.measured, key=lambda r: (r.send_time, r.index))
+    recs = sorted(run.measured, key=lambda r: (r.send_time, r.index))
     placeholder = is_placeholder(run)
     if now is None:
         seen = [t for r in recs for t in (r.send_time, r.end_time, r.first_token_time, *r.chunk_times[-1:])
@@ -302,26 +302,16 @@ def throughput_over_time(runs: RunResult | Sequence[RunResult], bucket_s: float 
 
 # -- step 5: streaming ------------------------------------------------------------------------------
 
-def _pick_record(run: RunResult, index: int | None) -> RequestRecord | None:
-    recs = run.measured
-    if index is not None:
-        for r in recs:
-            if r.index == index:
-                return r
-        raise KeyError(f"no request with index {index} in run {run.id}")
-    ok = [r for r in recs if r.ok]
-    return max(ok, key=lambda r: (len(r.chunk_times), r.output_tokens), default=None)
-
-
-def token_timeline(run_or_record: RunResult | RequestRecord, index: int | None = None, *,
-                   lang: str = "en") -> go.Figure:
+def token_timeline(run_or_record: RunResult | RequestRecord, *, lang: str = "en") -> go.Figure:
     """Tokens received vs time since the request was sent, with TTFT and total-time lines, and
-    (dotted) what the user would see without streaming. Given a run, shows request `index` or the
-    completed request with the most chunks."""
+    (dotted) what the user would see without streaming. Given a run, shows its completed request with the most
+    chunks."""
     placeholder = False
+    r: RequestRecord | None
     if isinstance(run_or_record, RunResult):
         placeholder = is_placeholder(run_or_record)
-        r = _pick_record(run_or_record, index)
+        r = max((x for x in run_or_record.measured if x.ok), key=lambda x: (len(x.chunk_times), x.output_tokens),
+                default=None)
     else:
         r = run_or_record
     fig = go.Figure()

@@ -153,11 +153,11 @@ def j_per_token(run: Any) -> float | None:
     return None if u is None else u.j_per_token
 
 
-def energy_line(run: Any, *, lang: str = "en", price_per_kwh: float | None = None) -> str | None:
+def energy_line(run: Any, *, lang: str = "en") -> str | None:
     """The run's energy in one line: what its measured part used by which method, per output token and per joule
-    (and its cost at `price_per_kwh`), the power before it; or why there is no reading; None for a run that
+    (its cost is energy_cost_line's), the power before it; or why there is no reading; None for a run that
     recorded neither (saved before energy was read, or the naive baseline)."""
-    u = energy.use(run.extra.energy.reading, _output_tokens(run), price_per_kwh)
+    u = energy.use(run.extra.energy.reading, _output_tokens(run))
     if u is not None:
         return " ".join(translate(m, lang) for m in energy.said(u))
     if why := run.extra.energy.missing:

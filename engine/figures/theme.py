@@ -46,29 +46,29 @@ def rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({int(h[0:2], 16)},{int(h[2:4], 16)},{int(h[4:6], 16)},{alpha})"
 
 
-def template(base_size: int = BASE_SIZE) -> go.layout.Template:
+def template() -> go.layout.Template:
     """The shared look: large type, white background, light value-axis grid only, legend on top."""
     axis = dict(
         showgrid=False, zeroline=False, showline=True, linecolor="#444", linewidth=1.5,
         ticks="outside", tickcolor="#444", ticklen=6, automargin=True,
-        title=dict(font=dict(size=base_size + 1), standoff=12),
-        tickfont=dict(size=base_size - 1), gridcolor=GRID, gridwidth=1,
+        title=dict(font=dict(size=BASE_SIZE + 1), standoff=12),
+        tickfont=dict(size=BASE_SIZE - 1), gridcolor=GRID, gridwidth=1,
     )
     return go.layout.Template(
         layout=dict(
-            font=dict(family=FONT, size=base_size, color=INK),
-            title=dict(font=dict(size=base_size + 8, color=INK), x=0.01, xanchor="left",
+            font=dict(family=FONT, size=BASE_SIZE, color=INK),
+            title=dict(font=dict(size=BASE_SIZE + 8, color=INK), x=0.01, xanchor="left",
                        y=0.97, yanchor="top", automargin=True),
             paper_bgcolor="white", plot_bgcolor="white",
             colorway=PALETTE,
             xaxis=axis, yaxis={**axis, "showgrid": True},
             legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom",
-                        font=dict(size=base_size - 1), bgcolor="rgba(255,255,255,0)",
+                        font=dict(size=BASE_SIZE - 1), bgcolor="rgba(255,255,255,0)",
                         itemclick="toggle"),
-            hoverlabel=dict(font=dict(family=FONT, size=base_size - 2), align="left"),
+            hoverlabel=dict(font=dict(family=FONT, size=BASE_SIZE - 2), align="left"),
             margin=dict(l=20, r=30, t=110, b=20),
             bargap=0.25, bargroupgap=0.06,
-            annotationdefaults=dict(font=dict(size=base_size - 2)),
+            annotationdefaults=dict(font=dict(size=BASE_SIZE - 2)),
         )
     )
 

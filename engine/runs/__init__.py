@@ -4,8 +4,7 @@ from engine.runs.counts import ServerCount
 from engine.runs.runner import (Runner, already_running, check_repeats, check_search, check_sweep, check_tuning,
                                side_label, tuning_label)
 from engine.runs.search import SloSearch
-from engine.runs.target import Target, check_url, server_info
+from engine.runs.target import Target, check_url
 
 __all__ = ["Runner", "ServerCount", "SloSearch", "Target", "already_running", "check_repeats",
-           "check_search", "check_sweep", "check_tuning", "check_url",
-           "server_info", "side_label", "tuning_label"]
+           "check_search", "check_sweep", "check_tuning", "check_url", "side_label", "tuning_label"]

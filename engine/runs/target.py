@@ -199,10 +199,3 @@ def check_url(url: str) -> str:
     """The URL of a server to measure, or ConfigError with one sentence."""
     endpoint.root_url(url)
     return url
-
-
-def server_info(url: str, api_key: str | None = None) -> tuple[list[str], int | None]:
-    """The model names a running OpenAI-compatible server serves and the shortest max_model_len vLLM
-    gives them (None when it does not say), from GET /v1/models."""
-    found = endpoint.discover(url, api_key)
-    return list(found.models), min((n for n in found.models.values() if n is not None), default=None)

@@ -21,7 +21,7 @@ def vllm_version() -> str | None:
     return None
 
 
-def known_flags(python: str | None = None, timeout_s: float = 180) -> set[str] | None:
+def known_flags(timeout_s: float = 180) -> set[str] | None:
     """Every `--flag` the API server's parser knows, or None when vLLM is not installed/readable."""
     version = vllm_version()
     if version is None:
@@ -32,7 +32,7 @@ def known_flags(python: str | None = None, timeout_s: float = 180) -> set[str] |
     except (OSError, ValueError):
         pass
     try:
-        out = subprocess.run([python or sys.executable, "-m", API_SERVER_MODULE, "--help"],
+        out = subprocess.run([sys.executable, "-m", API_SERVER_MODULE, "--help"],
                              capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired):
         return None

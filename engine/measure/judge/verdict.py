@@ -369,7 +369,7 @@ def value(run, key: str) -> float | None:
 
 
 def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, label_a: str, label_b: str,
-                 unit: str = "", level: float = LEVEL) -> Verdict | None:
+                 unit: str = "") -> Verdict | None:
     """Two sets of runs compared on a summary metric: their runs' values when a side has repeats, else, for a
     single run a side and a metric measured per request, those runs' requests with the run-to-run allowance;
     else the undecided verdict of one value a side. None when a side has no value of it. Beside a disturbed run,
@@ -378,11 +378,11 @@ def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, lab
     if len(runs_a) == 1 and len(runs_b) == 1:
         pa, pb = per_request_values(runs_a[0], key), per_request_values(runs_b[0], key)
         if pa is not None and pb is not None and len(pa) >= 2 and len(pb) >= 2:
-            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit, level=level,
+            v = compare(pa, pb, name=name, label_a=label_a, label_b=label_b, per=REQUESTS, unit=unit,
                         runs=(1, 1))  # two runs: each its own factor, which its requests cannot see
     if v is None:
         v = compare([value(r, key) for r in runs_a], [value(r, key) for r in runs_b], name=name, label_a=label_a,
-                    label_b=label_b, per=RUNS, unit=unit, level=level)
+                    label_b=label_b, per=RUNS, unit=unit)
     return beside(v, (label_a, runs_a), (label_b, runs_b))
 
 
@@ -474,12 +474,11 @@ def per_prompt(run_a, run_b, *, name: str, label_a: str, label_b: str) -> Verdic
 
 
 def of_values(a: Sequence[float | None], b: Sequence[float | None], runs_a, runs_b, *, name: str, label_a: str,
-              label_b: str, per: str = RUNS, unit: str = "", paired: bool = False,
-              runs: tuple[int, int] | None = None) -> Verdict | None:
+              label_b: str, per: str = RUNS, unit: str = "", runs: tuple[int, int] | None = None) -> Verdict | None:
     """Two samples that runs gave otherwise than a summary metric (the guided lab's naive answers' pace against
     vLLM's runs; a streamed answer's first token against its end), compared by the same test and withheld beside
     a disturbed run of either side, as compare_runs does. `runs` as compare() takes it: where a side's values are
     the requests of a run of its own (naive's answers), the run-to-run allowance; None where both sides come from
     the same runs."""
-    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, paired=paired, runs=runs)
+    v = compare(a, b, name=name, label_a=label_a, label_b=label_b, per=per, unit=unit, runs=runs)
     return beside(v, (label_a, _runs(runs_a)), (label_b, _runs(runs_b)))

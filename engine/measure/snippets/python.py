@@ -61,9 +61,9 @@ def client(cls: str, base_url: str, key_needed: bool, c: Comments) -> list[str]:
     return [c.line(why), f"client = {cls}(base_url={lit(v1(base_url))}, api_key={KEY})"]
 
 
-def comment(c: Comments, m: Message, indent: str = "") -> list[str]:
+def comment(c: Comments, m: Message) -> list[str]:
     """A comment in the viewer's language, wrapped at WIDTH."""
-    return textwrap.wrap(c.line(m, indent), WIDTH, subsequent_indent=indent + "# ")
+    return textwrap.wrap(c.line(m), WIDTH, subsequent_indent="# ")
 
 
 def paced_beyond_code(load: Any) -> bool:
