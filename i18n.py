@@ -88,7 +88,10 @@ def duration(x: float) -> str:
 
 
 def when(t: float, fmt: str = "medium") -> str:
-    """An epoch time as this viewer's locale writes a date and time (e.g. 2026. 12. 1. 오후 3:04:05)."""
+    """An epoch time as this viewer's locale writes a date and time (e.g. 2026. 12. 1. 오후 3:04:05): medium, as the
+    figures write one (engine.messages.when), or Babel's `fmt`."""
+    if fmt == "medium":
+        return messages.when(t, lang())
     return format_datetime(datetime.fromtimestamp(t), format=fmt, locale=lang())
 
 

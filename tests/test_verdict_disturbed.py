@@ -114,6 +114,35 @@ def test_the_naive_pages_speed_up_is_withheld_beside_a_disturbed_run():
     assert "faster" not in said(title).template and said(caption).template == WITHHELD
 
 
+def test_the_naive_pages_title_fits_its_half_of_the_page_whatever_the_verdict():
+    """Seen on the Naive page at 1920x1080 with a real server on a busy machine: the latency chart's title read
+    "Latency per request: vLLM at 26× the naive loop's speed as" (Korean: "… 26배, 판정 !"), cut at the chart's edge,
+    its verdict lost. Every verdict's title fits the half page's room (about 56 Latin letters at the title's size,
+    a Hangul letter two), in both languages."""
+    from dataclasses import replace
+
+    from engine.figures import latency_bars
+    from engine.figures.contenders import speedup_said
+    from engine.figures.theme import _shown_width
+
+    naive = _run("naive", 0.2, tput=10.0)
+    for r in naive.records:
+        r.end_time += 3.0
+    fast = _run("vLLM", 0.2, tput=10.0)
+    v = verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive")
+    naive.extra.beside.chats = 2
+    busy = verdict.per_prompt(fast, naive, name="Latency", label_a="vLLM", label_b="naive")
+    assert busy.disturbed is not None
+    cases = [v, replace(v, beyond_noise=False), replace(v, beyond_noise=None), busy,
+             replace(v, ratio=1 / 26.0, low=1 / 30.0, high=1 / 22.0)]
+    for case in cases:
+        title, _ = speedup_said(case)
+        for lang in ("en", "ko"):
+            shown = latency_bars(naive, fast, lang=lang, speed=case).layout.title.text
+            assert _shown_width(shown) <= 56, (lang, shown)
+            assert translate(title, lang) in shown
+
+
 def test_the_tuning_caption_withholds_beyond_noise_beside_a_disturbed_run():
     from engine import figures
 

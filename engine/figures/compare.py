@@ -311,10 +311,9 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
             cap = [say("Highest: {run}, {value} {unit} (higher is better).", **best) if better == "higher" else
                    say("Lowest: {run}, {value} {unit} (lower is better).", **best)]
         elif judged is not None and judged.finding is False:
-            cap = [say("No run is best beyond noise: {a} and {b}, the two best, are level on this machine.",
-                       a=b, b=a)]
-        else:  # one value a side, or a disturbed run: nothing ranked, the verdict says why
-            cap = [say("No run is named best: {a} and {b}, the two best, cannot be told apart yet.", a=b, b=a)]
+            cap = [say("No run is best beyond noise: the two best are level on this machine.")]
+        else:  # one value a side, or a disturbed run: nothing ranked, the verdict (naming both) says why
+            cap = [say("No run is named best: the two best cannot be told apart yet.")]
         if judged is not None:
             cap.append(judged.said)
         if centres:  # the dashed lines: which number each is, from the one computation the verdict uses

@@ -45,8 +45,8 @@ def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
     """The speed-up as a title's few words and a caption's sentence, from one verdict: the same number in both."""
     x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
     if v.disturbed is not None:  # its noise is not this machine's: the effect as measured, no claim
-        return (say("vLLM at {x}× the naive loop's speed as measured, no verdict: the machine was disturbed",
-                    x=times(v.ratio)), v.said)
+        # the why is the caption's (a title longer than half a page is cut at the chart's edge), its number too
+        return say("vLLM {x}× as measured, no verdict", x=significant(v.ratio, 3)), v.said
     if v.beyond_noise is None:  # one prompt answered on both sides: no interval
         return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else
                 say("vLLM {x}× slower, noise unknown", x=x),
