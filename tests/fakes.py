@@ -23,11 +23,16 @@ Every request's JSON is kept in `bodies`, in arrival order. POST /v1/rerank answ
 route does: each document scored, usage.total_tokens the words of the query and documents; POST /v1/embeddings
 with one embedding, usage.prompt_tokens the input's words. A completion asked for without "stream" (the openai
 SDK's plain create(), as the code behind a run calls it) is one JSON answer of max_tokens words.
-With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's
---max-num-seqs): the others wait for a slot before their first chunk, so their TTFT grows once more than N
-are in flight. An answer's chunks keep the fake's own schedule (chunk_delay_s apart from its first, a late
-wake-up not carried over), so its length and the capacity are the same on a busy machine; only the client's
-own delays add to what it measures.
+With slots=N it streams at most N answers at once (a paced server of known capacity, like vLLM's --max-num-seqs):
+the others wait for a slot before their first chunk, so their TTFT grows once more than N are in flight and keeps
+growing while requests arrive faster than N slots serve them (a queue, for the over-saturation watch). With slots=N
+and wait_s=W, a request that finds all N slots taken is not queued: its first chunk comes W seconds after its
+arrival by the fake's clock, the rest of its answer at once, outside the slots (only its TTFT is the fault); one
+that finds a slot streams at once. The client stamps a send before the request leaves, so its TTFT for such a
+request is at least W on any machine, and whether a request found a slot depends only on how many answers (each as
+long as the fake's clock makes it) were streaming when it arrived. An answer's chunks keep the fake's own schedule
+(chunk_delay_s apart from its first, a late wake-up not carried over), so its length and the capacity are the same
+on a busy machine; only the client's own delays add to what it measures.
 With endless=True it is a server that answers GET /v1/models (one model, "endless") and then never ends
 any other answer: GET /metrics, GET /version and every completion stream a chunk every 0.2 s forever.
 With metrics=True it also serves GET /metrics: vLLM's vllm:generation_tokens_total, every content
@@ -72,10 +77,13 @@ class FakeOpenAIServer:
     """Use as a context manager: `with FakeOpenAIServer() as srv: srv.base_url`."""
 
     def __init__(self, die_after: int = 2, chunk_delay_s: float = 0.002, metrics: bool = False,
-                 endless: bool = False, slots: int | None = None, models: tuple[str, ...] = ()) -> None:
+                 endless: bool = False, slots: int | None = None, models: tuple[str, ...] = (),
+                 wait_s: float | None = None) -> None:
         self.endless = endless
         self.models = models
         self.slots = slots
+        self.wait_s = wait_s  # with slots: a request finding none free gets its first chunk this long after arrival
+        self.waited = 0  # requests that found no free slot (wait_s)
         self._slots: asyncio.Semaphore | None = None
         self.die_after = die_after
         self.chunk_delay_s = chunk_delay_s
@@ -140,18 +148,20 @@ class FakeOpenAIServer:
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
                 body = json.loads(await reader.readexactly(length)) if length else {}
+                arrived = self._loop.time()
                 self.requests += 1
                 self.last_body = body or self.last_body  # a GET (/metrics) has none
                 if body:
                     self.bodies.append(body)
-                await self._answer(head, body, writer)
+                await self._answer(head, body, writer, arrived)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
             self._writers.discard(writer)
             writer.close()
 
-    async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+    async def _answer(self, head: bytes, body: dict[str, Any], writer: asyncio.StreamWriter,
+                      arrived: float = 0.0) -> None:
         request_line = head.split(b"\r\n", 1)[0]
         if self.endless:
             await self._endless(request_line, writer)
@@ -235,7 +245,12 @@ class FakeOpenAIServer:
             while True:
                 await asyncio.sleep(0.2 if model == "trickle" else 3600)
                 await send(_chunk(_content(".", chat)))
-        if self._slots is not None:
+        if self._slots is not None and self.wait_s is not None and self._slots.locked():
+            # no slot free: the first chunk wait_s after arrival (by this clock), streamed beside the slots
+            self.waited += 1
+            await asyncio.sleep(max(0.0, arrived + self.wait_s - self._loop.time()))
+            await self._stream(model, n, chat, send, writer, paced=False)
+        elif self._slots is not None:
             async with self._slots:
                 await self._stream(model, n, chat, send, writer)
         else:
@@ -248,7 +263,8 @@ class FakeOpenAIServer:
                      + b"\r\n\r\n" + data)
         await writer.drain()
 
-    async def _stream(self, model: str, n: int, chat: bool, send, writer: asyncio.StreamWriter) -> None:
+    async def _stream(self, model: str, n: int, chat: bool, send, writer: asyncio.StreamWriter,
+                      paced: bool = True) -> None:
         sep = b"\r\n\r\n" if model == "crlf" else b"\n\n"
         serial = len(self.bodies)
         texts = ([U2028_TEXT] if model == "u2028" else [f" r{serial} t{i}" for i in range(n)] if model == "numbered"
@@ -261,7 +277,8 @@ class FakeOpenAIServer:
             await send(_chunk(_content(text, chat, finish), sep), slices=7 if model == "crlf" else 1)
             # Paced by its own clock: chunk i+1 is due chunk_delay_s x (i+1) after the first, however late this
             # wake-up was, so an answer takes as long (and `slots` serve as many per second) on a busy machine.
-            await asyncio.sleep(max(0.0, start + self.chunk_delay_s * (i + 1) - loop.time()))
+            if paced:
+                await asyncio.sleep(max(0.0, start + self.chunk_delay_s * (i + 1) - loop.time()))
         cached = 4 if model == "cached" else None
         self.prefix_queries += 5
         self.prefix_hits += cached or 0

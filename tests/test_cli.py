@@ -82,6 +82,12 @@ def _free_port() -> int:
 
 DEAD = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
 OURS, USAGE = "ours", "usage"  # our "error: <sentence>" / argparse's own usage error
+ALREADY_RUNNING = ("{flag} sets up a server the app starts, but --url points at one already running, which keeps its "
+                   "own settings: leave {flag} out, or leave --url out to start a server.")
+ON_A_GPU = ("{flag} applies to a GPU, and vLLM runs on this machine's CPU: leave it out (size the CPU's KV cache with "
+            "--kv-cache-gib).")
+NO_FOLDER = "The folder {folder} does not exist: create it first, or write to a folder that does."
+A_FOLDER = "{path} is a folder: give a file name in it, e.g. {example}."
 BAD_ARGV = [
     # requests in flight: refused where the scenario would ignore it, bounded where it applies
     (["run", "concurrent-10", "--concurrency", "0"], "sends all its requests at once, so --concurrency does not apply"),
@@ -100,8 +106,11 @@ BAD_ARGV = [
     (["run", "sweep", "--url", DEAD, "--levels", "0,2"], "Each sweep level (requests in flight) must be a whole"),
     (["run", "sweep", "--url", DEAD, "--levels", "1,-2"], "not -2."),
     (["run", "sweep", "--url", DEAD, "--levels", "1,100000"], "not 100000."),
-    (["run", "sweep", "--url", DEAD, "--levels", "1,2", "--concurrency", "4"], "give only one of them"),
-    (["run", "concurrent-10", "--levels", "1,2"], "so --levels does not apply"),
+    (["run", "sweep", "--url", DEAD, "--levels", "1,2", "--concurrency", "4"],
+     ("--levels and --concurrency both choose the sweep's levels: give only one of them.", {})),
+    (["run", "concurrent-10", "--levels", "1,2"], ("The {name} scenario {how}, so {flag} does not apply: leave it out, "
+                                                   "or run the sweep scenario to choose the requests in flight.",
+                                                   {"name": "concurrent-10", "flag": "--levels"})),
     # max tokens
     (["run", "concurrent-10", "--url", DEAD, "--max-tokens", "0"], "Max tokens per answer must be a whole number"),
     (["run", "concurrent-10", "--url", DEAD, "--max-tokens", "-5"], "Max tokens per answer must be a whole number"),
@@ -120,22 +129,26 @@ BAD_ARGV = [
     (["run", "sweep", "--slo-tpot-ms", "fast"], USAGE),
     # scenarios and URLs
     (["run", "no-such-thing"], "There is no scenario 'no-such-thing'"),
-    (["run", "naive-5", "--url", DEAD], "The naive scenario runs transformers itself, with no server"),
-    (["run", "tuning", "--url", DEAD], "The tuning scenario restarts the server with each setting"),
+    (["run", "naive-5", "--url", DEAD],
+     ("The naive scenario runs transformers itself, with no server: leave --url out.", {})),
+    (["run", "tuning", "--url", DEAD], ("The tuning scenario restarts the server with each setting: leave --url out.",
+                                        {})),
     (["run", "concurrent-10", "--url", DEAD], f"Nothing answers at {DEAD}"),
     (["run", "concurrent-10", "--url", "localhost:9000"], "'localhost:9000' is not a server address"),
     (["run", "concurrent-10", "--url", "http://[::1"], "is not a server address"),
     (["run", "concurrent-10", "--url", "http://127.0.0.1:99999"], "is not a server address"),
     (["run", "concurrent-10", "--url", "ftp://127.0.0.1:9000"], "is not a server address"),
-    (["run", "concurrent-10", "--url", DEAD, "--max-model-len", "512"], "--max-model-len sets up a server the app"),
-    (["run", "concurrent-10", "--url", DEAD, "--model", "embedded"], "--model sets up a server the app starts"),
-    (["run", "concurrent-10", "--model-name", "x"], "--model-name names the model of the server at --url"),
+    (["run", "concurrent-10", "--url", DEAD, "--max-model-len", "512"], (ALREADY_RUNNING, {"flag": "--max-model-len"})),
+    (["run", "concurrent-10", "--url", DEAD, "--model", "embedded"], (ALREADY_RUNNING, {"flag": "--model"})),
+    (["run", "concurrent-10", "--model-name", "x"], ("--model-name names the model of the server at --url: leave it "
+                                                     "out, the app names the model of a server it starts.", {})),
     # server options (checked before anything starts)
     (["run", "concurrent-10", "--max-model-len", "0"], "max-model-len 0 is too small"),
     (["run", "concurrent-10", "--max-model-len", "-1"], "max-model-len -1 is too small"),
     (["run", "concurrent-10", "--max-model-len", "100000000"], "max-model-len 100000000 is above this model's limit"),
     (["run", "concurrent-10", "--max-model-len", "long"], USAGE),
-    (["run", "tuning", "--max-model-len", "1024"], "The tuning scenario sets --max-model-len itself"),
+    (["run", "tuning", "--max-model-len", "1024"], ("The tuning scenario sets {flag} itself for each configuration "
+                                                    "it compares: leave {flag} out.", {"flag": "--max-model-len"})),
     (["run", "concurrent-10", "--kv-cache-gib", "0"], None),  # CPU: too small; GPU: it does not apply there
     (["run", "concurrent-10", "--kv-cache-gib", "100000"], None),
     (["run", "concurrent-10", "--gpu-memory-utilization", "0"], None),  # GPU: outside (0, 1]; CPU: does not apply
@@ -143,8 +156,8 @@ BAD_ARGV = [
     (["run", "concurrent-10", "--gpu-memory-utilization", "half"], USAGE),
     (["run", "concurrent-10", "--tensor-parallel-size", "0"], None),
     (["run", "concurrent-10", "--tensor-parallel-size", "1000"], None),
-    (["run", "concurrent-10", "--data-parallel-size", "2"], "--data-parallel-size applies to a GPU"),
-    (["serve", "--gpus", "0,1"], "--gpus applies to a GPU"),
+    (["run", "concurrent-10", "--data-parallel-size", "2"], (ON_A_GPU, {"flag": "--data-parallel-size"})),
+    (["serve", "--gpus", "0,1"], (ON_A_GPU, {"flag": "--gpus"})),
     (["cluster", "--head", "127.0.0.1", "--nodes", "2", "--gpus-per-node", "8"], "loopback address"),
     (["cluster", "--head", "10.0.0.1", "--nodes", "0", "--gpus-per-node", "8"], "0 machines is outside 1 to 64"),
     (["cluster", "--head", "10.0.0.1", "--nodes", "2"], USAGE),
@@ -156,8 +169,9 @@ BAD_ARGV = [
     (["run", "concurrent-10", "--extra=--port 5"], "The extra flag --port is not accepted here"),
     (["run", "concurrent-10", '--extra="unclosed'], "The extra flags could not be read"),
     (["run", "concurrent-10", "--model", "/no/such/model"], "Model folder /no/such/model does not exist"),
-    (["run", "concurrent-10", "--url", DEAD, "--detach"], "with --url it starts none: leave --detach out"),
-    (["run", "naive-5", "--detach"], "The naive scenario starts no server to leave running"),
+    (["run", "concurrent-10", "--url", DEAD, "--detach"], ("--detach leaves running a server this command starts, "
+                                                           "and with --url it starts none: leave --detach out.", {})),
+    (["run", "naive-5", "--detach"], ("The naive scenario starts no server to leave running: leave --detach out.", {})),
     (["serve", "--port", "-1"], "Port -1 is not a valid port"),
     (["serve", "--max-model-len", "0"], "max-model-len 0 is too small"),
     (["serve", "--model", "/no/such/model"], "does not exist"),
@@ -165,13 +179,14 @@ BAD_ARGV = [
     (["stop", "--port", "70000"], "Port 70000 is not a valid port"),
     (["status", "--port", "x"], USAGE),
     # files
-    (["run", "concurrent-10", "--url", DEAD, "--json", "/no/such/dir/x.json"],
-     "The folder /no/such/dir does not exist"),
-    (["run", "concurrent-10", "--url", DEAD, "--json", "{tmp}"], "is a folder: give a file name in it"),
-    (["export", "--out", "/no/such/dir/x.json"], "The folder /no/such/dir does not exist"),
-    (["export", "--out", "{tmp}"], "{tmp} is a folder: give a file name in it"),
-    (["export", "--out", "/proc/version"], "Could not write /proc/version"),
-    (["export", "no-such-run"], "No run 'no-such-run' in the history"),
+    (["run", "concurrent-10", "--url", DEAD, "--json", "/no/such/dir/x.json"], (NO_FOLDER, {"folder": "/no/such/dir"})),
+    (["run", "concurrent-10", "--url", DEAD, "--json", "{tmp}"], (A_FOLDER, {"path": "{tmp}"})),
+    (["export", "--out", "/no/such/dir/x.json"], (NO_FOLDER, {"folder": "/no/such/dir"})),
+    (["export", "--out", "{tmp}"], (A_FOLDER, {"path": "{tmp}", "example": "{tmp}/runs.json"})),
+    (["export", "--out", "/proc/version"], ("Could not write {path} ({why}): pick a folder that exists and that you "
+                                            "may write to.", {"path": "/proc/version"})),
+    (["export", "no-such-run"], ("No run '{run}' in the history; it may have been deleted: leave the ids out to export "
+                                 "every run.", {"run": "no-such-run"})),
     (["export", "--format", "xml"], USAGE),
     (["import", "/no/such/file.json"], "/no/such/file.json"),
     (["import", "{tmp}"], None),
@@ -200,7 +215,12 @@ def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
     assert p.returncode == 2 and p.stdout == "", out  # refused before anything was started or sent
     line, = p.stderr.splitlines()
     assert line.startswith("error: ") and line.endswith("."), line
-    if says:
+    if isinstance(says, tuple):  # a sentence read by its message id, with the values it shows
+        template, shown = says
+        found = read(template, line)
+        assert found is not None and {k: found[k] for k in shown} == {
+            k: v.replace("{tmp}", str(tmp_path)) for k, v in shown.items()}, (found, line)
+    elif says:
         assert says.replace("{tmp}", str(tmp_path)) in line
 
 
@@ -212,7 +232,8 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
     saved = len(RunStore())
     p = cli("run", "vllm-5-sequential", "--url", vllm_server.base_url, "--max-tokens", "4", "--json", "/proc/x.json")
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    assert p.stderr.startswith("error: Could not write /proc/x.json") and "saved in the history" in p.stderr
+    assert read("Could not write {path} ({why}); the runs are saved in the history (python -m engine export --out "
+                "FILE): pick a folder that exists and that you may write to.", p.stderr)["path"] == "/proc/x.json"
     assert len(RunStore()) == saved + 1
 
 

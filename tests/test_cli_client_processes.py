@@ -4,6 +4,7 @@ import sys
 
 from .conftest import ROOT, cli_in_process
 from .fakes import FakeOpenAIServer
+from .said import read
 
 
 def test_a_run_split_over_two_client_processes_sends_exactly_the_planned_requests():
@@ -21,5 +22,6 @@ def test_a_run_split_over_two_client_processes_sends_exactly_the_planned_request
 def test_no_client_processes_is_one_sentence():
     p = cli_in_process("run", "random-512-64", "--url", "http://127.0.0.1:9", "--client-processes", "0")
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.strip() == ("error: --client-processes 0 is not a number of processes: give 1 or more, or leave "
-                                "it out to let the load choose.")
+    assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+    assert read("--client-processes {n} is not a number of processes: give 1 or more, or leave it out to let the load "
+                "choose.", p.stderr) == {"n": "0"}, p.stderr

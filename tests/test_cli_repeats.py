@@ -64,22 +64,30 @@ def test_slo_search_finds_the_top_level_meets_a_loose_slo(vllm_server):
     assert top and (top["high"], top["slo"]) == ("2", "TTFT ≤ 60000 ms"), p.stdout
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["run", "concurrent-10", "--url", DEAD, "--repeats", "0"], "--repeats must be a whole number of at least 1"),
+@pytest.mark.parametrize("argv, template, shown", [
+    (["run", "concurrent-10", "--url", DEAD, "--repeats", "0"],
+     "--repeats must be a whole number of at least 1, not {n}.", {"n": "0"}),
     (["run", "sweep", "--url", DEAD, "--repeats", "2"],
-     "--repeats repeats one load test or each tuning configuration, and sweep is neither"),
+     "--repeats repeats one load test or each tuning configuration, and {name} is neither: pick a load or tuning "
+     "scenario (python -m engine list), or leave --repeats out.", {"name": "sweep"}),
     (["run", "concurrent-10", "--url", DEAD, "--versus", "http://127.0.0.1:10", "--repeats", "2"],
-     "--repeats and --versus cannot be combined"),
-    (["run", "slo-search", "--url", DEAD], "give --slo-ttft-ms and/or --slo-tpot-ms"),
-    (["run", "slo-search", "--url", DEAD, "--slo-ttft-ms", "500", "--levels", "1,2"], "--levels does not apply"),
+     "--repeats and --versus cannot be combined: repeat the load test on one server.", {}),
+    (["run", "slo-search", "--url", DEAD],
+     "The slo-search scenario looks for the most requests in flight that meet an SLO: give --slo-ttft-ms and/or "
+     "--slo-tpot-ms, or --goodput ttft:MS tpot:MS e2el:MS.", {}),
+    (["run", "slo-search", "--url", DEAD, "--slo-ttft-ms", "500", "--levels", "1,2"],
+     "The slo-search scenario finds its levels by bisection, so --levels does not apply: give its highest level "
+     "with --concurrency.", {}),
     (["run", "slo-search", "--url", DEAD, "--slo-ttft-ms", "500", "--concurrency", "0"],
-     "The search's highest level (requests in flight) must be a whole number"),
+     "{what} must be a whole number from {lo} to {hi}, not {v}.",
+     {"what": "The search's highest level (requests in flight)", "v": "0"}),
 ])
-def test_a_bad_repeat_or_search_option_is_one_sentence(argv, says):
+def test_a_bad_repeat_or_search_option_is_one_sentence(argv, template, shown):
     p = cli_in_process(*argv)
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
     line, = p.stderr.splitlines()
-    assert line.startswith("error: ") and says in line, line
+    found = read(template, line)
+    assert line.startswith("error: ") and found is not None and {k: found[k] for k in shown} == shown, line
 
 
 @pytest.mark.server

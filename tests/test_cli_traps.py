@@ -16,7 +16,7 @@ from engine.messages import QUOTE_LIMIT, say
 from engine.runs import check_url
 
 from .conftest import ROOT
-from .said import said, values
+from .said import read, said, values
 
 
 def cli(*args: str, home) -> subprocess.CompletedProcess:
@@ -29,8 +29,19 @@ def cli(*args: str, home) -> subprocess.CompletedProcess:
 def test_export_with_no_runs_says_there_are_none(tmp_path):
     done = cli("export", home=tmp_path)
     assert done.returncode == 0
-    assert done.stdout.startswith("There are no runs in the history yet, so nothing was exported")
+    assert read("There are no runs in the history yet, so nothing was exported: run one (python -m engine run "
+                "SCENARIO) or import some (python -m engine import FILE) first.", done.stdout) == {}
     assert "[]" not in done.stdout
+
+
+def test_a_command_that_speaks_korean_refuses_in_korean(tmp_path):
+    """`rehearse --lang ko` prints its sheet in Korean, so its one-sentence refusal is in Korean too."""
+    from engine.messages import catalog
+
+    done = cli("rehearse", "--lang", "ko", "--talk-minutes", "-1", home=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    korean = catalog("ko").gettext("--talk-minutes cannot be negative: give 0 or more.")
+    assert done.stderr == f"error: {korean}\n" and korean.startswith("--talk-minutes는"), done.stderr
 
 
 def test_importing_the_same_run_twice_says_nothing_new(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from engine.cli import app, cluster, compare, guide, history, run, server
 from engine.errors import LabError
+from engine.messages import mark, say, translate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
+    lang = getattr(args, "lang", "en")  # a command that speaks Korean (--lang ko) says its errors in Korean too
     try:
         if getattr(args, "port", None) is not None:
             from engine.serving.config import check_port
@@ -93,14 +95,16 @@ def _main(argv: list[str] | None) -> int:
             check_port(args.port)
         return args.func(args)
     except LabError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {translate(e, lang)}", file=sys.stderr)
     except BrokenPipeError:  # not a path's fault: main ends quietly
         raise
     except OSError as e:  # a file or folder named on the command line, or the history's own folder
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}{e.strerror or e}: check the path and that you may read and write there.",
-              file=sys.stderr)
+        why = e.strerror or str(e)
+        said = (say("{path}: {why}: check the path and that you may read and write there.", path=str(e.filename),
+                    why=why) if e.filename else say("{why}: check the path and that you may read and write there.",
+                                                    why=why))
+        print(f"error: {translate(said, lang)}", file=sys.stderr)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print(translate(mark("interrupted"), lang), file=sys.stderr)
         return 130
     return 2

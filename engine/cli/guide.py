@@ -6,6 +6,7 @@ import threading
 
 from engine.cli.output import say_line
 from engine.errors import ConfigError
+from engine.messages import say, translate
 
 BUDGETS = {"1": 1.0, "0.5": 0.5, "0.25": 0.25, "0.1": 0.1}
 
@@ -40,10 +41,9 @@ def _rehearse(args) -> int:
     from engine.guide import sheet as sheets
     from engine.guide.rehearsal import Rehearsal, sheet_path
     from engine.lab import Lab
-    from engine.messages import translate
 
     if args.talk_minutes < 0:
-        raise ConfigError("--talk-minutes cannot be negative: give 0 or more.")
+        raise ConfigError(say("--talk-minutes cannot be negative: give 0 or more."))
     model = _model_path(args.model)
     lab = Lab(listen_host="127.0.0.1")
     try:
@@ -87,7 +87,6 @@ def _preflight(args) -> int:
     """Each check a line; exit 1 when one fails (a script before the room fills can stop on it)."""
     from engine.guide import preflight
     from engine.lab import Lab
-    from engine.messages import translate
     from engine.serving.config import check_port
 
     check_port(args.port)

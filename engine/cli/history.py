@@ -5,6 +5,7 @@ import sys
 
 from engine.cli.output import check_writable, say_line, write
 from engine.errors import LabError
+from engine.messages import say
 
 
 def register(sub) -> None:
@@ -33,11 +34,11 @@ def _export(args) -> int:
     ids = args.ids or None
     for run_id in ids or ():
         if run_id not in store:
-            raise LabError(f"No run '{run_id}' in the history; it may have been deleted: leave the ids out to export "
-                           "every run.")
+            raise LabError(say("No run '{run}' in the history; it may have been deleted: leave the ids out to "
+                               "export every run.", run=run_id))
     if not ids and not store.list(limit=1):  # an empty [] would read as a broken export
-        say_line("There are no runs in the history yet, so nothing was exported: run one (python -m engine run "
-                 "SCENARIO) or import some (python -m engine import FILE) first.")
+        say_line(say("There are no runs in the history yet, so nothing was exported: run one (python -m engine run "
+                     "SCENARIO) or import some (python -m engine import FILE) first."))
         return 0
     text = (store.export_csv(ids, per="run") if args.format == "csv-runs" else store.export_csv(ids)
             if args.format == "csv" else store.export_json(ids))

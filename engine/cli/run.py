@@ -14,6 +14,7 @@ from engine.cli.summary import repeats_table, summary_table
 from engine.cli.workload_options import add_workload_options, workload_of
 from engine.errors import ConfigError
 from engine.measure.load.spec import check_max_tokens
+from engine.messages import say
 
 
 def register(sub) -> None:
@@ -95,7 +96,8 @@ def _run(args) -> int:
         versus = Target.at(args.versus, None, os.environ.get(args.versus_api_key_env) if args.versus_api_key_env
                            else None)
         if versus.same_server(target):
-            raise ConfigError(f"--versus {args.versus} is the --url server itself: give a second server's address.")
+            raise ConfigError(say("--versus {url} is the --url server itself: give a second server's address.",
+                                  url=args.versus))
     for t in (target, versus):
         if t is not None:
             t.aim(load)  # what the running server accepts, before a request is sent
@@ -124,8 +126,7 @@ def _run(args) -> int:
                                  args.seed is not None, by)
     complete = _said(results, scn, slo, args.price_per_gpu_hour, by)
     if args.json:
-        write(args.json, store.export_json([r.id for r in results]),
-              after="; the runs are saved in the history (python -m engine export --out FILE)")
+        write(args.json, store.export_json([r.id for r in results]), saved=True)
     return 0 if complete else 1
 
 
@@ -146,8 +147,8 @@ def _load(scn, args):
         load = replace(load, label=load.describe()).validate()
     if args.client_processes is not None:
         if args.client_processes < 1:
-            raise ConfigError(f"--client-processes {args.client_processes} is not a number of processes: give 1 or "
-                              "more, or leave it out to let the load choose.")
+            raise ConfigError(say("--client-processes {n} is not a number of processes: give 1 or more, or leave it "
+                                  "out to let the load choose.", n=args.client_processes))
         load = replace(load, workers=args.client_processes)
     return replace(load, **shaped) if (shaped := request_of(args)) else load  # replace validates it
 

@@ -7,11 +7,12 @@ import os
 from engine.cli.server import flag, given
 from engine.errors import ConfigError
 from engine.measure.load.spec import check_max_tokens
-from engine.messages import say
+from engine.messages import mark, say
 
-_HOW = {"sequential": "sends its requests one after another", "burst": "sends all its requests at once",
-        "poisson": "sends its requests at random times at a set rate",
-        "concurrency": "keeps a number of requests in flight", "trace": "replays a trace on its own clock"}
+_HOW: dict[str, str] = {
+    "sequential": mark("sends its requests one after another"), "burst": mark("sends all its requests at once"),
+    "poisson": mark("sends its requests at random times at a set rate"),
+    "concurrency": mark("keeps a number of requests in flight"), "trace": mark("replays a trace on its own clock")}
 # The ServerConfig fields a comparison's configurations set, as the options that would set them here (a
 # squeezed KV cache is --kv-cache-gib on the command line).
 _OPTION_OF = {"cpu_kvcache_gib": "kv_cache_gib", "kv_cache_requests": "kv_cache_gib"}
@@ -51,18 +52,18 @@ def check_run_options(scn, args) -> list | None:
         raise ConfigError(say("The naive scenario runs transformers itself, with no HTTP request to shape: leave "
                               "{flag} out.", flag=named[0]))
     if args.detach and scn.kind == "naive":
-        raise ConfigError("The naive scenario starts no server to leave running: leave --detach out.")
+        raise ConfigError(say("The naive scenario starts no server to leave running: leave --detach out."))
     sets = tuple(sorted({_OPTION_OF.get(k, k) for c in scn.configs for k in c}))
     if scn.kind == "tuning" and (named := given(args, sets)):
-        raise ConfigError(f"The tuning scenario sets {flag(named[0])} itself for each configuration it compares: "
-                          f"leave {flag(named[0])} out.")
+        raise ConfigError(say("The tuning scenario sets {flag} itself for each configuration it compares: leave "
+                              "{flag} out.", flag=flag(named[0])))
     if args.max_tokens is not None:
         check_max_tokens(args.max_tokens)
     check_price(args.price_per_gpu_hour)
     _check_repeats(scn, args)
     if scn.kind == "slo-search" and args.slo_ttft_ms is None and args.slo_tpot_ms is None and args.goodput is None:
-        raise ConfigError("The slo-search scenario looks for the most requests in flight that meet an SLO: give "
-                          "--slo-ttft-ms and/or --slo-tpot-ms, or --goodput ttft:MS tpot:MS e2el:MS.")
+        raise ConfigError(say("The slo-search scenario looks for the most requests in flight that meet an SLO: give "
+                              "--slo-ttft-ms and/or --slo-tpot-ms, or --goodput ttft:MS tpot:MS e2el:MS."))
     return _levels(scn, args)
 
 
@@ -71,22 +72,30 @@ def _check_repeats(scn, args) -> None:
     if args.repeats is None:
         return
     if args.repeats < 1:
-        raise ConfigError(f"--repeats must be a whole number of at least 1, not {args.repeats}.")
+        raise ConfigError(say("--repeats must be a whole number of at least 1, not {n}.", n=args.repeats))
     if scn.kind not in ("vllm", "tuning"):
-        raise ConfigError(f"--repeats repeats one load test or each tuning configuration, and {scn.name} is neither: "
-                          "pick a load or tuning scenario (python -m engine list), or leave --repeats out.")
+        raise ConfigError(say("--repeats repeats one load test or each tuning configuration, and {name} is neither: "
+                              "pick a load or tuning scenario (python -m engine list), or leave --repeats out.",
+                              name=scn.name))
     if args.versus is not None:
-        raise ConfigError("--repeats and --versus cannot be combined: repeat the load test on one server.")
+        raise ConfigError(say("--repeats and --versus cannot be combined: repeat the load test on one server."))
     from engine.runs.runner import MAX_REPEATS
 
     if args.repeats > MAX_REPEATS and not args.many_repeats:
-        raise ConfigError(f"--repeats {args.repeats} runs the load test {args.repeats} times, one after another"
-                          f"{_repeats_time(scn, args.repeats)}; the Load test page stops at {MAX_REPEATS}: give "
-                          f"--repeats {MAX_REPEATS} or fewer, or add --many-repeats to run all {args.repeats}.")
+        n, last = args.repeats, _last_duration(scn)
+        if last is None:
+            raise ConfigError(say("--repeats {n} runs the load test {n} times, one after another; the Load test page "
+                                  "stops at {most}: give --repeats {most} or fewer, or add --many-repeats to run all "
+                                  "{n}.", n=n, most=MAX_REPEATS))
+        raise ConfigError(say("--repeats {n} runs the load test {n} times, one after another (about {total}, at the "
+                              "{each} its last run in the history measured, warm-ups not counted); the Load test page "
+                              "stops at {most}: give --repeats {most} or fewer, or add --many-repeats to run all {n}.",
+                              n=n, total=_hms(n * last), each=_hms(last), most=MAX_REPEATS))
 
 
-def _repeats_time(scn, n: int) -> str:
-    """About how long `n` repeats take, from the latest run of the same scenario in the history ("" when none)."""
+def _last_duration(scn) -> float | None:
+    """The seconds the latest run of the same scenario in the history measured (None when none): what one repeat
+    will take, about."""
     from engine.results.store import RunStore
 
     try:
@@ -94,19 +103,16 @@ def _repeats_time(scn, n: int) -> str:
                     None)
     except Exception:  # noqa: BLE001 - an estimate only: a history that cannot be read gives none
         last = None
-    if last is None:
-        return ""
-    return (f" (about {_hms(n * last.duration)}, at the {_hms(last.duration)} its last run in the history "
-            "measured, warm-ups not counted)")
+    return None if last is None else last.duration
 
 
-def _hms(s: float) -> str:
+def _hms(s: float):
     """A length of time as a person reads it: '45 s', '12 min', '3 h 20 min'."""
     if s < 90:
-        return f"{s:.0f} s"
+        return say("{seconds} s", seconds=f"{s:.0f}")
     if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60)} min"
+        return say("{m} min", m=f"{s / 60:.0f}")
+    return say("{h} h {m} min", h=int(s // 3600), m=int(s % 3600 // 60))
 
 
 def _check_servers(scn, args) -> None:
@@ -115,30 +121,30 @@ def _check_servers(scn, args) -> None:
 
     if args.versus is not None or args.versus_api_key_env is not None:
         if args.url is None or args.versus is None:
-            raise ConfigError("--versus compares two running servers: give both --url A and --versus B.")
+            raise ConfigError(say("--versus compares two running servers: give both --url A and --versus B."))
         if scn.kind != "vllm":
-            raise ConfigError(f"--versus sends one load test to two servers at once, and {scn.name} is not one: pick "
-                              "a load scenario (python -m engine list).")
+            raise ConfigError(say("--versus sends one load test to two servers at once, and {name} is not one: pick "
+                                  "a load scenario (python -m engine list).", name=scn.name))
         check_url(args.versus)
         if args.versus_api_key_env and os.environ.get(args.versus_api_key_env) is None:
-            raise ConfigError(f"--versus-api-key-env names {args.versus_api_key_env}, which is not set: export it "
-                              "first.")
+            raise ConfigError(say("--versus-api-key-env names {var}, which is not set: export it first.",
+                                  var=args.versus_api_key_env))
     if args.url is not None:
         if scn.kind == "naive":
-            raise ConfigError("The naive scenario runs transformers itself, with no server: leave --url out.")
+            raise ConfigError(say("The naive scenario runs transformers itself, with no server: leave --url out."))
         if scn.kind == "tuning":
-            raise ConfigError("The tuning scenario restarts the server with each setting: leave --url out.")
+            raise ConfigError(say("The tuning scenario restarts the server with each setting: leave --url out."))
         check_url(args.url)
         if args.detach:
-            raise ConfigError("--detach leaves running a server this command starts, and with --url it starts none: "
-                              "leave --detach out.")
+            raise ConfigError(say("--detach leaves running a server this command starts, and with --url it starts "
+                                  "none: leave --detach out."))
         if named := given(args):  # the server is already running: its own settings hold
-            raise ConfigError(f"{flag(named[0])} sets up a server the app starts, but --url points at one already "
-                              f"running, which keeps its own settings: leave {flag(named[0])} out, or leave --url "
-                              "out to start a server.")
+            raise ConfigError(say("{flag} sets up a server the app starts, but --url points at one already running, "
+                                  "which keeps its own settings: leave {flag} out, or leave --url out to start a "
+                                  "server.", flag=flag(named[0])))
     elif args.model_name:
-        raise ConfigError("--model-name names the model of the server at --url: leave it out, the app names the "
-                          "model of a server it starts.")
+        raise ConfigError(say("--model-name names the model of the server at --url: leave it out, the app names the "
+                              "model of a server it starts."))
 
 
 def _without(args, option: str):
@@ -157,36 +163,37 @@ def _levels(scn, args) -> list | None:
 
     if scn.kind == "slo-search":  # its lowest and highest level (None: the server's capacity says, or doubling)
         if args.levels is not None:
-            raise ConfigError("The slo-search scenario finds its levels by bisection, so --levels does not apply: "
-                              "give its highest level with --concurrency.")
+            raise ConfigError(say("The slo-search scenario finds its levels by bisection, so --levels does not "
+                                  "apply: give its highest level with --concurrency."))
         if args.search_by == "rate":
             if args.concurrency is not None:
-                raise ConfigError("A search by rate looks for the highest arrival rate: give its highest with "
-                                  "--request-rate, not --concurrency.")
+                raise ConfigError(say("A search by rate looks for the highest arrival rate: give its highest with "
+                                      "--request-rate, not --concurrency."))
             if args.request_rate is not None and not LOWEST_RATE <= args.request_rate < float("inf"):
-                raise ConfigError(f"The search's highest rate must be a number of requests per second from "
-                                  f"{LOWEST_RATE:g} on, not {args.request_rate:g}.")
+                raise ConfigError(say("The search's highest rate must be a number of requests per second from "
+                                      "{lowest:g} on, not {rate:g}.", lowest=LOWEST_RATE, rate=args.request_rate))
             return [LOWEST_RATE, args.request_rate]
         if args.concurrency is not None:
             check_in_flight(args.concurrency, "The search's highest level (requests in flight)")
         return [scn.levels[0], args.concurrency]
     if scn.kind != "sweep":
-        how = "runs transformers itself, with no server" if scn.kind == "naive" else _HOW.get(scn.shape, "")
+        how = mark("runs transformers itself, with no server") if scn.kind == "naive" else _HOW.get(scn.shape, "")
         if scn.kind != "naive" and scn.shape == "concurrency" and args.concurrency is not None:
             check_in_flight(args.concurrency)  # its requests in flight: the scenario's own limit, changed
             args = _without(args, "concurrency")
         for option, value in (("--concurrency", args.concurrency), ("--levels", args.levels)):
             if value is not None:
-                raise ConfigError(f"The {scn.name} scenario {how}, so {option} does not apply: leave it out, or "
-                                  "run the sweep scenario to choose the requests in flight.")
+                raise ConfigError(say("The {name} scenario {how}, so {flag} does not apply: leave it out, or run the "
+                                      "sweep scenario to choose the requests in flight.", name=scn.name, how=how,
+                                      flag=option))
         return None
     if args.rates is not None:
         if args.levels is not None or args.concurrency is not None:
-            raise ConfigError("--rates sweeps arrival rates, and --levels and --concurrency numbers in flight: give "
-                              "only --rates.")
+            raise ConfigError(say("--rates sweeps arrival rates, and --levels and --concurrency numbers in flight: "
+                                  "give only --rates."))
         return parse_rates(args.rates)
     if args.concurrency is not None and args.levels is not None:
-        raise ConfigError("--levels and --concurrency both choose the sweep's levels: give only one of them.")
+        raise ConfigError(say("--levels and --concurrency both choose the sweep's levels: give only one of them."))
     if args.levels is not None:
         return parse_levels(args.levels)
     if args.concurrency is not None:

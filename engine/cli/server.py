@@ -11,6 +11,7 @@ import time
 from engine.cli.output import say_line
 from engine import settings
 from engine.errors import ConfigError, LabError
+from engine.messages import say
 
 # The options that set up a server the app starts. None (or False) = not given: the lab's default, and
 # `run --url` can tell the options it would ignore.
@@ -89,11 +90,11 @@ def config(args):
     if device == "cpu":
         for option in GPU_OPTIONS:
             if getattr(args, option) is not None:
-                raise ConfigError(f"{flag(option)} applies to a GPU, and vLLM runs on this machine's CPU: leave it "
-                                  "out (size the CPU's KV cache with --kv-cache-gib).")
+                raise ConfigError(say("{flag} applies to a GPU, and vLLM runs on this machine's CPU: leave it out "
+                                      "(size the CPU's KV cache with --kv-cache-gib).", flag=flag(option)))
     elif args.kv_cache_gib is not None:
-        raise ConfigError("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
-                          "--gpu-memory-utilization instead.")
+        raise ConfigError(say("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
+                              "--gpu-memory-utilization instead."))
     spec = prepare.resolve(args.model or "embedded")
     cfg = ServerConfig.for_model(
         spec, device, port=port_of(args), host=args.host, dtype=args.dtype,
@@ -112,7 +113,8 @@ def _gpu_list(text: str | None) -> tuple[int, ...] | None:
     try:
         return tuple(int(g) for g in text.split(",") if g.strip())
     except ValueError:
-        raise ConfigError(f"--gpus {text!r} is not a list of GPU numbers: write them like 0,1.") from None
+        raise ConfigError(say("--gpus '{gpus}' is not a list of GPU numbers: write them like 0,1.",
+                              gpus=text)) from None
 
 
 def own_server(port: int):
