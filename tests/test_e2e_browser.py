@@ -25,6 +25,8 @@ import pytest
 from engine.messages import catalog
 from playwright.sync_api import expect
 
+from . import said
+
 from .browser import (
     ROOT,
     SCREENSHOTS,
@@ -53,11 +55,19 @@ def app(vllm_server, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(browser, app):
+def shared_page(browser, app):
     ctx = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
     pg = ctx.new_page()
     yield pg
     ctx.close()
+
+
+@pytest.fixture
+def page(shared_page):
+    """The module's page, blank between tests (each opens the app's page it reads): a page of the app left open
+    redraws every second (its watcher) through the tests after it, minutes of Chromium's and the app's CPU."""
+    yield shared_page
+    shared_page.goto("about:blank")
 
 
 def shot(page, name: str) -> None:
@@ -65,6 +75,39 @@ def shot(page, name: str) -> None:
     exc = page.get_by_test_id("stException")
     assert not exc.count(), f"{name} shows an exception: {exc.first.inner_text()[:500]}"
     screenshot(page, name)
+
+
+TOOK_OVER = "This server was started by {who}; the app found it running and took it over."
+WARM = "Warm: the warm-up put a batch of {n} through the server first."
+SLO_MET = ("{good} of {n} requests ({share:.0%}) met the SLO ({slo}), at least {target:.0%}, so it holds: a goodput "
+           "of {goodput:.2f} req/s.")
+SLO_MISSED = ("Only {good} of {n} requests ({share:.0%}) met the SLO ({slo}), less than {target:.0%}, so it does not "
+              "hold: a goodput of {goodput:.2f} req/s.")
+COUNTED = "The server counted {server:,} output tokens, the client {client:,} (ratio {ratio:.2f})."
+SLOTS_USED = "{used} of {spent} decode slot-steps produced a token ({share}); {wasted} were wasted."
+NO_SLOT_HELD = ("No slot held a finished answer: each of the {n} requests had its own slot from the start and left it "
+                "when its answer ended.")
+NO_SLOT_HELD_REFILLED = ("No slot held a finished answer: each request left when it ended and the next one took its "
+                         "slot at once; {wasted} slot-steps were idle while a request waited.")
+CEILING_AT_1 = ("Decoded at {measured} tok/s per request; this hardware's memory bandwidth ({bandwidth} GB/s, "
+                "{source}) allows at most {ceiling} tok/s per request at batch 1: {share} of the ceiling.")
+CEILING_AT_BATCH = ("Decoded at {measured} tok/s per request; this hardware's memory bandwidth ({bandwidth} GB/s, "
+                    "{source}) allows at most {ceiling} tok/s per request at this batch ({batch} requests decoding "
+                    "together, on average): {share} of the ceiling.")
+CONFIGURATIONS = "{stage} ({done}/{total} configurations)"  # a comparison's progress
+KV_WAIT = ("Where the answers need more tokens than the cache holds, requests wait for room and are preempted, and the "
+           "first token comes later.")
+
+
+def _one_of(page, *templates):
+    """The element showing a sentence of any of these message ids (a verdict said one way or the other)."""
+    return page.get_by_text(re.compile("|".join(said.on_page(t).pattern for t in templates))).first
+
+
+def _read_one_of(element, *templates) -> dict:
+    """The values of the first of these message ids the element shows."""
+    text = element.inner_text()
+    return next(v for t in templates if (v := said.read(t, text)) is not None)
 
 
 def _wait_ready(page, timeout_ms: int = 60000) -> None:
@@ -76,7 +119,9 @@ def test_server_page_shows_the_adopted_server_ready(page, app):
     goto(page, app, "server", title="vLLM server")
     _wait_ready(page)
     expect(metric(page, "KV cache capacity")).to_have_text(re.compile(r"^[\d,]+ tokens$"), timeout=30000)
-    expect(page.get_by_text("took it over")).to_be_visible()
+    took = page.get_by_text(said.on_page(TOOK_OVER)).first
+    expect(took).to_be_visible()
+    assert said.read(TOOK_OVER, took.inner_text())["who"], took.inner_text()
     expect(button(page, "Start")).to_be_disabled()
     expect(button(page, "Stop")).to_be_enabled()
     expect(page.locator("[data-testid=stSidebar]").get_by_text("ready")).to_be_visible()
@@ -104,15 +149,22 @@ def test_load_test_draws_charts_and_summary(page, app):
     # (the ceiling and the slots are folded away below the first screen: opened as a viewer would)
     page.locator("summary").filter(has_text="Decode speed against the memory-bandwidth ceiling").click()
     page.locator("summary").filter(has_text="Batch slots step by step").click()
-    expect(page.get_by_text(re.compile(r"of the ceiling")).first).to_be_visible()
+    ceiling = _one_of(page, CEILING_AT_1, CEILING_AT_BATCH)
+    expect(ceiling).to_be_visible()
+    assert re.fullmatch(r"\d+%", _read_one_of(ceiling, CEILING_AT_1, CEILING_AT_BATCH)["share"]), ceiling.inner_text()
     expect(page.locator(".js-plotly-plot")).to_have_count(6, timeout=30000)
     expect(page.locator(".js-plotly-plot").first.locator(".main-svg").first).to_be_visible()
     # Cold or warm (the warm-up is on by default), the SLO's verdict with goodput, the server's own token count.
-    expect(page.get_by_text("Warm: the warm-up put a batch of 10 through the server first.")).to_be_visible()
-    said = re.compile(r"of 10 requests \(\d+%\) met the SLO .* a goodput of [\d.]+ req/s")
-    expect(page.get_by_text(said)).to_be_visible()
-    expect(page.get_by_text(re.compile(r"The server counted [\d,]+ output tokens, the client [\d,]+ \(ratio "
-                                       r"(0\.9\d|1\.0\d)\)"))).to_be_visible()
+    warm = page.get_by_text(said.on_page(WARM)).first
+    expect(warm).to_be_visible()
+    assert said.read(WARM, warm.inner_text()) == {"n": "10"}
+    verdict = _one_of(page, SLO_MET, SLO_MISSED)
+    expect(verdict).to_be_visible()
+    slo = _read_one_of(verdict, SLO_MET, SLO_MISSED)
+    assert slo["n"] == "10" and float(slo["goodput"]) >= 0, verdict.inner_text()
+    counted = page.get_by_text(said.on_page(COUNTED)).first
+    expect(counted).to_be_visible()
+    assert 0.9 <= float(said.read(COUNTED, counted.inner_text())["ratio"]) < 1.1, counted.inner_text()
     # The Python behind the run, as the lab's notebook writes it.
     page.get_by_text("The Python behind this run").click()
     code = page.get_by_test_id("stCode").last
@@ -192,9 +244,11 @@ def test_naive_vs_vllm_draws_vllm_slot_by_slot(page, app):
     expect(at_once).to_be_enabled(timeout=30000)
     at_once.click()
     expect(page.get_by_text("Static vs continuous batching, slot by slot")).to_be_visible(timeout=180000)
-    expect(page.get_by_text(re.compile(r"^4 · vLLM, all at once: \d+ of \d+ decode "
-                                       r"slot-steps produced a token \(100%\); 0 were wasted\."))).to_be_visible()
-    expect(page.get_by_text(re.compile(r"No slot held a finished answer"))).to_be_visible()
+    slots = page.get_by_text(re.compile("^4 · vLLM, all at once: " + said.on_page(SLOTS_USED).pattern)).first
+    expect(slots).to_be_visible()
+    used = said.read(SLOTS_USED, slots.inner_text())
+    assert (used["share"], used["wasted"], used["used"]) == ("100%", "0", used["spent"]), slots.inner_text()
+    expect(_one_of(page, NO_SLOT_HELD, NO_SLOT_HELD_REFILLED)).to_be_visible()
     shot(page, "naive_vs_vllm_slots")
 
 
@@ -420,7 +474,7 @@ def test_kv_squeeze_and_prefix_caching_views_on_real_servers(browser, tmp_path):
         assert first.cached_tokens == 0 and rest and all(r.cached_tokens > 0 for r in rest)
         assert all(r.cached_tokens == 0 for r in off.records)
         assert on.extra.prefix_cache.hits > 0 and not off.extra.prefix_cache.hits
-        assert "prompt tokens came from the cache" in prefix.sentence(on, off)
+        assert said.values(prefix.sentence(on, off)).get("cached", 0) > 0, prefix.sentence(on, off)
 
         with StreamlitApp(env, tmp_path / "streamlit.log") as app:
             ctx = browser.new_context(viewport=SHOT)
@@ -461,9 +515,13 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     expect(slider).to_have_value("100")
     expect(pg.get_by_text("The same 8 concurrent answers of 100 tokens")).to_be_visible()
     button(pg, "Squeeze the KV cache and compare").click()
+    expect(pg.get_by_text(said.on_page(CONFIGURATIONS)).first).to_be_visible()  # the job runs
+    # Nothing is read on the page while two servers start and measure (minutes): it waits blank rather than redraw
+    # the job's progress every 2 s, and the Tuning page is opened again for the results.
+    pg.goto("about:blank")
     deadline = time.time() + 900
     while len(saved("kv-squeeze")) < 2 and time.time() < deadline:
-        pg.wait_for_timeout(2000)
+        time.sleep(2)
     squeezed, roomy = saved("kv-squeeze")
     print(f"kv-squeeze from the browser: {time.time() - t0:.0f} s")
     assert all(r.ok for run in (squeezed, roomy) for r in run.measured)  # preempted requests still finish
@@ -473,6 +531,7 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
     # ... so requests waited and were preempted
     assert squeezed.extra.kv.peak_waiting > 0 and squeezed.extra.kv.preemptions > 0
     assert roomy.extra.server.kv_cache_tokens > kvcache.need(roomy).total and roomy.extra.kv.preemptions == 0
+    goto(pg, app, "tuning", title="Tuning")
     chart = _chart_under(pg, "The KV cache as the scarce resource")
     expect(chart).to_contain_text("The KV cache per configuration", timeout=30000)
     # the fragment redraws every 2 s: wait until it has drawn the second configuration
@@ -488,7 +547,7 @@ def _views_2_and_3(pg, app, on, off, saved, t0) -> None:
         assert traces[name] == [row[key] for row in rows], name
     for run in (squeezed, roomy):
         expect(pg.get_by_text(str(kvcache.said(run))[:80])).to_be_visible()
-    expect(pg.get_by_text("requests wait for room and are preempted")).to_be_visible()
+    expect(pg.get_by_text(said.on_page(KV_WAIT))).to_be_visible()
     shot(pg, "tuning_kv_full")
     _section_shot(pg, "The KV cache as the scarce resource", "tuning_kv")
 
