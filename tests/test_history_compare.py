@@ -264,3 +264,23 @@ def test_bar_labels_fit_the_room_each_bar_has():
         ticks = figures.history_compare(runs, "output_throughput", lang="ko").layout.xaxis.ticktext
         widest = max(_shown_width(line) for t in ticks for line in t.split("<br>") if "<span" not in line)
         assert widest * n <= _TICK_ROOM, (n, widest)
+
+
+def test_the_times_under_the_bars_fit_the_room_each_bar_has():
+    """Seen in Korean at 1920x1080 (History, a load test's 8 repeats): "오전 9:37:41" under each bar, in the smaller
+    type, wider than the bar's share of the axis and written over its neighbours'."""
+    import re
+    from datetime import datetime
+
+    from engine.figures.compare import _TICK_ROOM
+    from engine.figures.theme import BASE_SIZE, _shown_width
+
+    for lang in ("ko", "en"):
+        for n in (2, 5, 8):
+            runs = [_run("vLLM", 4, cold=False) for _ in range(n)]
+            for i, r in enumerate(runs):
+                r.started_at = datetime(2026, 12, 6 + i % 2, 9, 37, 41 + i).timestamp()  # two days: the date too
+            ticks = figures.history_compare(runs, "output_throughput", lang=lang).layout.xaxis.ticktext
+            small = [re.sub(r"<[^>]+>", "", line) for t in ticks for line in t.split("<br>")]
+            widest = max(_shown_width(line) for line in small)
+            assert widest * n * (BASE_SIZE - 4) / BASE_SIZE <= _TICK_ROOM, (lang, n, small)

@@ -190,11 +190,11 @@ def _metric_value(run: Any, metric: str) -> float | None:
 _TICK_ROOM = 64
 
 
-def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
+def _apart(runs: Sequence[Any], lang: str, width: int) -> dict[int, str]:
     """Under each bar, when it started, as the page's table writes a time (engine.messages.when): the time (to the
     second where a label is shown twice, as the caption's verdict names such runs,
     engine.measure.judge.verdict.labels_apart), the date only when the runs span several days, a repeat's place on
-    its own line."""
+    its own line; each line wrapped to `width` letters ("오전 9:37:41" under eight bars ran into its neighbours)."""
     stamps = [datetime.fromtimestamp(r.started_at) for r in runs if getattr(r, "started_at", 0)]
     several_days = len({d.date() for d in stamps}) > 1
     labels = [run_label(r, lang) for r in runs]
@@ -207,7 +207,7 @@ def _apart(runs: Sequence[Any], lang: str) -> dict[int, str]:
         if r.extra.repeat.index:  # repeats share a label: said which one each is
             lines.append(translate(say("repeat {i}/{n}", i=r.extra.repeat.index, n=r.extra.repeat.total or "?"),
                                    lang))
-        out[id(r)] = "<br>".join(lines)
+        out[id(r)] = "<br>".join(wrap(line, width) for line in lines)
     return out
 
 
@@ -237,8 +237,9 @@ def history_compare(runs: Sequence[Any], metric: str = "output_throughput", *, l
     # label and, where even that is the same, the run's id tell them apart to the eye.
     ticks: list[str] = []
     width = max(6, min(18, _TICK_ROOM // max(len(have), 1)))  # the more bars, the shorter a label's lines
-    when = _apart(shown, lang)
-    small = f"<span style='font-size:{BASE_SIZE - 4}px;color:{MUTED}'>"
+    small_size = BASE_SIZE - 4
+    when = _apart(shown, lang, width * BASE_SIZE // small_size)  # smaller letters: more of them in a bar's room
+    small = f"<span style='font-size:{small_size}px;color:{MUTED}'>"
     for r, text in zip(shown, labels):
         lab = "" if one_label else wrap(esc(text), width)
         if id(r) in when:
