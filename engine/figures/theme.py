@@ -191,7 +191,9 @@ def wrap(text: str, width: int = 18) -> str:
     longer than a line breaks after its hyphens ("gpu-memory-" / "utilization"): unbroken, it runs into the next
     bar's label."""
     parts: list[tuple[str, str]] = []  # (piece, what joins it to the one before on a line)
-    for w in text.split():
+    if not text.strip():
+        return ""
+    for w in re.split(r"[ \t\n]+", text.strip()):  # never at a no-break space (Babel's "5:52:44\u202fAM")
         pieces = re.findall(r"[^-]+-*|-+", w) if _shown_width(w) > width else [w]
         pieces = [cut for p in pieces for cut in _cut(p, width)]
         parts += [(p, " " if i == 0 else "") for i, p in enumerate(pieces)]
