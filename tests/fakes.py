@@ -119,6 +119,8 @@ class FakeOpenAIServer:
             asyncio.run_coroutine_threadsafe(self._die(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        if not self._thread.is_alive():  # closed here, not by the garbage collector in whichever test comes next
+            self._loop.close()
 
     async def _start(self) -> None:
         # A listen backlog as deep as uvicorn's (vLLM's server): with the default 100, a client opening a few

@@ -50,6 +50,8 @@ def serve(app: web.Application):
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+        if not thread.is_alive():
+            loop.close()
 
 
 def html_site() -> web.Application:
