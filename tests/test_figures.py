@@ -642,6 +642,11 @@ def test_a_korean_label_wraps_at_its_drawn_width():
     # a flag longer than a line breaks after its hyphens, not into the next bar's label
     assert wrap("max-model-len 512, gpu-memory-utilization 0.90", 14) == (
         "max-model-len<br>512, gpu-<br>memory-<br>utilization<br>0.90")
+    # a word wider than a line, cut: with a hyphen between two Latin letters ("concurre" / "nt" under eight bars on
+    # History read as two words), never inside Hangul or a time, never losing a letter
+    assert wrap("vLLM concurrency", 8) == "vLLM<br>concurr-<br>ency"
+    assert wrap("동시요청여덟개", 8) == "동시요청<br>여덟개"
+    assert wrap("5:52:44\u202fAM", 8).replace("<br>", "") == "5:52:44\u202fAM"
 
 
 

@@ -171,7 +171,8 @@ def _shown_width(text: str) -> int:
 
 def _cut(piece: str, width: int) -> list[str]:
     """A piece still wider than a line (a label without spaces or hyphens) in line-wide parts, an HTML entity
-    (the label is escaped) never cut."""
+    (the label is escaped) never cut; a Latin word cut between two letters says so with a hyphen ("concurr-" /
+    "ent", not "concurre" / "nt"), Hangul breaks anywhere without one."""
     def shown(text: str) -> int:  # an entity is drawn as one character
         return _shown_width(re.sub(r"&#?\w+;", "x", text))
 
@@ -180,10 +181,18 @@ def _cut(piece: str, width: int) -> list[str]:
     out, cur = [], ""
     for ch in re.findall(r"&#?\w+;|.", piece):
         if cur and shown(cur) + shown(ch) > width:
-            out.append(cur)
-            cur = ""
+            if len(cur) > 2 and _latin(cur[-1]) and _latin(ch):
+                out.append(cur[:-1] + "-")
+                cur = cur[-1]
+            else:
+                out.append(cur)
+                cur = ""
         cur += ch
     return [*out, cur] if cur else out
+
+
+def _latin(ch: str) -> bool:
+    return ch.isascii() and ch.isalpha()
 
 
 def wrap(text: str, width: int = 18) -> str:
