@@ -21,7 +21,7 @@ def test_after_exec_done_a_launch_shows_its_command_line_and_environment_even_on
         for n in range(60):
             p = subprocess.Popen(["sleep", "5"], env={"MARK": str(n)}, start_new_session=True)
             try:
-                proctree.exec_done(p.pid)
+                proctree.exec_done(p.pid, timeout_s=120)  # a liveness bound, not the product's 10 s: never the pace
                 assert _read(p.pid, "cmdline").startswith(b"sleep\0"), n
                 assert b"MARK=%d" % n in _read(p.pid, "environ"), n
             finally:
