@@ -83,11 +83,12 @@ def since_boot(p: psutil.Process) -> float:
     return int(stat[stat.rindex(b")") + 2:].split()[19]) / os.sysconf("SC_CLK_TCK")
 
 
-def exec_done(pid: int, timeout_s: float = 10.0) -> None:
+def exec_done(pid: int, timeout_s: float = 60.0) -> None:
     """Wait until the kernel shows `pid`'s new command line and environment. Popen returns once exec has begun, and
     on a loaded machine /proc/PID/cmdline and environ read empty for a while after (measured: 180 of 300 launches
     beside six busy loops): a second app reading the port's record then would not see an API server, nor our tag,
-    and launch another. Returns early when the process is gone."""
+    and launch another. Returns as soon as both show (milliseconds, even loaded), or when the process is gone; the
+    bound is generous because the port's lock is held meanwhile and a start takes a minute anyway."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
