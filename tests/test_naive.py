@@ -223,6 +223,29 @@ def test_a_random_weight_run_warms_up_first_and_its_progress_names_the_prompts(t
     assert mem.worker_peak_rss >= mem.after_load.peak_rss > 0 and mem.worker_exited is True
 
 
+def test_a_worker_slow_to_exit_after_done_keeps_its_run(tiny_random_dir, tmp_path, monkeypatch):
+    """The real worker, whose exit after "done" outlives the grace (CI saw a loaded machine take that long to tear
+    one down): it is stopped, and the run it measured is the result, not "The naive worker died from SIGTERM"."""
+    import engine.measure.baseline.naive as naive
+
+    monkeypatch.setattr(naive, "TERMINATE_GRACE_S", 0.2)
+    slow = tmp_path / "python-slow-exit"  # an interpreter that runs the worker, closes its pipes, then lingers
+    slow.write_text(f"""#!/bin/sh
+exec {sys.executable} -c 'import os, sys, time
+from engine.measure.baseline import naive_worker
+rc = naive_worker.main()
+sys.stdout.flush(); sys.stderr.flush(); os.close(1); os.close(2)
+time.sleep(600)
+sys.exit(rc)'
+""")
+    slow.chmod(0o755)
+    prompts = PROMPTS[:2]
+    res = run_naive(NaiveSpec(model_path=str(tiny_random_dir), prompts=prompts, max_new_tokens=4,
+                              random_weights=True, warmup=False), python=str(slow))
+    assert len(res.measured) == len(prompts) and all(r.ok for r in res.measured)
+    assert res.extra.naive.memory.worker_exited is True and _gone(res.extra.naive.worker_pid)
+
+
 def test_warmup_plan_meets_every_shape_of_the_run():
     """Every prefill length and every decode length the measured run reaches is met in the warm-up."""
     from engine.measure.baseline.naive_worker import warmup_plan
