@@ -169,6 +169,7 @@ def lab(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
         mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+        mp.delenv("SERVING_LAB_LANG", raising=False)  # the pages' own default language, whatever the shell says
         import ui
 
         ui.get_lab.clear()

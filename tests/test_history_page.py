@@ -11,50 +11,35 @@ from streamlit.testing.v1 import AppTest
 from tests.test_store import insert_raw, make_run
 from engine.results.records import Warmth
 from engine.measure.load.shape import shape_said
-from tests.conftest import ROOT, free_port
+from tests.conftest import app_page
 from tests.said import chain, reads
 
-APP = str(ROOT / "app.py")
 HTML_LABEL = "<b>bold</b> <a href='https://example.com'>link</a>"
 
 
 @pytest.fixture(scope="module", autouse=True)
-def lab(tmp_path_factory):
-    """A Lab on a history holding good, failed, hostile and damaged runs."""
-    d = tmp_path_factory.mktemp("history-page")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-        import ui
-
-        ui.get_lab.clear()
-        lab = ui.get_lab()
-        store = lab.store
-        store.save(make_run(1_764_500_000.0, "good run"))
-        store.save(make_run(1_764_500_100.0, HTML_LABEL))
-        cold = make_run(1_764_499_000.0, "cold run")  # the oldest: tests below rename the newest
-        cold.extra.warmth = Warmth(cold=True, why="first", batch_size=4, instance="i")
-        store.save(cold)
-        failed = make_run(1_764_500_200.0, "all failed")
-        for r in failed.records:
-            r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens is too large", None, None, []
-        failed.summary.output_throughput = 0.0
-        store.save(failed)
-        with sqlite3.connect(store.path) as c:
-            insert_raw(c, make_run(label="from the far future"), id="future", started_at=1e20)
-            insert_raw(c, make_run(label="unreadable summary"), id="badjson", summary="{oops", config="[1, 2]")
-            insert_raw(c, make_run(label="numbers as text"), id="textnum", duration="long", n_requests="many")
-        yield lab
-        lab.shutdown()
-        ui.get_lab.clear()
+def lab(lab):
+    """The app's Lab (conftest) on a history holding good, failed, hostile and damaged runs."""
+    store = lab.store
+    store.save(make_run(1_764_500_000.0, "good run"))
+    store.save(make_run(1_764_500_100.0, HTML_LABEL))
+    cold = make_run(1_764_499_000.0, "cold run")  # the oldest: tests below rename the newest
+    cold.extra.warmth = Warmth(cold=True, why="first", batch_size=4, instance="i")
+    store.save(cold)
+    failed = make_run(1_764_500_200.0, "all failed")
+    for r in failed.records:
+        r.error, r.end_time, r.first_token_time, r.chunk_times = "HTTP 400: max_tokens is too large", None, None, []
+    failed.summary.output_throughput = 0.0
+    store.save(failed)
+    with sqlite3.connect(store.path) as c:
+        insert_raw(c, make_run(label="from the far future"), id="future", started_at=1e20)
+        insert_raw(c, make_run(label="unreadable summary"), id="badjson", summary="{oops", config="[1, 2]")
+        insert_raw(c, make_run(label="numbers as text"), id="textnum", duration="long", n_requests="many")
+    return lab
 
 
 def page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("app_pages/history.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return app_page("app_pages/history.py")
 
 
 def chart_spec(at: AppTest) -> str:

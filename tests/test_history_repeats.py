@@ -9,40 +9,26 @@ from streamlit.testing.v1 import AppTest
 from tests.test_store import make_run
 
 from engine.measure.judge import failures, repeats
-from tests.conftest import ROOT, free_port
+from tests.conftest import app_page
 
-APP = str(ROOT / "app.py")
 
 
 @pytest.fixture(scope="module", autouse=True)
-def lab(tmp_path_factory):
-    d = tmp_path_factory.mktemp("history-repeats")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-        import ui
-
-        ui.get_lab.clear()
-        lab = ui.get_lab()
-        for i, tput in enumerate((100.0, 120.0, 0.0)):  # the third repeat failed: its zero is no measurement
-            run = make_run(1_764_500_000.0 + i * 10, "repeated")
-            run.extra.repeat.group, run.extra.repeat.index, run.extra.repeat.total = "g1", i + 1, 3
-            run.extra.repeat.failed = tput == 0.0
-            run.summary.output_throughput = tput
-            run.duration = (2.0, 3.0, 0.5)[i]
-            lab.store.save(run)
-        lab.store.save(make_run(1_764_400_000.0, "alone"))
-        yield lab
-        lab.shutdown()
-        ui.get_lab.clear()
+def lab(lab):
+    """The app's Lab (conftest) on a history of three repeats, one failed, and a run alone."""
+    for i, tput in enumerate((100.0, 120.0, 0.0)):  # the third repeat failed: its zero is no measurement
+        run = make_run(1_764_500_000.0 + i * 10, "repeated")
+        run.extra.repeat.group, run.extra.repeat.index, run.extra.repeat.total = "g1", i + 1, 3
+        run.extra.repeat.failed = tput == 0.0
+        run.summary.output_throughput = tput
+        run.duration = (2.0, 3.0, 0.5)[i]
+        lab.store.save(run)
+    lab.store.save(make_run(1_764_400_000.0, "alone"))
+    return lab
 
 
 def page() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=60)
-    at.run()
-    at.switch_page("app_pages/history.py").run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return app_page("app_pages/history.py")
 
 
 def test_repeats_are_one_line_with_the_median_of_those_that_answered():

@@ -13,7 +13,6 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from .korean import data_words, english, english_in, unquoted
-from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -22,21 +21,10 @@ PAGES = ["app_pages/server.py", "app_pages/monitor.py", "app_pages/naive_vs_vllm
 
 
 @pytest.fixture(scope="module", autouse=True)
-def lab(tmp_path_factory):
-    """A Lab whose history holds the example runs, its vLLM port a free one (the server is stopped)."""
-    d = tmp_path_factory.mktemp("korean-apptest")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-        mp.delenv("SERVING_LAB_LANG", raising=False)
-        import ui
-
-        ui.get_lab.clear()
-        lab = ui.get_lab()
-        assert lab.store.import_examples(), "the shipped example runs did not import"
-        yield lab
-        lab.shutdown()
-        ui.get_lab.clear()
+def lab(lab):
+    """The app's Lab (conftest) on a history holding the example runs, its vLLM port a free one."""
+    assert lab.store.import_examples(), "the shipped example runs did not import"
+    return lab
 
 
 # Proto fields that hold text a viewer reads (code, log lines and data frames are not among them).
