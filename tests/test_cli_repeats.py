@@ -33,6 +33,10 @@ def test_repeats_print_their_range_and_the_server_s_view(vllm_server):
     assert "prefix cache was emptied" in out or "did not empty its prefix cache" in out
     # each run's summary: vLLM's own phases (bucket-estimated medians, exact means) and the energy, or why none
     assert out.count("server queue / prefill / decode  p50 ") == 2, out
+    # and how full its engine steps were: ten requests at once, decoded together
+    steps = reads("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and output), "
+                  "and decoded {batch:.1f} requests per step on average; the client's peak in flight was {peak}.", out)
+    assert len(steps) == 2 and all(float(s["batch"]) > 1 and int(s["peak"]) > 1 for s in steps), out
     assert out.count("energy                 ") == 2
 
 

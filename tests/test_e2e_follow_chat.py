@@ -1,4 +1,4 @@
-"""A follower who was chatting when the presenter moved (issue #31 item 5): once the answer has streamed, it is
+"""A follower who was chatting when the presenter moved: once the answer has streamed, it is
 taken to the presenter's step, as a follower on any other page is. Real Chromium, the session's real vLLM server."""
 from __future__ import annotations
 

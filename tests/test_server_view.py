@@ -17,7 +17,7 @@ from engine.measure.load.spec import LoadSpec
 from engine.observe import histograms
 from engine.results.records import RequestRecord, RunResult, ServerView
 from engine.runs import Runner, Target
-from tests.said import values
+from tests.said import said, values
 
 DATA = Path(__file__).parent / "data"
 BEFORE = (DATA / "vllm-0.32.0-metrics-before-4.txt").read_text()
@@ -171,7 +171,8 @@ def test_a_real_run_server_times_agree_with_the_client_within_the_gap(vllm_serve
     split = values(server_time.said(run)[0])
     assert (split["front"], split["outside"]) == (significant(t.front * 1000), significant(t.outside * 1000)), said
     assert view.steps.mean_batch > 1  # four in flight: the server decoded them together
-    assert "decoded" in server_time.batch_said(run)
+    batch = values(server_time.batch_said(run))  # "… and decoded {batch} requests per step …"
+    assert batch["batch"] == view.steps.mean_batch and 1 < batch["peak"] <= 4
 
 
 def test_a_vllm_like_server_without_the_histograms_and_older_records():
@@ -183,7 +184,8 @@ def test_a_vllm_like_server_without_the_histograms_and_older_records():
     assert run.extra.token_count.server == 8  # the same read still checks the client's count
     assert run.extra.server_view == ServerView(missing=list(histograms.HISTOGRAMS))
     assert server_time.of(run) is None and "no request histograms" in server_time.said(run)[0]
-    assert "iteration_tokens_total" in server_time.batch_said(run)
+    assert said(server_time.batch_said(run)).template.startswith("This server does not export "
+                                                                  "vllm:iteration_tokens_total")
     old = RunResult(**{**run.to_dict(), "records": [], "extra": {"token_count": {"server": 8}}})
     assert old.extra.server_view is None and old.extra.energy.reading is None
     import json

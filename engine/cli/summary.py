@@ -125,6 +125,8 @@ def _server_and_energy(r) -> list[str]:
             lines.append(f"  {server_time.BOUNDS}")
         if (t := server_time.of(r)) is not None and t.queue_dominates:
             lines += [f"  {m}" for m in server_time.said(r) if "--max-num-seqs" in m]
+    if batch := server_time.batch_said(r):  # how full the engine's steps were: continuous batching, counted
+        lines.append(f"  {batch}")
     use = energy.use(r.extra.energy.reading, r.summary.get("total_output_tokens"))
     if use is not None and use.j_per_token is not None:
         lines.append(f"energy                 {use.j_per_token:.4f} J / output token, {use.tokens_per_j or 0:.2f} "
