@@ -95,8 +95,8 @@ def pattern(template: str, plural: str | None = None) -> re.Pattern:
             rx += f"(?P<{name}>{OPENING})"  # (not from "error: " on)
         elif i == len(fields) - 1:  # its end: the rest of the line
             rx += f"(?P<{name}>[^\\n]*\\S)"
-        else:
-            rx += f"(?P<{name}>[^\\n]+?)"
+        else:  # may be empty: "ask for 512 or fewer{fix}." with no fix, the '' a user gave
+            rx += f"(?P<{name}>[^\\n]*?)"
         names.add(name)
     return re.compile(rx)
 
