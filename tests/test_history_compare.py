@@ -284,3 +284,27 @@ def test_the_times_under_the_bars_fit_the_room_each_bar_has():
             small = [re.sub(r"<[^>]+>", "", line) for t in ticks for line in t.split("<br>")]
             widest = max(_shown_width(line) for line in small)
             assert widest * n * (BASE_SIZE - 4) / BASE_SIZE <= _TICK_ROOM, (lang, n, small)
+
+
+def test_tuning_writes_its_times_as_history_does_in_the_viewers_language():
+    """The Tuning chart told two runs of one configuration apart by "Dec 07 05:52" (English) or "12월 7일 05:52"
+    (Korean) under the bars and in its caption, while History and the tables write "오전 5:52:44": one Babel format
+    (engine.messages.when), the time to the second, the date too only when the runs span several days."""
+    from datetime import datetime
+
+    from engine.messages import when
+
+    for lang in ("ko", "en"):
+        a, b = _run("max-model-len 512", 4, cold=False), _run("max-model-len 512", 6, cold=False)
+        a.started_at = datetime(2026, 12, 7, 5, 52, 44).timestamp()
+        b.started_at = datetime(2026, 12, 7, 17, 53, 49).timestamp()
+        fig = figures.tuning_compare([a, b], lang=lang)
+        ticks, cap = fig.data[0].x, figures.caption(fig)
+        for r, tick in zip((a, b), ticks):
+            assert when(r.started_at, lang, "time") in tick, tick
+            assert when(r.started_at, lang, "date") not in tick, tick  # one day: no date
+            assert when(r.started_at, lang, "time") in cap, cap
+        assert not any(old in t for t in (*ticks, cap) for old in ("05:52", "17:53", "Dec 07")), (ticks, cap)
+        b.started_at = datetime(2026, 12, 8, 5, 52, 49).timestamp()  # another day: the date as well
+        ticks = figures.tuning_compare([a, b], lang=lang).data[0].x
+        assert all(when(r.started_at, lang, "date") in t for r, t in zip((a, b), ticks)), ticks

@@ -37,18 +37,11 @@ from engine.metrics import metric_info
 from engine.results.records import RunResult
 
 
-def _when(t: float, lang: str) -> str:
-    """A run's start under its label: "Nov 30 10:53" in English, the date as `lang` writes it otherwise."""
-    d = datetime.fromtimestamp(t)
-    if lang == "en":
-        return d.strftime("%b %d %H:%M")
-    from babel.core import UnknownLocaleError  # only for another language (the CLI and the docs draw English)
-    from babel.dates import format_skeleton
-
-    try:
-        return f"{format_skeleton('MMMd', d, locale=lang)} {d:%H:%M}"
-    except (UnknownLocaleError, KeyError, ValueError):  # a language babel does not know
-        return d.strftime("%b %d %H:%M")
+def _started(run: Any, runs: Sequence[Any], lang: str) -> list[str]:
+    """When `run` started, as History writes it under a bar and the page's tables write a time
+    (engine.messages.when): its time to the second, with the date first only when `runs` span several days."""
+    days = {datetime.fromtimestamp(r.started_at).date() for r in runs if getattr(r, "started_at", 0)}
+    return ([when(run.started_at, lang, "date")] if len(days) > 1 else []) + [when(run.started_at, lang, "time")]
 
 
 def _color(run: Any, i: int) -> str:
@@ -83,7 +76,7 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         notes = [translate(_kv_label(run), lang)] + [f"{k} {getattr(run.load, k)}" for k in differ_keys
                                      if getattr(run.load, k) is not None] + [translate(_warmth_label(run), lang)]
         if labels.count(label) > 1:  # the same settings measured another time: told apart by when
-            notes.append(_when(run.started_at, lang))
+            notes += _started(run, firsts, lang)
         notes = [x for x in notes if x]
         if notes:
             lab += "".join(f"<br><span style='font-size:{BASE_SIZE - 3}px;color:{MUTED}'>{x}</span>" for x in notes)
@@ -125,11 +118,13 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
     if len(sets) >= 2:  # each against the first, a finding only beyond the noise of their runs
-        named = [f"{label} ({_when(r.started_at, lang)})" if labels.count(label) > 1 else label
-                 for r, label in zip(firsts, labels)]  # one label twice: told apart by when, as under the bars
+        # one label twice: told apart by when, as under the bars and as History's caption names such runs
+        named = [say("{name} from {time}", name=label, time=when(r.started_at, lang, "time"))
+                 if labels.count(label) > 1 else label for r, label in zip(firsts, labels)]
         judged = [verdict.compare_runs(sets[0], g, "output_throughput", name=say("Output throughput"),
                                        label_a=named[0], label_b=name) for g, name in zip(sets[1:], named[1:])]
-        parts = [f"{name}: {translate(v.short, lang)}" for name, v in zip(named[1:], judged) if v is not None]
+        parts = [f"{translate(name, lang)}: {translate(v.short, lang)}" for name, v in zip(named[1:], judged)
+                 if v is not None]
         cap = [say("Throughput against {run}: {changes}.", run=named[0], changes="; ".join(parts))]
         if any(v is not None and not v.decided for v in judged):
             cap.append(say("A configuration measured once has unknown noise, so no difference here is called real: "
