@@ -13,7 +13,8 @@ from engine.digits import significant
 from engine.measure.judge import warmth
 from engine.results.records import EnergyReading, KeptHistogram, ServerView
 from tests.conftest import app_page
-from tests.said import tree, values
+from engine.messages import say
+from tests.said import said, tree, values
 from tests.test_figures import NAIVE_PROMPTS, _run, make_naive, make_static_batch, make_vllm_sequential, streamed
 
 NAMES = ["1 · Naive, one at a time", "2 · Static batch", "3 · vLLM, one at a time", "4 · vLLM, all at once"]
@@ -50,6 +51,35 @@ def test_the_whole_job_per_contender_in_the_buttons_order():
     assert "×" not in cap
     assert batching["id"].endswith("batching pays in total time, not in each request's latency.")
     assert (batching["batch"], batching["naive"]) == (significant(static.duration), significant(naive.duration))
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_beside_a_disturbed_run_the_whole_job_names_no_soonest(lang):
+    """Seen on the Naive page with a real server on a busy machine: the latency chart's title said "no verdict" (the
+    machine was disturbed) while the whole job's caption beside it said "4 · vLLM, all at once answered all 5 prompts
+    soonest". Its words follow the verdict's rule: the times as measured, no contender called soonest, and which
+    runs were disturbed; the batching lesson kept where its two runs were quiet."""
+    from engine.figures.contenders import speedup_said
+    from engine.messages import translate
+    from engine.observe.disturbance import Disturbance
+
+    runs = four()
+    runs[2].extra.beside.disturbance = Disturbance(seconds=10.0, cores=2, others_cores=1.5, steal_cores=0.0)
+    title, _ = speedup_said(figures.contenders.speedup(runs[0], runs[2], lang))
+    assert "no verdict" in said(title).template  # the latency chart's title beside it withholds
+    fig = figures.contenders_chart(runs, lang=lang)
+    measured, batching = (tree(m) for m in figures.caption_said(fig))
+    assert measured["id"].startswith("All {n} prompts answered, one run each, as measured: {times}.")
+    assert measured["runs"] == figures.contender_name(2, lang) and measured["n"] == 5
+    for k, r in enumerate(runs):
+        assert translate(say("{run} ({time} s)", run=figures.contender_name(k, lang),
+                             time=significant(r.duration)), lang) in measured["times"]
+    assert batching["id"].endswith("batching pays in total time, not in each request's latency.")  # both quiet
+    quiet = figures.caption(figures.contenders_chart(four(), lang=lang))
+    soonest = figures.caption_said(figures.contenders_chart(four(), lang=lang))[0]
+    assert translate(soonest, lang) in quiet and translate(soonest, lang) not in figures.caption(fig)
+    runs[0].extra.beside.chats = 2  # the naive run disturbed too: no batching lesson from it either
+    assert len(figures.caption_said(figures.contenders_chart(runs, lang=lang))) == 1
 
 
 def test_a_contender_not_run_keeps_its_place_and_a_cold_one_is_marked():

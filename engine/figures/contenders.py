@@ -29,6 +29,7 @@ from engine.figures.theme import (
 from engine.digits import significant, times
 from engine.measure.judge import verdict
 from engine.messages import mark, say, seconds, translate
+from engine.observe import disturbance
 from engine.results.records import RunResult
 
 
@@ -235,23 +236,32 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     ran = [(k, r) for k, r in enumerate(present) if r is not None and r.duration]
     counts = {_prompts(r) for _k, r in ran}
     n = counts.pop() if len(counts) == 1 else None
-    if len(ran) >= 2 and n:
+    busy = [contender_name(k, lang) for k, r in ran if disturbance.disturbed(r.extra)]
+    if len(ran) >= 2 and n and busy:
+        # the verdict's rule (engine.measure.judge.verdict): beside a disturbed run no finding either way, so the
+        # times as measured, none called soonest (the latency chart's title says "no verdict" beside this)
+        each = [say("{run} ({time} s)", run=contender_name(k, lang), time=significant(r.duration)) for k, r in ran]
+        cap = [say("All {n} prompts answered, one run each, as measured: {times}. Which finished soonest is no "
+                   "finding, as the machine was disturbed during {runs} (said below the charts).", n=n,
+                   times="; ".join(translate(m, lang) for m in each), runs=", ".join(busy))]
+    elif len(ran) >= 2 and n:
         (kf, fast), (ks, slow) = min(ran, key=lambda p: p[1].duration), max(ran, key=lambda p: p[1].duration)
         # the times, not their ratio: one run each, so how much of the gap is noise is unknown
         cap = [say("{fast} answered all {n} prompts soonest, in {t_fast} s; {slow} took longest, {t_slow} s "
                    "(one run each).", fast=contender_name(kf, lang), slow=contender_name(ks, lang), n=n,
                    t_fast=significant(fast.duration), t_slow=significant(slow.duration))]
-        if by.get(0) is not None and by.get(1) is not None and by[1].duration < by[0].duration:
-            cap.append(say("The static batch's answers each waited for its longest, yet it finished the whole job "
-                           "in {batch} s against {naive} s one at a time: batching pays in total time, not "
-                           "in each request's latency.", batch=significant(by[1].duration),
-                           naive=significant(by[0].duration)))
     elif ran:
         k, r = ran[0]
         cap = [say("{run} answered all {n} prompts in {time} s; run the others to compare.",
                    run=contender_name(k, lang), n=_prompts(r), time=significant(r.duration))]
     else:
         cap = [say("No runs to show yet.")]
+    if len(ran) >= 2 and n and by.get(0) is not None and by.get(1) is not None and by[1].duration < by[0].duration \
+            and not any(disturbance.disturbed(by[k].extra) for k in (0, 1)):  # a finding only where both were quiet
+        cap.append(say("The static batch's answers each waited for its longest, yet it finished the whole job "
+                       "in {batch} s against {naive} s one at a time: batching pays in total time, not "
+                       "in each request's latency.", batch=significant(by[1].duration),
+                       naive=significant(by[0].duration)))
     if len(ran) >= 2 and n is None:
         cap.append(say("Careful: these runs answered different numbers of prompts."))
     if any(r.extra.warmth.cold for _k, r in ran):
