@@ -157,6 +157,19 @@ def test_the_tuning_caption_withholds_beyond_noise_beside_a_disturbed_run():
     assert "beyond noise" in quiet and "beyond noise" not in figures.caption(figures.tuning_compare(runs_a + runs_b))
 
 
+def test_the_tuning_caption_says_how_it_judged_only_beside_a_verdict_it_gives():
+    """Seen on Tuning beside disturbed runs: "1.49× (+49 %), no verdict: the machine was disturbed. Judged by Welch's t
+    …; within noise is no measurable difference on this machine." How it was judged, and what "within noise" means,
+    belong beside a verdict given, not one withheld."""
+    from engine import figures
+
+    judged = "Judged by {how}; within noise is no measurable difference on this machine."
+    quiet = [said(m).template for m in figures.caption_said(figures.tuning_compare(sum(_sets(busy=False), [])))]
+    busy = [said(m).template for m in figures.caption_said(figures.tuning_compare(sum(_sets(busy=True), [])))]
+    assert judged in quiet and judged not in busy
+    assert any(t.startswith("No verdict beside a disturbed run") for t in busy)
+
+
 def test_the_history_caption_withholds_beyond_noise_beside_a_disturbed_run():
     from engine import figures
 

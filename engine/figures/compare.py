@@ -129,7 +129,8 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         if any(v is not None and not v.decided for v in judged):
             cap.append(say("A configuration measured once has unknown noise, so no difference here is called real: "
                            "repeat each configuration at least twice to know."))
-        elif decided := next((v for v in judged if v is not None), None):
+        # how a finding was judged, said only beside one: a withheld verdict's "within noise" would read as a claim
+        elif decided := next((v for v in judged if v is not None and v.disturbed is None), None):
             cap.append(say("Judged by {how}; within noise is no measurable difference on this machine.",
                            how=decided.how))
         beside = list({str(v.disturbed): v.disturbed for v in judged if v is not None and v.disturbed}.values())
