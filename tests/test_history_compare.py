@@ -308,3 +308,27 @@ def test_tuning_writes_its_times_as_history_does_in_the_viewers_language():
         b.started_at = datetime(2026, 12, 8, 5, 52, 49).timestamp()  # another day: the date as well
         ticks = figures.tuning_compare([a, b], lang=lang).data[0].x
         assert all(when(r.started_at, lang, "date") in t for r, t in zip((a, b), ticks)), ticks
+
+
+def test_a_time_too_wide_for_its_bar_breaks_at_its_no_break_space_and_drops_it():
+    """Seen in English under History's eight repeats at 1920x1080: "12:04:54 -" over "PM", the time cut after its
+    seconds with Babel's no-break space (U+202F) left at a line's edge, drawn as a stray mark. Where the time cannot
+    fit, it breaks there, without the space; where it fits, it stays whole."""
+    import re
+    from datetime import datetime
+
+    from engine.figures.theme import wrap
+    from engine.messages import when
+
+    assert wrap("12:04:54\u202fPM", 8) == "12:04:54<br>PM"
+    assert wrap("12:04:54\u202fPM", 12) == "12:04:54\u202fPM"
+    runs = [_run("vLLM", 4, cold=False) for _ in range(8)]
+    for i, r in enumerate(runs):
+        r.started_at = datetime(2026, 12, 7, 12, 4, 50 + i).timestamp()
+        r.extra.repeat.group, r.extra.repeat.index, r.extra.repeat.total = "g", i + 1, 8
+    ticks = figures.history_compare(runs, "output_throughput", lang="en").layout.xaxis.ticktext
+    lines = [re.sub(r"<[^>]+>", "", line) for t in ticks for line in t.split("<br>")]
+    assert not [line for line in lines if line != line.strip("\u202f ")], lines
+    for r in runs:  # each time still said whole, over two lines at most
+        assert any(when(r.started_at, "en", "time").replace("\u202f", "<br>") in t or
+                   when(r.started_at, "en", "time") in t for t in ticks), ticks

@@ -202,10 +202,13 @@ def wrap(text: str, width: int = 18) -> str:
     parts: list[tuple[str, str]] = []  # (piece, what joins it to the one before on a line)
     if not text.strip():
         return ""
-    for w in re.split(r"[ \t\n]+", text.strip()):  # never at a no-break space (Babel's "5:52:44\u202fAM")
-        pieces = re.findall(r"[^-]+-*|-+", w) if _shown_width(w) > width else [w]
-        pieces = [cut for p in pieces for cut in _cut(p, width)]
-        parts += [(p, " " if i == 0 else "") for i, p in enumerate(pieces)]
+    for w in re.split(r"[ \t\n]+", text.strip()):
+        # at a no-break space (Babel's "5:52:44\u202fPM") only when the word cannot fit a line, and without it: cut
+        # anywhere, "12:04:54" / "\u202fPM" was drawn "12:04:54 -" / "PM" under History's eight bars
+        for j, sub in enumerate(w.split("\u202f") if _shown_width(w) > width else [w]):
+            pieces = re.findall(r"[^-]+-*|-+", sub) if _shown_width(sub) > width else [sub]
+            pieces = [cut for p in pieces for cut in _cut(p, width)]
+            parts += [(p, ("\u202f" if j else " ") if i == 0 else "") for i, p in enumerate(pieces)]
     lines, cur = [], ""
     for piece, sep in parts:
         if cur and _shown_width(cur) + len(sep) + _shown_width(piece) > width:
