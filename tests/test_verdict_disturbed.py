@@ -8,8 +8,10 @@ from __future__ import annotations
 import copy
 import json
 
+import pytest
+
 from engine.measure.judge import stats, verdict
-from engine.messages import translate
+from engine.messages import say, translate
 from engine.observe import disturbance
 from engine.results.records import Beside, Disturbance, Notes, Repeat, RequestRecord, RunResult
 
@@ -168,6 +170,33 @@ def test_the_tuning_caption_says_how_it_judged_only_beside_a_verdict_it_gives():
     busy = [said(m).template for m in figures.caption_said(figures.tuning_compare(sum(_sets(busy=True), [])))]
     assert judged in quiet and judged not in busy
     assert any(t.startswith("No verdict beside a disturbed run") for t in busy)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_both_sides_disturbed_are_said_in_one_sentence_the_consequence_once(lang):
+    """Seen under Tuning's and History's charts beside two disturbed configurations: each side's whole sentence,
+    "max-model-len 512: Measured while other programs used 1.5 of 2 cores: this machine can do better than these
+    numbers. (3 of 3 runs.) max-model-len 2048: Measured while … (1 of 3 runs.)", a wall of text. Now each side's
+    clause and count, and "this machine can do better" once."""
+    from engine import figures
+
+    runs_a, runs_b = _sets(busy=True)
+    for r in runs_a:
+        r.extra.beside.disturbance = BUSY
+    v = verdict.compare_runs(runs_a, runs_b, "output_throughput", name="x", label_a="max-model-len 512",
+                             label_b="max-model-len 2048")
+    both = said(v.disturbed)
+    assert both.template == "{each}. This machine can do better than these numbers."
+    first, rest = values(both)["each"]["first"], values(both)["each"]["rest"]
+    assert (first["side"], first["k"], first["n"]) == ("max-model-len 512", 3, 3)
+    assert (rest["side"], rest["k"], rest["n"]) == ("max-model-len 2048", 1, 3)
+    assert first["what"] == values(disturbance.what(runs_a[0].extra))
+    better = translate(say("{each}. This machine can do better than these numbers.", each="x"), lang)[3:]
+    for fig in (figures.tuning_compare(runs_a + runs_b, lang=lang), figures.history_compare(runs_a + runs_b,
+                                                                                             lang=lang)):
+        cap = figures.caption(fig)
+        assert cap.count(better) == 1, cap  # said once, not once a side
+        assert translate(v.disturbed, lang) in cap
 
 
 def test_the_history_caption_withholds_beyond_noise_beside_a_disturbed_run():

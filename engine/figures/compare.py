@@ -32,6 +32,7 @@ from engine.figures.theme import (
     wrap,
 )
 from engine.measure.judge import repeats, stats, verdict
+from engine.observe import disturbance
 from engine.messages import say, say_n, seconds, translate, when
 from engine.metrics import metric_info
 from engine.results.records import RunResult
@@ -133,11 +134,8 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         elif decided := next((v for v in judged if v is not None and v.disturbed is None), None):
             cap.append(say("Judged by {how}; within noise is no measurable difference on this machine.",
                            how=decided.how))
-        beside = list({str(v.disturbed): v.disturbed for v in judged if v is not None and v.disturbed}.values())
-        if beside:  # what ran beside which configuration, once each
-            told = beside[-1]
-            for sentence in reversed(beside[:-1]):
-                told = say("{first} {second}", first=sentence, second=told)
+        # what ran beside which configuration, once each, the consequence said once
+        if any(v is not None and v.disturbed for v in judged) and (told := disturbance.said_each(zip(named, sets))):
             cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
                            "those again on a quiet machine.", beside=told))
     elif sets:

@@ -217,9 +217,9 @@ def disturbed(notes: Any) -> bool:
     return any(_cpu_disturbed(d)) or _gpu_disturbed(d) or bool(d.other_requests) or bool(notes.beside.chats)
 
 
-def said(notes: Any) -> Message | None:
-    """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
-    these numbers."; None for a quiet run (or one measured before this was recorded)."""
+def what(notes: Any) -> Message | None:
+    """What ran beside a run, as a clause ("other programs used 1.4 of 2 cores and 2 chat answers streamed beside
+    it"); None for a quiet run (or one measured before this was recorded)."""
     d = notes.beside.disturbance or Disturbance()
     others, steal = _cpu_disturbed(d)
     what: list[Message] = []
@@ -246,7 +246,36 @@ def said(notes: Any) -> Message | None:
     listed = what[-1] if len(what) == 1 else say("{first} and {last}", first=what[-2], last=what[-1])
     for clause in reversed(what[:-2]):
         listed = say("{first}, {rest}", first=clause, rest=listed)
-    return say("Measured while {what}: this machine can do better than these numbers.", what=listed)
+    return listed
+
+
+def said(notes: Any) -> Message | None:
+    """One sentence, e.g. "Measured while other programs used 1.4 of 2 cores: this machine can do better than
+    these numbers."; None for a quiet run (or one measured before this was recorded)."""
+    listed = what(notes)
+    return None if listed is None else say("Measured while {what}: this machine can do better than these numbers.",
+                                           what=listed)
+
+
+def said_each(sides: Any) -> Message | None:
+    """What disturbed several labelled sets of runs ((label, runs) each: the configurations a comparison sets side
+    by side), one sentence: a single disturbed set as said_of says it, led by its label; several with each one's
+    clause and count, the consequence said once (repeated per set, it made a wall of text under Tuning's chart)."""
+    hit = [(label, [r for r in runs if r is not None]) for label, runs in sides]
+    hit = [(label, runs, busy) for label, runs in hit
+           if (busy := [w for r in runs if (w := what(r.extra)) is not None])]
+    if not hit:
+        return None
+    if len(hit) == 1:
+        label, runs, _busy = hit[0]
+        return say("{side}: {sentence}", side=label, sentence=said_of(runs))
+    each = [say("{side} was measured while {what} ({k} of {n} runs)", side=label, k=len(busy), n=len(runs),
+                what=busy[0]) if len(runs) > 1 else say("{side} was measured while {what}", side=label, what=busy[0])
+            for label, runs, busy in hit]
+    listed = each[-1]
+    for clause in reversed(each[:-1]):
+        listed = say("{first}; {rest}", first=clause, rest=listed)
+    return say("{each}. This machine can do better than these numbers.", each=listed)
 
 
 def said_of(runs: list) -> Message | None:

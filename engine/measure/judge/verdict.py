@@ -388,13 +388,10 @@ def compare_runs(runs_a: Sequence, runs_b: Sequence, key: str, *, name: str, lab
 
 def beside(v: Verdict | None, *sides: tuple[str, Sequence]) -> Verdict | None:
     """`v` with what disturbed the runs of `sides` ((label, runs) each): each disturbed side's sentence, as
-    engine.observe.disturbance says it ("B: 1 of 3 runs: Measured while …"); `v` as it is when all were quiet."""
-    said = [say("{side}: {sentence}", side=label, sentence=s) for label, runs in sides
-            if (s := disturbance.said_of([r for r in runs if r is not None])) is not None]
-    if v is None or not said:
-        return v
-    return replace(v, disturbed=said[0] if len(said) == 1 else say("{first} {second}", first=said[0],
-                                                                   second=said[1]))
+    engine.observe.disturbance.said_each says it ("B: Measured while … (1 of 3 runs.)", or both sides in one sentence);
+    `v` as it is when all were quiet."""
+    said = disturbance.said_each(sides)
+    return v if v is None or said is None else replace(v, disturbed=said)
 
 
 # The numbers a pair of runs is judged on, in the order they are said: the whole job's throughput (one run a side:
