@@ -70,7 +70,7 @@ def test_beside_a_disturbed_run_the_whole_job_names_no_soonest(lang):
     fig = figures.contenders_chart(runs, lang=lang)
     measured, batching = (tree(m) for m in figures.caption_said(fig))
     assert measured["id"].startswith("All {n} prompts answered, one run each, as measured: {times}.")
-    assert measured["runs"] == figures.contender_name(2, lang) and measured["n"] == 5
+    assert measured["runs"] == {"id": "run {runs}", "n": 1, "runs": "3"} and measured["n"] == 5  # by its number
     for k, r in enumerate(runs):
         assert translate(say("{run} ({time} s)", run=figures.contender_name(k, lang),
                              time=significant(r.duration)), lang) in measured["times"]
@@ -79,7 +79,11 @@ def test_beside_a_disturbed_run_the_whole_job_names_no_soonest(lang):
     soonest = figures.caption_said(figures.contenders_chart(four(), lang=lang))[0]
     assert translate(soonest, lang) in quiet and translate(soonest, lang) not in figures.caption(fig)
     runs[0].extra.beside.chats = 2  # the naive run disturbed too: no batching lesson from it either
-    assert len(figures.caption_said(figures.contenders_chart(runs, lang=lang))) == 1
+    both = figures.caption_said(figures.contenders_chart(runs, lang=lang))
+    assert len(both) == 1 and tree(both[0])["runs"] == {"id": "run {runs}", "n": 2, "runs": "1, 3"}
+    for r in runs:
+        r.extra.beside.chats = 1
+    assert tree(figures.caption_said(figures.contenders_chart(runs, lang=lang))[0])["runs"] == {"id": "every run"}
 
 
 def test_a_contender_not_run_keeps_its_place_and_a_cold_one_is_marked():

@@ -28,7 +28,7 @@ from engine.figures.theme import (
 )
 from engine.digits import significant, times
 from engine.measure.judge import verdict
-from engine.messages import mark, say, seconds, translate
+from engine.messages import mark, say, say_n, seconds, translate
 from engine.observe import disturbance
 from engine.results.records import RunResult
 
@@ -236,14 +236,16 @@ def contenders_chart(runs: Iterable[RunResult | None], *, lang: str = "en") -> g
     ran = [(k, r) for k, r in enumerate(present) if r is not None and r.duration]
     counts = {_prompts(r) for _k, r in ran}
     n = counts.pop() if len(counts) == 1 else None
-    busy = [contender_name(k, lang) for k, r in ran if disturbance.disturbed(r.extra)]
+    busy = [str(k + 1) for k, r in ran if disturbance.disturbed(r.extra)]  # by number: the names hold commas
     if len(ran) >= 2 and n and busy:
         # the verdict's rule (engine.measure.judge.verdict): beside a disturbed run no finding either way, so the
         # times as measured, none called soonest (the latency chart's title says "no verdict" beside this)
         each = [say("{run} ({time} s)", run=contender_name(k, lang), time=significant(r.duration)) for k, r in ran]
         cap = [say("All {n} prompts answered, one run each, as measured: {times}. Which finished soonest is no "
                    "finding, as the machine was disturbed during {runs} (said below the charts).", n=n,
-                   times="; ".join(translate(m, lang) for m in each), runs=", ".join(busy))]
+                   times="; ".join(translate(m, lang) for m in each),
+                   runs=say("every run") if len(busy) == len(ran) else
+                   say_n("run {runs}", "runs {runs}", len(busy), runs=", ".join(busy)))]
     elif len(ran) >= 2 and n:
         (kf, fast), (ks, slow) = min(ran, key=lambda p: p[1].duration), max(ran, key=lambda p: p[1].duration)
         # the times, not their ratio: one run each, so how much of the gap is noise is unknown
