@@ -261,8 +261,8 @@ def said_each(sides: Any) -> Message | None:
     """What disturbed several labelled sets of runs ((label, runs) each: the configurations a comparison sets side
     by side), one sentence: a single disturbed set as said_of says it, led by its label; several with each one's
     clause and count, the consequence said once (repeated per set, it made a wall of text under Tuning's chart)."""
-    hit = [(label, [r for r in runs if r is not None]) for label, runs in sides]
-    hit = [(label, runs, busy) for label, runs in hit
+    kept = [(label, [r for r in runs if r is not None]) for label, runs in sides]
+    hit = [(label, runs, busy) for label, runs in kept
            if (busy := [w for r in runs if (w := what(r.extra)) is not None])]
     if not hit:
         return None
