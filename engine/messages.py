@@ -149,7 +149,7 @@ def translate(text: object, lang: str) -> str:
         return filled(cat.gettext(str(text)), {}, lang)
     try:
         values = {k: translate(v, lang) if isinstance(v, Message) else v for k, v in text.values.items()}
-        if text.plural is not None:
+        if text.plural is not None and text.n is not None:  # a plural always has its count (say_n, from_json)
             return filled(cat.ngettext(text.template, text.plural, text.n), values, lang)
         return filled(cat.gettext(text.template), values, lang)
     except Exception:  # noqa: BLE001 - a translation that cannot be filled in: the English, never a traceback

@@ -92,7 +92,8 @@ def _run(args) -> int:
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
     cfg, spec = (None, None) if args.url else config(args)
     versus = None
-    if args.versus:  # the second server's key from the variable named, as the first's from OPENAI_API_KEY
+    if args.versus and target is not None:  # (check_run_options: --versus comes only with --url)
+        # the second server's key from the variable named, as the first's from OPENAI_API_KEY
         versus = Target.at(args.versus, None, os.environ.get(args.versus_api_key_env) if args.versus_api_key_env
                            else None)
         if versus.same_server(target):
@@ -109,18 +110,18 @@ def _run(args) -> int:
     # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
     warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
     runner = Runner(save, progress=Console(), slo=slo, warmth=warmth)
-    if scn.kind == "naive":
-        if args.max_tokens is not None:
-            check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
-        results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
-                                               max_new_tokens=args.max_tokens))]
-    elif versus is not None:
+    if target is not None and versus is not None:
         _deadline(load)
         results = runner.side_by_side(target, versus, load)
         _sharing(target, versus)
     elif target is not None:
         _deadline(load)
         results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None, by)
+    elif scn.kind == "naive" and spec is not None:  # (with no --url: check_run_options) the model config() read
+        if args.max_tokens is not None:
+            check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
+        results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
+                                               max_new_tokens=args.max_tokens))]
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
                                  args.seed is not None, by)
@@ -160,7 +161,8 @@ class Reading:
     EVERY_S = 2.0
 
     def __init__(self, name: str) -> None:
-        self.name, self.last, self.said = os.path.basename(name), None, False
+        self.name, self.said = os.path.basename(name), False
+        self.last: float | None = None
 
     def __call__(self, done: int, total: int, what) -> None:
         now = time.monotonic()
@@ -173,7 +175,7 @@ class Reading:
 
 def _looked_at(workload: dict | None) -> None:
     """A trace said before it runs: how long the replay takes, and what looks wrong in its timestamps."""
-    if (workload or {}).get("kind") != "trace":
+    if workload is None or workload.get("kind") != "trace":
         return
     from engine.measure.workloads import traces
 
@@ -301,8 +303,8 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None, by: str = "
         from engine.measure.judge import slo as slos
 
         say_line(slos.knee_said(slos.levels(results, slo), slo))
-    if getattr(results, "search", None) is not None:
-        say_line(results.search.said)
+    if (search := getattr(results, "search", None)) is not None:  # Runs
+        say_line(search.said)
     from engine.measure.judge import repeats, verdict
 
     sets = repeats.sets(results)
@@ -318,7 +320,7 @@ def _said(results: list, scn, slo, price_per_gpu_hour: float | None, by: str = "
         a, b = results  # --versus: which server did better, only beyond the noise
         for v in verdict.of_pair([a], [b], *verdict.labels_apart(a, b, a.label, b.label)):
             say_line(v.said)
-    if getattr(results, "stopped", None) is not None:  # repeats cut short: why the rest did not run
-        say_line(results.stopped)
+    if (stopped := getattr(results, "stopped", None)) is not None:  # Repeats cut short: why the rest did not run
+        say_line(stopped)
         return False
     return True

@@ -2,6 +2,7 @@
 See docs/internals.md#store."""
 from __future__ import annotations
 
+import builtins
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -134,7 +135,8 @@ class RunStore:
         with db.connect(self.path) as conn:
             return db.list_rows(conn, limit, kind)
 
-    def list_cached(self, limit: int | None = None, kind: str | None = None) -> list[RunRow]:
+    # builtins.list from here on: in this class's body `list` names the method above
+    def list_cached(self, limit: int | None = None, kind: str | None = None) -> builtins.list[RunRow]:
         """`list()`, read once per change of the history (see change_token) and shared by every
         caller until then: for pages that redraw every second. Do not modify what it returns."""
         return self._cached(("list", limit, kind), lambda: self.list(limit, kind))
@@ -174,7 +176,7 @@ class RunStore:
         runs = self._runs(ids)
         return exchange.export_runs_csv(runs) if per == "run" else exchange.export_csv(runs)
 
-    def _runs(self, ids: str | Iterable[str] | None) -> list[RunResult]:
+    def _runs(self, ids: str | Iterable[str] | None) -> builtins.list[RunResult]:
         if ids is None:
             ids = [r.id for r in self.list()]
         elif isinstance(ids, str):
@@ -189,7 +191,7 @@ class RunStore:
 
     # -- import -----------------------------------------------------------------------------------
 
-    def import_text(self, text: str, source: str) -> list[str]:
+    def import_text(self, text: str, source: str) -> builtins.list[str]:
         """Import the runs of an export (or a `vllm bench serve` result file) given as its text — an
         upload, never a path; returns their ids. Every run is checked first, then all go in as one
         transaction; ImportFailed (one sentence naming the first problem) and nothing imported
@@ -203,7 +205,7 @@ class RunStore:
                     db.insert_run(conn, run, source)
         return [r.id for r in runs]
 
-    def import_upload(self, data: bytes, name: str) -> list[str]:
+    def import_upload(self, data: bytes, name: str) -> builtins.list[str]:
         """Import an uploaded file's bytes (see import_text); ImportFailed when they are not UTF-8 text."""
         try:
             text = data.decode("utf-8")
@@ -212,12 +214,12 @@ class RunStore:
                                             "Lab or vllm bench serve wrote.", name=name)) from None
         return self.import_text(text, source=f"import:{name}")
 
-    def import_file(self, path: str | Path, source: str | None = None) -> list[str]:
+    def import_file(self, path: str | Path, source: str | None = None) -> builtins.list[str]:
         """Import the runs of a file on this machine (the CLI, the shipped examples); see import_text."""
         text = exchange.read_import_file(path)
         return self.import_text(text, source=source or f"import:{Path(path).name}")
 
-    def import_examples(self, folder: str | Path | None = None) -> list[str]:
+    def import_examples(self, folder: str | Path | None = None) -> builtins.list[str]:
         """Import every *.json in `folder` (default: the repository's examples/); returns the ids of the
         runs that were new (ones already present are skipped)."""
         folder = Path(folder) if folder is not None else EXAMPLES_DIR

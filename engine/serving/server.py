@@ -137,8 +137,9 @@ class VLLMServer:
             if not port_is_free(cfg.port, cfg.host):
                 raise PortInUse(self._port_owner_sentence(cfg.port))
             self._tag = proctree.Tag(home(), self.port, uuid.uuid4().hex[:12])
-            self._log = LogFollower(runtime_dir() / f"server-{self.port}.log")
-            fd = os.open(self._log.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            log_path = runtime_dir() / f"server-{self.port}.log"
+            self._log = LogFollower(log_path)
+            fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1", proctree.TAG_ENV: str(self._tag)}
             argv = cfg.argv(self.python)
             now = time.time()
@@ -159,7 +160,7 @@ class VLLMServer:
             self._starter = {"kind": self.starter, "pid": os.getpid(), "command": command()}
             self._argv = argv
             self._write_record()
-            self._spawn_watcher()
+            self._spawn_watcher(self._pid)
 
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGTERM to the whole tree (process group, recorded descendants, tagged processes), SIGKILL
@@ -172,7 +173,7 @@ class VLLMServer:
                 self._record.remove(None)
                 return
             self._set(state=STOPPING, stage=mark("stopping"))
-            self._write_stopped()
+            self._write_stopped(self._pid)
         self._stop_watch.set()
         self._stop_tree(grace_s)
         with self._lock:
@@ -318,7 +319,7 @@ class VLLMServer:
         if self.health(timeout=1.0):  # a healthy orphan is ready at once, not after the first poll
             # ready since its record says (written when it became ready), else since its start
             self._set(state=READY, stage=mark("serving"), ready_at=rec.get("ready_at") or started, stage_at=now)
-        self._spawn_watcher()
+        self._spawn_watcher(self._pid)
 
     # -- internals ----------------------------------------------------------------------------
     def _set(self, **kw) -> None:
@@ -341,14 +342,14 @@ class VLLMServer:
         }
         self._record.write(rec)
 
-    def _write_stopped(self) -> None:
-        """Before stopping the tree: who stops it, so another process following it says 'stopped by',
-        not 'died'."""
+    def _write_stopped(self, pid: int) -> None:
+        """Before stopping the tree of the API server `pid`: who stops it, so another process following it says
+        'stopped by', not 'died'."""
         try:
-            since = proctree.since_boot(psutil.Process(self._pid))
+            since = proctree.since_boot(psutil.Process(pid))
         except psutil.Error:
             return
-        self._record.write_stopped(self._pid, since, {"kind": self.starter, "pid": os.getpid(), "command": command()})
+        self._record.write_stopped(pid, since, {"kind": self.starter, "pid": os.getpid(), "command": command()})
 
     def _tree(self) -> list[psutil.Process]:
         """Every live process of this server: the API server and its descendants now, its session (the
@@ -382,9 +383,9 @@ class VLLMServer:
                 pass
         return names, freed
 
-    def _track_family(self) -> None:
-        """Record descendants as they appear, so they can be found after the API server is gone."""
-        new = [p for p in proctree.family(self._pid)[1:] if p.pid not in self._family]
+    def _track_family(self, pid: int) -> None:
+        """Record the API server `pid`'s descendants as they appear, so they can be found after it is gone."""
+        new = [p for p in proctree.family(pid)[1:] if p.pid not in self._family]
         if not new:
             return
         with self._lock:
@@ -408,34 +409,35 @@ class VLLMServer:
                            "stop that program or pick another port.", port=port, name=name, pid=c.pid)
         return say("Port {port} is already in use by another program: stop it or pick another port.", port=port)
 
-    def _spawn_watcher(self) -> None:
+    def _spawn_watcher(self, pid: int) -> None:
         self._stop_watch = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, args=(self._stop_watch,), daemon=True,
+        self._watcher = threading.Thread(target=self._watch, args=(self._stop_watch, pid), daemon=True,
                                          name=f"vllm-watch-{self.port}")
         self._watcher.start()
 
-    def _watch(self, stop: threading.Event) -> None:
+    def _watch(self, stop: threading.Event, pid: int) -> None:
         """Follow the log for stages, poll /health until ready, record new descendants, and notice the
-        API server dying (then stop the rest of its tree), a start past its deadline, or a server that
-        says it serves where the app cannot reach it."""
+        API server `pid` dying (then stop the rest of its tree), a start past its deadline, or a server that
+        says it serves where the app cannot reach it. The pid is the watcher's own: the server's is cleared
+        when it stops, and psutil.Process(None) would be this app's process."""
         silent_since: float | None = None
         try:
-            api_since = proctree.since_boot(psutil.Process(self._pid))
+            api_since = proctree.since_boot(psutil.Process(pid))
         except psutil.Error:
             api_since = None
         while not stop.is_set():
             if self._log.read():
                 self._log_read()
             state = self._snap.state
-            if not proctree.pid_alive(self._pid):
+            if not proctree.pid_alive(pid):
                 if state in (STARTING, READY):
                     self._log.read()
-                    if (by := self._record.stopped_by(self._pid, api_since)) is not None:
+                    if (by := self._record.stopped_by(pid, api_since)) is not None:
                         self._stopped_elsewhere(by)
                     else:
-                        self._died(state)
+                        self._died(state, pid)
                 return
-            self._track_family()
+            self._track_family(pid)
             if state == STARTING:
                 if self.health(timeout=1.0):
                     now = time.time()
@@ -458,15 +460,14 @@ class VLLMServer:
                         return
             stop.wait(self.poll_s)
 
-    def _died(self, state: str) -> None:
-        """The API server is gone: stop the rest of its tree and say what happened in one sentence."""
+    def _died(self, state: str, api_pid: int) -> None:
+        """The API server `api_pid` is gone: stop the rest of its tree and say what happened in one sentence."""
         rc = None
         if self._proc is not None:
             try:  # the leader of a killed multi-threaded process shows as a zombie before it can be reaped
                 rc = self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        api_pid = self._pid
         died_at = time.time()
         t0 = time.monotonic()
         names, freed = self._stop_tree(grace_s=10)

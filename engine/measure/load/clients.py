@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import multiprocessing as mp
 import queue
 import sys
@@ -31,10 +32,10 @@ class LoadError(LabError):
     """The load generator itself could not run (its worker processes did not start)."""
 
 
-def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync) -> None:
-    """Entry point of client process k: its own loop and connections. It dies with the app: a client
-    left behind would keep loading the server everyone is watching."""
-    die_with_parent(mp.parent_process().pid)
+def _shard_main(spec: LoadSpec, k: int, shards: int, sync: _ShardSync, parent_pid: int) -> None:
+    """Entry point of client process k: its own loop and connections. It dies with the app (`parent_pid`): a
+    client left behind would keep loading the server everyone is watching."""
+    die_with_parent(parent_pid)
     try:
         run_loop(lambda: _shard(spec, k, shards, sync))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which owns the run
@@ -122,7 +123,7 @@ def run_sharded(spec: LoadSpec, shards: int, observer: Progress, cancel: threadi
                       shares=_split(min(spec.in_flight(), spec.units), shards))
     bare = dataclasses.replace(spec, count_tokens=None)  # callables need not pickle
     procs = [ctx.Process(target=_shard_main, name=f"serving-lab-loadgen-{k}", daemon=True,
-                         args=(bare, k, shards, sync)) for k in range(shards)]
+                         args=(bare, k, shards, sync, os.getpid())) for k in range(shards)]
     with _main_hidden():
         for p in procs:
             p.start()
@@ -165,7 +166,8 @@ def _main_hidden() -> Iterator[None]:
     and a script without an `if __name__ == "__main__"` guard would start the whole run again):
     multiprocessing only re-imports __main__ when it has a __spec__ name or a __file__."""
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__.pop(k) for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
     try:
         if main is not None and "__spec__" in saved:
             main.__spec__ = None  # type: ignore[assignment]
