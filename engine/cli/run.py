@@ -14,7 +14,7 @@ from engine.cli.summary import repeats_table, summary_table
 from engine.cli.workload_options import add_workload_options, workload_of
 from engine.errors import ConfigError
 from engine.measure.load.spec import check_max_tokens
-from engine.messages import say
+from engine.messages import mark, say
 
 
 def register(sub) -> None:
@@ -119,7 +119,7 @@ def _run(args) -> int:
         results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None, by)
     elif scn.kind == "naive" and spec is not None:  # (with no --url: check_run_options) the model config() read
         if args.max_tokens is not None:
-            check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
+            check_max_tokens(args.max_tokens, spec.max_len, of=mark("this model's context length"), fix="")
         results = [runner.naive(scn.naive_spec(spec.path, random_weights=spec.placeholder_text,
                                                max_new_tokens=args.max_tokens))]
     else:
@@ -261,7 +261,8 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
         check_tuning(configs, load, model_max_len=spec.max_len)
     else:
         check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
-                         of="the max-model-len the server starts with", fix=", or give a longer --max-model-len")
+                         of=mark("the max-model-len the server starts with"),
+                         fix=mark(", or give a longer --max-model-len"))
     srv = own_server(cfg.port)  # a run starts and stops its own, never one found running
     _deadline(load)
     done = False

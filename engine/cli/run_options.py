@@ -174,7 +174,7 @@ def _levels(scn, args) -> list | None:
                                       "{lowest:g} on, not {rate:g}.", lowest=LOWEST_RATE, rate=args.request_rate))
             return [LOWEST_RATE, args.request_rate]
         if args.concurrency is not None:
-            check_in_flight(args.concurrency, "The search's highest level (requests in flight)")
+            check_in_flight(args.concurrency, mark("The search's highest level (requests in flight)"))
         return [scn.levels[0], args.concurrency]
     if scn.kind != "sweep":
         how = mark("runs transformers itself, with no server") if scn.kind == "naive" else _HOW.get(scn.shape, "")
@@ -197,6 +197,6 @@ def _levels(scn, args) -> list | None:
     if args.levels is not None:
         return parse_levels(args.levels)
     if args.concurrency is not None:
-        check_in_flight(args.concurrency, "The sweep's top level (requests in flight)")
+        check_in_flight(args.concurrency, mark("The sweep's top level (requests in flight)"))
         return sweep_levels(scn, args.concurrency)
     return None  # the server's capacity says, once it is known (runs.capacity)
