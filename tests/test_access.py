@@ -14,6 +14,8 @@ from engine.chat_desk import ChatLimits, ChatRefused
 from engine.results.store import RunStore
 from engine.serving.config import REFUSED_EXTRA_FLAGS, ServerConfig, refuse_extra_flags
 
+from .said import said
+
 
 class Clock:
     def __init__(self) -> None:
@@ -136,8 +138,12 @@ def test_a_locked_lab_refuses_chat_too(tmp_path):
     ("--root-path", "/x"), ("--max-model-len", "4096"), ("-tp", "2"), ("--config", "x.yaml"),
 ])
 def test_refused_extra_flags_say_where_the_setting_lives(args):
-    with pytest.raises(ConfigError, match=r"is not accepted here|only as an inline template"):
+    with pytest.raises(ConfigError) as e:
         ServerConfig(model="m", extra_args=args).validate()
+    assert said(e.value).template in (  # where the setting lives, or the one flag taken in another form
+        "The extra flag {flag} is not accepted here: {why}.",
+        "The extra flag --chat-template is accepted only as an inline template: a file path would let the server "
+        "read files on this machine."), e.value
 
 
 def test_harmless_extra_flags_and_an_inline_template_pass():

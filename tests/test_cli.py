@@ -7,7 +7,7 @@ import time
 import pytest
 
 from .conftest import ROOT, cli_in_process
-from .said import read
+from .said import parts, read, values
 
 pytestmark = pytest.mark.server
 
@@ -301,5 +301,7 @@ def test_the_run_summary_counts_failed_requests_by_cause():
                                 shape="sequential", max_tokens=5, timeout_s=10, read_timeout_s=5))
     lines = summary_table(run).splitlines()
     assert lines[1] == "requests ok / failed   2 / 3"
-    assert [x.strip() for x in lines[2:4]] == [s for _, s in failures.failure_causes(run.records)]
-    assert "cut off mid-answer" in lines[3] and "found nothing listening" in lines[2]
+    causes = [s for _, s in failures.failure_causes(run.records)]
+    assert [x.strip() for x in lines[2:4]] == causes
+    assert [(parts(s)["what"], values(s)["who"]["n"]) for s in causes] == [
+        ("found nothing listening at {url}", 2), ("was cut off mid-answer when the server closed the connection", 1)]

@@ -10,6 +10,7 @@ from engine.results.store import RunStore
 
 from .conftest import ROOT
 from .fakes import FakeOpenAIServer
+from .said import read
 
 # `python -m engine ARGS` with one object in __main__ that says when the interpreter's teardown frees it
 ENGINE_WITH_A_WITNESS = """
@@ -50,4 +51,6 @@ def test_a_failed_command_still_tears_down(tmp_path):
     env = {**os.environ, "SERVING_LAB_DB": str(tmp_path / "history.sqlite")}
     p = _engine("run", "random-512-64", "--url", "http://127.0.0.1:9", "--client-processes", "0", env=env)
     assert p.returncode == 2
-    assert p.stderr.startswith("error: --client-processes 0") and "torn down" in p.stderr
+    assert p.stderr.startswith("error: ") and "torn down" in p.stderr, p.stderr
+    assert read("--client-processes {n} is not a number of processes: give 1 or more, or leave it out to let the load "
+                "choose.", p.stderr) == {"n": "0"}, p.stderr

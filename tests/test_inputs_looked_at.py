@@ -13,9 +13,10 @@ from engine.measure.workloads import datasets, traces
 from engine.measure.workloads.base import WorkloadError
 
 from .conftest import app_page, cli_in_process
-from .said import read, said, tree, values
+from .said import read, reads, said, shown, tree, values
 
 DEAD = "http://127.0.0.1:9"
+REPLAY = "{n:,} requests over {span} at time scale {scale:g}."  # a trace's replay time
 
 
 def _trace(times, unit: str = "ms", scale: float = 1.0) -> dict:
@@ -64,18 +65,22 @@ def test_the_cli_says_the_replay_time_and_the_warnings_before_it_runs(tmp_path):
                          for t in (0.1, 0.5, 1.2, 2.0)))
     p = cli_in_process("run", "trace-tiny", "--url", DEAD, "--trace", str(f))
     out = [line for line in p.stdout.splitlines() if not line.startswith("  ")]  # progress lines aside
-    assert out[0] == "secs.jsonl: 4 requests over 1.9 ms at time scale 1.", p.stdout
-    assert out[1].startswith("warning: The requests of secs.jsonl arrive 0.7 ms apart on the median, read as "
-                             "milliseconds: its timestamps are likely seconds."), p.stdout
+    assert out[0].startswith("secs.jsonl: ") and read(REPLAY, out[0]) == {"n": "4", "span": "1.9 ms", "scale": "1"}, \
+        p.stdout
+    assert out[1].startswith("warning: ") and read(
+        "The requests of {name} arrive {gap} apart on the median, read as milliseconds: its timestamps are likely "
+        "seconds. Read them as seconds (time unit s), or the replay runs a thousand times too fast.", out[1]) == {
+        "name": "secs.jsonl", "gap": "0.7 ms"}, p.stdout
     p = cli_in_process("run", "trace-tiny", "--url", DEAD, "--trace", str(f), "--time-unit", "s")
-    assert "secs.jsonl: 4 requests over 1.9 s at time scale 1.\n" in p.stdout
+    assert reads(REPLAY, p.stdout) == [{"n": "4", "span": "1.9 s", "scale": "1"}], p.stdout
     assert "warning:" not in p.stdout
 
 
 def test_the_page_previews_a_trace_s_replay_time_and_what_looks_wrong(lab):
     at = app_page("app_pages/load.py")
     at.selectbox(key="load_what").set_value("Trace replay").run()
-    assert any("40 requests over 15.5 s at time scale 1." in m.value.replace("\\", "") for m in at.markdown)
+    replays = shown(REPLAY, [m.value.replace("\\", "") for m in at.markdown])
+    assert {"n": "40", "span": "15.5 s", "scale": "1"} in replays, replays
     at.selectbox(key="wl_trace_file").set_value("Upload a file").run()
     data = "".join(json.dumps({"timestamp": 7, "input_length": 8, "output_length": 4}) + "\n" for _ in range(3))
     at.file_uploader(key="wl_trace_upload").set_value(("same.jsonl", data.encode(), "application/json")).run()

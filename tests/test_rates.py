@@ -207,7 +207,9 @@ def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_k
         result = run_load(s, observer=Console(out=out))
     text = out.getvalue()
     header = text.splitlines()[0]
-    assert "arrivals constant 200/s, at most 2 in flight" in header and "concurrency" not in header, header
+    pace = read("{arrivals}, at most {cap} in flight", header)  # the rate and its cap, not a concurrency
+    assert pace["cap"] == "2" and read("constant {rate:g}/s", pace["arrivals"]) == {"rate": "200"}, header
+    assert "concurrency" not in header, header
     capped = reads(CAPPED, text)
     assert [(x["peak"], x["cap"], x["n"]) for x in capped] == [("2", "2", "8")], text
     measured = [r for r in result.records if not r.warmup]

@@ -25,9 +25,11 @@ from engine.results.records import Notes
 from engine.results.store import RunStore
 
 from .conftest import ROOT, cli_in_process, free_port
-from .said import read, reads, tree
+from .said import read, reads, said, shown, tree, within
 
 APP = str(ROOT / "app.py")
+NEEDS_VLLM = "This step needs the vLLM server: run step {n} (start vLLM) first."
+SETUP_DIFFERS = "This is not the rehearsal's setup, so its times may not hold: {differences}."
 
 
 def _sheet(**machine) -> Sheet:
@@ -36,7 +38,7 @@ def _sheet(**machine) -> Sheet:
              StepSheet("free", 0.4, True),
              StepSheet("start", 121.0, True, ready_s=98.5),
              StepSheet("test-query", 3.0, False, error=sheets.stored(
-                 say("This step needs the vLLM server: run step {n} (start vLLM) first.", n=3)))]
+                 say(NEEDS_VLLM, n=3)))]
     base = {"gpus": [], "cpu": "AMD EPYC", "cores": 2, "vllm": "0.32.0", "model": "/m/SmolLM2-135M-Instruct",
             "scale": 0.1}
     return Sheet(started_at=1_765_000_000.0, ended_at=1_765_000_300.0, scale=0.1, model="/m/SmolLM2-135M-Instruct",
@@ -57,7 +59,7 @@ def test_the_sheet_adds_up_and_says_each_step_in_both_languages():
     assert tree(sheets.took(again.of("naive"))) == {"id": "took {time} in rehearsal",
                                                     "time": {"id": "{s} s", "s": "52"}}
     # the failure is kept as its sentence: said again in Korean, not frozen in English
-    assert "run step 3 (start vLLM) first" in translate(sheets.result(again.of("test-query")), "en")
+    assert within(sheets.result(again.of("test-query")), NEEDS_VLLM) == [{"id": NEEDS_VLLM, "n": 3}]
     assert "3단계" in translate(sheets.result(again.of("test-query")), "ko")
     text = sheets.text(again, "ko")
     assert "121초" in text and "98초" in text and "예상 시간" in text, text
@@ -145,10 +147,13 @@ def test_only_the_presenter_rehearses_and_a_wrong_budget_is_refused_at_once(lab)
 
     with pytest.raises(NotPresenter):
         lab.rehearse(0.1, token="wrong", caller="viewer")
-    with pytest.raises(LabError, match="share of the lab's"):
+    with pytest.raises(LabError) as budget:
         lab.rehearse(0.3, token="secret")
-    with pytest.raises(LabError, match="not prepared on this machine"):
+    assert said(budget.value).template == "The token budget is a share of the lab's: one of {choices}."
+    with pytest.raises(LabError) as model:
         lab.rehearse(0.1, "/no/such/model", token="secret")
+    assert said(model.value).template == ("The model {name} is not prepared on this machine: pick one the list offers, "
+                                          "or prepare it on the Server page.")
     assert lab.latest_job("rehearsal") is None
 
 
@@ -180,8 +185,9 @@ def test_beside_the_agenda_each_step_says_its_rehearsal_time(app_lab):
     step3, = (x for c in captions for x in reads("Step {n} {took}.", c) if x["n"] == "3")
     assert read("took {time} in rehearsal (vLLM ready after {ready})", step3["took"]) == {"time": "121 s",
                                                                                         "ready": "98 s"}, captions
-    assert any("1: 52 s · 2: 0.40 s · 3: 121 s · 4: ✗" in c for c in captions), captions
-    assert not [w.value for w in at.warning if "rehearsal's setup" in w.value]  # the same setup: no warning
+    line, = shown("Rehearsal of {when}: {times} · about {total} in all", captions)
+    assert (line["times"], line["total"]) == ("1: 52 s · 2: 0.40 s · 3: 121 s · 4: ✗", "11 min"), captions
+    assert not shown(SETUP_DIFFERS, [w.value for w in at.warning])  # the same setup: no warning
     at.session_state["lang"] = "ko"
     at.run()
     assert any("3단계" in c.value and "121초" in c.value for c in at.caption), [c.value for c in at.caption]
@@ -192,8 +198,9 @@ def test_a_different_machine_is_warned_about(app_lab):
     _saved(app_lab, gpus=["NVIDIA H100 80GB HBM3"], model=ui.get_lab().guide.model_spec().path, scale=1.0)
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
-    warned = [w.value.replace("\\", "") for w in at.warning if "rehearsal's setup" in w.value]
-    assert warned and "GPU: none now" not in warned[0] and "NVIDIA H100 80GB HBM3 in rehearsal, none now" in warned[0]
+    warned, = shown(SETUP_DIFFERS, [w.value.replace("\\", "") for w in at.warning])
+    assert {"what": "GPU", "then": "NVIDIA H100 80GB HBM3", "now": "none"} in reads(
+        "{what}: {then} in rehearsal, {now} now", warned["differences"]), warned
 
 
 def test_the_presenters_tools_show_the_sheet_and_check_the_room(app_lab):
@@ -204,7 +211,9 @@ def test_the_presenters_tools_show_the_sheet_and_check_the_room(app_lab):
     table = next(df.value for df in at.dataframe if "Memory at its peak" in df.value.columns)
     assert list(table["Time"]) == ["52 s", "0.40 s", "121 s", "3.0 s"]  # a 0.4 s step was "0 s"
     assert "failed" in table["Result"].iloc[3]
-    assert any("Expected length: about 11 min" in m.value.replace("\\", "") for m in at.markdown)
+    expected, = shown("Expected length: about {total} ({steps} of the steps' own time and {talk} of talk at each of "
+                      "the {n} steps).", [m.value.replace("\\", "") for m in at.markdown])
+    assert expected["total"] == "11 min", expected
     next(b for b in at.button if b.label == "Check the room").click().run()
     assert not at.exception, at.exception
     lines = next(m.value.replace("\\", "") for m in at.markdown if "Address for the room" in m.value)

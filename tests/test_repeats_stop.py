@@ -82,4 +82,7 @@ def test_the_cap_says_how_long_the_repeats_would_take_from_the_history(tmp_path,
     run.duration = 12.0
     RunStore().save(run)
     p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--repeats", "1000")
-    assert "(about 3 h 20 min, at the 12 s its last run in the history measured, warm-ups not counted)" in p.stderr
+    found = read("--repeats {n} runs the load test {n} times, one after another (about {total}, at the {each} its last "
+                 "run in the history measured, warm-ups not counted); the Load test page stops at {most}: give "
+                 "--repeats {most} or fewer, or add --many-repeats to run all {n}.", p.stderr)
+    assert found and (found["n"], found["total"], found["each"]) == ("1000", "3 h 20 min", "12 s"), p.stderr

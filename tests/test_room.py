@@ -509,7 +509,8 @@ def test_the_contrast_says_the_last_answer_each_way_from_one_computation():
     last_a, last_b, tok_a, tok_b = figures.room_totals(together, alone)
     assert (round(last_a, 2), round(last_b, 2), tok_a, tok_b) == (1.35, 2.1, 20, 20)
     fig = figures.room_contrast(together, alone)
-    assert fig.layout.title.text == "All 2 answers: 1.4 s together, 2.1 s one at a time"
+    assert read("All {n} answers: {together} together, {alone} one at a time", fig.layout.title.text) == {
+        "n": "2", "together": "1.4 s", "alone": "2.1 s"}, fig.layout.title.text
     ends, ratio, _ = figures.caption_said(fig)  # the caption says the title's numbers, and their ratio
     assert values(ends) == {"together": "1.4 s", "alone": "2.1 s"}
     assert said(ratio).template.startswith("{ratio}× as long one at a time")

@@ -17,6 +17,7 @@ from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
 from engine.serving.vllm_log import STAGES
 
 from .conftest import _family, free_port
+from .said import tree
 
 pytestmark = pytest.mark.server
 
@@ -110,8 +111,12 @@ def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model):
             except httpx.HTTPError:
                 time.sleep(0.1)
         srv = VLLMServer(port=port)
-        with pytest.raises(PortInUse, match=rf"Port {port} is already in use .*pid {foreign.pid}.*left alone"):
+        with pytest.raises(PortInUse) as e:
             srv.start(ServerConfig(model=embedded_model.path, port=port))
+        held = tree(e.value)  # the program holding the port named, and left alone
+        assert (held["id"], held["port"], held["pid"]) == (
+            "Port {port} is already in use by another program ({name}, pid {pid}); it was left alone: stop that "
+            "program or pick another port.", port, foreign.pid), held
         assert foreign.poll() is None, "the foreign process must not be killed"
         assert srv.snapshot().state == STOPPED
     finally:

@@ -225,6 +225,8 @@ def test_each_configuration_measured_several_times_is_judged_against_noise(page,
     assert tput["y"] == pytest.approx(gm) and tput["error_y"]["array"] == pytest.approx([104.0 - gm[0], 153.0 - gm[1]])
     said = re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown))  # under the chart (ui.chart)
     changes, = reads("Throughput against {run}: {changes}.", said)
-    assert "max-model-len 256 / KV 4 GiB: 1.49× (+49 %), beyond noise" in changes["changes"], said
+    against = dict(c.split(": ", 1) for c in changes["changes"].split("; "))  # "{run}: {short}" a configuration
+    assert read("{effect}, beyond noise", against["max-model-len 256 / KV 4 GiB"]) == {"effect": "1.49× (+49 %)"}, \
+        said
     assert reads("A configuration measured several times is one bar, the geometric mean of its runs (as the "
                  "comparison takes it); the whisker spans their range.", said) == [{}]

@@ -3,20 +3,28 @@ from pathlib import Path
 
 from engine.serving.vllm_log import STAGES, LogFollower, describe_failure
 
+from .said import tree
+
 EAGER_START = Path(__file__).parent / "data" / "vllm-0.32.0-eager-start.log"
 
 
 def test_failure_causes_in_plain_words():
     oom = describe_failure(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"], 1)
-    assert oom.startswith("The GPU ran out of memory")
+    assert tree(oom) == {"id": "The GPU ran out of memory while starting: lower max-model-len or "
+                               "gpu-memory-utilization, or free the GPU (e.g. stop the naive baseline) and start "
+                               "again."}
     kv = describe_failure(["ValueError: No available memory for the cache blocks. Try increasing "
                            "`gpu_memory_utilization`"], 1)
-    assert "not enough memory left for the KV cache" in kv
+    assert tree(kv) == {"id": "There is not enough memory left for the KV cache at these settings: raise "
+                              "gpu-memory-utilization (or the CPU KV cache size), or lower max-model-len."}
     busy = describe_failure(["ValueError: Free memory on device (10.1/139.8 GiB) on startup is less than desired "
                              "GPU memory utilization (0.9, 125.8 GiB)."], 1)
-    assert "Another process already holds GPU memory" in busy
+    assert tree(busy) == {"id": "Another process already holds GPU memory, so the requested gpu-memory-utilization is "
+                                "not available: lower it or free the GPU, then start again."}
     other = describe_failure(["something", "RuntimeError: boom"], 3)
-    assert "code 3" in other and "RuntimeError: boom" in other
+    assert tree(other) == {"id": "vLLM exited ({how}) before it was ready: {line} See the log below for details.",
+                           "how": {"id": "code {code}", "code": 3},
+                           "line": {"id": "{line}.", "line": "RuntimeError: boom"}}  # the log's line, quoted whole
 
 
 def test_an_eager_start_shows_its_weights_loading_not_compiling():

@@ -24,7 +24,7 @@ from engine.results.records import RequestRecord, RunResult
 from engine.runs import Runner, Target, check_sweep, check_tuning
 from engine.serving.config import ServerConfig
 from tests.conftest import app_page, wait_done
-from tests.said import said, shown, tree, values
+from tests.said import read, said, shown, tree, values
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
 LENGTHS = {"kind": "lengths", "n": 3, "input": {"kind": "fixed", "mean": 32}, "output": {"kind": "fixed", "mean": 8}}
@@ -123,9 +123,10 @@ def test_the_pair_sends_the_workload_chosen_above_to_both_and_says_which(lab, mo
     got = _caught(monkeypatch, lab, "run_side_by_side")
     at = _first_four_rows(app_page("app_pages/load.py"))
     assert not [n for n in at.number_input if n.key == "pair_n"]  # the workload brings its own requests
-    said = [c.value.replace("\\", "") for c in at.caption
-            if c.value.startswith("Both servers get the same requests")]
-    assert said and "dataset · chat-prompts.jsonl: 4 requests" in said[0], [c.value for c in at.caption]
+    pair, = shown("Both servers get the same requests. {what} Arrival: {arrival}. Answers always run to their full "
+                  "length on both, so the two get the same work.", [c.value.replace("\\", "") for c in at.caption])
+    sends = read("{what}: {n} requests, prompts of median {median} tokens (longest {longest}).", pair["what"])
+    assert sends and (sends["what"], sends["n"]) == ("dataset · chat-prompts.jsonl", "4"), pair
     at.text_input(key="pair_url").set_value("http://127.0.0.1:8001")
     next(b for b in at.button if b.label == "Run on both servers").click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]

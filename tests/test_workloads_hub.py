@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from .said import read
+
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = [f"Question {i}: what is {i} times {i + 1}?" for i in range(12)]
 
@@ -136,15 +138,24 @@ def test_a_folder_saved_with_save_to_disk_is_read_too(cache, child):
     assert got["prompts"] == ["saved one", "saved two"]
 
 
-@pytest.mark.parametrize("desc, says", [
-    ({"dataset": "tiny/absent"}, "The Hugging Face dataset tiny/absent is not in this machine's cache"),
-    ({"dataset": "tiny/prompts", "split": "test"}, "The dataset tiny/prompts has no split 'test': pick one of"),
-    ({"dataset": "tiny/prompts", "column": "nope"}, "The dataset tiny/prompts has no column 'nope': pick one of"),
-    ({"dataset": "  "}, "Give the name of a Hugging Face dataset"),
+NOT_CACHED = ("The Hugging Face dataset {name} is not in this machine's cache ({cache}) and the Hub cannot be reached: "
+              "load it once where the network reaches the Hub (it is kept in that cache), or give its rows as a file.")
+
+
+@pytest.mark.parametrize("desc, template, shown", [
+    ({"dataset": "tiny/absent"}, NOT_CACHED, {"name": "tiny/absent"}),
+    ({"dataset": "tiny/prompts", "split": "test"}, "The dataset {name} has no split '{split}': pick one of {splits}.",
+     {"name": "tiny/prompts", "split": "test"}),
+    ({"dataset": "tiny/prompts", "column": "nope"}, "The dataset {name} has no column '{column}': pick one of "
+                                                    "{columns}.", {"name": "tiny/prompts", "column": "nope"}),
+    ({"dataset": "  "}, "Give the name of a Hugging Face dataset (owner/name), such as the one you would pass to "
+                        "datasets.load_dataset.", {}),
 ])
-def test_what_cannot_be_read_is_one_sentence(child, desc, says):
+def test_what_cannot_be_read_is_one_sentence(child, desc, template, shown):
     err = plan_of(child, **desc)["error"]
-    assert says in err and "\n" not in err and "Traceback" not in err
+    assert "\n" not in err and "Traceback" not in err, err
+    found = read(template, err)
+    assert found is not None and {k: found[k] for k in shown} == shown, err
 
 
 def cli(child: Child, *argv: str) -> dict:
@@ -157,10 +168,13 @@ def test_the_cli_sends_a_cached_hub_dataset_and_says_one_sentence_for_one_it_can
     assert got["prompts"] == PROMPTS[:3] and got["concurrency"] == 4  # the scenario's arrival stays
     assert (got["workload"]["kind"], got["workload"]["dataset"], got["workload"]["column"]) == \
         ("hub", "tiny/prompts", "question")
-    assert "not in this machine's cache" in cli(child, "concurrent-10", "--hf-dataset", "tiny/absent")["error"]
-    assert "--hf-split picks a part of a Hugging Face" in cli(child, "concurrent-10", "--hf-split", "x")["error"]
-    assert "--hf-dataset and --dataset cannot go together" in cli(child, "dataset-chat", "--dataset", "a.jsonl",
-                                                                   "--hf-dataset", "tiny/prompts")["error"]
+    absent = read(NOT_CACHED, cli(child, "concurrent-10", "--hf-dataset", "tiny/absent")["error"])
+    assert absent["name"] == "tiny/absent", absent
+    assert read("{flag} picks a part of a Hugging Face dataset: give --hf-dataset NAME with it.",
+                cli(child, "concurrent-10", "--hf-split", "x")["error"]) == {"flag": "--hf-split"}
+    both = read("{a} and {b} cannot go together: {why}. Give only one of them.",
+                cli(child, "dataset-chat", "--dataset", "a.jsonl", "--hf-dataset", "tiny/prompts")["error"])
+    assert (both["a"], both["b"]) == ("--hf-dataset", "--dataset"), both
 
 
 def test_a_cached_dataset_is_read_at_once_when_offline_mode_is_off_and_the_hub_out_of_reach(cache):
