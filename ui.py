@@ -8,7 +8,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 import streamlit as st
 
@@ -166,6 +166,13 @@ FIRST_SCREEN_CHART_H = 430  # px: a chart beside a page's form and numbers that 
 def fit(fig, height: int = FIRST_SCREEN_CHART_H):
     """The figure no taller than `height` (a figure drawn shorter keeps its own height)."""
     return fig.update_layout(height=min(fig.layout.height or height, height))
+
+
+# A download button built when clicked (its data a callable) is pressed with this: Streamlit clears the messages
+# not yet sent whenever a full run of the page starts, the made file's link among them (Streamlit 1.67,
+# ForwardMsgQueue.clear), and a click that reruns the page starts one while the file is being made. The link lost,
+# the button stays greyed with its spinner for the browser's three minutes, and the viewer gets no file.
+NO_RERUN: Final = "ignore"
 
 
 def job_count(job) -> str:

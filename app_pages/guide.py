@@ -267,7 +267,7 @@ def _summary() -> None:
     lang = i18n.lang()  # made when clicked (a callable): the report inlines plotly.js, megabytes
     st.download_button(_("Download the HTML report"), lambda: guide.report_html(lang),
                        file_name="serving-lab-guide.html",
-                       mime="text/html", icon=":material/download:", type="primary")
+                       mime="text/html", icon=":material/download:", type="primary", on_click=ui.NO_RERUN)
 
 
 def body() -> None:

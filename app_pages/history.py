@@ -213,25 +213,27 @@ else:
     ids = [r.id for r in chosen] or None
     readable = [r.id for r in chosen if not r.problem]  # a damaged run cannot be read back whole: not in a report
     c1, c2, c2r, c3, c4 = st.columns(5)
-    # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB).
+    # Built when clicked, not on every redraw (a full export of the shipped H200 runs is 13 MB), and a click does not
+    # rerun the page (ui.NO_RERUN): a full run starting while the file is made drops its link on the way to the browser.
     c1.download_button(_("Export JSON ({n} selected)", n=len(chosen)) if chosen else _("Export JSON (all)"),
                        lambda: lab.history.export_json(ids), "serving-lab-runs.json",
-                       "application/json", icon=":material/download:", width="stretch")
+                       "application/json", icon=":material/download:", width="stretch", on_click=ui.NO_RERUN)
     c2.download_button(_("Export CSV ({n} selected)", n=len(chosen)) if chosen else _("Export CSV (all)"),
                        lambda: lab.history.export_csv(ids), "serving-lab-requests.csv",
-                       "text/csv", icon=":material/download:", width="stretch",
+                       "text/csv", icon=":material/download:", width="stretch", on_click=ui.NO_RERUN,
                        help=_("One row per request, with its run's id and label."))
     c2r.download_button(_("Export CSV per run ({n} selected)",
                           n=len(chosen)) if chosen else _("Export CSV per run (all)"),
                         lambda: lab.history.export_csv(ids, per="run"), "serving-lab-runs.csv",
                         "text/csv", icon=":material/download:", width="stretch", key="history_csv_runs",
+                        on_click=ui.NO_RERUN,
                         help=_("One row per run: its summary under `vllm bench serve`'s names (throughput, TTFT, TPOT, "
                                "E2E latency), cold or warm, where it ran, the hardware and the server's command."))
     lang = i18n.lang()  # said while the page is drawn: the report is built later, when clicked
     c3.download_button(_("HTML report ({n} selected)", n=len(readable)) if readable else _("HTML report (select runs)"),
                        lambda: report_html(lab.history, readable, lang), "serving-lab-report.html", "text/html",
                        icon=":material/download:", width="stretch",
-                       disabled=not readable, key="history_report",
+                       disabled=not readable, key="history_report", on_click=ui.NO_RERUN,
                        help=_("One file with the selected runs' machine, server flags, numbers and interactive "
                               "charts: it opens in any browser with no network, ready to mail."))
     if c4.button(_("Delete {n} selected", n=len(chosen)), icon=":material/delete:", width="stretch",
