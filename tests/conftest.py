@@ -67,6 +67,7 @@ SINGLE_PROCESS_VLLM = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS":
 SINGLE_PROCESS_SERVERS = {
     "tests/test_lora_real.py",  # LoRA adapters served: which adapter answered (its stop checks nothing is left)
     "tests/test_remote_live.py",  # a keyed server at a URL, stopped and restarted: what the pages say of it
+    "tests/test_embeddings_real.py",  # an embedding model served: what a run of its endpoint measures
     "tests/test_e2e_tuning.py",  # the Tuning page through a restart: the page never blanks, the runs it saves
 }
 

@@ -173,6 +173,28 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
     assert values(refused.value)["key"] == "top_p"
 
 
+def test_embeddings_through_the_cli_send_one_whole_input_each_and_time_the_answer():
+    """--endpoint embeddings through `python -m engine run`, as vllm bench serve's openai-embeddings sends it: one
+    prompt a request as `input`, never cut off, the extra body beside it, no stream and no sampling; each request's
+    latency is its one answer and its prompt tokens the server's usage. Against the fake (tests/fakes.py): the real
+    server's embeddings are tests/test_embeddings_real.py's."""
+    from engine.measure.workloads.prompts import LAB_CONCURRENT
+    from engine.results.store import RunStore
+    from tests.fakes import FakeOpenAIServer
+
+    with FakeOpenAIServer(models=("ok",)) as srv:
+        p = cli_in_process("run", "concurrent-10", "--url", srv.base_url, "--endpoint", "embeddings",
+                           "--extra-body", '{"dimensions": 8}')
+        assert p.returncode == 0, p.stderr
+        sent = [b for b in srv.bodies if "input" in b]
+    assert sorted(b["input"] for b in sent[-10:]) == sorted(LAB_CONCURRENT)  # the measured ten, after the warm-up
+    assert all(b == {"model": "ok", "input": b["input"], "truncate_prompt_tokens": -1, "dimensions": 8} for b in sent)
+    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    assert run.load.endpoint == "embeddings" and len(run.measured) == 10
+    assert all(r.ok and r.ttft == r.e2e and r.output_tokens == 0 for r in run.measured)
+    assert [r.prompt_tokens for r in run.measured] == [len(r.prompt.split()) for r in run.measured]  # the usage's
+
+
 def test_the_python_behind_a_rerank_run_sends_the_same_bodies():
     """The code behind a rerank run posts /v1/rerank with the same query and documents the run sent (the openai
     SDK's generic post: it has no rerank method), run here against the fake."""

@@ -167,7 +167,7 @@ def batch_said(run: Any) -> Message | None:
         return say("This server does not export vllm:iteration_tokens_total, so how full its batches were is not "
                    "known.")
     peak = stats.peak_in_flight(getattr(run, "records", None) or [])
-    if steps.mean_batch is None:
+    if not steps.mean_batch:  # unknown, or a pooling run's (embeddings, rerank): nothing decoded
         return say("The server ran {steps:,.0f} engine steps, {tokens:.1f} tokens each on average (prompt and "
                    "output); the client's peak in flight was {peak}.", steps=steps.count,
                    tokens=steps.mean_tokens, peak=peak)
