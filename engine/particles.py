@@ -75,10 +75,11 @@ def final_sound(text: str) -> tuple[bool, bool] | None:
     if "가" <= c <= "힣":
         jong = (ord(c) - 0xAC00) % 28
         return jong != 0, jong == 8
-    if c.isdigit():
-        return _number(re.search(r"\d[\d,]*(?:\.\d+)?$", text[:end]).group(0).replace(",", ""))
-    if c.isascii() and c.isalpha():
-        return _latin(re.search(r"[A-Za-z]+$", text[:end]).group(0))
+    # each search finds at least the character c
+    if c.isdigit() and (digits := re.search(r"\d[\d,]*(?:\.\d+)?$", text[:end])):
+        return _number(digits.group(0).replace(",", ""))
+    if c.isascii() and c.isalpha() and (word := re.search(r"[A-Za-z]+$", text[:end])):
+        return _latin(word.group(0))
     return _SIGN.get(c)
 
 
@@ -129,7 +130,9 @@ def _latin(word: str) -> tuple[bool, bool]:
 def _pick(token: str, sound: tuple[bool, bool] | None) -> str:
     """The particle `token` begins with (written in either form or both) in the form `sound` takes, and the rest
     of its word as written."""
-    head = _HEAD.match(token).group(0)
+    found = _HEAD.match(token)
+    assert found is not None  # _MARKED and _CHOICE capture only tokens that begin with a particle of _PAIR
+    head = found.group(0)
     c, v = _PAIR[head]
     rest = token[len(head):]
     if sound is None:  # nothing to hear: the copula's full form (right either way), else both written out

@@ -42,13 +42,14 @@ def summary_table(r, price_per_gpu_hour: float | None = None) -> str:
     n = r.extra.kv
     if n.preemptions is not None or n.peak_waiting is not None:  # engine.measure.judge.kvcache.KvWatch
         cap = f"{tokens:,} tokens, " if (tokens := r.extra.server.kv_cache_tokens) else ""
-        peak = f"{n.peak_usage:.0%}" if n.peak_usage is not None else "–"
+        used = f"{n.peak_usage:.0%}" if n.peak_usage is not None else "–"
         preempted = n.preemptions if n.preemptions is not None else "–"
-        lines.append(f"KV cache               {cap}peak {peak} used, {preempted}"
+        lines.append(f"KV cache               {cap}peak {used} used, {preempted}"
                      f" preempted, up to {n.peak_waiting if n.peak_waiting is not None else '–'} waiting")
-    if (cost := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
-                                                     s.get("total_output_tokens"))) is not None:
-        lines.append(f"cost / M output tokens {cost:,.4f} at {price_per_gpu_hour:g} per GPU-hour (measured wall time)")
+    if (per_million := cost.cost_per_million_output_tokens(price_per_gpu_hour, r.duration,
+                                                           s.get("total_output_tokens"))) is not None:
+        lines.append(f"cost / M output tokens {per_million:,.4f} at {price_per_gpu_hour:g} per GPU-hour "
+                     "(measured wall time)")
     if held := lateness.budget_said(r.extra):
         lines.append(f"  {held}")
     if warm := warmth.warmup_cost(r.records):

@@ -43,13 +43,13 @@ def to_png(fig: go.Figure, path: str | Path, width: int = WIDTH) -> Path:
 
 def to_pngs(items: Sequence[tuple[go.Figure, str | Path]]) -> list[Path]:
     """Several PNGs with one browser start (much faster than to_png in a loop); HTML fallback."""
-    items = [(f, Path(p)) for f, p in items]
-    for _, p in items:
+    paths = [(f, Path(p)) for f, p in items]
+    for _, p in paths:
         p.parent.mkdir(parents=True, exist_ok=True)
     try:
         _ensure_browser()
-        pio.write_images([f for f, _ in items], [str(p) for _, p in items], format="png", width=WIDTH,
-                         height=[f.layout.height or 540 for f, _ in items])
-        return [p for _, p in items]
+        pio.write_images([f for f, _ in paths], [str(p) for _, p in paths], format="png", width=WIDTH,
+                         height=[f.layout.height or 540 for f, _ in paths])
+        return [p for _, p in paths]
     except Exception:
-        return [to_png(f, p) for f, p in items]
+        return [to_png(f, p) for f, p in paths]

@@ -31,13 +31,13 @@ def _colorscale() -> list[list]:
 def slot_chart(runs: Sequence[RunResult | None], *, lang: str = "en") -> go.Figure:
     """One panel per run (a static batch, a vLLM run, or both side by side), each slot a row and each
     decode step a column, on one step axis. A run that cannot be drawn keeps its panel with the reason."""
-    runs = [r for r in runs if r is not None]
-    grids = [occupancy(r) for r in runs]
-    titles = [_panel_title(r, g, lang) for r, g in zip(runs, grids)]
-    fig = make_subplots(rows=1, cols=max(1, len(runs)), subplot_titles=titles or None, horizontal_spacing=0.07)
+    drawn = [r for r in runs if r is not None]
+    grids = [occupancy(r) for r in drawn]
+    titles = [_panel_title(r, g, lang) for r, g in zip(drawn, grids)]
+    fig = make_subplots(rows=1, cols=max(1, len(drawn)), subplot_titles=titles or None, horizontal_spacing=0.07)
     width = max((g.steps * g.steps_per_column for g in grids if isinstance(g, SlotGrid)), default=1)
     hover_row = translate(mark("slot {slot} · step {step}"), lang)  # filled per cell below
-    for k, (run, g) in enumerate(zip(runs, grids), start=1):
+    for k, (run, g) in enumerate(zip(drawn, grids), start=1):
         if not isinstance(g, SlotGrid):
             fig.add_annotation(text=translate(g, lang), xref=f"x{k} domain", yref=f"y{k} domain", x=0.5, y=0.5,
                                showarrow=False, font=dict(size=BASE_SIZE - 1, color=MUTED), width=380)
@@ -66,10 +66,10 @@ def slot_chart(runs: Sequence[RunResult | None], *, lang: str = "en") -> go.Figu
     height = 320 + 34 * slots
     # the legend between the title (and the placeholder model's note under it) and the panels' titles, a
     # fixed distance from the top whatever the height
-    placeholder = any(is_placeholder(r) for r in runs)
+    placeholder = any(is_placeholder(r) for r in drawn)
     below = 58 + (30 if placeholder else 0)
     fig.update_layout(showlegend=True, legend=dict(yref="container", y=1 - below / height, yanchor="top"))
-    fig = finish(fig, say("Batch slots, step by step"), _caption(runs, grids), placeholder=placeholder,
+    fig = finish(fig, say("Batch slots, step by step"), _caption(drawn, grids), placeholder=placeholder,
                  height=height, lang=lang)
     return fig.update_layout(margin=dict(t=fig.layout.margin.t + 24))
 

@@ -145,9 +145,9 @@ def measured(run: RunResult) -> list[RequestRecord]:
 
 def summary_of(run: RunResult | RunRow) -> Summary:
     """The run's summary; computed from its requests when it has none (a live run's)."""
-    if not run.summary.empty or not getattr(run, "records", None):
+    if not run.summary.empty or not (records := getattr(run, "records", None)):  # a RunRow has none
         return run.summary
-    return stats.summarize(run.records, run.duration)
+    return stats.summarize(records, run.duration)
 
 
 def run_label(run: Any, lang: str = "en") -> str:

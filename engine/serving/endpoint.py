@@ -39,10 +39,10 @@ def root_url(url: str) -> str:
         raise ConfigError(say("'{url}' is not a server address: give one like http://127.0.0.1:8000 (http or "
                               "https).", url=text))
     if parts.username or parts.password or parts.query or parts.fragment:
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")  # a hostname: `ok` above
         raise ConfigError(say("Give the address without a user name, password or ?query (for example "
                               "{plain}): a key goes in the API key field, which is never saved.",
-                              plain=urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else ""),
-                                                parts.path, "", ""))))
+                              plain=urlunsplit((parts.scheme, host, parts.path, "", ""))))
     path = parts.path.rstrip("/").removesuffix("/v1").rstrip("/")
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
@@ -217,7 +217,7 @@ class Watch:
         self.started = started
         self.down_since: float | None = None  # when it stopped answering (the first failed check)
         self.why = ""  # what the failed checks saw
-        self._whole: object = None  # or a whole sentence that says it better (see failed)
+        self._whole: str | None = None  # or a whole sentence that says it better (see failed)
         self._failing: tuple[float, bool] | None = None  # (first failure, all of them timeouts)
         self._last_probe = 0.0
         self._tried = 0.0  # the last discovery tried while it was down
@@ -275,7 +275,7 @@ class Watch:
             self.down_since, self.why, self._whole = None, "", None
             self.started = started if started is not None else self.started
 
-    def failed(self, why: object) -> None:
+    def failed(self, why: str) -> None:
         """It answers, but cannot be measured (no model loaded yet, the key refused now): down still, said so."""
         with self._lock:
             self.down_since, self.why, self._whole = self.down_since or time.time(), str(why), why

@@ -48,8 +48,9 @@ def live_start_ids() -> set[str]:
     for path in runtime_dir().glob("server-*.json"):
         try:
             rec = json.loads(path.read_text())
-            if proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)):
-                ids.add(proctree.Tag.parse(rec.get("tag")).start_id)
+            if proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) and (
+                    tag := proctree.Tag.parse(rec.get("tag"))) is not None:
+                ids.add(tag.start_id)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return ids

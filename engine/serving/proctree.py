@@ -200,4 +200,4 @@ def pgid(p: psutil.Process) -> int | None:
 
 
 def pid_alive(pid: int | None) -> bool:
-    return bool(pid) and same_process(pid, None) is not None
+    return pid is not None and pid != 0 and same_process(pid, None) is not None

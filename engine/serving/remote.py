@@ -5,12 +5,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from engine.errors import LabError, ServerBusy
 from engine.messages import say
 from engine.serving.endpoint import Watch, masked
 from engine.serving.server import READY, STARTING, VLLMServer
+
+if TYPE_CHECKING:  # engine.lab hands these in; engine.runs and engine.jobs import engine.serving, not the other way
+    from engine.jobs import Job, JobManager
+    from engine.runs.target import Target
 
 
 @dataclass(frozen=True)
@@ -40,13 +44,13 @@ class Remote:
 
     BACK_SHOWN_S = 120.0  # how long "it answers again" stays on the pages
 
-    def __init__(self, server: VLLMServer, jobs, measuring: Callable[[], object | None],
-                 discover: Callable[..., object]):
+    def __init__(self, server: VLLMServer, jobs: JobManager, measuring: Callable[[], Job | None],
+                 discover: Callable[..., Target]):
         self.server = server  # the app's own: refused while it runs, and its event log says what happened here
         self._jobs = jobs  # the lab's JobManager: the runs a dead server would only fail are stopped
         self._measuring = measuring  # the benchmark running now, if any
         self._discover = discover  # engine.runs.Target.at(url, model, api_key)
-        self.target = None
+        self.target: Target | None = None
         self._watch: Watch | None = None
         self._back: tuple[float, str] | None = None  # when it answered again, and the sentence that says so
         self._lock = threading.Lock()  # attach/detach against the watch's re-discovery
@@ -100,7 +104,8 @@ class Remote:
             return None
         e, watch, back = t.endpoint, self._watch, self._back
         answering = watch is None or watch.answering
-        said = watch.said() if not answering else back[1] if back and time.time() - back[0] < self.BACK_SHOWN_S else ""
+        said = (watch.said() if watch is not None and not answering
+                else back[1] if back and time.time() - back[0] < self.BACK_SHOWN_S else "")
         return Attached(t.base_url, t.model, tuple(e.models), t.max_model_len, e.vllm, e.metrics, e.metrics_said,
                         e.version, masked(t.api_key), t.kv_cache_tokens, answering, said)
 

@@ -37,7 +37,8 @@ class LogFollower:
     scrolled out of the tail long ago). Thread-safe: a watcher reads, pages take copies."""
 
     def __init__(self, path: Path | None = None, keep: int = 400):
-        self.path, self._pos, self._lines = path, 0, deque(maxlen=keep)
+        self.path, self._pos = path, 0
+        self._lines: deque[str] = deque(maxlen=keep)
         self._lock = threading.Lock()
         self.stage_idx = -1
         self.kv_cache_tokens: int | None = None

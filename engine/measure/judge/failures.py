@@ -234,7 +234,7 @@ def failure_causes(records: Iterable[RequestRecord], planned: int | None = None)
     counted nor failed. With `planned` (a finished run's), requests it never recorded count as never sent, and
     every count is out of it."""
     groups, total = _groups(records, planned)
-    out = []
+    out: list[tuple[int, str]] = []
     ranked = sorted(groups.values(), key=lambda g: -g[0])  # stable: first seen first on ties
     for n, what, todo in ranked[:MOST_CAUSES]:
         if n == total:

@@ -34,11 +34,10 @@ def joins(records: list[RequestRecord]) -> list[Join]:
     """Every (late, early) pair where `late`'s first token arrived after `early` had streamed MID_GENERATION or
     more tokens and before `early`'s last: continuous batching took `late` into a batch already decoding.
     Records in flight count with the tokens they have so far."""
-    streamed = [r for r in records if r.first_token_time is not None and r.chunk_times]
+    streamed = [(r, first) for r in records if (first := r.first_token_time) is not None and r.chunk_times]
     out = []
-    for late in streamed:
-        first = late.first_token_time
-        for early in streamed:
+    for late, first in streamed:
+        for early, _ in streamed:
             if early is late:
                 continue
             last = _last(early)

@@ -115,7 +115,7 @@ class Side:
     @classmethod
     def of(cls, run: Any) -> "Side":
         recs = ok_in_order(run)
-        ttfts = [r.ttft * 1000 for r in recs]
+        ttfts = [t * 1000 for r in recs if (t := r.ttft) is not None]  # each of ok_in_order has one
         cached = [r.cached_tokens for r in recs if r.cached_tokens is not None]
         return cls(first_ms=ttfts[0] if ttfts else None,
                    rest_ms=statistics.median(ttfts[1:]) if len(ttfts) > 1 else None,
@@ -162,12 +162,12 @@ def sentence(on: Any, off: Any) -> str:
                    "verdict, because the machine was disturbed. {beside} Measure both again on a quiet machine.",
                    cached=cached, prompt=prompt, on=a.rest_ms, off=b.rest_ms, interval=v.interval or "–",
                    how=v.how, beside=v.disturbed)
-    if v is not None and v.beyond_noise and v.ratio <= 1 - GAIN:
+    if v is not None and v.beyond_noise and v.ratio is not None and v.ratio <= 1 - GAIN:
         return say("With prefix caching the shared system prompt was computed once: after the first request, median "
                    "TTFT fell from {off:,.0f} ms to {on:,.0f} ms, beyond noise ({interval}; {how}); {cached:,} of "
                    "{prompt:,} prompt tokens came from the cache.", off=b.rest_ms, on=a.rest_ms, cached=cached,
                    prompt=prompt, interval=v.interval, how=v.how)
-    if v is not None and v.beyond_noise and v.ratio > 1:
+    if v is not None and v.beyond_noise and v.ratio is not None and v.ratio > 1:
         return say("With prefix caching {cached:,} of {prompt:,} prompt tokens came from the cache, yet median TTFT "
                    "after the first request was {on:,.0f} ms against {off:,.0f} ms without it, slower beyond noise "
                    "({interval}; {how}): here the prefill it saved did not show.", cached=cached, prompt=prompt,

@@ -24,5 +24,5 @@ def oversaturated(records: list[RequestRecord]) -> bool:
     in_flight = [sum(1 for o in everyone
                      if o.send_time <= r.send_time and (o.end_time is None or o.end_time > r.send_time))
                  for r in done]
-    (f0, f1), (t0, t1) = _thirds([float(n) for n in in_flight]), _thirds([r.ttft for r in done])
+    (f0, f1), (t0, t1) = _thirds([float(n) for n in in_flight]), _thirds([t for r in done if (t := r.ttft) is not None])
     return f1 >= GROWTH * f0 and t1 >= GROWTH * t0 and t1 > t0

@@ -243,7 +243,9 @@ def find_knee(points: list[Level], slo: Slo) -> Knee:
         return Knee(k, False, say("Even the most requests in flight, {users:g}, met the SLO ({slo}) for at least "
                                   "{target:.0%} of requests, at {total:,.0f} tok/s in total and {per_user:,.1f} tok/s "
                                   "per user: the knee lies further, so sweep higher to find it.", **values))
-    share = whole_percent(above[0].verdict.attainment)
+    nearest = above[0].verdict
+    assert nearest is not None  # judged: the levels with a verdict
+    share = whole_percent(nearest.attainment)
     if not share:
         return Knee(k, True, say("The knee is {users:g} requests in flight, the most at which at least {target:.0%} "
                                  "of requests met the SLO ({slo}): {total:,.0f} tok/s in total, {per_user:,.1f} tok/s "

@@ -92,7 +92,8 @@ def static_grid(records: list[RequestRecord]) -> SlotGrid | Message:
     longest = max(r.output_tokens for r in recs)
     if longest <= 0:
         return say("This static batch generated no tokens.")
-    cells, owner = [], []
+    cells: list[list[int]] = []
+    owner: list[list[int | None]] = []
     for r in recs:
         k = r.output_tokens
         cells.append([PROMPT] + [GENERATING] * k + [FINISHED] * (longest - k))
@@ -118,7 +119,7 @@ def continuous_grid(records: list[RequestRecord], all_ready: bool = False) -> Sl
     per_chunk = max(1.0, sum(r.output_tokens for r in recs) / chunks) if chunks else 1.0
     step = statistics.median(gaps) / per_chunk
     t0 = min(r.send_time for r in recs)
-    t1 = max(r.end_time for r in recs)  # type: ignore[type-var]
+    t1 = max(end for r in recs if (end := r.end_time) is not None)  # each of recs is ok: it ended
     group = max(1, math.ceil((t1 - t0) / step / MAX_COLUMNS))
     col_s = step * group
     n_cols = max(1, round((t1 - t0) / col_s))

@@ -31,7 +31,9 @@ def stream_chat(base_url: str, model: str, messages: list[dict], record: Request
     try:
         stream = client.chat.completions.create(
             model=model, messages=messages, max_tokens=max_tokens, temperature=temperature, stream=True,
-            stream_options={"include_usage": True})
+            stream_options={"include_usage": True})  # type: ignore[call-overload]
+        # (ignored: `messages` are the pages' {role, content} dicts, which the chat desk admits; the SDK types
+        # each role's message as its own TypedDict with a literal role)
         with stream:
             for chunk in stream:
                 if chunk.usage:

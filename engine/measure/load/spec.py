@@ -219,8 +219,7 @@ class LoadSpec:
             raise ConfigError(say("A ramp by rate raises the rate requests arrive at: pick arrivals at a rate."))
         if self.ramp_up_s > 0:
             raise ConfigError(say("A ramp by rate and a ramp over time both raise the rate: give only one of them."))
-        start = self.ramp_start_rps
-        check_rate(start, mark("A ramp's starting rate"))
+        start = check_rate(self.ramp_start_rps, mark("A ramp's starting rate"))
         if start > (self.rate or 0):
             raise ConfigError(say("A ramp's starting rate ({start:g} requests/s) is above its end rate ({end:g}): "
                                   "start lower, or end higher.", start=start, end=self.rate or 0))
@@ -519,11 +518,12 @@ def _whole(what: str, v: Any, lo: int, hi: int) -> None:
                               v=v))
 
 
-def check_rate(v: Any, what: str = mark("The rate")) -> None:
-    """ConfigError unless `v` is a number of requests per second above 0 and at most MAX_RATE."""
+def check_rate(v: Any, what: str = mark("The rate")) -> float:
+    """`v`, after a ConfigError unless it is a number of requests per second above 0 and at most MAX_RATE."""
     if not _number(v) or not 0 < v <= MAX_RATE:
         raise ConfigError(say("{what} must be above 0 and at most {limit:g} requests/s, not {rate}.", what=what,
                               limit=MAX_RATE, rate=v))
+    return v
 
 
 def check_in_flight(n: Any, what: str = mark("Requests in flight")) -> None:

@@ -80,10 +80,10 @@ def read_file(path: str, text: bool = False) -> tuple[bytes, str]:
 
 def length_summary(values: Sequence[int]) -> dict[str, float] | None:
     """min / mean / median / p99 / max of token lengths; None for none."""
-    if not values:
+    median, p99 = percentile(values, 50), percentile(values, 99)
+    if median is None or p99 is None:  # no values
         return None
-    return {"min": min(values), "mean": sum(values) / len(values), "median": percentile(values, 50),
-            "p99": percentile(values, 99), "max": max(values)}
+    return {"min": min(values), "mean": sum(values) / len(values), "median": median, "p99": p99, "max": max(values)}
 
 
 @dataclass

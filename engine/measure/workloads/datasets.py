@@ -229,7 +229,8 @@ def plan(ds: Dataset, n: int | None = None, how: str = "first", seed: int = 0, t
         if k is None and output_from_reply and r.reply:
             k = max(1, tokens.count(r.reply))
         lengths.append(k if k is not None else max_tokens)
-    each = [int(k) for k in lengths] if lengths and all(k is not None for k in lengths) else None
+    known = [k for k in lengths if k is not None]
+    each = [int(k) for k in known] if lengths and len(known) == len(lengths) else None
     if each is None and any(k is not None for k in lengths):
         raise WorkloadError(say("Some rows of {name} give an answer length and some do not: give max tokens for the "
                                 "rest.", name=ds.name))

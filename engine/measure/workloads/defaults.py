@@ -156,7 +156,7 @@ def rate_choice(spacing: str, cap: Any, ramp: str | None, value: float) -> dict[
 
 # The Tuning comparison's "what to send": the lab's prompts, or a shipped example workload
 # (EXAMPLES: no upload there), each with the settings the Load test page offers first
-_EXAMPLE_SETTINGS = {"dataset": {"n": 40, "how": "random", "seed": 0},
+_EXAMPLE_SETTINGS: dict[str, dict[str, Any]] = {"dataset": {"n": 40, "how": "random", "seed": 0},
                      "multi-turn": {"conversations": 8, "turns": 3}, "trace": {"time_scale": 1.0}}
 
 

@@ -59,7 +59,7 @@ def seeded_prompts(n: int, seed: int = 0, words: Sequence[str] = _WORDS, extra_w
     rng = random.Random(seed)
     out: list[str] = []
     for _ in range(max(0, n)):
-        a, b, c = rng.sample(list(words), 3) if len(words) >= 3 else (words * 3)[:3]
+        a, b, c = rng.sample(list(words), 3) if len(words) >= 3 else (list(words) * 3)[:3]
         text = rng.choice(_TEMPLATES).format(a=a, b=b, c=c)
         if extra_words > 0:
             text += " Context: " + " ".join(rng.choice(words) for _ in range(extra_words)) + "."

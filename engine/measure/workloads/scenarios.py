@@ -84,7 +84,7 @@ class Scenario:
             spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
                 spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
-                               workload={**spec.workload, "max_tokens_cap": over["max_tokens"]})
+                               workload={**(spec.workload or {}), "max_tokens_cap": over["max_tokens"]})
         if self.read_timeout_s is not None:  # the wait for room comes on top of the answer's own deadline
             spec = replace(spec, read_timeout_s=self.read_timeout_s,
                            timeout_s=self.read_timeout_s + request_deadline_s(spec.max_tokens))

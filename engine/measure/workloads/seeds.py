@@ -40,7 +40,7 @@ def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> Load
         again = plan.apply(spec, ignore_eos=spec.ignore_eos)
         if (cap := w.get("max_tokens_cap")) and again.max_tokens_each:  # a budget given caps each answer
             again = replace(again, max_tokens_each=[min(k, cap) for k in again.max_tokens_each],
-                            max_tokens=min(again.max_tokens or cap, cap), workload={**again.workload,
+                            max_tokens=min(again.max_tokens or cap, cap), workload={**(again.workload or {}),
                                                                                     "max_tokens_cap": cap})
     else:
         again = replace(spec, prompts=prompts.seeded_prompts(len(spec.prompts), seed, extra_words=spec.prompt_words))
