@@ -268,11 +268,11 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
 
 
 @pytest.mark.parametrize("extra, says", [
-    (["--max-tokens", "{over}"], "Max tokens per answer ({over}) is more than the running server's max-model-len "
-                                 "({mml} tokens): ask for {mml} or fewer, or restart the server with a longer "
-                                 "max-model-len."),
-    (["--model-name", "nope"], "serves no model named 'nope': pass --model-name {model}."),
-    (["--max-model-len", "512"], "--max-model-len sets up a server the app starts, but --url points at one"),
+    (["--max-tokens", "{over}"], (OVER, {"n": "{over}", "of": "the running server's max-model-len", "limit": "{mml}",
+                                         "fix": ", or restart the server with a longer max-model-len"})),
+    (["--model-name", "nope"], ("The server at {url} serves no model named '{model}': pass --model-name {first}.",
+                                {"model": "nope", "first": "{model}"})),
+    (["--max-model-len", "512"], (ALREADY_RUNNING, {"flag": "--max-model-len"})),
 ])
 def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
     from engine.results.store import RunStore
@@ -283,7 +283,11 @@ def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, 
     saved = len(RunStore())
     p = cli("run", "concurrent-10", "--url", vllm_server.base_url, *[a.format(**fill) for a in extra])
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
-    assert says.format(**fill) in p.stderr and len(p.stderr.splitlines()) == 1
+    assert len(p.stderr.splitlines()) == 1, p.stderr
+    template, shown = says
+    found = read(template, p.stderr)
+    assert found is not None and {k: found[k] for k in shown} == {
+        k: v.format(**fill) for k, v in shown.items()}, (found, p.stderr)
     assert len(RunStore()) == saved
 
 

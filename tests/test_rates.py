@@ -238,7 +238,9 @@ def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_serv
                         "--dataset", str(prompts), "--max-tokens", "4", "--request-rate", "2", "--max-concurrency",
                         "3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
-    assert "arrivals Poisson 2/s, at most 3 in flight" in p.stdout and "concurrency 4" not in p.stdout
+    pace = read("{arrivals}, at most {cap} in flight", p.stdout)  # the header: the rate and its cap
+    assert pace["cap"] == "3" and read("Poisson {rate:g}/s", pace["arrivals"]) == {"rate": "2"}, p.stdout
+    assert "concurrency 4" not in p.stdout
     run = RunStore().load(re.search(r"saved as run (\S+)", p.stdout).group(1))
     assert (run.load.shape, run.load.rate, run.load.other["max_in_flight"]) == ("poisson", 2.0, 3)
     measured = sorted(run.measured, key=lambda r: r.index)
