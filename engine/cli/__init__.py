@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import app, cluster, compare, guide, history, run, server
+from engine import settings
 from engine.errors import LabError
 from engine.messages import mark, say, translate
 
@@ -89,6 +90,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
     lang = getattr(args, "lang", "en")  # a command that speaks Korean (--lang ko) says its errors in Korean too
     try:
+        # the one Settings of this command: read from the environment here, once; what it runs is handed it
+        args.settings = settings.from_env()
         if getattr(args, "port", None) is not None:
             from engine.serving.config import check_port
 

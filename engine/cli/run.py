@@ -123,7 +123,7 @@ def _run(args) -> int:
         results = _measure(runner, scn, load, levels, target, args.repeats, args.seed is not None, by)
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
-                                 args.seed is not None, by)
+                                 args.seed is not None, by, settings=args.settings)
     complete = _said(results, scn, slo, args.price_per_gpu_hour, by)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]), saved=True)
@@ -246,7 +246,7 @@ def _sharing(a, b) -> None:
 
 
 def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None,
-                   fixed_seed: bool = False, by: str = "concurrency") -> list:
+                   fixed_seed: bool = False, by: str = "concurrency", *, settings) -> list:
     """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
     unless --detach; a failed run never leaves a server behind."""
     from engine.measure.workloads import scenarios
@@ -260,7 +260,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     else:
         check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
                          of="the max-model-len the server starts with", fix=", or give a longer --max-model-len")
-    srv = own_server(cfg.port)  # a run starts and stops its own, never one found running
+    srv = own_server(cfg.port, settings)  # a run starts and stops its own, never one found running
     _deadline(load)
     done = False
     try:
