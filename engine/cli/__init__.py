@@ -31,6 +31,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line's arguments, and the one Settings of this command (`args.settings`): the environment read
+    here, once; what the command builds (its Lab, server, history) is handed them. A bad variable: ConfigError."""
+    args = build_parser().parse_args(_joined_extra(argv))
+    args.settings = settings.from_env()
+    return args
+
+
 def _joined_extra(argv: list[str]) -> list[str]:
     """`--extra "--seed=0"` or `--extra --enforce-eager` as `--extra=...`: argparse would take a value that
     looks like a flag for an option of its own and stop with 'expected one argument'."""
@@ -87,11 +95,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_joined_extra(argv))  # argparse's own errors end it here, in its words
     lang = getattr(args, "lang", "en")  # a command that speaks Korean (--lang ko) says its errors in Korean too
     try:
-        # the one Settings of this command: read from the environment here, once; what it runs is handed it
-        args.settings = settings.from_env()
+        args = parse(argv)
         if getattr(args, "port", None) is not None:
             from engine.serving.config import check_port
 
