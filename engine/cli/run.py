@@ -87,7 +87,7 @@ def _run(args) -> int:
         check_writable(args.json)
     load = _load(scn, args)  # its file read and its workload built before any server is asked
     _looked_at(load.workload)
-    store = RunStore()
+    store = RunStore(args.settings.db)
     # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
     cfg, spec = (None, None) if args.url else config(args)
@@ -108,7 +108,7 @@ def _run(args) -> int:
 
     # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
     warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
-    runner = Runner(save, progress=Console(), slo=slo, warmth=warmth)
+    runner = Runner(save, progress=Console(log_dir=args.settings.home / "logs"), slo=slo, warmth=warmth)
     if scn.kind == "naive":
         if args.max_tokens is not None:
             check_max_tokens(args.max_tokens, spec.max_len, of="this model's context length", fix="")
