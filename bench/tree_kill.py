@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from engine.observe import nvml  # noqa: E402
 from engine.paths import runtime_dir  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 from engine.serving import proctree  # noqa: E402
 
 
@@ -63,7 +64,7 @@ def serve(args, detach: bool) -> tuple[subprocess.Popen, int, list[int]]:
         print("  " + line.rstrip(), flush=True)
         if line.startswith("ready in"):
             break
-    rec = json.loads((runtime_dir() / f"server-{args.port}.json").read_text())
+    rec = json.loads((runtime_dir(from_env()) / f"server-{args.port}.json").read_text())
     time.sleep(2)
     return proc, rec["pid"], [p.pid for p in proctree.family(rec["pid"])]
 

@@ -15,7 +15,7 @@ from engine.jobs import Job, JobManager
 from engine.measure.snippets import load as snippets
 from engine.chat_desk import ChatDesk
 from engine.runs.ledger import WarmthLedger
-from engine.messages import mark, say
+from engine.messages import Message, mark, say
 from engine.measure.load.spec import check_rate
 from engine.observe import hardware
 from engine.observe.monitor import Monitor
@@ -41,7 +41,7 @@ class Lab:
                  listen_host: str = "127.0.0.1", presenter_token: str | None = None, settings: Settings | None = None):
         # read once, here: what the environment said when the app started (arguments given win)
         self.settings = settings if settings is not None else from_env()
-        self.server = VLLMServer(port=port or self.settings.vllm_port, start_timeout_s=self.settings.start_timeout_s)
+        self.server = VLLMServer(port=port or self.settings.vllm_port, settings=self.settings)
         self.jobs = JobManager()
         # a server at a URL, measured instead of our own (attach), and whether it still answers
         self.connection = Remote(self.server, self.jobs, self.measuring, Target.at)
@@ -64,8 +64,9 @@ class Lab:
         # instance first met here (an adopted server) is recalled from the history
         self.warmth = WarmthLedger.of_history(lambda: (r.extra for r in self.store.list(kind="vllm")))
         # what the Server page names for every viewer, looked up at most every few seconds
-        self.foreign_holders = orphans.Every(orphans.foreign_holders)
-        self.servers_on_other_ports = orphans.Every(lambda: orphans.on_other_ports(self.server.port))
+        runtime = self.server.runtime
+        self.foreign_holders = orphans.Every(lambda: orphans.foreign_holders(runtime))
+        self.servers_on_other_ports = orphans.Every(lambda: orphans.on_other_ports(runtime, self.server.port))
         threading.Thread(target=self._warm_up, daemon=True, name="lab-warm-up").start()
         self.telemetry.start()
 
@@ -191,11 +192,12 @@ class Lab:
         return self._target()
 
     # -- this app's leftovers and others' memory holders (engine.serving.leftovers) -------------------
-    leftovers = staticmethod(orphans.leftovers_said)
+    def leftovers(self) -> Message | None:
+        return orphans.leftovers_said(self.server.runtime)
 
     @presenter_only
-    def clear_leftovers(self) -> str | None:
-        return orphans.clear_leftovers()
+    def clear_leftovers(self) -> Message | None:
+        return orphans.clear_leftovers(self.server.runtime)
 
     # -- measurements -------------------------------------------------------------------------
     # Each is a job running an engine.runs.Runner: the orchestration the CLI shares. The spec is

@@ -2,7 +2,7 @@
 check the CLI's workload options without starting a server."""
 from __future__ import annotations
 
-from engine.cli import build_parser
+from engine.cli import parse
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.measure.load.spec import LoadSpec
@@ -11,7 +11,7 @@ from engine.measure.workloads import scenarios
 
 def load_of(*argv: str) -> LoadSpec:
     """The LoadSpec `python -m engine run ARGV` would send (a ConfigError or WorkloadError as the command's)."""
-    args = build_parser().parse_args(["run", *argv])
+    args = parse(["run", *argv])
     scn = scenarios.get(args.scenario)
     check_run_options(scn, args)
     return _load(scn, args)

@@ -147,11 +147,11 @@ def test_a_refused_flag_names_a_control_that_exists(flag):
 
 
 def test_prefix_caching_turns_off_from_the_command_line():
-    from engine.cli import build_parser
+    from engine.cli import parse
     from engine.cli.server import config, given
 
-    args = build_parser().parse_args(["serve", "--no-enable-prefix-caching"])
+    args = parse(["serve", "--no-enable-prefix-caching"])
     cfg, _spec = config(args)
     assert cfg.enable_prefix_caching is False and "--no-enable-prefix-caching" in cfg.argv()
     assert "enable_prefix_caching" in given(args)  # `run --url` refuses it as an option it would ignore
-    assert config(build_parser().parse_args(["serve"]))[0].enable_prefix_caching is None  # vLLM's default
+    assert config(parse(["serve"]))[0].enable_prefix_caching is None  # vLLM's default

@@ -138,12 +138,12 @@ def test_a_restarted_app_stops_what_a_dead_server_left(embedded_model):
     wait_for(lambda: not psutil.pid_exists(api) or psutil.Process(api).status() == psutil.STATUS_ZOMBIE, 10, "the kill")
     orphans = ours(port, api)
     assert len(orphans) >= 2, f"the engine core survives its API server (the problem this guards against): {orphans}"
-    assert leftovers(), "a start should see them as leftovers"
+    assert leftovers(srv.runtime), "a start should see them as leftovers"
 
     again = VLLMServer(port=port)  # the restarted app
     assert again.snapshot().state == STOPPED
     assert "leftover" in (again.snapshot().notice or "") and "of RAM returned" in again.snapshot().notice
-    assert not ours(port, api) and not leftovers()
+    assert not ours(port, api) and not leftovers(again.runtime)
 
 
 def test_client_processes_die_with_their_app(vllm_server, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cli import build_parser
+from engine.cli import parse
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.measure.judge import prefix
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.server
 
 
 def test_shared_prefixes_are_recorded_and_found_in_the_servers_prefix_cache(vllm_server):
-    args = build_parser().parse_args(["run", "prefix-repetition", "--num-prompts", "8", "--num-prefixes", "2",
+    args = parse(["run", "prefix-repetition", "--num-prompts", "8", "--num-prefixes", "2",
                                       "--prefix-len", "384", "--suffix-len", "16", "--output-len", "4",
                                       "--concurrency", "2"])
     scn = scenarios.get("prefix-repetition")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from engine.cli import build_parser
+from engine.cli import parse
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.errors import ConfigError
@@ -115,7 +115,7 @@ def test_each_bad_rate_setting_is_one_sentence(over, said):
 # -- the command line -----------------------------------------------------------------------------------------------
 
 def load_of(*argv: str) -> LoadSpec:
-    args = build_parser().parse_args(["run", *argv])
+    args = parse(["run", *argv])
     scn = scenarios.get(args.scenario)
     check_run_options(scn, args)
     return _load(scn, args)
@@ -403,13 +403,13 @@ def test_a_rate_sweep_runs_each_rate_in_order_and_records_it():
 def test_sweep_and_search_options_by_rate_reach_the_spec():
     sweep = load_of("sweep", "--rates", "2,0.5,1", "--arrival", "constant", "--max-concurrency", "8")
     assert (sweep.shape, sweep.rate, sweep.arrival, sweep.max_in_flight) == ("poisson", 0.5, "constant", 8)
-    args = build_parser().parse_args(["run", "sweep", "--rates", "2,0.5,1"])
+    args = parse(["run", "sweep", "--rates", "2,0.5,1"])
     assert check_run_options(scenarios.get("sweep"), args) == [0.5, 1.0, 2.0]
-    args = build_parser().parse_args(["run", "slo-search", "--search-by", "rate", "--slo-ttft-ms", "500"])
+    args = parse(["run", "slo-search", "--search-by", "rate", "--slo-ttft-ms", "500"])
     assert check_run_options(scenarios.get("slo-search"), args) == [0.25, None]  # doubling: no fixed top
-    args = build_parser().parse_args(["run", "slo-search", "--slo-ttft-ms", "500"])
+    args = parse(["run", "slo-search", "--slo-ttft-ms", "500"])
     assert check_run_options(scenarios.get("slo-search"), args) == [1, None]  # the server's capacity says
-    args = build_parser().parse_args(["run", "sweep"])
+    args = parse(["run", "sweep"])
     assert check_run_options(scenarios.get("sweep"), args) is None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.cli import build_parser
+from engine.cli import parse
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.measure.judge import prefix
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.server
 
 
 def _load_of(*argv: str):
-    args = build_parser().parse_args(["run", "random-512-64", "--num-prompts", "6", "--output-len", "4", *argv])
+    args = parse(["run", "random-512-64", "--num-prompts", "6", "--output-len", "4", *argv])
     check_run_options(scenarios.get("random-512-64"), args)
     return _load(scenarios.get("random-512-64"), args), args
 

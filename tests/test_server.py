@@ -46,10 +46,11 @@ def test_a_server_of_this_app_on_another_port_is_named_not_adopted(vllm_server):
     _needs_own_server(vllm_server)
     from engine.serving.leftovers import on_other_ports
 
-    other = str(on_other_ports(vllm_server.port + 1))
+    runtime = vllm_server.server.runtime
+    other = str(on_other_ports(runtime, vllm_server.port + 1))
     assert f"port {vllm_server.port}, not this page's {vllm_server.port + 1}" in other
     assert f"http://127.0.0.1:{vllm_server.port}" in other and f"stop --port {vllm_server.port}" in other
-    assert on_other_ports(vllm_server.port) is None
+    assert on_other_ports(runtime, vllm_server.port) is None
 
 
 def test_kv_capacity_is_read_from_the_log(vllm_server):

@@ -3,6 +3,8 @@ import, so a test's (or a second app's) environment is the one its Lab uses."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +14,10 @@ import engine.lab  # noqa: F401  (imported at collection, as many test modules d
 from engine import settings
 from engine.cli import main
 from engine.errors import ConfigError
+from engine.lab import Lab
+from engine.serving import leftovers
+from engine.serving.config import ServerConfig
+from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [*sorted((ROOT / "engine").rglob("*.py")), *sorted((ROOT / "app_pages").rglob("*.py")),
@@ -86,3 +92,49 @@ def test_the_cli_says_a_bad_port_variable_in_one_sentence(monkeypatch, capsys):
     assert main(["status"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: SERVING_LAB_VLLM_PORT=nine") and "Traceback" not in err and err.count("\n") == 1
+
+
+def _own(folder: Path) -> settings.Settings:
+    """The environment's settings, with the server records and the history in `folder` instead."""
+    return dataclasses.replace(settings.from_env(), runtime=folder / "runtime", db=folder / "history.sqlite")
+
+
+def test_two_labs_with_their_own_settings_stay_apart(tmp_path):
+    """A Lab keeps its server's lock, record and history where the Settings it was built with say, not where the
+    environment says: two Labs in one process on the same port share none of it."""
+    port, env_runtime = free_port(), settings.from_env().runtime
+    a, b = (Lab(port=port, telemetry_interval_s=3600, settings=_own(tmp_path / n)) for n in "ab")
+    try:
+        for lab, n in ((a, "a"), (b, "b")):
+            runtime = tmp_path / n / "runtime"
+            assert lab.server.runtime == runtime and lab.server.record_path == runtime / f"server-{port}.json"
+            assert (runtime / f"server-{port}.lock").exists()  # taken when it looked for a server to adopt
+            assert lab.store.path == tmp_path / n / "history.sqlite"
+        assert not (env_runtime / f"server-{port}.lock").exists()
+    finally:
+        a.shutdown()
+        b.shutdown()
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_a_labs_server_is_recorded_and_logged_under_its_own_runtime(tmp_path, embedded_model):
+    """The server a Lab starts writes its record and log under that Lab's runtime folder and is tagged with it:
+    another Lab (other settings, in this process) neither names it as its own on another port nor as a leftover;
+    the environment's folder holds nothing of it."""
+    port, other, env_runtime = free_port(), free_port(), settings.from_env().runtime
+    a = Lab(port=port, telemetry_interval_s=3600, settings=_own(tmp_path / "a"))
+    b = Lab(port=other, telemetry_interval_s=3600, settings=_own(tmp_path / "b"))
+    try:
+        a.server.start(ServerConfig.for_model(embedded_model, "cpu", port=port, cpu_kvcache_gib=1, enforce_eager=True))
+        runtime = tmp_path / "a" / "runtime"
+        rec = json.loads((runtime / f"server-{port}.json").read_text())  # written before start returns
+        assert rec["pid"] == a.server.snapshot().pid and (runtime / f"server-{port}.log").exists()
+        assert not list(env_runtime.glob(f"server-{port}*")) and not list((tmp_path / "b").rglob(f"server-{port}*"))
+        assert b.servers_on_other_ports() is None and b.leftovers() is None
+        named = leftovers.on_other_ports(a.server.runtime, other)  # a page of `a` on another port names it
+        assert named is not None and named.values["ports"] == str(port)
+    finally:
+        a.server.stop()
+        a.shutdown()
+        b.shutdown()

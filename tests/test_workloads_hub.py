@@ -23,7 +23,7 @@ PROMPTS = [f"Question {i}: what is {i} times {i + 1}?" for i in range(12)]
 # child's imports and the library's first read cost seconds of CPU apiece and every question here shares its settings.
 CHILD = r"""
 import json, sys
-from engine.cli import build_parser
+from engine.cli import parse
 from engine.cli.run import _load
 from engine.cli.run_options import check_run_options
 from engine.errors import LabError
@@ -37,7 +37,7 @@ def plan(desc):
 
 
 def cli(argv):  # what `python -m engine run ARGV` would send, built as the command builds it
-    args = build_parser().parse_args(["run", *argv])
+    args = parse(["run", *argv])
     scn = scenarios.get(args.scenario)
     check_run_options(scn, args)
     load = _load(scn, args)

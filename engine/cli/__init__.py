@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from engine.cli import app, cluster, compare, guide, history, run, server
+from engine import settings
 from engine.errors import LabError
 from engine.messages import mark, say, translate
 
@@ -28,6 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
     for commands in (server, run, compare, cluster, history, guide, app):  # in this order in --help
         commands.register(sub)
     return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command line's arguments, and the one Settings of this command (`args.settings`): the environment read
+    here, once; what the command builds (its Lab, server, history) is handed them. A bad variable: ConfigError."""
+    args = build_parser().parse_args(_joined_extra(argv))
+    args.settings = settings.from_env()
+    return args
 
 
 def _joined_extra(argv: list[str]) -> list[str]:
@@ -86,9 +95,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    args = build_parser().parse_args(_joined_extra(sys.argv[1:] if argv is None else list(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(_joined_extra(argv))  # argparse's own errors end it here, in its words
     lang = getattr(args, "lang", "en")  # a command that speaks Korean (--lang ko) says its errors in Korean too
     try:
+        args = parse(argv)
         if getattr(args, "port", None) is not None:
             from engine.serving.config import check_port
 

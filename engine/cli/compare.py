@@ -88,7 +88,7 @@ def _compare(args) -> int:
     from engine.observe import disturbance
     from engine.results.store import RunStore
 
-    store = RunStore()
+    store = RunStore(args.settings.db)
     runs_a, runs_b = resolve(store, args.a), resolve(store, args.b)
     if {r.id for r in runs_a} & {r.id for r in runs_b}:
         raise ConfigError(say("A and B share a run, so they cannot be told apart: name two different runs or sets."))

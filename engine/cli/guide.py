@@ -45,7 +45,7 @@ def _rehearse(args) -> int:
     if args.talk_minutes < 0:
         raise ConfigError(say("--talk-minutes cannot be negative: give 0 or more."))
     model = _model_path(args.model)
-    lab = Lab(listen_host="127.0.0.1")
+    lab = Lab(listen_host="127.0.0.1", settings=args.settings)
     try:
         who = (lab.access.token, "cli")
         cancel = threading.Event()
@@ -90,7 +90,7 @@ def _preflight(args) -> int:
     from engine.serving.config import check_port
 
     check_port(args.port)
-    lab = Lab(listen_host=args.host)
+    lab = Lab(listen_host=args.host, settings=args.settings)
     try:
         found = preflight.checks(lab, args.host, args.port, args.base, own_pid=-1)  # asked from outside the app
     finally:

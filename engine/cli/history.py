@@ -30,7 +30,7 @@ def _export(args) -> int:
 
     if args.out:
         check_writable(args.out)
-    store = RunStore()
+    store = RunStore(args.settings.db)
     ids = args.ids or None
     for run_id in ids or ():
         if run_id not in store:
@@ -55,7 +55,7 @@ def _report(args) -> int:
     from engine.results.store import RunStore
 
     check_writable(args.out)
-    store = RunStore()
+    store = RunStore(args.settings.db)
     runs = [store.load(run_id) for run_id in args.ids]  # an unknown or damaged one: its sentence, nothing written
     write(args.out, build_report(runs, "en"))
     return 0
@@ -64,7 +64,7 @@ def _report(args) -> int:
 def _import(args) -> int:
     from engine.results.store import RunStore
 
-    store = RunStore()
+    store = RunStore(args.settings.db)
     for path in args.files:
         before = {r.id for r in store.list()}
         ids = store.import_file(path)

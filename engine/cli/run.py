@@ -87,7 +87,7 @@ def _run(args) -> int:
         check_writable(args.json)
     load = _load(scn, args)  # its file read and its workload built before any server is asked
     _looked_at(load.workload)
-    store = RunStore()
+    store = RunStore(args.settings.db)
     # The key as `vllm bench serve` takes it: from the environment, never a flag (a flag shows in `ps`).
     target = Target.at(args.url, args.model_name, os.environ.get("OPENAI_API_KEY")) if args.url else None
     cfg, spec = (None, None) if args.url else config(args)
@@ -109,7 +109,7 @@ def _run(args) -> int:
 
     # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
     warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
-    runner = Runner(save, progress=Console(), slo=slo, warmth=warmth)
+    runner = Runner(save, progress=Console(log_dir=args.settings.home / "logs"), slo=slo, warmth=warmth)
     if target is not None and versus is not None:
         _deadline(load)
         results = runner.side_by_side(target, versus, load)
@@ -124,7 +124,7 @@ def _run(args) -> int:
                                                max_new_tokens=args.max_tokens))]
     else:
         results = _on_own_server(runner, scn, cfg, spec, load, levels, args.detach, args.repeats,
-                                 args.seed is not None, by)
+                                 args.seed is not None, by, settings=args.settings)
     complete = _said(results, scn, slo, args.price_per_gpu_hour, by)
     if args.json:
         write(args.json, store.export_json([r.id for r in results]), saved=True)
@@ -248,7 +248,7 @@ def _sharing(a, b) -> None:
 
 
 def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: int | None = None,
-                   fixed_seed: bool = False, by: str = "concurrency") -> list:
+                   fixed_seed: bool = False, by: str = "concurrency", *, settings) -> list:
     """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
     unless --detach; a failed run never leaves a server behind."""
     from engine.measure.workloads import scenarios
@@ -263,7 +263,7 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
         check_max_tokens(load.max_tokens, cfg.max_model_len or spec.max_len,
                          of=mark("the max-model-len the server starts with"),
                          fix=mark(", or give a longer --max-model-len"))
-    srv = own_server(cfg.port)  # a run starts and stops its own, never one found running
+    srv = own_server(cfg.port, settings)  # a run starts and stops its own, never one found running
     _deadline(load)
     done = False
     try:

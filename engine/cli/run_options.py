@@ -3,6 +3,7 @@ sentence for an option out of bounds or one the scenario would ignore."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from engine.cli.server import flag, given
 from engine.errors import ConfigError
@@ -82,7 +83,7 @@ def _check_repeats(scn, args) -> None:
     from engine.runs.runner import MAX_REPEATS
 
     if args.repeats > MAX_REPEATS and not args.many_repeats:
-        n, last = args.repeats, _last_duration(scn)
+        n, last = args.repeats, _last_duration(scn, args.settings.db)
         if last is None:
             raise ConfigError(say("--repeats {n} runs the load test {n} times, one after another; the Load test page "
                                   "stops at {most}: give --repeats {most} or fewer, or add --many-repeats to run all "
@@ -93,14 +94,14 @@ def _check_repeats(scn, args) -> None:
                               n=n, total=_hms(n * last), each=_hms(last), most=MAX_REPEATS))
 
 
-def _last_duration(scn) -> float | None:
+def _last_duration(scn, history: Path) -> float | None:
     """The seconds the latest run of the same scenario in the history measured (None when none): what one repeat
     will take, about."""
     from engine.results.store import RunStore
 
     try:
-        last = next((r for r in RunStore().list(limit=200, kind="vllm") if r.scenario == scn.name and r.duration > 0),
-                    None)
+        runs = RunStore(history).list(limit=200, kind="vllm")
+        last = next((r for r in runs if r.scenario == scn.name and r.duration > 0), None)
     except Exception:  # noqa: BLE001 - an estimate only: a history that cannot be read gives none
         last = None
     return None if last is None else last.duration

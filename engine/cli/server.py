@@ -12,6 +12,7 @@ from engine.cli.output import say_line
 from engine import settings
 from engine.errors import ConfigError, LabError
 from engine.messages import say
+from engine.settings import Settings
 
 # The options that set up a server the app starts. None (or False) = not given: the lab's default, and
 # `run --url` can tell the options it would ignore.
@@ -26,8 +27,8 @@ PORT_HELP = f"default $SERVING_LAB_VLLM_PORT, else {settings.DEFAULT_PORT}"
 
 
 def port_of(args) -> int:
-    """The port given, else the one the environment sets for the app's own server."""
-    return settings.current().vllm_port if args.port is None else args.port
+    """The port given, else the one the command's settings (the environment) set for the app's own server."""
+    return args.settings.vllm_port if args.port is None else args.port
 
 
 def register(sub) -> None:
@@ -117,13 +118,13 @@ def _gpu_list(text: str | None) -> tuple[int, ...] | None:
                               gpus=text)) from None
 
 
-def own_server(port: int):
+def own_server(port: int, settings: Settings):
     """A server this command starts on `port`; one found running there (and followed) is refused with
     whose it is: never a second one, and never stopped by this command."""
     from engine.serving.port_record import holder_said
     from engine.serving.server import VLLMServer
 
-    srv = VLLMServer(port=port, starter="cli")
+    srv = VLLMServer(port=port, starter="cli", settings=settings)
     if (rec := srv.record()) is not None:
         raise LabError(holder_said(rec, port))
     return srv
@@ -143,7 +144,7 @@ def _model_prepare(args) -> int:
 
 def _serve(args) -> int:
     cfg, spec = config(args)
-    srv = own_server(cfg.port)
+    srv = own_server(cfg.port, args.settings)
     srv.start_and_wait(cfg, model_max_len=spec.max_len, log=say_line)
     if args.detach:
         say_line(f"left running (pid {srv.snapshot().pid}); stop it with: python -m engine stop --port {cfg.port}")
@@ -166,8 +167,8 @@ def _status(args) -> int:
     from engine.serving.server import VLLMServer
 
     # Only reports: it follows a live server and stops nothing (a leftover is stopped by `stop`).
-    s = VLLMServer(port=port_of(args), starter="cli", clean=False).snapshot()
-    left = leftovers()
+    srv = VLLMServer(port=port_of(args), starter="cli", clean=False, settings=args.settings)
+    s, left = srv.snapshot(), leftovers(srv.runtime)
     say_line(json.dumps({"state": s.state, "pid": s.pid, "stage": s.stage, "command": s.command,
                          "started_by": s.started_by, "leftovers": [p.pid for p in left]}, indent=2))
     if left:
@@ -182,7 +183,7 @@ def _stop(args) -> int:
     from engine.serving.server import VLLMServer
 
     port = port_of(args)
-    srv = VLLMServer(port=port, starter="cli")
+    srv = VLLMServer(port=port, starter="cli", settings=args.settings)
     if notice := srv.snapshot().notice:
         say_line(notice)
     if (pid := srv.snapshot().pid) is not None:
@@ -192,6 +193,6 @@ def _stop(args) -> int:
                  f"{starter_said(rec.get('starter'))}) and every process it started")
     elif not notice:
         say_line(f"no server of this app on port {port}")
-    if cleared := clear_leftovers():  # an earlier server's processes on any port of this app
+    if cleared := clear_leftovers(srv.runtime):  # an earlier server's processes on any port of this app
         say_line(cleared)
     return 0

@@ -19,7 +19,6 @@ from engine.guide.steps import (LAB_FLAGS, SCALE_NAMES, SCALES, SEED, STEPS, STE
 from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.messages import Message, say
-from engine.paths import history_path
 from engine.results.records import Notes
 from engine.serving import models
 from engine.serving.states import READY, STARTING, STOPPING
@@ -67,9 +66,9 @@ class State:
         return bool(self.runs.get(step_id) or self.facts.get(step_id))
 
 
-def guide_path(history: Path | None = None) -> Path:
+def guide_path(history: Path) -> Path:
     """guide.json beside the run history: the session names runs of that history."""
-    return (history or history_path()).with_name("guide.json")
+    return history.with_name("guide.json")
 
 
 class Guide:

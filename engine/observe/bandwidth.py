@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from engine import paths
+from engine import paths, settings
 from engine.messages import Message, mark
 from engine.observe import nvml
 
@@ -176,7 +176,8 @@ def _machine() -> dict[str, Any]:
 
 @functools.cache
 def _measured() -> Bandwidth | None:
-    path, machine = paths.runtime_dir() / "cpu-bandwidth.json", _machine()
+    # the machine's, once per process (functools.cache): kept in the runtime folder the environment names
+    path, machine = paths.runtime_dir(settings.current()) / "cpu-bandwidth.json", _machine()
     with contextlib.suppress(OSError, ValueError):
         kept = json.loads(path.read_text())
         if isinstance(kept, dict) and kept.get("machine") == machine and (

@@ -8,29 +8,30 @@ import fcntl
 import json
 import os
 import time
+from pathlib import Path
 from typing import Callable
 
 import psutil
 
 from engine.messages import Message, say, say_n
 from engine.observe import nvml
-from engine.paths import runtime_dir
 from engine.serving import proctree
 from engine.serving.config import API_SERVER_MODULE
 
 
-def home() -> str:
-    return str(runtime_dir().resolve())
+def home(runtime: Path) -> str:
+    """The runtime folder as the tag of every server process started from it names it."""
+    return str(runtime.resolve())
 
 
 @contextlib.contextmanager
-def port_lock(port: int, wait: bool = True):
+def port_lock(runtime: Path, port: int, wait: bool = True):
     """The lock every process of this app (the app, a second app on the same data folder, the CLI) takes
     to decide about the server on `port`: check the record, launch, write the record; or tell leftovers
     from a server being started. An OS lock (flock) on a file in the runtime folder, so it is released
     when its holder dies, however it dies. Yields False, holding nothing, when `wait` is False and
     another holds it."""
-    fd = os.open(runtime_dir() / f"server-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(runtime / f"server-{port}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
@@ -42,10 +43,10 @@ def port_lock(port: int, wait: bool = True):
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def live_start_ids() -> set[str]:
+def live_start_ids(runtime: Path) -> set[str]:
     """Start ids of the servers this app's records say are alive (on any port)."""
     ids = set()
-    for path in runtime_dir().glob("server-*.json"):
+    for path in runtime.glob("server-*.json"):
         try:
             rec = json.loads(path.read_text())
             if proctree.same_process(rec["pid"], rec.get("since_boot", -1.0)) and (
@@ -56,31 +57,31 @@ def live_start_ids() -> set[str]:
     return ids
 
 
-def leftovers() -> list[psutil.Process]:
+def leftovers(runtime: Path) -> list[psutil.Process]:
     """Processes of a server this app started whose API server is gone (on any port)."""
-    return [p for p, _ in _leftover_tags()]
+    return [p for p, _ in _leftover_tags(runtime)]
 
 
-def leftovers_said() -> Message | None:
+def leftovers_said(runtime: Path) -> Message | None:
     """The sentence about an earlier server's processes still holding memory, if there are any."""
-    left = leftovers()
+    left = leftovers(runtime)
     return leftovers_sentence(left) if left else None
 
 
-def _leftover_tags() -> list[tuple[psutil.Process, proctree.Tag]]:
-    live = live_start_ids()
-    return [(p, tag) for p, tag in proctree.tagged(home()) if tag.start_id not in live]
+def _leftover_tags(runtime: Path) -> list[tuple[psutil.Process, proctree.Tag]]:
+    live = live_start_ids(runtime)
+    return [(p, tag) for p, tag in proctree.tagged(home(runtime)) if tag.start_id not in live]
 
 
-def clear_leftovers() -> Message | None:
+def clear_leftovers(runtime: Path) -> Message | None:
     """Stop this app's leftovers; the sentence saying what was stopped, or None when there were none.
     Decided under the locks of their ports: a server another process is launching this moment (tagged,
     its record not yet written) is not a leftover."""
-    ports = sorted({tag.port for p, tag in _leftover_tags()})
+    ports = sorted({tag.port for p, tag in _leftover_tags(runtime)})
     with contextlib.ExitStack() as locks:
         for port in ports:  # in order: two cleaners never wait on each other
-            locks.enter_context(port_lock(port))
-        left = leftovers()
+            locks.enter_context(port_lock(runtime, port))
+        left = leftovers(runtime)
     if not left:
         return None
     sentence = say_n("Stopped {n} leftover process of an earlier server ({names}); {freed} returned.",
@@ -90,11 +91,11 @@ def clear_leftovers() -> Message | None:
     return sentence
 
 
-def on_other_ports(port: int) -> Message | None:
+def on_other_ports(runtime: Path, port: int) -> Message | None:
     """One sentence naming the API servers this app started on ports other than `port` that still run
     (`python -m engine serve --port P --detach`): the app manages one port, so it neither adopts nor
     counts them as foreign, and would otherwise say nothing of them. None when there are none."""
-    ports = sorted({tag.port for p, tag in proctree.tagged(home()) if tag.port != port
+    ports = sorted({tag.port for p, tag in proctree.tagged(home(runtime)) if tag.port != port
                     and API_SERVER_MODULE in " ".join(proctree.cmdline(p))})
     if not ports:
         return None
@@ -103,10 +104,10 @@ def on_other_ports(port: int) -> Message | None:
                ports=", ".join(map(str, ports)), port=port, first=ports[0])
 
 
-def foreign_holders() -> Message | None:
+def foreign_holders(runtime: Path) -> Message | None:
     """One sentence naming processes this app did not start that hold GPU memory, or (on the CPU path)
     are vLLM servers eating RAM; they are never touched. None when there are none."""
-    mine = {p.pid for p, _ in proctree.tagged(home())}
+    mine = {p.pid for p, _ in proctree.tagged(home(runtime))}
     held: dict[int, tuple[psutil.Process, Message]] = {}
     for gpu in nvml.devices():
         for pid, used in gpu["procs"].items():

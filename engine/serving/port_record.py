@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 from engine.messages import Message, say
-from engine.paths import runtime_dir
 from engine.serving import proctree
 from engine.serving.config import API_SERVER_MODULE
 from engine.serving.leftovers import port_lock
@@ -19,16 +18,16 @@ class PortRecord:
     """server-PORT.json (the live server: pid, tag, config with its API key, log, family, starter) and
     server-PORT.stopped.json (who stopped it, so another process following it says 'stopped by', not 'died')."""
 
-    def __init__(self, port: int):
-        self.port = port
+    def __init__(self, runtime: Path, port: int):
+        self.runtime, self.port = runtime, port  # runtime: the folder of its Lab's (or command's) settings
 
     @property
     def path(self) -> Path:
-        return runtime_dir() / f"server-{self.port}.json"
+        return self.runtime / f"server-{self.port}.json"
 
     @property
     def _stopped_path(self) -> Path:
-        return runtime_dir() / f"server-{self.port}.stopped.json"
+        return self.runtime / f"server-{self.port}.stopped.json"
 
     def read(self) -> dict:
         """The record as written, whatever its server's state ({} when there is none or it is unreadable)."""
@@ -60,7 +59,7 @@ class PortRecord:
         if pid == -1:
             self.path.unlink(missing_ok=True)
             return
-        with port_lock(self.port):
+        with port_lock(self.runtime, self.port):
             if (self.read().get("pid") == pid) if pid is not None else self.live() is None:
                 self.path.unlink(missing_ok=True)
 

@@ -15,14 +15,14 @@ from typing import Callable
 import httpx
 import psutil
 
-from engine import settings
+from engine import paths
 from engine.errors import LeftoversHold, PortInUse, ServerBusy, ServerFailed
 from engine.messages import Message, mark, say, say_n
-from engine.paths import runtime_dir
 from engine.serving import proctree
 from engine.serving.config import ServerConfig
 from engine.serving.leftovers import home, leftovers, leftovers_sentence, port_lock
 from engine.serving.port_record import PortRecord, command, holder_said, starter_said
+from engine.settings import Settings, from_env
 from engine.serving.vllm_log import LogFollower, after_ready, ago, describe_death, describe_failure
 
 from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING  # noqa: F401 (also read from here)
@@ -64,15 +64,19 @@ class VLLMServer:
 
     def __init__(self, port: int = 9000, python: str | None = None, poll_s: float = 0.5,
                  start_timeout_s: float | None = None, serving_grace_s: float = 30.0, starter: str = "app",
-                 clean: bool = True):
+                 clean: bool = True, settings: Settings | None = None):
         self.port = port
+        # where its record, lock and log live: the settings of its Lab (or command); none given, the environment's
+        # now, for a script or test that builds a server alone
+        self.settings = settings if settings is not None else from_env()
+        self.runtime = paths.runtime_dir(self.settings)
         # who starts servers through this object ("app" or "cli"): written in the record, so whoever
         # finds the server later can say who started it
         self.starter = starter
         self.python = python
         self.poll_s = poll_s
         # A start that never reaches "serving" ends as failed (CPU compile ~100 s, 8B on a GPU ~2 min).
-        self.start_timeout_s = start_timeout_s or settings.current().start_timeout_s
+        self.start_timeout_s = start_timeout_s or self.settings.start_timeout_s
         # vLLM says it serves but nothing answers on our port (a --port smuggled in): failed after this.
         self.serving_grace_s = serving_grace_s
         self._lock = threading.RLock()
@@ -87,7 +91,7 @@ class VLLMServer:
         self._record_seen: int | None = None  # the record's mtime when last looked at (follow())
         self._starter: dict = {}  # who started the server this object follows (the record's "starter")
         self._argv: list[str] = []
-        self._record = PortRecord(port)
+        self._record = PortRecord(self.runtime, port)
         self.adopt_or_clean(clean=clean)
 
     # -- public --------------------------------------------------------------------------------
@@ -97,7 +101,7 @@ class VLLMServer:
 
     def record(self) -> dict | None:
         """The record of the live server this object follows (whoever started it), else None."""
-        with self._lock, port_lock(self.port):
+        with self._lock, port_lock(self.runtime, self.port):
             return self._record.live() if self._pid is not None else None
 
     def snapshot(self) -> Snapshot:
@@ -116,7 +120,7 @@ class VLLMServer:
         if cfg.port != self.port:
             cfg = cfg.with_changes(port=self.port)
         cfg.validate(model_max_len=model_max_len, known_flags=known_flags)
-        with self._lock, port_lock(self.port):
+        with self._lock, port_lock(self.runtime, self.port):
             if self._snap.state in (STARTING, READY, STOPPING):
                 if self._snap.adopted:  # another process started it and this one follows it: say who
                     raise ServerBusy(say("A vLLM server is already {state} on port {port}, started by {who}: this app "
@@ -132,12 +136,12 @@ class VLLMServer:
                     "starting a second one; Restart applies your settings.", who=starter_said(rec.get("starter")),
                     port=self.port))
                 return
-            if left := leftovers():
+            if left := leftovers(self.runtime):
                 raise LeftoversHold(leftovers_sentence(left))
             if not port_is_free(cfg.port, cfg.host):
                 raise PortInUse(self._port_owner_sentence(cfg.port))
-            self._tag = proctree.Tag(home(), self.port, uuid.uuid4().hex[:12])
-            log_path = runtime_dir() / f"server-{self.port}.log"
+            self._tag = proctree.Tag(home(self.runtime), self.port, uuid.uuid4().hex[:12])
+            log_path = self.runtime / f"server-{self.port}.log"
             self._log = LogFollower(log_path)
             fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             env = {**os.environ, **cfg.env(), "PYTHONUNBUFFERED": "1", proctree.TAG_ENV: str(self._tag)}
@@ -246,7 +250,7 @@ class VLLMServer:
             return
         if seen == self._record_seen:
             return
-        with self._lock, port_lock(self.port, wait=wait) as held:
+        with self._lock, port_lock(self.runtime, self.port, wait=wait) as held:
             if not held:
                 return  # someone is deciding this moment: look again at the next snapshot
             self._record_seen = seen
@@ -258,7 +262,7 @@ class VLLMServer:
         its API server lives; else stop whatever is left of it (`clean`; `status` only reports), and say
         so in the snapshot's notice. A process that answers on this port is never stopped here: a server,
         not a leftover (the Server page's 'Clear leftovers' and `stop` say what they stop)."""
-        with self._lock, port_lock(self.port):
+        with self._lock, port_lock(self.runtime, self.port):
             rec = self._record.read()
             api = self._record.live()
             if api is not None:
@@ -269,7 +273,7 @@ class VLLMServer:
             # died, or a start interrupted before its record was written (decided under the lock: a start
             # of another process writes its record before letting go).
             keep = self._tag.start_id if self._tag else None
-            found = {p.pid: p for p, tag in proctree.tagged(home(), self.port) if tag.start_id != keep}
+            found = {p.pid: p for p, tag in proctree.tagged(home(self.runtime), self.port) if tag.start_id != keep}
             if api is None and isinstance(rec.get("pid"), int):
                 # The dead API server's session (its renamed children carry no readable tag), unless its pid
                 # now leads someone else's session, and the descendants recorded before it died.
