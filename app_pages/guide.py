@@ -45,11 +45,8 @@ def _move(step_id: str) -> None:
         _view(step_id)
 
 
-def _picked(key: str, drawn_on: str) -> None:
-    """A pick on the agenda drawn on step `drawn_on`. Once the room (or a browsing viewer) has left that step, the pick
-    is a browser's stale request, not a click on this page: acting on it moved the whole room back a step."""
-    now = guide.state().current if ui.can_act(lab) else st.session_state.get("guide_view")
-    if (pick := st.session_state.get(key)) is not None and now == drawn_on:
+def _picked() -> None:
+    if (pick := st.session_state.get("guide_pick")) is not None:
         _move(pick)
 
 
@@ -94,13 +91,9 @@ def _agenda_label(step_id: str) -> str:
 
 
 # The agenda: every step, done ones ticked; the presenter's choice moves the room.
-# One agenda widget per step shown, its callback told that step: a browser's request sent before a move reached it (a
-# timed redraw) still carries the agenda of the step before, which one key would read as a click there and move the
-# room back; keyed by its step, it is that step's widget, and _picked sees the room has left it.
-pick_key = f"guide_pick_{shown.id}"
-st.session_state[pick_key] = shown.id  # after _picked ran: the step shown, wherever it came from
-st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key=pick_key,
-                     label_visibility="collapsed", disabled=following, on_change=_picked, args=(pick_key, shown.id))
+st.session_state["guide_pick"] = shown.id  # after _picked ran: the step shown, wherever it came from
+st.segmented_control(_("Agenda"), ids, format_func=i18n.shown(ids, _agenda_label), key="guide_pick",
+                     label_visibility="collapsed", disabled=following, on_change=_picked)
 # Previous and Next beside the progress line: on the first screen of every step, however long the step's result
 i = ids.index(shown.id)
 prev, line, nxt = st.columns([1, 5, 1], vertical_alignment="bottom")
