@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 import i18n
 from engine import figures
@@ -95,6 +96,14 @@ def on_press(fn: Callable[..., Any], *args, **kw) -> None:
         fn(*args, token=st.session_state.get("presenter_token"), caller=caller(), **kw)
     except LabError as e:
         st.session_state["action_error"] = i18n.said(e)
+
+
+def fragment_rerun() -> bool:
+    """Whether this run is a fragment's (a timed redraw), not the page's. Its request carries every widget as the
+    browser holds it, so a widget outside the fragment whose value the server has since moved reads as changed and
+    its callback is called: such a change is an echo of the page before, never a click."""
+    ctx = get_script_run_ctx()
+    return bool(ctx and ctx.fragment_ids_this_run)
 
 
 def pending_error() -> None:

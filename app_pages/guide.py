@@ -46,12 +46,17 @@ def _move(step_id: str) -> None:
 
 
 def _picked() -> None:
-    if (pick := st.session_state.get("guide_pick")) is not None:
+    # The agenda lives outside every fragment, so a click on it reruns the whole page. A timed fragment's rerun
+    # carries the agenda as the browser holds it: sent before the presenter's move reached the browser, that is the
+    # step before, and acting on it moved the whole room back a step.
+    if ui.fragment_rerun():
+        return
+    if (pick := st.session_state.get("guide_pick")) is not None and pick != st.session_state.get("guide_view"):
         _move(pick)
 
 
 def _chosen(key: str, action) -> None:
-    if (value := st.session_state.get(key)) is not None:
+    if not ui.fragment_rerun() and (value := st.session_state.get(key)) is not None:  # as _picked
         ui.on_press(action, value)
 
 

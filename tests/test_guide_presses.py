@@ -229,3 +229,29 @@ def test_the_sidebars_server_state_is_never_older_than_the_page(app_lab, monkeyp
     at.run()
     badges = [m.value for m in at.sidebar.markdown if "badge[" in m.value]
     assert badges and all("failed" in b for b in badges), badges
+
+
+def test_a_timed_redraw_carrying_the_agenda_of_the_step_before_does_not_move_the_room_back(app_lab, monkeypatch):
+    """A presenter's browser sends the page's timed redraws (its watcher fragment) with every widget's value as it
+    holds them. One sent before the presenter's move reached the browser still carries the agenda on the step before;
+    Streamlit calls the agenda's callback for that change, and the room went back a step (a follower in the full
+    suite read 'step 1 of 9' after the presenter's Next). A click on the agenda is never a fragment's rerun."""
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+    from streamlit.testing.v1 import local_script_runner
+
+    guide = app_lab.guide
+    at = _page()
+    assert guide.state().current == "naive"
+    stale = at._tree.get_widget_states()  # what the browser holds while the move is on its way
+    watchers = list(at._fragment_storage._fragments)
+    assert watchers, "the page draws a timed watcher"
+    next(b for b in at.button if b.label == "Next step").click().run()
+    assert guide.state().current == "free"
+
+    monkeypatch.setattr(local_script_runner, "RerunData",
+                        lambda **kw: RerunData(**kw, fragment_id=watchers[-1], is_auto_rerun=True))
+    at._run(widget_state=stale)
+    assert guide.state().current == "free", "the redraw moved the room back"
+    monkeypatch.undo()
+    at.run()
+    assert guide.state().current == "free" and at.subheader[0].value.startswith("2. ")
