@@ -169,7 +169,19 @@ def test_the_tuning_caption_says_how_it_judged_only_beside_a_verdict_it_gives():
     quiet = [said(m).template for m in figures.caption_said(figures.tuning_compare(sum(_sets(busy=False), [])))]
     busy = [said(m).template for m in figures.caption_said(figures.tuning_compare(sum(_sets(busy=True), [])))]
     assert judged in quiet and judged not in busy
-    assert any(t.startswith("No verdict beside a disturbed run") for t in busy)
+    assert any(t.endswith("measure those runs again on a quiet machine.") for t in busy)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_the_tuning_caption_withholds_its_verdict_once(lang):
+    """Seen on Tuning in Korean: "…, 판정 보류: 측정 중 다른 작업이 함께 실행됨." and then "…포함된 비교는 판정하지
+    않습니다": the withheld verdict said twice. It is said once, beside its effect; the sentence after says what ran
+    beside and what to do."""
+    from engine import figures
+
+    cap = figures.caption(figures.tuning_compare(sum(_sets(busy=True), []), lang=lang))
+    word = {"en": "verdict", "ko": "판정"}[lang]
+    assert cap.lower().count(word) == 1, cap
 
 
 @pytest.mark.parametrize("lang", ["en", "ko"])

@@ -136,8 +136,9 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                            how=decided.how))
         # what ran beside which configuration, once each, the consequence said once
         if any(v is not None and v.disturbed for v in judged) and (told := disturbance.said_each(zip(named, sets))):
-            cap.append(say("No verdict beside a disturbed run, as its noise is not this machine's. {beside} Measure "
-                           "those again on a quiet machine.", beside=told))
+            # the withheld verdict is said in the effect's own words above ("no verdict: the machine was disturbed")
+            cap.append(say("{beside} That noise is not this machine's own: measure those runs again on a quiet "
+                           "machine.", beside=told))
     elif sets:
         cap = [say("{run}: {tput} tok/s, {wall} wall time.", run=labels[0], tput=significant(tput_at[0]),
                    wall=seconds(wall_at[0], lang))]
