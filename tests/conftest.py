@@ -69,6 +69,8 @@ SINGLE_PROCESS_SERVERS = {
     "tests/test_remote_live.py",  # a keyed server at a URL, stopped and restarted: what the pages say of it
     "tests/test_embeddings_real.py",  # an embedding model served: what a run of its endpoint measures
     "tests/test_e2e_tuning.py",  # the Tuning page through a restart: the page never blanks, the runs it saves
+    # the prefix pair and the KV squeeze: cached tokens, capacity and preemptions as the pages show them
+    "tests/test_e2e_browser.py::test_kv_squeeze_and_prefix_caching_views_on_real_servers",
 }
 
 
