@@ -33,10 +33,12 @@ def _pword(p: float) -> str:
 def _distribution(name: str, seconds: Sequence[float], percentiles: Iterable[float]) -> dict[str, float | None]:
     """mean/median/std/pXX of `seconds`, in ms, under vLLM's key names; None when empty."""
     ms = [s * 1000.0 for s in seconds]
+    mean = statistics.fmean(ms) if ms else None
     out: dict[str, float | None] = {
-        f"mean_{name}_ms": statistics.fmean(ms) if ms else None,
+        f"mean_{name}_ms": mean,
         f"median_{name}_ms": statistics.median(ms) if ms else None,
-        f"std_{name}_ms": statistics.pstdev(ms) if ms else None,
+        # numpy's std (vLLM's) in floats: statistics.pstdev sums exact fractions, most of a summary's time
+        f"std_{name}_ms": math.sqrt(statistics.fmean([(x - mean) ** 2 for x in ms])) if mean is not None else None,
     }
     for p in percentiles:
         out[f"p{_pword(p)}_{name}_ms"] = percentile(ms, p)
