@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import TypedDict
 
 from engine.digits import change, significant
 from engine.measure.judge.stats import summarize, tpot
@@ -193,6 +194,27 @@ class Verdict:
         return say("{effect}, beyond noise", effect=self.effect)
 
 
+class _Sides(TypedDict):
+    """What a verdict says of its two samples whatever the test found."""
+
+    name: str
+    label_a: str
+    label_b: str
+    n_a: int
+    n_b: int
+    per: str
+    level: float
+    unit: str
+
+
+class _Allowance(TypedDict, total=False):
+    """The run-to-run allowance a verdict was judged with; empty where none was added."""
+
+    allowance: float
+    allowance_runs: tuple[int, int]
+    allowance_measured: bool
+
+
 def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str = "", label_a: str = "A",
             label_b: str = "B", per: str = RUNS, unit: str = "", level: float = LEVEL,
             paired: bool = False, runs: tuple[int, int] | None = None,
@@ -212,8 +234,8 @@ def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str =
         xa, xb = _clean(a), _clean(b)
     if not xa or not xb:
         return None
-    base = dict(name=name, label_a=label_a, label_b=label_b, n_a=len(xa), n_b=len(xb), per=per, level=level,
-                unit=unit)
+    base = _Sides(name=name, label_a=label_a, label_b=label_b, n_a=len(xa), n_b=len(xb), per=per, level=level,
+                  unit=unit)
     positive = min(xa + xb) > 0
     if positive:
         la, lb = [math.log(x) for x in xa], [math.log(x) for x in xb]
@@ -224,14 +246,14 @@ def compare(a: Sequence[float | None], b: Sequence[float | None], *, name: str =
     if len(xa) < 2 or len(xb) < 2:  # one value has no spread: the noise is unknown
         return Verdict(center_a=ca, center_b=cb, ratio=ratio, low=None, high=None, diff=cb - ca, diff_low=None,
                        diff_high=None, p=None, method=UNKNOWN, beyond_noise=None, **base)
-    allowed: dict = {}
+    allowed: _Allowance = {}
     extra = 0.0
     if runs is not None and any(runs):
         if spread is None and (side := next((x for x, k in zip((xa, xb), runs) if k == 0 and len(x) >= 2 and
                                              min(x) > 0), None)) is not None:
             spread = spread_of_runs([[math.log(v)] for v in side])
         sigma = max(BETWEEN_RUNS, spread or 0.0)
-        allowed = dict(allowance=sigma, allowance_runs=runs, allowance_measured=sigma > BETWEEN_RUNS)
+        allowed = _Allowance(allowance=sigma, allowance_runs=runs, allowance_measured=sigma > BETWEEN_RUNS)
         # on the log scale a run's factor adds sigma^2 / k to a side's mean; on the raw scale, that share of it
         scale = (1.0, 1.0) if positive else (ca, cb)
         extra = sum(sigma ** 2 * c ** 2 / k for k, c in zip(runs, scale) if k)
