@@ -111,8 +111,8 @@ def model_bytes(model: str, dtype: str | None = "auto", params: int | None = Non
     cache bytes per token of context (in `kv_dtype`, default the weights'). None when the model's
     config.json cannot be read or lacks the shape."""
     folder = _folder(model)
-    cfg = _config(folder) if folder else None
-    if cfg is None:
+    cfg = _config(folder) if folder is not None else None
+    if folder is None or cfg is None:
         return None
     try:
         h, layers, heads = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
@@ -154,10 +154,11 @@ def decode_batch(records: Iterable[RequestRecord], static: bool = False) -> floa
     """How many requests decoded together, on average, while any did: the requests' summed decode time
     (first token to last) over the time at least one was decoding (1 when they ran one after another).
     A static batch decodes every row at each step until its longest answer ends: its size."""
-    done = [r for r in stats.measured(records) if r.ok and r.first_token_time is not None]
+    done = [(first, end) for r in stats.measured(records)
+            if r.ok and (first := r.first_token_time) is not None and (end := r.end_time) is not None]
     if static:
         return float(max(len(done), 1))
-    spans = sorted((r.first_token_time, r.end_time) for r in done if r.end_time > r.first_token_time)
+    spans = sorted((first, end) for first, end in done if end > first)
     total = sum(b - a for a, b in spans)
     union, reach = 0.0, -math.inf
     for a, b in spans:
@@ -171,8 +172,8 @@ def bandwidth_of(run: RunResult) -> Bandwidth | None:
     """The memory bandwidth of what the run decoded on, from its stored hardware: the vLLM server's
     device (a GPU's bandwidth times the tensor-parallel GPUs that share the weights) or the naive worker's."""
     hw = run.hardware if isinstance(run.hardware, dict) else {}
-    worker = hw.get("naive_device") if isinstance(hw.get("naive_device"), dict) else {}
-    cpu = hw.get("cpu") if isinstance(hw.get("cpu"), dict) else {}
+    worker = found if isinstance(found := hw.get("naive_device"), dict) else {}
+    cpu = found if isinstance(found := hw.get("cpu"), dict) else {}
     gpus = [g for g in hw.get("gpus") or () if isinstance(g, dict)]
     device = run.config.get("device") if run.kind == "vllm" else worker.get("type")
     if device != "cuda" and not (device is None and gpus):  # a run that does not say: the GPU, if there was one
