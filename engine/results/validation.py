@@ -11,7 +11,7 @@ from typing import Any
 
 from engine.errors import LabError
 from engine.messages import say
-from engine.results.records import RequestRecord, RunResult, is_sane_time
+from engine.results.records import Load, Notes, RequestRecord, RunResult, Summary, is_sane_time
 
 
 class RunDamaged(LabError):
@@ -79,7 +79,7 @@ def _object(v: Any, where: str) -> dict:
     """A free-form JSON object (settings, hardware, notes), nested no deeper than _MAX_DEPTH."""
     if not isinstance(v, dict):
         raise Invalid(say("{where} is not an object", where=where))
-    stack = [(v, 1)]
+    stack: list[tuple[dict | list, int]] = [(v, 1)]
     while stack:
         x, depth = stack.pop()
         if depth > _MAX_DEPTH:
@@ -176,11 +176,11 @@ def checked_run(d: dict[str, Any], strict: bool = False) -> RunResult:
         model=checked_text(field_of(d, "model", default=""), "model", 1000),
         config=_object(field_of(d, "config", default={}), "config"),
         command=checked_text(field_of(d, "command", default=""), "command", 100_000),
-        load=_object(field_of(d, "load", default={}), "load"),
+        load=Load.from_dict(_object(field_of(d, "load", default={}), "load")),
         hardware=_object(field_of(d, "hardware", default={}), "hardware"),
         versions=versions,
-        summary=summary,
-        extra=_object(field_of(d, "extra", default={}), "extra"),
+        summary=Summary.from_dict(summary),
+        extra=Notes.from_dict(_object(field_of(d, "extra", default={}), "extra")),
     )
 
 
