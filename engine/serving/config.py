@@ -378,7 +378,7 @@ class FitReport:
     """Weights + KV cache at these settings against the memory there is."""
 
     level: str  # "ok" | "warn" | "error"
-    message: str
+    message: Message
     weights_gb: float | None = None
     kv_gb: float | None = None
     available_gb: float | None = None
