@@ -245,8 +245,9 @@ class _Prompts:
             raise Fail("model", say("The tokenizer in {path} has no chat template: use an instruct/chat model, "
                                     "or add chat_template.jinja to the folder.", path=path))
         prompts: list[str] = spec["prompts"]
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                         add_generation_prompt=True) for p in prompts]
+        # untokenized, the template's text: str() only says so (transformers types every form it can return)
+        texts = [str(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                             add_generation_prompt=True)) for p in prompts]
         lengths = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
         max_len = int(getattr(config, "max_position_embeddings", 0) or 0)
         for i, L in enumerate(lengths):
@@ -334,9 +335,10 @@ class _Generator:
         plan = warmup_plan(self.p.lengths, self.max_new, self.p.max_len, self.spec["mode"])
         self.emit.stage(say("warming up, not measured: every sequence length the run will meet"))
         try:
-            # `steps`, not `n`: `n` is the number of prompts, which the run's progress says after this
+            # `steps`, not `n`: `n` is the number of prompts, which the run's progress says after this. The clock
+            # lives for this step's generate() only, so its callback reads this step's `k` and `steps`.
             for k, (rows, steps) in enumerate(plan):
-                clock = make_clock(self.torch, t_w, len(rows), set(), lambda s, k=k, steps=steps: self.emit.stage(
+                clock = make_clock(self.torch, t_w, len(rows), set(), lambda s: self.emit.stage(
                     say("warming up, not measured ({k}/{of}): {s}/{n} tokens", k=k + 1, of=len(plan), s=s, n=steps),
                     throttle_s=0.5))
                 self._generate(self._encode([self.p.texts[i] for i in rows]), clock, max_new_tokens=steps,
@@ -365,7 +367,7 @@ class _Generator:
             try:
                 enc = self._encode([text])
                 plen = int(enc["input_ids"].shape[1])
-                clock = make_clock(self.torch, self.t0, 1, self.eos, lambda s, i=i: self.emit.stage(
+                clock = make_clock(self.torch, self.t0, 1, self.eos, lambda s: self.emit.stage(
                     say("request {i}/{n}: {s}/{max_new} tokens", i=i + 1, n=n, s=s, max_new=self.max_new),
                     throttle_s=0.5))
                 out = self._generate(enc, clock)
