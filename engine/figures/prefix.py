@@ -10,12 +10,17 @@ from plotly.subplots import make_subplots
 from engine.figures.theme import BASE_SIZE, BLUE, GREEN, MUTED, PALETTE, VERMILLION, esc, finish, run_label, short
 from engine.measure.judge import prefix
 from engine.messages import say, translate
-from engine.results.records import RunResult
+from engine.results.records import RequestRecord, RunResult
 
 
 def _color(run: RunResult, i: int) -> str:
     on = prefix.caching_on(run)
     return GREEN if on is True else VERMILLION if on is False else (BLUE if i == 0 else PALETTE[i % len(PALETTE)])
+
+
+def _ttft_ms(recs: Sequence[RequestRecord]) -> list[float]:
+    """Each request's TTFT in ms (every one of prefix.ok_in_order has one)."""
+    return [t * 1000 for r in recs if (t := r.ttft) is not None]
 
 
 def prefix_cache_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
@@ -32,9 +37,10 @@ def prefix_cache_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.F
         if (rate := prefix.hit_rate(run)) is not None:
             name = translate(say("{run} · server hit rate {rate:.0%}", run=name, rate=rate), lang)
         color = _color(run, i)
-        top = max([top, *(r.ttft * 1000 for r in recs)])
-        hover = [f"<b>{name}</b><br>{esc(short(r.prompt, 60))}<br>TTFT {r.ttft * 1000:,.0f} ms" for r in recs]
-        fig.add_scatter(x=xs, y=[r.ttft * 1000 for r in recs], mode="lines+markers", name=name, legendgroup=name,
+        ttft = _ttft_ms(recs)
+        top = max([top, *ttft])
+        hover = [f"<b>{name}</b><br>{esc(short(r.prompt, 60))}<br>TTFT {ms:,.0f} ms" for r, ms in zip(recs, ttft)]
+        fig.add_scatter(x=xs, y=ttft, mode="lines+markers", name=name, legendgroup=name,
                         line=dict(color=color, width=3), marker=dict(size=11, color=color),
                         hovertext=hover, hoverinfo="text", row=1, col=1)
         cached = [r.cached_tokens for r in recs]
@@ -47,10 +53,9 @@ def prefix_cache_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.F
                         row=2, col=1)
     first = next((run for run in runs if prefix.caching_on(run) is True and prefix.ok_in_order(run)), None)
     if first is not None:
-        r0 = prefix.ok_in_order(first)[0]
-        fig.add_annotation(x=1, y=r0.ttft * 1000, text=translate(say("first request: fills the cache"), lang),
-                           showarrow=True, arrowhead=2, ax=60, ay=-30, xanchor="left",
-                           font=dict(size=BASE_SIZE - 2, color=MUTED), row=1, col=1)
+        fig.add_annotation(x=1, y=_ttft_ms(prefix.ok_in_order(first))[0],
+                           text=translate(say("first request: fills the cache"), lang), showarrow=True, arrowhead=2,
+                           ax=60, ay=-30, xanchor="left", font=dict(size=BASE_SIZE - 2, color=MUTED), row=1, col=1)
     if runs and not reported:
         fig.add_annotation(text=translate(say("The server did not report cached tokens: it says them when started "
                                               "with --enable-prompt-tokens-details."), lang),
