@@ -240,6 +240,17 @@ def test_latency_bars():
     assert figures.latency_bars(None, vllm).layout.title.text == "Latency per request"
 
 
+def test_a_speed_up_without_a_ratio_says_the_verdict_itself():
+    """speedup_said given a verdict on values not all above 0 (a difference, no ratio or ratio's interval): the
+    verdict's own words, where it raised TypeError comparing None with 1 (per_prompt never makes one: latencies)."""
+    v = verdict.compare([-1.0, 1.0, 2.0], [3.0, 4.0, 5.0], name="Latency", label_a="vLLM", label_b="naive")
+    assert v.ratio is not None and v.low is None and v.diff_low is not None  # a ratio of means, no ratio interval
+    assert contenders.speedup_said(v) == (v.short, v.said)
+    v = verdict.compare([-2.0, -1.0], [1.0, 2.0], name="Latency", label_a="vLLM", label_b="naive")
+    assert v.ratio is None
+    assert contenders.speedup_said(v) == (v.short, v.said)
+
+
 def test_concurrent_latency_bars():
     run = make_concurrent()
     fig = figures.concurrent_latency_bars(run)

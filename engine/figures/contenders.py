@@ -44,6 +44,8 @@ def speedup(naive_run: Any, vllm_run: Any, lang: str = "en") -> verdict.Verdict 
 
 def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
     """The speed-up as a title's few words and a caption's sentence, from one verdict: the same number in both."""
+    if v.ratio is None:  # never from per_prompt (latencies are above 0); a verdict without a ratio says itself
+        return v.short, v.said
     x = times(v.ratio if v.ratio >= 1 else 1 / v.ratio)
     if v.disturbed is not None:  # its noise is not this machine's: the effect as measured, no claim
         # the why is the caption's (a title longer than half a page is cut at the chart's edge), its number too
@@ -52,6 +54,8 @@ def speedup_said(v: verdict.Verdict) -> tuple[str, str]:
         return (say("vLLM {x}× faster, noise unknown", x=x) if v.ratio >= 1 else
                 say("vLLM {x}× slower, noise unknown", x=x),
                 say("One prompt answered on both sides: how much of that is noise is unknown."))
+    if v.low is None or v.high is None:  # likewise: decided on values above 0, a verdict has the ratio's interval
+        return v.short, v.said
     interval = dict(low=times(1 / v.high if v.ratio < 1 else v.low), high=times(1 / v.low if v.ratio < 1 else v.high),
                     how=v.how, level=verdict.percent(v.level))
     if not v.beyond_noise:
