@@ -167,9 +167,9 @@ def memory_chart(samples: Sequence[Mapping[str, Any]], events: Sequence[Mapping[
     nrows = len(names)
     titles = []
     for name in names:
-        totals = [p.get("total_gb") for p in series.get(name, []) if p.get("total_gb")]
-        titles.append(translate(say("{series} · {total:,.0f} GB in all", series=shown[name], total=float(totals[-1])),
-                                lang) if totals else shown[name])
+        sizes = [t for p in series.get(name, []) if (t := p.get("total_gb"))]
+        titles.append(translate(say("{series} · {total:,.0f} GB in all", series=shown[name], total=float(sizes[-1])),
+                                lang) if sizes else shown[name])
     layout = _panels(titles if nrows > 1 else [""], 0.14 if nrows > 1 else 0.02)
     layout[_axis("x", nrows)]["title"] = {"text": translate(say("Time (s)"), lang)}
     traces: list[dict[str, Any]] = []
