@@ -16,6 +16,7 @@ from engine.figures.theme import (
     MUTED,
     VERMILLION,
     WAIT_COLOR,
+    Bars,
     esc,
     finish,
     is_placeholder,
@@ -38,6 +39,10 @@ def _end(r: RequestRecord, now: float) -> float:
     return r.end_time if r.end_time is not None else now
 
 
+def _last_end(recs: list[RequestRecord]) -> float:
+    return max((t for r in recs if (t := r.end_time) is not None), default=0.0)
+
+
 def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en") -> go.Figure:
     """Above, one row per attendee in the order they pressed: orange from the press to the first token, blue while
     the answer streams (its tokens as ticks), the row's label their name and TTFT, and beside the bar whose answer
@@ -54,26 +59,23 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
     share = sharing(recs)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.78, 0.22], vertical_spacing=0.06)
     rows = [f"{esc(names[r.index])} · {duration(r.ttft, lang) if r.ttft is not None else '…'}" for r in recs]
-    wait, gen, fail = ([], [], [], []), ([], [], [], []), ([], [], [], [])
+    wait, gen, fail = Bars(), Bars(), Bars()
     ticks_x, ticks_y, join_x, join_y, join_text = [], [], [], [], []
     for row, r in zip(rows, recs):
         end = _end(r, now)
         who = f"<b>{esc(names[r.index])}</b>"
         if r.error is not None:
-            for seg, v in zip(fail, (row, r.send_time, end - r.send_time, who + "<br>" + esc(translate(say(
-                    "failed after {time}", time=duration(end - r.send_time, lang)), lang)))):
-                seg.append(v)
+            fail.add(row, r.send_time, end - r.send_time, who + "<br>" + esc(translate(say(
+                "failed after {time}", time=duration(end - r.send_time, lang)), lang)))
             continue
         first = r.first_token_time if r.first_token_time is not None else end
-        for seg, v in zip(wait, (row, r.send_time, max(first - r.send_time, 0.0), who + "<br>" + translate(
-                say("waiting for first token: {time}", time=duration(first - r.send_time, lang)), lang))):
-            seg.append(v)
+        wait.add(row, r.send_time, max(first - r.send_time, 0.0), who + "<br>" + translate(
+            say("waiting for first token: {time}", time=duration(first - r.send_time, lang)), lang))
         if r.first_token_time is None:
             continue
         tokens = r.output_tokens or len(r.chunk_times)
-        for seg, v in zip(gen, (row, first, max(end - first, 0.0), who + "<br>" + translate(
-                say("generating: {time}, {tokens} tokens", time=duration(end - first, lang), tokens=tokens), lang))):
-            seg.append(v)
+        gen.add(row, first, max(end - first, 0.0), who + "<br>" + translate(
+            say("generating: {time}, {tokens} tokens", time=duration(end - first, lang), tokens=tokens), lang))
         if ticked:
             ticks_x += r.chunk_times
             ticks_y += [row] * len(r.chunk_times)
@@ -83,11 +85,11 @@ def room_timeline(run: RunResult, now: float | None = None, *, lang: str = "en")
             join_text.append(translate(say("joined at {name}'s token {k}", name=esc(names[j.early]), k=j.at_token),
                                        lang))
     bar = dict(orientation="h", hoverinfo="text", width=0.72)
-    for (y, base, x, hover), name, color in (
+    for bars, name, color in (
             (wait, say("waiting for 1st token (queue + prefill)"), WAIT_COLOR),
             (gen, say("generating tokens (decode)"), DECODE_COLOR), (fail, say("failed"), FAILED_COLOR)):
-        fig.add_bar(y=y, base=base, x=x, hovertext=hover, name=translate(name, lang), showlegend=bool(y),
-                    marker=dict(color=color, line=dict(width=0)), row=1, col=1, **bar)
+        fig.add_bar(y=bars.y, base=bars.base, x=bars.x, hovertext=bars.hover, name=translate(name, lang),
+                    showlegend=bool(bars.y), marker=dict(color=color, line=dict(width=0)), row=1, col=1, **bar)
     if ticks_x:
         fig.add_scatter(x=ticks_x, y=ticks_y, mode="markers", hoverinfo="skip", showlegend=False,
                         marker=dict(symbol="line-ns", size=12 if len(recs) <= 20 else 8,
@@ -152,7 +154,7 @@ def room_totals(together: RunResult, alone: RunResult) -> tuple[float, float, in
     tokens generated each way (answers that ended well only)."""
     ok_a = [r for r in together.records if r.ok]
     ok_b = [r for r in alone.records if r.ok]
-    return (max((r.end_time for r in ok_a), default=0.0), max((r.end_time for r in ok_b), default=0.0),
+    return (_last_end(ok_a), _last_end(ok_b),
             sum(r.output_tokens for r in ok_a), sum(r.output_tokens for r in ok_b))
 
 

@@ -6,6 +6,7 @@ import html
 import re
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import plotly.graph_objects as go
@@ -252,3 +253,18 @@ def preview(r: RequestRecord, placeholder: bool, n: int = 90, lang: str = "en") 
     return "<br>" + translate(say("answer: {text}", text=text), lang)
 
 
+@dataclass
+class Bars:
+    """One kind of a request timeline's bars (waiting, generating, failed): each bar's row, start, length and
+    hover text, as go.Bar takes them (y, base, x, hovertext)."""
+
+    y: list[str | int] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    x: list[float] = field(default_factory=list)
+    hover: list[str] = field(default_factory=list)
+
+    def add(self, y: str | int, base: float, x: float, hover: str) -> None:
+        self.y.append(y)
+        self.base.append(base)
+        self.x.append(x)
+        self.hover.append(hover)
