@@ -21,6 +21,7 @@ from engine.figures.theme import (
     MUTED,
     PALETTE,
     VERMILLION,
+    Bars,
     esc,
     finish,
     is_placeholder,
@@ -94,11 +95,13 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     colors = run_colors(firsts)
     several = any(len(g) > 1 for g in sets)
 
-    def whisker(spreads, at) -> dict | None:  # the range of each configuration's repeats
+    def whisker(spreads: list[repeats.Spread | None], at: list[float]) -> dict | None:
+        # the range of each configuration's repeats (none where no repeat gave a finite value)
         if not several:
             return None
-        return dict(type="data", symmetric=False, array=[s.high - c for s, c in zip(spreads, at)],
-                    arrayminus=[c - s.low for s, c in zip(spreads, at)], color=MUTED, thickness=2, width=8)
+        return dict(type="data", symmetric=False, array=[s.high - c if s else 0.0 for s, c in zip(spreads, at)],
+                    arrayminus=[c - s.low if s else 0.0 for s, c in zip(spreads, at)], color=MUTED, thickness=2,
+                    width=8)
 
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
@@ -112,9 +115,9 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                 showlegend=False, name=translate(say("wall time"), lang),
                 hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>", row=1, col=2)
     fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang),
-                     range=[0, max([s.high for s in tput] or [1]) * 1.2 or 1], row=1, col=1)
+                     range=[0, max([s.high for s in tput if s] or [1]) * 1.2 or 1], row=1, col=1)
     fig.update_yaxes(title_text=translate(say("Wall time (s)"), lang),
-                     range=[0, max([s.high for s in wall] or [1]) * 1.2 or 1], row=1, col=2)
+                     range=[0, max([s.high for s in wall if s] or [1]) * 1.2 or 1], row=1, col=2)
     fig.update_xaxes(tickfont=dict(size=BASE_SIZE - 2), type="category", tickangle=0)  # wrapped, never turned
     fig.update_annotations(font=dict(size=BASE_SIZE + 1))
     fig.update_layout(bargap=0.35)
@@ -354,9 +357,7 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
     avgs, ttfts, in_flight, failed = [], [], 0, 0
     for k, (run, rs, color, name) in enumerate(zip(runs, recs, PAIR_COLORS, names)):
         row = k + 1
-        wait: tuple[list, list, list, list] = ([], [], [], [])
-        dec: tuple[list, list, list, list] = ([], [], [], [])
-        fail: tuple[list, list, list, list] = ([], [], [], [])
+        wait, dec, fail = Bars(), Bars(), Bars()
         for r in rs:
             end = r.end_time if r.end_time is not None else now
             in_flight += r.end_time is None
@@ -364,22 +365,18 @@ def side_by_side(run_a: RunResult, run_b: RunResult, now: float | None = None, b
             head = f"<b>{name} #{r.index + 1}</b>"
             if r.error is not None:
                 failed += 1
-                seg, hover = fail, f"{head}<br>{why_failed(r, lang)}"
-                seg[0].append(r.index + 1), seg[1].append(r.send_time), seg[2].append(max(end - r.send_time, 0.0))
-                seg[3].append(hover)
+                fail.add(r.index + 1, r.send_time, max(end - r.send_time, 0.0), f"{head}<br>{why_failed(r, lang)}")
                 continue
             stop = first if first is not None else end
-            wait[0].append(r.index + 1), wait[1].append(r.send_time), wait[2].append(max(stop - r.send_time, 0.0))
-            wait[3].append(f"{head}<br>" + translate(say("waiting for first token: {time}",
-                                                         time=seconds(stop - r.send_time, lang)), lang))
+            wait.add(r.index + 1, r.send_time, max(stop - r.send_time, 0.0), f"{head}<br>" + translate(
+                say("waiting for first token: {time}", time=seconds(stop - r.send_time, lang)), lang))
             if first is not None:
-                dec[0].append(r.index + 1), dec[1].append(first), dec[2].append(max(end - first, 0.0))
-                dec[3].append(f"{head}<br>" + translate(say("generating: {time}, {tokens} tokens",
-                                                            time=seconds(end - first, lang),
-                                                            tokens=r.output_tokens or len(r.chunk_times)), lang))
-        for seg, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
-            fig.add_bar(y=seg[0], base=seg[1], x=seg[2], hovertext=seg[3], marker=dict(color=fill, line=dict(width=0)),
-                        row=row, col=1, **bar)
+                dec.add(r.index + 1, first, max(end - first, 0.0), f"{head}<br>" + translate(
+                    say("generating: {time}, {tokens} tokens", time=seconds(end - first, lang),
+                        tokens=r.output_tokens or len(r.chunk_times)), lang))
+        for bars, fill in ((wait, rgba(color, 0.3)), (dec, color), (fail, FAILED_COLOR)):
+            fig.add_bar(y=bars.y, base=bars.base, x=bars.x, hovertext=bars.hover,
+                        marker=dict(color=fill, line=dict(width=0)), row=row, col=1, **bar)
         fig.update_yaxes(title_text=translate(say("Request"), lang), autorange="reversed", showgrid=False,
                          row=row, col=1)
         # throughput: a step line from 0 to the last bucket, the average (tokens so far / time) in the legend
