@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -22,7 +23,7 @@ from engine.figures.theme import (
 )
 from engine.measure.judge import prefix
 from engine.measure.judge import slo as slos
-from engine.messages import say, translate
+from engine.messages import Message, say, translate
 from engine.results.records import RunResult
 
 
@@ -97,7 +98,8 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                         textposition=_label_sides(ttft), row=1, col=2, **common)
         if first_last is None and len(pts) >= 2:
             first_last = (cs[0], cs[-1], tp[0], tp[-1], ttft[0], ttft[-1])
-    xaxis = dict(title_text=translate(say("Arrival rate (requests/s)") if rated else say("Concurrent requests"), lang))
+    xaxis: dict[str, Any] = dict(
+        title_text=translate(say("Arrival rate (requests/s)") if rated else say("Concurrent requests"), lang))
     if allc and min(allc) > 0 and max(allc) / min(allc) >= 8:
         ticks = sorted(set(allc))
         xaxis.update(type="log", tickvals=ticks, ticktext=[f"{c:g}" for c in ticks])
@@ -124,9 +126,10 @@ def sweep_chart(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
         cap = say("Throughput and median time to first token for each arrival rate.")
     else:
         cap = say("Throughput and median time to first token for each concurrency level.")
+    caps = [cap]
     if cached := prefix.levels_said([r for group in groups.values() for _c, r in group]):
-        cap = [cap, cached]
-    return finish(fig, say("Rate sweep") if rated else say("Concurrency sweep"), cap, height=520, lang=lang)
+        caps.append(cached)
+    return finish(fig, say("Rate sweep") if rated else say("Concurrency sweep"), caps, height=520, lang=lang)
 
 
 def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *, lang: str = "en",
@@ -177,7 +180,7 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
             hovertemplate=(hover_meets if any(p.verdict for p in pts) else hover_unjudged)
             + "<extra>" + shown + "</extra>")
         if k is not None:
-            knees.append(found)
+            knees.append((k, found.reached))
             text = translate(found.mark, lang)
             if star_at is not None and star_at.users == k.users and not star_said:  # one label for one level
                 text, star_said = f"{text}<br>{star_text}", True
@@ -194,13 +197,13 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
         fig.add_scatter(x=[None], y=[None], mode="markers", name=translate(label, lang), hoverinfo="skip",
                         marker=dict(size=16, color=face, line=dict(color=MUTED, width=3)))
     for reached, name in ((True, say("knee")), (False, say("most in flight that met the SLO"))):
-        ringed = [f.level for f in knees if f.reached is reached]
+        ringed = [level for level, was in knees if was is reached]
         if ringed:
             fig.add_scatter(x=[k.per_user for k in ringed], y=[k.total for k in ringed], mode="markers",
                             hoverinfo="skip", name=translate(name, lang),
                             marker=dict(symbol="circle-open" if reached else "circle-open-dot", size=34, color=INK,
                                         line=dict(width=3, dash=None)))
-    star: list = []
+    star: list[Message] = []
     if star_at is not None:
         p = star_at  # the star, its label and its sentence from this one point
         fig.add_scatter(x=[p.per_user], y=[p.total], mode="markers", name=translate(say("SLO search's answer"), lang),
@@ -219,6 +222,6 @@ def pareto_chart(runs: Sequence[RunResult], slo: slos.Slo = slos.DEFAULT_SLO, *,
         cap = [say("Each point is a sweep level, numbered by its requests in flight: further right each user's text "
                    "streams faster, higher up the server makes more in total."), *caps, *star]
     else:
-        cap = star or say("No sweep levels to show yet.")
+        cap = star or [say("No sweep levels to show yet.")]
     return finish(fig, say("Per-user against total throughput"), cap,
                   placeholder=any(is_placeholder(r) for r in runs), height=560, lang=lang)
