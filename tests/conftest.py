@@ -71,6 +71,7 @@ SINGLE_PROCESS_SERVERS = {
     "tests/test_e2e_tuning.py",  # the Tuning page through a restart: the page never blanks, the runs it saves
     # the prefix pair and the KV squeeze: cached tokens, capacity and preemptions as the pages show them
     "tests/test_e2e_browser.py::test_kv_squeeze_and_prefix_caching_views_on_real_servers",
+    "tests/test_e2e_guide.py",  # the guided lab's steps (its Start, Tuning's restart) as the room sees them
 }
 
 
