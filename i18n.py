@@ -10,6 +10,7 @@ import streamlit as st
 from babel.dates import format_datetime
 from babel.numbers import format_decimal
 
+import app_settings
 from engine import messages, settings
 from engine.messages import Message, catalog, catalog_problem, filled, translate
 
@@ -19,7 +20,7 @@ LANGS = {"en": "English", "ko": "한국어"}
 def default_lang() -> str:
     """A room's fixed language (SERVING_LAB_LANG), else the browser's, else English."""
     try:
-        fixed = settings.current().lang
+        fixed = app_settings.get().lang
     except settings.ConfigError:
         fixed = ""  # another variable is wrong: the app says which (app.py), in the browser's language
     if fixed in LANGS:

@@ -13,6 +13,7 @@ from typing import Any, Final
 import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
+import app_settings
 import i18n
 from engine import figures
 from engine.lab import Lab, LabError
@@ -39,7 +40,7 @@ STATE_BADGE = {
 def get_lab() -> Lab:
     """One Lab per app process: every browser session sees the same server, jobs and history. It knows
     where the app listens: beyond loopback with no presenter token, nobody may act."""
-    return Lab(listen_host=st.get_option("server.address") or "0.0.0.0")
+    return Lab(app_settings.get(), listen_host=st.get_option("server.address") or "0.0.0.0")
 
 
 def can_act(lab: Lab) -> bool:

@@ -75,7 +75,7 @@ with scale_side:
                                     "comparable, the times do not."))
 with model_side:
     if presenter:
-        choices = models.catalogue()
+        choices = models.catalogue(lab.settings.models)
         if len(choices) > 1:  # the model of every step; on a GPU the lab's Llama 3 8B (or its shape-only stand-in)
             paths = [m.path for m in choices]
             now = guide.model_spec().path

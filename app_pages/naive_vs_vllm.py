@@ -29,7 +29,7 @@ st.caption(_("The lab's 5 prompts with one token budget, four ways: through tran
 
 c1, c2, c3 = st.columns(3, gap="large")
 with c1:
-    choices = models.catalogue()
+    choices = models.catalogue(lab.settings.models)
     labels = [m.label for m in choices]
     default = 0
     if remote := lab.attached():  # the model the server at a URL serves, when this machine has it too

@@ -126,7 +126,7 @@ with left:
         where = st.text_input(_("Hub id"), value="meta-llama/Meta-Llama-3-8B-Instruct")
     spec, model_error = None, None
     try:
-        spec = models.pick(kind, where)
+        spec = models.pick(kind, lab.settings.models, where)
         if kind == "shape-only":
             st.info(_("Shape-only: the real Llama-3-8B architecture and tokenizer with random weights, served with "
                       "`--load-format dummy`. Same compute and memory as the real model; its answers are noise."),

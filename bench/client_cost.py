@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.fidelity import VLLM_BENCH, served_model, synthetic_server  # noqa: E402
 from engine.observe import hardware  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def ours_argv(a: argparse.Namespace, base_url: str, model: str, c: int, n: int, seed: int, out: Path,
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
             base_url = stack.enter_context(synthetic_server(0, "--models", "ok"))  # answering at once
             model = "ok"
-            tokenizer = a.tokenizer or str(models.embedded_dir())
+            tokenizer = a.tokenizer or str(models.embedded_dir(from_env().models))
             server = ("tests/fakes.py in its own process, every chunk at once (no pause): a server that answers "
                       "instantly")
         else:

@@ -16,6 +16,7 @@ from engine.observe import hardware  # noqa: E402
 from engine.results.store import RunStore  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.states import FAILED  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def free_port() -> int:
@@ -28,7 +29,7 @@ def bench_lab(out: Path, port: int) -> Lab:
     """A Lab whose runs go to OUT/history.sqlite, the machine it runs on printed first."""
     out.mkdir(parents=True, exist_ok=True)
     print("machine:", hardware.summary_line(hardware.describe()), flush=True)
-    return Lab(port=port, store=RunStore(out / "history.sqlite"))
+    return Lab(from_env(), port=port, store=RunStore(out / "history.sqlite"))
 
 
 def wait_ready(lab: Lab, since: float) -> bool:
@@ -46,7 +47,7 @@ def wait_ready(lab: Lab, since: float) -> bool:
 def serve(lab: Lab, model: str) -> bool:
     """Start `model` (a catalogue name: shape-only, embedded) at the lab's GPU settings, or follow the server a
     previous bench left on the port; True once ready."""
-    spec = models.pick(model)
+    spec = models.pick(model, from_env().models)
     t0 = time.time()
     if not lab.ready():
         lab.start_server(lab.default_config(spec).with_changes(max_model_len=2048, gpu_memory_utilization=0.85), spec)

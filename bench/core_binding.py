@@ -19,6 +19,7 @@ from engine.observe import hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def together(ports: list[int], model: str) -> float:
@@ -40,14 +41,14 @@ def together(ports: list[int], model: str) -> float:
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     print("machine:", hardware.summary_line(hardware.describe()))
-    model = models.embedded().path
+    model = models.embedded(from_env().models).path
     for binding in ("auto", "one core each", "auto", "one core each"):
         servers = []
         for i in range(2):
             os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
             if binding != "auto":
                 os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(sorted(os.sched_getaffinity(0))[i])
-            s = VLLMServer(port=free_port())
+            s = VLLMServer(from_env(), port=free_port())
             s.start(ServerConfig(model=model, port=s.port, max_model_len=2048, cpu_kvcache_gib=1, enforce_eager=True))
             servers.append(s)
         try:

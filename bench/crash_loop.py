@@ -41,10 +41,11 @@ APP = textwrap.dedent("""
     from engine.measure.workloads import prompts
     from engine.lab import Lab
     from engine.measure.load.spec import LoadSpec
-    lab = Lab(port={port})
+    from engine.settings import from_env
+    lab = Lab(from_env(), port={port})
     snap = lab.server.snapshot()
     print(json.dumps({{"state": snap.state, "notice": snap.notice, "adopted": snap.adopted}}), flush=True)
-    spec = models.embedded()
+    spec = models.embedded(from_env().models)
     cfg = lab.default_config(spec).with_changes(cpu_kvcache_gib=1, enforce_eager=True)
     mode = sys.argv[1]
     if mode in ("measure", "check") and snap.state in ("starting", "ready"):

@@ -14,6 +14,7 @@ from pathlib import Path
 from common import bench_lab, wait_ready  # noqa: E402 - bench/common.py puts the project on the path
 
 from engine.serving import models  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def main() -> int:
@@ -25,7 +26,7 @@ def main() -> int:
     a = ap.parse_args()
     lab = bench_lab(a.out, a.port)
     g = lab.guide
-    g.set_model(models.pick(a.model).path)
+    g.set_model(models.pick(a.model, from_env().models).path)
     g.set_scale(a.scale)
     t_all = time.time()
     for s in g.steps:

@@ -26,6 +26,7 @@ from common import ROOT, bench_lab, free_port, wait_ready  # noqa: E402 - bench/
 from engine.messages import translate  # noqa: E402
 from engine.observe import disturbance, hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 STEPS = ("naive", "free", "start", "test-query", "sequential", "concurrent", "tuning", "streaming")
 CLAIM = {1: "the notebook's claim, beyond noise", -1: "the opposite, beyond noise", 0: "no measurable difference",
@@ -133,7 +134,7 @@ def main() -> int:
     os.environ.setdefault("SERVING_LAB_GUIDE_EAGER", "1")  # no compiling: each restart ready sooner
     os.environ.setdefault("SERVING_LAB_RUNTIME", str(a.out / "runtime"))  # its server's record, apart from others
     lab = bench_lab(a.out, free_port())
-    lab.guide.set_model(models.pick(a.model).path)
+    lab.guide.set_model(models.pick(a.model, from_env().models).path)
     from engine.guide import REPEATS
 
     out = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

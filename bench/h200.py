@@ -33,6 +33,7 @@ from engine.serving import prepare  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.runs import Runner, Target, tuning_label  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 PORT = 8300
 
@@ -48,7 +49,7 @@ class Bench:
                              metrics_url=self._metrics_url, extra_pids=lambda: dict(self.naive_pid),
                              interval_s=0.5, keep=20000)
         self.tel.start()
-        self.spec = prepare.resolve("shape-only")
+        self.spec = prepare.resolve("shape-only", from_env().models)
 
     def _metrics_url(self):
         if self.server and self.server.snapshot().state == "ready":
@@ -66,7 +67,7 @@ class Bench:
         return base.with_changes(**kw)
 
     def start(self, cfg: ServerConfig):
-        self.server = VLLMServer(port=PORT)
+        self.server = VLLMServer(from_env(), port=PORT)
         self.mark(f"vLLM start (max-model-len {cfg.max_model_len}, {cfg.gpu_memory_utilization:g})")
         self.server.start(cfg, model_max_len=self.spec.max_len)
         snap = self.server.wait_ready(timeout_s=400)
@@ -125,11 +126,11 @@ class Bench:
 
     def failures(self):
         # 1. Something else holds GPU memory, then we ask for 0.85 of it.
-        holder = VLLMServer(port=PORT + 1)
+        holder = VLLMServer(from_env(), port=PORT + 1)
         holder.start(self.config(port=PORT + 1, gpu_memory_utilization=0.5, enforce_eager=True))
         holder.wait_ready(timeout_s=400)
         self.mark("holder server ready (0.5 of the GPU)")
-        srv = VLLMServer(port=PORT)
+        srv = VLLMServer(from_env(), port=PORT)
         try:
             srv.start(self.config())
             srv.wait_ready(timeout_s=400)
@@ -141,7 +142,7 @@ class Bench:
         holder.stop()
         self.mark("holder stopped")
         # 2. max-model-len that does not fit: 16 GB of weights in 14% of the GPU leaves no KV room.
-        srv = VLLMServer(port=PORT)
+        srv = VLLMServer(from_env(), port=PORT)
         try:
             srv.start(self.config(max_model_len=8192, gpu_memory_utilization=0.13, enforce_eager=True),
                       model_max_len=self.spec.max_len)

@@ -20,6 +20,7 @@ from engine.messages import translate  # noqa: E402
 from engine.observe import engine_counters, histograms  # noqa: E402
 from engine.observe.telemetry import read_metrics_text  # noqa: E402
 from engine.serving import models  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def main() -> int:
@@ -31,7 +32,7 @@ def main() -> int:
     ap.add_argument("--model", default="shape-only", help="a catalogue name (embedded: a dry run on the CPU build)")
     a = ap.parse_args()
     lab = bench_lab(a.out, a.port)
-    spec_model = models.pick(a.model)
+    spec_model = models.pick(a.model, from_env().models)
     base = lab.default_config(spec_model).with_changes(max_model_len=2048)
     if base.device == "cuda":
         base = base.with_changes(gpu_memory_utilization=0.85)

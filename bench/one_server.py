@@ -41,8 +41,9 @@ APP = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     from engine.serving import models
     from engine.lab import Lab, LabError
-    lab = Lab(port={port})
-    spec = models.embedded()
+    from engine.settings import from_env
+    lab = Lab(from_env(), port={port})
+    spec = models.embedded(from_env().models)
     cfg = lab.default_config(spec).with_changes(cpu_kvcache_gib=1, enforce_eager=True)
     print("ready", flush=True)
     sys.stdin.readline()

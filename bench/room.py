@@ -45,10 +45,12 @@ def start_stack(home: Path) -> tuple[str, subprocess.Popen, object]:
     from engine.serving import models
     from engine.serving.config import ServerConfig
     from engine.serving.server import VLLMServer
+    from engine.settings import from_env
 
     vport, aport = free_port(), free_port()
-    srv = VLLMServer(port=vport)
-    srv.start(ServerConfig(model=models.embedded().path, port=vport, cpu_kvcache_gib=1, enforce_eager=True))
+    srv = VLLMServer(from_env(), port=vport)
+    srv.start(ServerConfig(model=models.embedded(from_env().models).path, port=vport, cpu_kvcache_gib=1,
+                           enforce_eager=True))
     srv.wait_ready(900)
     env = {**os.environ, "SERVING_LAB_VLLM_PORT": str(vport), "SERVING_LAB_PRESENTER_TOKEN": TOKEN}
     app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(aport),
@@ -190,11 +192,12 @@ def main() -> None:
     os.environ.setdefault("SERVING_LAB_MODELS", str(Path.home() / ".cache/serving-lab/models"))
     from engine.observe import hardware
     from engine.results.store import RunStore
+    from engine.settings import from_env
 
     started, load_before = time.strftime("%Y-%m-%d %H:%M"), load_average()
     url, app_proc, srv = start_stack(home)
     app = psutil.Process(app_proc.pid)
-    store = RunStore()  # the app's (SERVING_LAB_HOME is this run's own)
+    store = RunStore(from_env().db)  # the app's (SERVING_LAB_HOME is this run's own)
     phases: list[Phase] = []
     try:
         for r in range(args.rounds):

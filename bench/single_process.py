@@ -29,6 +29,7 @@ from engine.observe import hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 CORE = str(sorted(os.sched_getaffinity(0))[-1])  # as the test suite's second worker binds its servers
 SINGLE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1", "GOMP_CPU_AFFINITY": CORE,
@@ -67,7 +68,7 @@ def one(variant: str, model: str) -> None:
         os.environ.update(SINGLE)
     elif variant == "single-unbound":
         os.environ.update({k: SINGLE[k] for k in UNBOUND})
-    s = VLLMServer(port=free_port())
+    s = VLLMServer(from_env(), port=free_port())
     seen: dict[int, float] = {}
     t0 = time.perf_counter()
     s.start(ServerConfig(model=model, port=s.port, max_model_len=2048, cpu_kvcache_gib=1, enforce_eager=True))
@@ -105,7 +106,7 @@ def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 2
     variants = sys.argv[2:] or ["normal", "single-process"]
     print("machine:", hardware.summary_line(hardware.describe()), flush=True)
-    model = models.embedded().path
+    model = models.embedded(from_env().models).path
     for _ in range(rounds):
         for variant in variants:
             one(variant, model)

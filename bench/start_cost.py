@@ -28,6 +28,7 @@ from engine.observe import hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 SINGLE = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
 VARIANTS: dict[str, dict[str, str]] = {
@@ -48,7 +49,7 @@ def one(variant: str, model: str, extra: dict[str, str] | None = None) -> tuple[
     for k in TOUCHED:
         os.environ.pop(k, None)
     os.environ.update({**VARIANTS[variant], **(extra or {})})
-    s = VLLMServer(port=free_port())
+    s = VLLMServer(from_env(), port=free_port())
     cpu0, t0 = children_cpu(), time.perf_counter()
     s.start(ServerConfig(model=model, port=s.port, max_model_len=2048, cpu_kvcache_gib=1, enforce_eager=True))
     try:
@@ -98,7 +99,7 @@ def main() -> None:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise SystemExit("prctl(PR_SET_CHILD_SUBREAPER) failed")
     print("machine:", hardware.summary_line(hardware.describe()), flush=True)
-    model = models.embedded().path
+    model = models.embedded(from_env().models).path
     if a.importtime:
         ready_s, cpu, log = one(a.variants[0], model, {"PYTHONPROFILEIMPORTTIME": "1"})
         print(f"{a.variants[0]} with importtime: ready in {ready_s:.0f} s, CPU {cpu:.1f} s")

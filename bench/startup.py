@@ -17,11 +17,12 @@ from engine.observe import hardware
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def one_run(port: int) -> dict[str, float]:
-    spec = models.embedded()
-    srv = VLLMServer(port=port, poll_s=0.1)
+    spec = models.embedded(from_env().models)
+    srv = VLLMServer(from_env(), port=port, poll_s=0.1)
     cfg = ServerConfig(model=spec.path, port=port, cpu_kvcache_gib=1)
     t0 = time.perf_counter()
     srv.start(cfg)

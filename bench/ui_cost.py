@@ -29,6 +29,7 @@ from engine.observe import hardware  # noqa: E402
 from engine.serving import models  # noqa: E402
 from engine.serving.config import ServerConfig  # noqa: E402
 from engine.serving.server import VLLMServer  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 from common import free_port  # noqa: E402
 from scripts.shoot import CHROMIUM_ARGS  # noqa: E402
 
@@ -55,8 +56,9 @@ def main() -> None:
     os.environ.setdefault("SERVING_LAB_MODELS", str(Path.home() / ".cache/serving-lab/models"))
     env["SERVING_LAB_MODELS"] = os.environ["SERVING_LAB_MODELS"]
     vport, aport = free_port(), free_port()
-    cfg = ServerConfig(model=models.embedded().path, served_model_name="smol", port=vport, cpu_kvcache_gib=1)
-    srv = VLLMServer(port=vport)
+    cfg = ServerConfig(model=models.embedded(from_env().models).path, served_model_name="smol", port=vport,
+                       cpu_kvcache_gib=1)
+    srv = VLLMServer(from_env(), port=vport)
     srv.start(cfg)
     srv.wait_ready(900)
     env["SERVING_LAB_VLLM_PORT"] = str(vport)

@@ -400,10 +400,12 @@ def start_stack(home: Path) -> tuple[str, subprocess.Popen, object]:
     from engine.serving import models
     from engine.serving.config import ServerConfig
     from engine.serving.server import VLLMServer
+    from engine.settings import from_env
 
     vport, aport = free_port(), free_port()
-    srv = VLLMServer(port=vport)
-    srv.start(ServerConfig(model=models.embedded().path, port=vport, cpu_kvcache_gib=1, enforce_eager=True))
+    srv = VLLMServer(from_env(), port=vport)
+    srv.start(ServerConfig(model=models.embedded(from_env().models).path, port=vport, cpu_kvcache_gib=1,
+                           enforce_eager=True))
     srv.wait_ready(900)
     env = {**os.environ, "SERVING_LAB_VLLM_PORT": str(vport)}
     app = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(aport)],
@@ -453,6 +455,7 @@ def main() -> None:
         time.sleep(args.fill)
     from engine.observe import hardware
     from engine.results.store import RunStore
+    from engine.settings import from_env
 
     app = psutil.Process(listening_pid(url))
     started, load_before = time.strftime("%Y-%m-%d %H:%M"), load_average()
@@ -475,7 +478,7 @@ def main() -> None:
                 chromium.append((measure_chromium(url, app, args.window), light))
                 print(f"  one viewer on Monitor: Chromium {chromium[-1][0]:.1f}%, light {light:.1f}%", flush=True)
         if "load" not in skip:
-            loads = asyncio.run(measure_load(url, app, RunStore(), args.viewers, args.repeats))
+            loads = asyncio.run(measure_load(url, app, RunStore(from_env().db), args.viewers, args.repeats))
     finally:
         if stack:
             app_proc, srv = stack

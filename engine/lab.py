@@ -32,15 +32,15 @@ from engine.serving.config import ServerConfig
 from engine.serving.flags import known_flags
 from engine.serving.remote import Attached, Remote
 from engine.serving.server import READY, STARTING, VLLMServer
-from engine.settings import Settings, from_env
+from engine.settings import Settings
 
 
 
 class Lab:
-    def __init__(self, port: int | None = None, store: RunStore | None = None, telemetry_interval_s: float = 1.0,
-                 listen_host: str = "127.0.0.1", presenter_token: str | None = None, settings: Settings | None = None):
-        # read once, here: what the environment said when the app started (arguments given win)
-        self.settings = settings if settings is not None else from_env()
+    def __init__(self, settings: Settings, port: int | None = None, store: RunStore | None = None,
+                 telemetry_interval_s: float = 1.0, listen_host: str = "127.0.0.1", presenter_token: str | None = None):
+        # what the environment said when the process started (ui.get_lab, a CLI command); arguments given win
+        self.settings = settings
         self.server = VLLMServer(port=port or self.settings.vllm_port, settings=self.settings)
         self.jobs = JobManager()
         # a server at a URL, measured instead of our own (attach), and whether it still answers
@@ -118,8 +118,9 @@ class Lab:
     def prepare_model(self, kind: str) -> Job:
         """Fetch and convert one of the app's own models ("embedded" | "shape-only") in the background:
         a download, so only on the presenter's request, never as a side effect of drawing a page."""
-        work = {"embedded": lambda job: prepare.prepare_embedded(log=job.on_stage),
-                "shape-only": lambda job: prepare.prepare_shape_only()}[kind]
+        folder = self.settings.models
+        work = {"embedded": lambda job: prepare.prepare_embedded(folder, log=job.on_stage),
+                "shape-only": lambda job: prepare.prepare_shape_only(folder)}[kind]
         return self.jobs.submit("prepare", say("preparing the {kind} model", kind=kind), work, lane="prepare")
 
     def default_config(self, spec: models.ModelSpec, port: int | None = None) -> ServerConfig:
@@ -373,8 +374,8 @@ class Lab:
     def _warm_up(self) -> None:
         """While the app starts: the flags this vLLM knows, then the machine's description, whose CPU memory
         bandwidth (a second of copying, once per process) is best measured before a run competes for it."""
-        self._flags = known_flags()
-        hardware.describe()
+        self._flags = known_flags(self.settings.models)
+        hardware.describe(self.server.runtime)
 
     def shutdown(self) -> None:
         self.telemetry.stop()

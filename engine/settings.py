@@ -62,9 +62,3 @@ def _number(text: str, name: str, default: float, lo: float, hi: float, whole: b
         raise ConfigError(say("{name}={value} is not a number from {lo:g} to {hi:g}: set it to one, or unset it "
                               "for the default ({default:g}).", name=name, value=text, lo=lo, hi=hi, default=default))
     return value
-
-
-def current() -> Settings:
-    """The settings in force now, for code that has no Lab to ask (paths, the CLI's defaults, a viewer's first
-    language): read from the environment at the call, so a test that sets a variable is heard."""
-    return from_env()

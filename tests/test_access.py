@@ -76,11 +76,10 @@ def test_no_token_is_not_counted_as_a_guess():
 
 
 @pytest.fixture()
-def guarded_lab(tmp_path, monkeypatch):
+def guarded_lab(tmp_path, monkeypatch, lab_settings):
     """A Lab with a presenter token (no server started: every action must be refused before it runs)."""
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", "1")
-    lab = lab_module.Lab(port=1, store=RunStore(tmp_path / "h.sqlite"), presenter_token="tok", listen_host="0.0.0.0",
-                         telemetry_interval_s=3600)
+    lab = lab_module.Lab(lab_settings, port=1, store=RunStore(tmp_path / "h.sqlite"), presenter_token="tok",
+                         listen_host="0.0.0.0", telemetry_interval_s=3600)
     yield lab
     lab.shutdown()
 
@@ -118,8 +117,8 @@ def test_the_presenter_passes_the_guard(guarded_lab):
     assert guarded_lab.chat_under_load
 
 
-def test_a_locked_lab_refuses_chat_too(tmp_path):
-    lab = lab_module.Lab(port=1, store=RunStore(tmp_path / "h.sqlite"), listen_host="0.0.0.0",
+def test_a_locked_lab_refuses_chat_too(tmp_path, lab_settings):
+    lab = lab_module.Lab(lab_settings, port=1, store=RunStore(tmp_path / "h.sqlite"), listen_host="0.0.0.0",
                          telemetry_interval_s=3600, presenter_token=None)
     try:
         from engine.results.records import RequestRecord

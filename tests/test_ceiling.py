@@ -93,22 +93,25 @@ def test_a_gpu_the_table_lacks_has_no_datasheet_figure():
 
 
 def test_the_cpu_copy_benchmark_is_positive_and_measured_once_per_boot(monkeypatch, tmp_path):
-    monkeypatch.setenv("SERVING_LAB_RUNTIME", str(tmp_path))
     calls = []
     real = bandwidth.copy_benchmark
     monkeypatch.setattr(bandwidth, "copy_benchmark", lambda: calls.append(1) or real(mb=64, budget_s=0.2))
-    with bandwidth._measuring:  # a Lab of an earlier test may be measuring in the background: let it finish
-        bandwidth._measured.cache_clear()
+
+    def as_a_new_process():
+        with bandwidth._measuring:  # a Lab of an earlier test may be measuring in the background: let it finish
+            bandwidth._this_process.clear()
+
+    as_a_new_process()
     try:
-        first, second = bandwidth.cpu(), bandwidth.cpu()
-        bandwidth._measured.cache_clear()  # as a new process: the kept measurement, not a second benchmark
-        again = bandwidth.cpu()
+        first, second = bandwidth.cpu(tmp_path), bandwidth.cpu()  # a later caller with no folder: the same
+        as_a_new_process()  # the kept measurement, not a second benchmark
+        again = bandwidth.cpu(tmp_path)
         (tmp_path / "cpu-bandwidth.json").write_text(
             (tmp_path / "cpu-bandwidth.json").read_text().replace('"boot": "', '"boot": "another '))
-        bandwidth._measured.cache_clear()  # after a reboot (or on another machine sharing the folder): measured
-        after_boot = bandwidth.cpu()
+        as_a_new_process()  # after a reboot (or on another machine sharing the folder): measured
+        after_boot = bandwidth.cpu(tmp_path)
     finally:
-        bandwidth._measured.cache_clear()  # the next caller measures with the real sizes
+        as_a_new_process()  # the next caller measures with the real sizes
     assert calls == [1, 1] and first is second
     assert again.gb_s == pytest.approx(first.gb_s, abs=0.05) and again.source == "measured"
     assert after_boot.gb_s > 0
@@ -204,7 +207,7 @@ def test_the_figure_sets_each_run_before_its_ceiling():
 
 
 @pytest.mark.server
-def test_a_load_test_on_the_real_server_is_stamped_with_its_ceiling(vllm_server):
+def test_a_load_test_on_the_real_server_is_stamped_with_its_ceiling(vllm_server, lab_settings):
     """The session's vLLM (CPU) server serving the embedded model, measured by the Lab: the run is saved with
     the model's size and this CPU's measured bandwidth, and says its ceiling."""
     import time
@@ -213,7 +216,7 @@ def test_a_load_test_on_the_real_server_is_stamped_with_its_ceiling(vllm_server)
 
     if vllm_server.server is None:
         pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
-    lab = Lab(port=vllm_server.port)
+    lab = Lab(lab_settings, port=vllm_server.port)
     try:
         job = lab.run_load(scenarios.get("vllm-5-sequential").load_spec(max_tokens=48))
         deadline = time.time() + 240

@@ -50,13 +50,13 @@ def test_unknown_scenario_is_one_sentence():
     assert read("There is no scenario '{name}': pick one of {names}.", p.stderr)["name"] == "no-such-thing"
 
 
-def test_lab_sweep_job_saves_each_level(vllm_server):
+def test_lab_sweep_job_saves_each_level(vllm_server, lab_settings):
     from engine.lab import Lab
     from engine.measure.workloads.scenarios import SCENARIOS
 
     if vllm_server.server is None:
         pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
-    lab = Lab(port=vllm_server.port)  # a second app process would adopt the running server the same way
+    lab = Lab(lab_settings, port=vllm_server.port)  # a second app process would adopt the running server the same way
     try:
         job = lab.run_sweep(SCENARIOS["sweep"].load_spec(max_tokens=8), [1, 2])
         deadline = time.time() + 240
@@ -230,17 +230,17 @@ BAD_ARGV = [
 
 @pytest.mark.parametrize("argv, says", BAD_ARGV,
                          ids=[" ".join(a).replace(DEAD, "DEAD") or "(nothing)" for a, _ in BAD_ARGV])
-def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
+def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path, lab_settings):
     from engine.results.store import RunStore
 
     (tmp_path / "not-json.json").write_text("{ this is not json")
     if argv[:1] == ["export"]:  # a history with runs, so the export reaches its file, whatever ran before
-        RunStore().import_examples()
-    saved = len(RunStore())
+        RunStore(lab_settings.db).import_examples()
+    saved = len(RunStore(lab_settings.db))
     p = cli_in_process(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
     out = p.stdout + p.stderr
     assert p.returncode != 0 and "Traceback" not in out, out
-    assert len(RunStore()) == saved  # nothing run, nothing recorded as given
+    assert len(RunStore(lab_settings.db)) == saved  # nothing run, nothing recorded as given
     if says == USAGE:
         assert p.returncode == 2 and "error:" in p.stderr.splitlines()[-1]
         return
@@ -254,17 +254,17 @@ def test_a_bad_argument_is_one_sentence_never_a_traceback(argv, says, tmp_path):
             k: v.replace("{tmp}", str(tmp_path)) for k, v in shown.items()}, (found, line)
 
 
-def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, tmp_path):
+def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, tmp_path, lab_settings):
     """--json is checked before the run; should writing still fail, the runs are already saved and the
     sentence says where they are."""
     from engine.results.store import RunStore
 
-    saved = len(RunStore())
+    saved = len(RunStore(lab_settings.db))
     p = cli("run", "vllm-5-sequential", "--url", vllm_server.base_url, "--max-tokens", "4", "--json", "/proc/x.json")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert read("Could not write {path} ({why}); the runs are saved in the history (python -m engine export --out "
                 "FILE): pick a folder that exists and that you may write to.", p.stderr)["path"] == "/proc/x.json"
-    assert len(RunStore()) == saved + 1
+    assert len(RunStore(lab_settings.db)) == saved + 1
 
 
 @pytest.mark.parametrize("extra, says", [
@@ -274,13 +274,13 @@ def test_a_file_that_cannot_be_written_after_a_run_keeps_the_runs(vllm_server, t
                                 {"model": "nope", "first": "{model}"})),
     (["--max-model-len", "512"], (ALREADY_RUNNING, {"flag": "--max-model-len"})),
 ])
-def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says):
+def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, extra, says, lab_settings):
     from engine.results.store import RunStore
     from engine.serving import endpoint
 
     mml = min(n for n in endpoint.discover(vllm_server.base_url).models.values() if n is not None)
     fill = dict(over=mml + 1, mml=mml, model=vllm_server.model)
-    saved = len(RunStore())
+    saved = len(RunStore(lab_settings.db))
     p = cli("run", "concurrent-10", "--url", vllm_server.base_url, *[a.format(**fill) for a in extra])
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
     assert len(p.stderr.splitlines()) == 1, p.stderr
@@ -288,7 +288,7 @@ def test_options_the_running_server_would_refuse_are_refused_first(vllm_server, 
     found = read(template, p.stderr)
     assert found is not None and {k: found[k] for k in shown} == {
         k: v.format(**fill) for k, v in shown.items()}, (found, p.stderr)
-    assert len(RunStore()) == saved
+    assert len(RunStore(lab_settings.db)) == saved
 
 
 def test_the_run_summary_counts_failed_requests_by_cause():

@@ -45,8 +45,8 @@ def _run(label: str, ttft_s: float, *, gap_s: float = 0.02, tput: float | None =
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    return RunStore()
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))  # the command's, read where it starts
+    return RunStore(tmp_path / "history.sqlite")
 
 
 def _lines(p):

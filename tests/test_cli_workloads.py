@@ -239,14 +239,14 @@ def test_the_help_documents_the_length_forms():
 
 
 @pytest.mark.server
-def test_a_dataset_file_runs_against_the_real_server_and_is_recorded_as_the_workload(vllm_server, five):
+def test_a_dataset_file_runs_against_the_real_server_and_is_recorded_as_the_workload(vllm_server, five, lab_settings):
     from engine.results.store import RunStore
 
     p = cli("run", "dataset-chat", "--url", vllm_server.base_url, "--dataset", str(five), "--max-tokens", "8")
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   5 / 0" in p.stdout
     run_id = re.search(r"saved as run (\S+)", p.stdout).group(1)
-    run = RunStore().load(run_id)
+    run = RunStore(lab_settings.db).load(run_id)
     assert sorted(r.prompt for r in run.measured) == sorted(FIVE)  # those five, each once
     w = run.load.workload
     assert (w["kind"], w["name"], w["rows"]) == ("dataset", "five.jsonl", 5)

@@ -8,6 +8,8 @@ from engine.errors import ConfigError
 from engine.serving.config import OWN_CONTROLS, PRESETS, ServerConfig, parse_extra_args
 from engine.serving.server import port_is_free
 
+from tests.conftest import MODELS
+
 LAB_MODEL = "/models/meta-llama--Meta-Llama-3-8B-Instruct"
 
 
@@ -94,7 +96,7 @@ def test_extra_args_parse_like_a_shell():
 def test_config_for_a_model_has_the_labs_defaults_and_keeps_them_for_unset_options():
     from engine.serving import models
 
-    spec = models.shape_only_llama3_8b()
+    spec = models.shape_only_llama3_8b(MODELS)
     gpu = ServerConfig.for_model(spec, "cuda", port=8300, max_model_len=None, dtype=None)
     assert (gpu.dtype, gpu.max_model_len, gpu.load_format, gpu.port) == ("float16", 2048, "dummy", 8300)
     assert gpu.served_model_name == "llama3-8b-shape-only"

@@ -75,9 +75,10 @@ def test_a_clock_step_between_two_readings_does_not_move_a_start(monkeypatch):
     assert proctree.same_process(me.pid, started) is not None
 
 
-def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_requests(embedded_model, tmp_path):
+def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_requests(embedded_model, tmp_path,
+                                                                                       lab_settings):
     port = free_port()
-    lab = Lab(port=port, store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=port, store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         lab.start_server(eager(embedded_model, port), embedded_model)
         snap = lab.server.wait_ready(timeout_s=600)
@@ -114,8 +115,8 @@ def test_api_server_killed_mid_load_test_takes_its_tree_and_keeps_the_finished_r
     assert not ours(port, *([last] if last else []))
 
 
-def test_a_start_past_its_deadline_ends_failed_with_nothing_left(embedded_model):
-    srv = VLLMServer(port=free_port(), start_timeout_s=6)
+def test_a_start_past_its_deadline_ends_failed_with_nothing_left(embedded_model, lab_settings):
+    srv = VLLMServer(lab_settings, port=free_port(), start_timeout_s=6)
     srv.start(eager(embedded_model, srv.port))
     api = srv.snapshot().pid
     with pytest.raises(ServerFailed, match="was not ready 6 s after Start"):
@@ -125,11 +126,11 @@ def test_a_start_past_its_deadline_ends_failed_with_nothing_left(embedded_model)
     assert not srv.record_path.exists() and not ours(srv.port, api)
 
 
-def test_a_restarted_app_stops_what_a_dead_server_left(embedded_model):
+def test_a_restarted_app_stops_what_a_dead_server_left(embedded_model, lab_settings):
     """The app and the API server both died (the app before it could react): the next VLLMServer on that
     port finds the orphaned EngineCore and worker by their tag and stops them; Start is clear again."""
     port = free_port()
-    srv = VLLMServer(port=port)
+    srv = VLLMServer(lab_settings, port=port)
     srv.start(eager(embedded_model, port))
     wait_for(lambda: len(srv._family) >= 2, 300, "the engine core and worker to appear")
     srv._stop_watch.set()  # the app "dies": nobody watches any more
@@ -140,7 +141,7 @@ def test_a_restarted_app_stops_what_a_dead_server_left(embedded_model):
     assert len(orphans) >= 2, f"the engine core survives its API server (the problem this guards against): {orphans}"
     assert leftovers(srv.runtime), "a start should see them as leftovers"
 
-    again = VLLMServer(port=port)  # the restarted app
+    again = VLLMServer(lab_settings, port=port)  # the restarted app
     assert again.snapshot().state == STOPPED
     assert "leftover" in (again.snapshot().notice or "") and "of RAM returned" in again.snapshot().notice
     assert not ours(port, api) and not leftovers(again.runtime)

@@ -86,14 +86,14 @@ def _chat(lab):
     return run
 
 
-def _lab(folder) -> Lab:
-    return Lab(port=free_port(), store=RunStore(folder / "h.sqlite"), telemetry_interval_s=3600)
+def _lab(folder, lab_settings) -> Lab:
+    return Lab(lab_settings, port=free_port(), store=RunStore(folder / "h.sqlite"), telemetry_interval_s=3600)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def in_flight(tmp_path_factory):
+def in_flight(tmp_path_factory, lab_settings):
     """The chat, the load test and the CLI run, each against its own endless server, started as the module starts."""
-    chat_lab = _lab(tmp_path_factory.mktemp("chat"))
+    chat_lab = _lab(tmp_path_factory.mktemp("chat"), lab_settings)
     waits = {"chat": Waiting(_endless(_chat(chat_lab)), 4 * ANSWER_DEADLINE_S + DEADLINE + 30),
              "load": Waiting(_endless(_load), DEADLINE + 30), "cli": Waiting(_endless(_cli), 240)}
     yield waits
@@ -103,8 +103,8 @@ def in_flight(tmp_path_factory):
 
 
 @pytest.fixture
-def lab(tmp_path):
-    lab = _lab(tmp_path)
+def lab(tmp_path, lab_settings):
+    lab = _lab(tmp_path, lab_settings)
     yield lab
     lab.shutdown()
 

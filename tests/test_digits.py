@@ -205,12 +205,12 @@ def test_side_by_side_keeps_a_slow_pair_s_digits():
     assert "(avg 0.40 tok/s)" in fig.data[3].name
 
 
-def test_the_cli_s_run_line_keeps_a_slow_run_s_digits():
+def test_the_cli_s_run_line_keeps_a_slow_run_s_digits(tmp_path):
     """`done in 5.00 s: 1 ok, 0 failed, 0.4 output tok/s, mean TTFT 0 ms`."""
     import io
 
     from engine.cli.console import Console
 
     out = io.StringIO()
-    Console(out).on_complete(_slow_run())
+    Console(out, log_dir=tmp_path).on_complete(_slow_run())
     assert "0.40 output tok/s, mean TTFT 0.30 ms" in out.getvalue(), out.getvalue()

@@ -26,9 +26,9 @@ SHOTS = ROOT / "artifacts" / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
+def app(tmp_path_factory, lab_settings):
     d = tmp_path_factory.mktemp("e2e-guide-screen")
-    seed(d)
+    seed(d, lab_settings)
     env = {"SERVING_LAB_VLLM_PORT": str(free_port()), "SERVING_LAB_RUNTIME": str(d / "runtime"),
            "SERVING_LAB_DB": str(d / "history.sqlite"), "SERVING_LAB_PRESENTER_TOKEN": TOKEN}
     with StreamlitApp(env, d / "streamlit.log") as a:

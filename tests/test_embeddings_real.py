@@ -17,12 +17,12 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def embedding_server(embedded_model):
+def embedding_server(embedded_model, lab_settings):
     from engine.serving.config import ServerConfig
     from engine.serving.server import VLLMServer
 
     port = free_port()
-    srv = VLLMServer(port=port)
+    srv = VLLMServer(lab_settings, port=port)
     srv.start(ServerConfig(model=embedded_model.path, port=port, enforce_eager=True, cpu_kvcache_gib=1,
                            max_model_len=512, extra_args=("--runner", "pooling", "--convert", "embed")))
     try:
@@ -31,7 +31,7 @@ def embedding_server(embedded_model):
         srv.stop()
 
 
-def test_an_embeddings_run_on_the_real_server_counts_its_prompts_and_times_each_answer(embedding_server):
+def test_an_embeddings_run_on_the_real_server_counts_its_prompts_and_times_each_answer(embedding_server, lab_settings):
     body = json.dumps({"model": embedding_server.model_name, "input": "What is TCP?"}).encode()
     req = urllib.request.Request(embedding_server.base_url + "/v1/embeddings", body,
                                  {"Content-Type": "application/json"})
@@ -40,7 +40,7 @@ def test_an_embeddings_run_on_the_real_server_counts_its_prompts_and_times_each_
     assert len(one["data"][0]["embedding"]) > 1 and one["usage"]["prompt_tokens"] > 0  # an embedding model here
     p = cli_in_process("run", "concurrent-10", "--url", embedding_server.base_url, "--endpoint", "embeddings")
     assert p.returncode == 0, p.stderr
-    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    run = RunStore(lab_settings.db).load(p.stdout.split("saved as run ")[1].split()[0])
     assert run.load.endpoint == "embeddings" and len(run.measured) == 10 and all(r.ok for r in run.measured)
     assert all(r.ttft == r.e2e and r.output_tokens == 0 and r.tokens_source == "usage" for r in run.measured)
     # the server's count of each prompt, which differs as the prompts do (not a word count or a constant)

@@ -2,6 +2,7 @@
 the summary's arithmetic from known runs, and the page through AppTest (no server running)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -21,15 +22,15 @@ from engine.results.records import (Disturbance, MemoryAt, NaiveWorker, Notes, R
                                     WorkerMemory)
 from engine.results.store import RunStore
 
-from .conftest import free_port
+from .conftest import MODELS, app_settings_now, app_uses, free_port
 from .said import ids, said, tree, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
 @pytest.fixture
-def lab(tmp_path):
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
+def lab(tmp_path, lab_settings):
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
     yield lab
     lab.shutdown()
 
@@ -70,7 +71,7 @@ def test_the_steps_follow_the_notebook_and_name_workloads_that_exist():
 def test_the_presenters_model_is_every_steps_and_survives_a_restart_and_starting_over(lab, tmp_path):
     from engine.serving import models
 
-    embedded = models.embedded()
+    embedded = models.embedded(MODELS)
     assert lab.guide.model_spec().path == embedded.path  # no choice, no server: the embedded default
     with pytest.raises(Exception) as e:
         lab.guide.set_model("/no/such/model", token="secret")
@@ -550,7 +551,7 @@ def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_swit
     import streamlit
     import ui
 
-    monkeypatch.setenv("SERVING_LAB_PRESENTER_TOKEN", "secret")  # a token: a viewer without it may follow
+    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), presenter_token="secret"))  # a viewer may follow
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     at.switch_page("app_pages/monitor.py").run()

@@ -3,6 +3,7 @@ agenda, "Next step" from two presenter tabs at once; a step ticked only once its
 the steps that need one say so, which is how a test sees that the press reached the engine."""
 from __future__ import annotations
 
+import dataclasses
 import socket
 import time
 from pathlib import Path
@@ -13,19 +14,17 @@ from streamlit.testing.v1 import AppTest
 from engine import guide as g
 from engine.serving import models
 
-from .conftest import free_port
+from .conftest import MODELS, app_settings_now, app_uses, settings_for
 from .said import read, shown
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
 @pytest.fixture
-def app_lab(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
+def app_lab(tmp_path, monkeypatch, lab_settings):
     import ui
 
-    ui.get_lab.clear()
+    app_uses(monkeypatch, settings_for(lab_settings, tmp_path))
     yield ui.get_lab()
     for job in ui.get_lab().jobs.active():
         ui.get_lab().jobs.cancel(job.id)
@@ -51,9 +50,9 @@ def test_every_steps_button_reaches_the_engine_after_the_session_changed_elsewhe
     with the old choice put back and no run. Each press here follows such a change, and reaches the engine:
     naive starts its job; the steps that need a server, a naive run or a free port say so in one sentence."""
     lab, guide = app_lab, app_lab.guide
-    if len(models.catalogue()) < 2:
+    if len(models.catalogue(MODELS)) < 2:
         pytest.skip("needs two prepared models (scripts/setup.sh prepares the embedded and the shape-only one)")
-    paths = [m.path for m in models.catalogue()]
+    paths = [m.path for m in models.catalogue(MODELS)]
     taken = socket.socket()  # step 3 meets a port another program holds: a sentence, not a started server
     taken.bind(("127.0.0.1", lab.server_port))
     taken.listen()
@@ -98,10 +97,9 @@ def test_an_agenda_tab_moves_the_presenter_and_a_viewer_who_browses(app_lab, mon
 
 
 def test_a_viewer_who_does_not_follow_browses_the_agenda_on_their_own(app_lab, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_PRESENTER_TOKEN", "secret")
+    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), presenter_token="secret"))
     import ui
 
-    ui.get_lab.clear()
     guide = ui.get_lab().guide
     at = _page("ko")
     at.button_group(key="guide_pick").set_value("streaming").run()
@@ -179,10 +177,9 @@ def test_the_token_budget_is_the_one_in_every_text_label_and_run_name(scale):
 def test_viewers_are_told_what_is_true_for_them(app_lab, monkeypatch):
     """A viewer cannot press the step's button nor start a server: "press the button on the left" and "start the
     server on the Server page" were said to them."""
-    monkeypatch.setenv("SERVING_LAB_PRESENTER_TOKEN", "secret")
+    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), presenter_token="secret"))
     import ui
 
-    ui.get_lab.clear()
     try:
         at = _page()
         infos = [i.value for i in at.info]

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-UI_FILES = [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", *sorted((ROOT / "app_pages").rglob("*.py"))]
+UI_FILES = [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", ROOT / "app_settings.py",
+            *sorted((ROOT / "app_pages").rglob("*.py"))]
 FORBIDDEN_IN_UI = {"subprocess", "sqlite3", "socket", "httpx", "requests", "aiohttp"}
 ENGINE_FOR_UI = {"engine.lab", "engine.figures"}  # the facade (actions, live state) and the charts (engine.figures.*)
 # What the UI may read without Lab: each answers from what it is given, and does no I/O of its own.

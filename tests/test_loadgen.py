@@ -187,9 +187,9 @@ def test_a_prompt_longer_than_the_context_and_a_wrong_model_are_counted_apart(vl
 
 
 @pytest.mark.server
-def test_console_observer(vllm_server):
+def test_console_observer(vllm_server, tmp_path):
     out = io.StringIO()
-    run_load(spec_for(vllm_server, num_requests=2), observer=Console(out))
+    run_load(spec_for(vllm_server, num_requests=2), observer=Console(out, log_dir=tmp_path))
     text = out.getvalue()
     assert "2 requests" in text and "[   2/2]" in text and "output tok/s" in text
 
@@ -216,7 +216,7 @@ def fake_spec(srv: FakeOpenAIServer, model: str, **over) -> LoadSpec:
     return LoadSpec(**base)
 
 
-def test_server_dying_mid_stream_keeps_completed():
+def test_server_dying_mid_stream_keeps_completed(tmp_path):
     with FakeOpenAIServer(die_after=2) as srv:
         res = run_guarded(fake_spec(srv, "die", shape="sequential", num_requests=5))
     assert [r.index for r in res.records] == [0, 1, 2, 3, 4]
@@ -234,7 +234,7 @@ def test_server_dying_mid_stream_keeps_completed():
         1, 1, "was cut off mid-answer when the server closed the connection")
     assert cut["todo"]["id"].startswith("it probably stopped or crashed, so check its state and log")
     out = io.StringIO()
-    Console(out).on_complete(res)
+    Console(out, log_dir=tmp_path).on_complete(res)
     said = [line.strip() for line in out.getvalue().splitlines()[1:]]
     assert said == [s for _, s in failures.failure_causes(res.records)]
 

@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [p for folder in ("engine", "app_pages", "tests", "bench", "scripts") for p in (ROOT / folder).rglob("*.py")]
-SOURCES += [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py"]
+SOURCES += [ROOT / "app.py", ROOT / "ui.py", ROOT / "i18n.py", ROOT / "app_settings.py"]
 BUILDS = {"cpu": ["requirements.txt", "requirements-test.txt", "requirements-cpu.txt"],
           "gpu": ["requirements.txt", "requirements-test.txt", "requirements-gpu.txt"]}
 

@@ -24,7 +24,7 @@ TOKENS = 6
 
 
 @pytest.fixture(scope="module")
-def lora_server(tmp_path_factory, embedded_model):
+def lora_server(tmp_path_factory, embedded_model, lab_settings):
     from engine.serving.config import ServerConfig
     from engine.serving.server import VLLMServer
 
@@ -34,7 +34,7 @@ def lora_server(tmp_path_factory, embedded_model):
     adapters = {name: write_adapter(d / name, embedded_model.path, seed, config["num_hidden_layers"],
                                     config["hidden_size"], kv_out) for seed, name in enumerate(("sql", "chat"), 1)}
     port = free_port()
-    srv = VLLMServer(port=port)
+    srv = VLLMServer(lab_settings, port=port)
     srv.start(ServerConfig(model=embedded_model.path, port=port, enforce_eager=True, cpu_kvcache_gib=1,
                            max_model_len=2048, extra_args=("--enable-lora", "--max-lora-rank", "8", "--lora-modules",
                                                            *(f"{n}={p}" for n, p in adapters.items()))))
@@ -58,7 +58,7 @@ def _answer(url: str, model: str, prompt: str) -> dict:
         return json.loads(r.read())
 
 
-def test_requests_go_to_the_lora_adapters_as_assigned(lora_server):
+def test_requests_go_to_the_lora_adapters_as_assigned(lora_server, lab_settings):
     with urllib.request.urlopen(lora_server + "/v1/models", timeout=30) as r:
         served = {m["id"]: m for m in json.loads(r.read())["data"]}
     assert {"sql", "chat"} <= served.keys()
@@ -74,7 +74,7 @@ def test_requests_go_to_the_lora_adapters_as_assigned(lora_server):
                        "--lora-weights", "3", "1", "--temperature", "0", "--max-tokens", str(TOKENS))
     assert p.returncode == 0, p.stderr
     assert "LoRA sql ×3, chat ×1 in turn" in p.stdout, p.stdout
-    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    run = RunStore(lab_settings.db).load(p.stdout.split("saved as run ")[1].split()[0])
     assert (run.load.other["lora_modules"], run.load.other["lora_weights"]) == (["sql", "chat"], [3, 1])
     spec = LoadSpec(base_url=lora_server, model="m", prompts=["-"], lora_modules=["sql", "chat"], lora_weights=[3, 1])
     sent = [(r.prompt, spec.model_for(r.index)) for r in sorted(run.measured, key=lambda r: r.index)]

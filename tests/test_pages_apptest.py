@@ -15,7 +15,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
-from tests.conftest import free_port
+from tests.conftest import apps_lab, settings_for
 from tests.said import read, reads, shown, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -32,20 +32,12 @@ PAGES = {
 
 
 @pytest.fixture(scope="module", autouse=True)
-def isolated_lab(tmp_path_factory):
-    """Point the run store at a temporary file and the app's vLLM port at a free one (no record there,
-    so the server is 'stopped'), before the first Lab is made."""
+def isolated_lab(tmp_path_factory, lab_settings):
+    """The app's Lab on a history of this module's and a free vLLM port (no record there, so the server is
+    'stopped'), built with these settings when the first page asks for it."""
     d = tmp_path_factory.mktemp("apptest")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        mp.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))  # read when the Lab is built
-        import ui
-
-        ui.get_lab.clear()
+    with apps_lab(settings_for(lab_settings, d)):
         yield d
-        lab = ui.get_lab()
-        lab.shutdown()
-        ui.get_lab.clear()
 
 
 def _app() -> AppTest:

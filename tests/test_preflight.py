@@ -3,6 +3,7 @@ loopback is not reachable by the room, one on every interface is; the token when
 another program is named; no Korean font is said with what to install; the CLI prints a line each."""
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import os
 import socket
@@ -40,8 +41,8 @@ def _serving(host: str, port: int):
 
 
 @pytest.fixture
-def lab(tmp_path):
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
+def lab(tmp_path, lab_settings):
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
     yield lab
     lab.shutdown()
 
@@ -71,9 +72,9 @@ def test_the_address_is_tried_through_another_interface():
         everywhere.server_close()
 
 
-def test_an_exposed_app_needs_the_presenter_token(tmp_path):
-    exposed = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), listen_host="0.0.0.0")
-    keyed = Lab(port=free_port(), store=RunStore(tmp_path / "k.sqlite"), listen_host="0.0.0.0",
+def test_an_exposed_app_needs_the_presenter_token(tmp_path, lab_settings):
+    exposed = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), listen_host="0.0.0.0")
+    keyed = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "k.sqlite"), listen_host="0.0.0.0",
                 presenter_token="t")
     try:
         c = pf.token(exposed, proxied=False)
@@ -121,11 +122,9 @@ def test_no_korean_font_is_said_with_what_to_install(tmp_path, monkeypatch):
     assert pf.korean_font().level == pf.WARN
 
 
-def test_behind_jupyters_proxy_the_room_is_told_who_can_reach_it(tmp_path, monkeypatch):
-    from engine.settings import from_env
-
-    monkeypatch.setenv("SERVING_LAB_BEHIND", "jupyter")  # what jupyter_proxy.py gives the app's process
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), settings=from_env())
+def test_behind_jupyters_proxy_the_room_is_told_who_can_reach_it(tmp_path, monkeypatch, lab_settings):
+    behind = dataclasses.replace(lab_settings, behind="jupyter")  # SERVING_LAB_BEHIND, as jupyter_proxy.py starts it
+    lab = Lab(behind, port=free_port(), store=RunStore(tmp_path / "history.sqlite"))
     try:
         found = {str(c.what): c for c in pf.checks(lab, "127.0.0.1", free_port(), "/user/kim/serving-lab")}
     finally:

@@ -199,12 +199,12 @@ def test_each_bad_rate_option_is_one_sentence_and_exit_2(argv, template, shown):
 
 # -- a run at a rate: its header, its cap, its record -----------------------------------------------------------------
 
-def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_keeps_its_cap():
+def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_keeps_its_cap(tmp_path):
     out = io.StringIO()
     with FakeOpenAIServer(chunk_delay_s=0.05) as srv:
         s = LoadSpec(base_url=srv.base_url, model="ok", prompts=["a", "b"], num_requests=8, max_tokens=6,
                      shape="poisson", rate=200.0, arrival="constant", max_in_flight=2, timeout_s=60)
-        result = run_load(s, observer=Console(out=out))
+        result = run_load(s, observer=Console(out=out, log_dir=tmp_path))
     text = out.getvalue()
     header = text.splitlines()[0]
     pace = read("{arrivals}, at most {cap} in flight", header)  # the rate and its cap, not a concurrency
@@ -229,7 +229,7 @@ def test_a_run_at_a_rate_says_its_rate_and_observed_peak_not_a_concurrency_and_k
 # -- the real server ------------------------------------------------------------------------------------------------
 
 @pytest.mark.server
-def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_server, tmp_path):
+def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_server, tmp_path, lab_settings):
     from engine.results.store import RunStore
 
     prompts = tmp_path / "four.jsonl"
@@ -241,7 +241,7 @@ def test_a_request_rate_run_records_its_rate_and_sends_on_its_schedule(vllm_serv
     pace = read("{arrivals}, at most {cap} in flight", p.stdout)  # the header: the rate and its cap
     assert pace["cap"] == "3" and read("Poisson {rate:g}/s", pace["arrivals"]) == {"rate": "2"}, p.stdout
     assert "concurrency 4" not in p.stdout
-    run = RunStore().load(re.search(r"saved as run (\S+)", p.stdout).group(1))
+    run = RunStore(lab_settings.db).load(re.search(r"saved as run (\S+)", p.stdout).group(1))
     assert (run.load.shape, run.load.rate, run.load.other["max_in_flight"]) == ("poisson", 2.0, 3)
     measured = sorted(run.measured, key=lambda r: r.index)
     planned = arrivals.offsets(4, 2.0, run.load.other["seed"])

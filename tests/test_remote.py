@@ -24,7 +24,7 @@ from engine.measure.workloads import scenarios
 from engine.measure.workloads.defaults import load_test_spec
 from engine.serving import models
 from engine.serving.endpoint import EndpointError, discover, root_url
-from tests.conftest import free_port
+from tests.conftest import MODELS, free_port
 from tests.said import read, said, values
 
 KEY = "sk-serving-lab-test-NEVER-STORED-7f3a"
@@ -165,11 +165,11 @@ def test_a_wrong_key_and_a_missing_key_are_one_sentence_each():
     assert KEY not in str(wrong.value)
 
 
-def test_the_lab_refuses_a_bad_endpoint_and_stays_on_its_own(tmp_path):
+def test_the_lab_refuses_a_bad_endpoint_and_stays_on_its_own(tmp_path, lab_settings):
     from engine.lab import Lab
     from engine.results.store import RunStore
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         with serve(keyed_vllm()) as url, pytest.raises(EndpointError):
             lab.attach(url, KEY)
@@ -192,12 +192,12 @@ def _bytes_under(folder: Path) -> bytes:
 
 
 def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vllm_server, tmp_path, isolated_home,
-                                                                             capfd):
+                                                                             capfd, lab_settings):
     from engine.lab import Lab
     from engine.results.store import RunStore
 
     url = vllm_server.base_url.rstrip("/")
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.5)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.5)
     try:
         seen = lab.attach(url + "/v1/", KEY)  # as pasted from a client's config
         assert (seen.url, seen.model, seen.max_model_len, seen.vllm, seen.metrics) == (
@@ -221,7 +221,7 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         assert lab.code_for_chat("Say hi.", max_tokens=8, temperature=0.7) is not None
 
         with pytest.raises(ServerBusy) as busy:
-            lab.start_server(lab.default_config(models.pick("embedded")))
+            lab.start_server(lab.default_config(models.pick("embedded", MODELS)))
         assert said(busy.value).template.startswith("The app is connected to {url}: disconnect on the Server page")
         assert values(busy.value) == {"url": url}
         with pytest.raises(ServerBusy) as busy:
@@ -243,11 +243,11 @@ def test_attached_server_runs_a_load_test_and_a_chat_and_never_keeps_the_key(vll
         lab.shutdown()
 
 
-def test_a_server_behind_a_path_prefix_works_without_its_metrics(vllm_server, tmp_path):
+def test_a_server_behind_a_path_prefix_works_without_its_metrics(vllm_server, tmp_path, lab_settings):
     from engine.lab import Lab
     from engine.results.store import RunStore
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         with serve(prefix_proxy(vllm_server.base_url.rstrip("/"))) as proxy:
             seen = lab.attach(proxy + "/team-a/v1", KEY)

@@ -27,6 +27,8 @@ from engine.serving.endpoint import EndpointError
 from tests import said as sentences
 from tests.test_remote import free_port, serve
 
+from tests.conftest import MODELS, apps_lab, settings_for
+
 KEY = "sk-live-key-NEVER-STORED-4d1e9b"
 WRONG = "sk-wrong-key-5c2a"
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -61,15 +63,15 @@ def _done(job, limit_s: float = 300):
 
 
 @pytest.fixture(scope="module")
-def keyed(isolated_home, tmp_path_factory):
+def keyed(isolated_home, tmp_path_factory, lab_settings):
     """The embedded model served on a free port with --api-key (as VLLM_API_KEY), started as the app starts it."""
     from engine.serving import models
     from engine.serving.config import ServerConfig
     from engine.serving.server import VLLMServer
 
     port = free_port()
-    srv = VLLMServer(port=port)
-    cfg = ServerConfig.for_model(models.embedded(), "cpu", port=port, cpu_kvcache_gib=1, max_model_len=1024,
+    srv = VLLMServer(lab_settings, port=port)
+    cfg = ServerConfig.for_model(models.embedded(MODELS), "cpu", port=port, cpu_kvcache_gib=1, max_model_len=1024,
                                  api_key=KEY, enforce_eager=True)  # eager: starts in ~40 s, not ~110 s
     srv.start_and_wait(cfg)
     try:
@@ -79,18 +81,13 @@ def keyed(isolated_home, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def app_lab(tmp_path_factory, keyed):
+def app_lab(tmp_path_factory, keyed, lab_settings):
     """The app's own Lab (ui.get_lab, as every page gets it), its history in this module's file."""
     d = tmp_path_factory.mktemp("remote-live")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SERVING_LAB_DB", str(d / "history.sqlite"))
-        import ui
+    import ui
 
-        ui.get_lab.clear()
-        lab = ui.get_lab()
-        yield SimpleNamespace(lab=lab, dir=d)
-        lab.shutdown()
-        ui.get_lab.clear()
+    with apps_lab(settings_for(lab_settings, d)):
+        yield SimpleNamespace(lab=ui.get_lab(), dir=d)
 
 
 def _page(path: str) -> AppTest:
@@ -264,7 +261,8 @@ def test_a_failure_counts_as_down_only_once_it_has_lasted_down_after_s():
     assert again.answering
 
 
-def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path, monkeypatch):
+def test_a_server_back_with_another_model_or_restarted_between_checks_is_discovered_anew(tmp_path, monkeypatch,
+                                                                                       lab_settings):
     from engine.lab import Lab
     from engine.results.store import RunStore
 
@@ -273,7 +271,7 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
     monkeypatch.setattr(endpoint, "DOWN_AFTER_S", 1.0)
     monkeypatch.setattr(endpoint, "CHECK_S", 1.0)
     state = {"up": True, "model": "model-a", "start": 1_700_000_000.0}
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.2)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=0.2)
     try:
         with _fake_vllm(state) as url:
             assert lab.attach(url).model == "model-a"
@@ -311,7 +309,7 @@ def test_a_server_back_with_another_model_or_restarted_between_checks_is_discove
         lab.shutdown()
 
 
-def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp_path):
+def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp_path, lab_settings):
     """This machine has 2 CPU cores and no GPU: its own server's sweep stops at 16 in flight with 64-token answers.
     A server at a URL sets them by what it said: its max-model-len and its KV cache's capacity (vLLM's
     cache_config_info), else neutral levels, said in a sentence."""
@@ -319,7 +317,7 @@ def test_the_load_tests_defaults_follow_the_server_at_a_url_not_this_machine(tmp
     from engine.measure.workloads.defaults import NEUTRAL_LEVELS
     from engine.results.store import RunStore
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     try:
         assert lab.device == "cpu"
         own = _defaults(lab)

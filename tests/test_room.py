@@ -159,10 +159,10 @@ def test_a_suggested_name_is_short_and_in_the_viewers_language():
 
 # -- the Room on a Lab, without a server -------------------------------------------------------------------
 @pytest.fixture
-def room_lab(tmp_path):
+def room_lab(tmp_path, lab_settings):
     from engine.lab import Lab
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret",
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret",
               telemetry_interval_s=3600)
     yield lab
     lab.shutdown()
@@ -435,13 +435,14 @@ def _wait(cond, limit_s: float, what: str) -> None:
 
 
 @pytest.mark.server
-def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vllm_server, tmp_path):
+def test_a_round_on_the_real_server_shows_requests_joining_others_mid_answer(vllm_server, tmp_path, lab_settings):
     from engine.lab import Lab
     from engine.measure.judge.stats import peak_in_flight
 
     if vllm_server.server is None:
         pytest.skip("SERVING_LAB_TEST_URL points at an outside server: the Lab has nothing to adopt")
-    lab = Lab(port=vllm_server.port, store=RunStore(tmp_path / "history.sqlite"), presenter_token="secret")
+    lab = Lab(lab_settings, port=vllm_server.port, store=RunStore(tmp_path / "history.sqlite"),
+              presenter_token="secret")
     try:
         _wait(lab.ready, 120, "the Lab did not adopt the session's server")
         job = lab.room.open(120, 96, token="secret")

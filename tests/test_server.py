@@ -16,7 +16,7 @@ from engine.serving.flags import known_flags
 from engine.serving.server import FAILED, READY, STOPPED, VLLMServer
 from engine.serving.vllm_log import STAGES
 
-from .conftest import _family, free_port
+from .conftest import MODELS, _family, free_port
 from .said import tree
 
 pytestmark = pytest.mark.server
@@ -100,7 +100,7 @@ def test_second_start_on_a_running_server_is_refused(vllm_server):
         vllm_server.server.start(cfg)
 
 
-def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model):
+def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model, lab_settings):
     port = free_port()
     foreign = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -111,7 +111,7 @@ def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model):
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        srv = VLLMServer(port=port)
+        srv = VLLMServer(lab_settings, port=port)
         with pytest.raises(PortInUse) as e:
             srv.start(ServerConfig(model=embedded_model.path, port=port))
         held = tree(e.value)  # the program holding the port named, and left alone
@@ -124,8 +124,8 @@ def test_foreign_process_on_the_port_is_reported_and_left_alone(embedded_model):
         foreign.kill()
 
 
-def test_bad_inputs_never_start_anything(embedded_model, tmp_path):
-    srv = VLLMServer(port=free_port())
+def test_bad_inputs_never_start_anything(embedded_model, tmp_path, lab_settings):
+    srv = VLLMServer(lab_settings, port=free_port())
     base = ServerConfig(model=embedded_model.path, port=srv.port)
     with pytest.raises(ConfigError, match="outside"):
         srv.start(base.with_changes(gpu_memory_utilization=1.5))
@@ -137,19 +137,19 @@ def test_bad_inputs_never_start_anything(embedded_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_unknown_flag_is_caught_from_vllms_own_parser(embedded_model):
-    flags = known_flags()  # read from the installed vLLM's --help, cached per version
+def test_unknown_flag_is_caught_from_vllms_own_parser(embedded_model, lab_settings):
+    flags = known_flags(MODELS)  # read from the installed vLLM's --help, cached per version
     assert flags and "--max-model-len" in flags and "--gpu-memory-utilization" in flags
-    srv = VLLMServer(port=free_port())
+    srv = VLLMServer(lab_settings, port=free_port())
     with pytest.raises(ConfigError, match="no flag '--max-model-lenght'"):
         srv.start(ServerConfig(model=embedded_model.path, port=srv.port, extra_args=("--max-model-lenght", "9")),
                   known_flags=flags)
 
 
 @pytest.mark.slow
-def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
+def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model, lab_settings):
     """A known flag with a bad value passes our checks; vLLM exits and the cause is shown in words."""
-    srv = VLLMServer(port=free_port())
+    srv = VLLMServer(lab_settings, port=free_port())
     srv.start(ServerConfig(model=embedded_model.path, port=srv.port, enforce_eager=True,
                            extra_args=("--max-num-batched-tokens", "lots")))
     with pytest.raises(ServerFailed, match="rejected a flag"):
@@ -160,8 +160,8 @@ def test_a_value_vllm_rejects_ends_in_failed_with_the_cause(embedded_model):
 
 
 @pytest.mark.slow
-def test_stop_during_startup_leaves_no_process(embedded_model):
-    srv = VLLMServer(port=free_port())
+def test_stop_during_startup_leaves_no_process(embedded_model, lab_settings):
+    srv = VLLMServer(lab_settings, port=free_port())
     srv.start(ServerConfig(model=embedded_model.path, port=srv.port, cpu_kvcache_gib=1, enforce_eager=True))
     deadline = time.time() + 300
     family: set[int] = set()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,62 @@ from engine.errors import ConfigError
 from engine.lab import Lab
 from engine.serving import leftovers
 from engine.serving.config import ServerConfig
-from tests.conftest import free_port
+from engine.messages import catalog
+from tests.conftest import app_page, app_settings_now, app_uses, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [*sorted((ROOT / "engine").rglob("*.py")), *sorted((ROOT / "app_pages").rglob("*.py")),
-           ROOT / "ui.py", ROOT / "app.py", ROOT / "i18n.py"]
+           ROOT / "ui.py", ROOT / "app.py", ROOT / "i18n.py", ROOT / "app_settings.py"]
 
 
-def test_a_fixtures_lab_uses_its_own_port(lab):
-    """conftest's `lab` sets a free port for its Lab after engine.lab was imported: the Lab listens there."""
-    port = int(os.environ["SERVING_LAB_VLLM_PORT"])
-    assert port != settings.DEFAULT_PORT
-    assert lab.server.port == port and lab.settings.vllm_port == port
+def test_a_fixtures_lab_uses_its_own_settings(lab, lab_settings):
+    """conftest's `lab` is the app's Lab (ui.get_lab) built with Settings the fixture made (a free port, a history of
+    its module's) after engine.lab was imported, none read from this process's environment: the Lab listens, keeps its
+    history and its server records where they say."""
+    own, env = lab.settings, settings.from_env()
+    assert own.vllm_port not in (settings.DEFAULT_PORT, env.vllm_port) and lab.server.port == own.vllm_port
+    assert own.db != lab_settings.db and lab.store.path == own.db and own.db.exists()
+    assert lab.server.runtime == own.runtime == lab_settings.runtime  # the session's: where its server's record is
+
+
+def test_a_labs_models_history_and_records_are_where_its_settings_say(tmp_path, monkeypatch):
+    """Every folder a Lab (and what it hands them to) uses comes from its Settings: the models its pages offer and
+    its guide accepts, the flags it reads beside them, its history, its server's record and lock; the environment
+    (pointing elsewhere) is never read."""
+    from engine.errors import LabError
+    from engine.serving import models
+
+    from tests.conftest import MODELS
+
+    mine = settings.Settings(home=tmp_path / "home", models=tmp_path / "models", runtime=tmp_path / "runtime",
+                             db=tmp_path / "history.sqlite", vllm_port=free_port())
+    (tmp_path / "models").mkdir()
+    for kept in MODELS.glob("vllm-flags-*.json"):  # the flags it reads beside the models, without asking vLLM anew
+        (tmp_path / "models" / kept.name).write_bytes(kept.read_bytes())
+    for name, value in (("HOME", "/nonexistent/home"), ("RUNTIME", "/nonexistent/runtime"),
+                        ("DB", "/nonexistent/history.sqlite"), ("VLLM_PORT", "70000")):  # read, these would fail
+        monkeypatch.setenv(f"SERVING_LAB_{name}", value)
+    lab = Lab(mine, telemetry_interval_s=3600)
+    try:
+        assert lab.server.port == mine.vllm_port and lab.store.path == mine.db and mine.db.exists()
+        assert lab.server.record_path == tmp_path / "runtime" / f"server-{mine.vllm_port}.json"
+        assert models.catalogue(lab.settings.models) == []  # nothing prepared in its own folder
+        shared = models.embedded(MODELS)  # prepared in the session's models folder, not in this Lab's
+        with pytest.raises(LabError):
+            lab.guide.set_model(shared.path)
+        with pytest.raises(models.ModelNotPrepared):
+            lab.guide.model_spec()  # the embedded default, looked for in its own folder
+    finally:
+        lab.shutdown()
+
+
+def test_the_apps_pages_speak_the_language_its_settings_fix(app_lab, monkeypatch):
+    """A room's fixed language (SERVING_LAB_LANG) reaches the pages through the app's one Settings
+    (app_settings.get): a page drawn with `lang="ko"` in them is Korean, whatever this process's environment says."""
+    monkeypatch.setenv("SERVING_LAB_LANG", "en")
+    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), lang="ko"))
+    at = app_page("app_pages/monitor.py")
+    assert at.title[0].value == catalog("ko").gettext("Monitor") != "Monitor"
 
 
 def _is_environment(n: ast.AST) -> bool:
@@ -94,16 +137,16 @@ def test_the_cli_says_a_bad_port_variable_in_one_sentence(monkeypatch, capsys):
     assert err.startswith("error: SERVING_LAB_VLLM_PORT=nine") and "Traceback" not in err and err.count("\n") == 1
 
 
-def _own(folder: Path) -> settings.Settings:
-    """The environment's settings, with the server records and the history in `folder` instead."""
-    return dataclasses.replace(settings.from_env(), runtime=folder / "runtime", db=folder / "history.sqlite")
+def _own(base: settings.Settings, folder: Path) -> settings.Settings:
+    """`base` with the server records and the history in `folder` instead."""
+    return dataclasses.replace(base, runtime=folder / "runtime", db=folder / "history.sqlite")
 
 
-def test_two_labs_with_their_own_settings_stay_apart(tmp_path):
+def test_two_labs_with_their_own_settings_stay_apart(tmp_path, lab_settings):
     """A Lab keeps its server's lock, record and history where the Settings it was built with say, not where the
-    environment says: two Labs in one process on the same port share none of it."""
-    port, env_runtime = free_port(), settings.from_env().runtime
-    a, b = (Lab(port=port, telemetry_interval_s=3600, settings=_own(tmp_path / n)) for n in "ab")
+    session's say: two Labs in one process on the same port share none of it."""
+    port, env_runtime = free_port(), lab_settings.runtime
+    a, b = (Lab(_own(lab_settings, tmp_path / n), port=port, telemetry_interval_s=3600) for n in "ab")
     try:
         for lab, n in ((a, "a"), (b, "b")):
             runtime = tmp_path / n / "runtime"
@@ -118,13 +161,13 @@ def test_two_labs_with_their_own_settings_stay_apart(tmp_path):
 
 @pytest.mark.server
 @pytest.mark.slow
-def test_a_labs_server_is_recorded_and_logged_under_its_own_runtime(tmp_path, embedded_model):
+def test_a_labs_server_is_recorded_and_logged_under_its_own_runtime(tmp_path, embedded_model, lab_settings):
     """The server a Lab starts writes its record and log under that Lab's runtime folder and is tagged with it:
     another Lab (other settings, in this process) neither names it as its own on another port nor as a leftover;
     the environment's folder holds nothing of it."""
-    port, other, env_runtime = free_port(), free_port(), settings.from_env().runtime
-    a = Lab(port=port, telemetry_interval_s=3600, settings=_own(tmp_path / "a"))
-    b = Lab(port=other, telemetry_interval_s=3600, settings=_own(tmp_path / "b"))
+    port, other, env_runtime = free_port(), free_port(), lab_settings.runtime
+    a = Lab(_own(lab_settings, tmp_path / "a"), port=port, telemetry_interval_s=3600)
+    b = Lab(_own(lab_settings, tmp_path / "b"), port=other, telemetry_interval_s=3600)
     try:
         a.server.start(ServerConfig.for_model(embedded_model, "cpu", port=port, cpu_kvcache_gib=1, enforce_eager=True))
         runtime = tmp_path / "a" / "runtime"

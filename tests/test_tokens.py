@@ -14,6 +14,8 @@ from engine.measure.workloads import tokens
 from engine.measure.workloads.prompts import _WORDS
 from engine.serving import models
 
+from tests.conftest import MODELS
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAPE_ONLY = models.models_dir() / "llama3-8b-shape-only"  # Llama 3's tokenizer, where the shape-only model is made
 
@@ -26,7 +28,7 @@ def _texts() -> list[str]:
                (ROOT / "examples" / "workloads" / "fixed-text.txt").read_text()[:2000]])
 
 
-@pytest.mark.parametrize("folder", [models.embedded_dir(), SHAPE_ONLY], ids=["smollm2", "llama3"])
+@pytest.mark.parametrize("folder", [models.embedded_dir(MODELS), SHAPE_ONLY], ids=["smollm2", "llama3"])
 def test_the_fast_tokenizer_encodes_and_decodes_as_transformers_does(folder):
     if folder == SHAPE_ONLY and not (folder / "tokenizer.json").is_file():
         pytest.skip("needs the shape-only model prepared (scripts/setup.sh prepares it)")
@@ -43,7 +45,7 @@ def test_the_fast_tokenizer_encodes_and_decodes_as_transformers_does(folder):
 
 def test_a_tokenizer_that_cleans_up_spaces_is_read_by_transformers(tmp_path):
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        (tmp_path / name).write_bytes((models.embedded_dir() / name).read_bytes())
+        (tmp_path / name).write_bytes((models.embedded_dir(MODELS) / name).read_bytes())
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "clean_up_tokenization_spaces": True}))
     assert type(tokens.for_model(tmp_path).tokenizer).__name__ != "_Fast"

@@ -83,14 +83,12 @@ def test_a_row_the_ready_server_already_runs_needs_no_restart():
 
 # -- the page: each section shows its own job and results ------------------------------------------------
 @pytest.fixture()
-def page(tmp_path, monkeypatch):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    from .conftest import free_port
+def page(tmp_path, monkeypatch, lab_settings):
+    from .conftest import app_uses, settings_for
 
-    monkeypatch.setenv("SERVING_LAB_VLLM_PORT", str(free_port()))
     import ui
 
-    ui.get_lab.clear()
+    app_uses(monkeypatch, settings_for(lab_settings, tmp_path))
     lab = ui.get_lab()
 
     def render() -> AppTest:

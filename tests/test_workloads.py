@@ -25,13 +25,15 @@ from engine.results.records import RequestRecord, RunResult
 from engine.figures.theme import caption_said
 from tests.said import said, values
 
+from tests.conftest import MODELS
+
 
 @pytest.fixture(scope="module")
 def tok():
     """The embedded model's tokenizer (SmolLM2's), as a served run counts with it."""
     from engine.serving import models
 
-    return tokens.for_model(models.embedded().path)
+    return tokens.for_model(models.embedded(MODELS).path)
 
 
 def spec(server, model="ok", **over) -> LoadSpec:

@@ -23,7 +23,7 @@ from engine.measure.workloads.prompts import seeded_prompts
 from engine.results.records import RequestRecord, RunResult
 from engine.runs import Runner, Target, check_sweep, check_tuning
 from engine.serving.config import ServerConfig
-from tests.conftest import app_page, wait_done
+from tests.conftest import MODELS, app_page, wait_done
 from tests.said import read, said, shown, tree, values
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "workloads"
@@ -151,7 +151,7 @@ def tuning_page(lab, monkeypatch):
     from engine.serving import models
     from engine.serving.server import STOPPED, Snapshot
 
-    cfg = ServerConfig(model=str(models.embedded_dir()), device=lab.device, max_model_len=2048, cpu_kvcache_gib=2)
+    cfg = ServerConfig(model=str(models.embedded_dir(MODELS)), device=lab.device, max_model_len=2048, cpu_kvcache_gib=2)
     monkeypatch.setattr(lab.server, "snapshot", lambda: Snapshot(state=STOPPED, config=cfg))
     handed: list = []
 

@@ -11,7 +11,7 @@ from engine.measure.workloads import fixed_text, kinds, seeds, tokens
 from engine.measure.workloads.base import WorkloadError
 from engine.measure.workloads.named import named
 from tests.cli_spec import load_of
-from tests.conftest import ROOT
+from tests.conftest import MODELS, ROOT
 from tests.said import tree
 
 TEXT = ROOT / "examples" / "workloads" / "fixed-text.txt"
@@ -21,7 +21,7 @@ TEXT = ROOT / "examples" / "workloads" / "fixed-text.txt"
 def tok():
     from engine.serving import models
 
-    return tokens.for_model(models.embedded().path)
+    return tokens.for_model(models.embedded(MODELS).path)
 
 
 def test_prompts_are_cut_from_the_text_exactly_their_length_its_opening_shared(tok):

@@ -15,12 +15,14 @@ from engine.measure.workloads.base import WorkloadError
 from tests.cli_spec import load_of
 from tests.said import said, tree, values
 
+from tests.conftest import MODELS
+
 
 @pytest.fixture(scope="module")
 def tok():
     from engine.serving import models
 
-    return tokens.for_model(models.embedded().path)
+    return tokens.for_model(models.embedded(MODELS).path)
 
 
 def _ids(tok, text):

@@ -30,7 +30,7 @@ def section(lab, chosen, request, shape: str, arrival: str, defaults, tokens_hi:
                                   help=_("Runs two servers on this machine's one device: they slow each other down, "
                                          "so the numbers show the sharing as much as the settings. For trying it "
                                          "out."))
-        elif cmd := second_server_command(lab.server_snapshot().config, lab.device):
+        elif cmd := second_server_command(lab.server_snapshot().config, lab.device, lab.settings.models):
             st.markdown(_("Start the second server on another GPU with this command (change its max-model-len or "
                           "memory to the setting you want to compare), then give its address below:"))
             st.code(cmd, language="bash")

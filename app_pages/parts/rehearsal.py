@@ -54,7 +54,7 @@ def _rehearse(lab: Lab) -> None:
                  "below. vLLM is stopped first, so step 3 times a real start."))
     guide = lab.guide
     scales = list(guide.scales)
-    choices = models.catalogue()  # the models prepared here, the room's own offered first
+    choices = models.catalogue(lab.settings.models)  # the models prepared here, the room's own offered first
     if not choices:
         st.info(_("Prepare a model on the Server page first: the rehearsal runs every step with it."),
                 icon=":material/info:")

@@ -23,7 +23,7 @@ def _cluster(args) -> int:
     from engine.serving.cluster import ray_commands
     from engine.serving.config import ServerConfig, parse_extra_args
 
-    spec = prepare.resolve(args.model or "embedded")
+    spec = prepare.resolve(args.model or "embedded", args.settings.models)
     cfg = ServerConfig.for_model(spec, "cuda", max_model_len=args.max_model_len, dtype=args.dtype,
                                  gpu_memory_utilization=args.gpu_memory_utilization,
                                  extra_args=parse_extra_args(args.extra or ""))

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from engine import paths
 from engine.digits import significant
 from engine.measure.judge import failures, lateness
 from engine.measure.progress import Progress, RunPlan, Totals
@@ -15,13 +14,13 @@ from engine.results.records import RequestRecord, RunResult
 
 class Console(Progress):
     """Progress on the terminal: stages, one line per request, a summary per run (the CLI). A run of more than
-    `lines` requests writes its request lines to a file in `log_dir` (default: the lab's logs folder) and prints
+    `lines` requests writes its request lines to a file in `log_dir` (the CLI's: the data home's logs) and prints
     about `lines` progress lines instead: a terminal never gets 100,000 of them."""
 
     LINES = 50
 
-    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "", lines: int = LINES,
-                 log_dir: Path | None = None) -> None:
+    def __init__(self, out: TextIO | None = None, every: int = 1, prefix: str = "", lines: int = LINES, *,
+                 log_dir: Path) -> None:
         self.out = out or sys.stdout
         self.every = max(1, every)
         self.prefix = prefix
@@ -46,10 +45,9 @@ class Console(Progress):
         self._close()
         self._every = self.every
         if plan.num_requests > self.lines:
-            folder = self.log_dir or paths.data_home() / "logs"
-            folder.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
             side = "".join(c for c in self.prefix if c.isalnum())
-            self.log_path = folder / f"requests-{time.strftime('%Y%m%d-%H%M%S')}{'-' + side if side else ''}.log"
+            self.log_path = self.log_dir / f"requests-{time.strftime('%Y%m%d-%H%M%S')}{'-' + side if side else ''}.log"
             self.log = open(self.log_path, "w")  # noqa: SIM115 - closed when the run completes
             self._every = max(self.every, -(-plan.num_requests // self.lines))
             self._print(f"  each request's line goes to {self.log_path}; here, a line every {self._every} requests")

@@ -3,6 +3,7 @@ engine.guide.rehearsal) and the room's pre-flight (engine.guide.preflight), each
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from engine.cli.output import say_line
 from engine.errors import ConfigError
@@ -31,10 +32,10 @@ def register(sub) -> None:
     p.set_defaults(func=_preflight)
 
 
-def _model_path(name: str | None) -> str | None:
+def _model_path(name: str | None, folder: Path) -> str | None:
     from engine.serving import models
 
-    return None if name is None else models.pick(name).path  # not prepared: its sentence, what to run
+    return None if name is None else models.pick(name, folder).path  # not prepared: its sentence, what to run
 
 
 def _rehearse(args) -> int:
@@ -44,7 +45,7 @@ def _rehearse(args) -> int:
 
     if args.talk_minutes < 0:
         raise ConfigError(say("--talk-minutes cannot be negative: give 0 or more."))
-    model = _model_path(args.model)
+    model = _model_path(args.model, args.settings.models)
     lab = Lab(listen_host="127.0.0.1", settings=args.settings)
     try:
         who = (lab.access.token, "cli")

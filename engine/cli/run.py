@@ -73,9 +73,11 @@ def _list(args) -> int:
 def _run(args) -> int:
     """Against --url (and --versus), or a server started here (every option checked before it starts)
     and stopped at the end."""
+    from engine import paths
     from engine.runs.ledger import WarmthLedger
     from engine.cli.console import Console
     from engine.measure.workloads import scenarios
+    from engine.observe import hardware
     from engine.results.store import RunStore
     from engine.runs import Runner, Target
 
@@ -110,6 +112,9 @@ def _run(args) -> int:
     # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
     warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
     runner = Runner(save, progress=Console(log_dir=args.settings.home / "logs"), slo=slo, warmth=warmth)
+    # the CPU's memory bandwidth, for each run's record: measured once per boot and kept in this command's runtime
+    # folder, before any server this command starts competes for it
+    hardware.describe(paths.runtime_dir(args.settings))
     if target is not None and versus is not None:
         _deadline(load)
         results = runner.side_by_side(target, versus, load)
@@ -252,10 +257,8 @@ def _on_own_server(runner, scn, cfg, spec, load, levels, detach: bool, repeats: 
     """The scenario on a server this command starts (tuning: one per configuration), stopped at the end
     unless --detach; a failed run never leaves a server behind."""
     from engine.measure.workloads import scenarios
-    from engine.observe import hardware
     from engine.runs import Target, check_tuning
 
-    hardware.describe()  # the CPU's memory bandwidth is measured once: before the server competes for it
     configs = scenarios.configs_for(scn, cfg) if scn.kind == "tuning" else [cfg]
     if scn.kind == "tuning":
         check_tuning(configs, load, model_max_len=spec.max_len)

@@ -96,7 +96,7 @@ def config(args):
     elif args.kv_cache_gib is not None:
         raise ConfigError(say("--kv-cache-gib sizes the CPU build's KV cache, and vLLM runs on a GPU here: set "
                               "--gpu-memory-utilization instead."))
-    spec = prepare.resolve(args.model or "embedded")
+    spec = prepare.resolve(args.model or "embedded", args.settings.models)
     cfg = ServerConfig.for_model(
         spec, device, port=port_of(args), host=args.host, dtype=args.dtype,
         max_model_len=args.max_model_len, gpu_memory_utilization=args.gpu_memory_utilization,
@@ -135,10 +135,10 @@ def _model_prepare(args) -> int:
 
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TQDM_DISABLE", "1")
-    path = prepare.prepare_embedded(log=lambda m: say_line(f"  {m}"))
+    path = prepare.prepare_embedded(args.settings.models, log=lambda m: say_line(f"  {m}"))
     say_line(f"embedded model ready: {path}")
     if args.shape_only:
-        say_line(f"shape-only Llama 3 8B ready: {prepare.prepare_shape_only()}")
+        say_line(f"shape-only Llama 3 8B ready: {prepare.prepare_shape_only(args.settings.models)}")
     return 0
 
 

@@ -184,7 +184,7 @@ class Guide:
     @presenter_only
     def set_model(self, path: str) -> None:
         """The model every step uses (the naive baseline and vLLM alike): one of the catalogue's, by path."""
-        if path not in {m.path for m in models.catalogue()}:
+        if path not in {m.path for m in models.catalogue(self.lab.settings.models)}:
             raise LabError(say("The model {name} is not prepared on this machine: pick one the list offers, or "
                                "prepare it on the Server page.", name=path))
         with self._lock:
@@ -238,10 +238,10 @@ class Guide:
         default (on a GPU the presenter picks the lab's Llama 3 8B or its shape-only stand-in)."""
         cfg = self.lab.server_snapshot().config
         for wanted in (self._state.model, cfg.model if cfg is not None else None):
-            for m in models.catalogue():
+            for m in models.catalogue(self.lab.settings.models):
                 if wanted and m.path == wanted:
                     return m
-        return models.pick("embedded")
+        return models.pick("embedded", self.lab.settings.models)
 
     def lab_config(self):
         """The notebook's server settings on this machine: its flags on a GPU; on a CPU the same context

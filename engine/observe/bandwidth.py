@@ -3,7 +3,6 @@ See docs/measuring.md#bandwidth."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
@@ -13,11 +12,11 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
 
-from engine import paths, settings
 from engine.messages import Message, mark
 from engine.observe import nvml
 
@@ -155,13 +154,18 @@ def copy_benchmark(mb: int = COPY_MB, threads: int | None = None, budget_s: floa
 _measuring = threading.Lock()  # two first callers at once would each measure half the bandwidth
 
 
-def cpu() -> Bandwidth | None:
+_this_process: list[Bandwidth | None] = []  # the one measurement of this process, once made
+
+
+def cpu(kept_in: Path | None = None) -> Bandwidth | None:
     """This machine's CPU memory bandwidth, measured once per boot (a second or two, and 2 × COPY_MB of memory)
-    and kept in the runtime folder; None when the benchmark's arrays do not fit in memory. Measured in every
-    process it cost each `python -m engine run` those seconds after its run had ended, and its arrays were the
-    command's peak memory."""
+    and kept in `kept_in` (a runtime folder: the Lab and the CLI's run ask first, with their Settings'), then once
+    per process; None when the benchmark's arrays do not fit in memory. Measured in every process it cost each
+    `python -m engine run` those seconds after its run had ended, and its arrays were the command's peak memory."""
     with _measuring:
-        return _measured()
+        if not _this_process:
+            _this_process.append(_measured(kept_in))
+        return _this_process[0]
 
 
 def _machine() -> dict[str, Any]:
@@ -174,21 +178,26 @@ def _machine() -> dict[str, Any]:
     return {"boot": boot, "cores": cores}
 
 
-@functools.cache
-def _measured() -> Bandwidth | None:
-    # the machine's, once per process (functools.cache): kept in the runtime folder the environment names
-    path, machine = paths.runtime_dir(settings.current()) / "cpu-bandwidth.json", _machine()
+def _measured(kept_in: Path | None) -> Bandwidth | None:
+    if kept_in is None:  # nowhere to keep it: measured for this process alone
+        return _benchmark()
+    path, machine = kept_in / "cpu-bandwidth.json", _machine()
     with contextlib.suppress(OSError, ValueError):
         kept = json.loads(path.read_text())
         if isinstance(kept, dict) and kept.get("machine") == machine and (
                 bw := Bandwidth.from_dict(kept.get("bandwidth"))) is not None:
             return bw
-    try:
-        measured = copy_benchmark()
-    except MemoryError:
+    if (measured := _benchmark()) is None:
         return None
     with contextlib.suppress(OSError):  # a read-only runtime folder: measured again next time
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"machine": machine, "bandwidth": measured.to_dict()}))
         tmp.replace(path)
     return measured
+
+
+def _benchmark() -> Bandwidth | None:
+    try:
+        return copy_benchmark()
+    except MemoryError:
+        return None

@@ -7,6 +7,7 @@ import os
 import platform
 import sys
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -84,11 +85,16 @@ def cpu() -> dict[str, Any]:
     return info
 
 
-@functools.lru_cache(maxsize=1)
-def describe() -> dict[str, Any]:
+def describe(kept_in: Path | None = None) -> dict[str, Any]:
     """This machine, for RunResult.hardware: accelerator, gpus, cpu, os, summary (one line). The CPU's
     memory bandwidth is measured the first time (a second or two), on a GPU machine too: the naive
-    baseline may run on the CPU there."""
+    baseline may run on the CPU there; kept in `kept_in` (bandwidth.cpu: the caller's runtime folder)."""
+    bandwidth.cpu(kept_in)
+    return _described()
+
+
+@functools.lru_cache(maxsize=1)
+def _described() -> dict[str, Any]:
     g = gpus()
     c = cpu()
     if bw := bandwidth.cpu():

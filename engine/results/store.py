@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterable, Iterator
 
 from engine.errors import LabError
 from engine.messages import say
-from engine.paths import history_path
 from engine.results import database as db
 from engine.results import exchange
 from engine.results.records import RunResult, RunRow
@@ -46,12 +45,10 @@ def _not_found(run_id: str) -> RunNotFound:
 
 
 class RunStore:
-    """The run history. `RunStore()` uses `paths.history_path()` ($SERVING_LAB_DB, else
-    `data_home()/history.sqlite`); pass `path` to use another."""
+    """The run history in the SQLite file at `path` (the app's: its Settings' `db`, $SERVING_LAB_DB, else
+    history.sqlite in the data home)."""
 
-    def __init__(self, path: str | Path | None = None):
-        if path is None:
-            path = history_path()
+    def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._key = str(self.path.resolve())

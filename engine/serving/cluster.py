@@ -6,11 +6,12 @@ import ipaddress
 import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.errors import ConfigError, ServerBusy
 from engine.messages import Message, say
 from engine.observe import nvml
-from engine.serving import models
+from engine.serving.models import embedded_dir
 from engine.serving.config import ServerConfig, check_port
 
 RAY_PORT = 6379
@@ -91,7 +92,8 @@ def check_pair(a, b, device: str, shared_ok: bool) -> None:
         raise ServerBusy(why)
 
 
-def second_server_command(started: ServerConfig | None, device: str, port: int | None = None) -> str | None:
+def second_server_command(started: ServerConfig | None, device: str, models: Path,
+                          port: int | None = None) -> str | None:
     """The command that starts a second server like the running one on another GPU (then connected side
     by side by URL; the app itself runs one server), None without two GPUs or a started server."""
     gpus = sorted(nvml.devices(), key=lambda g: g["index"])
@@ -100,7 +102,7 @@ def second_server_command(started: ServerConfig | None, device: str, port: int |
     cfg = started
     used = set(cfg.gpus) or set(range(cfg.gpus_needed))
     free = [g["index"] for g in gpus if g["index"] not in used] or [gpus[-1]["index"]]
-    model = ("embedded" if cfg.model == str(models.embedded_dir()) else
+    model = ("embedded" if cfg.model == str(embedded_dir(models)) else
              cfg.model if os.path.isdir(cfg.model) else f"hub:{cfg.model}")
     argv = ["python", "-m", "engine", "serve", "--model", model, "--port", str(port or cfg.port + 1),
             "--gpus", str(free[0]), "--max-model-len", str(cfg.max_model_len),

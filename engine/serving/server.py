@@ -22,7 +22,7 @@ from engine.serving import proctree
 from engine.serving.config import ServerConfig
 from engine.serving.leftovers import home, leftovers, leftovers_sentence, port_lock
 from engine.serving.port_record import PortRecord, command, holder_said, starter_said
-from engine.settings import Settings, from_env
+from engine.settings import Settings
 from engine.serving.vllm_log import LogFollower, after_ready, ago, describe_death, describe_failure
 
 from engine.serving.states import FAILED, READY, STARTING, STOPPED, STOPPING  # noqa: F401 (also read from here)
@@ -62,13 +62,12 @@ class VLLMServer:
     """One vLLM server on one port, and every process of its tree. Thread-safe; every public method
     but stop() returns quickly."""
 
-    def __init__(self, port: int = 9000, python: str | None = None, poll_s: float = 0.5,
+    def __init__(self, settings: Settings, port: int = 9000, python: str | None = None, poll_s: float = 0.5,
                  start_timeout_s: float | None = None, serving_grace_s: float = 30.0, starter: str = "app",
-                 clean: bool = True, settings: Settings | None = None):
+                 clean: bool = True):
         self.port = port
-        # where its record, lock and log live: the settings of its Lab (or command); none given, the environment's
-        # now, for a script or test that builds a server alone
-        self.settings = settings if settings is not None else from_env()
+        # where its record, lock and log live: the settings of its Lab (or command)
+        self.settings = settings
         self.runtime = paths.runtime_dir(self.settings)
         # who starts servers through this object ("app" or "cli"): written in the record, so whoever
         # finds the server later can say who started it

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import paths
 from engine.errors import ConfigError
 from engine.measure.workloads.prompts import _WORDS
 from engine.messages import Message, say
@@ -160,5 +161,5 @@ def for_model(folder: str | Path | None) -> Tokens:
 
 def embedded() -> Tokens:
     """The embedded default model's tokenizer when it is prepared on this machine, else the estimate."""
-    folder = models.embedded_dir()
+    folder = models.embedded_dir(paths.models_dir())
     return for_model(folder) if (folder / "tokenizer_config.json").exists() else estimated()
