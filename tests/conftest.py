@@ -197,6 +197,15 @@ def app_uses(mp: pytest.MonkeyPatch, s: Settings) -> None:
     ui.get_lab.clear()
 
 
+def app_speaks(mp: pytest.MonkeyPatch, lang: str) -> None:
+    """The app's pages as a room whose SERVING_LAB_LANG is `lang` draws them: its Settings' language changed (its
+    Lab, which never reads the language, kept)."""
+    import app_settings
+
+    s = dataclasses.replace(app_settings.get(), lang=lang)
+    mp.setattr(app_settings, "get", lambda: s)
+
+
 def app_settings_now() -> Settings:
     """The Settings the app's pages are built with now (app_uses)."""
     import app_settings

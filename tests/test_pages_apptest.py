@@ -8,6 +8,7 @@ thread) serves every AppTest in this module and is shut down at the end.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.measure.workloads import scenarios
-from tests.conftest import apps_lab, settings_for
+from tests.conftest import MODELS, app_settings_now, app_speaks, apps_lab, settings_for
 from tests.said import read, reads, shown, values
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -260,17 +261,19 @@ def test_load_test_shows_only_the_controls_its_arrival_uses():
 
 def test_drawing_the_server_page_never_prepares_a_model(tmp_path, monkeypatch):
     """Selecting a model that is not prepared offers 'Prepare it'; nothing is fetched or written by drawing."""
-    monkeypatch.setenv("SERVING_LAB_MODELS", str(tmp_path))
+    for kept in MODELS.glob("vllm-flags-*.json"):  # what the Lab reads beside its models, as it finds it there
+        (tmp_path / kept.name).write_bytes(kept.read_bytes())
     from engine.serving import prepare
 
     fetched = []
     monkeypatch.setattr(prepare, "_pip_fetch", lambda *a, **k: fetched.append(a))
-    at = _page("app_pages/server.py")
-    at.radio(key="model_kind").set_value("shape-only").run()
+    with apps_lab(dataclasses.replace(app_settings_now(), models=tmp_path)):  # a machine with nothing prepared
+        at = _page("app_pages/server.py")
+        at.radio(key="model_kind").set_value("shape-only").run()
     assert not at.exception
     assert any("not prepared" in w.value for w in at.warning)
     assert any(b.label == "Prepare it" for b in at.button)
-    assert not fetched and not any(tmp_path.iterdir())
+    assert not fetched and not [p for p in tmp_path.iterdir() if not p.name.startswith("vllm-flags-")]
 
 
 def _sidebar_text(at: AppTest) -> str:
@@ -285,7 +288,7 @@ def test_a_viewer_switches_language_and_a_room_can_fix_it(monkeypatch):
     at.run()
     assert not at.exception and "vLLM 서버" in _sidebar_text(at) and "중지됨" in _sidebar_text(at)
     assert "vLLM server" in _sidebar_text(_app())  # another viewer still reads English
-    monkeypatch.setenv("SERVING_LAB_LANG", "ko")
+    app_speaks(monkeypatch, "ko")  # SERVING_LAB_LANG=ko
     assert "vLLM 서버" in _sidebar_text(_app())
 
 
@@ -298,7 +301,7 @@ def test_every_page_renders_in_korean(path, monkeypatch):
     from engine.messages import catalog
 
     ko = catalog("ko")  # the app's own: its .po compiled where the .mo is missing or older
-    monkeypatch.setenv("SERVING_LAB_LANG", "ko")
+    app_speaks(monkeypatch, "ko")
     at = _page(path)
     assert at.title[0].value == ko.gettext(PAGES[path])
     boxes = [b.value for kind in (at.error, at.warning, at.info, at.success) for b in kind]

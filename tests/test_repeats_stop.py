@@ -73,14 +73,14 @@ def test_the_cli_caps_repeats_as_the_page_does_unless_told():
     assert "--repeats" not in p.stderr  # allowed: it fails later, on the dead server
 
 
-def test_the_cap_says_how_long_the_repeats_would_take_from_the_history(tmp_path, monkeypatch, lab_settings):
+def test_the_cap_says_how_long_the_repeats_would_take_from_the_history(tmp_path, monkeypatch):
     from engine.results.store import RunStore
     from tests.test_store import make_run
 
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "h.sqlite"))
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "h.sqlite"))  # the command's, read where it starts
     run = make_run(label="ten at once", n=10)  # scenario concurrent-10
     run.duration = 12.0
-    RunStore(lab_settings.db).save(run)
+    RunStore(tmp_path / "h.sqlite").save(run)
     p = cli_in_process("run", "concurrent-10", "--url", DEAD, "--repeats", "1000")
     found = read("--repeats {n} runs the load test {n} times, one after another (about {total}, at the {each} its last "
                  "run in the history measured, warm-ups not counted); the Load test page stops at {most}: give "

@@ -53,9 +53,9 @@ def cpu_run():
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch, lab_settings):
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    store = RunStore(lab_settings.db)
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))  # the command's, read where it starts
+    store = RunStore(tmp_path / "history.sqlite")
     for run in (gpu_run(), cpu_run()):
         store.save(run)
     return store

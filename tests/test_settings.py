@@ -17,7 +17,7 @@ from engine.lab import Lab
 from engine.serving import leftovers
 from engine.serving.config import ServerConfig
 from engine.messages import catalog
-from tests.conftest import app_page, app_settings_now, app_uses, free_port
+from tests.conftest import app_page, app_speaks, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [*sorted((ROOT / "engine").rglob("*.py")), *sorted((ROOT / "app_pages").rglob("*.py")),
@@ -69,7 +69,7 @@ def test_the_apps_pages_speak_the_language_its_settings_fix(app_lab, monkeypatch
     """A room's fixed language (SERVING_LAB_LANG) reaches the pages through the app's one Settings
     (app_settings.get): a page drawn with `lang="ko"` in them is Korean, whatever this process's environment says."""
     monkeypatch.setenv("SERVING_LAB_LANG", "en")
-    app_uses(monkeypatch, dataclasses.replace(app_settings_now(), lang="ko"))
+    app_speaks(monkeypatch, "ko")
     at = app_page("app_pages/monitor.py")
     assert at.title[0].value == catalog("ko").gettext("Monitor") != "Monitor"
 

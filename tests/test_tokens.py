@@ -17,7 +17,7 @@ from engine.serving import models
 from tests.conftest import MODELS
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPE_ONLY = models.models_dir() / "llama3-8b-shape-only"  # Llama 3's tokenizer, where the shape-only model is made
+SHAPE_ONLY = MODELS / "llama3-8b-shape-only"  # Llama 3's tokenizer, where the shape-only model is made
 
 
 def _texts() -> list[str]:

@@ -236,13 +236,13 @@ def test_the_cli_tuning_verdict_withholds_beyond_noise_beside_a_disturbed_run(ca
         "what": "other programs used 1.5 of 2 cores"}, out
 
 
-def test_cli_compare_says_it_once_per_metric_and_marks_the_json(tmp_path, monkeypatch, lab_settings):
+def test_cli_compare_says_it_once_per_metric_and_marks_the_json(tmp_path, monkeypatch):
     from engine.results.store import RunStore
 
     from .conftest import cli_in_process
 
-    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))
-    store = RunStore(lab_settings.db)
+    monkeypatch.setenv("SERVING_LAB_DB", str(tmp_path / "history.sqlite"))  # the command's, read where it starts
+    store = RunStore(tmp_path / "history.sqlite")
     a, b = _sets(busy=True)
     for r in a + b:
         store.save(r)
