@@ -76,6 +76,8 @@ SINGLE_PROCESS_SERVERS = {
     # the prefix pair and the KV squeeze: cached tokens, capacity and preemptions as the pages show them
     "tests/test_e2e_browser.py::test_kv_squeeze_and_prefix_caching_views_on_real_servers",
     "tests/test_e2e_guide.py",  # the guided lab's steps (its Start, Tuning's restart) as the room sees them
+    # `rehearse`: every step's sheet, step 3's ready time, the port free after (no process is counted)
+    "tests/test_rehearsal.py::test_the_cli_rehearses_the_whole_lab_on_the_real_server",
 }
 
 
