@@ -78,6 +78,8 @@ SINGLE_PROCESS_SERVERS = {
     "tests/test_e2e_guide.py",  # the guided lab's steps (its Start, Tuning's restart) as the room sees them
     # `rehearse`: every step's sheet, step 3's ready time, the port free after (no process is counted)
     "tests/test_rehearsal.py::test_the_cli_rehearses_the_whole_lab_on_the_real_server",
+    # `run tuning --repeats 2`: the repeat groups and verdict it prints and saves
+    "tests/test_cli_repeats.py::test_tuning_with_two_repeats_on_the_real_server_keeps_each_configuration_a_repeat_group",
 }
 
 
