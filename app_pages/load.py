@@ -155,7 +155,7 @@ if submitted:
                               ignore_eos=bool(ignore_eos), rate=rate, concurrency=int(concurrency),
                               synthetic=what == "synthetic", warmup=warmup, plan=wl_plan, ramp_up_s=float(ramp_up),
                               burstiness=float(burstiness), seed=None if seed is None else int(seed),
-                              request=request.fields(),
+                              request=request.fields(), models_dir=lab.settings.models,
                               **rate_choice(SPACINGS[spacing], int(cap), RAMPS[ramp_kind], float(ramp_value)))
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")

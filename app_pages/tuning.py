@@ -37,7 +37,7 @@ LAB_PROMPTS = "lab"
 @st.cache_data(max_entries=8, show_spinner=False)
 def _plan(key: str):
     """A shipped example's plan, made once (every configuration is sent this same one)."""
-    return workload_plan(WORKLOADS[key])
+    return workload_plan(WORKLOADS[key], models_dir=lab.settings.models)
 
 
 def _what_named(key: str) -> str:

@@ -88,7 +88,7 @@ class Bench:
 
     def runner(self) -> Runner:
         """The product's own orchestration (engine.runs), saving here and marking this bench's events."""
-        return Runner(self.save, mark=self.mark)
+        return Runner(self.save, mark=self.mark, models_dir=from_env().models)
 
     # -- phases ----------------------------------------------------------------------------
     def naive(self):

@@ -20,6 +20,7 @@ from engine.measure.judge.slo import Slo, judge  # noqa: E402
 from engine.measure.workloads.defaults import load_test_spec  # noqa: E402
 from engine.observe import hardware  # noqa: E402
 from engine.runs import Runner, Target  # noqa: E402
+from engine.settings import from_env  # noqa: E402
 
 
 def main() -> int:
@@ -39,7 +40,7 @@ def main() -> int:
     store = lab.store
     slo = Slo(ttft_ms=a.ttft_ms, tpot_ms=a.tpot_ms)
     target = Target.of(lab.server)
-    runner = Runner(lambda r: store.save(r) and r)
+    runner = Runner(lambda r: store.save(r) and r, models_dir=from_env().models)
     # Each level sends max(16, 2 × level) requests (loadgen.run_level), each of exactly a.tokens tokens.
     spec = load_test_spec("concurrency", 16, a.tokens, max_len=lab.serving_max_len(), ignore_eos=True,
                           concurrency=1, synthetic=True, warmup=True)

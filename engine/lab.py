@@ -206,7 +206,7 @@ class Lab:
     def _runner(self, job: Job, notes: Notes | None = None) -> Runner:
         """A Runner for `job`, each run it saves carrying the fields `notes` was made with (a rehearsal's sheet id)."""
         return Runner(lambda result: self._save(result, notes), progress=job, cancel=job.cancel,
-                      mark=self.server.mark, warmth=self.warmth)
+                      mark=self.server.mark, warmth=self.warmth, models_dir=self.settings.models)
 
     def _measure(self, kind: str, label: str, spec, work: Callable, notes: Notes | None = None, **submit) -> Job:
         """Submit work(runner, spec, target) against the server the app measures, `spec` aimed at it first."""

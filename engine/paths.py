@@ -1,20 +1,12 @@
-"""The folders the app keeps what it owns in: converted models, server records and logs (the history's file and the
-CLI's logs are the Settings' own `db` and `home`). Each takes the Settings its caller was built with
-(engine.settings: read from the environment once, where a process starts), so two Labs with different settings in
-one process keep their servers apart."""
+"""The runtime folder, made private before use: server records, locks and logs (the models' folder, the history's
+file and the CLI's logs are the Settings' own `models`, `db` and `home`). It takes the Settings its caller was built
+with (engine.settings: read from the environment once, where a process starts), so two Labs with different settings
+in one process keep their servers apart."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.settings import Settings, from_env
-
-
-def models_dir(s: Settings | None = None) -> Path:
-    """Converted models; $SERVING_LAB_MODELS moves them apart from the rest (tests isolate the rest). Without
-    Settings, the environment's at the call: models.py, prepare.py and flags.py do not hold one yet."""
-    s = s or from_env()
-    s.models.mkdir(parents=True, exist_ok=True)
-    return s.models
+from engine.settings import Settings
 
 
 def runtime_dir(s: Settings) -> Path:

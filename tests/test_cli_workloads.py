@@ -18,7 +18,7 @@ from engine.measure.workloads.named import named
 
 from tests.cli_spec import load_of
 
-from .conftest import ROOT, cli_in_process
+from .conftest import MODELS, ROOT, cli_in_process
 from .said import tree
 
 FIVE = ["What is the capital of France?", "Name three primary colours.", "How many legs does a spider have?",
@@ -64,7 +64,8 @@ def test_input_and_output_len_draw_the_same_seeded_lengths_the_page_would():
     load = load_of("concurrent-10", "--input-len", "100-300", "--output-len", "40:10", "--num-prompts", "6",
                    "--seed", "0")
     page = workload_plan({"kind": "lengths", "n": 6, "input": {"kind": "uniform", "low": 100, "high": 300},
-                          "output": {"kind": "normal", "mean": 40, "stdev": 10, "low": 1, "high": 80}, "seed": 0})
+                          "output": {"kind": "normal", "mean": 40, "stdev": 10, "low": 1, "high": 80}, "seed": 0},
+                         models_dir=MODELS)  # the command's models, as the app's
     assert load.prompts == page.prompts and load.max_tokens_each == page.max_tokens_each
     assert load.workload["inputs"] == {"kind": "uniform", "low": 100, "high": 300}  # no unused mean beside them
     assert load_of("concurrent-10", "--input-len", "64", "--num-prompts", "3").workload["input_tokens"]["max"] >= 1
@@ -132,6 +133,7 @@ def test_each_level_of_a_sweep_or_search_sends_prompts_of_its_own(monkeypatch):
     monkeypatch.setattr(Runner, "_level", level)
     runner = Runner.__new__(Runner)
     runner.cancel, runner.progress, runner.mark = __import__("threading").Event(), _Quiet(), lambda *_: None
+    runner.models_dir = MODELS
     runner.sweep(load_of("sweep", "--seed", "42"), [1, 2, 4], Aimed())
     assert [s.prompt_seed for s in sent] == [42, 43, 44] and len({tuple(s.prompts) for s in sent}) == 3
     assert all(s.prompt_words == 24 for s in sent)

@@ -35,10 +35,11 @@ def _model_dir() -> Path | None:
     env = os.environ.get("SERVING_LAB_TEST_MODEL_DIR")
     candidates = [Path(env)] if env else []
     try:
-        from engine.paths import models_dir
         from engine.serving.models import EMBEDDED_NAME
 
-        prepared = models_dir() / EMBEDDED_NAME
+        from .conftest import MODELS
+
+        prepared = MODELS / EMBEDDED_NAME
         if (prepared / ".complete").exists():  # conversion finished
             candidates.append(prepared)
     except Exception:

@@ -53,10 +53,12 @@ def test_a_tokenizer_that_cleans_up_spaces_is_read_by_transformers(tmp_path):
 
 def test_making_prompts_of_exact_lengths_never_imports_transformers_or_torch():
     code = ("import sys\n"
+            "from pathlib import Path\n"
             "from engine.measure.workloads import tokens\n"
-            "t = tokens.embedded()\n"
+            "t = tokens.embedded(Path(sys.argv[1]))\n"
             "assert t.exact and t.count(t.text_of(40, seed=1)) == 40\n"
             "print(sorted(m for m in ('transformers', 'torch') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, str(MODELS)], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

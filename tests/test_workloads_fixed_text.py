@@ -81,7 +81,8 @@ def test_the_cli_sends_the_fixed_text_the_page_sends():
 
     load = load_of("concurrent-10", "--fixed-text", "--input-len", "80", "--prefix-len", "20", "--output-len", "6",
                  "--num-prompts", "3", "--seed", "7")
-    page = workload_plan({"kind": "fixed-text", "n": 3, "input_len": 80, "prefix_len": 20, "output_len": 6, "seed": 7})
+    page = workload_plan({"kind": "fixed-text", "n": 3, "input_len": 80, "prefix_len": 20, "output_len": 6, "seed": 7},
+                         models_dir=MODELS)
     assert load.prompts == page.prompts and load.max_tokens_each == [6] * 3 and load.prompt_seed == 7
     own = load_of("fixed-text", "--num-prompts", "2")  # the catalogue's scenario: its lengths, a new seed each run
     assert own.n == 2 and own.workload["input_len"] == 256 and own.prompt_seed is not None

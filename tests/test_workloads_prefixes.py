@@ -113,7 +113,7 @@ def test_the_cli_makes_the_shared_prefix_workload_the_page_makes():
     load = load_of("concurrent-10", "--prefix-len", "32", "--suffix-len", "8", "--num-prefixes", "2", "--output-len",
                  "6", "--num-prompts", "6", "--seed", "9")
     page = workload_plan({"kind": "prefix-repetition", "n": 6, "prefix_len": 32, "suffix_len": 8, "num_prefixes": 2,
-                          "output_len": 6, "seed": 9})
+                          "output_len": 6, "seed": 9}, models_dir=MODELS)
     assert load.prompts == page.prompts and load.max_tokens_each == [6] * 6 and load.prompt_seed == 9
     w = load.workload
     assert (w["kind"], w["prefix_len"], w["num_prefixes"], w["sent"]) == ("prefix-repetition", 32, 2, 6)

@@ -79,7 +79,7 @@ def section(lab, chosen, request, shape: str, arrival: str, defaults, tokens_hi:
                     pair_spec = load_test_spec(shape, int(pair_n), int(pair_tokens), max_len=lab.serving_max_len(),
                                                ignore_eos=True, rate=pair_rate, concurrency=int(pair_in_flight),
                                                synthetic=what == "synthetic", plan=wl_plan,
-                                               request=request.fields())
+                                               request=request.fields(), models_dir=lab.settings.models)
                 except LabError as e:
                     st.error(ui.plain(e), icon=":material/error:")
                 else:

@@ -77,7 +77,7 @@ def _spec(defaults, wl_plan, request):
     """The sweep's (and the search's) workload sent in the page's request shape; None, its one sentence shown, when
     a request box holds a bad value."""
     try:
-        return sweep_spec(defaults, plan=wl_plan, request=request.fields())
+        return sweep_spec(defaults, plan=wl_plan, request=request.fields(), models_dir=ui.get_lab().settings.models)
     except LabError as e:
         st.error(ui.plain(e), icon=":material/error:")
         return None

@@ -33,7 +33,7 @@ UPLOAD = N_("Upload a file")
 def _plan(desc_json: str, data: bytes | None, report=None):
     """The workload's plan, made once per description and file for every viewer (the preview and the run send the
     same); `report` hears how far a large file is read while it is made."""
-    return load_workload(json.loads(desc_json), data, report)
+    return load_workload(json.loads(desc_json), data, report, models_dir=ui.get_lab().settings.models)
 
 
 def _reading(slot):

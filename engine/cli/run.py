@@ -111,7 +111,8 @@ def _run(args) -> int:
 
     # a server at --url may have run these batch sizes before: the history says (cold or warm runs)
     warmth = WarmthLedger.of_history(lambda: (r.extra for r in store.list(kind="vllm")))
-    runner = Runner(save, progress=Console(log_dir=args.settings.home / "logs"), slo=slo, warmth=warmth)
+    runner = Runner(save, progress=Console(log_dir=args.settings.home / "logs"), slo=slo, warmth=warmth,
+                    models_dir=args.settings.models)
     # the CPU's memory bandwidth, for each run's record: measured once per boot and kept in this command's runtime
     # folder, before any server this command starts competes for it
     hardware.describe(paths.runtime_dir(args.settings))
@@ -148,7 +149,7 @@ def _load(scn, args):
         over["concurrency"] = args.concurrency
     load = sends.load_spec(data=data, num_requests=8 if levelled else None, max_tokens=args.max_tokens,
                            report=Reading(args.dataset or args.trace or sends.workload.get("file") or ""),
-                           seed=args.seed, **over)
+                           seed=args.seed, models_dir=args.settings.models, **over)
     if sends is not scn or over:
         load = replace(load, label=load.describe()).validate()
     if args.client_processes is not None:

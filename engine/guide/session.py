@@ -221,13 +221,15 @@ class Guide:
                                                                      max_new_tokens=tokens), notes=self.notes, **kw)
         elif s.id == "tuning":
             job = lab.run_tuning(scenarios.configs_after("tuning", lab.server_snapshot().config),
-                                 scenarios.get("tuning").load_spec(max_tokens=tokens), repeats=repeats_for(s),
+                                 scenarios.get("tuning").load_spec(max_tokens=tokens, models_dir=lab.settings.models),
+                                 repeats=repeats_for(s),
                                  notes=self.notes, **kw)
         else:
             if not lab.ready():
                 raise ServerBusy(say("This step needs the vLLM server: run step {n} (start vLLM) first.",
                                      n=step("start").number))
-            job = lab.run_load(scenarios.get(s.scenario).load_spec(max_tokens=tokens, warmup=s.warmup or None),
+            job = lab.run_load(scenarios.get(s.scenario).load_spec(max_tokens=tokens, warmup=s.warmup or None,
+                                                                   models_dir=lab.settings.models),
                                repeats=repeats_for(s), notes=self.notes, **kw)
         with self._lock:
             self._jobs[s.id] = job.id

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from engine.errors import ConfigError, LabError, ServerBusy
@@ -150,8 +151,9 @@ class Runner:
     def __init__(self, save: Callable[[RunResult], RunResult], progress: Progress | None = None,
                  cancel: threading.Event | None = None, mark: Callable[[str], None] = lambda text: None,
                  slo: Slo | None = None, warmth: WarmthLedger | None = None,
-                 energy: Callable[[], EnergyMeter] = EnergyMeter):
+                 energy: Callable[[], EnergyMeter] = EnergyMeter, models_dir: Path | None = None):
         self.save = save
+        self.models_dir = models_dir  # the embedded model's tokenizer, for prompts made again (seeds.reseed)
         self.energy = energy  # a fresh meter per run (engine.observe.energy): NVML, else RAPL, else none
         self.progress = progress or Progress()
         self.cancel = cancel or threading.Event()
@@ -362,8 +364,8 @@ class Runner:
                 if self.cancel.is_set():
                     break
                 self.progress.on_step(len(out), len(steps), said)
-                out.append(self._level(seeds.nth(spec, len(out)), target=target, progress=self.progress,
-                                       cancel=self.cancel, **args))
+                out.append(self._level(seeds.nth(spec, len(out), self.models_dir), target=target,
+                                       progress=self.progress, cancel=self.cancel, **args))
             self.progress.on_step(len(out), len(steps), mark("done"))
         finally:
             self.mark(say("sweep end"))
@@ -410,7 +412,7 @@ class Runner:
                 break
             self.progress.on_step(i, n, say("repeat {i} of {n}", i=i + 1, n=n))
             reset = endpoint.reset_prefix_cache(target.base_url, target.api_key) if i else None
-            sent = seeds.reseed(spec, seeds.fresh()) if i and not fixed_seed else spec
+            sent = seeds.reseed(spec, seeds.fresh(), models_dir=self.models_dir) if i and not fixed_seed else spec
             run = self.load(sent, target, Notes(repeat=Repeat(group=group, index=i + 1, total=n,
                                                               prefix_cache_reset=reset)))
             out.append(run)
@@ -475,8 +477,8 @@ class Runner:
                 self.progress.on_step(len(search.tried), max(len(search.tried) + 1, expected),
                                       say("concurrency {level}", level=level) if whole else
                                       say("{rate:g} requests/s", rate=level))
-                run, holds = self._search_level(seeds.nth(spec, len(search.tried)), level, target, rounds, search.id,
-                                                slo, whole)
+                run, holds = self._search_level(seeds.nth(spec, len(search.tried), self.models_dir), level, target,
+                                                rounds, search.id, slo, whole)
                 search.tried.append((level, holds, run))
                 if holds:
                     ok = level

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from engine.measure.load.spec import LoadSpec
@@ -53,16 +54,17 @@ def load_defaults(device: str, max_len: int | None, attached=None) -> LoadDefaul
 
 
 def sweep_spec(defaults: LoadDefaults, plan: Plan | None = None, seed: int | None = None,
-               request: dict[str, Any] | None = None) -> LoadSpec:
+               request: dict[str, Any] | None = None, models_dir: Path | None = None) -> LoadSpec:
     """The sweep's workload, its tokens per request as `defaults` (load_defaults) follow the server. A workload
     `plan` (workload_plan: a dataset or lengths; each level cycles its requests) replaces the sweep's prompts,
     and every level's run records it; a trace's clock or a chat's turns are refused by the sweep
     (runs.check_sweep), which sets the requests in flight itself. Synthetic prompts (the sweep's own, a length
     distribution's) are made from `seed`, a new one when None: a second sweep never meets the first's prompts in
     the prefix cache (each level then adds its index: seeds.nth). `request`: the request's shape, as
-    load_test_spec's (with_request)."""
-    spec = scenarios.get("sweep").load_spec(max_tokens=defaults.sweep_max_tokens, seed=seed)
-    return with_request(spec if plan is None else seeds.reseed(plan.apply(spec), int(spec.prompt_seed or 0)), request)
+    load_test_spec's (with_request). `models_dir`: where the embedded model's tokenizer is (seeds.reseed)."""
+    spec = scenarios.get("sweep").load_spec(max_tokens=defaults.sweep_max_tokens, seed=seed, models_dir=models_dir)
+    return with_request(spec if plan is None else seeds.reseed(plan.apply(spec), int(spec.prompt_seed or 0),
+                                                               models_dir=models_dir), request)
 
 
 def with_request(spec: LoadSpec, request: dict[str, Any] | None) -> LoadSpec:
@@ -85,16 +87,18 @@ _PLANS: dict[str, Plan] = {}  # the latest plans made, by description and file, 
 PLANS_KEPT = 16
 
 
-def workload_plan(desc: dict, data: bytes | None = None, report=None) -> Plan:
+def workload_plan(desc: dict, data: bytes | None = None, report=None, models_dir: Path | None = None) -> Plan:
     """The Plan of a workload the page describes (kinds.plan_of's keys; `data` an uploaded file's bytes),
-    counted with the embedded model's tokenizer as the catalogue's scenarios are (its caption says which);
+    counted with the embedded model's tokenizer (in `models_dir`: tokens.embedded) as the catalogue's scenarios are
+    (its caption says which);
     a WorkloadError's one sentence for a bad file or setting. Made once per description and file for every
     viewer (the latest PLANS_KEPT kept; a page redraws every second); `report` hears how far a large file is read
     while it is made (kinds.plan_of). Not st.cache_data: its cached function may not move a page's progress bar."""
-    key = hashlib.sha256(json.dumps(desc, sort_keys=True, default=str).encode() + b"\0" + (data or b"")).hexdigest()
+    key = hashlib.sha256(json.dumps([desc, str(models_dir)], sort_keys=True, default=str).encode() + b"\0"
+                         + (data or b"")).hexdigest()
     if (plan := _PLANS.get(key)) is not None:
         return plan
-    plan = kinds.plan_of(desc, toks.embedded(), data, report)
+    plan = kinds.plan_of(desc, toks.embedded(models_dir), data, report)
     _PLANS[key] = plan
     while len(_PLANS) > PLANS_KEPT:  # two viewers at once may both drop the oldest: one KeyError is harmless
         try:
@@ -109,7 +113,8 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
                    warmup: bool = True, plan: Plan | None = None, ramp_up_s: float = 0.0,
                    burstiness: float = 1.0, seed: int | None = None, arrival: str = "poisson",
                    max_in_flight: int | None = None, ramp_strategy: str | None = None,
-                   ramp_start_rps: float | None = None, request: dict[str, Any] | None = None) -> LoadSpec:
+                   ramp_start_rps: float | None = None, request: dict[str, Any] | None = None,
+                   models_dir: Path | None = None) -> LoadSpec:
     """The Load test page's workload: the lab's 10 prompts (or seeded synthetic ones) sent `shape`-wise,
     checked against the ready server's `max_len` (ConfigError), and named by what happens: how many
     requests were really in flight, or the arrival rate. With `warmup`, one batch as big as the measured
@@ -119,7 +124,8 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
     (`ramp_strategy`, `ramp_start_rps`) as LoadSpec's; `request`: the request's shape (measure.load.shape's
     request_fields: the endpoint, sampling, headers, extra body, LoRA modules). Named by the workload's kind (a scenario
     of the catalogue starts with it), else by its arrival. Synthetic prompts (seeded, or a length distribution's) are
-    made from `seed`, a new one when None (seeds.fresh: no run finds another's prompts in the prefix cache)."""
+    made from `seed`, a new one when None (seeds.fresh: no run finds another's prompts in the prefix cache), a length
+    distribution's counted with the embedded model's tokenizer in `models_dir` (seeds.reseed)."""
     seed = seeds.fresh() if seed is None else seed
     plist = prompts.seeded_prompts(num_requests, seed) if synthetic else prompts.LAB_CONCURRENT
     spec = scenarios.get("concurrent-10").load_spec(
@@ -128,7 +134,7 @@ def load_test_spec(shape: str, num_requests: int, max_tokens: int, *, max_len: i
         prompt_seed=seed if synthetic else None, arrival=arrival if shape == "poisson" else "poisson",
         burstiness=burstiness if shape == "poisson" else 1.0)
     if plan is not None:
-        spec = seeds.reseed(plan.apply(spec), seed)
+        spec = seeds.reseed(plan.apply(spec), seed, models_dir=models_dir)
     if plan is None or plan.offsets is None:  # a trace keeps its own clock
         rated = shape == "poisson"
         spec = replace(spec, ramp_up_s=ramp_up_s if shape in ("concurrency", "poisson") else 0.0,

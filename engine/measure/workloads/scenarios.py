@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, LabError
@@ -62,12 +63,13 @@ class Scenario:
         return (max(len(p) for p in self.prompts) + len(self.system)) // 4 + 16 if self.prompts else 16
 
     def load_spec(self, base_url: str = "", model: str = "", tokens: Any = None, data: bytes | None = None,
-                  report: Any = None, seed: int | None = None, **over: Any) -> LoadSpec:
+                  report: Any = None, seed: int | None = None, models_dir: Path | None = None,
+                  **over: Any) -> LoadSpec:
         """The spec this scenario sends. A workload scenario builds its plan here: `tokens` counts and makes its
-        tokens (engine.measure.workloads.tokens; default: the embedded model's tokenizer when prepared, else the
-        estimate), `data` replaces its shipped file with an uploaded one, `report` hears how far a large file is
-        read (kinds.plan_of). A `seeded` scenario's prompts are made from `seed`, a new one when None (recorded as
-        LoadSpec.prompt_seed)."""
+        tokens (engine.measure.workloads.tokens; default: the embedded model's tokenizer when prepared in
+        `models_dir`, Settings.models, else the estimate), `data` replaces its shipped file with an uploaded one,
+        `report` hears how far a large file is read (kinds.plan_of). A `seeded` scenario's prompts are made from
+        `seed`, a new one when None (recorded as LoadSpec.prompt_seed)."""
         spec = LoadSpec(
             base_url=base_url, model=model, prompts=list(self.prompts) or ["(workload)"], system=self.system,
             # a trace's schedule comes with its plan: until then the spec is a plain one
@@ -81,7 +83,7 @@ class Scenario:
             spec = replace(spec, prompts=prompts.seeded_prompts(len(self.prompts), seed, extra_words=self.prompt_words),
                            prompt_seed=seed, prompt_words=self.prompt_words)
         if self.workload:
-            spec = kinds.plan_of(self.workload, tokens or toks.embedded(), data, report).apply(spec)
+            spec = kinds.plan_of(self.workload, tokens or toks.embedded(models_dir), data, report).apply(spec)
             if over.get("max_tokens") is not None and spec.max_tokens_each:  # a budget given caps each answer
                 spec = replace(spec, max_tokens_each=[min(k, over["max_tokens"]) for k in spec.max_tokens_each],
                                workload={**(spec.workload or {}), "max_tokens_cap": over["max_tokens"]})

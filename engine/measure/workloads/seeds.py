@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import replace
+from pathlib import Path
 
 from engine.measure.load.spec import LoadSpec
 from engine.measure.workloads import kinds, prompts
@@ -28,15 +29,16 @@ def seeded(spec: LoadSpec) -> bool:
     return spec.prompt_seed is not None
 
 
-def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> LoadSpec:
+def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None, models_dir: Path | None = None) -> LoadSpec:
     """`spec` with its synthetic prompts made again from `seed`: a length distribution's drawn again (its lengths and
-    prompts; the workload's record says the new seed), the seeded synthetic prompts made again; a spec whose prompts
-    were not made from a seed as it is. Its label follows when it was the description of what it sends."""
+    prompts, counted by `tokens`, else the embedded model's tokenizer in `models_dir`: tokens.embedded; the workload's
+    record says the new seed), the seeded synthetic prompts made again; a spec whose prompts were not made from a
+    seed as it is. Its label follows when it was the description of what it sends."""
     if not seeded(spec) or seed == spec.prompt_seed:
         return spec
     w = spec.workload or {}
     if w.get("kind") in kinds.SEEDED:
-        plan = kinds.plan_of({**kinds.described(w), "seed": seed}, tokens or toks.embedded())
+        plan = kinds.plan_of({**kinds.described(w), "seed": seed}, tokens or toks.embedded(models_dir))
         again = plan.apply(spec, ignore_eos=spec.ignore_eos)
         if (cap := w.get("max_tokens_cap")) and again.max_tokens_each:  # a budget given caps each answer
             again = replace(again, max_tokens_each=[min(k, cap) for k in again.max_tokens_each],
@@ -50,13 +52,13 @@ def reseed(spec: LoadSpec, seed: int, tokens: toks.Tokens | None = None) -> Load
     return replace(again, label=again.describe()) if spec.label == spec.describe() else again
 
 
-def nth(spec: LoadSpec, i: int) -> LoadSpec:
+def nth(spec: LoadSpec, i: int, models_dir: Path | None = None) -> LoadSpec:
     """`spec` for the `i`-th (0-based) level of a sweep or an SLO search: its synthetic prompts made from the spec's
-    seed plus `i`, so no level finds an earlier level's prompts in the prefix cache, and a seed given (--seed) makes
-    the same levels again; a spec whose prompts were not made from a seed as it is."""
+    seed plus `i` (reseed, `models_dir` as there), so no level finds an earlier level's prompts in the prefix cache,
+    and a seed given (--seed) makes the same levels again; a spec whose prompts were not made from a seed as it is."""
     if not seeded(spec) or not i:
         return spec
-    return reseed(spec, (int(spec.prompt_seed or 0) + i) % SEED_LIMIT)
+    return reseed(spec, (int(spec.prompt_seed or 0) + i) % SEED_LIMIT, models_dir=models_dir)
 
 
 def described(spec: LoadSpec):

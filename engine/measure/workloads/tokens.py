@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import paths
 from engine.errors import ConfigError
 from engine.measure.workloads.prompts import _WORDS
 from engine.messages import Message, say
@@ -159,7 +158,10 @@ def for_model(folder: str | Path | None) -> Tokens:
                               why=type(e).__name__)) from None
 
 
-def embedded() -> Tokens:
-    """The embedded default model's tokenizer when it is prepared on this machine, else the estimate."""
-    folder = models.embedded_dir(paths.models_dir())
+def embedded(models_dir: Path | None) -> Tokens:
+    """The embedded default model's tokenizer when it is prepared in `models_dir` (the converted models' folder:
+    Settings.models), else the estimate (none given too)."""
+    if models_dir is None:
+        return estimated()
+    folder = models.embedded_dir(models_dir)
     return for_model(folder) if (folder / "tokenizer_config.json").exists() else estimated()
