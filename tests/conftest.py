@@ -81,6 +81,7 @@ SINGLE_PROCESS_SERVERS = {
     # `run tuning --repeats 2`: the repeat groups and verdict it prints and saves
     "tests/test_cli_repeats.py::test_tuning_with_two_repeats_on_the_real_server_keeps_each_configuration_a_repeat_group",
     "tests/test_sidebyside.py",  # a second server beside the session's: both sides' runs and the CLI's --versus
+    "tests/test_e2e_jupyter.py",  # vLLM started from the guided lab through Jupyter's proxy
 }
 
 
