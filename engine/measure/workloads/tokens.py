@@ -145,8 +145,8 @@ def _load(folder: str) -> Any:
 
 
 def for_model(folder: str | Path | None) -> Tokens:
-    """The tokenizer of a local model folder (the served model's: models.embedded_dir() for the embedded
-    default); the estimate when `folder` is None. ConfigError when the folder has no tokenizer."""
+    """The tokenizer of a local model folder (the served model's: models.embedded_dir(Settings.models) for the
+    embedded default); the estimate when `folder` is None. ConfigError when the folder has no tokenizer."""
     if folder is None:
         return estimated()
     path = Path(folder)
