@@ -372,10 +372,12 @@ class Lab:
         return {mark("naive worker"): j.worker_pid for j in self.jobs.active() if j.worker_pid}
 
     def _warm_up(self) -> None:
-        """While the app starts: the flags this vLLM knows, then the machine's description, whose CPU memory
-        bandwidth (a second of copying, once per process) is best measured before a run competes for it."""
-        self._flags = known_flags(self.settings.models)
+        """While the app starts: the machine's description, whose CPU memory bandwidth (a second of copying, once per
+        boot) is best measured before a run competes for it, then the flags this vLLM knows. In this order because
+        reading the flags may take minutes (`vllm --help`, first start): a run ending before would ask for the
+        bandwidth with no folder to keep it in."""
         hardware.describe(self.server.runtime)
+        self._flags = known_flags(self.settings.models)
 
     def shutdown(self) -> None:
         self.telemetry.stop()

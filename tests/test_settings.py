@@ -159,6 +159,38 @@ def test_two_labs_with_their_own_settings_stay_apart(tmp_path, lab_settings):
         b.shutdown()
 
 
+def test_a_labs_cpu_bandwidth_is_kept_in_its_runtime_before_vllms_flags_are_read(tmp_path, lab_settings, monkeypatch):
+    """The Lab's warm-up measures the CPU's memory bandwidth into its runtime folder first: a run that ends while
+    vLLM's flags are still being read (`vllm --help`, up to minutes on a first start) asks for the machine with no
+    folder, and the process's one measurement would then be made there and kept nowhere."""
+    import threading
+    import time
+
+    from engine.observe import bandwidth, hardware
+
+    release = threading.Event()
+    monkeypatch.setattr(engine.lab, "known_flags", lambda models: release.wait(600) and None)
+    real = bandwidth.copy_benchmark
+    monkeypatch.setattr(bandwidth, "copy_benchmark", lambda: real(mb=64, budget_s=0.2))
+    with bandwidth._measuring:  # as a new process: nothing measured yet
+        before = list(bandwidth._this_process)
+        bandwidth._this_process.clear()
+    mine = _own(lab_settings, tmp_path)
+    kept = mine.runtime / "cpu-bandwidth.json"
+    lab = Lab(mine, port=free_port(), telemetry_interval_s=3600)
+    try:
+        deadline = time.monotonic() + 120  # liveness only: a second of copying, on a loaded machine
+        while not kept.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(kept.read_text())["bandwidth"]["gb_s"] > 0
+    finally:
+        release.set()
+        lab.shutdown()
+        with bandwidth._measuring:  # the next caller gets this process's real measurement (the small one dropped)
+            bandwidth._this_process[:] = before
+        hardware._described.cache_clear()
+
+
 @pytest.mark.server
 @pytest.mark.slow
 def test_a_labs_server_is_recorded_and_logged_under_its_own_runtime(tmp_path, embedded_model, lab_settings):
