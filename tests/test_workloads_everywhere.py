@@ -188,9 +188,11 @@ def test_tuning_sends_the_chosen_example_to_every_configuration_and_names_it(lab
 
 @pytest.mark.server
 def test_both_sides_of_a_pair_are_sent_the_same_plan_and_record_it(vllm_server):
-    plan = workload_plan(LENGTHS)
-    spec = load_test_spec("burst", 10, 16, max_len=None, ignore_eos=True, plan=plan)
-    runner = Runner(save=lambda r: r)  # both sides on the session's server: the Lab refuses that, the Runner not
+    # counted with the embedded tokenizer, as the app counts (its models folder handed down): exact lengths
+    plan = workload_plan(LENGTHS, models_dir=MODELS)
+    spec = load_test_spec("burst", 10, 16, max_len=None, ignore_eos=True, plan=plan, models_dir=MODELS)
+    # both sides on the session's server: the Lab refuses that, the Runner not
+    runner = Runner(save=lambda r: r, models_dir=MODELS)
     a, b = runner.side_by_side(Target.at(vllm_server.base_url), Target.at(vllm_server.base_url), spec)
     # the plan drawn again from the spec's own seed (seeds.reseed: no run meets another's prompts in the prefix cache)
     assert spec.workload == {**plan.summary, "seed": spec.prompt_seed}
@@ -222,13 +224,13 @@ def test_every_level_of_a_sweep_is_sent_the_chosen_plan(lab, vllm_server):
     job = lab.connect(vllm_server.base_url)
     wait_done(job, 60)
     try:
-        plan = workload_plan(LENGTHS)
-        spec = sweep_spec(load_defaults(lab.device, lab.serving_max_len()), plan=plan)
+        plan = workload_plan(LENGTHS, models_dir=lab.settings.models)  # as the Load page counts: the Lab's folder
+        spec = sweep_spec(load_defaults(lab.device, lab.serving_max_len()), plan=plan, models_dir=lab.settings.models)
         job = lab.run_sweep(spec, [1, 2], token=None, caller="test")
         wait_done(job, 300)
         assert [r.extra.sweep_level for r in job.result] == [1, 2]
         for i, run in enumerate(job.result):  # level i: the plan drawn again from its seed plus i (seeds.nth)
-            level = seeds.nth(spec, i)
+            level = seeds.nth(spec, i, lab.settings.models)
             assert run.scenario == "sweep" and run.load.workload == level.workload
             assert run.load.other["prompt_seed"] == spec.prompt_seed + i
             assert {r.prompt for r in run.measured} <= set(level.prompts)
