@@ -413,6 +413,18 @@ def test_the_tuning_bars_stand_where_the_verdict_compares():
         digits.significant(v.center_a), digits.significant(v.center_b)]
 
 
+def test_a_tuning_bars_value_is_not_drawn_under_its_whiskers_cap():
+    """Seen on Tuning at 1920x1080 with repeats: each bar's value stood on the bar's top, where its whisker's cap is
+    drawn, and the cap crossed "79" and "5.3 s". With whiskers the value is at the bar's foot; one run a
+    configuration (no whisker) keeps it above the bar."""
+    a, b = make_concurrent(2048, 150), make_concurrent(512, 150, kv_tokens=None)
+    repeated = figures.tuning_compare(_repeated(a, "g1", [60.0, 100.0]) + _repeated(b, "g2", [90.0, 95.0]))
+    for bar in _bars(repeated):
+        assert bar.error_y.array is not None and bar.textposition != "outside" and bar.insidetextanchor == "start"
+    for bar in _bars(figures.tuning_compare([a, b])):
+        assert bar.error_y.array is None and bar.textposition == "outside"
+
+
 def test_a_failed_repeat_is_no_zero_in_the_tuning_chart():
     """A repeat cut short when its server went away is left out of its configuration's median, range
     and verdict: it was no measurement."""

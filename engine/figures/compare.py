@@ -94,6 +94,9 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
     wall_at = [verdict.centre(measured(g, "duration")) for g in sets]
     colors = run_colors(firsts)
     several = any(len(g) > 1 for g in sets)
+    # a value above its bar sits where a whisker's cap is drawn: with whiskers it goes inside, at the bar's foot
+    # ("auto": above a bar too short to hold it)
+    label_at = dict(textposition="auto", insidetextanchor="start") if several else dict(textposition="outside")
 
     def whisker(spreads: list[repeats.Spread | None], at: list[float]) -> dict | None:
         # the range of each configuration's repeats (none where no repeat gave a finite value)
@@ -107,11 +110,11 @@ def tuning_compare(runs: Sequence[RunResult], *, lang: str = "en") -> go.Figure:
                         subplot_titles=(translate(say("Throughput (higher is better)"), lang),
                                         translate(say("Wall time (lower is better)"), lang)))
     fig.add_bar(x=cats, y=tput_at, error_y=whisker(tput, tput_at), marker_color=colors,
-                text=[f"<b>{significant(c)}</b>" for c in tput_at], textposition="outside", cliponaxis=False,
+                text=[f"<b>{significant(c)}</b>" for c in tput_at], **label_at, cliponaxis=False,
                 showlegend=False, name=translate(say("throughput"), lang),
                 hovertemplate="%{y:,.0f} tok/s<extra></extra>", row=1, col=1)
     fig.add_bar(x=cats, y=wall_at, error_y=whisker(wall, wall_at), marker_color=colors,
-                text=[f"<b>{seconds(c, lang)}</b>" for c in wall_at], textposition="outside", cliponaxis=False,
+                text=[f"<b>{seconds(c, lang)}</b>" for c in wall_at], **label_at, cliponaxis=False,
                 showlegend=False, name=translate(say("wall time"), lang),
                 hovertemplate=seconds("%{y:.2f}", lang) + "<extra></extra>", row=1, col=2)
     fig.update_yaxes(title_text=translate(say("Output tokens / s"), lang),
