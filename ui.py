@@ -438,22 +438,31 @@ def server_status(slot) -> None:
 def _follow() -> None:
     """A viewer's choice to follow the presenter through the guided lab: when the presenter changes step, a
     follower is taken to it (from any page); the viewer's language stays their own."""
-    st.toggle(_("Follow the presenter"), key="follow_presenter",
+    # Kept across pages (persist_state): a switch the script asks for carries no widget values, and Streamlit then
+    # drops every widget's: the follower arrived as a viewer who does not follow, on the step before.
+    st.toggle(_("Follow the presenter"), key="follow_presenter", persist_state="session",
               help=_("Your screen shows the presenter's step of the guided lab and moves when they move."))
     if st.session_state.get("follow_presenter") and not st.session_state.get("on_guide"):
+        if _presenter_moved():
+            # The page's full run switches, before it draws a page about to be left (the tick below only asks
+            # for that run). switch_page drops the query string unless given it (a viewer's ?lang= among it).
+            st.switch_page("app_pages/guide.py", query_params=st.query_params.to_dict())
         _follow_tick()  # on the guided lab, the page's watcher follows (Guide.seen)
+
+
+def _presenter_moved() -> bool:
+    """The presenter's step moved since this viewer's guided lab last drew it."""
+    s = get_lab().guide.state()
+    return (s.current, s.moved_at) != st.session_state.get("guide_seen")
 
 
 @st.fragment(run_every=WATCH_S)
 def _follow_tick() -> None:
-    """From another page, to the presenter's step once it moved. The guided lab marks a step seen when it draws
-    it (and redraws itself when the presenter moves): a switch that Streamlit folds into a newer rerun of this
-    page (the newest request's page wins) is tried again at the next tick instead of being lost."""
-    s = get_lab().guide.state()
-    if st.session_state.get("on_guide") or (s.current, s.moved_at) == st.session_state.get("guide_seen"):
-        return
-    # switch_page drops the query string unless given it (a viewer's ?lang= among it)
-    st.switch_page("app_pages/guide.py", query_params=st.query_params.to_dict())
+    """From another page, a full run once the presenter moved, which takes the follower to the step (_follow). The
+    guided lab marks a step seen when it draws it: a switch that Streamlit folds into a newer rerun of this page
+    (the newest request's page wins) is asked again at the next tick instead of being lost."""
+    if fragment_rerun() and not st.session_state.get("on_guide") and _presenter_moved():  # not its first draw
+        st.rerun(scope="app")
 
 
 def _try_token() -> None:

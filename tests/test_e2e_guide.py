@@ -74,7 +74,7 @@ def _next(page, app: StreamlitApp, step_id: str) -> None:
 
 def _open(page, name: str) -> None:
     """A page from the sidebar, by its name as shown, until its heading shows."""
-    heading = page.get_by_role("heading", name=name)
+    heading = page.get_by_role("heading", name=name, exact=True)
     press_until(page, page.locator("[data-testid=stSidebarNav]").get_by_text(name, exact=True),
                 heading.is_visible)
 
@@ -185,6 +185,10 @@ def test_a_follower_moves_with_the_presenter_in_its_own_language(browser, idle_a
     presenter_ctx, presenter = _korean(browser, idle_app)
     follower_ctx = browser.new_context(locale="en-US", viewport={"width": 1920, "height": 1080})
     follower = follower_ctx.new_page()
+    # a switch once left the follower's browser blank and disconnected ("Bad delta path index", a timed fragment's
+    # run landing past the new page's end): the browser's own errors are part of the verdict
+    crashed: list[str] = []
+    follower.on("pageerror", lambda e: crashed.append(str(e)))
     try:
         follower.goto(idle_app.url)
         expect(follower.get_by_role("heading", name="Guided lab")).to_be_visible(timeout=60000)
@@ -207,6 +211,7 @@ def test_a_follower_moves_with_the_presenter_in_its_own_language(browser, idle_a
         _next(presenter, idle_app, "test-query")
         expect(follower.get_by_role("heading", name="4. One test query")).to_be_visible(timeout=FOLLOW_MS)
         expect(presenter.get_by_role("heading", name="4. " + ko("One test query"))).to_be_visible()
+        assert not crashed, crashed
     finally:
         presenter_ctx.close()
         follower_ctx.close()

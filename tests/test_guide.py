@@ -567,9 +567,11 @@ def test_a_follower_elsewhere_is_brought_to_the_presenters_step_even_when_a_swit
     monkeypatch.setattr(streamlit, "switch_page", real)
     at.run()  # the next tick
     assert not at.exception, [e.value for e in at.exception]
-    # AppTest drops the sidebar toggle's value across a switch the script asks for (a browser keeps it), so what
-    # counts here is the page and the step it drew as seen
+    # the switch the script asks for carries no widget values, and Streamlit drops those of a page left so: the
+    # toggle keeps its own (persist_state), so the step is drawn as a follower's, not a free viewer's
     assert at.title[0].value == "Guided lab" and at.session_state["guide_seen"][0] == "free"
+    assert at.session_state["follow_presenter"] is True
+    assert any("Following the presenter" in c.value for c in at.caption), [c.value for c in at.caption]
     asked.clear()  # and once there, no tick switches again
     monkeypatch.setattr(streamlit, "switch_page", lambda *a, **k: asked.append(a))
     at.switch_page("app_pages/guide.py").run()

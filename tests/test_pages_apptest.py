@@ -72,6 +72,35 @@ def test_page_renders_with_server_stopped(path):
     assert not _errors(at), _errors(at)
 
 
+def test_the_pages_timed_watcher_has_one_place_on_every_page(monkeypatch):
+    """A timed fragment's run re-sends its container at the place it was first drawn. On a page change the browser
+    keeps only what was drawn before the page, so a watcher below the page whose run was in flight during a switch
+    landed past the new page's end ("Bad delta path index") and the app went blank: a follower taken to the
+    presenter's step, in CI. Its place is therefore the same on every page, drawn before the page."""
+    from streamlit.testing.v1 import local_script_runner
+
+    sent: list = []
+    real = local_script_runner.LocalScriptRunner.forward_msgs
+
+    def recorded(self):
+        msgs = real(self)
+        sent.extend(msgs)
+        return msgs
+
+    monkeypatch.setattr(local_script_runner.LocalScriptRunner, "forward_msgs", recorded)
+    places = {}
+    at = _app()  # the guided lab
+    for path in ["app_pages/guide.py", *PAGES]:
+        sent.clear()  # this page's run only: the browser it switched from keeps its watcher's run in flight
+        at.switch_page(path).run()
+        assert not at.exception, [e.value for e in at.exception]
+        fragments = [tuple(m.metadata.delta_path) for m in sent
+                     if m.HasField("delta") and m.delta.fragment_id]
+        assert fragments, f"{path} drew no timed watcher"
+        places[path] = min(fragments, key=len)  # the fragment's own container
+    assert len(set(places.values())) == 1, places
+
+
 def test_server_page_command_line_and_status():
     at = _page("app_pages/server.py")
     cmd = _command(at)
