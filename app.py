@@ -37,8 +37,8 @@ with st.container():  # one slot, shown or not: the page's elements (and its fra
 # re-sends its container at the place it was drawn, and on a page change the browser keeps only what was drawn
 # before the page. Below the page, a watcher's run in flight during a switch (a follower taken to the presenter's
 # step) landed past the new page's end ("Bad delta path index") and the app went blank. Its cost: the slot's gap
-# starts every page 16 px lower. Beside a CPU hog, none of 110 switches failed with it here; keyed (so CSS could
-# take the gap back), hidden, or at the sidebar's foot, one switch in about 30 left the new page empty.
+# starts every page 16 px lower; keyed so CSS could take the gap back, hidden, or at the sidebar's foot, the rare
+# empty page after a switch (about one in 35 beside a CPU hog, its cause not found) came no less often.
 watcher = st.container()
 nav.run()
 ui.server_status(status)  # after the page: never older than the result it shows
